@@ -1,0 +1,569 @@
+//! The TOML configuration file: instruments, tiers, providers, accounts and
+//! engine settings. Every section is optional; what is absent keeps the
+//! built-in default, so `pricewire serve` runs with no file at all.
+//!
+//! Errors name the offending key (`instruments[3].digits`) and the reason.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::model::instruments::{
+    default_instruments, default_tiers, synthetic_providers, INSTRUMENTS_MAX, PROVIDERS_MAX,
+    SYMBOL_NAME_LEN_MAX, TIERS_MAX,
+};
+use crate::model::price::{parse_price, DIGITS_MAX};
+use crate::model::{Instrument, InstrumentTable, Mantissa, ProviderDef, ProviderKind, Tier};
+
+/// A configuration problem: the key it concerns and why it was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    Io { path: String, reason: String },
+    #[error("config syntax error: {0}")]
+    Syntax(String),
+    #[error("config key `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The file as written; turned into [`Config`] by [`ConfigFile::resolve`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub engine: EngineFile,
+    pub instruments: Option<Vec<InstrumentFile>>,
+    pub tiers: Option<Vec<TierFile>>,
+    pub providers: Option<Vec<ProviderFile>>,
+    pub accounts: Option<Vec<AccountFile>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineFile {
+    pub max_quote_age_ms: Option<u64>,
+    pub spike_bps: Option<u32>,
+    pub spike_confirm: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstrumentFile {
+    pub name: String,
+    pub digits: u8,
+    /// Decimal text, e.g. "1.08120".
+    pub base_price: Option<String>,
+    pub spread_points: Option<Mantissa>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierFile {
+    pub name: String,
+    pub markup_points: Mantissa,
+    #[serde(default)]
+    pub overrides: BTreeMap<String, Mantissa>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderFile {
+    pub name: String,
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub skew_points: Mantissa,
+    #[serde(default)]
+    pub token: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountFile {
+    pub name: String,
+    pub token: String,
+    /// Symbol names, or `["*"]` for all.
+    #[serde(default = "all")]
+    pub symbols: Vec<String>,
+    /// Tier names the account may subscribe to; the first is its default.
+    pub tiers: Vec<String>,
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: u32,
+    /// Whether the account may mark requests critical.
+    #[serde(default)]
+    pub critical: bool,
+}
+
+fn all() -> Vec<String> {
+    vec!["*".to_string()]
+}
+fn default_max_sessions() -> u32 {
+    ACCOUNT_SESSIONS_DEFAULT
+}
+
+/// Default concurrent sessions per account.
+pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 10_000;
+/// Default maximum provider quote age before it is excluded (ms).
+pub const MAX_QUOTE_AGE_MS_DEFAULT: u64 = 2_000;
+/// Default spike filter: a quote whose mid moves more than this many basis
+/// points from the last accepted mid is rejected.
+pub const SPIKE_BPS_DEFAULT: u32 = 100;
+/// Default number of consecutive spike rejections after which the move is
+/// taken as real and accepted (a genuine gap must not freeze the price).
+pub const SPIKE_CONFIRM_DEFAULT: u32 = 3;
+
+/// Engine settings after defaults are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    pub max_quote_age_ms: u64,
+    pub spike_bps: u32,
+    pub spike_confirm: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_quote_age_ms: MAX_QUOTE_AGE_MS_DEFAULT,
+            spike_bps: SPIKE_BPS_DEFAULT,
+            spike_confirm: SPIKE_CONFIRM_DEFAULT,
+        }
+    }
+}
+
+/// An account that may log on to the subscriber gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub token: String,
+    /// Entitled symbol ids; `None` means every symbol.
+    pub symbols: Option<Vec<u16>>,
+    /// Entitled tier ids, default first.
+    pub tiers: Vec<u8>,
+    pub max_sessions: u32,
+    pub critical: bool,
+}
+
+impl Account {
+    pub fn entitled_symbol(&self, symbol: u16) -> bool {
+        self.symbols.as_ref().is_none_or(|s| s.contains(&symbol))
+    }
+    pub fn entitled_tier(&self, tier: u8) -> bool {
+        self.tiers.contains(&tier)
+    }
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub table: InstrumentTable,
+    pub engine: EngineConfig,
+    pub accounts: Vec<Account>,
+}
+
+impl Config {
+    /// Built-in defaults with `providers` synthetic providers.
+    pub fn builtin(providers: usize) -> Config {
+        ConfigFile::default()
+            .resolve(providers)
+            .expect("built-in configuration is valid")
+    }
+
+    /// Reads and resolves a file.
+    pub fn load(path: &Path, synthetic_providers: usize) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Config::parse(&text, synthetic_providers)
+    }
+
+    /// Parses and resolves TOML text.
+    pub fn parse(text: &str, synthetic_providers: usize) -> Result<Config, ConfigError> {
+        let file: ConfigFile =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        file.resolve(synthetic_providers)
+    }
+
+    pub fn account(&self, name: &str) -> Option<&Account> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+}
+
+impl ConfigFile {
+    /// Applies defaults and validates. `synthetic_providers` is used when
+    /// the file names no providers.
+    pub fn resolve(self, synthetic_providers: usize) -> Result<Config, ConfigError> {
+        let instruments = match self.instruments {
+            None => default_instruments(),
+            Some(list) => resolve_instruments(list)?,
+        };
+        let names: BTreeMap<String, u16> = instruments
+            .iter()
+            .enumerate()
+            .map(|(i, inst)| (inst.name.clone(), i as u16))
+            .collect();
+        let tiers = match self.tiers {
+            None => default_tiers(),
+            Some(list) => resolve_tiers(list, &names)?,
+        };
+        let providers = match self.providers {
+            None => {
+                if synthetic_providers == 0 || synthetic_providers > PROVIDERS_MAX {
+                    return Err(invalid(
+                        "providers",
+                        format!("synthetic provider count must be 1..={PROVIDERS_MAX}"),
+                    ));
+                }
+                synthetic_providers_list(synthetic_providers)
+            }
+            Some(list) => resolve_providers(list)?,
+        };
+        let engine = resolve_engine(&self.engine)?;
+        let tier_names: Vec<String> = tiers.iter().map(|t| t.name.clone()).collect();
+        let accounts = match self.accounts {
+            None => vec![demo_account(tiers.len())],
+            Some(list) => resolve_accounts(list, &names, &tier_names)?,
+        };
+        Ok(Config {
+            table: InstrumentTable::new(instruments, tiers, providers),
+            engine,
+            accounts,
+        })
+    }
+}
+
+fn synthetic_providers_list(n: usize) -> Vec<ProviderDef> {
+    synthetic_providers(n)
+}
+
+/// The built-in demo account: token `demo`, every symbol, every tier with
+/// `standard` (id 1 when present) as its default.
+fn demo_account(tiers: usize) -> Account {
+    let default = if tiers > 1 { 1 } else { 0 };
+    let mut order: Vec<u8> = vec![default];
+    order.extend((0..tiers as u8).filter(|&t| t != default));
+    Account {
+        name: "demo".into(),
+        token: "demo".into(),
+        symbols: None,
+        tiers: order,
+        max_sessions: ACCOUNT_SESSIONS_DEFAULT,
+        critical: true,
+    }
+}
+
+fn resolve_engine(e: &EngineFile) -> Result<EngineConfig, ConfigError> {
+    let d = EngineConfig::default();
+    let cfg = EngineConfig {
+        max_quote_age_ms: e.max_quote_age_ms.unwrap_or(d.max_quote_age_ms),
+        spike_bps: e.spike_bps.unwrap_or(d.spike_bps),
+        spike_confirm: e.spike_confirm.unwrap_or(d.spike_confirm),
+    };
+    if cfg.max_quote_age_ms == 0 {
+        return Err(invalid("engine.max_quote_age_ms", "must be at least 1"));
+    }
+    if cfg.spike_bps == 0 || cfg.spike_bps > 10_000 {
+        return Err(invalid(
+            "engine.spike_bps",
+            "must be 1..=10000 basis points",
+        ));
+    }
+    if cfg.spike_confirm == 0 {
+        return Err(invalid("engine.spike_confirm", "must be at least 1"));
+    }
+    Ok(cfg)
+}
+
+fn resolve_instruments(list: Vec<InstrumentFile>) -> Result<Vec<Instrument>, ConfigError> {
+    if list.is_empty() || list.len() > INSTRUMENTS_MAX {
+        return Err(invalid(
+            "instruments",
+            format!("need 1..={INSTRUMENTS_MAX} instruments"),
+        ));
+    }
+    let mut seen = BTreeMap::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, f) in list.into_iter().enumerate() {
+        let key = |field: &str| format!("instruments[{i}].{field}");
+        if f.name.is_empty()
+            || f.name.len() > SYMBOL_NAME_LEN_MAX
+            || !f.name.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(invalid(
+                key("name"),
+                format!("must be 1..={SYMBOL_NAME_LEN_MAX} printable ASCII characters"),
+            ));
+        }
+        if seen.insert(f.name.clone(), i).is_some() {
+            return Err(invalid(
+                key("name"),
+                format!("duplicate instrument {}", f.name),
+            ));
+        }
+        if f.digits > DIGITS_MAX {
+            return Err(invalid(key("digits"), format!("must be 0..={DIGITS_MAX}")));
+        }
+        let base_price = match &f.base_price {
+            None => crate::model::price::POW10[f.digits as usize],
+            Some(text) => parse_price(text, f.digits)
+                .map_err(|e| invalid(key("base_price"), e.to_string()))?,
+        };
+        if base_price <= 0 {
+            return Err(invalid(key("base_price"), "must be positive"));
+        }
+        let spread_points = f.spread_points.unwrap_or(10);
+        if spread_points <= 0 {
+            return Err(invalid(key("spread_points"), "must be positive"));
+        }
+        out.push(Instrument {
+            id: i as u16,
+            name: f.name,
+            digits: f.digits,
+            base_price,
+            spread_points,
+        });
+    }
+    Ok(out)
+}
+
+fn resolve_tiers(
+    list: Vec<TierFile>,
+    names: &BTreeMap<String, u16>,
+) -> Result<Vec<Tier>, ConfigError> {
+    if list.is_empty() || list.len() > TIERS_MAX {
+        return Err(invalid("tiers", format!("need 1..={TIERS_MAX} tiers")));
+    }
+    let mut out: Vec<Tier> = Vec::with_capacity(list.len());
+    for (i, f) in list.into_iter().enumerate() {
+        if f.name.is_empty() || out.iter().any(|t| t.name == f.name) {
+            return Err(invalid(format!("tiers[{i}].name"), "empty or duplicate"));
+        }
+        if f.markup_points < 0 {
+            return Err(invalid(
+                format!("tiers[{i}].markup_points"),
+                "must not be negative (a tier widens the spread)",
+            ));
+        }
+        let mut overrides = Vec::with_capacity(f.overrides.len());
+        for (sym, m) in f.overrides {
+            let key = format!("tiers[{i}].overrides.{sym}");
+            let id = *names
+                .get(&sym)
+                .ok_or_else(|| invalid(&key, "unknown instrument"))?;
+            if m < 0 {
+                return Err(invalid(&key, "must not be negative"));
+            }
+            overrides.push((id, m));
+        }
+        out.push(Tier {
+            id: i as u8,
+            name: f.name,
+            markup_points: f.markup_points,
+            overrides,
+        });
+    }
+    Ok(out)
+}
+
+fn resolve_providers(list: Vec<ProviderFile>) -> Result<Vec<ProviderDef>, ConfigError> {
+    if list.is_empty() || list.len() > PROVIDERS_MAX {
+        return Err(invalid(
+            "providers",
+            format!("need 1..={PROVIDERS_MAX} providers"),
+        ));
+    }
+    let mut out: Vec<ProviderDef> = Vec::with_capacity(list.len());
+    for (i, f) in list.into_iter().enumerate() {
+        if f.name.is_empty() || out.iter().any(|p| p.name == f.name) {
+            return Err(invalid(
+                format!("providers[{i}].name"),
+                "empty or duplicate",
+            ));
+        }
+        if f.kind == ProviderKind::Ingest && f.token.is_empty() {
+            return Err(invalid(
+                format!("providers[{i}].token"),
+                "an ingest provider needs a token",
+            ));
+        }
+        out.push(ProviderDef {
+            id: i as u16,
+            name: f.name,
+            kind: f.kind,
+            skew_points: f.skew_points,
+            token: f.token,
+        });
+    }
+    Ok(out)
+}
+
+fn resolve_accounts(
+    list: Vec<AccountFile>,
+    names: &BTreeMap<String, u16>,
+    tiers: &[String],
+) -> Result<Vec<Account>, ConfigError> {
+    let mut out: Vec<Account> = Vec::with_capacity(list.len());
+    for (i, f) in list.into_iter().enumerate() {
+        let key = |field: &str| format!("accounts[{i}].{field}");
+        if f.name.is_empty() || f.name.len() > 32 || out.iter().any(|a| a.name == f.name) {
+            return Err(invalid(
+                key("name"),
+                "empty, longer than 32 bytes, or duplicate",
+            ));
+        }
+        if f.token.is_empty() || f.token.len() > 64 {
+            return Err(invalid(key("token"), "must be 1..=64 bytes"));
+        }
+        let symbols =
+            if f.symbols.iter().any(|s| s == "*") {
+                None
+            } else {
+                let mut ids = Vec::with_capacity(f.symbols.len());
+                for s in &f.symbols {
+                    ids.push(*names.get(s).ok_or_else(|| {
+                        invalid(key("symbols"), format!("unknown instrument {s}"))
+                    })?);
+                }
+                Some(ids)
+            };
+        if f.tiers.is_empty() {
+            return Err(invalid(key("tiers"), "at least one tier"));
+        }
+        let mut tier_ids = Vec::with_capacity(f.tiers.len());
+        for t in &f.tiers {
+            let id = tiers
+                .iter()
+                .position(|n| n == t)
+                .ok_or_else(|| invalid(key("tiers"), format!("unknown tier {t}")))?;
+            tier_ids.push(id as u8);
+        }
+        if f.max_sessions == 0 {
+            return Err(invalid(key("max_sessions"), "must be at least 1"));
+        }
+        out.push(Account {
+            name: f.name,
+            token: f.token,
+            symbols,
+            tiers: tier_ids,
+            max_sessions: f.max_sessions,
+            critical: f.critical,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        Config::parse(text, 3).unwrap_err()
+    }
+
+    fn key_of(e: ConfigError) -> String {
+        match e {
+            ConfigError::Invalid { key, .. } => key,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_file_is_the_builtin_default() {
+        let c = Config::parse("", 3).unwrap();
+        assert!(c.table.len() >= 20);
+        assert_eq!(c.table.providers().len(), 3);
+        assert_eq!(c.accounts[0].name, "demo");
+        assert_eq!(c.engine, EngineConfig::default());
+    }
+
+    #[test]
+    fn instruments_override_the_default_set() {
+        let c = Config::parse(
+            r#"
+            [[instruments]]
+            name = "EURUSD"
+            digits = 5
+            base_price = "1.1"
+            [[instruments]]
+            name = "XAUUSD"
+            digits = 2
+            base_price = "2650.5"
+            [[tiers]]
+            name = "vip"
+            markup_points = 0
+            [[tiers]]
+            name = "std"
+            markup_points = 4
+            overrides = { XAUUSD = 20 }
+            "#,
+            2,
+        )
+        .unwrap();
+        assert_eq!(c.table.len(), 2);
+        assert_eq!(c.table.by_name("EURUSD").unwrap().base_price, 110_000);
+        assert_eq!(c.table.by_name("XAUUSD").unwrap().base_price, 265_050);
+        assert_eq!(c.table.tiers()[1].markup_for(1), 20);
+        assert_eq!(c.table.tiers()[1].markup_for(0), 4);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let two = "[[instruments]]\nname = \"A\"\ndigits = 2\n[[instruments]]\nname = \"B\"\ndigits = 12\n";
+        assert_eq!(key_of(err(two)), "instruments[1].digits");
+        let dup = "[[instruments]]\nname = \"A\"\ndigits = 2\n[[instruments]]\nname = \"A\"\ndigits = 2\n";
+        assert_eq!(key_of(err(dup)), "instruments[1].name");
+        let price = "[[instruments]]\nname = \"A\"\ndigits = 2\nbase_price = \"1.234\"\n";
+        assert_eq!(key_of(err(price)), "instruments[0].base_price");
+        assert_eq!(key_of(err("[engine]\nspike_bps = 0\n")), "engine.spike_bps");
+        assert_eq!(
+            key_of(err("[[tiers]]\nname = \"t\"\nmarkup_points = -1\n")),
+            "tiers[0].markup_points"
+        );
+        assert_eq!(
+            key_of(err(
+                "[[tiers]]\nname = \"t\"\nmarkup_points = 1\noverrides = { NOPE = 2 }\n"
+            )),
+            "tiers[0].overrides.NOPE"
+        );
+        assert_eq!(
+            key_of(err(
+                "[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"gold\"]\n"
+            )),
+            "accounts[0].tiers"
+        );
+        assert_eq!(
+            key_of(err("[[providers]]\nname = \"b\"\nkind = \"ingest\"\n")),
+            "providers[0].token"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_syntax_are_refused() {
+        assert!(
+            matches!(err("[engine]\nspike = 3\n"), ConfigError::Syntax(m) if m.contains("spike"))
+        );
+        assert!(matches!(err("[engine"), ConfigError::Syntax(_)));
+    }
+
+    #[test]
+    fn accounts_resolve_entitlements() {
+        let c = Config::parse(
+            "[[accounts]]\nname = \"a\"\ntoken = \"t\"\nsymbols = [\"EURUSD\"]\ntiers = [\"retail\", \"raw\"]\n",
+            3,
+        )
+        .unwrap();
+        let a = c.account("a").unwrap();
+        let eur = c.table.by_name("EURUSD").unwrap().id;
+        let jpy = c.table.by_name("USDJPY").unwrap().id;
+        assert!(a.entitled_symbol(eur) && !a.entitled_symbol(jpy));
+        assert_eq!(a.tiers, vec![2, 0]);
+        assert!(a.entitled_tier(0) && !a.entitled_tier(1));
+    }
+}

@@ -1,0 +1,16 @@
+//! pricewire: a broker's price service.
+//!
+//! Liquidity-provider feeds come in, a pinned-thread pipeline over bounded
+//! SPSC rings aggregates them into tradable prices, and a binary-protocol
+//! listener streams them to subscriber terminals. Modules follow the data
+//! flow: [`model`] → [`feed`] → [`engine`] → gateway, with [`pipeline`]
+//! holding the rings, threads and wait strategies that join them.
+//!
+//! The hot path (feed decode → engine → fan-out) allocates nothing, takes
+//! no lock and makes no blocking call once warmed up; `tests/zero_alloc_*`
+//! prove it with a counting allocator.
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod clock;
+pub mod config;
+pub mod model;

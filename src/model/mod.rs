@@ -1,0 +1,12 @@
+//! Domain types: fixed-point prices, inbound ticks, aggregated prices, and
+//! the instrument, tier and provider tables.
+
+pub mod aggregated;
+pub mod instruments;
+pub mod price;
+pub mod tick;
+
+pub use aggregated::{price_flags, Price, TierId};
+pub use instruments::{Instrument, InstrumentTable, ProviderDef, ProviderKind, Tier};
+pub use price::{FixedPrice, Mantissa, NO_PRICE};
+pub use tick::{tick_flags, ProviderId, SymbolId, Tick};
