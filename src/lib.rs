@@ -13,4 +13,5 @@
 
 pub mod clock;
 pub mod config;
+pub mod feed;
 pub mod model;
