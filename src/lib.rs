@@ -11,7 +11,10 @@
 //! prove it with a counting allocator.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod engine;
 pub mod feed;
 pub mod model;
+pub mod pipeline;

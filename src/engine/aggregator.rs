@@ -1,0 +1,393 @@
+//! Per-symbol aggregation: provider quotes in, tradable prices out.
+//!
+//! For each symbol the aggregator keeps the latest quote of every provider.
+//! The aggregated price is the best bid and best ask across providers that
+//! are healthy (not excluded by the operator or a breaker) and fresh (quote
+//! younger than `max_quote_age`). Then, per tier, the tier's markup widens
+//! each side. All state is allocated in [`Aggregator::new`]; `on_tick` and
+//! `sweep_stale` only index and overwrite arrays.
+//!
+//! Rules, in the order they apply to a tick:
+//! 1. **Validation**: unknown symbol or provider, a missing side, a
+//!    non-positive price or a crossed provider quote (bid > ask) is
+//!    rejected and counted. A locked provider quote (bid == ask) is kept.
+//! 2. **Spike filter**: a quote whose mid moves more than `spike_bps` basis
+//!    points from the symbol's last accepted mid is rejected and counted.
+//!    After `spike_confirm` consecutive spike rejections for the symbol the
+//!    move is taken as real (every provider is quoting the new level) and
+//!    the next quote is accepted, so a genuine gap cannot freeze a price.
+//! 3. **Best of N**: best bid = highest bid, best ask = lowest ask over the
+//!    healthy, fresh quotes. Sizes at the same best price add up.
+//! 4. **Crossed or locked aggregate** (best bid >= best ask, i.e. two
+//!    providers disagree): the aggregate falls back to the freshest
+//!    contributing provider's own quote (never crossed, by rule 1) and is
+//!    flagged `INDICATIVE`, so terminals show it but do not trade on it.
+//! 5. **Flags**: `SINGLE_PROVIDER` when one provider contributes;
+//!    `INDICATIVE` when a contributing quote was itself indicative; `STALE`
+//!    when no provider is fresh — the last price is then republished once,
+//!    flagged stale, by `sweep_stale` or the next tick.
+//! 6. **Publish** only when the result differs from the last published
+//!    price; each publish increments the symbol's sequence number, shared by
+//!    all of its tiers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::stats::EngineStats;
+use crate::config::EngineConfig;
+use crate::model::instruments::TIERS_MAX;
+use crate::model::{price_flags, tick_flags, InstrumentTable, Mantissa, Price, Tick, NO_PRICE};
+
+/// Per-provider health, flipped by the operator or a breaker on another
+/// thread and read (Relaxed) by the engine on every aggregation.
+#[derive(Debug)]
+pub struct ProviderHealth {
+    healthy: Box<[AtomicBool]>,
+}
+
+impl ProviderHealth {
+    pub fn new(providers: usize) -> Arc<Self> {
+        Arc::new(ProviderHealth {
+            healthy: (0..providers).map(|_| AtomicBool::new(true)).collect(),
+        })
+    }
+    pub fn set(&self, provider: usize, healthy: bool) {
+        if let Some(h) = self.healthy.get(provider) {
+            h.store(healthy, Ordering::Relaxed);
+        }
+    }
+    #[inline]
+    pub fn is_healthy(&self, provider: usize) -> bool {
+        self.healthy
+            .get(provider)
+            .is_some_and(|h| h.load(Ordering::Relaxed))
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Quote {
+    bid: Mantissa,
+    ask: Mantissa,
+    bid_size: u64,
+    ask_size: u64,
+    provider_time_ns: u64,
+    receive_time_ns: u64,
+    indicative: bool,
+    valid: bool,
+}
+
+/// The aggregated top of book before tier markups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Top {
+    bid: Mantissa,
+    ask: Mantissa,
+    bid_size: u64,
+    ask_size: u64,
+    flags: u8,
+    providers: u8,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SymbolState {
+    last_mid: Mantissa,
+    spike_streak: u32,
+    seq: u64,
+    published: Option<Top>,
+}
+
+/// What happened to one tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickOutcome {
+    /// A new aggregated price was produced for every tier.
+    Published,
+    /// Accepted, but the aggregated price did not change.
+    Unchanged,
+    Invalid,
+    Spike,
+}
+
+/// The aggregation state for every symbol.
+pub struct Aggregator {
+    providers: usize,
+    tiers: usize,
+    max_quote_age_ns: u64,
+    spike_bps: i128,
+    spike_confirm: u32,
+    /// `symbols * providers` latest quotes.
+    quotes: Box<[Quote]>,
+    /// `symbols * tiers` markups in points per side.
+    markups: Box<[Mantissa]>,
+    state: Box<[SymbolState]>,
+    health: Arc<ProviderHealth>,
+    stats: Arc<EngineStats>,
+    out: [Price; TIERS_MAX],
+    out_len: usize,
+}
+
+impl Aggregator {
+    pub fn new(
+        table: &InstrumentTable,
+        cfg: &EngineConfig,
+        health: Arc<ProviderHealth>,
+        stats: Arc<EngineStats>,
+    ) -> Self {
+        let (symbols, providers, tiers) =
+            (table.len(), table.providers().len(), table.tiers().len());
+        let markups = (0..symbols)
+            .flat_map(|s| table.tiers().iter().map(move |t| t.markup_for(s as u16)))
+            .collect();
+        Aggregator {
+            providers,
+            tiers,
+            max_quote_age_ns: cfg.max_quote_age_ms * 1_000_000,
+            spike_bps: i128::from(cfg.spike_bps),
+            spike_confirm: cfg.spike_confirm,
+            quotes: vec![Quote::default(); symbols * providers].into_boxed_slice(),
+            markups,
+            state: vec![
+                SymbolState {
+                    last_mid: 0,
+                    spike_streak: 0,
+                    seq: 0,
+                    published: None,
+                };
+                symbols
+            ]
+            .into_boxed_slice(),
+            health,
+            stats,
+            out: [Price::EMPTY; TIERS_MAX],
+            out_len: 0,
+        }
+    }
+
+    /// Prices produced by the last call that returned `Published` (one per
+    /// tier), or by `sweep_stale` for one symbol.
+    #[inline]
+    pub fn output(&self) -> &[Price] {
+        &self.out[..self.out_len]
+    }
+
+    pub fn symbols(&self) -> usize {
+        self.state.len()
+    }
+
+    pub fn tiers(&self) -> usize {
+        self.tiers
+    }
+
+    /// Applies one tick at engine time `now_ns` (monotonic).
+    #[inline]
+    pub fn on_tick(&mut self, t: &Tick, now_ns: u64) -> TickOutcome {
+        self.out_len = 0;
+        if !self.valid(t) {
+            self.stats.invalid.inc();
+            return TickOutcome::Invalid;
+        }
+        let sym = t.symbol as usize;
+        if self.is_spike(sym, t) {
+            self.stats.spikes_rejected.inc();
+            return TickOutcome::Spike;
+        }
+        self.quotes[sym * self.providers + t.provider as usize] = Quote {
+            bid: t.bid,
+            ask: t.ask,
+            bid_size: t.bid_size,
+            ask_size: t.ask_size,
+            provider_time_ns: t.provider_time_ns,
+            receive_time_ns: t.receive_time_ns,
+            indicative: t.flags & tick_flags::INDICATIVE != 0,
+            valid: true,
+        };
+        match self.aggregate(sym, now_ns) {
+            Some(top) => self.publish(sym, top, t.provider_time_ns, t.receive_time_ns, now_ns),
+            None => self.publish_stale(sym, now_ns),
+        }
+    }
+
+    fn valid(&self, t: &Tick) -> bool {
+        (t.symbol as usize) < self.state.len()
+            && (t.provider as usize) < self.providers
+            && t.bid != NO_PRICE
+            && t.ask != NO_PRICE
+            && t.bid > 0
+            && t.bid <= t.ask
+    }
+
+    fn is_spike(&mut self, sym: usize, t: &Tick) -> bool {
+        let mid = t.bid / 2 + t.ask / 2;
+        let st = &mut self.state[sym];
+        if st.last_mid > 0 {
+            let moved = i128::from((mid - st.last_mid).abs()) * 10_000;
+            if moved > i128::from(st.last_mid) * self.spike_bps {
+                st.spike_streak += 1;
+                if st.spike_streak <= self.spike_confirm {
+                    return true;
+                }
+                self.stats.spikes_confirmed.inc();
+            }
+        }
+        st.last_mid = mid;
+        st.spike_streak = 0;
+        false
+    }
+
+    /// Best bid / best ask over healthy, fresh quotes; `None` if none is.
+    fn aggregate(&self, sym: usize, now_ns: u64) -> Option<Top> {
+        let quotes = &self.quotes[sym * self.providers..(sym + 1) * self.providers];
+        let mut top = Top {
+            bid: Mantissa::MIN,
+            ask: Mantissa::MAX,
+            bid_size: 0,
+            ask_size: 0,
+            flags: 0,
+            providers: 0,
+        };
+        let mut freshest: Option<&Quote> = None;
+        for (p, q) in quotes.iter().enumerate() {
+            if !q.valid
+                || now_ns.saturating_sub(q.receive_time_ns) > self.max_quote_age_ns
+                || !self.health.is_healthy(p)
+            {
+                continue;
+            }
+            top.providers += 1;
+            if q.indicative {
+                top.flags |= price_flags::INDICATIVE;
+            }
+            if freshest.is_none_or(|f| q.receive_time_ns >= f.receive_time_ns) {
+                freshest = Some(q);
+            }
+            let (better_bid, better_ask) = (q.bid > top.bid, q.ask < top.ask);
+            merge_side(
+                &mut top.bid,
+                &mut top.bid_size,
+                q.bid,
+                q.bid_size,
+                better_bid,
+            );
+            merge_side(
+                &mut top.ask,
+                &mut top.ask_size,
+                q.ask,
+                q.ask_size,
+                better_ask,
+            );
+        }
+        let f = freshest?;
+        if top.bid >= top.ask && top.providers > 1 {
+            self.stats.crossed.inc();
+            (top.bid, top.ask, top.bid_size, top.ask_size) = (f.bid, f.ask, f.bid_size, f.ask_size);
+            top.flags |= price_flags::INDICATIVE;
+        }
+        if top.providers == 1 {
+            top.flags |= price_flags::SINGLE_PROVIDER;
+        }
+        Some(top)
+    }
+
+    fn publish(
+        &mut self,
+        sym: usize,
+        top: Top,
+        provider_time_ns: u64,
+        receive_time_ns: u64,
+        now_ns: u64,
+    ) -> TickOutcome {
+        let st = &mut self.state[sym];
+        if st.published == Some(top) {
+            self.stats.unchanged.inc();
+            return TickOutcome::Unchanged;
+        }
+        st.published = Some(top);
+        st.seq += 1;
+        let seq = st.seq;
+        self.fill_tiers(sym, &top, seq, provider_time_ns, receive_time_ns, now_ns);
+        self.stats.published.inc();
+        TickOutcome::Published
+    }
+
+    fn publish_stale(&mut self, sym: usize, now_ns: u64) -> TickOutcome {
+        let st = &mut self.state[sym];
+        let Some(mut top) = st.published else {
+            return TickOutcome::Unchanged;
+        };
+        if top.flags & price_flags::STALE != 0 {
+            return TickOutcome::Unchanged;
+        }
+        top.flags = price_flags::STALE;
+        top.providers = 0;
+        st.published = Some(top);
+        st.seq += 1;
+        let seq = st.seq;
+        self.fill_tiers(sym, &top, seq, 0, now_ns, now_ns);
+        self.stats.stale.inc();
+        TickOutcome::Published
+    }
+
+    fn fill_tiers(
+        &mut self,
+        sym: usize,
+        top: &Top,
+        seq: u64,
+        provider_time_ns: u64,
+        receive_time_ns: u64,
+        now_ns: u64,
+    ) {
+        for tier in 0..self.tiers {
+            let markup = self.markups[sym * self.tiers + tier];
+            self.out[tier] = Price {
+                bid: top.bid - markup,
+                ask: top.ask + markup,
+                bid_size: top.bid_size,
+                ask_size: top.ask_size,
+                seq,
+                provider_time_ns,
+                engine_time_ns: now_ns,
+                receive_time_ns,
+                symbol: sym as u16,
+                tier: tier as u8,
+                flags: top.flags,
+                providers: top.providers,
+                _reserved: [0; 3],
+            };
+        }
+        self.out_len = self.tiers;
+    }
+
+    /// Re-evaluates symbol `sym` without a new tick (quotes may have aged
+    /// out or a provider may have been marked unhealthy). Returns
+    /// `Published` with the new prices in [`Aggregator::output`].
+    pub fn reevaluate(&mut self, sym: usize, now_ns: u64) -> TickOutcome {
+        self.out_len = 0;
+        if self.state[sym].published.is_none() {
+            return TickOutcome::Unchanged;
+        }
+        match self.aggregate(sym, now_ns) {
+            Some(top) => {
+                let (pt, rt) = self.freshest_times(sym);
+                self.publish(sym, top, pt, rt.max(now_ns), now_ns)
+            }
+            None => self.publish_stale(sym, now_ns),
+        }
+    }
+
+    fn freshest_times(&self, sym: usize) -> (u64, u64) {
+        self.quotes[sym * self.providers..(sym + 1) * self.providers]
+            .iter()
+            .filter(|q| q.valid)
+            .map(|q| (q.provider_time_ns, q.receive_time_ns))
+            .max_by_key(|&(_, r)| r)
+            .unwrap_or((0, 0))
+    }
+}
+
+#[inline]
+fn merge_side(best: &mut Mantissa, size: &mut u64, px: Mantissa, qty: u64, better: bool) {
+    if better {
+        *best = px;
+        *size = qty;
+    } else if px == *best {
+        *size = size.saturating_add(qty);
+    }
+}

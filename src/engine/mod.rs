@@ -1,0 +1,170 @@
+//! The engine stage: ticks from every feed ring in, aggregated prices out to
+//! the price table and to one ring per gateway shard.
+//!
+//! One thread owns all engine state; nothing is shared but the lock-free
+//! price table, the provider-health flags and the counters. A turn flushes
+//! parked prices, then drains up to [`ENGINE_BATCH`] ticks from each input
+//! ring, so one busy feed cannot starve another.
+
+pub mod aggregator;
+pub mod fanout;
+pub mod price_table;
+pub mod stats;
+
+use std::sync::Arc;
+
+pub use aggregator::{Aggregator, ProviderHealth, TickOutcome};
+pub use fanout::{FanoutStats, ShardPublisher};
+pub use price_table::PriceTable;
+pub use stats::EngineStats;
+
+use crate::model::{Tick, TierId};
+
+/// Most ticks taken from one input ring per turn.
+pub const ENGINE_BATCH: usize = 256;
+/// How often prices are re-evaluated for staleness without new ticks.
+pub const STALE_SWEEP_NS: u64 = 100_000_000;
+
+/// Engine state plus its rings. Driven by [`EngineStage::turn`] on the
+/// engine thread, or directly by benches and tests.
+pub struct EngineStage {
+    pub agg: Aggregator,
+    pub table: Arc<PriceTable>,
+    pub shards: Vec<ShardPublisher>,
+    pub inputs: Vec<rtrb::Consumer<Tick>>,
+    /// Optional copy of every accepted-for-processing tick (the recorder).
+    pub tap: Option<TickTap>,
+    pub stats: Arc<EngineStats>,
+    next_sweep_ns: u64,
+}
+
+/// The engine's side of the recorder ring: never blocks, counts loss.
+pub struct TickTap {
+    pub producer: rtrb::Producer<Tick>,
+    pub lost: Arc<crate::pipeline::counter::Counter>,
+    pub doorbell: Arc<crate::pipeline::wait::Doorbell>,
+}
+
+impl EngineStage {
+    pub fn new(
+        agg: Aggregator,
+        table: Arc<PriceTable>,
+        shards: Vec<ShardPublisher>,
+        inputs: Vec<rtrb::Consumer<Tick>>,
+        stats: Arc<EngineStats>,
+    ) -> Self {
+        EngineStage {
+            agg,
+            table,
+            shards,
+            inputs,
+            tap: None,
+            stats,
+            next_sweep_ns: 0,
+        }
+    }
+
+    /// Applies one tick: aggregate, then write the table and every shard.
+    #[inline]
+    pub fn process(&mut self, tick: &Tick, now_ns: u64) -> TickOutcome {
+        self.stats.ticks.inc();
+        if let Some(tap) = &mut self.tap {
+            if tap.producer.push(*tick).is_err() {
+                tap.lost.inc();
+            }
+        }
+        let outcome = self.agg.on_tick(tick, now_ns);
+        if outcome == TickOutcome::Published {
+            self.fan_out();
+        }
+        outcome
+    }
+
+    #[inline]
+    fn fan_out(&mut self) {
+        for price in self.agg.output() {
+            self.table.write(price);
+            for shard in &mut self.shards {
+                shard.publish(price);
+            }
+        }
+    }
+
+    /// One loop turn at `now_ns`. Returns how many ticks it processed.
+    #[inline]
+    pub fn turn(&mut self, now_ns: u64) -> usize {
+        for shard in &mut self.shards {
+            shard.flush();
+        }
+        let mut total = 0;
+        for i in 0..self.inputs.len() {
+            let n = self.inputs[i].slots().min(ENGINE_BATCH);
+            for _ in 0..n {
+                // `slots()` said the items are there; only we consume.
+                if let Ok(t) = self.inputs[i].pop() {
+                    self.process(&t, now_ns);
+                }
+            }
+            total += n;
+        }
+        if total > 0 {
+            self.notify();
+        }
+        total
+    }
+
+    fn notify(&self) {
+        for shard in &self.shards {
+            shard.notify();
+        }
+        if let Some(tap) = &self.tap {
+            tap.doorbell.ring();
+        }
+    }
+
+    /// Republishes symbols whose providers went stale or unhealthy, at most
+    /// every [`STALE_SWEEP_NS`].
+    pub fn maybe_sweep(&mut self, now_ns: u64) {
+        if now_ns < self.next_sweep_ns {
+            return;
+        }
+        self.next_sweep_ns = now_ns + STALE_SWEEP_NS;
+        let mut any = false;
+        for sym in 0..self.agg.symbols() {
+            if self.agg.reevaluate(sym, now_ns) == TickOutcome::Published {
+                self.fan_out();
+                any = true;
+            }
+        }
+        if any {
+            self.notify();
+        }
+    }
+
+    /// True when any input ring holds ticks.
+    pub fn has_input(&self) -> bool {
+        self.inputs.iter().any(|c| !c.is_empty())
+    }
+
+    /// True when every producer has stopped and every ring is drained.
+    pub fn inputs_done(&self) -> bool {
+        self.inputs.iter().all(|c| c.is_abandoned() && c.is_empty())
+    }
+
+    /// Keys still parked across shards (for an orderly stop).
+    pub fn parked(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|s| !s.is_abandoned())
+            .map(|s| s.parked())
+            .sum()
+    }
+
+    /// Latest price of (symbol, tier) from the table.
+    pub fn latest(&self, symbol: u16, tier: TierId) -> Option<crate::model::Price> {
+        self.table.read(symbol, tier)
+    }
+}
+
+#[cfg(test)]
+mod tests;

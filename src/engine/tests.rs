@@ -1,0 +1,240 @@
+//! Aggregation rules, one test per rule.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::config::EngineConfig;
+use crate::model::instruments::{Instrument, ProviderDef, ProviderKind, Tier};
+use crate::model::{price_flags, InstrumentTable, Price, Tick};
+
+const MS: u64 = 1_000_000;
+
+fn table(providers: usize) -> InstrumentTable {
+    let inst = |name: &str, digits| Instrument {
+        id: 0,
+        name: name.into(),
+        digits,
+        base_price: 100_000,
+        spread_points: 10,
+    };
+    let tier = |name: &str, markup| Tier {
+        id: 0,
+        name: name.into(),
+        markup_points: markup,
+        overrides: vec![(1, 50)],
+    };
+    let providers = (0..providers)
+        .map(|i| ProviderDef {
+            id: 0,
+            name: format!("p{i}"),
+            kind: ProviderKind::Synthetic,
+            skew_points: 0,
+            token: String::new(),
+        })
+        .collect();
+    InstrumentTable::new(
+        vec![inst("EURUSD", 5), inst("XAUUSD", 2)],
+        vec![tier("raw", 0), tier("std", 3)],
+        providers,
+    )
+}
+
+struct Rig {
+    agg: Aggregator,
+    health: Arc<ProviderHealth>,
+    stats: Arc<EngineStats>,
+}
+
+fn rig(providers: usize) -> Rig {
+    let t = table(providers);
+    let health = ProviderHealth::new(providers);
+    let stats = Arc::new(EngineStats::default());
+    let cfg = EngineConfig {
+        max_quote_age_ms: 1_000,
+        spike_bps: 100,
+        spike_confirm: 2,
+    };
+    Rig {
+        agg: Aggregator::new(&t, &cfg, health.clone(), stats.clone()),
+        health,
+        stats,
+    }
+}
+
+fn tick(symbol: u16, provider: u16, bid: i64, ask: i64, at_ms: u64) -> Tick {
+    Tick {
+        symbol,
+        provider,
+        bid,
+        ask,
+        bid_size: 100,
+        ask_size: 100,
+        provider_time_ns: at_ms * MS,
+        receive_time_ns: at_ms * MS,
+        ..Tick::EMPTY
+    }
+}
+
+impl Rig {
+    fn apply(&mut self, t: Tick) -> TickOutcome {
+        self.agg.on_tick(&t, t.receive_time_ns)
+    }
+    fn raw(&self) -> Price {
+        self.agg.output()[0]
+    }
+}
+
+#[test]
+fn best_bid_and_best_ask_across_three_providers() {
+    let mut r = rig(3);
+    r.apply(tick(0, 0, 100_000, 100_010, 1));
+    r.apply(tick(0, 1, 100_002, 100_012, 2));
+    assert_eq!(
+        r.apply(tick(0, 2, 99_999, 100_008, 3)),
+        TickOutcome::Published
+    );
+    let p = r.raw();
+    assert_eq!((p.bid, p.ask), (100_002, 100_008));
+    assert_eq!(p.providers, 3);
+    assert_eq!(p.flags, 0);
+}
+
+#[test]
+fn sizes_add_up_at_the_same_best_price() {
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_000, 100_010, 1));
+    r.apply(tick(0, 1, 100_000, 100_011, 2));
+    let p = r.raw();
+    assert_eq!((p.bid_size, p.ask_size), (200, 100));
+}
+
+#[test]
+fn stale_quotes_are_excluded_and_all_stale_republishes_flagged() {
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_005, 100_010, 0));
+    r.apply(tick(0, 1, 100_000, 100_020, 900));
+    assert_eq!(r.raw().bid, 100_005);
+    // At 1500 ms provider 0's quote is 1500 ms old (> 1000): excluded.
+    r.apply(tick(0, 1, 100_001, 100_020, 1_500));
+    let p = r.raw();
+    assert_eq!((p.bid, p.ask, p.providers), (100_001, 100_020, 1));
+    assert_ne!(p.flags & price_flags::SINGLE_PROVIDER, 0);
+    // Nothing fresh at 3 s: the sweep republishes the last price as stale.
+    let seq = p.seq;
+    assert_eq!(r.agg.reevaluate(0, 3_000 * MS), TickOutcome::Published);
+    let s = r.raw();
+    assert_eq!(s.flags, price_flags::STALE);
+    assert_eq!((s.bid, s.seq), (100_001, seq + 1));
+    // Only once.
+    assert_eq!(r.agg.reevaluate(0, 3_100 * MS), TickOutcome::Unchanged);
+    assert_eq!(r.stats.stale.get(), 1);
+}
+
+#[test]
+fn unhealthy_provider_is_excluded() {
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_005, 100_010, 1));
+    r.apply(tick(0, 1, 100_000, 100_020, 2));
+    r.health.set(0, false);
+    assert_eq!(r.agg.reevaluate(0, 3 * MS), TickOutcome::Published);
+    assert_eq!(r.raw().bid, 100_000);
+    assert_ne!(r.raw().flags & price_flags::SINGLE_PROVIDER, 0);
+}
+
+#[test]
+fn spike_filter_rejects_then_confirms_a_real_move() {
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_000, 100_010, 1));
+    // 2% jump with a 1% band: rejected twice (spike_confirm = 2) ...
+    assert_eq!(r.apply(tick(0, 1, 102_000, 102_010, 2)), TickOutcome::Spike);
+    assert_eq!(r.apply(tick(0, 0, 102_000, 102_010, 3)), TickOutcome::Spike);
+    assert_eq!(r.stats.spikes_rejected.get(), 2);
+    // ... then the third consecutive one is taken as a real move.
+    assert_eq!(
+        r.apply(tick(0, 1, 102_001, 102_011, 4)),
+        TickOutcome::Published
+    );
+    assert_eq!(r.stats.spikes_confirmed.get(), 1);
+    // A normal quote in between resets the streak.
+    assert_eq!(r.apply(tick(0, 0, 110_000, 110_010, 5)), TickOutcome::Spike);
+    assert_ne!(r.apply(tick(0, 0, 102_002, 102_012, 6)), TickOutcome::Spike);
+    assert_eq!(r.apply(tick(0, 0, 110_000, 110_010, 7)), TickOutcome::Spike);
+}
+
+#[test]
+fn crossed_aggregate_falls_back_to_the_freshest_quote_flagged_indicative() {
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_010, 100_020, 1));
+    r.apply(tick(0, 1, 100_000, 100_008, 2)); // its ask is below p0's bid
+    let p = r.raw();
+    assert_eq!((p.bid, p.ask), (100_000, 100_008));
+    assert_ne!(p.flags & price_flags::INDICATIVE, 0);
+    assert_eq!(r.stats.crossed.get(), 1);
+    // Locked (best bid == best ask) follows the same rule.
+    r.apply(tick(0, 0, 100_008, 100_020, 3));
+    let p = r.raw();
+    assert_eq!((p.bid, p.ask), (100_008, 100_020));
+    assert_ne!(p.flags & price_flags::INDICATIVE, 0);
+}
+
+#[test]
+fn invalid_ticks_are_refused_and_counted() {
+    let mut r = rig(2);
+    assert_eq!(r.apply(tick(9, 0, 1, 2, 1)), TickOutcome::Invalid);
+    assert_eq!(r.apply(tick(0, 7, 1, 2, 1)), TickOutcome::Invalid);
+    assert_eq!(r.apply(tick(0, 0, 5, 4, 1)), TickOutcome::Invalid);
+    assert_eq!(r.apply(tick(0, 0, 0, 4, 1)), TickOutcome::Invalid);
+    assert_eq!(
+        r.apply(tick(0, 0, crate::model::NO_PRICE, 4, 1)),
+        TickOutcome::Invalid
+    );
+    assert_eq!(r.stats.invalid.get(), 5);
+    // A locked provider quote is valid.
+    assert_eq!(
+        r.apply(tick(0, 0, 100_000, 100_000, 1)),
+        TickOutcome::Published
+    );
+}
+
+#[test]
+fn tiers_widen_each_side_with_per_symbol_overrides() {
+    let mut r = rig(1);
+    r.apply(tick(0, 0, 100_000, 100_010, 1));
+    let out = r.agg.output();
+    assert_eq!(out.len(), 2);
+    assert_eq!((out[0].bid, out[0].ask, out[0].tier), (100_000, 100_010, 0));
+    assert_eq!((out[1].bid, out[1].ask, out[1].tier), (99_997, 100_013, 1));
+    r.apply(tick(1, 0, 100_000, 100_010, 2)); // symbol 1 overrides to 50
+    let out = r.agg.output();
+    assert_eq!((out[1].bid, out[1].ask), (99_950, 100_060));
+}
+
+#[test]
+fn sequence_numbers_are_per_symbol_shared_by_tiers_and_skip_unchanged() {
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_000, 100_010, 1));
+    assert_eq!(r.raw().seq, 1);
+    r.apply(tick(1, 0, 100_000, 100_010, 1));
+    assert_eq!(r.raw().seq, 1, "symbol 1 has its own sequence");
+    r.apply(tick(0, 1, 99_990, 100_030, 2)); // worse on both sides: size/providers change
+    assert_eq!(r.raw().seq, 2);
+    assert!(r.agg.output().iter().all(|p| p.seq == 2));
+    // Re-sending the identical quote changes nothing: no publish, no seq.
+    assert_eq!(
+        r.apply(tick(0, 1, 99_990, 100_030, 3)),
+        TickOutcome::Unchanged
+    );
+    r.apply(tick(0, 0, 100_001, 100_010, 4));
+    assert_eq!(r.raw().seq, 3);
+}
+
+#[test]
+fn eight_providers_best_of_n() {
+    let mut r = rig(8);
+    for p in 0..8u16 {
+        let off = i64::from(p);
+        r.apply(tick(0, p, 100_000 + off, 100_020 - off, 1));
+    }
+    let p = r.raw();
+    assert_eq!((p.bid, p.ask, p.providers), (100_007, 100_013, 8));
+}

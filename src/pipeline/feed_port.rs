@@ -1,0 +1,108 @@
+//! A feed's producer side of its engine ring.
+//!
+//! `push` never blocks forever and never allocates: when the ring is full
+//! it waits up to `full_wait` (spinning, then yielding) for the engine to
+//! make room, and if there is still none it drops the tick and counts it.
+
+use std::sync::Arc;
+
+use super::counter::{Counter, Gauge};
+use super::wait::Doorbell;
+use super::PipelineConfig;
+use crate::clock::monotonic_ns;
+use crate::model::Tick;
+
+/// Counters of one feed.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct FeedStats {
+    /// Ticks pushed into the engine ring.
+    pub pushed: Counter,
+    /// Ticks that found the ring full and waited.
+    pub full_waits: Counter,
+    /// Ticks dropped because the ring stayed full for `full_wait`.
+    pub dropped: Counter,
+    /// Ring occupancy after the last batch, in slots.
+    pub ring_occupancy: Gauge,
+}
+
+/// Producer end of one feed → engine ring.
+pub struct FeedPort {
+    producer: rtrb::Producer<Tick>,
+    doorbell: Arc<Doorbell>,
+    full_wait_ns: u64,
+    pub stats: Arc<FeedStats>,
+}
+
+impl FeedPort {
+    pub fn new(cfg: &PipelineConfig, doorbell: Arc<Doorbell>) -> (Self, rtrb::Consumer<Tick>) {
+        let (producer, consumer) = rtrb::RingBuffer::new(cfg.feed_ring);
+        (
+            FeedPort {
+                producer,
+                doorbell,
+                full_wait_ns: cfg.feed_full_wait_us * 1_000,
+                stats: Arc::new(FeedStats::default()),
+            },
+            consumer,
+        )
+    }
+
+    /// Pushes one tick. Returns false if it was dropped.
+    #[inline]
+    pub fn push(&mut self, tick: Tick) -> bool {
+        match self.producer.push(tick) {
+            Ok(()) => {
+                self.stats.pushed.inc();
+                true
+            }
+            Err(rtrb::PushError::Full(t)) => self.push_slow(t),
+        }
+    }
+
+    #[cold]
+    fn push_slow(&mut self, mut tick: Tick) -> bool {
+        self.stats.full_waits.inc();
+        // The engine may be parked waiting for a doorbell we have not rung
+        // yet for this batch.
+        self.doorbell.ring();
+        let deadline = monotonic_ns() + self.full_wait_ns;
+        let mut spins = 0u32;
+        loop {
+            match self.producer.push(tick) {
+                Ok(()) => {
+                    self.stats.pushed.inc();
+                    return true;
+                }
+                Err(rtrb::PushError::Full(t)) => tick = t,
+            }
+            if monotonic_ns() >= deadline || self.producer.is_abandoned() {
+                self.stats.dropped.inc();
+                return false;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Call after a batch: wakes the engine if it sleeps.
+    #[inline]
+    pub fn notify(&self) {
+        let cap = self.producer.buffer().capacity();
+        self.stats
+            .ring_occupancy
+            .set((cap - self.producer.slots()) as u64);
+        self.doorbell.ring();
+    }
+}
+
+impl Drop for FeedPort {
+    fn drop(&mut self) {
+        // The engine notices the abandoned ring on its next turn; wake it.
+        self.doorbell.ring();
+    }
+}

@@ -1,0 +1,465 @@
+//! The pinned-thread pipeline: feed threads → engine → one ring per shard.
+//!
+//! Every ring is a bounded rtrb SPSC ring allocated at start. Each feed
+//! (a [`TickSource`] on its own thread, or an external producer such as
+//! the provider-ingest listener holding a [`FeedPort`]) owns one input ring
+//! into the engine, so the engine is the single consumer of each. The
+//! engine owns one ring per gateway shard and conflates per (symbol, tier)
+//! when a shard falls behind.
+//!
+//! Stages start and stop through the control plane (crossbeam channels,
+//! never on the hot path). An orderly stop cascades down the data flow:
+//! feeds stop and drop their producers; the engine drains its inputs, sees
+//! them abandoned, flushes and exits, dropping its shard producers; shards
+//! do the same.
+
+pub mod affinity;
+pub mod counter;
+pub mod feed_port;
+pub mod sink;
+pub mod wait;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+pub use affinity::{CpuMap, Stage};
+pub use feed_port::{FeedPort, FeedStats};
+pub use wait::{Doorbell, WaitStrategy, Waiter};
+
+use crate::clock::monotonic_ns;
+use crate::config::Config;
+use crate::engine::{
+    Aggregator, EngineStage, EngineStats, FanoutStats, PriceTable, ProviderHealth, ShardPublisher,
+    TickTap,
+};
+use crate::feed::{SourcePoll, TickSource};
+use crate::model::{Price, Tick};
+
+/// Default feed → engine ring capacity, in ticks (power of two).
+pub const FEED_RING_DEFAULT: usize = 65_536;
+/// Default engine → shard ring capacity, in prices (power of two).
+pub const SHARD_RING_DEFAULT: usize = 65_536;
+/// Most ticks a source fills per poll.
+pub const FEED_BATCH: usize = 256;
+/// Default time a feed waits for room in a full ring before dropping.
+pub const FEED_FULL_WAIT_US_DEFAULT: u64 = 1_000;
+/// How long start-up waits for every stage to report in.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings of the pipeline. Validated by [`PipelineConfig::validate`].
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    pub feed_ring: usize,
+    pub shard_ring: usize,
+    pub shards: usize,
+    pub feed_wait: WaitStrategy,
+    pub engine_wait: WaitStrategy,
+    pub cpus: CpuMap,
+    pub feed_full_wait_us: u64,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            feed_ring: FEED_RING_DEFAULT,
+            shard_ring: SHARD_RING_DEFAULT,
+            shards: 1,
+            feed_wait: WaitStrategy::SpinPark,
+            engine_wait: WaitStrategy::SpinPark,
+            cpus: CpuMap::default(),
+            feed_full_wait_us: FEED_FULL_WAIT_US_DEFAULT,
+        }
+    }
+}
+
+/// Why the pipeline could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("invalid setting `{flag}`: {reason}")]
+    Invalid { flag: &'static str, reason: String },
+    #[error("stage {stage} failed to start: {reason}")]
+    StageFailed { stage: Stage, reason: String },
+    #[error("stage {0} did not report in within the start-up timeout")]
+    StartTimeout(Stage),
+}
+
+fn ring_size_ok(flag: &'static str, n: usize) -> Result<(), PipelineError> {
+    if n == 0 || !n.is_power_of_two() || n > (1 << 24) {
+        return Err(PipelineError::Invalid {
+            flag,
+            reason: format!("{n}: must be a power of two between 1 and 16777216"),
+        });
+    }
+    Ok(())
+}
+
+impl PipelineConfig {
+    pub fn validate(&self) -> Result<(), PipelineError> {
+        ring_size_ok("--feed-ring", self.feed_ring)?;
+        ring_size_ok("--shard-ring", self.shard_ring)?;
+        if self.shards == 0 || self.shards > 64 {
+            return Err(PipelineError::Invalid {
+                flag: "--shards",
+                reason: format!("{}: must be 1..=64", self.shards),
+            });
+        }
+        self.cpus
+            .validate()
+            .map_err(|reason| PipelineError::Invalid {
+                flag: "--cpus",
+                reason,
+            })
+    }
+}
+
+/// Messages on a stage's control channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Stop producing; let downstream drain.
+    Stop,
+}
+
+/// What stages tell the supervisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StageEvent {
+    Started { stage: Stage, core: Option<usize> },
+    Failed { stage: Stage, reason: String },
+}
+
+/// The consumer side of one engine → shard ring, handed to a gateway shard
+/// or a [`sink::ShardSink`].
+pub struct ShardInput {
+    pub index: usize,
+    pub consumer: rtrb::Consumer<Price>,
+    pub doorbell: Arc<Doorbell>,
+}
+
+/// Shared read-only views of the running pipeline.
+#[derive(Clone)]
+pub struct PipelineHandles {
+    pub table: Arc<PriceTable>,
+    pub health: Arc<ProviderHealth>,
+    pub engine: Arc<EngineStats>,
+    pub fanout: Vec<Arc<FanoutStats>>,
+    pub feeds: Vec<(String, Arc<FeedStats>)>,
+    pub engine_doorbell: Arc<Doorbell>,
+}
+
+struct StageThread {
+    stage: Stage,
+    control: Option<Sender<Control>>,
+    handle: JoinHandle<()>,
+}
+
+/// A running pipeline (feeds and engine). Shards are run by the caller.
+pub struct Pipeline {
+    feeds: Vec<StageThread>,
+    engine: Option<StageThread>,
+    pub handles: PipelineHandles,
+}
+
+/// What [`Pipeline::start`] hands back besides the pipeline.
+pub struct PipelineParts {
+    pub pipeline: Pipeline,
+    pub shards: Vec<ShardInput>,
+    /// One producer port per requested external feed (e.g. TCP ingest).
+    pub ports: Vec<FeedPort>,
+}
+
+/// An optional recorder ring the engine copies every tick into.
+pub struct RecorderTap {
+    pub producer: rtrb::Producer<Tick>,
+    pub lost: Arc<counter::Counter>,
+    pub doorbell: Arc<Doorbell>,
+}
+
+impl Pipeline {
+    /// Starts one feed thread per source and the engine thread; creates
+    /// `external_ports` extra input rings for producers the caller runs.
+    pub fn start(
+        cfg: &PipelineConfig,
+        config: &Config,
+        sources: Vec<(String, Box<dyn TickSource>)>,
+        external_ports: Vec<String>,
+        recorder: Option<RecorderTap>,
+    ) -> Result<PipelineParts, PipelineError> {
+        cfg.validate()?;
+        let table = &config.table;
+        let engine_doorbell = Doorbell::new();
+        let (events_tx, events_rx) = crossbeam_channel::bounded(64);
+        let mut inputs = Vec::new();
+        let mut feed_stats = Vec::new();
+        let mut ports = Vec::new();
+        let mut pending_sources = Vec::new();
+        for (name, source) in sources {
+            let (port, consumer) = FeedPort::new(cfg, engine_doorbell.clone());
+            feed_stats.push((name.clone(), port.stats.clone()));
+            inputs.push(consumer);
+            pending_sources.push((name, source, port));
+        }
+        for name in external_ports {
+            let (port, consumer) = FeedPort::new(cfg, engine_doorbell.clone());
+            feed_stats.push((name, port.stats.clone()));
+            inputs.push(consumer);
+            ports.push(port);
+        }
+        let price_table = Arc::new(PriceTable::new(table.len(), table.tiers().len()));
+        let health = ProviderHealth::new(table.providers().len());
+        let engine_stats = Arc::new(EngineStats::default());
+        let mut publishers = Vec::new();
+        let mut shards = Vec::new();
+        for index in 0..cfg.shards {
+            let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
+            let doorbell = Doorbell::new();
+            publishers.push(ShardPublisher::new(
+                producer,
+                table.len(),
+                table.tiers().len(),
+                doorbell.clone(),
+            ));
+            shards.push(ShardInput {
+                index,
+                consumer,
+                doorbell,
+            });
+        }
+        let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
+        let agg = Aggregator::new(table, &config.engine, health.clone(), engine_stats.clone());
+        let mut stage = EngineStage::new(
+            agg,
+            price_table.clone(),
+            publishers,
+            inputs,
+            engine_stats.clone(),
+        );
+        stage.tap = recorder.map(|r| TickTap {
+            producer: r.producer,
+            lost: r.lost,
+            doorbell: r.doorbell,
+        });
+        let engine = spawn_engine(stage, cfg, engine_doorbell.clone(), events_tx.clone());
+        let mut feeds = Vec::new();
+        for (i, (name, source, port)) in pending_sources.into_iter().enumerate() {
+            feeds.push(spawn_feed(i, name, source, port, cfg, events_tx.clone()));
+        }
+        let mut pipeline = Pipeline {
+            feeds,
+            engine: Some(engine),
+            handles: PipelineHandles {
+                table: price_table,
+                health,
+                engine: engine_stats,
+                fanout,
+                feeds: feed_stats,
+                engine_doorbell,
+            },
+        };
+        if let Err(e) = pipeline.await_started(&events_rx) {
+            pipeline.stop();
+            return Err(e);
+        }
+        Ok(PipelineParts {
+            pipeline,
+            shards,
+            ports,
+        })
+    }
+
+    fn await_started(&self, events: &Receiver<StageEvent>) -> Result<(), PipelineError> {
+        let mut waiting: Vec<Stage> = self.feeds.iter().map(|f| f.stage).collect();
+        waiting.push(Stage::Engine);
+        while !waiting.is_empty() {
+            match events.recv_timeout(START_TIMEOUT) {
+                Ok(StageEvent::Started { stage, core }) => {
+                    tracing::info!(%stage, ?core, "stage started");
+                    waiting.retain(|s| *s != stage);
+                }
+                Ok(StageEvent::Failed { stage, reason }) => {
+                    return Err(PipelineError::StageFailed { stage, reason })
+                }
+                Err(_) => return Err(PipelineError::StartTimeout(waiting[0])),
+            }
+        }
+        Ok(())
+    }
+
+    /// True while every feed thread is still running.
+    pub fn feeds_running(&self) -> bool {
+        self.feeds.iter().all(|f| !f.handle.is_finished())
+    }
+
+    /// True once every feed thread has finished (e.g. a replay ended).
+    pub fn feeds_finished(&self) -> bool {
+        self.feeds.iter().all(|f| f.handle.is_finished())
+    }
+
+    /// Orderly stop: feeds first, then the engine drains and exits. The
+    /// caller's external ports must be dropped for the engine to finish.
+    pub fn stop(&mut self) {
+        for f in &self.feeds {
+            if let Some(c) = &f.control {
+                let _ = c.try_send(Control::Stop);
+            }
+        }
+        for f in self.feeds.drain(..) {
+            join_stage(f);
+        }
+        self.handles.engine_doorbell.ring();
+        if let Some(e) = self.engine.take() {
+            join_stage(e);
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if self.engine.is_some() || !self.feeds.is_empty() {
+            self.stop();
+        }
+    }
+}
+
+fn join_stage(t: StageThread) {
+    let stage = t.stage;
+    drop(t.control);
+    if t.handle.join().is_err() {
+        tracing::error!(%stage, "stage panicked");
+    }
+}
+
+fn pin(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
+    let core = cpus.core_for(stage);
+    if let Some(c) = core {
+        if let Err(reason) = affinity::pin_current(stage, c) {
+            let _ = events.send(StageEvent::Failed { stage, reason });
+            return false;
+        }
+    }
+    let _ = events.send(StageEvent::Started { stage, core });
+    true
+}
+
+fn spawn_feed(
+    index: usize,
+    name: String,
+    mut source: Box<dyn TickSource>,
+    mut port: FeedPort,
+    cfg: &PipelineConfig,
+    events: Sender<StageEvent>,
+) -> StageThread {
+    let (control_tx, control_rx) = crossbeam_channel::bounded(1);
+    let cpus = cfg.cpus.clone();
+    let wait = cfg.feed_wait;
+    let stage = Stage::Feed;
+    let handle = std::thread::Builder::new()
+        .name(format!("pw-feed{index}-{name}"))
+        .spawn(move || {
+            if pin(stage, &cpus, &events) {
+                run_feed(source.as_mut(), &mut port, &control_rx, wait);
+            }
+        })
+        .expect("spawn feed thread");
+    StageThread {
+        stage,
+        control: Some(control_tx),
+        handle,
+    }
+}
+
+/// The feed loop: poll the source, stamp receive times, push.
+pub fn run_feed(
+    source: &mut dyn TickSource,
+    port: &mut FeedPort,
+    control: &Receiver<Control>,
+    wait: WaitStrategy,
+) {
+    let mut batch = vec![Tick::EMPTY; FEED_BATCH].into_boxed_slice();
+    let mut waiter = Waiter::new(wait, Doorbell::new());
+    waiter.doorbell().bind_current_thread();
+    let keeps = source.keeps_receive_time();
+    let mut turn: u32 = 0;
+    loop {
+        turn = turn.wrapping_add(1);
+        if turn % 64 == 0 && should_stop(control) {
+            break;
+        }
+        let now = monotonic_ns();
+        match source.poll(now, &mut batch) {
+            SourcePoll::Ready(n) => {
+                for t in &mut batch[..n] {
+                    if !keeps {
+                        t.receive_time_ns = now;
+                    }
+                    port.push(*t);
+                }
+                port.notify();
+                waiter.reset();
+            }
+            SourcePoll::Idle => {
+                if should_stop(control) {
+                    break;
+                }
+                waiter.idle(|| false);
+            }
+            SourcePoll::Done => break,
+        }
+    }
+}
+
+fn should_stop(control: &Receiver<Control>) -> bool {
+    matches!(
+        control.try_recv(),
+        Ok(Control::Stop) | Err(crossbeam_channel::TryRecvError::Disconnected)
+    )
+}
+
+fn spawn_engine(
+    mut stage: EngineStage,
+    cfg: &PipelineConfig,
+    doorbell: Arc<Doorbell>,
+    events: Sender<StageEvent>,
+) -> StageThread {
+    let cpus = cfg.cpus.clone();
+    let wait = cfg.engine_wait;
+    let handle = std::thread::Builder::new()
+        .name("pw-engine".into())
+        .spawn(move || {
+            doorbell.bind_current_thread();
+            if pin(Stage::Engine, &cpus, &events) {
+                run_engine(&mut stage, Waiter::new(wait, doorbell));
+            }
+        })
+        .expect("spawn engine thread");
+    StageThread {
+        stage: Stage::Engine,
+        control: None,
+        handle,
+    }
+}
+
+/// The engine loop: turns until every input is abandoned and drained,
+/// then flushes parked prices (bounded) and returns.
+pub fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
+    loop {
+        let now = monotonic_ns();
+        if stage.turn(now) > 0 {
+            waiter.reset();
+            continue;
+        }
+        if stage.inputs_done() {
+            break;
+        }
+        stage.maybe_sweep(now);
+        waiter.idle(|| stage.has_input());
+    }
+    // Shards still running get the parked prices; bounded so a stuck shard
+    // cannot hold the engine forever.
+    let deadline = monotonic_ns() + 1_000_000_000;
+    while stage.parked() > 0 && monotonic_ns() < deadline {
+        stage.turn(monotonic_ns());
+        std::thread::yield_now();
+    }
+}

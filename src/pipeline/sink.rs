@@ -1,0 +1,140 @@
+//! A shard consumer that only measures: it drains its engine ring, checks
+//! per-(symbol, tier) sequence continuity and records end-to-end latency
+//! (tick receive → shard) in a preallocated HDR histogram.
+//!
+//! `serve --no-listen`, the benches and the allocation tests use it in
+//! place of a gateway shard. Histograms are exchanged with the reporter
+//! over the control plane (two histograms ping-pong), so recording never
+//! allocates and never takes a lock.
+
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use hdrhistogram::Histogram;
+
+use super::counter::Counter;
+use super::wait::{WaitStrategy, Waiter};
+use super::ShardInput;
+use crate::clock::monotonic_ns;
+use crate::model::{price_flags, Price};
+
+/// Lowest and highest latency the histograms track, in nanoseconds.
+pub const LATENCY_NS_MIN: u64 = 1;
+pub const LATENCY_NS_MAX: u64 = 60_000_000_000;
+/// Significant figures of every latency histogram.
+pub const LATENCY_SIGFIG: u8 = 3;
+
+/// A latency histogram with the project's fixed bounds.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
+        .expect("static histogram bounds are valid")
+}
+
+/// Counters of one sink.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct SinkStats {
+    pub prices: Counter,
+    /// Sequence jumps not explained by a `CONFLATED` flag.
+    pub unexplained_gaps: Counter,
+    /// Sequence jumps on conflated prices (expected under backpressure).
+    pub conflated_gaps: Counter,
+}
+
+/// Where a sink sends full histograms and gets empty ones back.
+pub struct HistogramExchange {
+    pub full: Sender<Histogram<u64>>,
+    pub empty: Receiver<Histogram<u64>>,
+}
+
+/// The measuring shard consumer.
+pub struct ShardSink {
+    input: ShardInput,
+    tiers: usize,
+    last_seq: Box<[u64]>,
+    hist: Histogram<u64>,
+    exchange: Option<HistogramExchange>,
+    pub stats: Arc<SinkStats>,
+}
+
+impl ShardSink {
+    pub fn new(input: ShardInput, symbols: usize, tiers: usize) -> Self {
+        ShardSink {
+            input,
+            tiers,
+            last_seq: vec![0; symbols * tiers].into_boxed_slice(),
+            hist: latency_histogram(),
+            exchange: None,
+            stats: Arc::new(SinkStats::default()),
+        }
+    }
+
+    pub fn with_exchange(mut self, exchange: HistogramExchange) -> Self {
+        self.exchange = Some(exchange);
+        self
+    }
+
+    #[inline]
+    fn on_price(&mut self, p: &Price, now_ns: u64) {
+        self.stats.prices.inc();
+        let k = p.symbol as usize * self.tiers + p.tier as usize;
+        if let Some(last) = self.last_seq.get_mut(k) {
+            if *last != 0 && p.seq != *last + 1 {
+                if p.flags & price_flags::CONFLATED != 0 {
+                    self.stats.conflated_gaps.inc();
+                } else {
+                    self.stats.unexplained_gaps.inc();
+                }
+            }
+            *last = p.seq;
+        }
+        self.hist
+            .saturating_record(now_ns.saturating_sub(p.receive_time_ns).max(1));
+    }
+
+    /// Drains what is in the ring now. Returns how many prices it took.
+    pub fn drain(&mut self) -> usize {
+        let n = self.input.consumer.slots();
+        if n == 0 {
+            return 0;
+        }
+        let now = monotonic_ns();
+        for _ in 0..n {
+            if let Ok(p) = self.input.consumer.pop() {
+                self.on_price(&p, now);
+            }
+        }
+        self.swap_histogram();
+        n
+    }
+
+    fn swap_histogram(&mut self) {
+        let Some(x) = &self.exchange else { return };
+        if let Ok(empty) = x.empty.try_recv() {
+            let full = std::mem::replace(&mut self.hist, empty);
+            let _ = x.full.try_send(full);
+        }
+    }
+
+    /// Runs until the engine abandons the ring and it is drained.
+    pub fn run(&mut self, wait: WaitStrategy) {
+        self.input.doorbell.bind_current_thread();
+        let mut waiter = Waiter::new(wait, self.input.doorbell.clone());
+        loop {
+            if self.drain() > 0 {
+                waiter.reset();
+                continue;
+            }
+            if self.input.consumer.is_abandoned() && self.input.consumer.is_empty() {
+                break;
+            }
+            let consumer = &self.input.consumer;
+            waiter.idle(|| !consumer.is_empty());
+        }
+    }
+
+    /// The histogram being recorded (for tests and final reports).
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+}
