@@ -18,3 +18,4 @@ pub mod engine;
 pub mod feed;
 pub mod model;
 pub mod pipeline;
+pub mod wire;
