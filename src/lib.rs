@@ -19,3 +19,4 @@ pub mod feed;
 pub mod model;
 pub mod pipeline;
 pub mod wire;
+pub mod resilience;

@@ -1,0 +1,543 @@
+//! Circuit breaker for one dependency.
+//!
+//! Contract: the sliding window is allocated once in [`CircuitBreaker::new`];
+//! [`CircuitBreaker::try_acquire`], [`CircuitBreaker::record`] and
+//! [`CircuitBreaker::state`] allocate nothing, never block and take time only
+//! from their `now_ns` argument. The breaker has one owner (`&mut self`);
+//! its counters are atomics in an `Arc<BreakerStats>` that a metrics thread
+//! reads.
+//!
+//! Behaviour (defaults in [`BreakerConfig::default`]):
+//! - The caller reports each call as an [`Outcome`]: `Success` or `Failure`
+//!   with its duration, or `Ignored` for the caller's own (business) errors,
+//!   which count as neither. A call longer than `slow_call_duration_ms` is
+//!   also *slow*, whether it succeeded or not.
+//! - **Closed**: outcomes go into a sliding window — by default time-based
+//!   (one bucket per second over `window_s`), optionally count-based. Once
+//!   the window holds `minimum_calls`, the breaker opens when the failure
+//!   rate or the slow-call rate reaches its threshold.
+//! - **Open**: every call is refused with the remaining wait. After
+//!   `open_wait_ms` it is **HalfOpen** — decided from `now_ns` whenever the
+//!   breaker is asked, so `state(now)` reports `HalfOpen` with no traffic.
+//! - **HalfOpen**: exactly `half_open_permitted_calls` trial permits are
+//!   handed out; excess calls are refused. When the trials are complete the
+//!   breaker closes if both rates are below their thresholds and re-opens
+//!   otherwise (it re-opens early once the failures or slow calls already
+//!   seen make the threshold unavoidable). Trials that never report (a lost
+//!   permit) cannot wedge it: after `half_open_max_wait_ms` it re-opens.
+//! - **ForcedOpen** / **Disabled**: operator states — refuse everything /
+//!   permit everything and record nothing in the window. Left only by
+//!   [`CircuitBreaker::reset`].
+//!
+//! A permit carries the state epoch it was issued in; an outcome that
+//! reports after a transition (a slow call from before the breaker opened)
+//! is counted in the stats but does not vote in the new state.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+
+use super::error::{invalid, CallError, ConfigError, NotPermitted};
+use super::window::{CountWindow, Sample, TimeWindow, Totals, Window};
+use crate::clock::NS_PER_MS;
+
+/// Default time window: one bucket per second over 30 s.
+pub const WINDOW_S_DEFAULT: u32 = 30;
+/// Longest time window (bounds the preallocated ring).
+pub const WINDOW_S_MAX: u32 = 3_600;
+/// Largest count window (bounds the preallocated ring).
+pub const COUNT_WINDOW_MAX: u32 = 100_000;
+pub const MINIMUM_CALLS_DEFAULT: u32 = 20;
+pub const FAILURE_RATE_THRESHOLD_PCT_DEFAULT: u32 = 50;
+pub const SLOW_CALL_RATE_THRESHOLD_PCT_DEFAULT: u32 = 50;
+pub const CALL_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+pub const SLOW_CALL_DURATION_MS_DEFAULT: u64 = 500;
+pub const OPEN_WAIT_MS_DEFAULT: u64 = 10_000;
+pub const HALF_OPEN_PERMITTED_CALLS_DEFAULT: u32 = 5;
+pub const HALF_OPEN_PERMITTED_CALLS_MAX: u32 = 1_000;
+pub const HALF_OPEN_MAX_WAIT_MS_DEFAULT: u64 = 5_000;
+
+/// The shape of the sliding window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Outcomes of the last `window_s` seconds (per-second buckets).
+    Time { window_s: u32 },
+    /// Outcomes of the last `calls` calls.
+    Count { calls: u32 },
+}
+
+/// Breaker settings. Build from [`BreakerConfig::default`] and override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    pub window: WindowKind,
+    /// Calls the window must hold before any decision to open.
+    pub minimum_calls: u32,
+    /// Open when `failures * 100 >= threshold * calls` (1..=100).
+    pub failure_rate_threshold_pct: u32,
+    /// Open when `slow * 100 >= threshold * calls` (1..=100).
+    pub slow_call_rate_threshold_pct: u32,
+    /// A call longer than this is slow. Must be below `call_timeout_ms`.
+    pub slow_call_duration_ms: u64,
+    /// The dependency's call timeout, given here so the slow threshold can
+    /// be checked against it.
+    pub call_timeout_ms: u64,
+    /// Time in Open before HalfOpen.
+    pub open_wait_ms: u64,
+    /// Trial calls allowed in HalfOpen.
+    pub half_open_permitted_calls: u32,
+    /// Longest HalfOpen without a verdict before re-opening; at least
+    /// `call_timeout_ms` so a trial that takes the whole timeout still counts.
+    pub half_open_max_wait_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            window: WindowKind::Time {
+                window_s: WINDOW_S_DEFAULT,
+            },
+            minimum_calls: MINIMUM_CALLS_DEFAULT,
+            failure_rate_threshold_pct: FAILURE_RATE_THRESHOLD_PCT_DEFAULT,
+            slow_call_rate_threshold_pct: SLOW_CALL_RATE_THRESHOLD_PCT_DEFAULT,
+            slow_call_duration_ms: SLOW_CALL_DURATION_MS_DEFAULT,
+            call_timeout_ms: CALL_TIMEOUT_MS_DEFAULT,
+            open_wait_ms: OPEN_WAIT_MS_DEFAULT,
+            half_open_permitted_calls: HALF_OPEN_PERMITTED_CALLS_DEFAULT,
+            half_open_max_wait_ms: HALF_OPEN_MAX_WAIT_MS_DEFAULT,
+        }
+    }
+}
+
+fn check_range(key: &'static str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(invalid(key, format!("{v} not in {lo}..={hi}")))
+    }
+}
+
+impl BreakerConfig {
+    /// Refuses settings under which the breaker could not work as promised.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.window {
+            WindowKind::Time { window_s } => {
+                check_range("window_s", window_s.into(), 1, WINDOW_S_MAX.into())?
+            }
+            WindowKind::Count { calls } => {
+                check_range("window_calls", calls.into(), 1, COUNT_WINDOW_MAX.into())?;
+                // A count window can never hold more than `calls` outcomes.
+                check_range("minimum_calls", self.minimum_calls.into(), 1, calls.into())?;
+            }
+        }
+        check_range(
+            "minimum_calls",
+            self.minimum_calls.into(),
+            1,
+            u32::MAX.into(),
+        )?;
+        check_range(
+            "failure_rate_threshold_pct",
+            self.failure_rate_threshold_pct.into(),
+            1,
+            100,
+        )?;
+        let slow_pct = self.slow_call_rate_threshold_pct.into();
+        check_range("slow_call_rate_threshold_pct", slow_pct, 1, 100)?;
+        let ms_max = u64::MAX / NS_PER_MS;
+        check_range("call_timeout_ms", self.call_timeout_ms, 1, ms_max)?;
+        check_range(
+            "slow_call_duration_ms",
+            self.slow_call_duration_ms,
+            1,
+            ms_max,
+        )?;
+        if self.slow_call_duration_ms >= self.call_timeout_ms {
+            return Err(ConfigError::SlowThresholdNotBelowTimeout {
+                slow_call_duration_ms: self.slow_call_duration_ms,
+                call_timeout_ms: self.call_timeout_ms,
+            });
+        }
+        check_range("open_wait_ms", self.open_wait_ms, 1, ms_max)?;
+        let trials = self.half_open_permitted_calls.into();
+        check_range(
+            "half_open_permitted_calls",
+            trials,
+            1,
+            HALF_OPEN_PERMITTED_CALLS_MAX.into(),
+        )?;
+        let hw = self.half_open_max_wait_ms;
+        check_range("half_open_max_wait_ms", hw, self.call_timeout_ms, ms_max)
+    }
+}
+
+/// Breaker states. The discriminant is what [`BreakerStats`] exports
+/// (a stable number for the metrics gauge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BreakerState {
+    Closed = 0,
+    Open = 1,
+    HalfOpen = 2,
+    ForcedOpen = 3,
+    Disabled = 4,
+}
+
+impl BreakerState {
+    pub const ALL: [BreakerState; 5] = [
+        BreakerState::Closed,
+        BreakerState::Open,
+        BreakerState::HalfOpen,
+        BreakerState::ForcedOpen,
+        BreakerState::Disabled,
+    ];
+
+    fn from_u8(v: u8) -> BreakerState {
+        Self::ALL[v as usize]
+    }
+
+    /// Lower-case name for logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+            BreakerState::ForcedOpen => "forced_open",
+            BreakerState::Disabled => "disabled",
+        }
+    }
+}
+
+/// What a permitted call turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success {
+        duration_ns: u64,
+    },
+    Failure {
+        duration_ns: u64,
+    },
+    /// The caller's own error (business error): neither failure nor success.
+    Ignored,
+}
+
+impl Outcome {
+    /// Classifies a call result with the [`CallError`] vocabulary: business
+    /// errors and rejections by inner layers are ignored, dependency errors
+    /// are failures.
+    pub fn of<T, E>(result: &Result<T, CallError<E>>, duration_ns: u64) -> Outcome {
+        match result {
+            Ok(_) => Outcome::Success { duration_ns },
+            Err(CallError::Transient { .. } | CallError::Permanent(_)) => {
+                Outcome::Failure { duration_ns }
+            }
+            Err(_) => Outcome::Ignored,
+        }
+    }
+}
+
+/// Permission for one call; hand it back to [`CircuitBreaker::record`].
+/// Not `Clone`, so one permit records one outcome.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a permit must be returned through CircuitBreaker::record"]
+pub struct Permit {
+    epoch: u64,
+}
+
+/// Counters and gauges of one breaker, readable from any thread.
+#[derive(Debug)]
+pub struct BreakerStats {
+    state: AtomicU8,
+    minimum_calls: u32,
+    pub successful_calls: AtomicU64,
+    pub failed_calls: AtomicU64,
+    /// Calls over the slow threshold (a subset of successful + failed).
+    pub slow_calls: AtomicU64,
+    pub ignored_calls: AtomicU64,
+    pub not_permitted_calls: AtomicU64,
+    /// Transitions into each state, indexed by `BreakerState as usize`.
+    pub transitions: [AtomicU64; 5],
+    /// Totals of the window currently deciding (the closed window, or the
+    /// half-open trials).
+    pub window_calls: AtomicU64,
+    pub window_failures: AtomicU64,
+    pub window_slow: AtomicU64,
+}
+
+/// A plain copy of [`BreakerStats`] with the rates worked out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerSnapshot {
+    pub state: BreakerState,
+    /// Percent of calls in the window that failed; -1 below `minimum_calls`
+    /// (no decision possible yet).
+    pub failure_rate_pct: f64,
+    /// Percent of calls in the window that were slow; -1 as above.
+    pub slow_call_rate_pct: f64,
+    pub successful_calls: u64,
+    pub failed_calls: u64,
+    pub slow_calls: u64,
+    pub ignored_calls: u64,
+    pub not_permitted_calls: u64,
+    pub transitions: [u64; 5],
+    pub window_calls: u64,
+}
+
+impl BreakerStats {
+    fn new(minimum_calls: u32) -> Self {
+        BreakerStats {
+            state: AtomicU8::new(BreakerState::Closed as u8),
+            minimum_calls,
+            successful_calls: AtomicU64::new(0),
+            failed_calls: AtomicU64::new(0),
+            slow_calls: AtomicU64::new(0),
+            ignored_calls: AtomicU64::new(0),
+            not_permitted_calls: AtomicU64::new(0),
+            transitions: Default::default(),
+            window_calls: AtomicU64::new(0),
+            window_failures: AtomicU64::new(0),
+            window_slow: AtomicU64::new(0),
+        }
+    }
+
+    /// The state as of the last call on the breaker (the owner decides the
+    /// timed Open -> HalfOpen move on its next call).
+    pub fn state(&self) -> BreakerState {
+        BreakerState::from_u8(self.state.load(Relaxed))
+    }
+
+    pub fn snapshot(&self) -> BreakerSnapshot {
+        let calls = self.window_calls.load(Relaxed);
+        let rate = |n: u64| {
+            if calls == 0 || calls < self.minimum_calls as u64 {
+                -1.0
+            } else {
+                n as f64 * 100.0 / calls as f64
+            }
+        };
+        BreakerSnapshot {
+            state: self.state(),
+            failure_rate_pct: rate(self.window_failures.load(Relaxed)),
+            slow_call_rate_pct: rate(self.window_slow.load(Relaxed)),
+            successful_calls: self.successful_calls.load(Relaxed),
+            failed_calls: self.failed_calls.load(Relaxed),
+            slow_calls: self.slow_calls.load(Relaxed),
+            ignored_calls: self.ignored_calls.load(Relaxed),
+            not_permitted_calls: self.not_permitted_calls.load(Relaxed),
+            transitions: std::array::from_fn(|i| self.transitions[i].load(Relaxed)),
+            window_calls: calls,
+        }
+    }
+
+    fn publish_totals(&self, t: Totals) {
+        self.window_calls.store(t.calls.into(), Relaxed);
+        self.window_failures.store(t.failures.into(), Relaxed);
+        self.window_slow.store(t.slow.into(), Relaxed);
+    }
+}
+
+/// A circuit breaker for one dependency. See the module docs.
+#[derive(Debug)]
+pub struct CircuitBreaker {
+    cfg: BreakerConfig,
+    slow_ns: u64,
+    open_wait_ns: u64,
+    half_open_max_wait_ns: u64,
+    state: BreakerState,
+    /// Bumped on every transition; permits from an older epoch do not vote.
+    epoch: u64,
+    state_since_ns: u64,
+    window: Window,
+    trials_issued: u32,
+    trials: Totals,
+    stats: Arc<BreakerStats>,
+}
+
+impl CircuitBreaker {
+    /// Validates `cfg` and preallocates the window. Starts Closed.
+    pub fn new(cfg: BreakerConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let window = match cfg.window {
+            WindowKind::Time { window_s } => Window::Time(TimeWindow::new(window_s)),
+            WindowKind::Count { calls } => Window::Count(CountWindow::new(calls)),
+        };
+        Ok(CircuitBreaker {
+            slow_ns: cfg.slow_call_duration_ms * NS_PER_MS,
+            open_wait_ns: cfg.open_wait_ms * NS_PER_MS,
+            half_open_max_wait_ns: cfg.half_open_max_wait_ms * NS_PER_MS,
+            state: BreakerState::Closed,
+            epoch: 0,
+            state_since_ns: 0,
+            window,
+            trials_issued: 0,
+            trials: Totals::default(),
+            stats: Arc::new(BreakerStats::new(cfg.minimum_calls)),
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &BreakerConfig {
+        &self.cfg
+    }
+
+    /// Shared counters for the metrics thread.
+    pub fn stats(&self) -> Arc<BreakerStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The state at `now_ns`, applying the timed moves first (Open ->
+    /// HalfOpen after `open_wait_ms`, HalfOpen -> Open after
+    /// `half_open_max_wait_ms` without a verdict).
+    pub fn state(&mut self, now_ns: u64) -> BreakerState {
+        self.apply_timers(now_ns);
+        if self.state == BreakerState::Closed {
+            let totals = self.window.totals(now_ns);
+            self.stats.publish_totals(totals);
+        }
+        self.state
+    }
+
+    /// Asks to make one call. Refusals are counted and carry the remaining
+    /// open wait where there is one.
+    pub fn try_acquire(&mut self, now_ns: u64) -> Result<Permit, NotPermitted> {
+        self.apply_timers(now_ns);
+        let refused = match self.state {
+            BreakerState::Closed | BreakerState::Disabled => None,
+            BreakerState::HalfOpen if self.trials_issued < self.cfg.half_open_permitted_calls => {
+                self.trials_issued += 1;
+                None
+            }
+            BreakerState::Open => {
+                let open_until_ns = self.state_since_ns.saturating_add(self.open_wait_ns);
+                Some(Some(open_until_ns.saturating_sub(now_ns)))
+            }
+            BreakerState::HalfOpen | BreakerState::ForcedOpen => Some(None),
+        };
+        match refused {
+            None => Ok(Permit { epoch: self.epoch }),
+            Some(retry_after_ns) => {
+                self.stats.not_permitted_calls.fetch_add(1, Relaxed);
+                Err(NotPermitted {
+                    state: self.state,
+                    retry_after_ns,
+                })
+            }
+        }
+    }
+
+    /// Reports how a permitted call went.
+    pub fn record(&mut self, permit: Permit, outcome: Outcome, now_ns: u64) {
+        self.apply_timers(now_ns);
+        let sample = self.count_outcome(outcome);
+        if permit.epoch != self.epoch {
+            return; // issued before a transition: counted, but no vote
+        }
+        match (self.state, sample) {
+            (BreakerState::Closed, Some(s)) => self.record_closed(s, now_ns),
+            (BreakerState::HalfOpen, Some(s)) => self.record_trial(s, now_ns),
+            // An ignored trial hands its slot to another caller.
+            (BreakerState::HalfOpen, None) => self.trials_issued -= 1,
+            _ => {}
+        }
+    }
+
+    /// Operator: refuse every call until [`CircuitBreaker::reset`].
+    pub fn force_open(&mut self, now_ns: u64) {
+        self.transition(BreakerState::ForcedOpen, now_ns);
+    }
+
+    /// Operator: permit every call and record nothing until
+    /// [`CircuitBreaker::reset`].
+    pub fn disable(&mut self, now_ns: u64) {
+        self.transition(BreakerState::Disabled, now_ns);
+    }
+
+    /// Operator: back to Closed with an empty window.
+    pub fn reset(&mut self, now_ns: u64) {
+        self.transition(BreakerState::Closed, now_ns);
+    }
+
+    /// Updates the outcome counters; returns the window sample, `None` for
+    /// ignored outcomes.
+    fn count_outcome(&self, outcome: Outcome) -> Option<Sample> {
+        let (failed, duration_ns) = match outcome {
+            Outcome::Success { duration_ns } => (false, duration_ns),
+            Outcome::Failure { duration_ns } => (true, duration_ns),
+            Outcome::Ignored => {
+                self.stats.ignored_calls.fetch_add(1, Relaxed);
+                return None;
+            }
+        };
+        let slow = duration_ns > self.slow_ns;
+        let counter = if failed {
+            &self.stats.failed_calls
+        } else {
+            &self.stats.successful_calls
+        };
+        counter.fetch_add(1, Relaxed);
+        if slow {
+            self.stats.slow_calls.fetch_add(1, Relaxed);
+        }
+        Some(Sample { failed, slow })
+    }
+
+    fn over_threshold(&self, t: Totals, out_of: u32) -> bool {
+        let out_of = u64::from(out_of);
+        u64::from(t.failures) * 100 >= u64::from(self.cfg.failure_rate_threshold_pct) * out_of
+            || u64::from(t.slow) * 100 >= u64::from(self.cfg.slow_call_rate_threshold_pct) * out_of
+    }
+
+    fn record_closed(&mut self, sample: Sample, now_ns: u64) {
+        self.window.record(sample, now_ns);
+        let totals = self.window.totals(now_ns);
+        self.stats.publish_totals(totals);
+        if totals.calls >= self.cfg.minimum_calls && self.over_threshold(totals, totals.calls) {
+            self.transition(BreakerState::Open, now_ns);
+        }
+    }
+
+    fn record_trial(&mut self, sample: Sample, now_ns: u64) {
+        let t = &mut self.trials;
+        t.calls += 1;
+        t.failures += sample.failed as u32;
+        t.slow += sample.slow as u32;
+        let trials = *t;
+        self.stats.publish_totals(trials);
+        let permitted = self.cfg.half_open_permitted_calls;
+        // Judged against all permitted trials, so a verdict already certain
+        // (enough failures that the rest cannot bring the rate below the
+        // threshold) re-opens at once instead of waiting for the stragglers.
+        if self.over_threshold(trials, permitted) {
+            self.transition(BreakerState::Open, now_ns);
+        } else if trials.calls >= permitted {
+            self.transition(BreakerState::Closed, now_ns);
+        }
+    }
+
+    fn apply_timers(&mut self, now_ns: u64) {
+        let since = now_ns.saturating_sub(self.state_since_ns);
+        match self.state {
+            BreakerState::Open if since >= self.open_wait_ns => {
+                self.transition(BreakerState::HalfOpen, now_ns)
+            }
+            BreakerState::HalfOpen if since >= self.half_open_max_wait_ns => {
+                self.transition(BreakerState::Open, now_ns)
+            }
+            _ => {}
+        }
+    }
+
+    fn transition(&mut self, to: BreakerState, now_ns: u64) {
+        self.state = to;
+        self.epoch += 1;
+        self.state_since_ns = now_ns;
+        self.trials_issued = 0;
+        self.trials = Totals::default();
+        if to == BreakerState::Closed {
+            self.window.clear();
+        }
+        self.stats.publish_totals(Totals::default());
+        self.stats.state.store(to as u8, Relaxed);
+        self.stats.transitions[to as usize].fetch_add(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;

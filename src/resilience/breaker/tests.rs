@@ -1,0 +1,486 @@
+//! The breaker matrix, driven by explicit `now_ns` values (no sleeping).
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+
+const MS: u64 = NS_PER_MS;
+const S: u64 = 1_000 * NS_PER_MS;
+
+fn cfg() -> BreakerConfig {
+    BreakerConfig {
+        window: WindowKind::Time { window_s: 10 },
+        minimum_calls: 4,
+        failure_rate_threshold_pct: 50,
+        slow_call_rate_threshold_pct: 50,
+        slow_call_duration_ms: 100,
+        call_timeout_ms: 200,
+        open_wait_ms: 1_000,
+        half_open_permitted_calls: 2,
+        half_open_max_wait_ms: 500,
+    }
+}
+
+fn ok(ms: u64) -> Outcome {
+    Outcome::Success {
+        duration_ns: ms * MS,
+    }
+}
+
+fn fail(ms: u64) -> Outcome {
+    Outcome::Failure {
+        duration_ns: ms * MS,
+    }
+}
+
+/// Acquires and records one call at `now_ns`; panics if refused.
+fn call(b: &mut CircuitBreaker, outcome: Outcome, now_ns: u64) {
+    let permit = b.try_acquire(now_ns).expect("call should be permitted");
+    b.record(permit, outcome, now_ns);
+}
+
+fn opened(now_ns: u64) -> CircuitBreaker {
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    for _ in 0..4 {
+        call(&mut b, fail(1), now_ns);
+    }
+    assert_eq!(b.state(now_ns), BreakerState::Open);
+    b
+}
+
+#[test]
+fn failures_open_it() {
+    let t = 100 * S;
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    call(&mut b, ok(1), t);
+    call(&mut b, ok(1), t);
+    call(&mut b, fail(1), t);
+    assert_eq!(
+        b.state(t),
+        BreakerState::Closed,
+        "3 calls is below the minimum"
+    );
+    call(&mut b, fail(1), t);
+    assert_eq!(b.state(t), BreakerState::Open, "2 of 4 failed = 50%");
+    let refused = b.try_acquire(t + 300 * MS).unwrap_err();
+    assert_eq!(refused.state, BreakerState::Open);
+    assert_eq!(refused.retry_after_ns, Some(700 * MS));
+    let s = b.stats().snapshot();
+    assert_eq!(
+        (s.successful_calls, s.failed_calls, s.not_permitted_calls),
+        (2, 2, 1)
+    );
+    assert_eq!(s.transitions[BreakerState::Open as usize], 1);
+}
+
+#[test]
+fn failure_rate_below_threshold_stays_closed() {
+    let t = 100 * S;
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    for i in 0..40 {
+        call(&mut b, if i % 3 == 2 { fail(1) } else { ok(1) }, t);
+    }
+    assert_eq!(
+        b.state(t),
+        BreakerState::Closed,
+        "1 in 3 failed, threshold is 50%"
+    );
+    let rate = b.stats().snapshot().failure_rate_pct;
+    assert!((rate - 32.5).abs() < 0.01, "13 of 40 = 32.5%, got {rate}");
+}
+
+#[test]
+fn slow_successful_calls_open_it() {
+    let t = 100 * S;
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    // Exactly at the threshold is not slow.
+    for _ in 0..4 {
+        call(&mut b, ok(100), t);
+    }
+    assert_eq!(b.state(t), BreakerState::Closed);
+    for _ in 0..4 {
+        call(&mut b, ok(150), t);
+    }
+    assert_eq!(b.state(t), BreakerState::Open, "4 of 8 slow = 50%");
+    let s = b.stats().snapshot();
+    assert_eq!(
+        (s.failed_calls, s.slow_calls, s.successful_calls),
+        (0, 4, 8)
+    );
+}
+
+#[test]
+fn ignored_business_outcomes_leave_it_closed() {
+    let t = 100 * S;
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    for _ in 0..100 {
+        call(&mut b, Outcome::Ignored, t);
+    }
+    assert_eq!(b.state(t), BreakerState::Closed);
+    // Ignored calls are not successes either: 3 failures alone stay below
+    // the minimum of 4 calls.
+    for _ in 0..3 {
+        call(&mut b, fail(1), t);
+    }
+    assert_eq!(b.state(t), BreakerState::Closed);
+    let s = b.stats().snapshot();
+    assert_eq!((s.ignored_calls, s.window_calls), (100, 3));
+}
+
+#[test]
+fn outcome_classifies_call_errors() {
+    let business: Result<(), CallError<&str>> = Err(CallError::Business("unknown symbol"));
+    assert_eq!(Outcome::of(&business, 5), Outcome::Ignored);
+    let transient: Result<(), _> = Err(CallError::transient("reset"));
+    assert_eq!(
+        Outcome::of(&transient, 5),
+        Outcome::Failure { duration_ns: 5 }
+    );
+    let ok_call: Result<u8, CallError<&str>> = Ok(1);
+    assert_eq!(
+        Outcome::of(&ok_call, 5),
+        Outcome::Success { duration_ns: 5 }
+    );
+}
+
+#[test]
+fn below_minimum_calls_it_never_opens() {
+    let mut b = CircuitBreaker::new(BreakerConfig {
+        minimum_calls: 10,
+        ..cfg()
+    })
+    .unwrap();
+    for i in 0..9 {
+        call(&mut b, fail(150), 100 * S + i);
+    }
+    assert_eq!(b.state(100 * S + 9), BreakerState::Closed);
+    assert_eq!(
+        b.stats().snapshot().failure_rate_pct,
+        -1.0,
+        "no rate below the minimum"
+    );
+    call(&mut b, fail(1), 100 * S + 10);
+    assert_eq!(b.state(100 * S + 10), BreakerState::Open);
+}
+
+#[test]
+fn goes_half_open_by_itself_after_the_wait() {
+    let clock = ManualClock::new(100 * S);
+    let mut b = opened(clock.now_ns());
+    clock.advance_ms(999);
+    assert_eq!(b.state(clock.now_ns()), BreakerState::Open);
+    clock.advance_ms(1);
+    // No call was made: the query alone applies the timer.
+    assert_eq!(b.state(clock.now_ns()), BreakerState::HalfOpen);
+    assert_eq!(b.stats().state(), BreakerState::HalfOpen);
+    assert_eq!(
+        b.stats().snapshot().transitions[BreakerState::HalfOpen as usize],
+        1
+    );
+}
+
+#[test]
+fn half_open_closes_when_trials_succeed_and_rejects_excess_trials() {
+    let clock = ManualClock::new(100 * S);
+    let mut b = opened(clock.now_ns());
+    clock.advance_ms(1_000);
+    let now = clock.now_ns();
+    let p1 = b.try_acquire(now).unwrap();
+    let p2 = b.try_acquire(now).unwrap();
+    let excess = b.try_acquire(now).unwrap_err();
+    assert_eq!(excess.state, BreakerState::HalfOpen);
+    assert_eq!(excess.retry_after_ns, None);
+    b.record(p1, ok(10), now);
+    assert_eq!(b.state(now), BreakerState::HalfOpen, "one trial still out");
+    b.record(p2, ok(10), now);
+    assert_eq!(b.state(now), BreakerState::Closed);
+    // Closed starts from an empty window: the four old failures are gone.
+    call(&mut b, fail(1), now);
+    assert_eq!(b.state(now), BreakerState::Closed);
+}
+
+#[test]
+fn half_open_reopens_when_trials_fail() {
+    let clock = ManualClock::new(100 * S);
+    let mut b = opened(clock.now_ns());
+    clock.advance_ms(1_000);
+    let now = clock.now_ns();
+    let p1 = b.try_acquire(now).unwrap();
+    let p2 = b.try_acquire(now).unwrap();
+    b.record(p1, fail(10), now);
+    // One failure of two permitted trials is already 50%: re-open at once.
+    assert_eq!(b.state(now), BreakerState::Open);
+    b.record(p2, ok(10), now);
+    assert_eq!(
+        b.state(now),
+        BreakerState::Open,
+        "a late trial from the old epoch has no vote"
+    );
+    clock.advance_ms(1_000);
+    assert_eq!(
+        b.state(clock.now_ns()),
+        BreakerState::HalfOpen,
+        "and the timer runs again"
+    );
+}
+
+#[test]
+fn half_open_reopens_when_trials_are_slow() {
+    let clock = ManualClock::new(100 * S);
+    let mut b = opened(clock.now_ns());
+    clock.advance_ms(1_000);
+    let now = clock.now_ns();
+    let p = b.try_acquire(now).unwrap();
+    b.record(p, ok(150), now);
+    assert_eq!(b.state(now), BreakerState::Open);
+}
+
+#[test]
+fn ignored_trial_frees_its_slot() {
+    let clock = ManualClock::new(100 * S);
+    let mut b = opened(clock.now_ns());
+    clock.advance_ms(1_000);
+    let now = clock.now_ns();
+    let p1 = b.try_acquire(now).unwrap();
+    let p2 = b.try_acquire(now).unwrap();
+    b.record(p1, Outcome::Ignored, now);
+    let p3 = b
+        .try_acquire(now)
+        .expect("the ignored trial's slot is free again");
+    b.record(p2, ok(1), now);
+    b.record(p3, ok(1), now);
+    assert_eq!(b.state(now), BreakerState::Closed);
+}
+
+#[test]
+fn lost_trial_permits_cannot_wedge_half_open() {
+    let clock = ManualClock::new(100 * S);
+    let mut b = opened(clock.now_ns());
+    clock.advance_ms(1_000);
+    let lost1 = b.try_acquire(clock.now_ns()).unwrap();
+    let lost2 = b.try_acquire(clock.now_ns()).unwrap();
+    drop((lost1, lost2));
+    clock.advance_ms(500);
+    assert_eq!(b.state(clock.now_ns()), BreakerState::Open);
+    clock.advance_ms(1_000);
+    assert_eq!(b.state(clock.now_ns()), BreakerState::HalfOpen);
+    assert!(b.try_acquire(clock.now_ns()).is_ok(), "fresh trial permits");
+}
+
+#[test]
+fn failures_older_than_the_window_no_longer_count() {
+    let t0 = 100 * S;
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    for _ in 0..3 {
+        call(&mut b, fail(1), t0);
+    }
+    // 10 s window: at t0 + 10 s the failures' bucket has slid out.
+    let t1 = t0 + 10 * S;
+    call(&mut b, fail(1), t1);
+    for _ in 0..3 {
+        call(&mut b, ok(1), t1);
+    }
+    assert_eq!(
+        b.state(t1),
+        BreakerState::Closed,
+        "1 of 4 in the window failed"
+    );
+
+    // The same calls inside the window open it.
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    for _ in 0..3 {
+        call(&mut b, fail(1), t0);
+    }
+    let t1 = t0 + 9 * S;
+    call(&mut b, fail(1), t1);
+    assert_eq!(
+        b.state(t1),
+        BreakerState::Open,
+        "4 of 4 in the window failed"
+    );
+}
+
+#[test]
+fn window_rates_decay_on_query_without_traffic() {
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    for i in 0..3 {
+        call(&mut b, fail(1), 100 * S + i);
+    }
+    assert_eq!(b.stats().snapshot().window_calls, 3);
+    b.state(111 * S);
+    assert_eq!(b.stats().snapshot().window_calls, 0);
+}
+
+#[test]
+fn count_based_window_works() {
+    let mut b = CircuitBreaker::new(BreakerConfig {
+        window: WindowKind::Count { calls: 5 },
+        minimum_calls: 5,
+        ..cfg()
+    })
+    .unwrap();
+    let t = 100 * S;
+    for _ in 0..5 {
+        call(&mut b, ok(1), t);
+    }
+    call(&mut b, fail(1), t);
+    call(&mut b, fail(1), t);
+    assert_eq!(b.state(t), BreakerState::Closed, "2 of the last 5 failed");
+    call(&mut b, fail(1), t);
+    assert_eq!(b.state(t), BreakerState::Open, "3 of the last 5 failed");
+
+    // Time does not age a count window.
+    let mut b = CircuitBreaker::new(BreakerConfig {
+        window: WindowKind::Count { calls: 5 },
+        minimum_calls: 4,
+        ..cfg()
+    })
+    .unwrap();
+    call(&mut b, fail(1), t);
+    call(&mut b, fail(1), t);
+    call(&mut b, ok(1), t + 3_600 * S);
+    call(&mut b, ok(1), t + 3_600 * S);
+    assert_eq!(b.state(t + 3_600 * S), BreakerState::Open);
+}
+
+#[test]
+fn forced_open_refuses_until_reset() {
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    b.force_open(0);
+    for t in [0, 10 * S, 3_600 * S] {
+        assert_eq!(
+            b.state(t),
+            BreakerState::ForcedOpen,
+            "no timer leaves forced open"
+        );
+        let refused = b.try_acquire(t).unwrap_err();
+        assert_eq!(
+            refused,
+            NotPermitted {
+                state: BreakerState::ForcedOpen,
+                retry_after_ns: None
+            }
+        );
+    }
+    b.reset(3_600 * S);
+    assert_eq!(b.state(3_600 * S), BreakerState::Closed);
+    assert!(b.try_acquire(3_600 * S).is_ok());
+}
+
+#[test]
+fn disabled_permits_everything_and_never_opens() {
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    b.disable(0);
+    for i in 0..100 {
+        call(&mut b, fail(150), i * MS);
+    }
+    assert_eq!(b.state(S), BreakerState::Disabled);
+    let s = b.stats().snapshot();
+    assert_eq!(
+        (s.failed_calls, s.slow_calls, s.window_calls),
+        (100, 100, 0)
+    );
+}
+
+#[test]
+fn permit_from_before_a_transition_does_not_vote() {
+    let t = 100 * S;
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    let early = b.try_acquire(t).unwrap();
+    for _ in 0..4 {
+        call(&mut b, fail(1), t);
+    }
+    b.reset(t);
+    b.record(early, fail(150), t);
+    assert_eq!(b.stats().snapshot().window_calls, 0);
+    assert_eq!(b.stats().snapshot().failed_calls, 5);
+}
+
+#[test]
+fn config_refuses_slow_threshold_at_or_above_timeout() {
+    for slow in [200, 300] {
+        let err = CircuitBreaker::new(BreakerConfig {
+            slow_call_duration_ms: slow,
+            call_timeout_ms: 200,
+            ..cfg()
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::SlowThresholdNotBelowTimeout {
+                slow_call_duration_ms: slow,
+                call_timeout_ms: 200
+            }
+        );
+        assert!(
+            err.to_string().contains("must be below `call_timeout_ms`"),
+            "{err}"
+        );
+    }
+    assert!(CircuitBreaker::new(BreakerConfig {
+        slow_call_duration_ms: 199,
+        ..cfg()
+    })
+    .is_ok());
+}
+
+#[test]
+fn config_refuses_other_unworkable_values() {
+    let bad = [
+        BreakerConfig {
+            window: WindowKind::Time { window_s: 0 },
+            ..cfg()
+        },
+        BreakerConfig {
+            window: WindowKind::Time {
+                window_s: WINDOW_S_MAX + 1,
+            },
+            ..cfg()
+        },
+        BreakerConfig {
+            window: WindowKind::Count { calls: 3 },
+            minimum_calls: 4,
+            ..cfg()
+        },
+        BreakerConfig {
+            minimum_calls: 0,
+            ..cfg()
+        },
+        BreakerConfig {
+            failure_rate_threshold_pct: 0,
+            ..cfg()
+        },
+        BreakerConfig {
+            slow_call_rate_threshold_pct: 101,
+            ..cfg()
+        },
+        BreakerConfig {
+            half_open_permitted_calls: 0,
+            ..cfg()
+        },
+        BreakerConfig {
+            half_open_max_wait_ms: 199,
+            ..cfg()
+        },
+        BreakerConfig {
+            open_wait_ms: 0,
+            ..cfg()
+        },
+    ];
+    for c in bad {
+        assert!(
+            matches!(c.validate(), Err(ConfigError::Invalid { .. })),
+            "{c:?}"
+        );
+    }
+    assert!(BreakerConfig::default().validate().is_ok());
+}
+
+#[test]
+fn stats_are_readable_from_another_thread() {
+    let t = 100 * S;
+    let b = opened(t);
+    let stats = b.stats();
+    let seen = std::thread::spawn(move || stats.snapshot()).join().unwrap();
+    assert_eq!(seen.state, BreakerState::Open);
+    assert_eq!(seen.failed_calls, 4);
+}

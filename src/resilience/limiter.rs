@@ -1,0 +1,265 @@
+//! Token-bucket rate limiter in exact integer arithmetic.
+//!
+//! The level is kept in nano-tokens (1e-9 token): one nanosecond of elapsed
+//! time adds exactly `rate_per_s` nano-tokens, and a take costs
+//! [`NANO_TOKENS_PER_TOKEN`]. Integer units mean no float drift: after any
+//! sequence of calls the number of tokens granted equals
+//! `burst + floor(rate_per_s * elapsed_ns / 1e9)` exactly (for a bucket that
+//! started full and never overflowed its burst). Generic over what it limits
+//! (connection accepts, logons, per-account requests). No allocation after
+//! construction; `try_take` never blocks. Single owner (`&mut self`);
+//! counters are atomics in an `Arc` for the metrics thread.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use super::error::{invalid, ConfigError};
+use super::NS_PER_S;
+
+/// Fixed-point scale of the bucket level.
+pub const NANO_TOKENS_PER_TOKEN: u64 = NS_PER_S;
+/// Largest burst a bucket accepts, so the level fits in a `u64`.
+pub const BURST_MAX: u64 = 1_000_000_000;
+/// Largest rate a bucket accepts.
+pub const RATE_PER_S_MAX: u64 = 1_000_000_000;
+
+/// Counters of one limiter.
+#[derive(Debug, Default)]
+pub struct LimiterStats {
+    pub taken: AtomicU64,
+    pub rejected: AtomicU64,
+}
+
+/// A plain copy of [`LimiterStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LimiterSnapshot {
+    pub taken: u64,
+    pub rejected: u64,
+}
+
+impl LimiterStats {
+    pub fn snapshot(&self) -> LimiterSnapshot {
+        LimiterSnapshot {
+            taken: self.taken.load(Relaxed),
+            rejected: self.rejected.load(Relaxed),
+        }
+    }
+}
+
+/// A token bucket: `rate_per_s` tokens per second, at most `burst` stored.
+#[derive(Debug)]
+pub struct TokenBucket {
+    rate_per_s: u64,
+    burst: u64,
+    level_nt: u64,
+    /// Time of the last refill; `None` until the first call, so the bucket
+    /// needs no clock at construction.
+    last_ns: Option<u64>,
+    stats: Arc<LimiterStats>,
+}
+
+impl TokenBucket {
+    /// A bucket that starts full (`burst` tokens available).
+    pub fn new(rate_per_s: u64, burst: u64) -> Result<Self, ConfigError> {
+        Self::with_initial_tokens(rate_per_s, burst, burst)
+    }
+
+    /// A bucket that starts with `initial_tokens` (at most `burst`).
+    /// `rate_per_s` may be 0 for a bucket that only the owner refills
+    /// through [`TokenBucket::deposit_nano_tokens`].
+    pub fn with_initial_tokens(
+        rate_per_s: u64,
+        burst: u64,
+        initial_tokens: u64,
+    ) -> Result<Self, ConfigError> {
+        if rate_per_s > RATE_PER_S_MAX {
+            return Err(invalid(
+                "rate_per_s",
+                format!("{rate_per_s} above {RATE_PER_S_MAX}"),
+            ));
+        }
+        if burst == 0 || burst > BURST_MAX {
+            return Err(invalid("burst", format!("{burst} not in 1..={BURST_MAX}")));
+        }
+        if initial_tokens > burst {
+            return Err(invalid(
+                "initial_tokens",
+                format!("{initial_tokens} above burst {burst}"),
+            ));
+        }
+        Ok(TokenBucket {
+            rate_per_s,
+            burst,
+            level_nt: initial_tokens * NANO_TOKENS_PER_TOKEN,
+            last_ns: None,
+            stats: Arc::new(LimiterStats::default()),
+        })
+    }
+
+    pub fn rate_per_s(&self) -> u64 {
+        self.rate_per_s
+    }
+
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    pub fn stats(&self) -> Arc<LimiterStats> {
+        Arc::clone(&self.stats)
+    }
+
+    fn capacity_nt(&self) -> u64 {
+        self.burst * NANO_TOKENS_PER_TOKEN
+    }
+
+    /// Adds the tokens earned since the last call. A clock that steps back
+    /// adds nothing (and the later time is kept as the reference).
+    fn refill(&mut self, now_ns: u64) {
+        let last_ns = *self.last_ns.get_or_insert(now_ns);
+        if now_ns <= last_ns {
+            return;
+        }
+        let earned = (now_ns - last_ns) as u128 * self.rate_per_s as u128;
+        let room = (self.capacity_nt() - self.level_nt) as u128;
+        self.level_nt += earned.min(room) as u64;
+        self.last_ns = Some(now_ns);
+    }
+
+    /// Takes one token if available.
+    #[inline]
+    pub fn try_take(&mut self, now_ns: u64) -> bool {
+        self.try_take_n(1, now_ns)
+    }
+
+    /// Takes `n` tokens if all are available; takes nothing otherwise.
+    pub fn try_take_n(&mut self, n: u64, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        let cost = n.saturating_mul(NANO_TOKENS_PER_TOKEN);
+        if self.level_nt >= cost {
+            self.level_nt -= cost;
+            self.stats.taken.fetch_add(1, Relaxed);
+            true
+        } else {
+            self.stats.rejected.fetch_add(1, Relaxed);
+            false
+        }
+    }
+
+    /// Whole tokens available at `now_ns`.
+    pub fn available(&mut self, now_ns: u64) -> u64 {
+        self.refill(now_ns);
+        self.level_nt / NANO_TOKENS_PER_TOKEN
+    }
+
+    /// Nanoseconds until one token is available (0 if one is now); the
+    /// basis of a retry-after for a rejected caller. `u64::MAX` when the
+    /// bucket never refills by time.
+    pub fn wait_ns(&mut self, now_ns: u64) -> u64 {
+        self.refill(now_ns);
+        let missing = NANO_TOKENS_PER_TOKEN.saturating_sub(self.level_nt);
+        match (missing, self.rate_per_s) {
+            (0, _) => 0,
+            (_, 0) => u64::MAX,
+            (m, r) => m.div_ceil(r),
+        }
+    }
+
+    /// Adds `nano_tokens` (capped at `burst`), for buckets refilled by events
+    /// rather than time, such as the retry budget's per-call deposit.
+    pub fn deposit_nano_tokens(&mut self, nano_tokens: u64, now_ns: u64) {
+        self.refill(now_ns);
+        let room = self.capacity_nt() - self.level_nt;
+        self.level_nt += nano_tokens.min(room);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock, NS_PER_MS};
+
+    #[test]
+    fn burst_then_exact_rate() {
+        let clock = ManualClock::new(1_000 * NS_PER_S);
+        let mut b = TokenBucket::new(10, 5).unwrap();
+        let granted = (0..20).filter(|_| b.try_take(clock.now_ns())).count();
+        assert_eq!(granted, 5, "a full bucket grants exactly the burst");
+        // 10/s = one token per 100 ms; 99 ms is not enough.
+        clock.advance_ms(99);
+        assert!(!b.try_take(clock.now_ns()));
+        clock.advance_ms(1);
+        assert!(b.try_take(clock.now_ns()));
+        assert!(!b.try_take(clock.now_ns()));
+        assert_eq!(
+            b.stats().snapshot(),
+            LimiterSnapshot {
+                taken: 6,
+                rejected: 17
+            }
+        );
+    }
+
+    #[test]
+    fn no_drift_over_many_small_steps() {
+        // 3 tokens/s with 1 ms steps: 1 ms earns 0.003 token, a fraction a
+        // float accumulator would round; integer nano-tokens keep it exact.
+        let clock = ManualClock::new(0);
+        let mut b = TokenBucket::with_initial_tokens(3, 1_000, 0).unwrap();
+        let mut granted = 0u64;
+        b.try_take(clock.now_ns()); // first call only sets the reference
+        for _ in 0..100_000 {
+            clock.advance_ms(1);
+            granted += b.try_take(clock.now_ns()) as u64;
+        }
+        assert_eq!(granted, 300, "100 s at 3/s is exactly 300 tokens");
+    }
+
+    #[test]
+    fn burst_caps_the_level_after_a_long_idle() {
+        let clock = ManualClock::new(0);
+        let mut b = TokenBucket::new(1_000, 50).unwrap();
+        b.try_take(clock.now_ns());
+        clock.advance(std::time::Duration::from_secs(3_600));
+        assert_eq!(b.available(clock.now_ns()), 50);
+    }
+
+    #[test]
+    fn wait_time_until_next_token() {
+        let clock = ManualClock::new(0);
+        let mut b = TokenBucket::with_initial_tokens(4, 1, 0).unwrap();
+        assert_eq!(b.wait_ns(clock.now_ns()), 250 * NS_PER_MS);
+        clock.advance_ms(100);
+        assert_eq!(b.wait_ns(clock.now_ns()), 150 * NS_PER_MS);
+        clock.advance_ms(150);
+        assert_eq!(b.wait_ns(clock.now_ns()), 0);
+    }
+
+    #[test]
+    fn clock_stepping_back_grants_nothing() {
+        let mut b = TokenBucket::with_initial_tokens(1, 1, 0).unwrap();
+        assert!(!b.try_take(10 * NS_PER_S));
+        assert!(!b.try_take(5 * NS_PER_S));
+        assert!(
+            !b.try_take(10 * NS_PER_S),
+            "the step back must not earn tokens"
+        );
+        assert!(b.try_take(11 * NS_PER_S));
+    }
+
+    #[test]
+    fn invalid_config_is_refused() {
+        assert!(TokenBucket::new(10, 0).is_err());
+        assert!(TokenBucket::new(RATE_PER_S_MAX + 1, 1).is_err());
+        assert!(TokenBucket::with_initial_tokens(1, 2, 3).is_err());
+    }
+
+    #[test]
+    fn deposits_are_capped_at_burst() {
+        let mut b = TokenBucket::with_initial_tokens(0, 2, 0).unwrap();
+        b.deposit_nano_tokens(5 * NANO_TOKENS_PER_TOKEN, 0);
+        assert_eq!(b.available(0), 2);
+        assert_eq!(b.wait_ns(0), 0);
+        assert!(b.try_take_n(2, 0));
+        assert_eq!(b.wait_ns(0), u64::MAX);
+    }
+}

@@ -1,0 +1,44 @@
+//! Resilience building blocks for calls to dependencies (provider feeds,
+//! reference data) and for admission: circuit breaker, bulkhead, retry with a
+//! budget, full-jitter backoff, token-bucket limiter, XFetch early refresh,
+//! and a fault-injection TCP proxy for drills and tests.
+//!
+//! Contract shared by every block except [`proxy`]:
+//! - **Time is injected.** Every decision takes `now_ns` (monotonic
+//!   nanoseconds from a [`crate::clock::Clock`]); nothing reads the OS clock,
+//!   so tests drive time with [`crate::clock::ManualClock`] and never sleep.
+//! - **Randomness is injected** as a generic `rand::Rng`, so a seeded
+//!   `SmallRng` makes every jitter reproducible.
+//! - **Allocation happens at construction only.** The breaker's sliding
+//!   window is a preallocated ring; `try_acquire`, `record`, `try_take`,
+//!   `try_enter`, `delay_ms` and `should_refresh` allocate nothing.
+//! - **Nothing waits unboundedly.** The only blocking call in this module
+//!   tree is [`bulkhead::Bulkhead::enter_wait`], bounded by its configured
+//!   `max_wait_ms`; the retry driver sleeps only through the injected
+//!   [`retry::Sleeper`], and only for a bounded number of attempts.
+//! - **Every protective action is counted** in a stats struct of atomics
+//!   (`Relaxed`), shared by `Arc` so a metrics thread can read a snapshot.
+//!
+//! [`proxy`] is a test and drill tool, not a hot-path component: it uses real
+//! threads and real time, bounded by a maximum connection count.
+
+pub mod backoff;
+pub mod breaker;
+pub mod bulkhead;
+mod error;
+pub mod limiter;
+pub mod proxy;
+pub mod retry;
+mod window;
+pub mod xfetch;
+
+pub use backoff::Backoff;
+pub use breaker::{BreakerConfig, BreakerState, BreakerStats, CircuitBreaker, Outcome, Permit};
+pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadGuard};
+pub use error::{BulkheadFull, CallError, ConfigError, NotPermitted};
+pub use limiter::TokenBucket;
+pub use retry::{Retry, RetryConfig, RetryContext, Sleeper};
+pub use xfetch::XFetch;
+
+/// Nanoseconds per second, for integer rate arithmetic.
+pub const NS_PER_S: u64 = 1_000_000_000;
