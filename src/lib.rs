@@ -11,7 +11,9 @@
 //! prove it with a counting allocator.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod admission;
 pub mod clock;
 pub mod config;
 pub mod feed;
 pub mod model;
+pub mod requests;
