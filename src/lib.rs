@@ -12,6 +12,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cli;
+pub mod admission;
 pub mod clock;
 pub mod config;
 pub mod engine;
@@ -20,3 +21,4 @@ pub mod model;
 pub mod pipeline;
 pub mod wire;
 pub mod resilience;
+pub mod requests;

@@ -1,0 +1,183 @@
+//! An integer token bucket on injected nanoseconds, and the jittered
+//! retry-after window every reject draws from.
+//!
+//! Contract: a [`TokenBucket`] is 32 bytes of plain state, allocates nothing,
+//! never blocks, and decides only from the `now_ns` it is given. Arithmetic is
+//! exact for every integer rate: tokens are held in units of 1e-9 token, so a
+//! refill of `elapsed_ns * rate_per_s` nano-tokens loses nothing to rounding.
+
+use rand::Rng;
+
+/// Nano-tokens in one token (and nanoseconds in one second: the two scales
+/// coincide, which is what makes the refill exact).
+const NANO_PER_TOKEN: u64 = 1_000_000_000;
+
+/// A token bucket: `burst` tokens at most, refilled at `rate_per_s`.
+/// It starts full, so a cold start admits a full burst at once.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenBucket {
+    tokens_nano: u64,
+    capacity_nano: u64,
+    last_ns: u64,
+    rate_per_s: u32,
+}
+
+impl TokenBucket {
+    /// A full bucket. `burst` must be at least 1 (a bucket that can never
+    /// hold a token is a configuration error, refused by the callers'
+    /// `validate`); `rate_per_s == 0` means "burst only, never refills".
+    pub fn new(rate_per_s: u32, burst: u32, now_ns: u64) -> TokenBucket {
+        assert!(burst > 0, "token bucket burst must be at least 1");
+        let capacity_nano = u64::from(burst) * NANO_PER_TOKEN;
+        TokenBucket {
+            tokens_nano: capacity_nano,
+            capacity_nano,
+            last_ns: now_ns,
+            rate_per_s,
+        }
+    }
+
+    /// Adds the tokens earned since the last call. A clock read that goes
+    /// backwards earns nothing (and does not move `last_ns` back).
+    #[inline]
+    pub fn refill(&mut self, now_ns: u64) {
+        let elapsed_ns = now_ns.saturating_sub(self.last_ns);
+        if elapsed_ns == 0 {
+            return;
+        }
+        self.last_ns = now_ns;
+        // Saturating: after a long idle period the product may overflow, and
+        // the bucket is full then anyway.
+        let earned_nano = elapsed_ns.saturating_mul(u64::from(self.rate_per_s));
+        self.tokens_nano = self
+            .tokens_nano
+            .saturating_add(earned_nano)
+            .min(self.capacity_nano);
+    }
+
+    /// Whether one token is available (after a [`refill`](Self::refill)).
+    #[inline]
+    pub fn has_token(&self) -> bool {
+        self.tokens_nano >= NANO_PER_TOKEN
+    }
+
+    /// Takes one token; the caller checked [`has_token`](Self::has_token).
+    #[inline]
+    pub fn take(&mut self) {
+        debug_assert!(self.has_token());
+        self.tokens_nano -= NANO_PER_TOKEN;
+    }
+
+    /// Refills, then takes one token if there is one.
+    #[inline]
+    pub fn try_take(&mut self, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        if !self.has_token() {
+            return false;
+        }
+        self.take();
+        true
+    }
+
+    /// Whole tokens available at `now_ns`.
+    pub fn available(&mut self, now_ns: u64) -> u32 {
+        self.refill(now_ns);
+        (self.tokens_nano / NANO_PER_TOKEN) as u32
+    }
+
+    /// Whether the bucket is full at `now_ns`: its state is then
+    /// indistinguishable from a fresh bucket, so it may be forgotten.
+    pub fn is_full(&mut self, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        self.tokens_nano == self.capacity_nano
+    }
+}
+
+/// The window a jittered retry-after is drawn from, uniformly, inclusive.
+/// A fixed retry-after would bring every rejected client back in the same
+/// millisecond; a window spreads the herd across it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryWindow {
+    pub min_ms: u32,
+    pub max_ms: u32,
+}
+
+impl RetryWindow {
+    pub const fn new(min_ms: u32, max_ms: u32) -> RetryWindow {
+        RetryWindow { min_ms, max_ms }
+    }
+
+    /// Whether the window is usable (non-empty and not zero-only).
+    pub fn is_valid(&self) -> bool {
+        self.min_ms <= self.max_ms && self.max_ms > 0
+    }
+
+    /// One uniform draw from `[min_ms, max_ms]`.
+    #[inline]
+    pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> u32 {
+        debug_assert!(self.min_ms <= self.max_ms);
+        rng.gen_range(self.min_ms..=self.max_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NS_PER_MS;
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn bucket_starts_full_and_empties_after_burst() {
+        let mut b = TokenBucket::new(10, 5, 0);
+        for _ in 0..5 {
+            assert!(b.try_take(0));
+        }
+        assert!(!b.try_take(0));
+    }
+
+    #[test]
+    fn bucket_refills_exactly_at_rate() {
+        // 3 per second: one token every 333.33.. ms, exact in nano-tokens.
+        let mut b = TokenBucket::new(3, 1, 0);
+        assert!(b.try_take(0));
+        assert!(!b.try_take(333 * NS_PER_MS));
+        assert!(b.try_take(333_333_334));
+        assert!(!b.try_take(666_666_666));
+        assert!(b.try_take(666_666_667));
+    }
+
+    #[test]
+    fn bucket_never_exceeds_burst_after_idle() {
+        let mut b = TokenBucket::new(1_000_000, 7, 0);
+        assert_eq!(b.available(u64::MAX / 2), 7);
+        assert!(b.is_full(u64::MAX / 2));
+    }
+
+    #[test]
+    fn bucket_ignores_clock_going_back() {
+        let mut b = TokenBucket::new(1, 1, 10 * NS_PER_MS);
+        assert!(b.try_take(10 * NS_PER_MS));
+        assert!(!b.try_take(0));
+        assert!(!b.try_take(10 * NS_PER_MS + 999 * NS_PER_MS));
+        assert!(b.try_take(10 * NS_PER_MS + 1000 * NS_PER_MS));
+    }
+
+    #[test]
+    fn zero_rate_bucket_is_burst_only() {
+        let mut b = TokenBucket::new(0, 2, 0);
+        assert!(b.try_take(0));
+        assert!(b.try_take(1_000 * NS_PER_MS));
+        assert!(!b.try_take(u64::MAX));
+    }
+
+    #[test]
+    fn retry_window_draws_stay_inside_and_spread() {
+        let w = RetryWindow::new(3000, 8000);
+        let mut rng = SmallRng::seed_from_u64(7);
+        let draws: Vec<u32> = (0..2000).map(|_| w.draw(&mut rng)).collect();
+        assert!(draws.iter().all(|d| (3000..=8000).contains(d)));
+        assert!(*draws.iter().min().unwrap() < 3100);
+        assert!(*draws.iter().max().unwrap() > 7900);
+    }
+}

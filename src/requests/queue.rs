@@ -1,0 +1,712 @@
+//! The bounded request queue between the gateways and the request workers:
+//! per-request deadlines, CoDel overload detection, adaptive LIFO, shedding
+//! with a jittered retry-after, and per-account fairness.
+//!
+//! # Contract
+//!
+//! - **Allocation**: every slot, list head, per-account table and the sojourn
+//!   histogram is allocated in [`RequestQueue::new`]. `push` and `pop`
+//!   allocate nothing (the caller's `T` is moved into a preallocated slot and
+//!   moved out again); `tests/overload_zero_alloc.rs` proves it.
+//! - **Bounded**: at most `capacity` requests, `accounts_max` accounts. A
+//!   push into a full queue evicts the oldest entry of the account holding the
+//!   most entries and hands it back; one `pop` sheds at most the requests it
+//!   walks past plus `shed_per_pop_max` from the old end.
+//! - **Never blocks, sans-IO**: the queue reads no clock and sends nothing.
+//!   Time comes in as `now_ns` (monotonic ns); everything removed without
+//!   being served comes back to the caller as a [`Shed`] (request, reason,
+//!   jittered `retry_after_ms`) so the caller writes the reject frame.
+//! - **Not synchronised**: methods take `&mut self`. One owner drives it
+//!   (e.g. a dispatcher thread, or a `Mutex` whose critical section is these
+//!   O(1) calls); counters go to a shared [`OverloadStats`].
+//!
+//! # Mechanisms
+//!
+//! - **Deadlines**: a request's relative budget (µs, from the client) becomes
+//!   `deadline_ns = now_ns + budget` on arrival. `pop` never returns a request
+//!   with `now_ns >= deadline_ns`: those go to `on_shed` with
+//!   [`ShedReason::Expired`] (counted as expired, not as a failure; no
+//!   retry-after, since the client's own deadline has passed).
+//! - **Overload (CoDel)**: at every `pop` the queue samples its *standing
+//!   delay* — the wait of the oldest queued request, or 0 when empty — and
+//!   keeps the minimum per interval. In FIFO order this is exactly CoDel's
+//!   sojourn of the dequeued request; measuring the oldest rather than the one
+//!   served keeps the signal honest once LIFO serves the newest first. At the
+//!   end of an interval the queue is *overloaded* iff that minimum exceeds
+//!   `target_ns`. A burst that drains within an interval leaves a sample of 0
+//!   and never trips it; a standing backlog does, within two intervals. An
+//!   interval with no pop keeps the previous verdict (no evidence either way)
+//!   unless the queue is empty.
+//! - **Under overload**: dequeue LIFO (newest first: those still have budget
+//!   left), and shed non-critical requests that waited more than
+//!   `2 * target_ns` with [`ShedReason::Overloaded`] and a retry-after drawn
+//!   uniformly from `retry_after`. The first request served in each interval
+//!   is never shed, so the queue always makes progress and yields a fresh
+//!   sample. LIFO ends (FIFO again) once the queue has been empty within the
+//!   last interval; an empty queue also clears the overloaded verdict at once.
+//! - **Critical lane**: a request is critical only if the client flagged it
+//!   *and* the caller says the account is entitled. Critical requests are
+//!   served before any normal one, are never shed for overload, and are evicted
+//!   only from an account that has no normal entries left.
+//! - **Fairness**: each account has a token bucket (`account_rate_per_s`,
+//!   `account_burst`); a push over budget is refused with
+//!   [`ShedReason::RateLimited`]. When the queue is full, the account holding
+//!   the most entries (the pusher itself on a tie) loses its oldest entry
+//!   ([`ShedReason::QueueFull`]); a quiet account is never the victim while a
+//!   noisy one holds more.
+//!
+//! # Data structure
+//!
+//! A slab of preallocated slots with two intrusive doubly linked chains per
+//! slot: its *lane* (normal or critical, in arrival order) and its *account
+//! lane* (the same account and lane, in arrival order). Push, pop at either
+//! end, and evict-oldest-of-account are O(1). The account with the most
+//! entries is found in O(1) by bucketing accounts by count
+//! (`requests::heaviest`), not by an O(accounts) scan.
+
+use std::sync::Arc;
+
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use crate::admission::{RetryWindow, TokenBucket};
+use crate::clock::{NS_PER_MS, NS_PER_US};
+use crate::requests::heaviest::Heaviest;
+use crate::requests::stats::{inc, set, OverloadStats};
+
+/// Default queue capacity: a few seconds of request work at the rates one
+/// instance serves, small enough that a full queue is still fresh.
+pub const QUEUE_CAPACITY_DEFAULT: usize = 4096;
+/// Default number of dense account ids the queue tracks.
+pub const QUEUE_ACCOUNTS_MAX_DEFAULT: usize = 4096;
+/// CoDel target: a standing delay above 5 ms is a queue, not a burst.
+pub const SOJOURN_TARGET_NS_DEFAULT: u64 = 5 * NS_PER_MS;
+/// CoDel interval: the minimum is taken over 100 ms windows.
+pub const SOJOURN_INTERVAL_NS_DEFAULT: u64 = 100 * NS_PER_MS;
+/// Retry-after window for shed requests (ms).
+pub const SHED_RETRY_WINDOW_DEFAULT: RetryWindow = RetryWindow::new(2000, 5000);
+/// Per-account request rate: a terminal asks for snapshots or lists a few
+/// times a second at most; 100/s with a burst of 200 covers an account with
+/// dozens of terminals and stops a retry loop.
+pub const ACCOUNT_RATE_PER_S_DEFAULT: u32 = 100;
+pub const ACCOUNT_BURST_DEFAULT: u32 = 200;
+/// Requests one `pop` may shed from the old end besides the ones it walks
+/// past: each push adds one, so shedding up to 16 per pop keeps up.
+pub const SHED_PER_POP_MAX_DEFAULT: u32 = 16;
+/// Upper bound of the sojourn histogram; longer waits saturate into it.
+pub const SOJOURN_HISTOGRAM_MAX_NS_DEFAULT: u64 = 60_000 * NS_PER_MS;
+/// Pass as `budget_us` for a request without a deadline.
+pub const NO_DEADLINE_BUDGET_US: u64 = u64::MAX;
+
+const NIL: u32 = u32::MAX;
+const NORMAL: usize = 0;
+const CRITICAL: usize = 1;
+
+/// A request queue configuration problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestsError {
+    #[error("request config `{key}`: {reason}")]
+    Config {
+        key: &'static str,
+        reason: &'static str,
+    },
+}
+
+fn config_err(key: &'static str, reason: &'static str) -> RequestsError {
+    RequestsError::Config { key, reason }
+}
+
+/// Queue settings; [`Default`] gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    pub capacity: usize,
+    pub accounts_max: usize,
+    pub target_ns: u64,
+    pub interval_ns: u64,
+    pub retry_after: RetryWindow,
+    pub account_rate_per_s: u32,
+    pub account_burst: u32,
+    pub shed_per_pop_max: u32,
+    pub sojourn_histogram_max_ns: u64,
+}
+
+impl Default for QueueConfig {
+    fn default() -> QueueConfig {
+        QueueConfig {
+            capacity: QUEUE_CAPACITY_DEFAULT,
+            accounts_max: QUEUE_ACCOUNTS_MAX_DEFAULT,
+            target_ns: SOJOURN_TARGET_NS_DEFAULT,
+            interval_ns: SOJOURN_INTERVAL_NS_DEFAULT,
+            retry_after: SHED_RETRY_WINDOW_DEFAULT,
+            account_rate_per_s: ACCOUNT_RATE_PER_S_DEFAULT,
+            account_burst: ACCOUNT_BURST_DEFAULT,
+            shed_per_pop_max: SHED_PER_POP_MAX_DEFAULT,
+            sojourn_histogram_max_ns: SOJOURN_HISTOGRAM_MAX_NS_DEFAULT,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// Refuses values the queue cannot work with, naming the key.
+    pub fn validate(&self) -> Result<(), RequestsError> {
+        let slots_max = (NIL - 1) as usize;
+        if self.capacity == 0 || self.capacity > slots_max {
+            return Err(config_err("capacity", "must be in 1..2^32-1"));
+        }
+        if self.accounts_max == 0 || self.accounts_max > slots_max {
+            return Err(config_err("accounts_max", "must be in 1..2^32-1"));
+        }
+        if self.target_ns == 0 || self.target_ns >= self.interval_ns {
+            return Err(config_err("target_ns", "must be > 0 and below interval_ns"));
+        }
+        if !self.retry_after.is_valid() {
+            return Err(config_err("retry_after", "needs 0 <= min_ms <= max_ms, max_ms > 0"));
+        }
+        if self.account_burst == 0 {
+            return Err(config_err("account_burst", "must be at least 1"));
+        }
+        if self.shed_per_pop_max == 0 {
+            return Err(config_err("shed_per_pop_max", "must be at least 1"));
+        }
+        if self.sojourn_histogram_max_ns < 2 * NS_PER_US {
+            return Err(config_err("sojourn_histogram_max_ns", "must be at least 2 µs"));
+        }
+        Ok(())
+    }
+}
+
+/// What the gateway knows about a request when it arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// Dense account index, below `accounts_max`.
+    pub account: u32,
+    /// Remaining-time budget from the client, µs
+    /// ([`NO_DEADLINE_BUDGET_US`] for none).
+    pub budget_us: u64,
+    /// The client flagged the request critical.
+    pub critical: bool,
+    /// The account is entitled to critical requests (from its config);
+    /// without it the flag is ignored.
+    pub critical_entitled: bool,
+}
+
+/// Why a request left the queue without being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ShedReason {
+    /// Waited more than twice the target while the queue was overloaded.
+    Overloaded = 0,
+    /// Evicted from a full queue (oldest entry of the heaviest account).
+    QueueFull = 1,
+    /// The account exceeded its request rate; refused at push.
+    RateLimited = 2,
+    /// Its deadline passed before a worker could take it.
+    Expired = 3,
+    /// The account index is outside the table; refused at push.
+    BadAccount = 4,
+}
+
+impl ShedReason {
+    pub const COUNT: usize = 5;
+    pub const ALL: [ShedReason; ShedReason::COUNT] = [
+        ShedReason::Overloaded,
+        ShedReason::QueueFull,
+        ShedReason::RateLimited,
+        ShedReason::Expired,
+        ShedReason::BadAccount,
+    ];
+
+    /// Stable label for metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShedReason::Overloaded => "overloaded",
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::RateLimited => "rate_limited",
+            ShedReason::Expired => "expired",
+            ShedReason::BadAccount => "bad_account",
+        }
+    }
+}
+
+/// A request removed or refused without service; the caller rejects it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Shed<T> {
+    pub request: T,
+    pub account: u32,
+    pub reason: ShedReason,
+    /// Jittered retry-after drawn from the configured window; 0 for
+    /// [`ShedReason::Expired`] (the client's deadline has passed already).
+    pub retry_after_ms: u32,
+}
+
+/// A request handed to a worker.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Dequeued<T> {
+    pub request: T,
+    pub account: u32,
+    pub critical: bool,
+    pub arrival_ns: u64,
+    pub deadline_ns: u64,
+    /// Time spent queued, ns.
+    pub sojourn_ns: u64,
+}
+
+impl<T> Dequeued<T> {
+    /// Budget left at `now_ns`, µs, to pass on to the next hop (deadlines
+    /// travel as relative budgets).
+    pub fn remaining_budget_us(&self, now_ns: u64) -> u64 {
+        self.deadline_ns.saturating_sub(now_ns) / NS_PER_US
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Links {
+    prev: u32,
+    next: u32,
+}
+
+const UNLINKED: Links = Links {
+    prev: NIL,
+    next: NIL,
+};
+
+/// Head (oldest) and tail (newest) of one intrusive chain.
+#[derive(Debug, Clone, Copy)]
+struct List {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+const EMPTY_LIST: List = List {
+    head: NIL,
+    tail: NIL,
+    len: 0,
+};
+
+#[derive(Debug, Clone, Copy)]
+enum Chain {
+    Lane,
+    Account,
+}
+
+struct Slot<T> {
+    request: Option<T>,
+    account: u32,
+    critical: bool,
+    arrival_ns: u64,
+    deadline_ns: u64,
+    /// Lane chain; also the free-list link (`next`) while the slot is free.
+    lane: Links,
+    account_lane: Links,
+}
+
+fn links<T>(slot: &mut Slot<T>, chain: Chain) -> &mut Links {
+    match chain {
+        Chain::Lane => &mut slot.lane,
+        Chain::Account => &mut slot.account_lane,
+    }
+}
+
+fn push_back<T>(slots: &mut [Slot<T>], list: &mut List, idx: u32, chain: Chain) {
+    let tail = list.tail;
+    *links(&mut slots[idx as usize], chain) = Links {
+        prev: tail,
+        next: NIL,
+    };
+    if tail == NIL {
+        list.head = idx;
+    } else {
+        links(&mut slots[tail as usize], chain).next = idx;
+    }
+    list.tail = idx;
+    list.len += 1;
+}
+
+fn unlink<T>(slots: &mut [Slot<T>], list: &mut List, idx: u32, chain: Chain) {
+    let Links { prev, next } = *links(&mut slots[idx as usize], chain);
+    if prev == NIL {
+        debug_assert_eq!(list.head, idx);
+        list.head = next;
+    } else {
+        links(&mut slots[prev as usize], chain).next = next;
+    }
+    if next == NIL {
+        debug_assert_eq!(list.tail, idx);
+        list.tail = prev;
+    } else {
+        links(&mut slots[next as usize], chain).prev = prev;
+    }
+    *links(&mut slots[idx as usize], chain) = UNLINKED;
+    list.len -= 1;
+}
+
+/// The bounded request queue. `T` is the caller's request (moved in and
+/// out, never cloned); `R` draws the retry-after jitter.
+pub struct RequestQueue<T, R: Rng = SmallRng> {
+    cfg: QueueConfig,
+    slots: Box<[Slot<T>]>,
+    free_head: u32,
+    len: u32,
+    lanes: [List; 2],
+    account_lanes: Box<[[List; 2]]>,
+    heaviest: Heaviest,
+    account_buckets: Box<[TokenBucket]>,
+    rng: R,
+    stats: Arc<OverloadStats>,
+    /// Sojourn of requests served in the current interval, µs.
+    sojourn_us: Histogram<u64>,
+    interval_start_ns: u64,
+    /// Minimum standing delay sampled this interval; `u64::MAX` = no sample.
+    interval_min_ns: u64,
+    served_in_interval: bool,
+    overloaded: bool,
+    lifo: bool,
+    last_empty_ns: u64,
+}
+
+impl<T, R: Rng> RequestQueue<T, R> {
+    /// Allocates everything the queue will ever use. The queue starts empty
+    /// (so FIFO, not overloaded) and its first interval starts at `now_ns`.
+    pub fn new(
+        cfg: QueueConfig,
+        rng: R,
+        stats: Arc<OverloadStats>,
+        now_ns: u64,
+    ) -> Result<Self, RequestsError> {
+        cfg.validate()?;
+        let slots: Box<[Slot<T>]> = (0..cfg.capacity)
+            .map(|i| Slot {
+                request: None,
+                account: 0,
+                critical: false,
+                arrival_ns: 0,
+                deadline_ns: 0,
+                lane: Links {
+                    prev: NIL,
+                    next: if i + 1 < cfg.capacity { i as u32 + 1 } else { NIL },
+                },
+                account_lane: UNLINKED,
+            })
+            .collect();
+        let histogram_max_us = cfg.sojourn_histogram_max_ns / NS_PER_US;
+        let sojourn_us = Histogram::new_with_bounds(1, histogram_max_us, 2)
+            .map_err(|_| config_err("sojourn_histogram_max_ns", "histogram bounds refused"))?;
+        let bucket = TokenBucket::new(cfg.account_rate_per_s, cfg.account_burst, now_ns);
+        Ok(RequestQueue {
+            slots,
+            free_head: 0,
+            len: 0,
+            lanes: [EMPTY_LIST; 2],
+            account_lanes: vec![[EMPTY_LIST; 2]; cfg.accounts_max].into_boxed_slice(),
+            heaviest: Heaviest::new(cfg.accounts_max, cfg.capacity),
+            account_buckets: vec![bucket; cfg.accounts_max].into_boxed_slice(),
+            rng,
+            stats,
+            sojourn_us,
+            interval_start_ns: now_ns,
+            interval_min_ns: u64::MAX,
+            served_in_interval: false,
+            overloaded: false,
+            lifo: false,
+            last_empty_ns: now_ns,
+            cfg,
+        })
+    }
+
+    /// Queues a request arriving at `now_ns`.
+    ///
+    /// - `Ok(None)`: queued.
+    /// - `Ok(Some(evicted))`: queued, and the queue was full, so `evicted`
+    ///   (the oldest entry of the heaviest account, possibly the pusher's
+    ///   own) was removed; reject it.
+    /// - `Err(shed)`: refused (rate limit or bad account); reject it.
+    pub fn push(
+        &mut self,
+        request: T,
+        arrival: Arrival,
+        now_ns: u64,
+    ) -> Result<Option<Shed<T>>, Shed<T>> {
+        self.roll_interval(now_ns);
+        let account = arrival.account;
+        if account as usize >= self.cfg.accounts_max {
+            return Err(self.refuse(request, account, ShedReason::BadAccount));
+        }
+        if !self.account_buckets[account as usize].try_take(now_ns) {
+            return Err(self.refuse(request, account, ShedReason::RateLimited));
+        }
+        let evicted = (self.free_head == NIL).then(|| self.evict_for(account));
+        let critical = arrival.critical && arrival.critical_entitled;
+        let deadline_ns = now_ns.saturating_add(arrival.budget_us.saturating_mul(NS_PER_US));
+        self.insert(request, account, critical, now_ns, deadline_ns);
+        Ok(evicted)
+    }
+
+    /// Takes the next request to serve at `now_ns`, or `None` if nothing
+    /// servable is queued. Requests removed on the way (expired, or shed
+    /// for overload) are passed to `on_shed` before this returns; a
+    /// returned request is never past its deadline.
+    pub fn pop(&mut self, now_ns: u64, mut on_shed: impl FnMut(Shed<T>)) -> Option<Dequeued<T>> {
+        self.roll_interval(now_ns);
+        self.sample_standing_delay(now_ns);
+        self.purge_old_end(now_ns, &mut on_shed);
+        while let Some(idx) = self.next_candidate() {
+            let slot = &self.slots[idx as usize];
+            if now_ns >= slot.deadline_ns {
+                on_shed(self.shed(idx, ShedReason::Expired));
+            } else if !slot.critical && self.overdue(slot.arrival_ns, now_ns) {
+                on_shed(self.shed(idx, ShedReason::Overloaded));
+            } else {
+                return Some(self.serve(idx, now_ns));
+            }
+        }
+        self.mark_empty(now_ns);
+        None
+    }
+
+    /// Requests queued now.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cfg.capacity
+    }
+
+    /// Entries `account` holds now (0 for an unknown account).
+    pub fn queued_of(&self, account: u32) -> u32 {
+        if account as usize >= self.cfg.accounts_max {
+            return 0;
+        }
+        self.heaviest.count(account)
+    }
+
+    /// Whether the last completed interval found a standing queue.
+    pub fn is_overloaded(&self) -> bool {
+        self.overloaded
+    }
+
+    /// Whether `pop` serves newest first.
+    pub fn is_lifo(&self) -> bool {
+        self.lifo
+    }
+
+    pub fn config(&self) -> &QueueConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &Arc<OverloadStats> {
+        &self.stats
+    }
+
+    fn insert(&mut self, request: T, account: u32, critical: bool, now_ns: u64, deadline_ns: u64) {
+        let idx = self.free_head;
+        assert!(idx != NIL, "insert into a full slab");
+        let slot = &mut self.slots[idx as usize];
+        self.free_head = slot.lane.next;
+        debug_assert!(slot.request.is_none());
+        slot.request = Some(request);
+        slot.account = account;
+        slot.critical = critical;
+        slot.arrival_ns = now_ns;
+        slot.deadline_ns = deadline_ns;
+        let lane = usize::from(critical);
+        push_back(&mut self.slots, &mut self.lanes[lane], idx, Chain::Lane);
+        let account_lane = &mut self.account_lanes[account as usize][lane];
+        push_back(&mut self.slots, account_lane, idx, Chain::Account);
+        self.heaviest.inc(account);
+        self.len += 1;
+        inc(&self.stats.enqueued);
+        set(&self.stats.queue_depth, u64::from(self.len));
+    }
+
+    /// Unlinks slot `idx` from every chain, frees it and returns its request.
+    fn remove(&mut self, idx: u32) -> T {
+        let (account, lane) = {
+            let slot = &self.slots[idx as usize];
+            (slot.account, usize::from(slot.critical))
+        };
+        unlink(&mut self.slots, &mut self.lanes[lane], idx, Chain::Lane);
+        let account_lane = &mut self.account_lanes[account as usize][lane];
+        unlink(&mut self.slots, account_lane, idx, Chain::Account);
+        self.heaviest.dec(account);
+        let slot = &mut self.slots[idx as usize];
+        slot.lane.next = self.free_head;
+        self.free_head = idx;
+        self.len -= 1;
+        set(&self.stats.queue_depth, u64::from(self.len));
+        slot.request.take().expect("a linked slot holds a request")
+    }
+
+    fn shed(&mut self, idx: u32, reason: ShedReason) -> Shed<T> {
+        let account = self.slots[idx as usize].account;
+        let request = self.remove(idx);
+        self.refuse(request, account, reason)
+    }
+
+    fn refuse(&mut self, request: T, account: u32, reason: ShedReason) -> Shed<T> {
+        self.stats.record_shed(reason);
+        let retry_after_ms = match reason {
+            ShedReason::Expired => 0,
+            _ => self.cfg.retry_after.draw(&mut self.rng),
+        };
+        Shed {
+            request,
+            account,
+            reason,
+            retry_after_ms,
+        }
+    }
+
+    fn serve(&mut self, idx: u32, now_ns: u64) -> Dequeued<T> {
+        let slot = &self.slots[idx as usize];
+        let (account, critical) = (slot.account, slot.critical);
+        let (arrival_ns, deadline_ns) = (slot.arrival_ns, slot.deadline_ns);
+        let request = self.remove(idx);
+        let sojourn_ns = now_ns.saturating_sub(arrival_ns);
+        self.sojourn_us.saturating_record(sojourn_ns / NS_PER_US);
+        self.served_in_interval = true;
+        inc(&self.stats.served);
+        if self.len == 0 {
+            self.mark_empty(now_ns);
+        }
+        Dequeued {
+            request,
+            account,
+            critical,
+            arrival_ns,
+            deadline_ns,
+            sojourn_ns,
+        }
+    }
+
+    /// Frees a slot for `account`'s push by evicting the oldest entry of the
+    /// account holding the most (normal entries before critical ones).
+    fn evict_for(&mut self, account: u32) -> Shed<T> {
+        let top = self.heaviest.heaviest().expect("a full queue holds entries");
+        let pusher_count = self.heaviest.count(account);
+        let victim = if pusher_count >= self.heaviest.count(top) {
+            account
+        } else {
+            top
+        };
+        let lanes = self.account_lanes[victim as usize];
+        let idx = if lanes[NORMAL].head != NIL {
+            lanes[NORMAL].head
+        } else {
+            lanes[CRITICAL].head
+        };
+        debug_assert!(idx != NIL, "the heaviest account holds an entry");
+        self.shed(idx, ShedReason::QueueFull)
+    }
+
+    /// Critical lane first; within a lane newest first under LIFO.
+    fn next_candidate(&self) -> Option<u32> {
+        [CRITICAL, NORMAL]
+            .into_iter()
+            .map(|lane| self.lanes[lane])
+            .find(|list| list.len > 0)
+            .map(|list| if self.lifo { list.tail } else { list.head })
+    }
+
+    /// Whether a normal request that arrived at `arrival_ns` is shed now:
+    /// only under overload, never before the interval's first service.
+    fn overdue(&self, arrival_ns: u64, now_ns: u64) -> bool {
+        self.overloaded
+            && self.served_in_interval
+            && now_ns.saturating_sub(arrival_ns) > 2 * self.cfg.target_ns
+    }
+
+    /// Removes, from the old end of the lanes, requests past their deadline
+    /// and (under overload) normal requests past twice the target — at most
+    /// `shed_per_pop_max` per call. Under LIFO the old end is never walked by
+    /// the serving path, so without this it would hold capacity until
+    /// evicted. Deadlines are not ordered by arrival, so this is a bounded
+    /// sweep, not a guarantee; the guarantee is the check in `pop`.
+    fn purge_old_end(&mut self, now_ns: u64, on_shed: &mut impl FnMut(Shed<T>)) {
+        let mut budget = self.cfg.shed_per_pop_max;
+        for lane in [NORMAL, CRITICAL] {
+            while budget > 0 {
+                let head = self.lanes[lane].head;
+                if head == NIL {
+                    break;
+                }
+                let slot = &self.slots[head as usize];
+                let reason = if now_ns >= slot.deadline_ns {
+                    ShedReason::Expired
+                } else if lane == NORMAL && self.overdue(slot.arrival_ns, now_ns) {
+                    ShedReason::Overloaded
+                } else {
+                    break;
+                };
+                on_shed(self.shed(head, reason));
+                budget -= 1;
+            }
+        }
+    }
+
+    /// CoDel sample: the wait of the oldest queued request (0 if empty).
+    fn sample_standing_delay(&mut self, now_ns: u64) {
+        let oldest_ns = [NORMAL, CRITICAL]
+            .into_iter()
+            .map(|lane| self.lanes[lane].head)
+            .filter(|&idx| idx != NIL)
+            .map(|idx| self.slots[idx as usize].arrival_ns)
+            .min();
+        let delay_ns = oldest_ns.map_or(0, |arrival| now_ns.saturating_sub(arrival));
+        self.interval_min_ns = self.interval_min_ns.min(delay_ns);
+    }
+
+    /// The queue was seen empty: no standing delay, FIFO from now on.
+    fn mark_empty(&mut self, now_ns: u64) {
+        self.last_empty_ns = now_ns;
+        self.interval_min_ns = 0;
+        self.set_mode(false, false);
+    }
+
+    fn set_mode(&mut self, overloaded: bool, lifo: bool) {
+        if overloaded && !self.overloaded {
+            inc(&self.stats.overload_episodes);
+        }
+        self.overloaded = overloaded;
+        self.lifo = lifo;
+        set(&self.stats.overloaded, u64::from(overloaded));
+        set(&self.stats.lifo, u64::from(lifo));
+    }
+
+    /// Closes the interval if `interval_ns` has passed: decides overload from
+    /// the interval's minimum, publishes the sojourn figures, starts anew.
+    fn roll_interval(&mut self, now_ns: u64) {
+        if now_ns.saturating_sub(self.interval_start_ns) < self.cfg.interval_ns {
+            return;
+        }
+        let min_ns = self.interval_min_ns;
+        let overloaded = match min_ns {
+            u64::MAX => self.overloaded && self.len > 0,
+            min => min > self.cfg.target_ns,
+        };
+        let emptied_recently =
+            now_ns.saturating_sub(self.last_empty_ns) <= self.cfg.interval_ns;
+        let lifo = overloaded || (self.lifo && !emptied_recently);
+        self.set_mode(overloaded, lifo);
+        self.publish_interval(if min_ns == u64::MAX { 0 } else { min_ns });
+        self.interval_start_ns = now_ns;
+        self.interval_min_ns = u64::MAX;
+        self.served_in_interval = false;
+    }
+
+    fn publish_interval(&mut self, min_ns: u64) {
+        let stats = &self.stats;
+        set(&stats.sojourn_min_last_interval_ns, min_ns);
+        let p99_us = self.sojourn_us.value_at_quantile(0.99);
+        set(&stats.sojourn_p99_last_interval_ns, p99_us * NS_PER_US);
+        let max_us = self.sojourn_us.max();
+        set(&stats.sojourn_max_last_interval_ns, max_us * NS_PER_US);
+        self.sojourn_us.reset();
+    }
+}
