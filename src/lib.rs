@@ -17,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod feed;
+pub mod gateway;
 pub mod model;
 pub mod pipeline;
 pub mod wire;

@@ -1,0 +1,176 @@
+//! The acceptor thread: accepts connections, applies connection-level
+//! admission and hands each admitted socket to a shard, round-robin.
+//!
+//! A connection over budget is accepted only to receive an immediate
+//! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
+//! never held in a queue to time out.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::{GatewayStats, Shared};
+use crate::clock::monotonic_ns;
+use crate::wire::{self, DisconnectReason};
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+
+/// A shard's inbox for new connections.
+#[derive(Clone)]
+pub struct Handoff {
+    pub tx: Sender<(TcpStream, SocketAddr)>,
+    pub waker: Arc<Waker>,
+}
+
+/// Stops the acceptor thread.
+pub struct AcceptorHandle {
+    waker: Arc<Waker>,
+    stop: Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl AcceptorHandle {
+    /// Closes the listener and joins the thread.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.waker.wake();
+        let _ = self.thread.join();
+    }
+}
+
+/// Binds and starts the acceptor.
+pub fn spawn(
+    shared: Arc<Shared>,
+    shards: Vec<Handoff>,
+) -> std::io::Result<(AcceptorHandle, SocketAddr)> {
+    let mut listener = TcpListener::bind(shared.cfg.listen)?;
+    let local = listener.local_addr()?;
+    let poll = Poll::new()?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+    let thread = std::thread::Builder::new()
+        .name("pw-acceptor".into())
+        .spawn(move || {
+            let mut a = Acceptor {
+                shared,
+                shards,
+                next: 0,
+            };
+            a.run(poll, listener, stop_rx);
+        })?;
+    Ok((
+        AcceptorHandle {
+            waker,
+            stop: stop_tx,
+            thread,
+        },
+        local,
+    ))
+}
+
+struct Acceptor {
+    shared: Arc<Shared>,
+    shards: Vec<Handoff>,
+    next: usize,
+}
+
+impl Acceptor {
+    fn run(
+        &mut self,
+        mut poll: Poll,
+        listener: TcpListener,
+        stop: crossbeam_channel::Receiver<()>,
+    ) {
+        let mut events = Events::with_capacity(64);
+        loop {
+            if poll
+                .poll(&mut events, Some(Duration::from_millis(500)))
+                .is_err()
+            {
+                continue;
+            }
+            if stop.try_recv().is_ok() || !self.shared.accepting.load(Ordering::SeqCst) {
+                break;
+            }
+            self.accept_all(&listener);
+        }
+        drop(listener);
+        tracing::info!("listener closed: no longer accepting");
+    }
+
+    /// Drains the accept queue until `WouldBlock` (mio's contract).
+    fn accept_all(&mut self, listener: &TcpListener) {
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // EMFILE and friends: log and leave the rest in the
+                    // kernel queue for the next readiness.
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let stats = &self.shared.stats;
+        GatewayStats::add(&stats.accepted, 1);
+        let _ = stream.set_nodelay(true);
+        let decision = self
+            .shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_accept(peer.ip(), monotonic_ns());
+        if let Err(reject) = decision {
+            refuse_busy(stream, reject.retry_after_ms, stats);
+            return;
+        }
+        let shard = &self.shards[self.next % self.shards.len()];
+        self.next = self.next.wrapping_add(1);
+        match shard.tx.try_send((stream, peer)) {
+            Ok(()) => {
+                let _ = shard.waker.wake();
+            }
+            Err(e) => {
+                // The shard's inbox is full: it is not keeping up with
+                // accepts. Refuse rather than queue.
+                let (stream, peer) = e.into_inner();
+                self.shared
+                    .admission
+                    .lock()
+                    .expect("admission lock")
+                    .on_close(peer.ip());
+                let retry = self.shared.cfg.admission.retry_after.min_ms;
+                refuse_busy(stream, retry, stats);
+            }
+        }
+    }
+}
+
+/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it.
+fn refuse_busy(mut stream: TcpStream, retry_after_ms: u32, stats: &GatewayStats) {
+    GatewayStats::add(&stats.refused, 1);
+    let mut buf = [0u8; 64];
+    if let Ok(n) = wire::encode_disconnect_reason(
+        &mut buf,
+        DisconnectReason::BUSY,
+        retry_after_ms,
+        "busy",
+    ) {
+        // A fresh socket's send buffer is empty: this write completes.
+        let _ = stream.write(&buf[..n]);
+    }
+}

@@ -1,0 +1,272 @@
+//! The subscriber gateway: a TCP listener speaking the SOFH + SBE protocol
+//! (`docs/protocol.md`) to subscriber terminals.
+//!
+//! An acceptor thread applies admission (accept rate, per-IP limits) and
+//! hands accepted sockets round-robin to N shards. Each shard is one mio
+//! event loop on one thread that owns its connections (a fixed-capacity
+//! slab; per-connection buffers allocated at accept), consumes its engine
+//! ring, encodes each price once and copies the bytes into the outbound
+//! buffer of every subscribed connection. Nothing on the fan-out path
+//! allocates or locks. Control (stop accepting, disconnect all, stop)
+//! arrives over crossbeam channels with a mio waker.
+
+pub mod acceptor;
+pub mod conn;
+pub mod outbound;
+pub mod shard;
+pub mod stats;
+pub mod subs;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
+
+pub use stats::{GatewayStats, ShardStats};
+
+use crate::admission::{Admission, AdmissionConfig, RetryWindow};
+use crate::clock::{monotonic_ns, wall_ns};
+use crate::config::Config;
+use crate::engine::PriceTable;
+use crate::pipeline::{ShardInput, WaitStrategy};
+use crate::requests::stats::OverloadStats;
+
+/// Default subscriber listen address.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
+
+/// Gateway settings (flags of `serve`).
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    pub low_water_bytes: usize,
+    pub high_water_bytes: usize,
+    pub out_cap_bytes: usize,
+    /// Above the high mark for longer than this → slow-consumer disconnect.
+    pub slow_consumer_ms: u64,
+    /// Heartbeat interval offered when the client asks for 0.
+    pub heartbeat_ms: u32,
+    pub heartbeat_min_ms: u32,
+    pub heartbeat_max_ms: u32,
+    /// A peer silent for this many heartbeat intervals is dead.
+    pub dead_after_heartbeats: u32,
+    pub logon_timeout_ms: u64,
+    /// A started frame must complete within this time (slowloris guard).
+    pub frame_timeout_ms: u64,
+    /// Largest frame a client may send.
+    pub max_frame_bytes: usize,
+    pub max_connections_per_shard: usize,
+    pub max_subscriptions: usize,
+    /// Per-connection inbound message rate limit (messages per second).
+    pub msg_rate_per_s: u32,
+    pub msg_burst: u32,
+    /// Consecutive rate-limited messages after which the connection is
+    /// closed as a flood.
+    pub flood_disconnect_after: u32,
+    /// Longest a closing connection may take to flush its last bytes.
+    pub close_linger_ms: u64,
+    pub shard_wait: WaitStrategy,
+    pub admission: AdmissionConfig,
+    /// retryAfterMs window for Disconnect(shutdown).
+    pub shutdown_retry: RetryWindow,
+    /// retryAfterMs window for Disconnect(slow consumer / protocol error).
+    pub error_retry: RetryWindow,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: LISTEN_DEFAULT.parse().expect("static address"),
+            low_water_bytes: outbound::LOW_WATER_BYTES_DEFAULT,
+            high_water_bytes: outbound::HIGH_WATER_BYTES_DEFAULT,
+            out_cap_bytes: outbound::OUT_CAP_BYTES_DEFAULT,
+            slow_consumer_ms: 5_000,
+            heartbeat_ms: 1_000,
+            heartbeat_min_ms: 100,
+            heartbeat_max_ms: 30_000,
+            dead_after_heartbeats: 3,
+            logon_timeout_ms: 5_000,
+            frame_timeout_ms: 5_000,
+            max_frame_bytes: 16 * 1024,
+            max_connections_per_shard: 20_000,
+            max_subscriptions: 1_024,
+            msg_rate_per_s: 200,
+            msg_burst: 400,
+            flood_disconnect_after: 100,
+            close_linger_ms: 2_000,
+            shard_wait: WaitStrategy::SpinPark,
+            admission: AdmissionConfig::default(),
+            shutdown_retry: RetryWindow::new(1_000, 10_000),
+            error_retry: RetryWindow::new(1_000, 5_000),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Refuses settings the gateway cannot work with, naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.low_water_bytes < self.high_water_bytes
+            && self.high_water_bytes < self.out_cap_bytes)
+        {
+            return Err("--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold".into());
+        }
+        if self.out_cap_bytes < 4096 {
+            return Err("--out-cap-bytes: at least 4096".into());
+        }
+        if self.max_frame_bytes < 64 || self.max_frame_bytes > crate::wire::FRAME_LEN_MAX {
+            return Err(format!(
+                "--max-frame-bytes: 64..={}",
+                crate::wire::FRAME_LEN_MAX
+            ));
+        }
+        if !(self.heartbeat_min_ms <= self.heartbeat_ms && self.heartbeat_ms <= self.heartbeat_max_ms)
+            || self.heartbeat_min_ms == 0
+        {
+            return Err("heartbeat: 0 < min <= --heartbeat-ms <= max must hold".into());
+        }
+        if self.dead_after_heartbeats < 2 {
+            return Err("--dead-after-heartbeats: at least 2".into());
+        }
+        if self.max_connections_per_shard == 0 || self.max_connections_per_shard > 1 << 20 {
+            return Err("--max-connections-per-shard: 1..=1048576".into());
+        }
+        if self.max_subscriptions == 0 || self.msg_burst == 0 || self.msg_rate_per_s == 0 {
+            return Err("--max-subscriptions, --msg-rate-per-s and --msg-burst: at least 1".into());
+        }
+        if self.slow_consumer_ms == 0 {
+            return Err("--slow-consumer-ms: at least 1".into());
+        }
+        self.admission.validate().map_err(|e| e.to_string())
+    }
+}
+
+/// State shared by the acceptor and every shard (cold paths only, apart
+/// from the lock-free price table).
+pub struct Shared {
+    pub cfg: GatewayConfig,
+    pub config: Arc<Config>,
+    pub table: Arc<PriceTable>,
+    /// Logon, first-subscribe and symbol-list admission; taken on session
+    /// set-up only, never on the price path.
+    pub admission: Mutex<Admission>,
+    pub stats: Arc<GatewayStats>,
+    pub overload: Arc<OverloadStats>,
+    /// UTC = monotonic + this, fixed at start so wall-clock steps never
+    /// reorder prices on the wire.
+    pub wall_offset_ns: i64,
+    pub next_session_id: AtomicU64,
+    pub accepting: AtomicBool,
+}
+
+/// Control messages to a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardControl {
+    /// Send every session Disconnect(shutdown) with a jittered
+    /// retryAfterMs, flush, close.
+    DisconnectAll,
+    /// Exit the loop (after DisconnectAll, or at once).
+    Stop,
+}
+
+/// A running gateway.
+pub struct Gateway {
+    pub shared: Arc<Shared>,
+    pub local_addr: SocketAddr,
+    acceptor: Option<acceptor::AcceptorHandle>,
+    shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
+    pub shard_stats: Vec<Arc<ShardStats>>,
+}
+
+impl Gateway {
+    /// Binds the listener and starts the acceptor and one thread per shard
+    /// input.
+    pub fn start(
+        cfg: GatewayConfig,
+        config: Arc<Config>,
+        table: Arc<PriceTable>,
+        inputs: Vec<ShardInput>,
+        overload: Arc<OverloadStats>,
+    ) -> std::io::Result<Gateway> {
+        cfg.validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let admission = Admission::new(
+            cfg.admission.clone(),
+            rand::SeedableRng::from_entropy(),
+            overload.clone(),
+            monotonic_ns(),
+        )
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let shared = Arc::new(Shared {
+            cfg,
+            config,
+            table,
+            admission: Mutex::new(admission),
+            stats: Arc::new(GatewayStats::default()),
+            overload,
+            wall_offset_ns: crate::wire::wall_offset_ns(wall_ns(), monotonic_ns()),
+            next_session_id: AtomicU64::new(1),
+            accepting: AtomicBool::new(true),
+        });
+        Self::apply_account_limits(&shared);
+        let mut shards = Vec::new();
+        let mut handoffs = Vec::new();
+        let mut shard_stats = Vec::new();
+        for input in inputs {
+            let s = shard::spawn(shared.clone(), input)?;
+            handoffs.push(s.handoff.clone());
+            shard_stats.push(s.stats.clone());
+            shards.push((s.control, s.waker, s.thread));
+        }
+        let (acceptor, local_addr) = acceptor::spawn(shared.clone(), handoffs)?;
+        tracing::info!(%local_addr, shards = shards.len(), "gateway listening");
+        Ok(Gateway {
+            shared,
+            local_addr,
+            acceptor: Some(acceptor),
+            shards,
+            shard_stats,
+        })
+    }
+
+    fn apply_account_limits(shared: &Shared) {
+        let mut adm = shared.admission.lock().expect("admission lock");
+        for (i, a) in shared.config.accounts.iter().enumerate() {
+            let _ = adm.set_account_sessions_max(i as u32, a.max_sessions);
+        }
+    }
+
+    /// Stops accepting: the listener is closed; existing sessions go on.
+    pub fn stop_accepting(&mut self) {
+        self.shared.accepting.store(false, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            a.stop();
+        }
+    }
+
+    /// Sends every session Disconnect(shutdown) and closes them.
+    pub fn disconnect_all(&self) {
+        self.send(ShardControl::DisconnectAll);
+    }
+
+    fn send(&self, msg: ShardControl) {
+        for (tx, waker, _) in &self.shards {
+            let _ = tx.send(msg);
+            let _ = waker.wake();
+        }
+    }
+
+    /// Live sessions across shards.
+    pub fn connections(&self) -> u64 {
+        self.shared.stats.open.load(Ordering::Relaxed)
+    }
+
+    /// Stops everything and joins the threads.
+    pub fn stop(mut self) {
+        self.stop_accepting();
+        self.send(ShardControl::Stop);
+        for (_, _, t) in self.shards.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,1111 @@
+//! One gateway shard: a mio event loop that owns a set of connections and
+//! consumes one engine ring.
+//!
+//! Per loop turn: drain the engine ring (encode each price once, copy it
+//! into every subscribed connection's buffer), poll sockets (reads are
+//! drained until `WouldBlock`, spurious events tolerated), write every
+//! connection that got bytes this turn, and every [`SWEEP_NS`] run the
+//! timers (heartbeats, dead peers, logon and frame timeouts, slow
+//! consumers, closing connections). The fan-out path allocates nothing.
+
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::acceptor::Handoff;
+use super::conn::{Conn, SessionState, Sub};
+use super::outbound::{Append, OutBuf};
+use super::subs::{SubIndex, Subscriber};
+use super::{GatewayStats, Shared, ShardControl, ShardStats};
+use crate::admission::{RetryWindow, TokenBucket};
+use crate::clock::{monotonic_ns, wall_ns};
+use crate::model::{price_flags, Price};
+use crate::pipeline::{ShardInput, Waiter};
+use crate::wire::{
+    self, DisconnectReason, LogonAccepted, LogonRejectReason, LogonRejected, Message, Name16,
+    PriceBody, PriceKind, RejectReason, SubscribeResult, SubscribeStatus, SymbolInfo, TierInfo,
+    PRICE_FRAME_LEN, SYMBOL_BY_NAME, TIER_ACCOUNT_DEFAULT,
+};
+
+const WAKER: Token = Token(0);
+/// Timer sweep period.
+pub const SWEEP_NS: u64 = 50_000_000;
+/// Most prices taken from the engine ring per turn, so sockets are polled
+/// regularly even under a flood of prices.
+pub const PRICE_BATCH: usize = 4096;
+/// Most new connections taken from the inbox per turn.
+const ACCEPT_BATCH: usize = 256;
+/// Room reserved for one control message in an outbound buffer.
+const CONTROL_FRAME_MAX: usize = 512;
+
+/// What [`spawn`] returns to the gateway.
+pub struct SpawnedShard {
+    pub control: Sender<ShardControl>,
+    pub waker: Arc<Waker>,
+    pub thread: JoinHandle<()>,
+    pub handoff: Handoff,
+    pub stats: Arc<ShardStats>,
+}
+
+/// Starts one shard thread on `input`.
+pub fn spawn(shared: Arc<Shared>, input: ShardInput) -> io::Result<SpawnedShard> {
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    input.doorbell.bind_waker(waker.clone());
+    let (control_tx, control_rx) = crossbeam_channel::bounded(16);
+    let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(4096);
+    let stats = Arc::new(ShardStats::default());
+    let index = input.index;
+    let mut shard = Shard::new(shared, input, poll, control_rx, inbox_rx, stats.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("pw-shard{index}"))
+        .spawn(move || shard.run())?;
+    Ok(SpawnedShard {
+        control: control_tx,
+        waker: waker.clone(),
+        thread,
+        handoff: Handoff {
+            tx: inbox_tx,
+            waker,
+        },
+        stats,
+    })
+}
+
+struct Shard {
+    shared: Arc<Shared>,
+    poll: Poll,
+    events: Events,
+    ready: Vec<(usize, bool, bool)>,
+    input: ShardInput,
+    conns: Vec<Option<Conn>>,
+    free: Vec<u32>,
+    index: SubIndex,
+    write_list: Vec<u32>,
+    tiers: usize,
+    digits: Box<[u8]>,
+    scratch: [u8; PRICE_FRAME_LEN],
+    frame: Box<[u8]>,
+    results: Vec<SubscribeResult>,
+    new_keys: Vec<u32>,
+    rng: SmallRng,
+    stats: Arc<ShardStats>,
+    control: Receiver<ShardControl>,
+    inbox: Receiver<(TcpStream, SocketAddr)>,
+    waiter: Waiter,
+    next_sweep_ns: u64,
+    stopping: Option<u64>,
+}
+
+impl Shard {
+    fn new(
+        shared: Arc<Shared>,
+        input: ShardInput,
+        poll: Poll,
+        control: Receiver<ShardControl>,
+        inbox: Receiver<(TcpStream, SocketAddr)>,
+        stats: Arc<ShardStats>,
+    ) -> Self {
+        let table = &shared.config.table;
+        let cap = shared.cfg.max_connections_per_shard;
+        let tiers = table.tiers().len();
+        let digits = table.instruments().iter().map(|i| i.digits).collect();
+        let max_entries = shared.cfg.max_frame_bytes / 18 + 1;
+        let waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
+        Shard {
+            index: SubIndex::new(table.len() * tiers),
+            conns: (0..cap).map(|_| None).collect(),
+            free: (0..cap as u32).rev().collect(),
+            write_list: Vec::with_capacity(cap),
+            ready: Vec::with_capacity(1024),
+            events: Events::with_capacity(1024),
+            tiers,
+            digits,
+            scratch: [0; PRICE_FRAME_LEN],
+            frame: vec![0u8; shared.cfg.max_frame_bytes].into_boxed_slice(),
+            results: Vec::with_capacity(max_entries),
+            new_keys: Vec::with_capacity(max_entries),
+            rng: SmallRng::from_entropy(),
+            waiter,
+            shared,
+            poll,
+            input,
+            stats,
+            control,
+            inbox,
+            next_sweep_ns: 0,
+            stopping: None,
+        }
+    }
+
+    fn run(&mut self) {
+        loop {
+            let now = monotonic_ns();
+            let got = self.drain_prices(now);
+            self.poll_once(got > 0);
+            self.handle_events();
+            self.flush_writes(monotonic_ns());
+            let now = monotonic_ns();
+            if now >= self.next_sweep_ns {
+                self.next_sweep_ns = now + SWEEP_NS;
+                self.sweep(now);
+            }
+            if self.should_exit(now) {
+                break;
+            }
+        }
+        self.close_all();
+    }
+
+    fn poll_once(&mut self, busy: bool) {
+        let mut timeout = if busy || !self.write_list.is_empty() {
+            Some(Duration::ZERO)
+        } else {
+            self.waiter.poll_timeout()
+        };
+        let sleeping = timeout != Some(Duration::ZERO);
+        let consumer = &self.input.consumer;
+        if sleeping && !self.input.doorbell.prepare_sleep(|| !consumer.is_empty()) {
+            timeout = Some(Duration::ZERO);
+        }
+        let res = self.poll.poll(&mut self.events, timeout);
+        if sleeping {
+            self.input.doorbell.woke();
+        }
+        if busy || !self.events.is_empty() {
+            self.waiter.reset();
+        }
+        self.ready.clear();
+        if res.is_ok() {
+            for e in self.events.iter() {
+                self.ready
+                    .push((e.token().0, e.is_readable() || e.is_read_closed(), e.is_writable()));
+            }
+        }
+    }
+
+    fn handle_events(&mut self) {
+        for n in 0..self.ready.len() {
+            let (token, readable, writable) = self.ready[n];
+            if token == WAKER.0 {
+                self.on_wake();
+                continue;
+            }
+            let i = token - 1;
+            if writable {
+                self.write_conn(i, monotonic_ns());
+            }
+            if readable {
+                self.on_readable(i, monotonic_ns());
+            }
+        }
+    }
+
+    fn should_exit(&mut self, now: u64) -> bool {
+        match self.stopping {
+            None => false,
+            Some(deadline) => {
+                now >= deadline || self.free.len() == self.conns.len()
+            }
+        }
+    }
+
+    // ---- control and accept ------------------------------------------
+
+    fn on_wake(&mut self) {
+        while let Ok(msg) = self.control.try_recv() {
+            match msg {
+                ShardControl::DisconnectAll => self.disconnect_all(),
+                ShardControl::Stop => {
+                    let linger = self.shared.cfg.close_linger_ms * 1_000_000;
+                    self.stopping = Some(monotonic_ns() + linger);
+                }
+            }
+        }
+        for _ in 0..ACCEPT_BATCH {
+            let Ok((stream, peer)) = self.inbox.try_recv() else {
+                break;
+            };
+            self.accept(stream, peer);
+        }
+    }
+
+    fn accept(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+        let Some(i) = self.free.pop() else {
+            self.release_ip(peer);
+            GatewayStats::add(&self.shared.stats.refused, 1);
+            return; // dropping the stream closes it
+        };
+        let i = i as usize;
+        let token = Token(i + 1);
+        if self
+            .poll
+            .registry()
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            self.free.push(i as u32);
+            self.release_ip(peer);
+            return;
+        }
+        let cfg = &self.shared.cfg;
+        let now = monotonic_ns();
+        self.conns[i] = Some(Conn {
+            stream,
+            peer,
+            state: SessionState::AwaitingLogon,
+            session_id: 0,
+            inbuf: vec![0u8; cfg.max_frame_bytes].into_boxed_slice(),
+            in_len: 0,
+            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes),
+            subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
+            dirty_subs: 0,
+            default_tier: 0,
+            heartbeat_ns: u64::from(cfg.heartbeat_ms) * 1_000_000,
+            connected_ns: now,
+            last_rx_ns: now,
+            last_tx_ns: now,
+            partial_since_ns: None,
+            msg_bucket: TokenBucket::new(cfg.msg_rate_per_s, cfg.msg_burst, now),
+            flood_strikes: 0,
+            first_subscribe_done: false,
+            in_write_list: false,
+            closing_reason: None,
+        });
+        GatewayStats::add(&self.shared.stats.open, 1);
+        self.stats.connections.set((self.conns.len() - self.free.len()) as u64);
+    }
+
+    fn release_ip(&self, peer: SocketAddr) {
+        self.shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_close(peer.ip());
+    }
+
+    // ---- prices -------------------------------------------------------
+
+    fn drain_prices(&mut self, now: u64) -> usize {
+        let n = self.input.consumer.slots().min(PRICE_BATCH);
+        for _ in 0..n {
+            if let Ok(p) = self.input.consumer.pop() {
+                self.on_price(&p, now);
+            }
+        }
+        n
+    }
+
+    /// Encodes `p` once and copies it to every subscriber of its key.
+    #[inline]
+    fn on_price(&mut self, p: &Price, now: u64) {
+        self.stats.prices_in.inc();
+        let key = p.symbol as usize * self.tiers + p.tier as usize;
+        let subscribers = self.index.subscribers(key);
+        if subscribers.is_empty() {
+            return;
+        }
+        // The engine conflated this key: send a resync point, not a delta.
+        let kind = if p.flags & price_flags::CONFLATED != 0 {
+            PriceKind::Snapshot
+        } else {
+            PriceKind::Update
+        };
+        let digits = self.digits[p.symbol as usize];
+        let n = wire::encode_model_price(&mut self.scratch, kind, p, digits, self.shared.wall_offset_ns);
+        let bytes = &self.scratch[..n];
+        for s in subscribers {
+            if let Some(conn) = self.conns[s.conn as usize].as_mut() {
+                if deliver(conn, s.slot, p.seq, bytes, now, &self.stats) && !conn.in_write_list {
+                    conn.in_write_list = true;
+                    self.write_list.push(s.conn);
+                }
+            }
+        }
+    }
+
+    // ---- writes -------------------------------------------------------
+
+    fn flush_writes(&mut self, now: u64) {
+        let mut list = std::mem::take(&mut self.write_list);
+        for &i in &list {
+            if let Some(c) = self.conns[i as usize].as_mut() {
+                c.in_write_list = false;
+            }
+            self.write_conn(i as usize, now);
+        }
+        list.clear();
+        self.write_list = list;
+    }
+
+    fn write_conn(&mut self, i: usize, now: u64) {
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        for _ in 0..2 {
+            let before = conn.out.len();
+            let res = conn.out.write_to(&mut conn.stream);
+            self.stats.bytes_written.add((before - conn.out.len()) as u64);
+            if res.is_err() {
+                self.close_now(i, false);
+                return;
+            }
+            // Drained below low after conflating: send what is owed.
+            if conn.out.update_flow(now) && conn.dirty_subs > 0 {
+                resync(conn, &self.shared, self.tiers, &self.digits, &self.stats, now);
+                continue;
+            }
+            break;
+        }
+        if matches!(conn.state, SessionState::Closing { .. }) && conn.out.is_empty() {
+            self.close_now(i, true);
+        }
+    }
+
+    fn queue_write(&mut self, i: usize) {
+        if let Some(c) = self.conns[i].as_mut() {
+            if !c.in_write_list {
+                c.in_write_list = true;
+                self.write_list.push(i as u32);
+            }
+        }
+    }
+
+    /// Appends a control message built by `encode`; closes the connection
+    /// as a slow consumer if even that does not fit.
+    fn send(&mut self, i: usize, encode: impl FnOnce(&mut [u8]) -> Result<usize, wire::EncodeError>) {
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        let r = conn.out.append_with(CONTROL_FRAME_MAX, |b| encode(b).unwrap_or(0));
+        conn.last_tx_ns = monotonic_ns();
+        if r == Append::Overflow {
+            tracing::debug!(peer = %conn.peer, "control message did not fit");
+        }
+        self.queue_write(i);
+    }
+
+    // ---- reads --------------------------------------------------------
+
+    fn on_readable(&mut self, i: usize, now: u64) {
+        loop {
+            let Some(conn) = self.conns[i].as_mut() else {
+                return;
+            };
+            if conn.in_len == conn.inbuf.len() {
+                // Cannot happen while max frame <= buffer; treat as abuse.
+                self.protocol_error(i, RejectReason::FRAME_TOO_LARGE, 0, "frame does not fit");
+                return;
+            }
+            match conn.stream.read(&mut conn.inbuf[conn.in_len..]) {
+                Ok(0) => {
+                    GatewayStats::add(&self.shared.stats.peer_closed, 1);
+                    self.close_now(i, false);
+                    return;
+                }
+                Ok(n) => {
+                    conn.in_len += n;
+                    conn.last_rx_ns = now;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    GatewayStats::add(&self.shared.stats.peer_closed, 1);
+                    self.close_now(i, false);
+                    return;
+                }
+            }
+            self.process_frames(i, now);
+        }
+    }
+
+    fn process_frames(&mut self, i: usize, now: u64) {
+        let max = self.shared.cfg.max_frame_bytes;
+        let mut off = 0;
+        loop {
+            let Some(conn) = self.conns[i].as_mut() else {
+                return;
+            };
+            if matches!(conn.state, SessionState::Closing { .. }) {
+                conn.in_len = 0;
+                return;
+            }
+            let len = match wire::split_with_max(&conn.inbuf[off..conn.in_len], max) {
+                Ok(None) => break,
+                Ok(Some(len)) => len,
+                Err(e) => {
+                    self.protocol_error(i, e.reason(), 0, "bad framing");
+                    return;
+                }
+            };
+            self.frame[..len].copy_from_slice(&conn.inbuf[off..off + len]);
+            off += len;
+            let frame = std::mem::take(&mut self.frame);
+            self.on_frame(i, &frame[..len], now);
+            self.frame = frame;
+        }
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        conn.inbuf.copy_within(off..conn.in_len, 0);
+        conn.in_len -= off;
+        conn.partial_since_ns = match (conn.in_len, off, conn.partial_since_ns) {
+            (0, _, _) => None,
+            (_, 0, Some(t)) => Some(t),
+            _ => Some(now),
+        };
+    }
+
+    fn on_frame(&mut self, i: usize, frame: &[u8], now: u64) {
+        let Some(conn) = self.conns[i].as_ref() else {
+            return;
+        };
+        let state = conn.state;
+        let msg = match wire::decode(frame) {
+            Ok(m) => m,
+            Err(e) => {
+                let tid = e.template_id();
+                if state == SessionState::AwaitingLogon {
+                    self.protocol_error(i, e.reason(), tid, "bad message before logon");
+                } else {
+                    self.reject(i, 0, tid, e.reason(), 0, "bad message");
+                }
+                return;
+            }
+        };
+        match state {
+            SessionState::AwaitingLogon => match msg {
+                Message::Logon(l) => self.on_logon(i, &l, now),
+                other => {
+                    self.protocol_error(i, RejectReason::NOT_LOGGED_ON, other.template_id(), "logon first")
+                }
+            },
+            SessionState::Active { account } => self.on_active(i, account, msg, now),
+            SessionState::Closing { .. } => {}
+        }
+    }
+
+    fn on_active(&mut self, i: usize, account: u32, msg: Message<'_>, now: u64) {
+        if !matches!(msg, Message::Heartbeat) && !self.take_msg_token(i, &msg, now) {
+            return;
+        }
+        match msg {
+            Message::Heartbeat => {}
+            Message::Logout => self.disconnect(i, DisconnectReason::LOGOUT, 0, "logout", now),
+            Message::Logon(_) => {
+                self.reject(i, 0, wire::template::LOGON, RejectReason::ALREADY_LOGGED_ON, 0, "")
+            }
+            Message::Subscribe(s) => self.on_subscribe(i, account, &s, now),
+            Message::Unsubscribe(s) => self.on_unsubscribe(i, account, &s),
+            Message::SymbolListRequest(r) => self.on_symbol_list(i, account, r.request_id, now),
+            Message::SnapshotRequest(r) => self.on_snapshot_request(i, account, &r),
+            Message::HistoryRequest(r) => self.reject(
+                i,
+                r.request_id,
+                wire::template::HISTORY_REQUEST,
+                RejectReason::INTERNAL,
+                0,
+                "history is not served by this listener",
+            ),
+            other => {
+                let rid = other.request_id().unwrap_or(0);
+                self.reject(i, rid, other.template_id(), RejectReason::UNEXPECTED_MESSAGE, 0, "")
+            }
+        }
+    }
+
+    /// Per-connection message rate limit; a sustained flood disconnects.
+    fn take_msg_token(&mut self, i: usize, msg: &Message<'_>, now: u64) -> bool {
+        let Some(conn) = self.conns[i].as_mut() else {
+            return false;
+        };
+        if conn.msg_bucket.try_take(now) {
+            conn.flood_strikes = 0;
+            return true;
+        }
+        conn.flood_strikes += 1;
+        let strikes = conn.flood_strikes;
+        if strikes > self.shared.cfg.flood_disconnect_after {
+            GatewayStats::add(&self.shared.stats.disconnects_flood, 1);
+            let retry = self.jitter(self.shared.cfg.error_retry);
+            self.disconnect(i, DisconnectReason::PROTOCOL_ERROR, retry, "message flood", now);
+        } else {
+            let retry = 1_000 / self.shared.cfg.msg_rate_per_s.max(1) + 1;
+            let rid = msg.request_id().unwrap_or(0);
+            self.reject(i, rid, msg.template_id(), RejectReason::RATE_LIMITED, retry, "");
+        }
+        false
+    }
+
+    // ---- session ------------------------------------------------------
+
+    fn on_logon(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) {
+        let shared = self.shared.clone();
+        if let Err(r) = shared.admission.lock().expect("admission lock").on_logon(now) {
+            return self.reject_logon(i, LogonRejectReason::RATE_LIMITED, r.retry_after_ms, now);
+        }
+        let found = shared.config.accounts.iter().position(|a| {
+            a.name.as_bytes() == logon.account && constant_time_eq(a.token.as_bytes(), logon.token)
+        });
+        let Some(idx) = found else {
+            let retry = self.jitter(shared.cfg.error_retry);
+            return self.reject_logon(i, LogonRejectReason::AUTH, retry, now);
+        };
+        let opened = shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_session_open(idx as u32);
+        if let Err(r) = opened {
+            return self.reject_logon(i, LogonRejectReason::SESSION_LIMIT, r.retry_after_ms, now);
+        }
+        let cfg = &shared.cfg;
+        let hb = match logon.heartbeat_interval_ms {
+            0 => cfg.heartbeat_ms,
+            ms => ms.clamp(cfg.heartbeat_min_ms, cfg.heartbeat_max_ms),
+        };
+        let session_id = shared
+            .next_session_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let default_tier = shared.config.accounts[idx].tiers[0];
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        conn.state = SessionState::Active {
+            account: idx as u32,
+        };
+        conn.session_id = session_id;
+        conn.default_tier = default_tier;
+        conn.heartbeat_ns = u64::from(hb) * 1_000_000;
+        GatewayStats::add(&shared.stats.logons_accepted, 1);
+        GatewayStats::add(&shared.stats.logged_on, 1);
+        let m = LogonAccepted {
+            session_id,
+            heartbeat_interval_ms: hb,
+            server_time_ns: wall_ns(),
+            default_tier,
+        };
+        self.send(i, |b| wire::encode_logon_accepted(b, &m));
+    }
+
+    fn reject_logon(&mut self, i: usize, reason: LogonRejectReason, retry_after_ms: u32, now: u64) {
+        GatewayStats::add(&self.shared.stats.logons_rejected, 1);
+        let m = LogonRejected {
+            reason,
+            retry_after_ms,
+        };
+        self.send(i, |b| wire::encode_logon_rejected(b, &m));
+        self.begin_close(i, None, now);
+    }
+
+    fn on_subscribe(&mut self, i: usize, account: u32, s: &wire::Subscribe<'_>, now: u64) {
+        let shared = self.shared.clone();
+        if !self.conns[i].as_ref().is_some_and(|c| c.first_subscribe_done) {
+            let ok = shared.admission.lock().expect("admission lock").on_first_subscribe(now);
+            if let Err(r) = ok {
+                let t = wire::template::SUBSCRIBE;
+                return self.reject(i, s.request_id, t, RejectReason::RATE_LIMITED, r.retry_after_ms, "");
+            }
+        }
+        let acct = &shared.config.accounts[account as usize];
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        conn.first_subscribe_done = true;
+        let tier = if s.tier == TIER_ACCOUNT_DEFAULT { conn.default_tier } else { s.tier };
+        self.results.clear();
+        self.new_keys.clear();
+        for entry in s.entries.clone() {
+            let (id, status) = self.resolve(acct, tier, &entry);
+            let status = if status == SubscribeStatus::OK {
+                self.add_sub(i, id as usize * self.tiers + tier as usize)
+            } else {
+                status
+            };
+            self.results.push(SubscribeResult {
+                symbol_id: id,
+                name: entry.name,
+                status,
+            });
+        }
+        let results = std::mem::take(&mut self.results);
+        self.send(i, |b| wire::encode_subscribe_response(b, s.request_id, results.iter()));
+        self.results = results;
+        self.send_snapshots(i, now);
+    }
+
+    /// Resolves a symbol reference against the table and entitlements.
+    fn resolve(
+        &self,
+        acct: &crate::config::Account,
+        tier: u8,
+        entry: &wire::SymbolRef,
+    ) -> (u16, SubscribeStatus) {
+        let table = &self.shared.config.table;
+        let id = if entry.symbol_id == SYMBOL_BY_NAME {
+            entry.name.as_str().and_then(|n| table.by_name(n)).map(|i| i.id)
+        } else {
+            table.get(entry.symbol_id).map(|i| i.id)
+        };
+        let Some(id) = id else {
+            return (entry.symbol_id, SubscribeStatus::UNKNOWN_SYMBOL);
+        };
+        if (tier as usize) >= self.tiers || !acct.entitled_tier(tier) {
+            return (id, SubscribeStatus::TIER_NOT_ENTITLED);
+        }
+        if !acct.entitled_symbol(id) {
+            return (id, SubscribeStatus::NOT_ENTITLED);
+        }
+        (id, SubscribeStatus::OK)
+    }
+
+    fn add_sub(&mut self, i: usize, key: usize) -> SubscribeStatus {
+        let max = self.shared.cfg.max_subscriptions;
+        let Some(conn) = self.conns[i].as_mut() else {
+            return SubscribeStatus::LIMIT_REACHED;
+        };
+        if conn.subs.iter().any(|s| s.key as usize == key) {
+            return SubscribeStatus::OK;
+        }
+        if conn.subs.len() >= max {
+            return SubscribeStatus::LIMIT_REACHED;
+        }
+        let slot = conn.subs.len() as u32;
+        let pos = self.index.add(key, Subscriber { conn: i as u32, slot });
+        conn.subs.push(Sub {
+            key: key as u32,
+            pos,
+            last_seq: 0,
+            dirty: false,
+        });
+        self.new_keys.push(key as u32);
+        SubscribeStatus::OK
+    }
+
+    /// Sends a PriceSnapshot for every key subscribed by the last request.
+    fn send_snapshots(&mut self, i: usize, now: u64) {
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        for &key in &self.new_keys {
+            let slot = conn.subs.iter().position(|s| s.key == key);
+            if let Some(slot) = slot {
+                conn.subs[slot].dirty = true;
+                conn.dirty_subs += 1;
+            }
+        }
+        if !conn.out.is_conflating() {
+            resync_fresh(conn, &self.shared, self.tiers, &self.digits, now);
+        }
+        self.queue_write(i);
+    }
+
+    fn remove_sub(&mut self, i: usize, slot: usize) {
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        let sub = conn.subs[slot];
+        if sub.dirty {
+            conn.dirty_subs -= 1;
+        }
+        conn.subs.swap_remove(slot);
+        if slot < conn.subs.len() {
+            let m = conn.subs[slot];
+            self.index.set_slot(m.key as usize, m.pos, slot as u32);
+        }
+        if let Some(moved) = self.index.remove(sub.key as usize, sub.pos) {
+            if let Some(other) = self.conns[moved.conn as usize].as_mut() {
+                other.subs[moved.slot as usize].pos = sub.pos;
+            }
+        }
+    }
+
+    fn on_unsubscribe(&mut self, i: usize, account: u32, s: &wire::Subscribe<'_>) {
+        let shared = self.shared.clone();
+        let acct = &shared.config.accounts[account as usize];
+        let default_tier = self.conns[i].as_ref().map_or(0, |c| c.default_tier);
+        let tier = if s.tier == TIER_ACCOUNT_DEFAULT { default_tier } else { s.tier };
+        self.results.clear();
+        for entry in s.entries.clone() {
+            let (id, mut status) = self.resolve(acct, tier, &entry);
+            if status == SubscribeStatus::OK {
+                let key = (id as usize * self.tiers + tier as usize) as u32;
+                let slot = self.conns[i]
+                    .as_ref()
+                    .and_then(|c| c.subs.iter().position(|s| s.key == key));
+                match slot {
+                    Some(slot) => self.remove_sub(i, slot),
+                    None => status = SubscribeStatus::NOT_SUBSCRIBED,
+                }
+            }
+            self.results.push(SubscribeResult {
+                symbol_id: id,
+                name: entry.name,
+                status,
+            });
+        }
+        let results = std::mem::take(&mut self.results);
+        self.send(i, |b| wire::encode_subscribe_response(b, s.request_id, results.iter()));
+        self.results = results;
+    }
+
+    fn on_symbol_list(&mut self, i: usize, account: u32, request_id: u64, now: u64) {
+        let shared = self.shared.clone();
+        let t = wire::template::SYMBOL_LIST_REQUEST;
+        if let Err(r) = shared.admission.lock().expect("admission lock").on_symbol_list(now) {
+            return self.reject(i, request_id, t, RejectReason::RATE_LIMITED, r.retry_after_ms, "");
+        }
+        let acct = &shared.config.accounts[account as usize];
+        let table = &shared.config.table;
+        let symbols = table
+            .instruments()
+            .iter()
+            .filter(|s| acct.entitled_symbol(s.id))
+            .map(|s| SymbolInfo {
+                symbol_id: s.id,
+                digits: s.digits,
+                name: Name16::new(&s.name).unwrap_or_default(),
+            });
+        let tiers = table
+            .tiers()
+            .iter()
+            .filter(|t| acct.entitled_tier(t.id))
+            .map(|t| TierInfo {
+                tier_id: t.id,
+                name: Name16::new(&t.name).unwrap_or_default(),
+            });
+        let need = 64 + table.len() * 19 + table.tiers().len() * 17;
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        let r = conn.out.append_with(need, |b| {
+            wire::encode_symbol_directory(b, request_id, symbols, tiers).unwrap_or(0)
+        });
+        if r == Append::Overflow {
+            return self.reject(i, request_id, t, RejectReason::LIMIT_REACHED, 0, "directory too large");
+        }
+        self.queue_write(i);
+    }
+
+    fn on_snapshot_request(&mut self, i: usize, account: u32, r: &wire::SnapshotRequest<'_>) {
+        let shared = self.shared.clone();
+        let acct = &shared.config.accounts[account as usize];
+        let t = wire::template::SNAPSHOT_REQUEST;
+        let default_tier = self.conns[i].as_ref().map_or(0, |c| c.default_tier);
+        let tier = if r.tier == TIER_ACCOUNT_DEFAULT { default_tier } else { r.tier };
+        if (tier as usize) >= self.tiers || !acct.entitled_tier(tier) {
+            return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "tier");
+        }
+        for id in r.symbols.clone() {
+            if shared.config.table.get(id).is_none() {
+                return self.reject(i, r.request_id, t, RejectReason::UNKNOWN_SYMBOL, 0, "");
+            }
+            if !acct.entitled_symbol(id) {
+                return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "");
+            }
+        }
+        let digits = &self.digits;
+        let offset = shared.wall_offset_ns;
+        let prices = r.symbols.clone().filter_map(|id| {
+            shared
+                .table
+                .read(id, tier)
+                .map(|p| PriceBody::from_price(&p, digits[id as usize], offset))
+        });
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        let need = 64 + r.symbols.clone().count() * 62;
+        let res = conn.out.append_with(need, |b| {
+            wire::encode_snapshot_response(b, r.request_id, prices).unwrap_or(0)
+        });
+        if res == Append::Overflow {
+            return self.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, "too many symbols");
+        }
+        self.queue_write(i);
+    }
+
+    // ---- rejects, disconnects, closing ----------------------------------
+
+    fn reject(
+        &mut self,
+        i: usize,
+        request_id: u64,
+        ref_template_id: u16,
+        reason: RejectReason,
+        retry_after_ms: u32,
+        text: &str,
+    ) {
+        GatewayStats::add(&self.shared.stats.rejects_sent, 1);
+        let m = wire::Reject {
+            request_id,
+            ref_template_id,
+            reason,
+            retry_after_ms,
+            text: text.as_bytes(),
+        };
+        self.send(i, |b| wire::encode_reject(b, &m));
+    }
+
+    fn protocol_error(&mut self, i: usize, reason: RejectReason, template: u16, text: &str) {
+        self.reject(i, 0, template, reason, 0, text);
+        let retry = self.jitter(self.shared.cfg.error_retry);
+        self.disconnect(i, DisconnectReason::PROTOCOL_ERROR, retry, text, monotonic_ns());
+    }
+
+    fn jitter(&mut self, w: RetryWindow) -> u32 {
+        self.rng.gen_range(w.min_ms..=w.max_ms)
+    }
+
+    /// Queues Disconnect(reason) and starts closing.
+    fn disconnect(&mut self, i: usize, reason: DisconnectReason, retry_after_ms: u32, text: &str, now: u64) {
+        let s = &self.shared.stats;
+        let counter = match reason {
+            DisconnectReason::SLOW_CONSUMER => Some(&s.disconnects_slow_consumer),
+            DisconnectReason::PROTOCOL_ERROR => Some(&s.disconnects_protocol_error),
+            DisconnectReason::IDLE_TIMEOUT => Some(&s.disconnects_idle),
+            DisconnectReason::SHUTDOWN => Some(&s.disconnects_shutdown),
+            DisconnectReason::LOGOUT => Some(&s.disconnects_logout),
+            _ => None,
+        };
+        if let Some(c) = counter {
+            GatewayStats::add(c, 1);
+        }
+        self.send(i, |b| wire::encode_disconnect_reason(b, reason, retry_after_ms, text));
+        self.begin_close(i, Some(reason), now);
+    }
+
+    fn begin_close(&mut self, i: usize, reason: Option<DisconnectReason>, now: u64) {
+        let linger = self.shared.cfg.close_linger_ms * 1_000_000;
+        self.drop_session(i);
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        conn.state = SessionState::Closing {
+            deadline_ns: now + linger,
+        };
+        conn.closing_reason = reason;
+        conn.in_len = 0;
+        self.queue_write(i);
+    }
+
+    /// Removes subscriptions and releases the session's account slot.
+    fn drop_session(&mut self, i: usize) {
+        while let Some(last) = self.conns[i].as_ref().and_then(|c| c.subs.len().checked_sub(1)) {
+            self.remove_sub(i, last);
+        }
+        let Some(conn) = self.conns[i].as_mut() else {
+            return;
+        };
+        if let Some(account) = conn.account() {
+            conn.state = SessionState::AwaitingLogon;
+            GatewayStats::sub(&self.shared.stats.logged_on, 1);
+            self.shared
+                .admission
+                .lock()
+                .expect("admission lock")
+                .on_session_close(account);
+        }
+    }
+
+    /// Closes the socket now and frees the slot.
+    fn close_now(&mut self, i: usize, _graceful: bool) {
+        self.drop_session(i);
+        let Some(mut conn) = self.conns[i].take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.release_ip(conn.peer);
+        self.free.push(i as u32);
+        GatewayStats::sub(&self.shared.stats.open, 1);
+        self.stats.connections.set((self.conns.len() - self.free.len()) as u64);
+    }
+
+    fn disconnect_all(&mut self) {
+        let now = monotonic_ns();
+        for i in 0..self.conns.len() {
+            let open = self.conns[i]
+                .as_ref()
+                .is_some_and(|c| !matches!(c.state, SessionState::Closing { .. }));
+            if open {
+                let retry = self.jitter(self.shared.cfg.shutdown_retry);
+                self.disconnect(i, DisconnectReason::SHUTDOWN, retry, "server shutting down", now);
+            }
+        }
+        self.flush_writes(now);
+    }
+
+    fn close_all(&mut self) {
+        for i in 0..self.conns.len() {
+            if self.conns[i].is_some() {
+                self.write_conn(i, monotonic_ns());
+                self.close_now(i, false);
+            }
+        }
+    }
+
+    // ---- timers -------------------------------------------------------
+
+    fn sweep(&mut self, now: u64) {
+        let (mut conflating, mut queued) = (0u64, 0u64);
+        for i in 0..self.conns.len() {
+            let Some(conn) = self.conns[i].as_ref() else {
+                continue;
+            };
+            conflating += u64::from(conn.out.is_conflating());
+            queued += conn.out.len() as u64;
+            if let Some(action) = self.timer_action(conn, now) {
+                self.apply_timer(i, action, now);
+            }
+        }
+        self.stats.conflating_now.set(conflating);
+        self.stats.outbound_bytes.set(queued);
+    }
+
+    fn timer_action(&self, conn: &Conn, now: u64) -> Option<TimerAction> {
+        let cfg = &self.shared.cfg;
+        let ms = 1_000_000u64;
+        if let SessionState::Closing { deadline_ns } = conn.state {
+            return (now >= deadline_ns || conn.out.is_empty()).then_some(TimerAction::Close);
+        }
+        if conn
+            .partial_since_ns
+            .is_some_and(|t| now.saturating_sub(t) > cfg.frame_timeout_ms * ms)
+        {
+            return Some(TimerAction::IncompleteFrame);
+        }
+        if conn.state == SessionState::AwaitingLogon {
+            let late = now.saturating_sub(conn.connected_ns) > cfg.logon_timeout_ms * ms;
+            return late.then_some(TimerAction::LogonTimeout);
+        }
+        if conn
+            .out
+            .above_high_for_ns(now)
+            .is_some_and(|d| d > cfg.slow_consumer_ms * ms)
+        {
+            return Some(TimerAction::SlowConsumer);
+        }
+        let dead = conn.heartbeat_ns * u64::from(cfg.dead_after_heartbeats);
+        if now.saturating_sub(conn.last_rx_ns) > dead {
+            return Some(TimerAction::Idle);
+        }
+        (now.saturating_sub(conn.last_tx_ns) >= conn.heartbeat_ns).then_some(TimerAction::Heartbeat)
+    }
+
+    fn apply_timer(&mut self, i: usize, action: TimerAction, now: u64) {
+        let retry = self.jitter(self.shared.cfg.error_retry);
+        match action {
+            TimerAction::Close => self.close_now(i, true),
+            TimerAction::IncompleteFrame => {
+                self.protocol_error(i, RejectReason::MALFORMED, 0, "incomplete frame timed out")
+            }
+            TimerAction::LogonTimeout => {
+                self.disconnect(i, DisconnectReason::IDLE_TIMEOUT, retry, "no logon", now)
+            }
+            TimerAction::SlowConsumer => {
+                self.disconnect(i, DisconnectReason::SLOW_CONSUMER, retry, "slow consumer", now)
+            }
+            TimerAction::Idle => {
+                self.disconnect(i, DisconnectReason::IDLE_TIMEOUT, 0, "peer silent", now)
+            }
+            TimerAction::Heartbeat => self.send(i, wire::encode_heartbeat),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TimerAction {
+    Close,
+    IncompleteFrame,
+    LogonTimeout,
+    SlowConsumer,
+    Idle,
+    Heartbeat,
+}
+
+/// Copies one encoded price to one connection, or marks it owed if the
+/// connection is conflating. Returns true if bytes were appended.
+#[inline]
+fn deliver(conn: &mut Conn, slot: u32, seq: u64, bytes: &[u8], now: u64, stats: &ShardStats) -> bool {
+    let Some(sub) = conn.subs.get_mut(slot as usize) else {
+        return false;
+    };
+    if seq <= sub.last_seq {
+        stats.superseded.inc();
+        return false;
+    }
+    if conn.out.is_conflating() {
+        if !sub.dirty {
+            sub.dirty = true;
+            conn.dirty_subs += 1;
+        }
+        stats.conflated.inc();
+        return false;
+    }
+    if conn.out.append(bytes) == Append::Overflow {
+        sub.dirty = true;
+        conn.dirty_subs += 1;
+        return false;
+    }
+    sub.last_seq = seq;
+    conn.last_tx_ns = now;
+    stats.prices_out.inc();
+    conn.out.update_flow(now);
+    true
+}
+
+/// After draining below low: the latest price of every owed key, as a
+/// snapshot flagged conflated.
+fn resync(conn: &mut Conn, shared: &Shared, tiers: usize, digits: &[u8], stats: &ShardStats, now: u64) {
+    let n = send_owed(conn, shared, tiers, digits, price_flags::CONFLATED, now);
+    stats.resync_snapshots.add(n);
+}
+
+/// Initial snapshots after a subscribe (not flagged conflated).
+fn resync_fresh(conn: &mut Conn, shared: &Shared, tiers: usize, digits: &[u8], now: u64) {
+    send_owed(conn, shared, tiers, digits, 0, now);
+}
+
+fn send_owed(conn: &mut Conn, shared: &Shared, tiers: usize, digits: &[u8], flag: u8, now: u64) -> u64 {
+    let mut sent = 0;
+    for sub in conn.subs.iter_mut().filter(|s| s.dirty) {
+        let (symbol, tier) = ((sub.key as usize / tiers) as u16, (sub.key as usize % tiers) as u8);
+        if let Some(mut p) = shared.table.read(symbol, tier) {
+            if p.seq > sub.last_seq {
+                p.flags |= flag;
+                let body = PriceBody::from_price(&p, digits[symbol as usize], shared.wall_offset_ns);
+                let r = conn.out.append_with(PRICE_FRAME_LEN, |b| {
+                    wire::try_encode_price(b, PriceKind::Snapshot, &body).unwrap_or(0)
+                });
+                if r == Append::Overflow {
+                    break;
+                }
+                sub.last_seq = p.seq;
+                sent += 1;
+            }
+        }
+        sub.dirty = false;
+        conn.dirty_subs -= 1;
+    }
+    if sent > 0 {
+        conn.last_tx_ns = now;
+    }
+    conn.out.update_flow(now);
+    sent
+}
+
+/// Compares secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,64 @@
+//! Gateway counters. Session-level counters are shared by every shard
+//! (atomic adds on cold paths); per-update counters are per shard and
+//! single-writer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::pipeline::counter::{Counter, Gauge};
+
+/// Listener-wide session counters.
+#[derive(Debug, Default)]
+pub struct GatewayStats {
+    pub accepted: AtomicU64,
+    /// Accepted, then refused by admission (Disconnect(busy)).
+    pub refused: AtomicU64,
+    /// Connections currently open (any state).
+    pub open: AtomicU64,
+    /// Sessions currently logged on.
+    pub logged_on: AtomicU64,
+    pub logons_accepted: AtomicU64,
+    pub logons_rejected: AtomicU64,
+    pub disconnects_slow_consumer: AtomicU64,
+    pub disconnects_protocol_error: AtomicU64,
+    pub disconnects_idle: AtomicU64,
+    pub disconnects_shutdown: AtomicU64,
+    pub disconnects_flood: AtomicU64,
+    pub disconnects_logout: AtomicU64,
+    /// Peers that closed or reset on their own.
+    pub peer_closed: AtomicU64,
+    pub rejects_sent: AtomicU64,
+}
+
+impl GatewayStats {
+    pub fn add(field: &AtomicU64, n: u64) {
+        field.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn sub(field: &AtomicU64, n: u64) {
+        field.fetch_sub(n, Ordering::Relaxed);
+    }
+    pub fn get(field: &AtomicU64) -> u64 {
+        field.load(Ordering::Relaxed)
+    }
+}
+
+/// Per-shard fan-out counters (written by the shard thread only).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct ShardStats {
+    /// Prices taken from the engine ring.
+    pub prices_in: Counter,
+    /// Price frames copied into connection buffers.
+    pub prices_out: Counter,
+    /// Updates not appended because the connection was conflating.
+    pub conflated: Counter,
+    /// Conflated snapshots sent after a connection drained below low.
+    pub resync_snapshots: Counter,
+    /// Updates older than what the connection already had (after resync).
+    pub superseded: Counter,
+    pub bytes_written: Counter,
+    pub connections: Gauge,
+    /// Connections above the high water mark right now.
+    pub conflating_now: Gauge,
+    /// Sum of bytes waiting in outbound buffers (sampled each sweep).
+    pub outbound_bytes: Gauge,
+}
