@@ -1,6 +1,6 @@
 //! The fault proxy on real loopback TCP: an echo server behind the proxy,
 //! one test per toxic. Timing assertions are lower bounds only; every wait
-//! is a socket timeout, never a sleep.
+//! is a socket timeout.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
