@@ -26,7 +26,9 @@ pub const RATE_PER_S_MAX: u64 = 1_000_000_000;
 /// Counters of one limiter.
 #[derive(Debug, Default)]
 pub struct LimiterStats {
+    /// Calls granted (a `try_take_n` counts once, whatever its `n`).
     pub taken: AtomicU64,
+    /// Calls refused.
     pub rejected: AtomicU64,
 }
 

@@ -19,6 +19,44 @@
 //! - **Every protective action is counted** in a stats struct of atomics
 //!   (`Relaxed`), shared by `Arc` so a metrics thread can read a snapshot.
 //!
+//! Composition for one dependency, outside in: retry (outermost only) ->
+//! breaker -> bulkhead -> the call with its timeout. Rejections by the
+//! breaker or the bulkhead come back as [`CallError`] variants that the
+//! retry layer never retries, and business errors are `Ignored` by the
+//! breaker:
+//!
+//! ```
+//! use pricewire::clock::{Clock, ManualClock};
+//! use pricewire::resilience::*;
+//! use rand::{rngs::SmallRng, SeedableRng};
+//!
+//! let clock = ManualClock::new(0);
+//! let mut rng = SmallRng::seed_from_u64(1);
+//! let mut retry = Retry::new(RetryConfig::default()).unwrap();
+//! let mut breaker = CircuitBreaker::new(BreakerConfig::default()).unwrap();
+//! let bulkhead = Bulkhead::new(BulkheadConfig::default()).unwrap();
+//! let fetch = |_ctx: &RetryContext| -> Result<u32, CallError<&str>> { Ok(42) };
+//!
+//! let result = retry.run(
+//!     &RetryContext::outermost(Some(2_000_000_000)),
+//!     &*clock,
+//!     &mut rng,
+//!     |ctx| {
+//!         let permit = breaker.try_acquire(clock.now_ns()).map_err(CallError::BreakerOpen)?;
+//!         let started_ns = clock.now_ns();
+//!         let result = bulkhead
+//!             .try_enter()
+//!             .map_err(CallError::BulkheadFull)
+//!             .and_then(|_slot| fetch(ctx));
+//!         let duration_ns = clock.now_ns() - started_ns;
+//!         breaker.record(permit, Outcome::of(&result, duration_ns), clock.now_ns());
+//!         result
+//!     },
+//!     &mut |d| clock.advance(d),
+//! );
+//! assert_eq!(result, Ok(42));
+//! ```
+//!
 //! [`proxy`] is a test and drill tool, not a hot-path component: it uses real
 //! threads and real time, bounded by a maximum connection count.
 

@@ -96,7 +96,7 @@ fn non_retryable_errors_are_never_retried() {
                 calls.set(calls.get() + 1);
                 Err(e.clone())
             },
-            &mut |_: Duration| panic!("no sleep for a non-retryable error"),
+            &mut |_: Duration| panic!("no backoff for a non-retryable error"),
         );
         assert_eq!(result, Err(e.clone()));
         assert_eq!(calls.get(), 1, "{e:?} was retried");
@@ -185,7 +185,7 @@ fn budget_caps_retries_across_two_layers() {
             &*clock,
             &mut rng,
             |ctx| {
-                let mut no_sleep = |_: Duration| panic!("the inner layer must not sleep");
+                let mut must_not_wait = |_: Duration| panic!("the inner layer must not back off");
                 inner.run(
                     ctx,
                     &*clock,
@@ -194,7 +194,7 @@ fn budget_caps_retries_across_two_layers() {
                         dependency_calls.set(dependency_calls.get() + 1);
                         Err(CallError::transient(DepErr))
                     },
-                    &mut no_sleep,
+                    &mut must_not_wait,
                 )
             },
             &mut advancing(&clock),

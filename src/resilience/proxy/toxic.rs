@@ -1,0 +1,328 @@
+//! Toxics: the faults the proxy can inject, and the control-line grammar.
+//!
+//! ```text
+//! toxic latency <ms> [jitter_ms]   delay every chunk by ms + uniform(0..=jitter_ms)
+//! toxic bandwidth <bytes_per_s>    pace forwarding to this rate
+//! toxic stall                      stop forwarding (and reading); keep the connection
+//! toxic reset                      reset every connection (RST, SO_LINGER 0)
+//! toxic blackhole                  read and discard; never forward
+//! toxic slow_close <ms>            delay passing a close on by ms
+//! toxic garbage [pct] [max_bytes]  insert 1..=max_bytes random bytes into pct% of chunks
+//! toxic clear [name]               remove one toxic, or all
+//! status | help | shutdown
+//! ```
+//! Toxics apply to both directions. Every argument is bounded so a typo
+//! cannot wedge a drill (`latency 6000000` is refused, not obeyed).
+
+use std::fmt;
+
+/// Largest latency, jitter or slow-close delay accepted.
+pub const DELAY_MS_MAX: u64 = 60_000;
+/// Most random bytes inserted into one chunk.
+pub const GARBAGE_BYTES_MAX: u32 = 256;
+pub const GARBAGE_BYTES_DEFAULT: u32 = 16;
+
+/// One fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Toxic {
+    /// Each chunk is held `latency_ms + uniform(0..=jitter_ms)` (so the
+    /// configured latency is a floor).
+    Latency {
+        latency_ms: u64,
+        jitter_ms: u64,
+    },
+    Bandwidth {
+        rate_bytes_per_s: u64,
+    },
+    Stall,
+    Reset,
+    Blackhole,
+    SlowClose {
+        delay_ms: u64,
+    },
+    Garbage {
+        probability_pct: u32,
+        max_bytes: u32,
+    },
+}
+
+/// The kind of a toxic, for `clear`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToxicKind {
+    Latency,
+    Bandwidth,
+    Stall,
+    Reset,
+    Blackhole,
+    SlowClose,
+    Garbage,
+}
+
+impl ToxicKind {
+    fn parse(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "latency" => ToxicKind::Latency,
+            "bandwidth" => ToxicKind::Bandwidth,
+            "stall" => ToxicKind::Stall,
+            "reset" => ToxicKind::Reset,
+            "blackhole" => ToxicKind::Blackhole,
+            "slow_close" => ToxicKind::SlowClose,
+            "garbage" => ToxicKind::Garbage,
+            other => return Err(format!("unknown toxic `{other}`")),
+        })
+    }
+}
+
+/// The toxics in force; at most one of each kind. Small and `Copy` so the
+/// pumps take a fresh copy per chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Toxics {
+    /// (latency_ms, jitter_ms)
+    pub latency: Option<(u64, u64)>,
+    pub bandwidth_bytes_per_s: Option<u64>,
+    pub stall: bool,
+    pub reset: bool,
+    pub blackhole: bool,
+    pub slow_close_ms: Option<u64>,
+    /// (probability_pct, max_bytes)
+    pub garbage: Option<(u32, u32)>,
+}
+
+impl Toxics {
+    pub fn set(&mut self, toxic: Toxic) {
+        match toxic {
+            Toxic::Latency {
+                latency_ms,
+                jitter_ms,
+            } => self.latency = Some((latency_ms, jitter_ms)),
+            Toxic::Bandwidth { rate_bytes_per_s } => {
+                self.bandwidth_bytes_per_s = Some(rate_bytes_per_s)
+            }
+            Toxic::Stall => self.stall = true,
+            Toxic::Reset => self.reset = true,
+            Toxic::Blackhole => self.blackhole = true,
+            Toxic::SlowClose { delay_ms } => self.slow_close_ms = Some(delay_ms),
+            Toxic::Garbage {
+                probability_pct,
+                max_bytes,
+            } => self.garbage = Some((probability_pct, max_bytes)),
+        }
+    }
+
+    pub fn clear(&mut self, kind: ToxicKind) {
+        match kind {
+            ToxicKind::Latency => self.latency = None,
+            ToxicKind::Bandwidth => self.bandwidth_bytes_per_s = None,
+            ToxicKind::Stall => self.stall = false,
+            ToxicKind::Reset => self.reset = false,
+            ToxicKind::Blackhole => self.blackhole = false,
+            ToxicKind::SlowClose => self.slow_close_ms = None,
+            ToxicKind::Garbage => self.garbage = None,
+        }
+    }
+}
+
+impl fmt::Display for Toxics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some((l, j)) = self.latency {
+            parts.push(format!("latency({l}ms,{j}ms)"));
+        }
+        if let Some(r) = self.bandwidth_bytes_per_s {
+            parts.push(format!("bandwidth({r}B/s)"));
+        }
+        for (on, name) in [
+            (self.stall, "stall"),
+            (self.reset, "reset"),
+            (self.blackhole, "blackhole"),
+        ] {
+            if on {
+                parts.push(name.to_string());
+            }
+        }
+        if let Some(d) = self.slow_close_ms {
+            parts.push(format!("slow_close({d}ms)"));
+        }
+        if let Some((p, n)) = self.garbage {
+            parts.push(format!("garbage({p}%,{n}B)"));
+        }
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(","))
+        }
+    }
+}
+
+/// One control-port command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Set(Toxic),
+    /// `None` clears all toxics.
+    Clear(Option<ToxicKind>),
+    Status,
+    Help,
+    Shutdown,
+}
+
+fn num<T>(arg: Option<&str>, what: &str, lo: T, hi: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display + Copy,
+{
+    let raw = arg.ok_or_else(|| format!("missing {what}"))?;
+    let v: T = raw
+        .parse()
+        .map_err(|_| format!("{what} `{raw}` is not a number"))?;
+    if v < lo || v > hi {
+        return Err(format!("{what} {v} not in {lo}..={hi}"));
+    }
+    Ok(v)
+}
+
+fn parse_toxic(name: &str, args: &mut std::str::SplitWhitespace<'_>) -> Result<Toxic, String> {
+    Ok(match ToxicKind::parse(name)? {
+        ToxicKind::Latency => Toxic::Latency {
+            latency_ms: num(args.next(), "latency_ms", 0, DELAY_MS_MAX)?,
+            jitter_ms: num(
+                Some(args.next().unwrap_or("0")),
+                "jitter_ms",
+                0,
+                DELAY_MS_MAX,
+            )?,
+        },
+        ToxicKind::Bandwidth => Toxic::Bandwidth {
+            rate_bytes_per_s: num(args.next(), "bytes_per_s", 1, u64::from(u32::MAX))?,
+        },
+        ToxicKind::Stall => Toxic::Stall,
+        ToxicKind::Reset => Toxic::Reset,
+        ToxicKind::Blackhole => Toxic::Blackhole,
+        ToxicKind::SlowClose => Toxic::SlowClose {
+            delay_ms: num(args.next(), "delay_ms", 0, DELAY_MS_MAX)?,
+        },
+        ToxicKind::Garbage => Toxic::Garbage {
+            probability_pct: num(Some(args.next().unwrap_or("100")), "pct", 1, 100)?,
+            max_bytes: num(
+                Some(args.next().unwrap_or("16")),
+                "max_bytes",
+                1,
+                GARBAGE_BYTES_MAX,
+            )?,
+        },
+    })
+}
+
+impl Command {
+    /// Parses one control line; the error is the reason sent back.
+    pub fn parse(line: &str) -> Result<Command, String> {
+        let mut words = line.split_whitespace();
+        let cmd = match words.next() {
+            Some("status") => Command::Status,
+            Some("help") => Command::Help,
+            Some("shutdown") => Command::Shutdown,
+            Some("toxic") => match words.next() {
+                Some("clear") => Command::Clear(words.next().map(ToxicKind::parse).transpose()?),
+                Some(name) => Command::Set(parse_toxic(name, &mut words)?),
+                None => return Err("usage: toxic <name> [args] | toxic clear [name]".into()),
+            },
+            Some(other) => return Err(format!("unknown command `{other}` (try `help`)")),
+            None => return Err("empty line".into()),
+        };
+        match words.next() {
+            Some(extra) => Err(format!("unexpected argument `{extra}`")),
+            None => Ok(cmd),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_commands() {
+        let cases = [
+            (
+                "toxic latency 50 10",
+                Command::Set(Toxic::Latency {
+                    latency_ms: 50,
+                    jitter_ms: 10,
+                }),
+            ),
+            (
+                "toxic latency 50",
+                Command::Set(Toxic::Latency {
+                    latency_ms: 50,
+                    jitter_ms: 0,
+                }),
+            ),
+            (
+                "toxic bandwidth 1000",
+                Command::Set(Toxic::Bandwidth {
+                    rate_bytes_per_s: 1000,
+                }),
+            ),
+            ("toxic stall", Command::Set(Toxic::Stall)),
+            ("toxic reset", Command::Set(Toxic::Reset)),
+            ("  toxic   blackhole ", Command::Set(Toxic::Blackhole)),
+            (
+                "toxic slow_close 200",
+                Command::Set(Toxic::SlowClose { delay_ms: 200 }),
+            ),
+            (
+                "toxic garbage",
+                Command::Set(Toxic::Garbage {
+                    probability_pct: 100,
+                    max_bytes: 16,
+                }),
+            ),
+            (
+                "toxic garbage 5 3",
+                Command::Set(Toxic::Garbage {
+                    probability_pct: 5,
+                    max_bytes: 3,
+                }),
+            ),
+            ("toxic clear", Command::Clear(None)),
+            ("toxic clear stall", Command::Clear(Some(ToxicKind::Stall))),
+            ("status", Command::Status),
+        ];
+        for (line, want) in cases {
+            assert_eq!(Command::parse(line), Ok(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn refuses_bad_lines_with_a_reason() {
+        for line in [
+            "",
+            "toxic",
+            "toxic fire",
+            "toxic latency",
+            "toxic latency abc",
+            "toxic latency 60001",
+            "toxic bandwidth 0",
+            "toxic garbage 0",
+            "toxic garbage 50 257",
+            "toxic stall now",
+            "toxic clear fire",
+            "reboot",
+        ] {
+            let err = Command::parse(line).unwrap_err();
+            assert!(!err.is_empty(), "{line}");
+        }
+    }
+
+    #[test]
+    fn toxics_set_clear_and_display() {
+        let mut t = Toxics::default();
+        assert_eq!(t.to_string(), "none");
+        t.set(Toxic::Latency {
+            latency_ms: 5,
+            jitter_ms: 1,
+        });
+        t.set(Toxic::Stall);
+        assert_eq!(t.to_string(), "latency(5ms,1ms),stall");
+        t.clear(ToxicKind::Latency);
+        assert_eq!(t.to_string(), "stall");
+    }
+}
