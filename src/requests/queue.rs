@@ -710,3 +710,6 @@ impl<T, R: Rng> RequestQueue<T, R> {
         self.sojourn_us.reset();
     }
 }
+
+#[cfg(test)]
+mod tests;
