@@ -446,3 +446,6 @@ impl<R: Rng> Admission<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
