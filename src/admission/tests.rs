@@ -79,7 +79,10 @@ fn staged_buckets_are_independent() {
     assert!((0..3).all(|_| a.on_logon(0).is_ok()));
     assert_eq!(a.on_logon(0).unwrap_err().stage, Stage::Logon);
     assert!((0..2).all(|_| a.on_first_subscribe(0).is_ok()));
-    assert_eq!(a.on_first_subscribe(0).unwrap_err().stage, Stage::FirstSubscribe);
+    assert_eq!(
+        a.on_first_subscribe(0).unwrap_err().stage,
+        Stage::FirstSubscribe
+    );
     // After 100 ms: one logon and one subscribe token, still no list token.
     assert!(a.on_logon(100 * MS).is_ok());
     assert!(a.on_first_subscribe(100 * MS).is_ok());
@@ -101,7 +104,10 @@ fn per_ip_concurrency_cap_and_release() {
     assert!((0..3).all(|_| a.on_accept(host, 0).is_ok()));
     let reject = a.on_accept(host, 0).unwrap_err();
     assert_eq!(reject.stage, Stage::IpConnections);
-    assert!(a.on_accept(ip(2), 0).is_ok(), "another address is unaffected");
+    assert!(
+        a.on_accept(ip(2), 0).is_ok(),
+        "another address is unaffected"
+    );
     a.on_close(host);
     assert_eq!(a.ip_connections(host), 2);
     assert!(a.on_accept(host, 0).is_ok());
@@ -134,7 +140,10 @@ fn refusal_at_one_stage_spends_no_other_token() {
     });
     assert!(a.on_accept(ip(1), 0).is_ok());
     // Refused per address: the listener's second token is still there.
-    assert_eq!(a.on_accept(ip(1), 0).unwrap_err().stage, Stage::IpConnections);
+    assert_eq!(
+        a.on_accept(ip(1), 0).unwrap_err().stage,
+        Stage::IpConnections
+    );
     assert!(a.on_accept(ip(2), 0).is_ok());
 }
 
@@ -147,13 +156,22 @@ fn account_session_cap() {
     a.set_account_sessions_max(5, 2).unwrap();
     assert!(a.on_session_open(5).is_ok());
     assert!(a.on_session_open(5).is_ok());
-    assert_eq!(a.on_session_open(5).unwrap_err().stage, Stage::AccountSessions);
-    assert!(a.on_session_open(4).is_ok(), "other accounts keep their own cap");
+    assert_eq!(
+        a.on_session_open(5).unwrap_err().stage,
+        Stage::AccountSessions
+    );
+    assert!(
+        a.on_session_open(4).is_ok(),
+        "other accounts keep their own cap"
+    );
     a.on_session_close(5);
     assert_eq!(a.sessions_of(5), 1);
     assert!(a.on_session_open(5).is_ok());
     // Unknown accounts are refused, never a panic.
-    assert_eq!(a.on_session_open(8).unwrap_err().stage, Stage::AccountSessions);
+    assert_eq!(
+        a.on_session_open(8).unwrap_err().stage,
+        Stage::AccountSessions
+    );
     assert!(matches!(
         a.set_account_sessions_max(9, 1),
         Err(AdmissionError::UnknownAccount { account: 9, .. })
@@ -176,7 +194,10 @@ fn ip_table_is_bounded_and_overflow_is_shared_and_counted() {
     // Table full of busy addresses: unknown ones share the overflow bucket.
     assert!(a.on_accept(ip(100), 0).is_ok());
     assert!(a.on_accept(ip(101), 0).is_ok());
-    assert_eq!(a.on_accept(ip(102), 0).unwrap_err().stage, Stage::IpOverflow);
+    assert_eq!(
+        a.on_accept(ip(102), 0).unwrap_err().stage,
+        Stage::IpOverflow
+    );
     assert_eq!(a.tracked_ips(), 8);
     // An address goes idle (no connection, bucket refilled): it is evicted
     // for the next newcomer, which is then tracked.
@@ -217,7 +238,11 @@ fn every_reject_carries_a_retry_after_spread_over_the_window() {
     });
     let mut draws = Vec::new();
     for n in 0..3000 {
-        for result in [a.on_accept(ip(n), 0), a.on_logon(0), a.on_session_open(u32::MAX)] {
+        for result in [
+            a.on_accept(ip(n), 0),
+            a.on_logon(0),
+            a.on_session_open(u32::MAX),
+        ] {
             if let Err(reject) = result {
                 assert_in_window(&reject, window);
                 draws.push(reject.retry_after_ms);
@@ -239,15 +264,18 @@ fn every_reject_carries_a_retry_after_spread_over_the_window() {
 fn reconnect_herd(cfg: AdmissionConfig, clients: u32, until_ns: u64) -> u32 {
     let (mut a, _) = admission(cfg);
     let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let mut attempts: BinaryHeap<Reverse<(u64, u32)>> =
-        (0..clients).map(|c| Reverse((u64::from(c) * 1000, c))).collect();
+    let mut attempts: BinaryHeap<Reverse<(u64, u32)>> = (0..clients)
+        .map(|c| Reverse((u64::from(c) * 1000, c)))
+        .collect();
     let mut logged_on = 0;
     while let Some(Reverse((now, client))) = attempts.pop() {
         if now > until_ns {
             break;
         }
         let result = a.on_accept(localhost, now).and_then(|()| {
-            let logon = a.on_logon(now).and_then(|()| a.on_session_open(client % 16));
+            let logon = a
+                .on_logon(now)
+                .and_then(|()| a.on_session_open(client % 16));
             if logon.is_err() {
                 a.on_close(localhost);
             }

@@ -271,7 +271,10 @@ mod tests {
         for _ in 0..n {
             *now_ns += rtt_ns;
             let limit = l.on_sample(rtt_ns, l.limit(), *now_ns);
-            assert!((cfg.limit_min..=cfg.limit_max).contains(&limit), "limit {limit}");
+            assert!(
+                (cfg.limit_min..=cfg.limit_max).contains(&limit),
+                "limit {limit}"
+            );
         }
         l.limit()
     }
@@ -289,8 +292,14 @@ mod tests {
         assert!(snap.rtt_long_ns < snap.rtt_short_ns / 2);
         assert_eq!(snap.adaptive_limit, u64::from(loaded));
         let recovered = feed(&l, 500, NS_PER_MS, &mut now);
-        assert!(recovered > steady * 9 / 10, "limit {recovered} after recovery");
-        assert_eq!(l.rtts_ns(), (stats.snapshot().rtt_short_ns, stats.snapshot().rtt_long_ns));
+        assert!(
+            recovered > steady * 9 / 10,
+            "limit {recovered} after recovery"
+        );
+        assert_eq!(
+            l.rtts_ns(),
+            (stats.snapshot().rtt_short_ns, stats.snapshot().rtt_long_ns)
+        );
     }
 
     #[test]

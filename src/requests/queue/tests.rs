@@ -64,7 +64,10 @@ fn standing_queue(q: &mut Q, n: u64) -> Vec<u64> {
         assert!(sheds.is_empty());
         served.extend(s);
     }
-    assert!(!q.is_overloaded(), "verdicts are given only at interval ends");
+    assert!(
+        !q.is_overloaded(),
+        "verdicts are given only at interval ends"
+    );
     served
 }
 
@@ -221,7 +224,10 @@ fn expired_requests_never_reach_a_worker() {
             let (s, sheds) = pop(&mut q, now); // asserts deadline > now
             served += u64::from(s.is_some());
             for shed in &sheds {
-                assert!(matches!(shed.reason, ShedReason::Expired | ShedReason::Overloaded));
+                assert!(matches!(
+                    shed.reason,
+                    ShedReason::Expired | ShedReason::Overloaded
+                ));
                 if shed.reason == ShedReason::Expired {
                     assert_eq!(shed.retry_after_ms, 0);
                     expired += 1;
@@ -233,8 +239,8 @@ fn expired_requests_never_reach_a_worker() {
     let snap = stats.snapshot();
     assert_eq!(snap.expired(), expired);
     assert_eq!(snap.served, served);
-    let shed_in_queue = snap.expired() + snap.shed_of(ShedReason::Overloaded)
-        + snap.shed_of(ShedReason::QueueFull);
+    let shed_in_queue =
+        snap.expired() + snap.shed_of(ShedReason::Overloaded) + snap.shed_of(ShedReason::QueueFull);
     assert_eq!(pushed, served + shed_in_queue + q.len() as u64);
 }
 
@@ -249,7 +255,10 @@ fn zero_budget_expires_before_service() {
     let (served, sheds) = pop(&mut q, 5 * MS);
     assert_eq!(served, None);
     assert_eq!(sheds.len(), 1);
-    assert_eq!((sheds[0].request, sheds[0].reason), (7, ShedReason::Expired));
+    assert_eq!(
+        (sheds[0].request, sheds[0].reason),
+        (7, ShedReason::Expired)
+    );
     assert_eq!(stats.snapshot().expired(), 1);
 }
 
@@ -302,7 +311,10 @@ fn critical_requests_survive_overload_shedding() {
         sheds.append(&mut shed_now);
     }
     assert!(sheds.len() > 200);
-    assert!(sheds.iter().all(|s| s.account != 7), "a critical request was shed");
+    assert!(
+        sheds.iter().all(|s| s.account != 7),
+        "a critical request was shed"
+    );
     assert!(critical_sent.iter().all(|id| served.contains(id)));
 }
 
@@ -317,7 +329,10 @@ fn full_queue_evicts_normal_before_critical_of_the_heaviest() {
     push_ok(&mut q, 2, normal(1), 0);
     push_ok(&mut q, 3, normal(2), 0);
     let evicted = q.push(4, normal(3), MS).unwrap().unwrap();
-    assert_eq!((evicted.request, evicted.reason), (1, ShedReason::QueueFull));
+    assert_eq!(
+        (evicted.request, evicted.reason),
+        (1, ShedReason::QueueFull)
+    );
     assert!((2000..=5000).contains(&evicted.retry_after_ms));
     let evicted = q.push(5, normal(3), MS).unwrap().unwrap();
     assert_eq!(evicted.request, 2);
@@ -364,7 +379,10 @@ fn noisy_account_is_evicted_while_quiet_accounts_are_all_served() {
     let quiet_served = served.iter().filter(|id| quiet_sent.contains(id)).count();
     assert_eq!(quiet_served, quiet_sent.len());
     assert!(noisy_evicted > 50_000);
-    assert_eq!(stats.snapshot().shed_of(ShedReason::QueueFull), noisy_evicted);
+    assert_eq!(
+        stats.snapshot().shed_of(ShedReason::QueueFull),
+        noisy_evicted
+    );
 }
 
 #[test]
@@ -391,7 +409,10 @@ fn account_rate_limit_refuses_the_storm_not_the_quiet() {
     assert_eq!(quiet_ok, quiet_sent);
     // Burst 200 plus 100/s over ~1 s.
     assert!((290..=301).contains(&noisy_ok), "noisy admitted {noisy_ok}");
-    assert_eq!(stats.snapshot().shed_of(ShedReason::RateLimited), 10_000 - noisy_ok);
+    assert_eq!(
+        stats.snapshot().shed_of(ShedReason::RateLimited),
+        10_000 - noisy_ok
+    );
 }
 
 #[test]
@@ -401,7 +422,10 @@ fn bad_account_is_refused_not_panicking() {
         ..QueueConfig::default()
     });
     let refused = q.push(1, normal(4), 0).unwrap_err();
-    assert_eq!((refused.request, refused.reason), (1, ShedReason::BadAccount));
+    assert_eq!(
+        (refused.request, refused.reason),
+        (1, ShedReason::BadAccount)
+    );
     assert_eq!(q.queued_of(4), 0);
     assert_eq!(stats.snapshot().shed_of(ShedReason::BadAccount), 1);
 }
@@ -409,10 +433,22 @@ fn bad_account_is_refused_not_panicking() {
 #[test]
 fn invalid_config_is_refused_with_its_key() {
     let bad = [
-        QueueConfig { capacity: 0, ..QueueConfig::default() },
-        QueueConfig { target_ns: 200 * MS, ..QueueConfig::default() },
-        QueueConfig { retry_after: RetryWindow::new(5, 4), ..QueueConfig::default() },
-        QueueConfig { account_burst: 0, ..QueueConfig::default() },
+        QueueConfig {
+            capacity: 0,
+            ..QueueConfig::default()
+        },
+        QueueConfig {
+            target_ns: 200 * MS,
+            ..QueueConfig::default()
+        },
+        QueueConfig {
+            retry_after: RetryWindow::new(5, 4),
+            ..QueueConfig::default()
+        },
+        QueueConfig {
+            account_burst: 0,
+            ..QueueConfig::default()
+        },
     ];
     let keys: Vec<&str> = bad
         .iter()
@@ -421,7 +457,10 @@ fn invalid_config_is_refused_with_its_key() {
             Ok(()) => "accepted",
         })
         .collect();
-    assert_eq!(keys, vec!["capacity", "target_ns", "retry_after", "account_burst"]);
+    assert_eq!(
+        keys,
+        vec!["capacity", "target_ns", "retry_after", "account_burst"]
+    );
 }
 
 #[test]
@@ -471,4 +510,16 @@ fn never_exceeds_capacity_under_random_traffic() {
         assert_eq!(per_account as usize, q.len());
     }
     assert_eq!(stats.snapshot().queue_depth, q.len() as u64);
+}
+
+#[test]
+fn poll_closes_intervals_while_idle() {
+    let (mut q, stats) = queue(QueueConfig::default());
+    standing_queue(&mut q, 300);
+    q.poll(100 * MS);
+    assert!(q.is_overloaded());
+    assert!(stats.snapshot().sojourn_min_last_interval_ns >= 10 * MS);
+    // No pop for a whole interval: no evidence, the verdict stands.
+    q.poll(200 * MS);
+    assert!(q.is_overloaded());
 }
