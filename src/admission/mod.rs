@@ -321,7 +321,8 @@ impl<R: Rng> Admission<R> {
     /// [`on_session_close`](Self::on_session_close) when the session ends.
     pub fn on_session_open(&mut self, account: u32) -> Result<(), Reject> {
         let index = account as usize;
-        let allowed = index < self.sessions.len() && self.sessions[index] < self.sessions_max[index];
+        let allowed =
+            index < self.sessions.len() && self.sessions[index] < self.sessions_max[index];
         if !allowed {
             return Err(self.reject(Stage::AccountSessions));
         }
@@ -338,15 +339,19 @@ impl<R: Rng> Admission<R> {
     }
 
     /// Sets an account's session cap (from its config `max_sessions`).
-    pub fn set_account_sessions_max(&mut self, account: u32, max: u32) -> Result<(), AdmissionError> {
+    pub fn set_account_sessions_max(
+        &mut self,
+        account: u32,
+        max: u32,
+    ) -> Result<(), AdmissionError> {
         let accounts_max = self.sessions_max.len();
-        let slot = self
-            .sessions_max
-            .get_mut(account as usize)
-            .ok_or(AdmissionError::UnknownAccount {
-                account,
-                accounts_max,
-            })?;
+        let slot =
+            self.sessions_max
+                .get_mut(account as usize)
+                .ok_or(AdmissionError::UnknownAccount {
+                    account,
+                    accounts_max,
+                })?;
         *slot = max;
         Ok(())
     }
@@ -359,7 +364,9 @@ impl<R: Rng> Admission<R> {
     /// Open connections tracked for `ip`'s key (0 if untracked).
     pub fn ip_connections(&self, ip: IpAddr) -> u32 {
         let key = ip_key(ip);
-        self.ips.find(key).map_or(0, |i| self.ip_entry(i).connections)
+        self.ips
+            .find(key)
+            .map_or(0, |i| self.ip_entry(i).connections)
     }
 
     /// Addresses in the per-IP table (never above `ip_table_capacity`).
@@ -446,3 +453,6 @@ impl<R: Rng> Admission<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -253,3 +253,104 @@ impl AdaptiveLimit {
         est.limit as u32
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NS_PER_MS;
+
+    fn limiter(cfg: AdaptiveConfig) -> (AdaptiveLimit, Arc<OverloadStats>) {
+        let stats = Arc::new(OverloadStats::new());
+        (AdaptiveLimit::new(cfg, stats.clone()).unwrap(), stats)
+    }
+
+    /// Feeds `n` samples of `rtt_ns` with the limiter fully used; checks the
+    /// bounds after every one.
+    fn feed(l: &AdaptiveLimit, n: u32, rtt_ns: u64, now_ns: &mut u64) -> u32 {
+        let cfg = &l.cfg;
+        for _ in 0..n {
+            *now_ns += rtt_ns;
+            let limit = l.on_sample(rtt_ns, l.limit(), *now_ns);
+            assert!(
+                (cfg.limit_min..=cfg.limit_max).contains(&limit),
+                "limit {limit}"
+            );
+        }
+        l.limit()
+    }
+
+    #[test]
+    fn limit_falls_when_latency_rises_and_recovers_when_it_falls() {
+        let (l, stats) = limiter(AdaptiveConfig::default());
+        let mut now = 0;
+        let steady = feed(&l, 1000, NS_PER_MS, &mut now);
+        assert_eq!(steady, 256, "flat latency probes up to the maximum");
+        let loaded = feed(&l, 100, 10 * NS_PER_MS, &mut now);
+        assert!(loaded < steady / 4, "limit {loaded} after latency rose");
+        let snap = stats.snapshot();
+        assert!(snap.rtt_short_ns > 8 * NS_PER_MS);
+        assert!(snap.rtt_long_ns < snap.rtt_short_ns / 2);
+        assert_eq!(snap.adaptive_limit, u64::from(loaded));
+        let recovered = feed(&l, 500, NS_PER_MS, &mut now);
+        assert!(
+            recovered > steady * 9 / 10,
+            "limit {recovered} after recovery"
+        );
+        assert_eq!(
+            l.rtts_ns(),
+            (stats.snapshot().rtt_short_ns, stats.snapshot().rtt_long_ns)
+        );
+    }
+
+    #[test]
+    fn limit_stays_within_bounds_under_wild_samples() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let cfg = AdaptiveConfig {
+            limit_min: 8,
+            limit_max: 64,
+            limit_initial: 16,
+            ..AdaptiveConfig::default()
+        };
+        let (l, _) = limiter(cfg);
+        let mut rng = SmallRng::seed_from_u64(1);
+        for i in 0..20_000u64 {
+            let rtt = rng.gen_range(0..1_000_000_000u64);
+            let limit = l.on_sample(rtt, rng.gen_range(0..200), i);
+            assert!((8..=64).contains(&limit));
+        }
+    }
+
+    #[test]
+    fn app_limited_samples_do_not_move_the_limit() {
+        let (l, _) = limiter(AdaptiveConfig::default());
+        for i in 0..500 {
+            l.on_sample(NS_PER_MS, 2, i);
+        }
+        assert_eq!(l.limit(), 20);
+    }
+
+    #[test]
+    fn acquire_is_bounded_by_the_limit_and_release_frees() {
+        let (l, stats) = limiter(AdaptiveConfig {
+            limit_initial: 4,
+            ..AdaptiveConfig::default()
+        });
+        assert!((0..4).all(|_| l.try_acquire()));
+        assert!(!l.try_acquire());
+        assert_eq!(l.inflight(), 4);
+        l.release();
+        assert!(l.try_acquire());
+        let snap = stats.snapshot();
+        assert_eq!((snap.adaptive_inflight, snap.adaptive_rejected), (4, 1));
+    }
+
+    #[test]
+    fn invalid_config_is_refused() {
+        let bad = AdaptiveConfig {
+            limit_min: 10,
+            limit_max: 5,
+            ..AdaptiveConfig::default()
+        };
+        assert!(AdaptiveLimit::new(bad, Arc::new(OverloadStats::new())).is_err());
+    }
+}

@@ -161,7 +161,10 @@ impl QueueConfig {
             return Err(config_err("target_ns", "must be > 0 and below interval_ns"));
         }
         if !self.retry_after.is_valid() {
-            return Err(config_err("retry_after", "needs 0 <= min_ms <= max_ms, max_ms > 0"));
+            return Err(config_err(
+                "retry_after",
+                "needs 0 <= min_ms <= max_ms, max_ms > 0",
+            ));
         }
         if self.account_burst == 0 {
             return Err(config_err("account_burst", "must be at least 1"));
@@ -170,7 +173,10 @@ impl QueueConfig {
             return Err(config_err("shed_per_pop_max", "must be at least 1"));
         }
         if self.sojourn_histogram_max_ns < 2 * NS_PER_US {
-            return Err(config_err("sojourn_histogram_max_ns", "must be at least 2 µs"));
+            return Err(config_err(
+                "sojourn_histogram_max_ns",
+                "must be at least 2 µs",
+            ));
         }
         Ok(())
     }
@@ -385,7 +391,11 @@ impl<T, R: Rng> RequestQueue<T, R> {
                 deadline_ns: 0,
                 lane: Links {
                     prev: NIL,
-                    next: if i + 1 < cfg.capacity { i as u32 + 1 } else { NIL },
+                    next: if i + 1 < cfg.capacity {
+                        i as u32 + 1
+                    } else {
+                        NIL
+                    },
                 },
                 account_lane: UNLINKED,
             })
@@ -463,6 +473,14 @@ impl<T, R: Rng> RequestQueue<T, R> {
         }
         self.mark_empty(now_ns);
         None
+    }
+
+    /// Closes the current interval if it is due, without pushing or
+    /// popping: call it from an idle worker loop or before a metrics scrape
+    /// so the verdict and the sojourn gauges do not go stale while traffic
+    /// is quiet. Allocation-free like `push` and `pop`.
+    pub fn poll(&mut self, now_ns: u64) {
+        self.roll_interval(now_ns);
     }
 
     /// Requests queued now.
@@ -588,7 +606,10 @@ impl<T, R: Rng> RequestQueue<T, R> {
     /// Frees a slot for `account`'s push by evicting the oldest entry of the
     /// account holding the most (normal entries before critical ones).
     fn evict_for(&mut self, account: u32) -> Shed<T> {
-        let top = self.heaviest.heaviest().expect("a full queue holds entries");
+        let top = self
+            .heaviest
+            .heaviest()
+            .expect("a full queue holds entries");
         let pusher_count = self.heaviest.count(account);
         let victim = if pusher_count >= self.heaviest.count(top) {
             account
@@ -690,8 +711,7 @@ impl<T, R: Rng> RequestQueue<T, R> {
             u64::MAX => self.overloaded && self.len > 0,
             min => min > self.cfg.target_ns,
         };
-        let emptied_recently =
-            now_ns.saturating_sub(self.last_empty_ns) <= self.cfg.interval_ns;
+        let emptied_recently = now_ns.saturating_sub(self.last_empty_ns) <= self.cfg.interval_ns;
         let lifo = overloaded || (self.lifo && !emptied_recently);
         self.set_mode(overloaded, lifo);
         self.publish_interval(if min_ns == u64::MAX { 0 } else { min_ns });
@@ -710,3 +730,6 @@ impl<T, R: Rng> RequestQueue<T, R> {
         self.sojourn_us.reset();
     }
 }
+
+#[cfg(test)]
+mod tests;

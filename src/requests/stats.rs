@@ -174,7 +174,11 @@ impl OverloadSnapshot {
         f("pricewire_requests_enqueued_total", None, self.enqueued);
         f("pricewire_requests_served_total", None, self.served);
         for reason in ShedReason::ALL {
-            f("pricewire_requests_shed_total", Some(reason.name()), self.shed_of(reason));
+            f(
+                "pricewire_requests_shed_total",
+                Some(reason.name()),
+                self.shed_of(reason),
+            );
         }
         f("pricewire_request_queue_depth", None, self.queue_depth);
         let min = self.sojourn_min_last_interval_ns;
@@ -183,7 +187,11 @@ impl OverloadSnapshot {
         f("pricewire_request_sojourn_p99_interval_ns", None, p99);
         let max = self.sojourn_max_last_interval_ns;
         f("pricewire_request_sojourn_max_interval_ns", None, max);
-        f("pricewire_request_queue_overloaded", None, u64::from(self.overloaded));
+        f(
+            "pricewire_request_queue_overloaded",
+            None,
+            u64::from(self.overloaded),
+        );
         f("pricewire_request_queue_lifo", None, u64::from(self.lifo));
         let episodes = self.overload_episodes;
         f("pricewire_request_overload_episodes_total", None, episodes);
@@ -191,7 +199,11 @@ impl OverloadSnapshot {
         f("pricewire_adaptive_inflight", None, self.adaptive_inflight);
         f("pricewire_adaptive_rtt_short_ns", None, self.rtt_short_ns);
         f("pricewire_adaptive_rtt_long_ns", None, self.rtt_long_ns);
-        f("pricewire_adaptive_rejected_total", None, self.adaptive_rejected);
+        f(
+            "pricewire_adaptive_rejected_total",
+            None,
+            self.adaptive_rejected,
+        );
         let skipped = self.adaptive_samples_skipped;
         f("pricewire_adaptive_samples_skipped_total", None, skipped);
         f("pricewire_admission_admitted_total", None, self.admitted);
@@ -199,11 +211,23 @@ impl OverloadSnapshot {
             let n = self.rejects_at(stage);
             f("pricewire_admission_rejects_total", Some(stage.name()), n);
         }
-        f("pricewire_admission_ip_table_entries", None, self.ip_table_entries);
+        f(
+            "pricewire_admission_ip_table_entries",
+            None,
+            self.ip_table_entries,
+        );
         let evictions = self.ip_table_evictions;
-        f("pricewire_admission_ip_table_evictions_total", None, evictions);
+        f(
+            "pricewire_admission_ip_table_evictions_total",
+            None,
+            evictions,
+        );
         let overflow = self.ip_table_overflow;
-        f("pricewire_admission_ip_table_overflow_total", None, overflow);
+        f(
+            "pricewire_admission_ip_table_overflow_total",
+            None,
+            overflow,
+        );
     }
 }
 
