@@ -15,3 +15,4 @@ pub mod clock;
 pub mod config;
 pub mod feed;
 pub mod model;
+pub mod ops;
