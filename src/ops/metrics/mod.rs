@@ -51,6 +51,7 @@ type LabelSet = Vec<(&'static str, String)>;
 enum SampleValue {
     Counter(u64),
     Gauge(f64),
+    GaugeInt(i64),
     Histogram(HistogramSnapshot),
 }
 
@@ -90,6 +91,16 @@ impl Sink {
     /// Current value of a gauge series.
     pub fn gauge(&mut self, family: &str, labels: &[(&str, &str)], value: f64) {
         self.push(family, MetricKind::Gauge, labels, SampleValue::Gauge(value));
+    }
+
+    /// Current value of an integer gauge series (printed without a fraction).
+    pub fn gauge_i64(&mut self, family: &str, labels: &[(&str, &str)], value: i64) {
+        self.push(
+            family,
+            MetricKind::Gauge,
+            labels,
+            SampleValue::GaugeInt(value),
+        );
     }
 
     /// Current state of a histogram series.
@@ -174,11 +185,10 @@ impl Collect for ReaderSource {
             }
             Reader::CounterFn(f) => sink.counter(self.family, &labels, f()),
             Reader::GaugeU64(a) => {
-                sink.gauge(self.family, &labels, a.load(Ordering::Relaxed) as f64)
+                let v = i64::try_from(a.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+                sink.gauge_i64(self.family, &labels, v)
             }
-            Reader::GaugeI64(a) => {
-                sink.gauge(self.family, &labels, a.load(Ordering::Relaxed) as f64)
-            }
+            Reader::GaugeI64(a) => sink.gauge_i64(self.family, &labels, a.load(Ordering::Relaxed)),
             Reader::GaugeFn(f) => sink.gauge(self.family, &labels, f()),
             Reader::HistogramFn(f) => sink.histogram(self.family, &labels, &f()),
         }
@@ -232,18 +242,9 @@ impl Registry {
                 registered_series: Mutex::new(Vec::new()),
             }),
         };
-        let inner = Arc::downgrade(&registry.inner);
-        let rejected = move || {
-            inner
-                .upgrade()
-                .map_or(0, |i| i.rejected_samples.load(Ordering::Relaxed))
-        };
         let version = env!("CARGO_PKG_VERSION");
         registry
-            .register_counter_fn(catalogue::METRICS_REJECTED_SAMPLES, &[], rejected)
-            .and_then(|_| {
-                registry.register_gauge_fn(catalogue::BUILD_INFO, &[("version", version)], || 1.0)
-            })
+            .register_gauge_fn(catalogue::BUILD_INFO, &[("version", version)], || 1.0)
             .expect("built-in families are in the catalogue");
         registry
     }
@@ -407,9 +408,13 @@ impl Registry {
         for source in &sources {
             source.collect(&mut sink);
         }
-        self.inner
+        // Written last, so it includes this scrape's own refusals.
+        let rejected = self
+            .inner
             .rejected_samples
-            .fetch_add(sink.rejected, Ordering::Relaxed);
+            .fetch_add(sink.rejected, Ordering::Relaxed)
+            + sink.rejected;
+        sink.counter(catalogue::METRICS_REJECTED_SAMPLES, &[], rejected);
         let mut encoder_registry = prometheus_client::registry::Registry::default();
         encoder_registry.register_collector(Box::new(Scraped(sink)));
         let mut text = String::with_capacity(16 * 1024);
@@ -450,6 +455,7 @@ impl Collector for Scraped {
                         series.encode_counter::<NoLabelSet, _, u64>(v, None)?
                     }
                     SampleValue::Gauge(v) => series.encode_gauge(v)?,
+                    SampleValue::GaugeInt(v) => series.encode_gauge(v)?,
                     SampleValue::Histogram(h) => series.encode_histogram::<NoLabelSet>(
                         h.sum,
                         h.count,
