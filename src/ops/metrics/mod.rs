@@ -243,9 +243,11 @@ impl Registry {
             }),
         };
         let version = env!("CARGO_PKG_VERSION");
-        registry
-            .register_gauge_fn(catalogue::BUILD_INFO, &[("version", version)], || 1.0)
-            .expect("built-in families are in the catalogue");
+        registry.register_collect(Arc::new(ReaderSource {
+            family: catalogue::BUILD_INFO,
+            labels: vec![("version", version.to_string())],
+            reader: Reader::GaugeFn(Box::new(|| 1.0)),
+        }));
         registry
     }
 
@@ -359,6 +361,10 @@ impl Registry {
         self.register_histogram_fn(family, labels, move || shared.snapshot(bounds_s, 1e-9))
     }
 
+    /// Families the registry fills itself; registrations for them are refused.
+    pub const OWN_FAMILIES: [&'static str; 2] =
+        [catalogue::METRICS_REJECTED_SAMPLES, catalogue::BUILD_INFO];
+
     fn register_reader(
         &self,
         family: &str,
@@ -366,6 +372,9 @@ impl Registry {
         labels: &[(&str, &str)],
         reader: Reader,
     ) -> Result<(), OpsError> {
+        if Self::OWN_FAMILIES.contains(&family) {
+            return Err(OpsError::Metric(format!("{family}: owned by the registry")));
+        }
         let desc = lock(&self.inner.families)
             .iter()
             .find(|f| f.name == family)
@@ -408,7 +417,16 @@ impl Registry {
         for source in &sources {
             source.collect(&mut sink);
         }
-        // Written last, so it includes this scrape's own refusals.
+        // Written last, so it includes this scrape's own refusals; a
+        // collector's sample for this family is itself a refusal.
+        if let Some(i) = sink
+            .families
+            .iter()
+            .position(|f| f.name == catalogue::METRICS_REJECTED_SAMPLES)
+        {
+            sink.rejected += sink.samples[i].len() as u64;
+            sink.samples[i].clear();
+        }
         let rejected = self
             .inner
             .rejected_samples
