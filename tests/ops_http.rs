@@ -161,7 +161,8 @@ fn metrics_parse_and_contain_registered_series() {
         .find(|s| s.metric == "pricewire_health_state" && s.labels.get("state") == Some("serving"))
         .expect("health state registered by the server");
     assert_eq!(state.value, prometheus_parse::Value::Gauge(1.0));
-    // An answer is counted once written, so the next scrape shows the first.
+    // An answer is counted after its body is built, so the next scrape
+    // shows the first one.
     let again = get(server.local_addr(), "/metrics").body;
     assert!(again.contains("pricewire_ops_http_requests_total{path=\"/metrics\",code=\"200\"} 1"));
     server.stop();

@@ -9,7 +9,7 @@
 //! # Wiring it into `pricewire serve`
 //!
 //! ```no_run
-//! use pricewire::clock::MonotonicClock;
+//! use pricewire::clock::{Clock, MonotonicClock};
 //! use pricewire::ops::{self, metrics::catalogue, Health, OpsArgs, OpsServer, Registry};
 //! use rand::SeedableRng;
 //! use std::sync::{atomic::{AtomicBool, AtomicU64}, Arc};
@@ -34,7 +34,8 @@
 //!     let s = stagger.delay_ms() as f64 / 1000.0;
 //!     move || s
 //! })?;
-//! std::thread::sleep(std::time::Duration::from_millis(stagger.delay_ms()));
+//! let mut wait = ops::shutdown::sleep_until(MonotonicClock);
+//! wait(clock.now_ns() + stagger.delay_ms() * pricewire::clock::NS_PER_MS);
 //! health.set_serving();
 //!
 //! // Signals: the first begins the plan, the second exits at once.
