@@ -356,6 +356,11 @@ impl OpsServer {
     }
 }
 
+/// Pause before retrying accept after an error (e.g. out of descriptors):
+/// readiness is edge-triggered, so the backlog must be retried on a timer
+/// rather than waiting for an edge that may never come.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 fn accept_loop(
     mut poll: mio::Poll,
     listener: mio::net::TcpListener,
@@ -363,8 +368,9 @@ fn accept_loop(
     stats: &OpsHttpStats,
 ) {
     let mut events = mio::Events::with_capacity(16);
+    let mut retry = false;
     loop {
-        if let Err(e) = poll.poll(&mut events, None) {
+        if let Err(e) = poll.poll(&mut events, retry.then_some(ACCEPT_RETRY)) {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
@@ -374,16 +380,17 @@ fn accept_loop(
         if events.iter().any(|e| e.token() == WAKE) {
             return; // dropping `tx` ends the workers once the queue is empty
         }
-        accept_ready(&listener, &tx, stats);
+        retry = accept_ready(&listener, &tx, stats);
     }
 }
 
 /// Drains the listener's readiness until WouldBlock (mio's contract).
+/// Returns true if accept failed and must be retried after a pause.
 fn accept_ready(
     listener: &mio::net::TcpListener,
     tx: &crossbeam_channel::Sender<TcpStream>,
     stats: &OpsHttpStats,
-) {
+) -> bool {
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -392,13 +399,11 @@ fn accept_ready(
                     reject_busy(stream, stats);
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                // Out of descriptors or an aborted handshake: log, retry on
-                // the next readiness rather than spin.
-                tracing::warn!(error = %e, "ops accept failed");
-                return;
+                tracing::warn!(error = %e, "ops accept failed; retrying shortly");
+                return true;
             }
         }
     }
