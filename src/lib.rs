@@ -23,3 +23,4 @@ pub mod pipeline;
 pub mod wire;
 pub mod resilience;
 pub mod requests;
+pub mod ops;

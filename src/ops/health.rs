@@ -1,0 +1,193 @@
+//! Process lifecycle and probe answers.
+//!
+//! [`Health`] is a handful of atomics the service flips and the ops thread
+//! reads; no locks, no allocation after construction. The state only moves
+//! forward — starting → serving → draining → stopped — so a late "serving"
+//! can never undo a drain. Liveness is a heartbeat: the process loop calls
+//! [`Health::beat`] every turn, and `/livez` fails once no beat arrived for
+//! `liveness_stale_ms`, which is how a wedged loop gets restarted.
+
+use crate::clock::{Clock, NS_PER_MS};
+use crate::ops::metrics::{catalogue, Collect, Sink};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Default time without a heartbeat after which `/livez` fails.
+pub const DEFAULT_LIVENESS_STALE_MS: u64 = 10_000;
+
+/// Lifecycle state. Ordered: transitions only go to a larger value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum HealthState {
+    Starting = 0,
+    Serving = 1,
+    Draining = 2,
+    Stopped = 3,
+}
+
+impl HealthState {
+    pub const ALL: [HealthState; 4] = [
+        HealthState::Starting,
+        HealthState::Serving,
+        HealthState::Draining,
+        HealthState::Stopped,
+    ];
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => HealthState::Starting,
+            1 => HealthState::Serving,
+            2 => HealthState::Draining,
+            _ => HealthState::Stopped,
+        }
+    }
+
+    /// The `state` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::Starting => "starting",
+            HealthState::Serving => "serving",
+            HealthState::Draining => "draining",
+            HealthState::Stopped => "stopped",
+        }
+    }
+}
+
+/// Shared health of the process. Create once, share as `Arc<Health>`.
+pub struct Health {
+    state: AtomicU8,
+    last_beat_ns: AtomicU64,
+    liveness_stale_ns: u64,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Health {
+    /// Starts in `Starting` with a fresh heartbeat.
+    pub fn new(clock: Arc<dyn Clock>, liveness_stale_ms: u64) -> Arc<Self> {
+        let now = clock.now_ns();
+        Arc::new(Health {
+            state: AtomicU8::new(HealthState::Starting as u8),
+            last_beat_ns: AtomicU64::new(now),
+            liveness_stale_ns: liveness_stale_ms.saturating_mul(NS_PER_MS),
+            clock,
+        })
+    }
+
+    pub fn state(&self) -> HealthState {
+        HealthState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Moves forward to `to`; returns the previous state. Moving backwards
+    /// (e.g. serving after draining) is a no-op.
+    pub fn advance(&self, to: HealthState) -> HealthState {
+        let previous = HealthState::from_u8(self.state.fetch_max(to as u8, Ordering::AcqRel));
+        if previous < to {
+            tracing::info!(from = previous.as_str(), to = to.as_str(), "health state");
+        }
+        previous
+    }
+
+    /// Start-up finished: ready for traffic.
+    pub fn set_serving(&self) -> HealthState {
+        self.advance(HealthState::Serving)
+    }
+
+    /// Shutdown began: readiness fails from this instant.
+    pub fn begin_draining(&self) -> HealthState {
+        self.advance(HealthState::Draining)
+    }
+
+    pub fn set_stopped(&self) -> HealthState {
+        self.advance(HealthState::Stopped)
+    }
+
+    /// The process loop is alive; call every turn (cheap: one clock read
+    /// and one relaxed store).
+    pub fn beat(&self) {
+        self.last_beat_ns
+            .store(self.clock.now_ns(), Ordering::Relaxed);
+    }
+
+    /// `/livez`: a heartbeat within `liveness_stale_ms`. Draining is alive:
+    /// a drain must not get the process restarted.
+    pub fn is_live(&self) -> bool {
+        let age_ns = self
+            .clock
+            .now_ns()
+            .saturating_sub(self.last_beat_ns.load(Ordering::Relaxed));
+        age_ns <= self.liveness_stale_ns
+    }
+
+    /// `/readyz`: serving and not draining.
+    pub fn is_ready(&self) -> bool {
+        self.state() == HealthState::Serving
+    }
+
+    /// `/startupz`: start-up (including the stagger wait) is over. True in
+    /// `Serving` and `Draining` — start-up is a one-way latch, and a process
+    /// that already served has started; false while starting and after stop.
+    pub fn is_started(&self) -> bool {
+        matches!(self.state(), HealthState::Serving | HealthState::Draining)
+    }
+}
+
+impl Collect for Health {
+    fn collect(&self, sink: &mut Sink) {
+        let current = self.state();
+        for s in HealthState::ALL {
+            let v = if s == current { 1.0 } else { 0.0 };
+            sink.gauge(catalogue::HEALTH_STATE, &[("state", s.as_str())], v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    #[test]
+    fn state_only_moves_forward() {
+        let h = Health::new(ManualClock::new(0), 1000);
+        assert_eq!(h.state(), HealthState::Starting);
+        assert!(!h.is_ready() && !h.is_started());
+        h.set_serving();
+        assert!(h.is_ready() && h.is_started());
+        h.begin_draining();
+        assert!(!h.is_ready() && h.is_started());
+        assert_eq!(h.set_serving(), HealthState::Draining);
+        assert_eq!(h.state(), HealthState::Draining);
+        h.set_stopped();
+        assert!(!h.is_started());
+    }
+
+    #[test]
+    fn liveness_fails_without_heartbeat_and_recovers_with_one() {
+        let clock = ManualClock::new(5);
+        let h = Health::new(clock.clone(), 1000);
+        clock.advance_ms(1000);
+        assert!(h.is_live());
+        clock.advance_ms(1);
+        assert!(!h.is_live());
+        h.beat();
+        assert!(h.is_live());
+    }
+
+    #[test]
+    fn draining_process_stays_live() {
+        let clock = ManualClock::new(0);
+        let h = Health::new(clock.clone(), 1000);
+        h.set_serving();
+        h.begin_draining();
+        clock.advance_ms(500);
+        assert!(h.is_live());
+    }
+}

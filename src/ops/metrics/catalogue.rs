@@ -1,0 +1,300 @@
+//! The documented metric families: every name pricewire exposes on
+//! `/metrics`, with type, labels, unit and meaning.
+//!
+//! This table is the single source of truth for metric names. The registry
+//! refuses samples for families it does not know, `docs/operations.md` lists
+//! every entry (a test checks), and `deploy/alerts.yaml` may only use names
+//! from here (another test checks), so dashboards and alerts cannot drift
+//! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
+//! base units (`_seconds`), counters end in `_total`, ratios end in `_rate`
+//! and lie in 0..=1.
+
+/// The Prometheus type of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Monotonic count since process start; the name ends in `_total`.
+    Counter,
+    /// A value that goes up and down, read at scrape time.
+    Gauge,
+    /// Cumulative buckets (`_bucket{le}`), `_sum` and `_count`.
+    Histogram,
+}
+
+impl MetricKind {
+    /// The word used in `# TYPE` lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric family: the name as it appears in PromQL, its type, the label
+/// names every sample must carry (in this order), the unit and the meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilyDesc {
+    /// Exposition name. Counters include `_total`; histograms are the base
+    /// name of `_bucket`/`_sum`/`_count`.
+    pub name: &'static str,
+    pub kind: MetricKind,
+    pub labels: &'static [&'static str],
+    /// Unit of the value (`seconds`, `ticks`, `ratio`, ...), for the docs.
+    pub unit: &'static str,
+    /// Subsystem that wires the value in.
+    pub owner: &'static str,
+    /// One-line meaning; becomes the `# HELP` text.
+    pub help: &'static str,
+}
+
+const fn counter(
+    name: &'static str,
+    labels: &'static [&'static str],
+    unit: &'static str,
+    owner: &'static str,
+    help: &'static str,
+) -> FamilyDesc {
+    FamilyDesc {
+        name,
+        kind: MetricKind::Counter,
+        labels,
+        unit,
+        owner,
+        help,
+    }
+}
+
+const fn gauge(
+    name: &'static str,
+    labels: &'static [&'static str],
+    unit: &'static str,
+    owner: &'static str,
+    help: &'static str,
+) -> FamilyDesc {
+    FamilyDesc {
+        name,
+        kind: MetricKind::Gauge,
+        labels,
+        unit,
+        owner,
+        help,
+    }
+}
+
+const fn histogram(
+    name: &'static str,
+    labels: &'static [&'static str],
+    owner: &'static str,
+    help: &'static str,
+) -> FamilyDesc {
+    FamilyDesc {
+        name,
+        kind: MetricKind::Histogram,
+        labels,
+        unit: "seconds",
+        owner,
+        help,
+    }
+}
+
+// Family names as constants so owners refer to them without typos.
+pub const TICKS_RECEIVED: &str = "pricewire_ticks_received_total";
+pub const FEED_DECODE_ERRORS: &str = "pricewire_feed_decode_errors_total";
+pub const PRICES_PUBLISHED: &str = "pricewire_prices_published_total";
+pub const TICK_TO_PUBLISH_LATENCY: &str = "pricewire_tick_to_publish_latency_seconds";
+pub const RING_OCCUPANCY: &str = "pricewire_ring_occupancy";
+pub const RING_CAPACITY: &str = "pricewire_ring_capacity";
+pub const CONFLATIONS: &str = "pricewire_conflations_total";
+pub const DROPS: &str = "pricewire_drops_total";
+pub const SHEDS: &str = "pricewire_sheds_total";
+pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
+pub const CONNECTIONS: &str = "pricewire_connections";
+pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
+pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
+pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
+pub const REQUEST_QUEUE_CAPACITY: &str = "pricewire_request_queue_capacity";
+pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds";
+pub const REQUEST_QUEUE_OVERLOADED: &str = "pricewire_request_queue_overloaded";
+pub const REQUESTS_SERVED: &str = "pricewire_requests_served_total";
+pub const BREAKER_STATE: &str = "pricewire_breaker_state";
+pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
+pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
+pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
+pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
+pub const RECORDER_LOST_TICKS: &str = "pricewire_recorder_lost_ticks_total";
+pub const RECORDER_WRITTEN_TICKS: &str = "pricewire_recorder_written_ticks_total";
+pub const HEALTH_STATE: &str = "pricewire_health_state";
+pub const START_STAGGER: &str = "pricewire_start_stagger_seconds";
+pub const OPS_HTTP_REQUESTS: &str = "pricewire_ops_http_requests_total";
+pub const OPS_HTTP_REJECTED: &str = "pricewire_ops_http_rejected_total";
+pub const METRICS_REJECTED_SAMPLES: &str = "pricewire_metrics_rejected_samples_total";
+pub const BUILD_INFO: &str = "pricewire_build_info";
+
+/// Every family pricewire exposes. Order here is the order on `/metrics`.
+pub const FAMILIES: &[FamilyDesc] = &[
+    // feed
+    counter(TICKS_RECEIVED, &["provider"], "ticks", "feed",
+        "Ticks decoded from a provider feed and offered to the engine ring"),
+    counter(FEED_DECODE_ERRORS, &["provider", "reason"], "messages", "feed",
+        "Provider messages rejected by the decoder, by reason code"),
+    // engine
+    counter(PRICES_PUBLISHED, &[], "prices", "engine",
+        "Aggregated prices published by the engine to the price table and shard rings"),
+    histogram(TICK_TO_PUBLISH_LATENCY, &[], "engine",
+        "Time from a tick's receive timestamp to the publish of the price it produced"),
+    // pipeline
+    gauge(RING_OCCUPANCY, &["ring"], "slots", "pipeline",
+        "Slots in use in a bounded ring at scrape time"),
+    gauge(RING_CAPACITY, &["ring"], "slots", "pipeline",
+        "Configured capacity of a bounded ring"),
+    counter(CONFLATIONS, &["reason"], "updates", "pipeline",
+        "Older updates replaced by a newer one for the same symbol, by reason"),
+    counter(DROPS, &["reason"], "items", "pipeline",
+        "Items dropped on purpose (stale, filtered, expired, malformed), by reason"),
+    counter(SHEDS, &["reason"], "requests", "requests",
+        "Work refused under overload with a retry-after, by reason"),
+    // gateway
+    counter(PRICE_UPDATES_SENT, &["shard"], "updates", "gateway",
+        "Price updates written to subscriber connections"),
+    gauge(CONNECTIONS, &["shard", "state"], "connections", "gateway",
+        "Subscriber connections by session state"),
+    counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",
+        "Subscriber connections accepted by a gateway shard"),
+    counter(ADMISSION_REJECTS, &["stage"], "events", "gateway",
+        "Connections or session steps refused by admission control, by stage"),
+    counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
+        "Connections closed because they stayed above the outbound high-water mark too long"),
+    // request workers
+    gauge(REQUEST_QUEUE_DEPTH, &[], "requests", "requests",
+        "Requests waiting in the bounded request queue"),
+    gauge(REQUEST_QUEUE_CAPACITY, &[], "requests", "requests",
+        "Configured capacity of the request queue"),
+    histogram(REQUEST_QUEUE_SOJOURN, &[], "requests",
+        "Time a request waited in the queue before a worker took it"),
+    gauge(REQUEST_QUEUE_OVERLOADED, &[], "boolean", "requests",
+        "1 while the CoDel detector judges the request queue overloaded (LIFO and shedding on)"),
+    counter(REQUESTS_SERVED, &["kind"], "requests", "requests",
+        "Requests answered by the workers, by request kind"),
+    // resilience
+    gauge(BREAKER_STATE, &["dependency", "state"], "boolean", "resilience",
+        "1 for the circuit breaker's current state (closed, open, half_open), 0 for the others"),
+    gauge(BREAKER_FAILURE_RATE, &["dependency"], "ratio", "resilience",
+        "Failure rate over the breaker's time window, 0..1"),
+    gauge(BREAKER_SLOW_CALL_RATE, &["dependency"], "ratio", "resilience",
+        "Slow-call rate over the breaker's time window, 0..1"),
+    counter(BREAKER_NOT_PERMITTED, &["dependency"], "calls", "resilience",
+        "Calls refused without trying because the breaker was open or half-open and full"),
+    // capture
+    gauge(RECORDER_LAG, &[], "seconds", "capture",
+        "Age of the oldest tick accepted but not yet written to the capture file"),
+    counter(RECORDER_LOST_TICKS, &[], "ticks", "capture",
+        "Ticks not recorded because the recorder ring was full (the feed never waits)"),
+    counter(RECORDER_WRITTEN_TICKS, &[], "ticks", "capture",
+        "Ticks written to the capture file"),
+    // ops
+    gauge(HEALTH_STATE, &["state"], "boolean", "ops",
+        "1 for the process lifecycle state (starting, serving, draining, stopped), 0 for the others"),
+    gauge(START_STAGGER, &[], "seconds", "ops",
+        "Start-up delay this instance chose (slot times step, capped, plus jitter)"),
+    counter(OPS_HTTP_REQUESTS, &["path", "code"], "requests", "ops",
+        "Requests answered by the ops listener, by path and status code"),
+    counter(OPS_HTTP_REJECTED, &[], "connections", "ops",
+        "Ops connections answered 503 at once because every ops worker was busy"),
+    counter(METRICS_REJECTED_SAMPLES, &[], "samples", "ops",
+        "Samples a collector offered that did not match their documented family (a bug, not load)"),
+    gauge(BUILD_INFO, &["version"], "boolean", "ops",
+        "Always 1; the version label names the running build"),
+];
+
+/// The family called `name`, if documented.
+pub fn family(name: &str) -> Option<&'static FamilyDesc> {
+    FAMILIES.iter().find(|f| f.name == name)
+}
+
+/// Whether `sample_name` (as used in PromQL) belongs to a documented
+/// family: the family name itself or a histogram's `_bucket`/`_sum`/`_count`.
+pub fn is_documented_sample(sample_name: &str) -> bool {
+    FAMILIES.iter().any(|f| {
+        sample_name == f.name
+            || (f.kind == MetricKind::Histogram
+                && ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|s| sample_name.strip_suffix(s) == Some(f.name)))
+    })
+}
+
+/// Checks the naming conventions of one family; `Err` names the rule broken.
+pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
+    let valid_chars = f
+        .name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !f.name.starts_with("pricewire_") || !valid_chars {
+        return Err(format!("{}: names are pricewire_[a-z0-9_]+", f.name));
+    }
+    if (f.kind == MetricKind::Counter) != f.name.ends_with("_total") {
+        return Err(format!(
+            "{}: counters, and only counters, end in _total",
+            f.name
+        ));
+    }
+    if f.unit == "seconds" && !f.name.contains("_seconds") {
+        return Err(format!("{}: a value in seconds carries _seconds", f.name));
+    }
+    if f.unit == "ratio" && !f.name.ends_with("_rate") {
+        return Err(format!("{}: ratios end in _rate", f.name));
+    }
+    let label_ok = |l: &&str| {
+        !l.is_empty() && *l != "le" && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+    };
+    if !f.labels.iter().all(label_ok) {
+        return Err(format!(
+            "{}: label names are [a-z_]+ and never `le`",
+            f.name
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_follows_the_naming_conventions() {
+        for f in FAMILIES {
+            check_conventions(f).unwrap();
+        }
+    }
+
+    #[test]
+    fn family_names_are_unique() {
+        for (i, a) in FAMILIES.iter().enumerate() {
+            assert!(
+                FAMILIES[i + 1..].iter().all(|b| b.name != a.name),
+                "{}",
+                a.name
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_sample_names_are_documented() {
+        assert!(is_documented_sample(
+            "pricewire_tick_to_publish_latency_seconds_bucket"
+        ));
+        assert!(is_documented_sample("pricewire_ticks_received_total"));
+        assert!(!is_documented_sample(
+            "pricewire_ticks_received_total_bucket"
+        ));
+        assert!(!is_documented_sample("pricewire_nonexistent_total"));
+    }
+
+    #[test]
+    fn conventions_catch_a_counter_without_total() {
+        let bad = counter("pricewire_ticks", &[], "ticks", "feed", "x");
+        assert!(check_conventions(&bad).is_err());
+    }
+}

@@ -1,0 +1,121 @@
+//! SIGTERM / SIGINT handling: the first signal begins the graceful
+//! shutdown, a second one exits at once.
+//!
+//! Sans-IO core: [`SignalCounter::observe`] turns the n-th signal into an
+//! action. Thin glue: [`SignalWatcher::spawn`] runs a `signal-hook`
+//! iterator on its own thread (the handler itself only writes to a pipe,
+//! which is async-signal-safe) and calls the service's callbacks from that
+//! ordinary thread. The first callback should flip readiness and wake the
+//! shutdown driver; the second should set the forced flag and exit with
+//! [`EXIT_FORCED`](crate::ops::shutdown::EXIT_FORCED).
+
+use crate::ops::OpsError;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::{Handle, Signals};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+
+/// What the n-th termination signal asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalAction {
+    /// First signal: run the shutdown plan.
+    BeginShutdown,
+    /// Any later signal: stop now.
+    ExitNow,
+}
+
+/// Counts termination signals.
+#[derive(Debug, Default)]
+pub struct SignalCounter {
+    seen: AtomicU32,
+}
+
+impl SignalCounter {
+    pub fn observe(&self) -> SignalAction {
+        if self.seen.fetch_add(1, Ordering::AcqRel) == 0 {
+            SignalAction::BeginShutdown
+        } else {
+            SignalAction::ExitNow
+        }
+    }
+
+    pub fn seen(&self) -> u32 {
+        self.seen.load(Ordering::Acquire)
+    }
+}
+
+/// Callbacks invoked on the watcher thread with the signal number.
+pub struct SignalCallbacks {
+    pub on_first: Box<dyn FnMut(i32) + Send>,
+    pub on_second: Box<dyn FnMut(i32) + Send>,
+}
+
+/// The signal thread. `close` stops watching (the handlers stay installed,
+/// so later signals are ignored rather than killing the process mid-way).
+#[derive(Debug)]
+pub struct SignalWatcher {
+    handle: Handle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SignalWatcher {
+    /// Watches SIGTERM and SIGINT.
+    pub fn spawn(callbacks: SignalCallbacks) -> Result<Self, OpsError> {
+        Self::spawn_for(&[SIGTERM, SIGINT], callbacks)
+    }
+
+    /// Watches the given signals (tests use this with SIGUSR1/2).
+    pub fn spawn_for(signals: &[i32], mut callbacks: SignalCallbacks) -> Result<Self, OpsError> {
+        let mut signals = Signals::new(signals).map_err(OpsError::Signals)?;
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("ops-signals".into())
+            .spawn(move || {
+                let counter = SignalCounter::default();
+                for signo in signals.forever() {
+                    tracing::warn!(signo, "termination signal");
+                    match counter.observe() {
+                        SignalAction::BeginShutdown => (callbacks.on_first)(signo),
+                        SignalAction::ExitNow => (callbacks.on_second)(signo),
+                    }
+                }
+            })
+            .map_err(OpsError::Signals)?;
+        Ok(SignalWatcher {
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the watcher thread and joins it.
+    pub fn close(mut self) {
+        self.close_inner();
+    }
+
+    fn close_inner(&mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SignalWatcher {
+    fn drop(&mut self) {
+        self.close_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_signal_begins_later_ones_exit() {
+        let c = SignalCounter::default();
+        assert_eq!(c.observe(), SignalAction::BeginShutdown);
+        assert_eq!(c.observe(), SignalAction::ExitNow);
+        assert_eq!(c.observe(), SignalAction::ExitNow);
+        assert_eq!(c.seen(), 3);
+    }
+}

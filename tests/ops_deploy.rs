@@ -1,0 +1,310 @@
+//! The deploy manifests and alert rules cannot drift from the code: budgets,
+//! probes and ports are checked against the binary's own default constants,
+//! and every metric the alerts use must be a documented family.
+
+use pricewire::ops::metrics::catalogue;
+use pricewire::ops::{
+    OpsArgs, DEFAULT_DRAIN_DELAY_MS, DEFAULT_GRACE_MS, DEFAULT_OPS_LISTEN, DEFAULT_STAGGER_CAP_MS,
+    DEFAULT_STAGGER_JITTER_MS, STARTUP_ALLOWANCE_MS,
+};
+use std::net::SocketAddr;
+use std::path::Path;
+use yaml_rust2::{Yaml, YamlLoader};
+
+const PRICES_PORT: i64 = 9400;
+
+fn load(file: &str) -> Vec<Yaml> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+fn workloads() -> Vec<(String, Yaml)> {
+    let mut out = Vec::new();
+    for file in ["statefulset.yaml", "deployment.yaml"] {
+        for doc in load(file) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            if kind == "StatefulSet" || kind == "Deployment" {
+                out.push((kind, doc));
+            }
+        }
+    }
+    assert_eq!(out.len(), 2, "one StatefulSet and one Deployment");
+    out
+}
+
+fn container(workload: &Yaml) -> &Yaml {
+    let containers = workload["spec"]["template"]["spec"]["containers"]
+        .as_vec()
+        .expect("containers");
+    containers
+        .iter()
+        .find(|c| c["name"].as_str() == Some("pricewire"))
+        .expect("a container named pricewire")
+}
+
+fn args(c: &Yaml) -> Vec<String> {
+    c["args"]
+        .as_vec()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The ops flags the container runs with, parsed by the real flag parser.
+fn effective_ops_args(c: &Yaml) -> OpsArgs {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        ops: OpsArgs,
+    }
+    use clap::Parser;
+    let all = args(c);
+    assert_eq!(all.first().map(String::as_str), Some("serve"));
+    let mut ops_only = vec!["pricewire".to_string()];
+    let mut rest = all[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().expect("every flag has a value");
+        if flag != "--listen" {
+            ops_only.extend([flag.clone(), value.clone()]);
+        }
+    }
+    Cli::try_parse_from(ops_only)
+        .expect("manifest flags parse")
+        .ops
+}
+
+fn port_of(c: &Yaml, name: &str) -> i64 {
+    let ports = c["ports"].as_vec().expect("ports");
+    let port = ports
+        .iter()
+        .find(|p| p["name"].as_str() == Some(name))
+        .expect(name);
+    port["containerPort"].as_i64().unwrap()
+}
+
+fn pre_stop_sleep_s(c: &Yaml) -> i64 {
+    let pre_stop = &c["lifecycle"]["preStop"];
+    if pre_stop.is_badvalue() {
+        return 0;
+    }
+    if let Some(s) = pre_stop["sleep"]["seconds"].as_i64() {
+        return s;
+    }
+    // exec: ["sleep", "N"]
+    let cmd = pre_stop["exec"]["command"]
+        .as_vec()
+        .expect("a preStop sleep or exec");
+    cmd.iter()
+        .filter_map(|a| a.as_str()?.parse().ok())
+        .next()
+        .expect("sleep seconds")
+}
+
+#[test]
+fn workloads_run_the_image_with_the_documented_flags_and_ports() {
+    let ops_port = i64::from(DEFAULT_OPS_LISTEN.parse::<SocketAddr>().unwrap().port());
+    for (kind, w) in workloads() {
+        let c = container(&w);
+        assert_eq!(c["image"].as_str(), Some("pricewire:latest"), "{kind}");
+        let a = args(c);
+        let flag = |f: &str| a.iter().position(|x| x == f).map(|i| a[i + 1].clone());
+        assert_eq!(flag("--listen").as_deref(), Some("0.0.0.0:9400"), "{kind}");
+        assert_eq!(
+            flag("--ops-listen").as_deref(),
+            Some("0.0.0.0:9401"),
+            "{kind}"
+        );
+        assert_eq!(port_of(c, "prices"), PRICES_PORT, "{kind}");
+        assert_eq!(
+            port_of(c, "ops"),
+            ops_port,
+            "{kind}: ops port matches the binary's default"
+        );
+        effective_ops_args(c)
+            .validate_with_env(|_| None)
+            .expect("manifest flags are valid");
+    }
+}
+
+#[test]
+fn termination_grace_covers_drain_delay_and_shutdown_budget() {
+    for (kind, w) in workloads() {
+        let c = container(&w);
+        let ops = effective_ops_args(c);
+        let tgps_ms = w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .expect("terminationGracePeriodSeconds") as u64
+            * 1000;
+        let pre_stop_ms = pre_stop_sleep_s(c) as u64 * 1000;
+        // The application's grace already contains its drain delay; the
+        // kubelet's clock also runs through any preStop sleep. Require the
+        // stricter sum (preStop + drain delay + grace), which leaves the
+        // drain delay as margin before SIGKILL.
+        let needed_ms = pre_stop_ms + ops.drain_delay_ms + ops.grace_ms;
+        assert!(
+            tgps_ms >= needed_ms,
+            "{kind}: terminationGracePeriodSeconds {tgps_ms} ms < {needed_ms} ms"
+        );
+        assert_eq!(
+            (ops.drain_delay_ms, ops.grace_ms),
+            (DEFAULT_DRAIN_DELAY_MS, DEFAULT_GRACE_MS),
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn probes_hit_the_ops_port_and_startup_covers_the_largest_stagger() {
+    for (kind, w) in workloads() {
+        let c = container(&w);
+        let ops = effective_ops_args(c);
+        for (probe, path) in [
+            ("startupProbe", "/startupz"),
+            ("readinessProbe", "/readyz"),
+            ("livenessProbe", "/livez"),
+        ] {
+            let get = &c[probe]["httpGet"];
+            assert_eq!(get["path"].as_str(), Some(path), "{kind} {probe}");
+            let port = &get["port"];
+            let on_ops = port.as_str() == Some("ops") || port.as_i64() == Some(port_of(c, "ops"));
+            assert!(on_ops, "{kind} {probe} on the ops port");
+        }
+        let startup = &c["startupProbe"];
+        let period_s = startup["periodSeconds"].as_i64().unwrap_or(10);
+        let failures = startup["failureThreshold"].as_i64().unwrap_or(3);
+        let initial_s = startup["initialDelaySeconds"].as_i64().unwrap_or(0);
+        let covered_ms = ((failures * period_s + initial_s) * 1000) as u64;
+        let largest_start_ms = ops.stagger_cap_ms + ops.stagger_jitter_ms + STARTUP_ALLOWANCE_MS;
+        assert!(
+            covered_ms >= largest_start_ms,
+            "{kind}: startupProbe covers {covered_ms} ms < {largest_start_ms} ms"
+        );
+        assert_eq!(
+            (ops.stagger_cap_ms, ops.stagger_jitter_ms),
+            (DEFAULT_STAGGER_CAP_MS, DEFAULT_STAGGER_JITTER_MS)
+        );
+    }
+}
+
+#[test]
+fn statefulset_starts_pods_in_parallel_so_the_stagger_decides() {
+    let (_, sts) = workloads()
+        .into_iter()
+        .find(|(k, _)| k == "StatefulSet")
+        .unwrap();
+    assert_eq!(
+        sts["spec"]["podManagementPolicy"].as_str(),
+        Some("Parallel")
+    );
+    let service = sts["spec"]["serviceName"].as_str().unwrap();
+    let governing = load("statefulset.yaml").into_iter().any(|d| {
+        d["kind"].as_str() == Some("Service") && d["metadata"]["name"].as_str() == Some(service)
+    });
+    assert!(governing, "governing headless service {service} is defined");
+}
+
+#[test]
+fn service_exposes_prices_and_ops_for_the_workloads() {
+    let docs = load("service.yaml");
+    let svc = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Service"))
+        .expect("a Service");
+    let selector = &svc["spec"]["selector"];
+    for (kind, w) in workloads() {
+        let labels = &w["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in selector.as_hash().unwrap() {
+            assert_eq!(
+                &labels[k.as_str().unwrap()],
+                v,
+                "{kind} pods match the Service selector"
+            );
+        }
+    }
+    let ports: Vec<i64> = svc["spec"]["ports"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|p| p["port"].as_i64().unwrap())
+        .collect();
+    assert!(
+        ports.contains(&PRICES_PORT) && ports.contains(&9401),
+        "{ports:?}"
+    );
+}
+
+/// Every `pricewire_*` identifier in a PromQL expression.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("pricewire_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[test]
+fn alerts_use_only_documented_metrics_and_cover_the_required_cases() {
+    let docs = load("alerts.yaml");
+    let rules = docs[0]["groups"][0]["rules"]
+        .as_vec()
+        .expect("groups[0].rules");
+    let mut used = Vec::new();
+    for rule in rules {
+        let name = rule["alert"].as_str().expect("alert name");
+        let expr = rule["expr"].as_str().expect("expr");
+        assert!(rule["for"].as_str().is_some(), "{name}: for");
+        assert!(
+            rule["labels"]["severity"].as_str().is_some(),
+            "{name}: severity"
+        );
+        assert!(
+            rule["annotations"]["summary"].as_str().is_some(),
+            "{name}: summary"
+        );
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "{name}: uses a pricewire metric");
+        for m in names {
+            assert!(
+                catalogue::is_documented_sample(&m),
+                "{name}: {m} is not a documented family"
+            );
+            used.push((m, rule["for"].as_str().unwrap().to_string()));
+        }
+    }
+    let uses = |m: &str| used.iter().find(|(u, _)| u == m);
+    assert_eq!(
+        uses(catalogue::BREAKER_STATE).map(|(_, f)| f.as_str()),
+        Some("5m"),
+        "breaker open > 5 minutes"
+    );
+    for m in [
+        catalogue::SLOW_CONSUMER_DISCONNECTS,
+        catalogue::SHEDS,
+        catalogue::RECORDER_LOST_TICKS,
+    ] {
+        assert!(uses(m).is_some(), "an alert on {m}");
+    }
+}
+
+#[test]
+fn operations_doc_lists_every_metric_family() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
+    let doc = std::fs::read_to_string(path).expect("docs/operations.md");
+    for f in catalogue::FAMILIES {
+        assert!(
+            doc.contains(&format!("`{}`", f.name)),
+            "{} is not in docs/operations.md",
+            f.name
+        );
+    }
+}
