@@ -11,16 +11,17 @@
 //! prove it with a counting allocator.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod cli;
 pub mod admission;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod feed;
 pub mod gateway;
 pub mod model;
-pub mod pipeline;
-pub mod wire;
-pub mod resilience;
-pub mod requests;
 pub mod ops;
+pub mod pipeline;
+pub mod requests;
+pub mod resilience;
+pub mod service;
+pub mod wire;

@@ -9,16 +9,31 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crossbeam_channel::Receiver;
+use rand::SeedableRng;
+
+use super::gateway_args::GatewayArgs;
 use super::refuse;
-use super::report::{line, LatencyCollector, Totals};
+use super::report::line;
+use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
-use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
-use crate::feed::TickSource;
-use crate::pipeline::sink::{latency_histogram, ShardSink};
+use crate::feed::synthetic::SyntheticConfig;
+use crate::ops::metrics::catalogue;
+use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
+use crate::ops::shutdown::sleep_until;
+use crate::ops::{
+    standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,
+    SignalWatcher, StepResult, DEFAULT_LIVENESS_STALE_MS,
+};
+use crate::pipeline::sink::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::pipeline::{
-    CpuMap, Pipeline, PipelineConfig, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT,
+    CpuMap, PipelineConfig, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT,
     SHARD_RING_DEFAULT,
 };
+use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
@@ -93,9 +108,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 2_000, value_name = "MS")]
     pub report_interval_ms: u64,
 
-    /// Stop after this many seconds (0 = run until signalled).
+    /// Stop after this many seconds (0 = run until signalled); the stop
+    /// follows the same graceful shutdown as SIGTERM.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub duration_s: u64,
+
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+
+    #[command(flatten)]
+    pub ops: OpsArgs,
 }
 
 impl ServeArgs {
@@ -140,26 +162,89 @@ impl ServeArgs {
 
 /// Runs the service; returns the exit code.
 pub fn run(args: ServeArgs) -> i32 {
-    let config = match args.load_config() {
-        Ok(c) => c,
+    let plan = match Plan::from_args(&args) {
+        Ok(p) => p,
         Err(e) => return refuse(e),
     };
-    let pcfg = args.pipeline_config();
-    if let Err(e) = pcfg.validate() {
-        return refuse(e);
+    let clock = Arc::new(MonotonicClock);
+    let health = Health::new(clock.clone(), DEFAULT_LIVENESS_STALE_MS);
+    let registry = Registry::new();
+    let ops_server = match OpsServer::spawn(plan.ops.listen, health.clone(), registry.clone()) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let (begin_tx, begin_rx) = crossbeam_channel::bounded::<()>(1);
+    let forced = Arc::new(AtomicBool::new(false));
+    let _signals = match watch_signals(&health, begin_tx, forced.clone()) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    if !stagger(&args, &plan, &*clock, &begin_rx) {
+        return 0;
     }
-    let mut sources: Vec<(String, Box<dyn TickSource>)> = Vec::new();
-    if !args.no_synthetic {
-        let feed = SyntheticFeed::new(
-            &config.table,
-            SyntheticConfig {
-                rate_per_s: args.synthetic_rate,
-                seed: args.seed,
-                ..SyntheticConfig::default()
-            },
-        );
-        sources.push(("synthetic".into(), Box::new(feed)));
+    let service = match start_service(&args, plan.config.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let latency = Arc::new(
+        SharedHistogram::new(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
+            .expect("static histogram bounds"),
+    );
+    let registered = service.register_metrics(&registry).and_then(|_| {
+        registry.register_hdr_ns(
+            catalogue::TICK_TO_PUBLISH_LATENCY,
+            &[],
+            latency.clone(),
+            LATENCY_BUCKETS_S,
+        )
+    });
+    if let Err(e) = registered {
+        tracing::error!(error = %e, "metrics registration failed");
     }
+    health.set_serving();
+    tracing::info!(ops = %ops_server.local_addr(), "serving");
+    let service = Arc::new(Mutex::new(Some(service)));
+    report_loop(&args, &service, &health, &latency, &begin_rx);
+    let code = shutdown(&plan, &health, &service, &*clock, &forced);
+    if let Some(s) = service.lock().expect("service lock").take() {
+        s.stop();
+    }
+    health.set_stopped();
+    ops_server.stop();
+    tracing::info!(exit_code = code, "stopped");
+    code
+}
+
+/// Everything validated before anything starts.
+struct Plan {
+    config: Arc<Config>,
+    ops: crate::ops::OpsConfig,
+}
+
+impl Plan {
+    fn from_args(args: &ServeArgs) -> Result<Plan, String> {
+        let config = args.load_config()?;
+        args.pipeline_config()
+            .validate()
+            .map_err(|e| e.to_string())?;
+        args.gateway.gateway_config(args.shard_wait)?;
+        let ops = args.ops.validate().map_err(|e| e.to_string())?;
+        Ok(Plan {
+            config: Arc::new(config),
+            ops,
+        })
+    }
+}
+
+fn start_service(args: &ServeArgs, config: Arc<Config>) -> Result<Service, String> {
+    let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
+        rate_per_s: args.synthetic_rate,
+        seed: args.seed,
+        ..SyntheticConfig::default()
+    });
     tracing::info!(
         instruments = config.table.len(),
         tiers = config.table.tiers().len(),
@@ -168,77 +253,160 @@ pub fn run(args: ServeArgs) -> i32 {
         shards = args.shards,
         "starting pricewire"
     );
-    let parts = match Pipeline::start(&pcfg, &config, sources, Vec::new(), None) {
-        Ok(p) => p,
-        Err(e) => return refuse(e),
+    let cfg = ServiceConfig {
+        config,
+        pipeline: args.pipeline_config(),
+        synthetic,
+        sources: Vec::new(),
+        gateway: args.gateway.gateway_config(args.shard_wait)?,
+        ingest: args.gateway.ingest_config(args.feed_wait),
+        shard_wait: args.shard_wait,
+        recorder: None,
     };
-    let mut pipeline = parts.pipeline;
-    let (mut collector, exchanges) = LatencyCollector::new(parts.shards.len());
-    let mut sink_stats = Vec::new();
-    let mut sink_threads = Vec::new();
-    let (symbols, tiers) = (config.table.len(), config.table.tiers().len());
-    for (input, exchange) in parts.shards.into_iter().zip(exchanges) {
-        let index = input.index;
-        let mut sink = ShardSink::new(input, symbols, tiers).with_exchange(exchange);
-        sink_stats.push(sink.stats.clone());
-        let wait = args.shard_wait;
-        let cpus = args.cpus.clone();
-        sink_threads.push(
-            std::thread::Builder::new()
-                .name(format!("pw-shard{index}"))
-                .spawn(move || {
-                    let stage = crate::pipeline::Stage::Shard(index as u16);
-                    if let Some(core) = cpus.core_for(stage) {
-                        if let Err(e) = crate::pipeline::affinity::pin_current(stage, core) {
-                            tracing::error!("{e}");
-                            return;
-                        }
-                    }
-                    sink.run(wait);
-                })
-                .expect("spawn shard"),
-        );
+    Service::start(cfg).map_err(|e| e.to_string())
+}
+
+fn watch_signals(
+    health: &Arc<Health>,
+    begin: crossbeam_channel::Sender<()>,
+    forced: Arc<AtomicBool>,
+) -> Result<SignalWatcher, crate::ops::OpsError> {
+    let h = health.clone();
+    SignalWatcher::spawn(SignalCallbacks {
+        on_first: Box::new(move |sig| {
+            tracing::info!(signal = sig, "shutdown requested: readiness now fails");
+            h.begin_draining();
+            let _ = begin.try_send(());
+        }),
+        on_second: Box::new(move |sig| {
+            forced.store(true, Ordering::Release);
+            eprintln!("second signal {sig}: exiting at once");
+            std::process::exit(crate::ops::shutdown::EXIT_FORCED);
+        }),
+    })
+}
+
+/// Staggered start-up. Applies in Kubernetes (KUBERNETES_SERVICE_HOST set)
+/// or when `--ordinal` / `--pod-name` is given; a developer's `serve`
+/// starts at once. Returns false if a signal arrived while waiting.
+fn stagger(args: &ServeArgs, plan: &Plan, clock: &dyn Clock, begin: &Receiver<()>) -> bool {
+    let explicit = args.ops.ordinal.is_some() || args.ops.pod_name.is_some();
+    if !explicit && std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return true;
     }
-    tracing::info!("serving (headless: prices go to measuring shard sinks)");
-    report_loop(&args, &pipeline, &sink_stats, &mut collector);
-    pipeline.stop();
-    for t in sink_threads {
-        let _ = t.join();
+    let mut rng = rand::rngs::SmallRng::from_entropy();
+    let p = crate::ops::stagger::plan(
+        &plan.ops.stagger,
+        plan.ops.ordinal,
+        plan.ops.pod_name.as_deref(),
+        &mut rng,
+    );
+    tracing::info!(delay_ms = p.delay_ms(), "staggered start-up: waiting");
+    let until = clock.now_ns() + p.delay_ms() * NS_PER_MS;
+    while clock.now_ns() < until {
+        let left = Duration::from_nanos(until.saturating_sub(clock.now_ns()));
+        if begin
+            .recv_timeout(left.min(Duration::from_millis(100)))
+            .is_ok()
+        {
+            return false;
+        }
     }
-    tracing::info!("stopped");
-    0
+    true
 }
 
 fn report_loop(
     args: &ServeArgs,
-    pipeline: &Pipeline,
-    sinks: &[Arc<crate::pipeline::sink::SinkStats>],
-    collector: &mut LatencyCollector,
+    service: &Mutex<Option<Service>>,
+    health: &Health,
+    latency: &SharedHistogram,
+    begin: &Receiver<()>,
 ) {
     let start = Instant::now();
     let interval = Duration::from_millis(args.report_interval_ms);
-    let mut prev = Totals::read(&pipeline.handles, sinks, 0);
+    let mut guard = service.lock().expect("service lock");
+    let Some(svc) = guard.as_mut() else { return };
+    let mut prev = svc.totals();
     let mut last = Instant::now();
     let mut hist = latency_histogram();
-    collector.request();
+    svc.latency.request();
+    drop(guard);
     loop {
-        let elapsed = start.elapsed();
-        if args.duration_s > 0 && elapsed >= Duration::from_secs(args.duration_s) {
+        health.beat();
+        if args.duration_s > 0 && start.elapsed() >= Duration::from_secs(args.duration_s) {
             break;
         }
-        if pipeline.feeds_finished() && !args.no_synthetic {
+        if begin.recv_timeout(Duration::from_millis(100)).is_ok() {
             break;
         }
-        std::thread::park_timeout(interval.min(Duration::from_millis(200)));
+        let mut guard = service.lock().expect("service lock");
+        let Some(svc) = guard.as_mut() else { return };
+        if svc.pipeline.feeds_finished() && !args.no_synthetic {
+            break;
+        }
         if last.elapsed() < interval {
             continue;
         }
-        collector.collect(&mut hist, Duration::from_millis(100));
-        let now = Totals::read(&pipeline.handles, sinks, 0);
+        svc.latency.collect(&mut hist, Duration::from_millis(100));
+        let now = svc.totals();
         println!("{}", line(&prev, &now, &hist, last.elapsed().as_secs_f64()));
+        let _ = latency.try_merge_from(&mut hist);
         hist.reset();
-        collector.request();
+        svc.latency.request();
         prev = now;
         last = Instant::now();
     }
+}
+
+/// The graceful shutdown, in order (see docs/operations.md).
+fn shutdown(
+    plan: &Plan,
+    health: &Arc<Health>,
+    service: &Arc<Mutex<Option<Service>>>,
+    clock: &dyn Clock,
+    forced: &AtomicBool,
+) -> i32 {
+    let with = |f: fn(&mut Service) -> bool| -> crate::ops::shutdown::StepFn {
+        let s = service.clone();
+        Box::new(move |_deadline: u64, _now: u64| {
+            let mut g = s.lock().expect("service lock");
+            match g.as_mut().map(f) {
+                Some(false) => StepResult::NotYet,
+                _ => StepResult::Done,
+            }
+        })
+    };
+    let mut disconnect_sent = false;
+    let s = service.clone();
+    let disconnect: crate::ops::shutdown::StepFn = Box::new(move |_d: u64, _n: u64| {
+        let g = s.lock().expect("service lock");
+        let Some(svc) = g.as_ref() else {
+            return StepResult::Done;
+        };
+        if !disconnect_sent {
+            svc.disconnect_all();
+            disconnect_sent = true;
+        }
+        if svc.open_connections() == 0 {
+            StepResult::Done
+        } else {
+            StepResult::NotYet
+        }
+    });
+    let hooks = ShutdownHooks {
+        stop_accepting: with(|svc| {
+            svc.stop_accepting();
+            true
+        }),
+        finish_in_flight: with(|_| true),
+        flush_outbound: with(|svc| svc.outbound_bytes() == 0),
+        disconnect_subscribers: disconnect,
+        close_recorder: with(|_| true),
+    };
+    let plan = standard_plan(health.clone(), plan.ops.budgets, hooks);
+    let report = Shutdown::run(plan, clock, &mut sleep_until(MonotonicClock), forced);
+    for cut in report.cut() {
+        tracing::warn!(step = cut, "shutdown step cut: budget exhausted");
+    }
+    report.exit_code
 }

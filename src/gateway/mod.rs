@@ -30,6 +30,7 @@ use crate::admission::{Admission, AdmissionConfig, RetryWindow};
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::config::Config;
 use crate::engine::PriceTable;
+use crate::pipeline::sink::HistogramExchange;
 use crate::pipeline::{ShardInput, WaitStrategy};
 use crate::requests::stats::OverloadStats;
 
@@ -109,7 +110,9 @@ impl GatewayConfig {
         if !(self.low_water_bytes < self.high_water_bytes
             && self.high_water_bytes < self.out_cap_bytes)
         {
-            return Err("--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold".into());
+            return Err(
+                "--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold".into(),
+            );
         }
         if self.out_cap_bytes < 4096 {
             return Err("--out-cap-bytes: at least 4096".into());
@@ -120,7 +123,8 @@ impl GatewayConfig {
                 crate::wire::FRAME_LEN_MAX
             ));
         }
-        if !(self.heartbeat_min_ms <= self.heartbeat_ms && self.heartbeat_ms <= self.heartbeat_max_ms)
+        if !(self.heartbeat_min_ms <= self.heartbeat_ms
+            && self.heartbeat_ms <= self.heartbeat_max_ms)
             || self.heartbeat_min_ms == 0
         {
             return Err("heartbeat: 0 < min <= --heartbeat-ms <= max must hold".into());
@@ -188,6 +192,20 @@ impl Gateway {
         inputs: Vec<ShardInput>,
         overload: Arc<OverloadStats>,
     ) -> std::io::Result<Gateway> {
+        let none = inputs.iter().map(|_| None).collect();
+        Self::start_with_latency(cfg, config, table, inputs, overload, none)
+    }
+
+    /// [`Gateway::start`], with one latency-histogram exchange per shard
+    /// (see [`crate::cli::report::LatencyCollector`]).
+    pub fn start_with_latency(
+        cfg: GatewayConfig,
+        config: Arc<Config>,
+        table: Arc<PriceTable>,
+        inputs: Vec<ShardInput>,
+        overload: Arc<OverloadStats>,
+        exchanges: Vec<Option<HistogramExchange>>,
+    ) -> std::io::Result<Gateway> {
         cfg.validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let admission = Admission::new(
@@ -212,8 +230,8 @@ impl Gateway {
         let mut shards = Vec::new();
         let mut handoffs = Vec::new();
         let mut shard_stats = Vec::new();
-        for input in inputs {
-            let s = shard::spawn(shared.clone(), input)?;
+        for (input, exchange) in inputs.into_iter().zip(exchanges) {
+            let s = shard::spawn(shared.clone(), input, exchange)?;
             handoffs.push(s.handoff.clone());
             shard_stats.push(s.stats.clone());
             shards.push((s.control, s.waker, s.thread));

@@ -1,0 +1,164 @@
+//! Flags of the subscriber gateway and the provider ingest listener.
+
+use std::net::SocketAddr;
+
+use clap::Args;
+
+use crate::feed::ingest::{IngestConfig, INGEST_TOKEN_DEFAULT};
+use crate::gateway::outbound::{
+    HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
+};
+use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
+use crate::pipeline::WaitStrategy;
+
+/// Gateway and ingest flags of `pricewire serve`.
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// Subscriber listen address.
+    #[arg(long, default_value = LISTEN_DEFAULT, value_name = "ADDR")]
+    pub listen: SocketAddr,
+
+    /// Run without the subscriber listener (prices go to measuring sinks).
+    #[arg(long)]
+    pub no_listen: bool,
+
+    /// Provider ingest listen address (bridges push quotes here); off when
+    /// absent.
+    #[arg(long, value_name = "ADDR")]
+    pub feed_listen: Option<SocketAddr>,
+
+    /// Token accepted at ProviderLogon for providers without their own.
+    #[arg(long, default_value = INGEST_TOKEN_DEFAULT, value_name = "TOKEN")]
+    pub ingest_token: String,
+
+    /// Outbound low water mark per connection, in bytes.
+    #[arg(long, default_value_t = LOW_WATER_BYTES_DEFAULT, value_name = "BYTES")]
+    pub low_water_bytes: usize,
+
+    /// Outbound high water mark per connection, in bytes (above it the
+    /// connection is conflated).
+    #[arg(long, default_value_t = HIGH_WATER_BYTES_DEFAULT, value_name = "BYTES")]
+    pub high_water_bytes: usize,
+
+    /// Hard cap of a connection's outbound buffer, in bytes.
+    #[arg(long, default_value_t = OUT_CAP_BYTES_DEFAULT, value_name = "BYTES")]
+    pub out_cap_bytes: usize,
+
+    /// Above the high water mark for longer than this → disconnected as a
+    /// slow consumer, in milliseconds.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    pub slow_consumer_ms: u64,
+
+    /// Heartbeat interval offered to clients that ask for 0, in milliseconds.
+    #[arg(long, default_value_t = 1_000, value_name = "MS")]
+    pub heartbeat_ms: u32,
+
+    /// A peer silent for this many heartbeat intervals is dead.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub dead_after_heartbeats: u32,
+
+    /// A client must log on within this time, in milliseconds.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    pub logon_timeout_ms: u64,
+
+    /// A started frame must complete within this time, in milliseconds.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    pub frame_timeout_ms: u64,
+
+    /// Largest frame a client may send, in bytes.
+    #[arg(long, default_value_t = 16 * 1024, value_name = "BYTES")]
+    pub max_frame_bytes: usize,
+
+    /// Connections per shard at most.
+    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    pub max_connections_per_shard: usize,
+
+    /// Subscriptions per session at most.
+    #[arg(long, default_value_t = 1_024, value_name = "N")]
+    pub max_subscriptions: usize,
+
+    /// Inbound messages per second per connection.
+    #[arg(long, default_value_t = 200, value_name = "PER_S")]
+    pub msg_rate_per_s: u32,
+
+    /// Burst of inbound messages per connection.
+    #[arg(long, default_value_t = 400, value_name = "N")]
+    pub msg_burst: u32,
+
+    /// Accepted connections per second (admission token bucket rate).
+    #[arg(long, default_value_t = crate::admission::ACCEPT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
+    pub accept_rate_per_s: u32,
+
+    /// Accept burst.
+    #[arg(long, default_value_t = crate::admission::ACCEPT_BURST_DEFAULT, value_name = "N")]
+    pub accept_burst: u32,
+
+    /// Logons per second.
+    #[arg(long, default_value_t = crate::admission::LOGON_RATE_PER_S_DEFAULT, value_name = "PER_S")]
+    pub logon_rate_per_s: u32,
+
+    /// First subscriptions per second.
+    #[arg(long, default_value_t = crate::admission::FIRST_SUBSCRIBE_RATE_PER_S_DEFAULT, value_name = "PER_S")]
+    pub first_subscribe_rate_per_s: u32,
+
+    /// Symbol-list requests per second.
+    #[arg(long, default_value_t = crate::admission::SYMBOL_LIST_RATE_PER_S_DEFAULT, value_name = "PER_S")]
+    pub symbol_list_rate_per_s: u32,
+
+    /// Concurrent connections per client IP.
+    #[arg(long, default_value_t = crate::admission::IP_CONNECTIONS_MAX_DEFAULT, value_name = "N")]
+    pub ip_connections_max: u32,
+
+    /// Connection attempts per second per client IP.
+    #[arg(long, default_value_t = crate::admission::IP_CONNECT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
+    pub ip_connect_rate_per_s: u32,
+}
+
+impl GatewayArgs {
+    /// The gateway config, or `None` when `--no-listen`.
+    pub fn gateway_config(
+        &self,
+        shard_wait: WaitStrategy,
+    ) -> Result<Option<GatewayConfig>, String> {
+        if self.no_listen {
+            return Ok(None);
+        }
+        let mut c = GatewayConfig {
+            listen: self.listen,
+            low_water_bytes: self.low_water_bytes,
+            high_water_bytes: self.high_water_bytes,
+            out_cap_bytes: self.out_cap_bytes,
+            slow_consumer_ms: self.slow_consumer_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            dead_after_heartbeats: self.dead_after_heartbeats,
+            logon_timeout_ms: self.logon_timeout_ms,
+            frame_timeout_ms: self.frame_timeout_ms,
+            max_frame_bytes: self.max_frame_bytes,
+            max_connections_per_shard: self.max_connections_per_shard,
+            max_subscriptions: self.max_subscriptions,
+            msg_rate_per_s: self.msg_rate_per_s,
+            msg_burst: self.msg_burst,
+            shard_wait,
+            ..GatewayConfig::default()
+        };
+        let a = &mut c.admission;
+        a.accept_rate_per_s = self.accept_rate_per_s;
+        a.accept_burst = self.accept_burst;
+        a.logon_rate_per_s = self.logon_rate_per_s;
+        a.first_subscribe_rate_per_s = self.first_subscribe_rate_per_s;
+        a.symbol_list_rate_per_s = self.symbol_list_rate_per_s;
+        a.ip_connections_max = self.ip_connections_max;
+        a.ip_connect_rate_per_s = self.ip_connect_rate_per_s;
+        c.heartbeat_min_ms = c.heartbeat_min_ms.min(self.heartbeat_ms);
+        c.validate()?;
+        Ok(Some(c))
+    }
+
+    pub fn ingest_config(&self, wait: WaitStrategy) -> Option<IngestConfig> {
+        self.feed_listen.map(|listen| IngestConfig {
+            listen,
+            default_token: self.ingest_token.clone(),
+            wait,
+        })
+    }
+}

@@ -1,0 +1,477 @@
+//! Provider ingest: a TCP listener (`--feed-listen`) where bridges push
+//! quotes into the pipeline over the same SOFH + SBE framing as the
+//! subscriber protocol: ProviderLogon(provider id, token) →
+//! LogonAccepted / LogonRejected, then batched ProviderQuote messages.
+//!
+//! One thread runs a mio loop over every bridge connection and pushes the
+//! decoded ticks into its own engine ring ([`FeedPort`]): the engine sees
+//! the ingest listener as one more feed. Buffers are allocated per
+//! connection at accept; decoding a quote batch allocates nothing. A bad
+//! frame gets a Reject with its reason; broken framing also closes the
+//! connection; other bridges are unaffected.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::clock::{monotonic_ns, wall_ns};
+use crate::model::{InstrumentTable, ProviderKind, Tick};
+use crate::pipeline::{FeedPort, WaitStrategy};
+use crate::wire::{self, LogonAccepted, LogonRejectReason, LogonRejected, Message, Name16};
+
+/// Default token accepted from bridges for providers that have none of
+/// their own in the config (the built-in synthetic providers).
+pub const INGEST_TOKEN_DEFAULT: &str = "demo-feed";
+/// Most bridge connections at once.
+pub const BRIDGES_MAX: usize = 64;
+/// Per-connection inbound buffer (also the largest accepted frame).
+const IN_BYTES: usize = wire::FRAME_LEN_MAX;
+/// Per-connection outbound buffer (acks and rejects only).
+const OUT_BYTES: usize = 16 * 1024;
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+
+/// Counters of the ingest listener.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    pub connections: AtomicU64,
+    pub logons_accepted: AtomicU64,
+    pub logons_rejected: AtomicU64,
+    pub quotes: AtomicU64,
+    pub frames_rejected: AtomicU64,
+}
+
+/// Settings of the ingest listener.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub listen: SocketAddr,
+    /// Token for providers without their own (see [`INGEST_TOKEN_DEFAULT`]).
+    pub default_token: String,
+    pub wait: WaitStrategy,
+}
+
+struct Bridge {
+    stream: TcpStream,
+    provider: Option<u16>,
+    inbuf: Box<[u8]>,
+    in_len: usize,
+    out: Vec<u8>,
+    closing: bool,
+}
+
+/// A running ingest listener.
+pub struct IngestHandle {
+    pub local_addr: SocketAddr,
+    pub stats: Arc<IngestStats>,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl IngestHandle {
+    /// Stops accepting and closes every bridge; the feed port is dropped,
+    /// which tells the engine this feed has ended.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for IngestHandle {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// Binds the listener and starts the ingest thread feeding `port`.
+pub fn spawn(
+    cfg: IngestConfig,
+    table: Arc<InstrumentTable>,
+    port: FeedPort,
+) -> io::Result<IngestHandle> {
+    let mut listener = TcpListener::bind(cfg.listen)?;
+    let local_addr = listener.local_addr()?;
+    let poll = Poll::new()?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let stats = Arc::new(IngestStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut ingest = Ingest {
+        cfg,
+        table,
+        port,
+        poll,
+        listener,
+        bridges: (0..BRIDGES_MAX).map(|_| None).collect(),
+        stats: stats.clone(),
+        stop: stop.clone(),
+        batch: Vec::with_capacity(IN_BYTES / 43 + 1),
+    };
+    let thread = std::thread::Builder::new()
+        .name("pw-ingest".into())
+        .spawn(move || ingest.run())?;
+    tracing::info!(%local_addr, "provider ingest listening");
+    Ok(IngestHandle {
+        local_addr,
+        stats,
+        stop,
+        waker,
+        thread: Some(thread),
+    })
+}
+
+struct Ingest {
+    cfg: IngestConfig,
+    table: Arc<InstrumentTable>,
+    port: FeedPort,
+    poll: Poll,
+    listener: TcpListener,
+    bridges: Vec<Option<Bridge>>,
+    stats: Arc<IngestStats>,
+    stop: Arc<AtomicBool>,
+    batch: Vec<Tick>,
+}
+
+impl Ingest {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(256);
+        let timeout = match self.cfg.wait {
+            WaitStrategy::Spin => Duration::ZERO,
+            _ => Duration::from_millis(100),
+        };
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.poll.poll(&mut events, Some(timeout)).is_err() {
+                continue;
+            }
+            for e in events.iter() {
+                match e.token() {
+                    LISTENER => self.accept_all(),
+                    WAKER => {}
+                    Token(t) => self.on_ready(t - 2),
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.add(stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ingest accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, mut stream: TcpStream) {
+        let Some(i) = self.bridges.iter().position(Option::is_none) else {
+            return; // at capacity: dropping the stream closes it
+        };
+        let _ = stream.set_nodelay(true);
+        let token = Token(i + 2);
+        if self
+            .poll
+            .registry()
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            return;
+        }
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
+        self.bridges[i] = Some(Bridge {
+            stream,
+            provider: None,
+            inbuf: vec![0u8; IN_BYTES].into_boxed_slice(),
+            in_len: 0,
+            out: Vec::with_capacity(OUT_BYTES),
+            closing: false,
+        });
+    }
+
+    fn on_ready(&mut self, i: usize) {
+        if i >= self.bridges.len() {
+            return;
+        }
+        loop {
+            let Some(b) = self.bridges[i].as_mut() else {
+                return;
+            };
+            let r = b.stream.read(&mut b.inbuf[b.in_len..]);
+            match r {
+                Ok(0) => return self.close(i),
+                Ok(n) => b.in_len += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return self.close(i),
+            }
+            self.frames(i);
+        }
+        self.flush(i);
+    }
+
+    fn frames(&mut self, i: usize) {
+        let mut off = 0;
+        loop {
+            let Some(b) = self.bridges[i].as_mut() else {
+                return;
+            };
+            if b.closing {
+                b.in_len = 0;
+                return;
+            }
+            match wire::split(&b.inbuf[off..b.in_len]) {
+                Ok(None) => break,
+                Ok(Some(len)) => {
+                    let frame = &b.inbuf[off..off + len];
+                    off += len;
+                    let (reply, close) = handle(
+                        frame,
+                        &mut b.provider,
+                        &self.table,
+                        &self.cfg,
+                        &mut self.port,
+                        &mut self.batch,
+                        &self.stats,
+                    );
+                    b.out.extend_from_slice(reply.as_slice());
+                    if close {
+                        b.closing = true;
+                    }
+                }
+                Err(e) => {
+                    let mut buf = [0u8; 128];
+                    if let Ok(n) = encode_reject(&mut buf, e.reason(), "bad framing") {
+                        b.out.extend_from_slice(&buf[..n]);
+                    }
+                    self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    b.closing = true;
+                    b.in_len = 0;
+                    return;
+                }
+            }
+        }
+        if let Some(b) = self.bridges[i].as_mut() {
+            b.inbuf.copy_within(off..b.in_len, 0);
+            b.in_len -= off;
+        }
+        self.port.notify();
+    }
+
+    fn flush(&mut self, i: usize) {
+        let Some(b) = self.bridges[i].as_mut() else {
+            return;
+        };
+        while !b.out.is_empty() {
+            match b.stream.write(&b.out) {
+                Ok(0) => break,
+                Ok(n) => {
+                    b.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return self.close(i),
+            }
+        }
+        let close = b.closing && b.out.is_empty();
+        // A bridge that never reads its acks cannot grow our buffer.
+        let overflow = b.out.len() > OUT_BYTES;
+        if close || overflow {
+            self.close(i);
+        }
+    }
+
+    fn close(&mut self, i: usize) {
+        if let Some(mut b) = self.bridges[i].take() {
+            let _ = self.poll.registry().deregister(&mut b.stream);
+            self.stats.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A reply frame built on the stack.
+struct Reply {
+    buf: [u8; 8192],
+    len: usize,
+}
+
+impl Reply {
+    fn none() -> Reply {
+        Reply {
+            buf: [0; 8192],
+            len: 0,
+        }
+    }
+    fn with(f: impl FnOnce(&mut [u8]) -> Result<usize, wire::EncodeError>) -> Reply {
+        let mut r = Reply::none();
+        r.len = f(&mut r.buf).unwrap_or(0);
+        r
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+fn encode_reject(
+    buf: &mut [u8],
+    reason: wire::RejectReason,
+    text: &str,
+) -> Result<usize, wire::EncodeError> {
+    wire::encode_reject(
+        buf,
+        &wire::Reject {
+            request_id: 0,
+            ref_template_id: 0,
+            reason,
+            retry_after_ms: 0,
+            text: text.as_bytes(),
+        },
+    )
+}
+
+/// Handles one frame; returns the reply and whether to close afterwards.
+fn handle(
+    frame: &[u8],
+    provider: &mut Option<u16>,
+    table: &InstrumentTable,
+    cfg: &IngestConfig,
+    port: &mut FeedPort,
+    batch: &mut Vec<Tick>,
+    stats: &IngestStats,
+) -> (Reply, bool) {
+    let msg = match wire::decode(frame) {
+        Ok(m) => m,
+        Err(e) => {
+            stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            return (
+                Reply::with(|b| encode_reject(b, e.reason(), "bad message")),
+                false,
+            );
+        }
+    };
+    match (msg, *provider) {
+        (Message::ProviderLogon(l), None) => logon(&l, provider, table, cfg, stats),
+        (Message::ProviderQuote(q), Some(p)) => {
+            quotes(&q, p, port, batch, stats);
+            (Reply::none(), false)
+        }
+        (Message::Heartbeat, Some(_)) => (Reply::with(wire::encode_heartbeat), false),
+        (Message::SymbolListRequest(r), Some(_)) => (directory(r.request_id, table), false),
+        (Message::Logout, _) => (
+            Reply::with(|b| {
+                wire::encode_disconnect_reason(b, wire::DisconnectReason::LOGOUT, 0, "logout")
+            }),
+            true,
+        ),
+        (_, None) => {
+            stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            let r =
+                Reply::with(|b| encode_reject(b, wire::RejectReason::NOT_LOGGED_ON, "logon first"));
+            (r, true)
+        }
+        (_, Some(_)) => {
+            stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            let r = Reply::with(|b| encode_reject(b, wire::RejectReason::UNEXPECTED_MESSAGE, ""));
+            (r, false)
+        }
+    }
+}
+
+fn logon(
+    l: &wire::ProviderLogon<'_>,
+    provider: &mut Option<u16>,
+    table: &InstrumentTable,
+    cfg: &IngestConfig,
+    stats: &IngestStats,
+) -> (Reply, bool) {
+    let ok = table
+        .providers()
+        .get(l.provider_id as usize)
+        .is_some_and(|p| {
+            let expected = if p.kind == ProviderKind::Ingest && !p.token.is_empty() {
+                p.token.as_bytes()
+            } else {
+                cfg.default_token.as_bytes()
+            };
+            expected == l.token
+        });
+    if !ok {
+        stats.logons_rejected.fetch_add(1, Ordering::Relaxed);
+        let m = LogonRejected {
+            reason: LogonRejectReason::AUTH,
+            retry_after_ms: 1_000,
+        };
+        return (Reply::with(|b| wire::encode_logon_rejected(b, &m)), true);
+    }
+    *provider = Some(l.provider_id);
+    stats.logons_accepted.fetch_add(1, Ordering::Relaxed);
+    let m = LogonAccepted {
+        session_id: u64::from(l.provider_id),
+        heartbeat_interval_ms: 1_000,
+        server_time_ns: wall_ns(),
+        default_tier: 0,
+    };
+    (Reply::with(|b| wire::encode_logon_accepted(b, &m)), false)
+}
+
+fn quotes(
+    q: &wire::ProviderQuote<'_>,
+    provider: u16,
+    port: &mut FeedPort,
+    batch: &mut Vec<Tick>,
+    stats: &IngestStats,
+) {
+    let now = monotonic_ns();
+    batch.clear();
+    for e in q.quotes.clone() {
+        if batch.len() == batch.capacity() {
+            break;
+        }
+        batch.push(Tick {
+            bid: e.bid,
+            ask: e.ask,
+            bid_size: e.bid_size,
+            ask_size: e.ask_size,
+            provider_time_ns: e.provider_time_ns,
+            receive_time_ns: now,
+            feed_seq: 0,
+            symbol: e.symbol_id,
+            provider,
+            flags: u32::from(e.flags),
+        });
+    }
+    stats
+        .quotes
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    for t in batch.iter() {
+        port.push(*t);
+    }
+}
+
+fn directory(request_id: u64, table: &InstrumentTable) -> Reply {
+    // A directory of every instrument may exceed the stack reply; bridges
+    // that need more use the subscriber listener's SymbolListRequest.
+    let symbols = table.instruments().iter().map(|s| wire::SymbolInfo {
+        symbol_id: s.id,
+        digits: s.digits,
+        name: Name16::new(&s.name).unwrap_or_default(),
+    });
+    let tiers = std::iter::empty::<wire::TierInfo>();
+    Reply::with(|b| wire::encode_symbol_directory(b, request_id, symbols, tiers))
+}

@@ -1,0 +1,369 @@
+//! The assembled price service: pipeline, provider ingest, subscriber
+//! gateway (or measuring sinks when headless), and the metrics they export.
+//!
+//! `pricewire serve`, the integration tests and the bench tool all start
+//! the service through [`Service::start`], so they run the same wiring.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::cli::report::{LatencyCollector, Totals};
+use crate::config::Config;
+use crate::feed::ingest::{self, IngestConfig, IngestHandle};
+use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
+use crate::feed::TickSource;
+use crate::gateway::{Gateway, GatewayConfig};
+use crate::ops::metrics::catalogue as m;
+use crate::ops::{OpsError, Registry};
+use crate::pipeline::sink::{ShardSink, SinkStats};
+use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap, Stage, WaitStrategy};
+use crate::requests::stats::OverloadStats;
+
+/// What to start.
+pub struct ServiceConfig {
+    pub config: Arc<Config>,
+    pub pipeline: PipelineConfig,
+    /// The built-in synthetic feed, if wanted.
+    pub synthetic: Option<SyntheticConfig>,
+    /// More feed sources (replay, FIX sessions), one feed thread each.
+    pub sources: Vec<(String, Box<dyn TickSource>)>,
+    /// The subscriber gateway; `None` runs headless measuring sinks.
+    pub gateway: Option<GatewayConfig>,
+    /// The provider ingest listener.
+    pub ingest: Option<IngestConfig>,
+    /// Wait strategy of headless sinks.
+    pub shard_wait: WaitStrategy,
+    /// Optional recorder ring the engine copies every tick into.
+    pub recorder: Option<RecorderTap>,
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    #[error("gateway: {0}")]
+    Gateway(std::io::Error),
+    #[error("provider ingest: {0}")]
+    Ingest(std::io::Error),
+}
+
+/// A running service.
+pub struct Service {
+    pub config: Arc<Config>,
+    pub pipeline: Pipeline,
+    pub gateway: Option<Gateway>,
+    pub ingest: Option<IngestHandle>,
+    pub overload: Arc<OverloadStats>,
+    pub sink_stats: Vec<Arc<SinkStats>>,
+    pub latency: LatencyCollector,
+    sinks: Vec<JoinHandle<()>>,
+}
+
+impl Service {
+    pub fn start(mut cfg: ServiceConfig) -> Result<Service, ServiceError> {
+        let config = cfg.config.clone();
+        let mut sources = std::mem::take(&mut cfg.sources);
+        if let Some(s) = cfg.synthetic {
+            sources.insert(
+                0,
+                (
+                    "synthetic".into(),
+                    Box::new(SyntheticFeed::new(&config.table, s)),
+                ),
+            );
+        }
+        let ports = cfg.ingest.iter().map(|_| "ingest".to_string()).collect();
+        let parts = Pipeline::start(&cfg.pipeline, &config, sources, ports, cfg.recorder.take())?;
+        let mut pipeline = parts.pipeline;
+        let overload = Arc::new(OverloadStats::default());
+        let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
+        let mut service_ingest = None;
+        if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
+            let table = Arc::new(config.table.clone());
+            match ingest::spawn(icfg, table, port) {
+                Ok(h) => service_ingest = Some(h),
+                Err(e) => {
+                    pipeline.stop();
+                    return Err(ServiceError::Ingest(e));
+                }
+            }
+        }
+        let mut service = Service {
+            config: config.clone(),
+            pipeline,
+            gateway: None,
+            ingest: service_ingest,
+            overload: overload.clone(),
+            sink_stats: Vec::new(),
+            latency,
+            sinks: Vec::new(),
+        };
+        match cfg.gateway {
+            Some(gcfg) => {
+                let table = service.pipeline.handles.table.clone();
+                let ex = exchanges.into_iter().map(Some).collect();
+                let gw =
+                    Gateway::start_with_latency(gcfg, config, table, parts.shards, overload, ex)
+                        .map_err(ServiceError::Gateway)?;
+                service.gateway = Some(gw);
+            }
+            None => service.start_sinks(parts.shards, exchanges, &cfg.pipeline, cfg.shard_wait),
+        }
+        Ok(service)
+    }
+
+    fn start_sinks(
+        &mut self,
+        shards: Vec<crate::pipeline::ShardInput>,
+        exchanges: Vec<crate::pipeline::sink::HistogramExchange>,
+        pcfg: &PipelineConfig,
+        wait: WaitStrategy,
+    ) {
+        let (symbols, tiers) = (self.config.table.len(), self.config.table.tiers().len());
+        for (input, exchange) in shards.into_iter().zip(exchanges) {
+            let index = input.index;
+            let mut sink = ShardSink::new(input, symbols, tiers).with_exchange(exchange);
+            self.sink_stats.push(sink.stats.clone());
+            let cpus = pcfg.cpus.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("pw-shard{index}"))
+                .spawn(move || {
+                    let stage = Stage::Shard(index as u16);
+                    if let Some(core) = cpus.core_for(stage) {
+                        if let Err(e) = crate::pipeline::affinity::pin_current(stage, core) {
+                            tracing::error!("{e}");
+                            return;
+                        }
+                    }
+                    sink.run(wait);
+                })
+                .expect("spawn shard sink");
+            self.sinks.push(t);
+        }
+    }
+
+    /// Counters for the periodic report.
+    pub fn totals(&self) -> Totals {
+        let out: u64 = self
+            .gateway
+            .as_ref()
+            .map_or(0, |g| g.shard_stats.iter().map(|s| s.prices_in.get()).sum());
+        Totals::read(&self.pipeline.handles, &self.sink_stats, out)
+    }
+
+    /// Stops accepting subscribers and bridges; live sessions go on.
+    pub fn stop_accepting(&mut self) {
+        if let Some(g) = self.gateway.as_mut() {
+            g.stop_accepting();
+        }
+    }
+
+    /// Tells every subscriber to come back later (jittered) and closes.
+    pub fn disconnect_all(&self) {
+        if let Some(g) = &self.gateway {
+            g.disconnect_all();
+        }
+    }
+
+    /// Subscriber connections still open.
+    pub fn open_connections(&self) -> u64 {
+        self.gateway.as_ref().map_or(0, |g| g.connections())
+    }
+
+    /// Stops every stage in data-flow order.
+    pub fn stop(mut self) {
+        if let Some(i) = self.ingest.take() {
+            i.stop();
+        }
+        self.pipeline.stop();
+        if let Some(g) = self.gateway.take() {
+            g.stop();
+        }
+        for t in self.sinks.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Registers every counter of the service with the metrics registry.
+    pub fn register_metrics(&self, r: &Registry) -> Result<(), OpsError> {
+        self.register_pipeline(r)?;
+        if let Some(g) = &self.gateway {
+            register_gateway(r, g)?;
+        }
+        register_overload(r, &self.overload)
+    }
+
+    fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
+        let h = &self.pipeline.handles;
+        for (name, f) in &h.feeds {
+            let (a, b, c) = (f.clone(), f.clone(), f.clone());
+            r.register_counter_fn(m::TICKS_RECEIVED, &[("provider", name)], move || {
+                a.pushed.get()
+            })?;
+            r.register_counter_fn(
+                m::DROPS,
+                &[("reason", &format!("feed_ring_full_{name}"))],
+                move || b.dropped.get(),
+            )?;
+            r.register_gauge_fn(
+                m::RING_OCCUPANCY,
+                &[("ring", &format!("feed_{name}"))],
+                move || c.ring_occupancy.get() as f64,
+            )?;
+        }
+        let e = h.engine.clone();
+        r.register_counter_fn(m::PRICES_PUBLISHED, &[], move || e.published.get())?;
+        let drops = [
+            ("invalid_tick", 0usize),
+            ("spike_rejected", 1),
+            ("stale_republish", 2),
+        ];
+        for (reason, which) in drops {
+            let e = h.engine.clone();
+            r.register_counter_fn(m::DROPS, &[("reason", reason)], move || match which {
+                0 => e.invalid.get(),
+                1 => e.spikes_rejected.get(),
+                _ => e.stale.get(),
+            })?;
+        }
+        for (i, f) in h.fanout.iter().enumerate() {
+            let (a, b) = (f.clone(), f.clone());
+            let ring = format!("shard{i}");
+            r.register_gauge_fn(m::RING_OCCUPANCY, &[("ring", &ring)], move || {
+                a.ring_occupancy.get() as f64
+            })?;
+            r.register_counter_fn(
+                m::CONFLATIONS,
+                &[("reason", &format!("engine_ring_full_{ring}"))],
+                move || b.conflated.get(),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
+    for (i, s) in g.shard_stats.iter().enumerate() {
+        let shard = i.to_string();
+        let (a, b, c) = (s.clone(), s.clone(), s.clone());
+        r.register_counter_fn(m::PRICE_UPDATES_SENT, &[("shard", &shard)], move || {
+            a.prices_out.get()
+        })?;
+        r.register_gauge_fn(
+            m::CONNECTIONS,
+            &[("shard", &shard), ("state", "open")],
+            move || b.connections.get() as f64,
+        )?;
+        r.register_gauge_fn(
+            m::CONNECTIONS,
+            &[("shard", &shard), ("state", "conflating")],
+            move || c.conflating_now.get() as f64,
+        )?;
+        let d = s.clone();
+        r.register_counter_fn(
+            m::CONFLATIONS,
+            &[("reason", &format!("slow_subscriber_shard{i}"))],
+            move || d.conflated.get(),
+        )?;
+    }
+    let st = g.shared.stats.clone();
+    let all = [("all", 0usize)];
+    for (shard, _) in all {
+        let (a, b) = (st.clone(), st.clone());
+        r.register_counter_fn(m::CONNECTIONS_ACCEPTED, &[("shard", shard)], move || {
+            crate::gateway::GatewayStats::get(&a.accepted)
+        })?;
+        r.register_counter_fn(
+            m::SLOW_CONSUMER_DISCONNECTS,
+            &[("shard", shard)],
+            move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
+        )?;
+    }
+    Ok(())
+}
+
+fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
+    use crate::admission::Stage as AStage;
+    use crate::requests::ShedReason;
+    for reason in ShedReason::ALL {
+        let o = o.clone();
+        r.register_counter_fn(m::SHEDS, &[("reason", reason.name())], move || {
+            o.snapshot().shed_of(reason)
+        })?;
+    }
+    for stage in AStage::ALL {
+        let o = o.clone();
+        r.register_counter_fn(
+            m::ADMISSION_REJECTS,
+            &[("stage", stage.name())],
+            move || o.snapshot().rejects_at(stage),
+        )?;
+    }
+    let (a, b) = (o.clone(), o.clone());
+    r.register_gauge_fn(m::REQUEST_QUEUE_DEPTH, &[], move || {
+        a.snapshot().queue_depth as f64
+    })?;
+    r.register_gauge_fn(m::REQUEST_QUEUE_OVERLOADED, &[], move || {
+        f64::from(u8::from(b.snapshot().overloaded))
+    })?;
+    register_overload_extras(r, o)
+}
+
+/// Every other overload value (LIFO mode, sojourn min/p99, adaptive limit
+/// and the RTTs it reacts to, ...) under the stable names the overload
+/// stats give them, as unlabelled families of their own.
+fn register_overload_extras(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
+    use crate::ops::metrics::catalogue::{FamilyDesc, MetricKind};
+    let mut names: Vec<(&'static str, bool)> = Vec::new();
+    o.snapshot().for_each_metric(|name, label, _| {
+        let known = crate::ops::metrics::catalogue::family(name).is_some();
+        if label.is_none() && !known && !names.iter().any(|(n, _)| *n == name) {
+            names.push((name, name.ends_with("_total")));
+        }
+    });
+    for (name, counter) in names {
+        let unit = if name.ends_with("_ns") {
+            "nanoseconds"
+        } else {
+            "count"
+        };
+        r.define(FamilyDesc {
+            name,
+            kind: if counter {
+                MetricKind::Counter
+            } else {
+                MetricKind::Gauge
+            },
+            labels: &[],
+            unit,
+            owner: "requests",
+            help: "Overload control value; see docs/overload.md.",
+        })?;
+        let o = o.clone();
+        let read = move || {
+            let mut v = 0;
+            o.snapshot().for_each_metric(|n, l, x| {
+                if n == name && l.is_none() {
+                    v = x;
+                }
+            });
+            v
+        };
+        if counter {
+            r.register_counter_fn(name, &[], read)?;
+        } else {
+            r.register_gauge_fn(name, &[], move || read() as f64)?;
+        }
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Bytes waiting in subscriber outbound buffers (sampled by shards).
+    pub fn outbound_bytes(&self) -> u64 {
+        self.gateway.as_ref().map_or(0, |g| {
+            g.shard_stats.iter().map(|s| s.outbound_bytes.get()).sum()
+        })
+    }
+}
