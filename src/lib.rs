@@ -11,6 +11,7 @@
 //! prove it with a counting allocator.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod capture;
 pub mod clock;
 pub mod config;
 pub mod feed;
