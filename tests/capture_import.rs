@@ -16,7 +16,9 @@ use pricewire::model::Tick;
 use util::table;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn utc(text: &str) -> u64 {
@@ -29,14 +31,17 @@ fn opts(format: ImportFormat, inputs: Vec<PathBuf>, out: &Path) -> ImportOptions
 
 fn import_and_read(o: &ImportOptions) -> (ImportReport, Vec<Tick>) {
     let report = import::run(o).unwrap();
-    let (ticks, _) = read_all(&[o.out_dir.clone()], ReaderOptions::default()).unwrap();
+    let (ticks, _) = read_all(std::slice::from_ref(&o.out_dir), ReaderOptions::default()).unwrap();
     assert_eq!(ticks.len() as u64, report.ticks);
     (report, ticks)
 }
 
 /// (symbol, bid, ask, provider time) of each tick.
 fn quotes(ticks: &[Tick]) -> Vec<(u16, i64, i64, u64)> {
-    ticks.iter().map(|t| (t.symbol, t.bid, t.ask, t.provider_time_ns)).collect()
+    ticks
+        .iter()
+        .map(|t| (t.symbol, t.bid, t.ask, t.provider_time_ns))
+        .collect()
 }
 
 const EURUSD: u16 = 0;
@@ -47,7 +52,11 @@ const XAUUSD: u16 = 14;
 #[test]
 fn histdata_is_fixed_est_in_january_and_july() {
     let out = tempfile::tempdir().unwrap();
-    let o = opts(ImportFormat::Histdata, vec![fixture("DAT_ASCII_EURUSD_T_202401.csv")], out.path());
+    let o = opts(
+        ImportFormat::Histdata,
+        vec![fixture("DAT_ASCII_EURUSD_T_202401.csv")],
+        out.path(),
+    );
     let (report, ticks) = import_and_read(&o);
     assert_eq!(report.bad_rows, 0);
     assert_eq!(
@@ -77,20 +86,33 @@ fn histdata_bad_rows_are_reported_with_file_and_line() {
     let lines: Vec<u64> = report.bad_row_samples.iter().map(|b| b.line).collect();
     assert_eq!(lines, vec![2, 4]);
     let first = report.bad_row_samples[0].to_string();
-    assert!(first.starts_with(&format!("{}:2: bad bid", file.display())), "{first}");
-    assert!(report.bad_row_samples[1].to_string().contains(":4: bad timestamp"));
+    assert!(
+        first.starts_with(&format!("{}:2: bad bid", file.display())),
+        "{first}"
+    );
+    assert!(report.bad_row_samples[1]
+        .to_string()
+        .contains(":4: bad timestamp"));
     assert_eq!(ticks[2].bid, 108_125);
 }
 
 #[test]
 fn strict_mode_fails_on_the_first_bad_row() {
     let out = tempfile::tempdir().unwrap();
-    let mut o = opts(ImportFormat::Histdata, vec![fixture("DAT_ASCII_EURUSD_T_bad.csv")], out.path());
+    let mut o = opts(
+        ImportFormat::Histdata,
+        vec![fixture("DAT_ASCII_EURUSD_T_bad.csv")],
+        out.path(),
+    );
     o.strict = true;
     match import::run(&o) {
         Err(ImportError::BadRow(bad)) => {
             assert_eq!(bad.line, 2);
-            assert!(bad.reason.contains("invalid character 'x'"), "{}", bad.reason);
+            assert!(
+                bad.reason.contains("invalid character 'x'"),
+                "{}",
+                bad.reason
+            );
         }
         other => panic!("expected a bad row, got {other:?}"),
     }
@@ -181,7 +203,11 @@ fn dukascopy_bi5_hour_file() {
     raw.extend(bi5_record(3_599_999, 108_130, 108_126, 2.0, 2.0));
     raw.extend(bi5_record(3_600_000, 108_130, 108_126, 2.0, 2.0)); // past the hour
     write_bi5(&file, &raw);
-    let o = opts(ImportFormat::Dukascopy, vec![file.clone()], &tmp.path().join("cap"));
+    let o = opts(
+        ImportFormat::Dukascopy,
+        vec![file.clone()],
+        &tmp.path().join("cap"),
+    );
     let (report, ticks) = import_and_read(&o);
     assert_eq!(
         quotes(&ticks),
@@ -205,7 +231,10 @@ fn dukascopy_point_digits_and_flags_override_the_path() {
     o.hour_utc_ns = Some(utc("2024-07-01T00:00:00Z"));
     o.point_digits = Some(3); // the file counts gold in 0.001, the table in 0.01
     let (_, ticks) = import_and_read(&o);
-    assert_eq!(quotes(&ticks), vec![(XAUUSD, 265_012, 265_037, utc("2024-07-01T00:00:00Z"))]);
+    assert_eq!(
+        quotes(&ticks),
+        vec![(XAUUSD, 265_012, 265_037, utc("2024-07-01T00:00:00Z"))]
+    );
     assert_eq!(ticks[0].bid_size, 10_000);
 }
 
@@ -218,7 +247,11 @@ fn generic_csv_with_column_mapping_and_unix_ms() {
         "1705323600123,1.08123,1.08125,EURUSD\n1705323600124,149.872,149.875,USDJPY\n\n1705323600125,1.08123\n",
     )
     .unwrap();
-    let mut o = opts(ImportFormat::Csv, vec![file.clone()], &tmp.path().join("cap"));
+    let mut o = opts(
+        ImportFormat::Csv,
+        vec![file.clone()],
+        &tmp.path().join("cap"),
+    );
     o.columns = Some("time=0,bid=1,ask=2,symbol=3".parse().unwrap());
     let (report, ticks) = import_and_read(&o);
     assert_eq!(
@@ -235,8 +268,16 @@ fn generic_csv_with_column_mapping_and_unix_ms() {
 #[test]
 fn generic_csv_iso8601_with_sizes_header_and_delimiter() {
     let out = tempfile::tempdir().unwrap();
-    let mut o = opts(ImportFormat::Csv, vec![fixture("generic_iso.csv")], out.path());
-    o.columns = Some("time=0,symbol=1,bid=2,ask=3,bid_size=4,ask_size=5".parse().unwrap());
+    let mut o = opts(
+        ImportFormat::Csv,
+        vec![fixture("generic_iso.csv")],
+        out.path(),
+    );
+    o.columns = Some(
+        "time=0,symbol=1,bid=2,ask=3,bid_size=4,ask_size=5"
+            .parse()
+            .unwrap(),
+    );
     o.time_format = import::TimeFormat::Iso8601;
     o.delimiter = b';';
     o.has_header = true;
@@ -244,11 +285,19 @@ fn generic_csv_iso8601_with_sizes_header_and_delimiter() {
     assert_eq!(
         quotes(&ticks),
         vec![
-            (GBPUSD, 126_540, 126_552, utc("2024-01-15T13:00:00.123456789Z")),
+            (
+                GBPUSD,
+                126_540,
+                126_552,
+                utc("2024-01-15T13:00:00.123456789Z")
+            ),
             (XAUUSD, 265_012, 265_037, utc("2024-01-15T13:00:00.5Z")),
         ]
     );
-    assert_eq!((ticks[0].bid_size, ticks[0].ask_size), (1_000_000, 2_000_000));
+    assert_eq!(
+        (ticks[0].bid_size, ticks[0].ask_size),
+        (1_000_000, 2_000_000)
+    );
     assert_eq!(report.bad_rows, 1);
     assert_eq!(report.bad_row_samples[0].line, 4);
     assert!(report.bad_row_samples[0].reason.contains("ask_size"));
@@ -257,7 +306,11 @@ fn generic_csv_iso8601_with_sizes_header_and_delimiter() {
 #[test]
 fn csv_without_columns_or_symbol_is_refused_up_front() {
     let out = tempfile::tempdir().unwrap();
-    let o = opts(ImportFormat::Csv, vec![fixture("generic_iso.csv")], out.path());
+    let o = opts(
+        ImportFormat::Csv,
+        vec![fixture("generic_iso.csv")],
+        out.path(),
+    );
     assert!(matches!(import::run(&o), Err(ImportError::Options(_))));
     let tmp = out.path().join("noname.csv");
     std::fs::write(&tmp, "20240115 170000123,1.08123,1.08125,0\n").unwrap();
@@ -308,6 +361,8 @@ fn cli_args_parse_and_run() {
     let (ticks, _) = read_all(&[out.path().to_path_buf()], ReaderOptions::default()).unwrap();
     assert!(ticks.iter().all(|t| t.provider == 1));
     assert_eq!(ticks[0].provider_time_ns, utc("2024-01-15T13:00:00.200Z"));
-    assert!(Cli::try_parse_from(["import", "--format", "mt5", "--tz", "2", "-o", "x", "f"]).is_err());
+    assert!(
+        Cli::try_parse_from(["import", "--format", "mt5", "--tz", "2", "-o", "x", "f"]).is_err()
+    );
     assert!(Cli::try_parse_from(["import", "--format", "bogus", "-o", "x", "f"]).is_err());
 }

@@ -148,7 +148,8 @@ fn replay_args_parse_speed_files_and_destination() {
     use clap::Parser;
     let (dir, _) = capture();
     let d = dir.path().to_str().unwrap();
-    let cli = Cli::try_parse_from(["replay", "--speed", "10x", "--to", "127.0.0.1:7001", d]).unwrap();
+    let cli =
+        Cli::try_parse_from(["replay", "--speed", "10x", "--to", "127.0.0.1:7001", d]).unwrap();
     assert_eq!(cli.replay.speed, ReplaySpeed::Scaled { milli: 10_000 });
     assert_eq!(cli.replay.to.as_deref(), Some("127.0.0.1:7001"));
     let mut src = cli.replay.open(Some(&util::table())).unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use pricewire::capture::format::{encode_record, CaptureHeader, RECORD_LEN_MAX};
 use pricewire::capture::reader::{read_all, CaptureReader, CorruptPolicy, ReaderOptions};
 use pricewire::capture::writer::list_segments;
-use pricewire::capture::{CaptureError, Recorder, RecorderConfig, RecordError};
+use pricewire::capture::{CaptureError, RecordError, Recorder, RecorderConfig};
 use pricewire::clock::ManualClock;
 use pricewire::model::Tick;
 
@@ -52,19 +52,29 @@ fn recorder_round_trip_reproduces_every_field() {
     for t in &input {
         assert!(tap.push(*t), "ring sized for the whole test");
     }
-    wait_until(WAIT, || handle.stats().snapshot().recorded == input.len() as u64);
+    wait_until(WAIT, || {
+        handle.stats().snapshot().recorded == input.len() as u64
+    });
     let totals = handle.stop();
     assert_eq!(totals.error, None);
     assert_eq!(totals.stats.recorded, 10_000);
     assert_eq!(totals.stats.lost, 0);
     assert_eq!(totals.stats.segments, 1);
-    let on_disk: u64 = totals.paths.iter().map(|p| p.metadata().unwrap().len()).sum();
+    let on_disk: u64 = totals
+        .paths
+        .iter()
+        .map(|p| p.metadata().unwrap().len())
+        .sum();
     assert_eq!(totals.stats.bytes, on_disk);
     let (back, summary) = read_all(&[dir.path().to_path_buf()], ReaderOptions::default()).unwrap();
     assert_eq!(back, input);
     assert!(summary.truncated.is_empty() && summary.corrupt_count == 0);
     // Compact: the average record stays well inside 48 bytes.
-    assert!(on_disk / 10_000 <= 48, "{} bytes per record", on_disk / 10_000);
+    assert!(
+        on_disk / 10_000 <= 48,
+        "{} bytes per record",
+        on_disk / 10_000
+    );
 }
 
 #[test]
@@ -93,7 +103,10 @@ fn full_ring_counts_lost_without_blocking() {
     let totals = handle.stop();
     assert_eq!(totals.stats.lost, 100_000 - queued);
     assert_eq!(totals.stats.recorded, queued);
-    assert!(totals.stats.lost > 0, "an 8-slot ring cannot take 100k ticks at once");
+    assert!(
+        totals.stats.lost > 0,
+        "an 8-slot ring cannot take 100k ticks at once"
+    );
 }
 
 #[test]
@@ -169,7 +182,10 @@ fn truncated_file_replays_to_last_whole_record_and_says_where() {
     let offsets = record_offsets(&paths[0], &input);
     let (last_off, last_len) = offsets[499];
     // Cut inside the last record, as a crash mid-write would.
-    let f = std::fs::OpenOptions::new().write(true).open(&paths[0]).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[0])
+        .unwrap();
     f.set_len((last_off + last_len - 3) as u64).unwrap();
     drop(f);
     let (back, summary) = read_all(&paths, ReaderOptions::default()).unwrap();
@@ -179,14 +195,22 @@ fn truncated_file_replays_to_last_whole_record_and_says_where() {
     assert_eq!(stop.offset, last_off as u64);
     assert_eq!(stop.record_index, 499);
     let msg = stop.to_string();
-    assert!(msg.contains(&format!("stopped at byte offset {last_off} after 499 whole records")), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "stopped at byte offset {last_off} after 499 whole records"
+        )),
+        "{msg}"
+    );
 }
 
 #[test]
 fn file_cut_inside_the_header_reads_as_empty_and_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let paths = write_capture(dir.path(), &ticks(10), 1 << 20);
-    let f = std::fs::OpenOptions::new().write(true).open(&paths[0]).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[0])
+        .unwrap();
     f.set_len(30).unwrap();
     drop(f);
     let (back, summary) = read_all(&paths, ReaderOptions::default()).unwrap();
@@ -215,7 +239,10 @@ fn flipped_byte_mid_file_is_skipped_with_a_clear_report() {
     assert_eq!(bad.reason, RecordError::Crc);
     assert_eq!(bad.resumed_at, offsets[501].0 as u64);
     let msg = bad.to_string();
-    assert!(msg.contains(&format!("damaged record #500 at byte offset {off}")), "{msg}");
+    assert!(
+        msg.contains(&format!("damaged record #500 at byte offset {off}")),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -243,13 +270,22 @@ fn flipped_byte_under_stop_policy_ends_with_an_error() {
     };
     assert_eq!(got, input[..700]);
     match &err {
-        CaptureError::Corrupt { offset, record_index, .. } => {
+        CaptureError::Corrupt {
+            offset,
+            record_index,
+            ..
+        } => {
             assert_eq!((*offset, *record_index), (off as u64, 700));
         }
         other => panic!("unexpected error {other}"),
     }
-    assert!(err.to_string().contains(&format!("damaged record #700 at byte offset {off}")));
-    assert!(matches!(r.next_tick(), Ok(None)), "a stopped reader stays stopped");
+    assert!(err
+        .to_string()
+        .contains(&format!("damaged record #700 at byte offset {off}")));
+    assert!(
+        matches!(r.next_tick(), Ok(None)),
+        "a stopped reader stays stopped"
+    );
 }
 
 #[test]
@@ -263,11 +299,17 @@ fn any_single_flipped_byte_never_panics() {
         bytes[pos] ^= 0xA5;
         std::fs::write(&paths[0], &bytes).unwrap();
         for policy in [CorruptPolicy::Skip, CorruptPolicy::Stop] {
-            let opts = ReaderOptions { policy, ..ReaderOptions::default() };
+            let opts = ReaderOptions {
+                policy,
+                ..ReaderOptions::default()
+            };
             if let Ok((back, _)) = read_all(&paths, opts) {
                 // Whatever survives is a subset of what was written.
                 assert!(back.len() <= input.len());
-                assert!(back.iter().all(|t| input.contains(t)), "invented a tick at flip {pos}");
+                assert!(
+                    back.iter().all(|t| input.contains(t)),
+                    "invented a tick at flip {pos}"
+                );
             }
         }
     }
@@ -280,10 +322,14 @@ fn header_damage_is_an_error_not_a_panic() {
     let mut bytes = std::fs::read(&paths[0]).unwrap();
     bytes[20] ^= 0xff;
     std::fs::write(&paths[0], &bytes).unwrap();
-    let err = CaptureReader::open(&paths, ReaderOptions::default()).err().unwrap();
+    let err = CaptureReader::open(&paths, ReaderOptions::default())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("header CRC mismatch"), "{err}");
     std::fs::write(&paths[0], b"date,bid,ask\n").unwrap();
-    let err = CaptureReader::open(&paths, ReaderOptions::default()).err().unwrap();
+    let err = CaptureReader::open(&paths, ReaderOptions::default())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("not a pricewire capture"), "{err}");
 }
 
@@ -291,7 +337,10 @@ fn header_damage_is_an_error_not_a_panic() {
 fn reader_checks_the_instrument_table_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let paths = write_capture(dir.path(), &ticks(10), 1 << 20);
-    let ok = ReaderOptions { table: Some(table()), ..ReaderOptions::default() };
+    let ok = ReaderOptions {
+        table: Some(table()),
+        ..ReaderOptions::default()
+    };
     assert!(CaptureReader::open(&paths, ok).is_ok());
     let mut instruments = pricewire::model::instruments::default_instruments();
     instruments.swap(0, 1);
@@ -300,7 +349,10 @@ fn reader_checks_the_instrument_table_when_asked() {
         pricewire::model::instruments::default_tiers(),
         pricewire::model::instruments::synthetic_providers(3),
     );
-    let bad = ReaderOptions { table: Some(other), ..ReaderOptions::default() };
+    let bad = ReaderOptions {
+        table: Some(other),
+        ..ReaderOptions::default()
+    };
     let err = CaptureReader::open(&paths, bad).err().unwrap();
     assert!(matches!(err, CaptureError::Table { .. }), "{err}");
 }

@@ -106,7 +106,11 @@ impl ImportArgs {
     }
 
     /// Runs the import and prints its report to `out`.
-    pub fn run(&self, table: &InstrumentTable, out: &mut impl Write) -> anyhow::Result<ImportReport> {
+    pub fn run(
+        &self,
+        table: &InstrumentTable,
+        out: &mut impl Write,
+    ) -> anyhow::Result<ImportReport> {
         let report = import::run(&self.to_options(table)?).context("import failed")?;
         writeln!(out, "{report}")?;
         Ok(report)

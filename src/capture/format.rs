@@ -355,7 +355,11 @@ pub fn encode_record(t: &Tick, base: &SegmentBase, buf: &mut [u8; RECORD_LEN_MAX
     let provider_off = t.provider_time_ns.wrapping_sub(base.provider_ns) as i64;
     put_varint(buf, &mut pos, zigzag(provider_off));
     let skew = t.receive_time_ns.wrapping_sub(t.provider_time_ns);
-    put_varint(buf, &mut pos, zigzag(skew.wrapping_sub(base.skew_ns) as i64));
+    put_varint(
+        buf,
+        &mut pos,
+        zigzag(skew.wrapping_sub(base.skew_ns) as i64),
+    );
     if t.bid != NO_PRICE {
         put_varint(buf, &mut pos, zigzag(t.bid));
     }
@@ -371,7 +375,11 @@ pub fn encode_record(t: &Tick, base: &SegmentBase, buf: &mut [u8; RECORD_LEN_MAX
     if t.ask_size != t.bid_size {
         put_varint(buf, &mut pos, t.ask_size);
     }
-    put_varint(buf, &mut pos, zigzag(t.feed_seq.wrapping_sub(base.feed_seq) as i64));
+    put_varint(
+        buf,
+        &mut pos,
+        zigzag(t.feed_seq.wrapping_sub(base.feed_seq) as i64),
+    );
     if t.flags != 0 {
         put_varint(buf, &mut pos, u64::from(t.flags));
     }

@@ -68,7 +68,9 @@ fn write_header(r: &CaptureReader, out: &mut impl Write) -> std::io::Result<()> 
 }
 
 fn write_tick(r: &CaptureReader, i: u64, t: &Tick, out: &mut impl Write) -> std::io::Result<()> {
-    let h = r.header().expect("a tick comes from a segment with a header");
+    let h = r
+        .header()
+        .expect("a tick comes from a segment with a header");
     let d = h.digits(t.symbol).unwrap_or(0);
     writeln!(
         out,
@@ -219,8 +221,7 @@ pub fn stats(files: &[PathBuf]) -> Result<CaptureStats, CaptureError> {
     s.gaps = acc.gaps;
     s.truncated = sum.truncated.clone();
     s.corrupt_count = sum.corrupt_count;
-    let mut symbols: Vec<(String, u64)> =
-        acc.by_symbol.into_values().collect();
+    let mut symbols: Vec<(String, u64)> = acc.by_symbol.into_values().collect();
     symbols.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     s.symbols = symbols;
     Ok(s)
@@ -245,7 +246,12 @@ impl std::fmt::Display for CaptureStats {
         writeln!(f)?;
         write!(f, "largest gaps:")?;
         for g in &self.gaps {
-            write!(f, " {:.3} ms before {};", g.gap_ns as f64 / 1e6, UtcNs(g.at_provider_ns))?;
+            write!(
+                f,
+                " {:.3} ms before {};",
+                g.gap_ns as f64 / 1e6,
+                UtcNs(g.at_provider_ns)
+            )?;
         }
         writeln!(f)?;
         writeln!(

@@ -198,12 +198,17 @@ impl CaptureReader {
     #[inline]
     fn note(&mut self, t: &Tick) {
         self.summary.ticks += 1;
-        self.summary.first_receive_ns.get_or_insert(t.receive_time_ns);
+        self.summary
+            .first_receive_ns
+            .get_or_insert(t.receive_time_ns);
         self.summary.last_receive_ns = Some(t.receive_time_ns);
     }
 
     fn damaged(&mut self, reason: RecordError) -> Result<(), CaptureError> {
-        let seg = self.current.as_mut().expect("damage is found in an open segment");
+        let seg = self
+            .current
+            .as_mut()
+            .expect("damage is found in an open segment");
         let Some(resume) = resync(&seg.map, seg.pos + 1, &seg.header) else {
             let why = format!("{reason}, and no valid record after it");
             return self.stop_segment(&why);
@@ -269,7 +274,10 @@ impl CaptureReader {
 
     fn open_segment(&mut self, path: &Path) -> Result<Option<Segment>, CaptureError> {
         let file = File::open(path).map_err(|e| CaptureError::io(path, e))?;
-        let len = file.metadata().map_err(|e| CaptureError::io(path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| CaptureError::io(path, e))?
+            .len();
         if len == 0 {
             self.truncated_header(path);
             return Ok(None);
@@ -294,10 +302,12 @@ impl CaptureReader {
             }
         };
         if let Some(table) = &self.opts.table {
-            header.check_table(table).map_err(|reason| CaptureError::Table {
-                path: path.display().to_string(),
-                reason,
-            })?;
+            header
+                .check_table(table)
+                .map_err(|reason| CaptureError::Table {
+                    path: path.display().to_string(),
+                    reason,
+                })?;
         }
         let pos = header.len;
         Ok(Some(Segment {

@@ -209,15 +209,13 @@ impl Recorder {
             )));
         }
         if cfg.segment_duration_ms == 0 {
-            return Err(CaptureError::Config("segment duration must be > 0 ms".into()));
+            return Err(CaptureError::Config(
+                "segment duration must be > 0 ms".into(),
+            ));
         }
         let header = CaptureHeader::for_table(table, &cfg.source);
-        let writer = CaptureWriter::create(
-            dir,
-            header,
-            cfg.segment_bytes_max,
-            cfg.write_buffer_bytes,
-        )?;
+        let writer =
+            CaptureWriter::create(dir, header, cfg.segment_bytes_max, cfg.write_buffer_bytes)?;
         let (producer, consumer) = rtrb::RingBuffer::new(cfg.ring_capacity);
         let stats = Arc::new(RecorderStats::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -385,8 +383,8 @@ impl Worker {
 
     fn idle(&mut self) {
         let now_ns = self.cfg.clock.now_ns();
-        let flush_due = now_ns.saturating_sub(self.last_flush_ns)
-            >= self.cfg.flush_interval_ms * NS_PER_MS;
+        let flush_due =
+            now_ns.saturating_sub(self.last_flush_ns) >= self.cfg.flush_interval_ms * NS_PER_MS;
         if self.dirty && flush_due && !self.failed {
             if let Err(e) = self.writer.flush() {
                 self.fail(e);

@@ -218,7 +218,10 @@ mod tests {
             assert_eq!(days_from_civil(y, m, d), days);
         }
         assert_eq!(days_from_civil(2024, 1, 15), 19_737);
-        assert_eq!(days_from_civil(2024, 3, 1) - days_from_civil(2024, 2, 28), 2);
+        assert_eq!(
+            days_from_civil(2024, 3, 1) - days_from_civil(2024, 2, 28),
+            2
+        );
     }
 
     #[test]
@@ -235,7 +238,10 @@ mod tests {
     #[test]
     fn offsets() {
         assert_eq!(parse_offset("+02:00"), Some(2 * NS_PER_HOUR));
-        assert_eq!(parse_offset("-0530"), Some(-(5 * NS_PER_HOUR + 30 * NS_PER_MIN)));
+        assert_eq!(
+            parse_offset("-0530"),
+            Some(-(5 * NS_PER_HOUR + 30 * NS_PER_MIN))
+        );
         assert_eq!(parse_offset("UTC"), Some(0));
         assert_eq!(parse_offset("2"), None);
     }

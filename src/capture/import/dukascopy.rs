@@ -94,14 +94,16 @@ fn record(
 fn points(raw: u32, from: u8, to: u8) -> Result<Mantissa, RowError> {
     let v = Mantissa::from(raw);
     if from > to && v % POW10[(from - to) as usize] != 0 {
-        return Err(RowError::Shape("price has more decimals than the instrument"));
+        return Err(RowError::Shape(
+            "price has more decimals than the instrument",
+        ));
     }
     Ok(rescale(v, from, to))
 }
 
 /// Volume in millions (a float in the file) to units, rounded.
 fn volume(v: f32) -> Result<u64, RowError> {
-    if !v.is_finite() || v < 0.0 || v > 1.0e9 {
+    if !v.is_finite() || !(0.0..=1.0e9).contains(&v) {
         return Err(RowError::Size("volume"));
     }
     Ok((f64::from(v) * 1_000_000.0).round() as u64)
@@ -110,7 +112,9 @@ fn volume(v: f32) -> Result<u64, RowError> {
 /// (symbol id, digits, hour start in UTC ns) from the options or the path.
 fn resolve(opts: &ImportOptions, path: &Path) -> Result<(SymbolId, u8, u64), ImportError> {
     if opts.point_digits.is_some_and(|d| d > DIGITS_MAX) {
-        return Err(ImportError::Options(format!("--point-digits above {DIGITS_MAX}")));
+        return Err(ImportError::Options(format!(
+            "--point-digits above {DIGITS_MAX}"
+        )));
     }
     let from_path = parse_path(path);
     let name = opts
@@ -160,9 +164,15 @@ mod tests {
     fn path_months_count_from_zero() {
         let (sym, ns) = parse_path(Path::new("data/EURUSD/2024/00/15/13h_ticks.bi5")).unwrap();
         assert_eq!(sym, "EURUSD");
-        assert_eq!(Some(ns), crate::capture::time::parse_iso8601(b"2024-01-15T13:00:00Z"));
+        assert_eq!(
+            Some(ns),
+            crate::capture::time::parse_iso8601(b"2024-01-15T13:00:00Z")
+        );
         let (_, dec) = parse_path(Path::new("EURUSD/2023/11/31/23h_ticks.bi5")).unwrap();
-        assert_eq!(Some(dec), crate::capture::time::parse_iso8601(b"2023-12-31T23:00:00Z"));
+        assert_eq!(
+            Some(dec),
+            crate::capture::time::parse_iso8601(b"2023-12-31T23:00:00Z")
+        );
         assert!(parse_path(Path::new("EURUSD/2023/12/01/00h_ticks.bi5")).is_none());
     }
 

@@ -108,7 +108,8 @@ impl FromStr for ColumnMap {
                 other => return Err(format!("unknown column name {other:?}")),
             }
         }
-        let need = |v: Option<usize>, n: &str| v.ok_or_else(|| format!("column mapping lacks {n}="));
+        let need =
+            |v: Option<usize>, n: &str| v.ok_or_else(|| format!("column mapping lacks {n}="));
         map.time = need(time, "time")?;
         map.bid = need(bid, "bid")?;
         map.ask = need(ask, "ask")?;
@@ -217,13 +218,22 @@ impl std::fmt::Display for ImportReport {
             write!(f, ", {} rows without a quote", self.rows_without_quote)?;
         }
         if let (Some(a), Some(b)) = (self.first_time_ns, self.last_time_ns) {
-            write!(f, "\n  from {} to {}", super::time::UtcNs(a), super::time::UtcNs(b))?;
+            write!(
+                f,
+                "\n  from {} to {}",
+                super::time::UtcNs(a),
+                super::time::UtcNs(b)
+            )?;
         }
         for bad in &self.bad_row_samples {
             write!(f, "\n  {bad}")?;
         }
         if self.bad_rows > self.bad_row_samples.len() as u64 {
-            write!(f, "\n  ... and {} more", self.bad_rows - self.bad_row_samples.len() as u64)?;
+            write!(
+                f,
+                "\n  ... and {} more",
+                self.bad_rows - self.bad_row_samples.len() as u64
+            )?;
         }
         Ok(())
     }
@@ -272,7 +282,9 @@ pub enum RowError {
 pub(crate) enum Row {
     Tick(Tick),
     /// A header line or a row without a quote.
-    Skip { counts_as_row: bool },
+    Skip {
+        counts_as_row: bool,
+    },
 }
 
 /// Resolves symbol names to (id, digits), remembering the last one so a
@@ -397,8 +409,10 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
             opts.provider
         )));
     }
-    let source = format!("import {:?} {}", opts.format, describe_inputs(&opts.inputs));
-    let header = CaptureHeader::for_table(&opts.table, &source.to_lowercase());
+    let format_name = clap::ValueEnum::to_possible_value(&opts.format)
+        .map_or_else(String::new, |v| v.get_name().to_string());
+    let source = format!("import {format_name} {}", describe_inputs(&opts.inputs));
+    let header = CaptureHeader::for_table(&opts.table, &source);
     let writer = CaptureWriter::create(
         &opts.out_dir,
         header,

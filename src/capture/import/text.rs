@@ -10,9 +10,7 @@ use super::{
     io_err, open_text, ColumnMap, ImportError, ImportFormat, ImportOptions, Row, RowError, Sink,
     SymbolCache, TimeFormat, LINE_LEN_MAX,
 };
-use crate::capture::time::{
-    digits, expect, fraction, parse_iso8601, CivilTime, NS_PER_HOUR,
-};
+use crate::capture::time::{digits, expect, fraction, parse_iso8601, CivilTime, NS_PER_HOUR};
 use crate::model::price::parse_price_bytes;
 use crate::model::{Mantissa, SymbolId, Tick, NO_PRICE};
 
@@ -158,12 +156,15 @@ impl Parser<'_, '_> {
             .split(['_', '-', '.', ' '])
             .next()
             .unwrap_or("");
-        self.symbols.resolve(guess.as_bytes()).map(Some).map_err(|_| {
-            ImportError::Options(format!(
-                "{}: cannot tell the symbol from the file name; give --symbol",
-                path.display()
-            ))
-        })
+        self.symbols
+            .resolve(guess.as_bytes())
+            .map(Some)
+            .map_err(|_| {
+                ImportError::Options(format!(
+                    "{}: cannot tell the symbol from the file name; give --symbol",
+                    path.display()
+                ))
+            })
     }
 
     #[inline]
@@ -186,10 +187,13 @@ impl Parser<'_, '_> {
     fn histdata(&mut self, row: &[u8]) -> Result<Row, RowError> {
         let mut f = [&[][..]; FIELDS_MAX];
         if split(row, b',', &mut f) != 4 {
-            return Err(RowError::Shape("expected 4 comma-separated fields: time,bid,ask,volume"));
+            return Err(RowError::Shape(
+                "expected 4 comma-separated fields: time,bid,ask,volume",
+            ));
         }
         let (symbol, d) = self.fixed();
-        let time = histdata_time(trim(f[0])).ok_or(RowError::Time("expected YYYYMMDD HHMMSSfff"))?;
+        let time =
+            histdata_time(trim(f[0])).ok_or(RowError::Time("expected YYYYMMDD HHMMSSfff"))?;
         let mut t = quote(symbol, price("bid", f[1], d)?, price("ask", f[2], d)?, time);
         t.bid_size = uint("volume", f[3])?;
         t.ask_size = t.bid_size;
@@ -200,12 +204,19 @@ impl Parser<'_, '_> {
     fn truefx(&mut self, row: &[u8]) -> Result<Row, RowError> {
         let mut f = [&[][..]; FIELDS_MAX];
         if split(row, b',', &mut f) != 4 {
-            return Err(RowError::Shape("expected 4 comma-separated fields: pair,time,bid,ask"));
+            return Err(RowError::Shape(
+                "expected 4 comma-separated fields: pair,time,bid,ask",
+            ));
         }
         let (symbol, d) = self.symbols.resolve(trim(f[0]))?;
         let time =
             truefx_time(trim(f[1])).ok_or(RowError::Time("expected YYYYMMDD HH:MM:SS.mmm"))?;
-        Ok(Row::Tick(quote(symbol, price("bid", f[2], d)?, price("ask", f[3], d)?, time)))
+        Ok(Row::Tick(quote(
+            symbol,
+            price("bid", f[2], d)?,
+            price("ask", f[3], d)?,
+            time,
+        )))
     }
 
     /// `2024.01.15 \t 13:00:00.123 \t bid \t ask \t last \t volume \t flags`;
@@ -225,10 +236,20 @@ impl Parser<'_, '_> {
             .ok_or(RowError::Time("expected YYYY.MM.DD and HH:MM:SS.mmm"))?;
         let (bid_text, ask_text) = (trim(f[bid]), trim(f[ask]));
         if bid_text.is_empty() && ask_text.is_empty() {
-            return Ok(Row::Skip { counts_as_row: true });
+            return Ok(Row::Skip {
+                counts_as_row: true,
+            });
         }
-        let new_bid = if bid_text.is_empty() { self.last_bid } else { price("bid", bid_text, d)? };
-        let new_ask = if ask_text.is_empty() { self.last_ask } else { price("ask", ask_text, d)? };
+        let new_bid = if bid_text.is_empty() {
+            self.last_bid
+        } else {
+            price("bid", bid_text, d)?
+        };
+        let new_ask = if ask_text.is_empty() {
+            self.last_ask
+        } else {
+            price("ask", ask_text, d)?
+        };
         if new_bid == NO_PRICE {
             return Err(RowError::NoQuoteYet("ask"));
         }
@@ -241,30 +262,54 @@ impl Parser<'_, '_> {
     }
 
     fn mt5_header(&mut self, names: &[&[u8]]) -> Result<Row, RowError> {
-        let find = |want: &[u8]| names.iter().position(|n| trim(n).eq_ignore_ascii_case(want));
-        match (find(b"<DATE>"), find(b"<TIME>"), find(b"<BID>"), find(b"<ASK>")) {
+        let find = |want: &[u8]| {
+            names
+                .iter()
+                .position(|n| trim(n).eq_ignore_ascii_case(want))
+        };
+        match (
+            find(b"<DATE>"),
+            find(b"<TIME>"),
+            find(b"<BID>"),
+            find(b"<ASK>"),
+        ) {
             (Some(a), Some(b), Some(c), Some(d)) => {
                 self.mt5_cols = [a, b, c, d];
-                Ok(Row::Skip { counts_as_row: false })
+                Ok(Row::Skip {
+                    counts_as_row: false,
+                })
             }
-            _ => Err(RowError::Shape("header lacks <DATE>, <TIME>, <BID> or <ASK>")),
+            _ => Err(RowError::Shape(
+                "header lacks <DATE>, <TIME>, <BID> or <ASK>",
+            )),
         }
     }
 
     fn csv(&mut self, row: &[u8], line_no: u64) -> Result<Row, RowError> {
         if line_no == 1 && self.opts.has_header {
-            return Ok(Row::Skip { counts_as_row: false });
+            return Ok(Row::Skip {
+                counts_as_row: false,
+            });
         }
         let cols: ColumnMap = self.opts.columns.expect("checked by import_file");
         let mut f = [&[][..]; FIELDS_MAX];
         let n = split(row, self.opts.delimiter, &mut f);
-        let widest = [Some(cols.time), Some(cols.bid), Some(cols.ask), cols.symbol, cols.bid_size, cols.ask_size]
-            .into_iter()
-            .flatten()
-            .max()
-            .unwrap_or(0);
+        let widest = [
+            Some(cols.time),
+            Some(cols.bid),
+            Some(cols.ask),
+            cols.symbol,
+            cols.bid_size,
+            cols.ask_size,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
         if n <= widest {
-            return Err(RowError::Shape("fewer fields than the column mapping needs"));
+            return Err(RowError::Shape(
+                "fewer fields than the column mapping needs",
+            ));
         }
         let (symbol, d) = match cols.symbol {
             Some(i) => self.symbols.resolve(trim(f[i]))?,
@@ -272,7 +317,12 @@ impl Parser<'_, '_> {
         };
         let time = csv_time(trim(f[cols.time]), self.opts.time_format)
             .ok_or(RowError::Time("does not match --time-format"))?;
-        let mut t = quote(symbol, price("bid", f[cols.bid], d)?, price("ask", f[cols.ask], d)?, time);
+        let mut t = quote(
+            symbol,
+            price("bid", f[cols.bid], d)?,
+            price("ask", f[cols.ask], d)?,
+            time,
+        );
         if let Some(i) = cols.bid_size {
             t.bid_size = uint("bid_size", f[i])?;
         }
@@ -287,11 +337,27 @@ impl Parser<'_, '_> {
 /// `YYYYMMDD HHMMSSfff` in EST (UTC-5 all year).
 pub(crate) fn histdata_time(b: &[u8]) -> Option<u64> {
     let mut p = 0;
-    let (year, month, day) = (digits(b, &mut p, 4)?, digits(b, &mut p, 2)?, digits(b, &mut p, 2)?);
+    let (year, month, day) = (
+        digits(b, &mut p, 4)?,
+        digits(b, &mut p, 2)?,
+        digits(b, &mut p, 2)?,
+    );
     expect(b, &mut p, b' ')?;
-    let (hour, minute, second) = (digits(b, &mut p, 2)?, digits(b, &mut p, 2)?, digits(b, &mut p, 2)?);
+    let (hour, minute, second) = (
+        digits(b, &mut p, 2)?,
+        digits(b, &mut p, 2)?,
+        digits(b, &mut p, 2)?,
+    );
     let millis = digits(b, &mut p, 3)?;
-    let t = CivilTime { year: i64::from(year), month, day, hour, minute, second, nanos: millis * 1_000_000 };
+    let t = CivilTime {
+        year: i64::from(year),
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        nanos: millis * 1_000_000,
+    };
     (p == b.len()).then_some(())?;
     t.to_utc_ns(HISTDATA_OFFSET_NS)
 }
@@ -299,10 +365,22 @@ pub(crate) fn histdata_time(b: &[u8]) -> Option<u64> {
 /// `YYYYMMDD HH:MM:SS[.fff]` in UTC.
 pub(crate) fn truefx_time(b: &[u8]) -> Option<u64> {
     let mut p = 0;
-    let (year, month, day) = (digits(b, &mut p, 4)?, digits(b, &mut p, 2)?, digits(b, &mut p, 2)?);
+    let (year, month, day) = (
+        digits(b, &mut p, 4)?,
+        digits(b, &mut p, 2)?,
+        digits(b, &mut p, 2)?,
+    );
     expect(b, &mut p, b' ')?;
     let (hour, minute, second, nanos) = hms(b, &mut p)?;
-    let t = CivilTime { year: i64::from(year), month, day, hour, minute, second, nanos };
+    let t = CivilTime {
+        year: i64::from(year),
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        nanos,
+    };
     (p == b.len()).then_some(())?;
     t.to_utc_ns(0)
 }
@@ -319,7 +397,16 @@ pub(crate) fn mt5_time(date: &[u8], time: &[u8], offset_ns: i64) -> Option<u64> 
     let mut q = 0;
     let (hour, minute, second, nanos) = hms(time, &mut q)?;
     (q == time.len()).then_some(())?;
-    CivilTime { year: i64::from(year), month, day, hour, minute, second, nanos }.to_utc_ns(offset_ns)
+    CivilTime {
+        year: i64::from(year),
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        nanos,
+    }
+    .to_utc_ns(offset_ns)
 }
 
 fn hms(b: &[u8], p: &mut usize) -> Option<(u32, u32, u32, u32)> {
@@ -342,7 +429,9 @@ fn csv_time(b: &[u8], format: TimeFormat) -> Option<u64> {
     if b.is_empty() || b.len() > 20 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let v = b.iter().try_fold(0u64, |v, &c| v.checked_mul(10)?.checked_add(u64::from(c - b'0')))?;
+    let v = b.iter().try_fold(0u64, |v, &c| {
+        v.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+    })?;
     v.checked_mul(scale)
 }
 
@@ -353,8 +442,14 @@ mod tests {
     #[test]
     fn histdata_is_est_all_year() {
         // 17:00 EST is 22:00 UTC in January and in July alike.
-        assert_eq!(histdata_time(b"20240115 170000123"), crate::capture::time::parse_iso8601(b"2024-01-15T22:00:00.123Z"));
-        assert_eq!(histdata_time(b"20240715 170000000"), crate::capture::time::parse_iso8601(b"2024-07-15T22:00:00Z"));
+        assert_eq!(
+            histdata_time(b"20240115 170000123"),
+            crate::capture::time::parse_iso8601(b"2024-01-15T22:00:00.123Z")
+        );
+        assert_eq!(
+            histdata_time(b"20240715 170000000"),
+            crate::capture::time::parse_iso8601(b"2024-07-15T22:00:00Z")
+        );
         assert_eq!(histdata_time(b"20240115 17000012"), None);
     }
 
