@@ -159,3 +159,26 @@ fn replay_args_parse_speed_files_and_destination() {
     assert_eq!(cli.replay.speed, ReplaySpeed::REALTIME);
     assert!(Cli::try_parse_from(["replay", "--speed", "fast", d]).is_err());
 }
+
+#[test]
+fn a_later_recording_session_is_paced_from_where_it_starts() {
+    // Two sessions: receive times restart near zero after a process restart.
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = ticks(4);
+    for (t, recv) in input
+        .iter_mut()
+        .zip([50 * 1_000 * MS, 50_001 * MS, 7 * MS, 9 * MS])
+    {
+        t.receive_time_ns = recv;
+    }
+    write_capture(dir.path(), &input, 1 << 20);
+    let mut src = open(&dir, ReplaySpeed::REALTIME);
+    let mut buf = [Tick::EMPTY; 8];
+    assert_eq!(poll(&mut src, START, &mut buf), 1);
+    // The second tick is due; the third jumps back 50 s, starts a new
+    // anchor and goes at once (the gap between sessions is unknown) ...
+    assert_eq!(poll(&mut src, START + MS, &mut buf), 2);
+    // ... and the fourth keeps its 2 ms gap to the third.
+    assert_eq!(src.poll(START + 3 * MS - 1, &mut buf), SourcePoll::Idle);
+    assert_eq!(poll(&mut src, START + 3 * MS, &mut buf), 1);
+}

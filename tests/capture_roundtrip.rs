@@ -356,3 +356,27 @@ fn reader_checks_the_instrument_table_when_asked() {
     let err = CaptureReader::open(&paths, bad).err().unwrap();
     assert!(matches!(err, CaptureError::Table { .. }), "{err}");
 }
+
+#[test]
+fn write_failure_is_counted_and_never_backs_up_into_the_feed() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("gone");
+    let (handle, mut tap) = Recorder::spawn(&dir, &table(), config(ManualClock::new(1))).unwrap();
+    std::fs::remove_dir(&dir).unwrap(); // the first segment cannot be created
+    let input = ticks(50_000);
+    let mut queued = 0u64;
+    for t in &input {
+        queued += u64::from(tap.push(*t));
+    }
+    let stats = handle.stats().clone();
+    wait_until(WAIT, || {
+        let s = stats.snapshot();
+        s.dropped_io + s.recorded == queued
+    });
+    let totals = handle.stop();
+    assert_eq!(totals.stats.write_errors, 1);
+    assert_eq!(totals.stats.recorded, 0);
+    assert_eq!(totals.stats.dropped_io + totals.stats.lost, 50_000);
+    let err = totals.error.expect("the failure is reported");
+    assert!(err.contains("gone"), "{err}");
+}

@@ -33,6 +33,66 @@
 //! - [`cli`] holds the clap argument structs the main binary embeds.
 //!
 //! The byte layout is specified in `docs/capture-format.md`.
+//!
+//! # Using it
+//!
+//! Recording from the feed thread:
+//!
+//! ```no_run
+//! use pricewire::capture::{Recorder, RecorderConfig};
+//! use pricewire::model::{InstrumentTable, Tick};
+//!
+//! let table = InstrumentTable::default_with_providers(3);
+//! let (handle, mut tap) =
+//!     Recorder::spawn("captures/today".as_ref(), &table, RecorderConfig::default())?;
+//! // Feed thread, per received tick: never blocks; a full ring counts `lost`.
+//! tap.push(Tick::EMPTY);
+//! // Metrics: handle.stats().snapshot() (recorded, lost, bytes, segments, lag, ...).
+//! // Shutdown, after the feed has stopped: drain, flush, fsync.
+//! let totals = handle.stop();
+//! println!("{} ticks, {} lost", totals.stats.recorded, totals.stats.lost);
+//! # Ok::<(), pricewire::capture::CaptureError>(())
+//! ```
+//!
+//! Replaying into the pipeline (the feed polls it like any source), then
+//! reading the summary:
+//!
+//! ```no_run
+//! use pricewire::capture::{ReaderOptions, ReplaySource, ReplaySpeed};
+//! use pricewire::feed::{SourcePoll, TickSource};
+//! use pricewire::model::{InstrumentTable, Tick};
+//!
+//! let table = InstrumentTable::default_with_providers(3);
+//! let opts = ReaderOptions { table: Some(table), ..ReaderOptions::default() };
+//! let mut src = ReplaySource::open(&["captures/today".into()], "10x".parse()?, opts)?;
+//! let mut batch = [Tick::EMPTY; 256];
+//! while src.poll(pricewire::clock::monotonic_ns(), &mut batch) != SourcePoll::Done {}
+//! println!("{}", src.summary());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Importing, reading and inspecting:
+//!
+//! ```no_run
+//! use pricewire::capture::import::{self, ImportFormat, ImportOptions};
+//! use pricewire::capture::{inspect, CaptureReader, ReaderOptions};
+//! use pricewire::model::InstrumentTable;
+//!
+//! let table = InstrumentTable::default_with_providers(1);
+//! let mut o = ImportOptions::new(
+//!     ImportFormat::Mt5,
+//!     vec!["EURUSD_ticks.csv".into()],
+//!     "captures/eurusd".into(),
+//!     table,
+//! );
+//! o.tz_offset_ns = 2 * 3_600_000_000_000; // server time +02:00
+//! let report = import::run(&o)?; // bad rows: report.bad_row_samples (file:line)
+//! for tick in CaptureReader::open(&["captures/eurusd".into()], ReaderOptions::default())? {
+//!     let _tick = tick?;
+//! }
+//! println!("{report}\n{}", inspect::stats(&["captures/eurusd".into()])?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod cli;
 pub mod format;

@@ -7,6 +7,10 @@
 //! it with a manual clock. Reading is the constant-memory
 //! [`CaptureReader`]; the source holds one tick of look-ahead.
 //!
+//! Receive times are monotonic per recording process, so a capture that
+//! spans a restart jumps backwards; a jump of more than
+//! [`REANCHOR_BACKWARD_NS`] re-anchors pacing at the tick that jumped.
+//!
 //! Receive time: [`ReplaySource::keeps_receive_time`] is `false`. The feed
 //! re-stamps each tick when it pushes it, so latency measured from
 //! `receive_time_ns` (feed → engine → gateway) is that of the replaying
@@ -22,6 +26,10 @@ use super::reader::{CaptureReader, ReaderOptions, StopPoint};
 use super::CaptureError;
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
+
+/// A receive time this far before the pacing anchor starts a new anchor:
+/// it comes from another recording session (another process's clock).
+pub const REANCHOR_BACKWARD_NS: u64 = 1_000_000_000;
 
 /// How fast to replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +211,13 @@ impl ReplaySource {
 
     #[inline]
     fn due(&mut self, t: &Tick, now_ns: u64) -> bool {
+        if let Some((_, first_recv_ns)) = self.anchor {
+            if t.receive_time_ns.saturating_add(REANCHOR_BACKWARD_NS) < first_recv_ns {
+                // A later recording session (receive times are per-process
+                // monotonic): pace it from here instead of bursting it out.
+                self.anchor = None;
+            }
+        }
         let (start_ns, first_recv_ns) = *self.anchor.get_or_insert((now_ns, t.receive_time_ns));
         match self
             .speed
