@@ -11,6 +11,11 @@
 //! fsyncs each segment it closes. When idle it parks for at most
 //! `idle_park_us`, so it costs little CPU on a 2-core machine.
 //!
+//! Durability: records reach the OS when the buffer fills or the thread
+//! goes idle past `flush_interval_ms`, and the disk when a segment closes.
+//! A crash of the process loses at most the unflushed buffer; the reader
+//! then replays each segment up to its last whole record.
+//!
 //! An I/O error (disk full) never reaches the feed: the recorder counts it,
 //! keeps the first message, and from then on drains and drops ticks
 //! (counted in `dropped_io`) so the ring never backs up into the feed.
