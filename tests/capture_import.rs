@@ -222,6 +222,29 @@ fn dukascopy_bi5_hour_file() {
 }
 
 #[test]
+fn dukascopy_empty_hour_and_broken_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("EURUSD/2024/00/15/14h_ticks.bi5");
+    std::fs::create_dir_all(empty.parent().unwrap()).unwrap();
+    std::fs::write(&empty, b"").unwrap();
+    let o = opts(
+        ImportFormat::Dukascopy,
+        vec![empty],
+        &tmp.path().join("cap"),
+    );
+    assert_eq!(import::run(&o).unwrap().ticks, 0);
+    let broken = tmp.path().join("EURUSD/2024/00/15/15h_ticks.bi5");
+    std::fs::write(&broken, b"not lzma at all").unwrap();
+    let o = opts(
+        ImportFormat::Dukascopy,
+        vec![broken],
+        &tmp.path().join("cap2"),
+    );
+    let err = import::run(&o).unwrap_err().to_string();
+    assert!(err.contains("LZMA"), "{err}");
+}
+
+#[test]
 fn dukascopy_point_digits_and_flags_override_the_path() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("gold.bi5");

@@ -29,6 +29,9 @@ pub(super) fn import_file(
 ) -> Result<(), ImportError> {
     let (symbol, digits, hour_ns) = resolve(opts, path)?;
     let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    if file.metadata().map_err(|e| io_err(path, e))?.len() == 0 {
+        return Ok(()); // Dukascopy serves hours without ticks as empty files
+    }
     let mut data = Vec::new();
     let lzma_opts = lzma_rs::decompress::Options {
         memlimit: Some(DECOMPRESSED_BYTES_MAX as usize),
