@@ -13,6 +13,7 @@
 
 pub mod admission;
 pub mod cli;
+pub mod capture;
 pub mod clock;
 pub mod config;
 pub mod engine;
