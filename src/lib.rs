@@ -12,8 +12,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod admission;
-pub mod cli;
 pub mod capture;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;

@@ -2,6 +2,7 @@
 //! a unit; invalid values are refused with a clear message and exit code 2.
 
 pub mod gateway_args;
+pub mod replay;
 pub mod report;
 pub mod serve;
 
@@ -25,6 +26,23 @@ pub struct Cli {
 pub enum Command {
     /// Run the price service (synthetic feed by default).
     Serve(Box<serve::ServeArgs>),
+    /// Replay captures through the pipeline, or into a server with --to.
+    Replay(replay::ReplayCmd),
+    /// Convert tick files (HistData, TrueFX, MT5, Dukascopy, CSV) into a capture.
+    Import(ImportCmd),
+    /// Inspect captures: cat or stats.
+    #[command(subcommand)]
+    Capture(crate::capture::cli::CaptureCmd),
+}
+
+/// `pricewire import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportCmd {
+    #[command(flatten)]
+    pub import: crate::capture::cli::ImportArgs,
+    /// Configuration whose instrument table names and digits apply.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// Runs a parsed command; returns the process exit code.
@@ -32,6 +50,36 @@ pub fn run(cli: Cli) -> i32 {
     init_logging();
     match cli.command {
         Command::Serve(args) => serve::run(*args),
+        Command::Replay(args) => replay::run(args),
+        Command::Import(args) => import(args),
+        Command::Capture(cmd) => match cmd.run(&mut std::io::stdout().lock()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        },
+    }
+}
+
+fn import(args: ImportCmd) -> i32 {
+    let config = match &args.config {
+        Some(p) => crate::config::Config::load(p, 3),
+        None => Ok(crate::config::Config::builtin(3)),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    match args
+        .import
+        .run(&config.table, &mut std::io::stdout().lock())
+    {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use super::gateway_args::GatewayArgs;
 use super::refuse;
 use super::report::line;
+use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
 use crate::feed::synthetic::SyntheticConfig;
@@ -113,6 +114,14 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub duration_s: u64,
 
+    /// Record every inbound tick into capture segments in this directory.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+
+    /// Capture segment size before rolling, in MiB.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    pub record_segment_mib: u64,
+
     #[command(flatten)]
     pub gateway: GatewayArgs,
 
@@ -182,7 +191,11 @@ pub fn run(args: ServeArgs) -> i32 {
     if !stagger(&args, &plan, &*clock, &begin_rx) {
         return 0;
     }
-    let service = match start_service(&args, plan.config.clone()) {
+    let (recorder, tap) = match start_recorder(&args, &plan.config) {
+        Ok(r) => r,
+        Err(e) => return refuse(e),
+    };
+    let service = match start_service(&args, plan.config.clone(), tap) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -201,14 +214,16 @@ pub fn run(args: ServeArgs) -> i32 {
             LATENCY_BUCKETS_S,
         )
     });
+    let registered = registered.and_then(|_| register_recorder(&registry, recorder.as_ref()));
     if let Err(e) = registered {
         tracing::error!(error = %e, "metrics registration failed");
     }
+    let recorder = Arc::new(Mutex::new(recorder));
     health.set_serving();
     tracing::info!(ops = %ops_server.local_addr(), "serving");
     let service = Arc::new(Mutex::new(Some(service)));
     report_loop(&args, &service, &health, &latency, &begin_rx);
-    let code = shutdown(&plan, &health, &service, &*clock, &forced);
+    let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
     if let Some(s) = service.lock().expect("service lock").take() {
         s.stop();
     }
@@ -239,7 +254,61 @@ impl Plan {
     }
 }
 
-fn start_service(args: &ServeArgs, config: Arc<Config>) -> Result<Service, String> {
+fn start_recorder(
+    args: &ServeArgs,
+    config: &Config,
+) -> Result<(Option<RecorderHandle>, Option<RecorderTap>), String> {
+    let Some(dir) = &args.record else {
+        return Ok((None, None));
+    };
+    if args.record_segment_mib == 0 {
+        return Err("--record-segment-mib: at least 1".into());
+    }
+    let cfg = RecorderConfig {
+        segment_bytes_max: args.record_segment_mib << 20,
+        source: format!("pricewire serve (seed {})", args.seed),
+        ..RecorderConfig::default()
+    };
+    let (handle, tap) = Recorder::spawn(dir, &config.table, cfg)
+        .map_err(|e| format!("--record {}: {e}", dir.display()))?;
+    tracing::info!(dir = %dir.display(), "recording every inbound tick");
+    Ok((Some(handle), Some(tap)))
+}
+
+fn register_recorder(
+    r: &Registry,
+    rec: Option<&RecorderHandle>,
+) -> Result<(), crate::ops::OpsError> {
+    let Some(rec) = rec else { return Ok(()) };
+    let (a, b, c) = (
+        rec.stats().clone(),
+        rec.stats().clone(),
+        rec.stats().clone(),
+    );
+    r.register_counter_fn(catalogue::RECORDER_WRITTEN_TICKS, &[], move || {
+        a.recorded.load(Ordering::Relaxed)
+    })?;
+    r.register_counter_fn(catalogue::RECORDER_LOST_TICKS, &[], move || {
+        b.lost.load(Ordering::Relaxed) + b.dropped_io.load(Ordering::Relaxed)
+    })?;
+    // Lag in seconds: ticks waiting in the recorder ring divided by the
+    // recording rate measured between two scrapes.
+    let last = Mutex::new((crate::clock::monotonic_ns(), 0u64));
+    r.register_gauge_fn(catalogue::RECORDER_LAG, &[], move || {
+        let now = crate::clock::monotonic_ns();
+        let recorded = c.recorded.load(Ordering::Relaxed);
+        let mut l = last.lock().expect("lag lock");
+        let rate = (recorded - l.1) as f64 / ((now - l.0) as f64 / 1e9).max(1e-3);
+        *l = (now, recorded);
+        c.lag.load(Ordering::Relaxed) as f64 / rate.max(1.0)
+    })
+}
+
+fn start_service(
+    args: &ServeArgs,
+    config: Arc<Config>,
+    recorder: Option<RecorderTap>,
+) -> Result<Service, String> {
     let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
         rate_per_s: args.synthetic_rate,
         seed: args.seed,
@@ -261,7 +330,7 @@ fn start_service(args: &ServeArgs, config: Arc<Config>) -> Result<Service, Strin
         gateway: args.gateway.gateway_config(args.shard_wait)?,
         ingest: args.gateway.ingest_config(args.feed_wait),
         shard_wait: args.shard_wait,
-        recorder: None,
+        recorder,
     };
     Service::start(cfg).map_err(|e| e.to_string())
 }
@@ -358,11 +427,37 @@ fn report_loop(
     }
 }
 
+/// Stops the feeds and the engine (so nothing more reaches the recorder
+/// ring), then drains, flushes and fsyncs the capture.
+fn close_recorder(
+    service: Arc<Mutex<Option<Service>>>,
+    recorder: Arc<Mutex<Option<RecorderHandle>>>,
+) -> crate::ops::shutdown::StepFn {
+    Box::new(move |_d: u64, _n: u64| {
+        let Some(rec) = recorder.lock().expect("recorder lock").take() else {
+            return StepResult::Done;
+        };
+        if let Some(svc) = service.lock().expect("service lock").as_mut() {
+            svc.pipeline.stop();
+        }
+        let totals = rec.stop();
+        tracing::info!(
+            recorded = totals.stats.recorded,
+            lost = totals.stats.lost,
+            segments = totals.paths.len(),
+            error = ?totals.error,
+            "capture closed"
+        );
+        StepResult::Done
+    })
+}
+
 /// The graceful shutdown, in order (see docs/operations.md).
 fn shutdown(
     plan: &Plan,
     health: &Arc<Health>,
     service: &Arc<Mutex<Option<Service>>>,
+    recorder: &Arc<Mutex<Option<RecorderHandle>>>,
     clock: &dyn Clock,
     forced: &AtomicBool,
 ) -> i32 {
@@ -401,7 +496,7 @@ fn shutdown(
         finish_in_flight: with(|_| true),
         flush_outbound: with(|svc| svc.outbound_bytes() == 0),
         disconnect_subscribers: disconnect,
-        close_recorder: with(|_| true),
+        close_recorder: close_recorder(service.clone(), recorder.clone()),
     };
     let plan = standard_plan(health.clone(), plan.ops.budgets, hooks);
     let report = Shutdown::run(plan, clock, &mut sleep_until(MonotonicClock), forced);

@@ -32,17 +32,10 @@ pub struct EngineStage {
     pub table: Arc<PriceTable>,
     pub shards: Vec<ShardPublisher>,
     pub inputs: Vec<rtrb::Consumer<Tick>>,
-    /// Optional copy of every accepted-for-processing tick (the recorder).
-    pub tap: Option<TickTap>,
+    /// Optional copy of every tick taken off a feed ring (the recorder).
+    pub tap: Option<crate::capture::RecorderTap>,
     pub stats: Arc<EngineStats>,
     next_sweep_ns: u64,
-}
-
-/// The engine's side of the recorder ring: never blocks, counts loss.
-pub struct TickTap {
-    pub producer: rtrb::Producer<Tick>,
-    pub lost: Arc<crate::pipeline::counter::Counter>,
-    pub doorbell: Arc<crate::pipeline::wait::Doorbell>,
 }
 
 impl EngineStage {
@@ -69,9 +62,8 @@ impl EngineStage {
     pub fn process(&mut self, tick: &Tick, now_ns: u64) -> TickOutcome {
         self.stats.ticks.inc();
         if let Some(tap) = &mut self.tap {
-            if tap.producer.push(*tick).is_err() {
-                tap.lost.inc();
-            }
+            // Never blocks: a full recorder ring counts the tick as lost.
+            tap.push(*tick);
         }
         let outcome = self.agg.on_tick(tick, now_ns);
         if outcome == TickOutcome::Published {
@@ -116,9 +108,6 @@ impl EngineStage {
     fn notify(&self) {
         for shard in &self.shards {
             shard.notify();
-        }
-        if let Some(tap) = &self.tap {
-            tap.doorbell.ring();
         }
     }
 

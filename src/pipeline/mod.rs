@@ -33,7 +33,6 @@ use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{
     Aggregator, EngineStage, EngineStats, FanoutStats, PriceTable, ProviderHealth, ShardPublisher,
-    TickTap,
 };
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::{Price, Tick};
@@ -169,12 +168,8 @@ pub struct PipelineParts {
     pub ports: Vec<FeedPort>,
 }
 
-/// An optional recorder ring the engine copies every tick into.
-pub struct RecorderTap {
-    pub producer: rtrb::Producer<Tick>,
-    pub lost: Arc<counter::Counter>,
-    pub doorbell: Arc<Doorbell>,
-}
+/// The recorder ring the engine copies every tick into.
+pub use crate::capture::RecorderTap;
 
 impl Pipeline {
     /// Starts one feed thread per source and the engine thread; creates
@@ -235,11 +230,7 @@ impl Pipeline {
             inputs,
             engine_stats.clone(),
         );
-        stage.tap = recorder.map(|r| TickTap {
-            producer: r.producer,
-            lost: r.lost,
-            doorbell: r.doorbell,
-        });
+        stage.tap = recorder;
         let engine = spawn_engine(stage, cfg, engine_doorbell.clone(), events_tx.clone());
         let mut feeds = Vec::new();
         for (i, (name, source, port)) in pending_sources.into_iter().enumerate() {
