@@ -105,6 +105,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BPS")]
     pub spike_bps: Option<u32>,
 
+    /// Ticks of history kept per symbol for HistoryRequest.
+    #[arg(long, default_value_t = crate::engine::history::HISTORY_DEPTH_DEFAULT, value_name = "TICKS")]
+    pub history_depth: usize,
+
     /// Interval of the one-line status report, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_name = "MS")]
     pub report_interval_ms: u64,
@@ -139,6 +143,7 @@ impl ServeArgs {
             engine_wait: self.engine_wait,
             cpus: self.cpus.clone(),
             feed_full_wait_us: self.feed_full_wait_us,
+            history_depth: self.history_depth,
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod aggregator;
 pub mod fanout;
+pub mod history;
 pub mod price_table;
 pub mod stats;
 
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 pub use aggregator::{Aggregator, ProviderHealth, TickOutcome};
 pub use fanout::{FanoutStats, ShardPublisher};
+pub use history::TickHistory;
 pub use price_table::PriceTable;
 pub use stats::EngineStats;
 
@@ -32,6 +34,8 @@ pub struct EngineStage {
     pub table: Arc<PriceTable>,
     pub shards: Vec<ShardPublisher>,
     pub inputs: Vec<rtrb::Consumer<Tick>>,
+    /// Recent accepted ticks per symbol, for HistoryRequest.
+    pub history: Option<Arc<TickHistory>>,
     /// Optional copy of every tick taken off a feed ring (the recorder).
     pub tap: Option<crate::capture::RecorderTap>,
     pub stats: Arc<EngineStats>,
@@ -51,6 +55,7 @@ impl EngineStage {
             table,
             shards,
             inputs,
+            history: None,
             tap: None,
             stats,
             next_sweep_ns: 0,
@@ -66,8 +71,13 @@ impl EngineStage {
             tap.push(*tick);
         }
         let outcome = self.agg.on_tick(tick, now_ns);
-        if outcome == TickOutcome::Published {
-            self.fan_out();
+        match outcome {
+            TickOutcome::Published => self.fan_out(),
+            TickOutcome::Invalid | TickOutcome::Spike => return outcome,
+            TickOutcome::Unchanged => {}
+        }
+        if let Some(h) = &self.history {
+            h.push(tick);
         }
         outcome
     }

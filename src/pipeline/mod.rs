@@ -33,6 +33,7 @@ use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{
     Aggregator, EngineStage, EngineStats, FanoutStats, PriceTable, ProviderHealth, ShardPublisher,
+    TickHistory,
 };
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::{Price, Tick};
@@ -58,6 +59,8 @@ pub struct PipelineConfig {
     pub engine_wait: WaitStrategy,
     pub cpus: CpuMap,
     pub feed_full_wait_us: u64,
+    /// Ticks of history kept per symbol.
+    pub history_depth: usize,
 }
 
 impl Default for PipelineConfig {
@@ -70,6 +73,7 @@ impl Default for PipelineConfig {
             engine_wait: WaitStrategy::SpinPark,
             cpus: CpuMap::default(),
             feed_full_wait_us: FEED_FULL_WAIT_US_DEFAULT,
+            history_depth: crate::engine::history::HISTORY_DEPTH_DEFAULT,
         }
     }
 }
@@ -99,6 +103,12 @@ impl PipelineConfig {
     pub fn validate(&self) -> Result<(), PipelineError> {
         ring_size_ok("--feed-ring", self.feed_ring)?;
         ring_size_ok("--shard-ring", self.shard_ring)?;
+        if self.history_depth == 0 || self.history_depth > 65_536 {
+            return Err(PipelineError::Invalid {
+                flag: "--history-depth",
+                reason: format!("{}: must be 1..=65536", self.history_depth),
+            });
+        }
         if self.shards == 0 || self.shards > 64 {
             return Err(PipelineError::Invalid {
                 flag: "--shards",
@@ -145,6 +155,8 @@ pub struct PipelineHandles {
     pub fanout: Vec<Arc<FanoutStats>>,
     pub feeds: Vec<(String, Arc<FeedStats>)>,
     pub engine_doorbell: Arc<Doorbell>,
+    /// Recent ticks per symbol (HistoryRequest).
+    pub history: Arc<TickHistory>,
 }
 
 struct StageThread {
@@ -231,6 +243,8 @@ impl Pipeline {
             engine_stats.clone(),
         );
         stage.tap = recorder;
+        let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
+        stage.history = Some(history.clone());
         let engine = spawn_engine(stage, cfg, engine_doorbell.clone(), events_tx.clone());
         let mut feeds = Vec::new();
         for (i, (name, source, port)) in pending_sources.into_iter().enumerate() {
@@ -246,6 +260,7 @@ impl Pipeline {
                 fanout,
                 feeds: feed_stats,
                 engine_doorbell,
+                history,
             },
         };
         if let Err(e) = pipeline.await_started(&events_rx) {

@@ -35,6 +35,7 @@
 pub mod adaptive;
 mod heaviest;
 pub mod queue;
+pub mod service;
 pub mod stats;
 
 pub use adaptive::{AdaptiveConfig, AdaptiveError, AdaptiveLimit};

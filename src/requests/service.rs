@@ -1,0 +1,546 @@
+//! The request path: SnapshotRequest, SymbolListRequest and HistoryRequest
+//! from gateway shards, through the bounded [`RequestQueue`] (deadlines,
+//! CoDel overload detection, LIFO under overload, per-account fairness),
+//! served by worker threads under an adaptive concurrency limit
+//! ([`AdaptiveLimit`]), answered back to the owning shard over a ring.
+//!
+//! Threads and rings, all allocated at start:
+//! - each shard → dispatcher: an SPSC ring of fixed-size [`RequestMsg`];
+//! - the dispatcher owns the queue and the limit; it hands jobs to workers
+//!   over a bounded crossbeam channel (requests are the cold path, so an
+//!   MPMC hand-off is acceptable here; prices never take this route);
+//! - each worker (and the dispatcher, for rejects) → each shard: an SPSC
+//!   ring of fixed-size [`Answer`] frames; the shard is woken through its
+//!   doorbell.
+//!
+//! Workers build answers with per-job scratch from a `bumpalo` arena that
+//! is reset after every job.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bumpalo::Bump;
+use crossbeam_channel::{Receiver, Sender};
+use rand::SeedableRng;
+
+use super::{AdaptiveConfig, AdaptiveLimit, Arrival, QueueConfig, RequestQueue, Shed, ShedReason};
+use crate::clock::monotonic_ns;
+use crate::config::Config;
+use crate::engine::{PriceTable, TickHistory};
+use crate::pipeline::counter::Counter;
+use crate::pipeline::{Doorbell, WaitStrategy, Waiter};
+use crate::requests::stats::OverloadStats;
+use crate::wire::{self, HistoryTick, Name16, PriceBody, RejectReason, SymbolInfo, TierInfo};
+
+/// Most symbols one SnapshotRequest may name.
+pub const SNAPSHOT_SYMBOLS_MAX: usize = 32;
+/// Largest answer frame carried back to a shard, in bytes.
+pub const ANSWER_BYTES_MAX: usize = 8 * 1024;
+/// Slots of each shard → dispatcher ring.
+pub const REQUEST_RING: usize = 1024;
+/// Slots of each answer ring.
+pub const ANSWER_RING: usize = 64;
+/// Budget applied when a client sends 0 ("server default"), µs.
+pub const BUDGET_DEFAULT_US: u32 = 1_000_000;
+
+/// What is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Snapshot,
+    SymbolList,
+    History,
+}
+
+/// One request, copied by value through the rings and the queue.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestMsg {
+    pub shard: u16,
+    pub conn: u32,
+    pub session: u64,
+    pub account: u32,
+    pub request_id: u64,
+    pub kind: RequestKind,
+    pub tier: u8,
+    pub symbols: [u16; SNAPSHOT_SYMBOLS_MAX],
+    pub nsym: u8,
+    /// History: the symbol is `symbols[0]`, the tick count this.
+    pub count: u16,
+    pub budget_us: u32,
+    pub critical: bool,
+    pub critical_entitled: bool,
+    pub arrival_ns: u64,
+}
+
+/// One encoded answer (or reject) for a connection of a shard.
+#[derive(Clone, Copy)]
+pub struct Answer {
+    pub conn: u32,
+    pub session: u64,
+    pub len: u32,
+    pub bytes: [u8; ANSWER_BYTES_MAX],
+}
+
+/// A shard's end of the request path.
+pub struct RequestPort {
+    pub requests: rtrb::Producer<RequestMsg>,
+    pub dispatcher: Arc<Doorbell>,
+    pub answers: Vec<rtrb::Consumer<Answer>>,
+}
+
+/// Counters of the request path not kept by the queue itself.
+#[derive(Debug, Default)]
+pub struct RequestStats {
+    pub snapshot_served: Counter,
+    pub symbol_list_served: Counter,
+    pub history_served: Counter,
+    /// Expired between dequeue and service (also dropped before work).
+    pub expired_at_worker: Counter,
+    /// Answers that did not fit an answer ring (the shard was stuck).
+    pub answers_dropped: Counter,
+    /// Answers whose frame did not fit [`ANSWER_BYTES_MAX`].
+    pub answers_too_large: Counter,
+}
+
+/// Settings of the request path.
+#[derive(Debug, Clone)]
+pub struct RequestConfig {
+    pub workers: usize,
+    pub queue: QueueConfig,
+    pub adaptive: AdaptiveConfig,
+    pub wait: WaitStrategy,
+}
+
+impl Default for RequestConfig {
+    fn default() -> Self {
+        RequestConfig {
+            workers: 1,
+            queue: QueueConfig::default(),
+            adaptive: AdaptiveConfig::default(),
+            wait: WaitStrategy::SpinPark,
+        }
+    }
+}
+
+/// What workers read to answer.
+#[derive(Clone)]
+pub struct Sources {
+    pub config: Arc<Config>,
+    pub table: Arc<PriceTable>,
+    pub history: Arc<TickHistory>,
+    pub wall_offset_ns: i64,
+}
+
+/// The running request path.
+pub struct RequestService {
+    stop: Arc<AtomicBool>,
+    dispatcher_bell: Arc<Doorbell>,
+    threads: Vec<JoinHandle<()>>,
+    pub stats: Arc<RequestStats>,
+    pub limit: Arc<AdaptiveLimit>,
+}
+
+struct Job {
+    msg: RequestMsg,
+    deadline_ns: u64,
+}
+
+type AnswerTx = Vec<rtrb::Producer<Answer>>;
+
+impl RequestService {
+    /// Starts the dispatcher and workers for `shard_bells.len()` shards;
+    /// returns one [`RequestPort`] per shard.
+    pub fn start(
+        cfg: RequestConfig,
+        sources: Sources,
+        shard_bells: Vec<Arc<Doorbell>>,
+        overload: Arc<OverloadStats>,
+    ) -> Result<(RequestService, Vec<RequestPort>), String> {
+        if cfg.workers == 0 || cfg.workers > 64 {
+            return Err("--request-workers: 1..=64".into());
+        }
+        let queue = RequestQueue::new(
+            cfg.queue.clone(),
+            rand::rngs::SmallRng::from_entropy(),
+            overload.clone(),
+            monotonic_ns(),
+        )
+        .map_err(|e| e.to_string())?;
+        let limit = Arc::new(
+            AdaptiveLimit::new(cfg.adaptive.clone(), overload).map_err(|e| e.to_string())?,
+        );
+        let shards = shard_bells.len();
+        let bell = Doorbell::new();
+        let mut ports: Vec<RequestPort> = Vec::with_capacity(shards);
+        let mut inbound = Vec::with_capacity(shards);
+        for _ in 0..shards {
+            let (tx, rx) = rtrb::RingBuffer::new(REQUEST_RING);
+            inbound.push(rx);
+            ports.push(RequestPort {
+                requests: tx,
+                dispatcher: bell.clone(),
+                answers: Vec::new(),
+            });
+        }
+        // One answer ring per (producer thread, shard): dispatcher first.
+        let mut answer_tx: Vec<AnswerTx> = Vec::new();
+        for _ in 0..=cfg.workers {
+            let mut row = Vec::with_capacity(shards);
+            for port in ports.iter_mut() {
+                let (tx, rx) = rtrb::RingBuffer::new(ANSWER_RING);
+                row.push(tx);
+                port.answers.push(rx);
+            }
+            answer_tx.push(row);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(RequestStats::default());
+        let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(cfg.adaptive.limit_max as usize + 1);
+        let mut threads = Vec::new();
+        let mut rows = answer_tx.into_iter();
+        let dispatcher_row = rows.next().expect("dispatcher answer rings");
+        for (w, row) in rows.enumerate() {
+            let worker = Worker {
+                sources: sources.clone(),
+                answers: row,
+                bells: shard_bells.clone(),
+                limit: limit.clone(),
+                stats: stats.clone(),
+                arena: Bump::with_capacity(64 * 1024),
+                answer: Box::new(Answer {
+                    conn: 0,
+                    session: 0,
+                    len: 0,
+                    bytes: [0; ANSWER_BYTES_MAX],
+                }),
+            };
+            let rx = jobs_rx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("pw-request{w}"))
+                    .spawn(move || worker.run(rx))
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let dispatcher = Dispatcher {
+            queue,
+            limit: limit.clone(),
+            inbound,
+            answers: dispatcher_row,
+            bells: shard_bells,
+            jobs: jobs_tx,
+            sheds: Vec::with_capacity(cfg.queue.shed_per_pop_max as usize + 8),
+            stop: stop.clone(),
+            stats: stats.clone(),
+        };
+        let (b2, wait) = (bell.clone(), cfg.wait);
+        threads.push(
+            std::thread::Builder::new()
+                .name("pw-dispatch".into())
+                .spawn(move || {
+                    b2.bind_current_thread();
+                    let mut d = dispatcher;
+                    d.run(Waiter::new(wait, b2));
+                })
+                .map_err(|e| e.to_string())?,
+        );
+        Ok((
+            RequestService {
+                stop,
+                dispatcher_bell: bell,
+                threads,
+                stats,
+                limit,
+            },
+            ports,
+        ))
+    }
+
+    /// Stops the dispatcher (which closes the job channel) and the workers.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.dispatcher_bell.ring();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Dispatcher {
+    queue: RequestQueue<RequestMsg>,
+    limit: Arc<AdaptiveLimit>,
+    inbound: Vec<rtrb::Consumer<RequestMsg>>,
+    answers: Vec<rtrb::Producer<Answer>>,
+    bells: Vec<Arc<Doorbell>>,
+    jobs: Sender<Job>,
+    sheds: Vec<Shed<RequestMsg>>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<RequestStats>,
+}
+
+impl Dispatcher {
+    fn run(&mut self, mut waiter: Waiter) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = monotonic_ns();
+            let admitted = self.admit_all();
+            let dispatched = self.dispatch(now);
+            self.queue.poll(now);
+            if admitted + dispatched > 0 {
+                waiter.reset();
+                continue;
+            }
+            let inbound = &self.inbound;
+            let queued = !self.queue.is_empty();
+            waiter.idle(|| queued || inbound.iter().any(|r| !r.is_empty()));
+            if queued {
+                // Waiting for a worker slot: poll instead of sleeping long.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn admit_all(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..self.inbound.len() {
+            while let Ok(m) = self.inbound[i].pop() {
+                n += 1;
+                let budget = if m.budget_us == 0 {
+                    BUDGET_DEFAULT_US
+                } else {
+                    m.budget_us
+                };
+                let arrival = Arrival {
+                    account: m.account,
+                    budget_us: u64::from(budget),
+                    critical: m.critical,
+                    critical_entitled: m.critical_entitled,
+                };
+                match self.queue.push(m, arrival, m.arrival_ns.max(1)) {
+                    Ok(None) => {}
+                    Ok(Some(evicted)) => self.reject_shed(evicted),
+                    Err(refused) => self.reject_shed(refused),
+                }
+            }
+        }
+        n
+    }
+
+    fn dispatch(&mut self, now: u64) -> usize {
+        let mut n = 0;
+        while !self.queue.is_empty() && self.limit.try_acquire() {
+            let sheds = &mut self.sheds;
+            let popped = self.queue.pop(now, |s| sheds.push(s));
+            for s in std::mem::take(&mut self.sheds) {
+                self.reject_shed(s);
+            }
+            let Some(d) = popped else {
+                self.limit.release();
+                break;
+            };
+            n += 1;
+            let job = Job {
+                msg: d.request,
+                deadline_ns: d.deadline_ns,
+            };
+            if let Err(e) = self.jobs.try_send(job) {
+                // Cannot happen while the channel holds limit_max jobs.
+                self.limit.release();
+                let job = e.into_inner();
+                self.reject(&job.msg, RejectReason::OVERLOADED, 1_000, "workers busy");
+            }
+        }
+        if self.sheds.capacity() == 0 {
+            self.sheds = Vec::with_capacity(32);
+        }
+        n
+    }
+
+    fn reject_shed(&mut self, s: Shed<RequestMsg>) {
+        let (reason, text) = match s.reason {
+            ShedReason::Overloaded => (RejectReason::OVERLOADED, "overloaded"),
+            ShedReason::QueueFull => (RejectReason::OVERLOADED, "queue full"),
+            ShedReason::RateLimited => (RejectReason::RATE_LIMITED, "account rate"),
+            ShedReason::Expired => (RejectReason::DEADLINE_EXPIRED, "deadline expired"),
+            ShedReason::BadAccount => (RejectReason::INTERNAL, "account"),
+        };
+        self.reject(&s.request, reason, s.retry_after_ms, text);
+    }
+
+    fn reject(&mut self, m: &RequestMsg, reason: RejectReason, retry_after_ms: u32, text: &str) {
+        let mut a = Answer {
+            conn: m.conn,
+            session: m.session,
+            len: 0,
+            bytes: [0; ANSWER_BYTES_MAX],
+        };
+        let r = wire::Reject {
+            request_id: m.request_id,
+            ref_template_id: template_of(m.kind),
+            reason,
+            retry_after_ms,
+            text: text.as_bytes(),
+        };
+        a.len = wire::encode_reject(&mut a.bytes, &r).unwrap_or(0) as u32;
+        send(&mut self.answers, &self.bells, m.shard, a, &self.stats);
+    }
+}
+
+fn template_of(kind: RequestKind) -> u16 {
+    match kind {
+        RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
+        RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
+        RequestKind::History => wire::template::HISTORY_REQUEST,
+    }
+}
+
+fn send(
+    rings: &mut [rtrb::Producer<Answer>],
+    bells: &[Arc<Doorbell>],
+    shard: u16,
+    a: Answer,
+    stats: &RequestStats,
+) {
+    let s = shard as usize;
+    let Some(ring) = rings.get_mut(s) else { return };
+    if ring.push(a).is_err() {
+        stats.answers_dropped.inc();
+    }
+    if let Some(b) = bells.get(s) {
+        b.ring();
+    }
+}
+
+struct Worker {
+    sources: Sources,
+    answers: Vec<rtrb::Producer<Answer>>,
+    bells: Vec<Arc<Doorbell>>,
+    limit: Arc<AdaptiveLimit>,
+    stats: Arc<RequestStats>,
+    arena: Bump,
+    answer: Box<Answer>,
+}
+
+impl Worker {
+    fn run(mut self, jobs: Receiver<Job>) {
+        loop {
+            match jobs.recv_timeout(Duration::from_millis(200)) {
+                Ok(job) => self.serve(job),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn serve(&mut self, job: Job) {
+        let start = monotonic_ns();
+        let m = job.msg;
+        self.answer.conn = m.conn;
+        self.answer.session = m.session;
+        let n = if start >= job.deadline_ns {
+            // Dropped before the work: the reject costs less than the answer.
+            self.stats.expired_at_worker.inc();
+            reject_into(&mut self.answer.bytes, &m, RejectReason::DEADLINE_EXPIRED)
+        } else {
+            let n = self.build(&m);
+            self.arena.reset();
+            n
+        };
+        let n = match n {
+            Some(n) => n,
+            None => {
+                self.stats.answers_too_large.inc();
+                reject_into(&mut self.answer.bytes, &m, RejectReason::LIMIT_REACHED).unwrap_or(0)
+            }
+        };
+        self.answer.len = n as u32;
+        send(
+            &mut self.answers,
+            &self.bells,
+            m.shard,
+            *self.answer,
+            &self.stats,
+        );
+        let end = monotonic_ns();
+        let inflight = self.limit.inflight();
+        self.limit.release();
+        self.limit.on_sample(end - start, inflight, end);
+    }
+
+    fn build(&mut self, m: &RequestMsg) -> Option<usize> {
+        let out = &mut self.answer.bytes;
+        let s = &self.sources;
+        match m.kind {
+            RequestKind::Snapshot => {
+                self.stats.snapshot_served.inc();
+                let mut prices =
+                    bumpalo::collections::Vec::with_capacity_in(m.nsym as usize, &self.arena);
+                for &id in &m.symbols[..m.nsym as usize] {
+                    if let Some(p) = s.table.read(id, m.tier) {
+                        prices.push(PriceBody::from_price(
+                            &p,
+                            s.config.table.digits(id),
+                            s.wall_offset_ns,
+                        ));
+                    }
+                }
+                wire::encode_snapshot_response(out, m.request_id, prices.iter()).ok()
+            }
+            RequestKind::History => {
+                self.stats.history_served.inc();
+                let sym = m.symbols[0];
+                let mut ticks =
+                    bumpalo::collections::Vec::with_capacity_in(m.count as usize, &self.arena);
+                s.history.last(sym, m.count as usize, |t| {
+                    ticks.push(HistoryTick {
+                        provider: t.provider,
+                        bid: t.bid,
+                        ask: t.ask,
+                        bid_size: t.bid_size,
+                        ask_size: t.ask_size,
+                        provider_time_ns: t.provider_time_ns,
+                    })
+                });
+                let digits = s.config.table.digits(sym);
+                wire::encode_history_response(out, m.request_id, sym, digits, ticks.iter()).ok()
+            }
+            RequestKind::SymbolList => {
+                self.stats.symbol_list_served.inc();
+                let acct = s.config.accounts.get(m.account as usize)?;
+                let symbols = s
+                    .config
+                    .table
+                    .instruments()
+                    .iter()
+                    .filter(|i| acct.entitled_symbol(i.id))
+                    .map(|i| SymbolInfo {
+                        symbol_id: i.id,
+                        digits: i.digits,
+                        name: Name16::new(&i.name).unwrap_or_default(),
+                    });
+                let tiers = s
+                    .config
+                    .table
+                    .tiers()
+                    .iter()
+                    .filter(|t| acct.entitled_tier(t.id))
+                    .map(|t| TierInfo {
+                        tier_id: t.id,
+                        name: Name16::new(&t.name).unwrap_or_default(),
+                    });
+                wire::encode_symbol_directory(out, m.request_id, symbols, tiers).ok()
+            }
+        }
+    }
+}
+
+fn reject_into(out: &mut [u8], m: &RequestMsg, reason: RejectReason) -> Option<usize> {
+    let r = wire::Reject {
+        request_id: m.request_id,
+        ref_template_id: template_of(m.kind),
+        reason,
+        retry_after_ms: 0,
+        text: b"",
+    };
+    wire::encode_reject(out, &r).ok()
+}
