@@ -2,9 +2,9 @@
 //! round-trips encode → split → decode → encode byte-exactly, and no input
 //! makes `split` or `decode` panic.
 
+use pricewire::wire::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use pricewire::wire::*;
 
 fn name16() -> impl Strategy<Value = Name16> {
     "[A-Z0-9._]{0,16}".prop_map(|s| Name16::new(&s).expect("generated names fit"))
@@ -16,11 +16,28 @@ fn bytes255() -> impl Strategy<Value = Vec<u8>> {
 
 fn price_body() -> impl Strategy<Value = PriceBody> {
     (
-        (any::<u16>(), any::<u8>(), any::<u8>(), 0u8..=9, any::<u8>(), any::<u64>()),
-        (any::<i64>(), any::<i64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        (
+            any::<u16>(),
+            any::<u8>(),
+            any::<u8>(),
+            0u8..=9,
+            any::<u8>(),
+            any::<u64>(),
+        ),
+        (
+            any::<i64>(),
+            any::<i64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+        ),
     )
         .prop_map(
-            |((symbol_id, tier, flags, digits, providers, seq), (bid, ask, bid_size, ask_size, pt, et))| PriceBody {
+            |(
+                (symbol_id, tier, flags, digits, providers, seq),
+                (bid, ask, bid_size, ask_size, pt, et),
+            )| PriceBody {
                 symbol_id,
                 tier,
                 flags,
@@ -42,83 +59,118 @@ fn symbol_ref() -> impl Strategy<Value = SymbolRef> {
 }
 
 fn history_tick() -> impl Strategy<Value = HistoryTick> {
-    (any::<u16>(), any::<i64>(), any::<i64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-        |(provider, bid, ask, bid_size, ask_size, provider_time_ns)| HistoryTick {
-            provider,
-            bid,
-            ask,
-            bid_size,
-            ask_size,
-            provider_time_ns,
-        },
+    (
+        any::<u16>(),
+        any::<i64>(),
+        any::<i64>(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
     )
+        .prop_map(
+            |(provider, bid, ask, bid_size, ask_size, provider_time_ns)| HistoryTick {
+                provider,
+                bid,
+                ask,
+                bid_size,
+                ask_size,
+                provider_time_ns,
+            },
+        )
 }
 
 fn quote() -> impl Strategy<Value = QuoteEntry> {
-    (any::<u16>(), any::<u8>(), any::<i64>(), any::<i64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-        |(symbol_id, flags, bid, ask, bid_size, ask_size, provider_time_ns)| QuoteEntry {
-            symbol_id,
-            flags,
-            bid,
-            ask,
-            bid_size,
-            ask_size,
-            provider_time_ns,
-        },
+    (
+        any::<u16>(),
+        any::<u8>(),
+        any::<i64>(),
+        any::<i64>(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
     )
+        .prop_map(
+            |(symbol_id, flags, bid, ask, bid_size, ask_size, provider_time_ns)| QuoteEntry {
+                symbol_id,
+                flags,
+                bid,
+                ask,
+                bid_size,
+                ask_size,
+                provider_time_ns,
+            },
+        )
 }
 
 fn session_message() -> impl Strategy<Value = OwnedMessage> {
     prop_oneof![
-        (any::<u32>(), bytes255(), bytes255()).prop_map(|(heartbeat_interval_ms, account, token)| {
-            OwnedMessage::Logon {
-                heartbeat_interval_ms,
-                account,
-                token,
+        (any::<u32>(), bytes255(), bytes255()).prop_map(
+            |(heartbeat_interval_ms, account, token)| {
+                OwnedMessage::Logon {
+                    heartbeat_interval_ms,
+                    account,
+                    token,
+                }
             }
-        }),
-        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u8>()).prop_map(|(session_id, hb, t, default_tier)| {
-            OwnedMessage::LogonAccepted(LogonAccepted {
-                session_id,
-                heartbeat_interval_ms: hb,
-                server_time_ns: t,
-                default_tier,
-            })
-        }),
-        (any::<u8>(), any::<u32>()).prop_map(|(r, retry_after_ms)| OwnedMessage::LogonRejected(LogonRejected {
-            reason: LogonRejectReason(r),
-            retry_after_ms,
-        })),
+        ),
+        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u8>()).prop_map(
+            |(session_id, hb, t, default_tier)| {
+                OwnedMessage::LogonAccepted(LogonAccepted {
+                    session_id,
+                    heartbeat_interval_ms: hb,
+                    server_time_ns: t,
+                    default_tier,
+                })
+            }
+        ),
+        (any::<u8>(), any::<u32>()).prop_map(|(r, retry_after_ms)| OwnedMessage::LogonRejected(
+            LogonRejected {
+                reason: LogonRejectReason(r),
+                retry_after_ms,
+            }
+        )),
         Just(OwnedMessage::Heartbeat),
         Just(OwnedMessage::Logout),
-        (any::<u8>(), any::<u32>(), bytes255()).prop_map(|(r, retry_after_ms, text)| OwnedMessage::Disconnect {
-            reason: DisconnectReason(r),
-            retry_after_ms,
-            text,
-        }),
-        (any::<u64>(), any::<u16>(), any::<u16>(), any::<u32>(), bytes255()).prop_map(
-            |(request_id, ref_template_id, r, retry_after_ms, text)| OwnedMessage::Reject {
-                request_id,
-                ref_template_id,
-                reason: RejectReason(r),
+        (any::<u8>(), any::<u32>(), bytes255()).prop_map(|(r, retry_after_ms, text)| {
+            OwnedMessage::Disconnect {
+                reason: DisconnectReason(r),
                 retry_after_ms,
                 text,
             }
-        ),
-        (any::<u16>(), bytes255()).prop_map(|(provider_id, token)| OwnedMessage::ProviderLogon { provider_id, token }),
+        }),
+        (
+            any::<u64>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<u32>(),
+            bytes255()
+        )
+            .prop_map(|(request_id, ref_template_id, r, retry_after_ms, text)| {
+                OwnedMessage::Reject {
+                    request_id,
+                    ref_template_id,
+                    reason: RejectReason(r),
+                    retry_after_ms,
+                    text,
+                }
+            }),
+        (any::<u16>(), bytes255())
+            .prop_map(|(provider_id, token)| OwnedMessage::ProviderLogon { provider_id, token }),
         vec(quote(), 0..20).prop_map(|quotes| OwnedMessage::ProviderQuote { quotes }),
     ]
 }
 
 fn data_message() -> impl Strategy<Value = OwnedMessage> {
     prop_oneof![
-        (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(request_id, budget_us, critical)| {
-            OwnedMessage::SymbolListRequest(SymbolListRequest {
-                request_id,
-                budget_us,
-                critical,
-            })
-        }),
+        (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(
+            |(request_id, budget_us, critical)| {
+                OwnedMessage::SymbolListRequest(SymbolListRequest {
+                    request_id,
+                    budget_us,
+                    critical,
+                })
+            }
+        ),
         (
             any::<u64>(),
             vec((any::<u16>(), any::<u8>(), name16()), 0..20),
@@ -134,10 +186,18 @@ fn data_message() -> impl Strategy<Value = OwnedMessage> {
                         name
                     })
                     .collect(),
-                tiers: t.into_iter().map(|(tier_id, name)| TierInfo { tier_id, name }).collect(),
+                tiers: t
+                    .into_iter()
+                    .map(|(tier_id, name)| TierInfo { tier_id, name })
+                    .collect(),
             }),
-        (any::<u64>(), any::<u8>(), vec(symbol_ref(), 0..20), any::<bool>()).prop_map(
-            |(request_id, tier, entries, unsubscribe)| if unsubscribe {
+        (
+            any::<u64>(),
+            any::<u8>(),
+            vec(symbol_ref(), 0..20),
+            any::<bool>()
+        )
+            .prop_map(|(request_id, tier, entries, unsubscribe)| if unsubscribe {
                 OwnedMessage::Unsubscribe {
                     request_id,
                     tier,
@@ -149,51 +209,74 @@ fn data_message() -> impl Strategy<Value = OwnedMessage> {
                     tier,
                     entries,
                 }
-            }
-        ),
-        (any::<u64>(), vec((any::<u16>(), name16(), any::<u8>()), 0..20)).prop_map(|(request_id, r)| {
-            OwnedMessage::SubscribeResponse {
-                request_id,
-                results: r
-                    .into_iter()
-                    .map(|(symbol_id, name, s)| SubscribeResult {
-                        symbol_id,
-                        name,
-                        status: SubscribeStatus(s),
-                    })
-                    .collect(),
-            }
-        }),
+            }),
+        (
+            any::<u64>(),
+            vec((any::<u16>(), name16(), any::<u8>()), 0..20)
+        )
+            .prop_map(|(request_id, r)| {
+                OwnedMessage::SubscribeResponse {
+                    request_id,
+                    results: r
+                        .into_iter()
+                        .map(|(symbol_id, name, s)| SubscribeResult {
+                            symbol_id,
+                            name,
+                            status: SubscribeStatus(s),
+                        })
+                        .collect(),
+                }
+            }),
         price_body().prop_map(OwnedMessage::PriceSnapshot),
         price_body().prop_map(OwnedMessage::PriceUpdate),
-        (any::<u64>(), any::<u32>(), any::<bool>(), any::<u8>(), vec(any::<u16>(), 0..50)).prop_map(
-            |(request_id, budget_us, critical, tier, symbols)| OwnedMessage::SnapshotRequest {
-                request_id,
-                budget_us,
-                critical,
-                tier,
-                symbols,
-            }
-        ),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<bool>(),
+            any::<u8>(),
+            vec(any::<u16>(), 0..50)
+        )
+            .prop_map(|(request_id, budget_us, critical, tier, symbols)| {
+                OwnedMessage::SnapshotRequest {
+                    request_id,
+                    budget_us,
+                    critical,
+                    tier,
+                    symbols,
+                }
+            }),
         (any::<u64>(), vec(price_body(), 0..20))
             .prop_map(|(request_id, prices)| OwnedMessage::SnapshotResponse { request_id, prices }),
-        (any::<u64>(), any::<u32>(), any::<bool>(), any::<u16>(), any::<u16>()).prop_map(
-            |(request_id, budget_us, critical, symbol_id, count)| OwnedMessage::HistoryRequest(HistoryRequest {
-                request_id,
-                budget_us,
-                critical,
-                symbol_id,
-                count,
-            })
-        ),
-        (any::<u64>(), any::<u16>(), any::<u8>(), vec(history_tick(), 0..20)).prop_map(
-            |(request_id, symbol_id, digits, ticks)| OwnedMessage::HistoryResponse {
-                request_id,
-                symbol_id,
-                digits,
-                ticks,
-            }
-        ),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<bool>(),
+            any::<u16>(),
+            any::<u16>()
+        )
+            .prop_map(|(request_id, budget_us, critical, symbol_id, count)| {
+                OwnedMessage::HistoryRequest(HistoryRequest {
+                    request_id,
+                    budget_us,
+                    critical,
+                    symbol_id,
+                    count,
+                })
+            }),
+        (
+            any::<u64>(),
+            any::<u16>(),
+            any::<u8>(),
+            vec(history_tick(), 0..20)
+        )
+            .prop_map(|(request_id, symbol_id, digits, ticks)| {
+                OwnedMessage::HistoryResponse {
+                    request_id,
+                    symbol_id,
+                    digits,
+                    ticks,
+                }
+            }),
     ]
 }
 
