@@ -3,6 +3,9 @@
 //! makes `split` or `decode` panic.
 
 use pricewire::wire::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -338,4 +341,74 @@ proptest! {
             prop_assert!(annotate(&frame).is_ok());
         }
     }
+}
+
+/// Counts allocations per thread, so tests running in parallel do not
+/// disturb each other's counts.
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards every call unchanged to the system allocator; the
+// thread-local counter is const-initialised and has no destructor, so
+// touching it cannot allocate or recurse.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+#[test]
+fn split_decode_and_encode_do_not_allocate() {
+    let prices: Vec<PriceBody> = (0..10u16)
+        .map(|s| PriceBody {
+            symbol_id: s,
+            seq: 1,
+            ..PriceBody::default()
+        })
+        .collect();
+    let mut buf = vec![0u8; 4096];
+    let mut slot = [0u8; PRICE_FRAME_LEN];
+    let before = allocations();
+    let mut total = 0i64;
+    for round in 0..100u64 {
+        let n = encode_snapshot_response(&mut buf, round, &prices).expect("fits");
+        let m = encode_subscribe_names(
+            &mut buf[n..],
+            round,
+            TIER_ACCOUNT_DEFAULT,
+            ["EURUSD", "XAUUSD"],
+        )
+        .expect("fits");
+        let p = encode_price(&mut slot, PriceKind::Update, &prices[0]);
+        let mut rest = &buf[..n + m];
+        while let Ok(Some(len)) = split(rest) {
+            match decode(&rest[..len]) {
+                Ok(Message::SnapshotResponse(r)) => total += r.prices.map(|p| p.bid).sum::<i64>(),
+                Ok(Message::Subscribe(s)) => total += s.entries.count() as i64,
+                _ => panic!("unexpected message"),
+            }
+            rest = &rest[len..];
+        }
+        if let Ok(Message::PriceUpdate(b)) = decode(&slot[..p]) {
+            total += i64::from(b.symbol_id);
+        }
+    }
+    assert_eq!(allocations() - before, 0, "the codec allocated");
+    assert_eq!(total, 100 * 2);
 }

@@ -67,7 +67,7 @@ wire_block! {
     pub struct LogonRejected [5] {
         /// Why (LogonRejectReason).
         pub reason: LogonRejectReason,
-        /// Minimum wait before reconnecting, in milliseconds (jittered; 0 = do not retry automatically).
+        /// Minimum wait before reconnecting, in milliseconds (jittered; 0 = no floor given).
         pub retry_after_ms: u32,
     }
 }

@@ -209,10 +209,14 @@ fn block_table(spec: &BlockSpec, offset_label: &str) -> String {
     let mut off = 0;
     for f in spec.fields {
         let doc = f.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        let ty = match f.sbe_type {
+            "Name16" | "BooleanType" => format!("[{}](#1-conventions)", f.sbe_type),
+            t if t.starts_with(char::is_uppercase) => format!("[{t}](#{})", t.to_lowercase()),
+            t => t.to_string(),
+        };
         out += &format!(
-            "| {off} | `{}` | {} | {} | {doc} |\n",
+            "| {off} | `{}` | {ty} | {} | {doc} |\n",
             camel_case(f.name),
-            f.sbe_type,
             f.size
         );
         off += f.size;
@@ -242,7 +246,7 @@ fn layout(msg: &crate::wire::spec::MessageSpec) -> String {
         out += &block_table(&g.entry, "Entry offset");
     }
     for d in msg.data {
-        out += &format!("\nVar data `{d}`: uint8 length, then that many bytes (UTF-8).\n");
+        out += &format!("\nVar data `{d}`: uint8 length, then that many bytes.\n");
     }
     out
 }
