@@ -125,7 +125,7 @@ pub(crate) fn examples() -> Vec<(&'static str, Vec<u8>)> {
                 let update = PriceBody {
                     seq: 2,
                     bid: 108_124,
-                    flags: price_flags::SINGLE_PROVIDER | price_flags::CONFLATED,
+                    flags: price_flags::SINGLE_PROVIDER,
                     provider_time_ns: T0_NS + 250_000_000,
                     engine_time_ns: T0_NS + 250_031_000,
                     ..eurusd
