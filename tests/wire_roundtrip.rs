@@ -301,6 +301,12 @@ proptest! {
         let mut again = vec![0u8; n];
         prop_assert_eq!(decoded.encode(&mut again), Ok(n));
         prop_assert_eq!(&again[..], &buf[..n]);
+        // The schema table (which drives the docs and the XML check) walks
+        // exactly the bytes the encoder wrote.
+        let dump = annotate(&buf[..n]).expect("annotates");
+        let shown: usize = dump.lines().map(|l| l.get(6..l.len().min(53)).unwrap_or("").split_whitespace().count()).sum();
+        prop_assert_eq!(shown, n);
+        prop_assert!(!dump.contains("skipped"));
         // One byte less of buffer is refused, never a partial frame.
         let short = msg.encode(&mut again[..n - 1]);
         prop_assert!(matches!(short, Err(EncodeError::BufferTooSmall { .. })), "short buffer gave {:?}", short);

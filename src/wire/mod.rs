@@ -118,6 +118,7 @@ pub use frame::{
     HEADER_LEN, SERVER_FRAME_LEN_MAX,
 };
 pub use owned::OwnedMessage;
+pub use spec::Sender;
 pub use stats::{WireStats, WireStatsSnapshot};
 
 /// SBE schema id of pricewire ("PW").

@@ -218,6 +218,14 @@ pub const MESSAGES: &[MessageSpec] = &[
     },
 ];
 
+impl super::Message<'_> {
+    /// Who may send this message; a gateway refuses a message from the
+    /// wrong side with `Reject(unexpected_message)`.
+    pub fn sent_by(&self) -> Sender {
+        message_spec(self.template_id()).map_or(Sender::Both, |s| s.sent_by)
+    }
+}
+
 /// The message with this template id.
 pub fn message_spec(template_id: u16) -> Option<&'static MessageSpec> {
     MESSAGES.iter().find(|m| m.template_id == template_id)

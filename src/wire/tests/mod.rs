@@ -537,8 +537,40 @@ fn annotate_walks_every_byte_of_a_group_message() {
     let dump = annotate(&frame).unwrap();
     let bytes_shown: usize = dump
         .lines()
-        .map(|l| l.get(6..53).unwrap_or("").split_whitespace().count())
+        .map(|l| {
+            l.get(6..l.len().min(53))
+                .unwrap_or("")
+                .split_whitespace()
+                .count()
+        })
         .sum();
     assert_eq!(bytes_shown, frame.len());
     assert!(dump.contains("ticks[1].providerTimeNs = 0"));
+}
+
+#[test]
+fn every_template_in_the_schema_table_decodes_to_its_own_variant() {
+    for spec in spec::MESSAGES {
+        // Minimal frame: zeroed root, empty groups, empty var data.
+        let mut frame = frame_header_bytes(spec.template_id, spec.root.block_length);
+        frame.resize(frame.len() + spec.root.block_length as usize, 0);
+        for g in spec.groups {
+            frame.extend_from_slice(&g.entry.block_length.to_le_bytes());
+            frame.extend_from_slice(&0u16.to_le_bytes());
+        }
+        frame.resize(frame.len() + spec.data.len(), 0);
+        let frame = with_len(frame.clone(), frame.len());
+        let msg = decode(&frame).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        assert_eq!(msg.template_id(), spec.template_id, "{}", spec.name);
+        assert_eq!(msg.sent_by(), spec.sent_by, "{}", spec.name);
+        assert_eq!(encode_to_vec(|b| msg.encode(b)), frame, "{}", spec.name);
+    }
+}
+
+fn frame_header_bytes(template_id: u16, block_length: u16) -> Vec<u8> {
+    let mut v = vec![0, 0, 0, 0, 0xEB, 0x50];
+    for x in [block_length, template_id, SCHEMA_ID, VERSION] {
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v
 }
