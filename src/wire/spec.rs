@@ -1,6 +1,6 @@
 //! The schema as data: every message's template id, root block, groups and
 //! var data, built from the same [`Block`] types the codec uses. It drives
-//! the annotated hex dumps ([`annotate`](super::annotate)), the layout
+//! the annotated hex dumps ([`annotate()`](super::annotate())), the layout
 //! tables in `docs/protocol.md` and the check of `schema/pricewire-sbe.xml`,
 //! so none of them can drift from the code.
 
