@@ -1,10 +1,10 @@
 //! Every fixed block of the schema: the message header, root blocks and
-//! group entries. Layout = field order; see [`wire_block!`](super::field).
+//! group entries. Layout = field order; see `wire_block!` in [`field`](super::field).
 //!
 //! Blocks that are a whole message by themselves (no groups, no var data)
 //! are public message types; roots of messages with groups or var data are
 //! crate-private and surface flattened in the message views of
-//! [`decode`](super::decode).
+//! [`decode()`](super::decode()).
 
 use super::codes::{DisconnectReason, LogonRejectReason, RejectReason, SubscribeStatus};
 use super::field::{wire_block, Block, FieldInfo, Name16};
@@ -67,7 +67,7 @@ wire_block! {
     pub struct LogonRejected [5] {
         /// Why (LogonRejectReason).
         pub reason: LogonRejectReason,
-        /// Minimum wait before reconnecting, in milliseconds (jittered; 0 = do not retry automatically).
+        /// Minimum wait before reconnecting, in milliseconds (jittered; 0 = no floor given).
         pub retry_after_ms: u32,
     }
 }

@@ -42,7 +42,7 @@ macro_rules! open_enum {
     (
         $(#[$meta:meta])*
         pub struct $name:ident($repr:ty) {
-            $( $(#[$vmeta:meta])* $variant:ident = $value:literal => $wire:literal, )*
+            $( $(#[doc = $doc:literal])* $variant:ident = $value:literal => $wire:literal, )*
         }
     ) => {
         $(#[$meta])*
@@ -50,10 +50,13 @@ macro_rules! open_enum {
         pub struct $name(pub $repr);
 
         impl $name {
-            $( $(#[$vmeta])* pub const $variant: $name = $name($value); )*
+            $( $(#[doc = $doc])* pub const $variant: $name = $name($value); )*
 
             /// Every known value with its schema name, in code order.
             pub const ALL: &'static [($name, &'static str)] = &[$( ($name($value), $wire) ),*];
+
+            /// The meaning of each value in [`Self::ALL`], from its doc comment.
+            pub const DOCS: &'static [&'static str] = &[$( concat!($($doc),*) ),*];
 
             /// The schema name of a known value.
             pub fn name(self) -> Option<&'static str> {

@@ -1,6 +1,6 @@
 //! Zero-copy decoding of one whole frame into a [`Message`] view.
 //!
-//! [`decode`] borrows the frame: var data come back as `&[u8]` into it and
+//! [`decode()`] borrows the frame: var data come back as `&[u8]` into it and
 //! repeating groups as [`Group`] iterators that read entries on demand. Only
 //! fixed-size `Copy` values are produced; nothing is allocated. Every length
 //! (root block, group headers, group bodies, var data) is checked against

@@ -26,7 +26,7 @@ pub enum EncodeError {
     VarDataTooLong { len: usize },
     #[error("group has more than 65535 entries")]
     GroupTooLarge,
-    #[error("name of {len} bytes is empty of meaning: longer than 16 bytes or contains NUL")]
+    #[error("name of {len} bytes is longer than 16 bytes or contains NUL")]
     InvalidName { len: usize },
     #[error("frame of {len} bytes does not fit the 32-bit SOFH length")]
     FrameTooLarge { len: usize },

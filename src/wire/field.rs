@@ -1,7 +1,7 @@
 //! Fixed-layout field codecs and the [`Block`] trait.
 //!
 //! Every SBE block (a message's root block or one entry of a repeating
-//! group) is a plain `Copy` struct declared with [`wire_block!`], which
+//! group) is a plain `Copy` struct declared with `wire_block!`, which
 //! derives its byte layout from the field order: offsets are the running sum
 //! of the field sizes, checked at compile time against the block length
 //! written next to the struct name. Reads and writes go through

@@ -53,7 +53,7 @@ impl FrameError {
 /// [`FRAME_LEN_MAX`] long.
 ///
 /// `Ok(None)`: more bytes are needed. `Ok(Some(n))`: `buf[..n]` is one
-/// whole frame, ready for [`decode`](super::decode). `Err`: the stream is
+/// whole frame, ready for [`decode()`](super::decode()). `Err`: the stream is
 /// unusable (the framing is lost); reject and close.
 #[inline]
 pub fn split(buf: &[u8]) -> Result<Option<usize>, FrameError> {

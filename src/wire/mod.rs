@@ -5,9 +5,9 @@
 //!
 //! This module never touches a socket, a clock or the heap on its hot
 //! paths. [`split`] finds one frame at the front of a receive buffer,
-//! [`decode`] turns it into a borrowed [`Message`] view, and the `encode_*`
+//! [`decode()`] turns it into a borrowed [`Message`] view, and the `encode_*`
 //! functions write one whole frame into a caller buffer. Nothing here
-//! allocates except the cold helpers ([`OwnedMessage`], [`annotate`]);
+//! allocates except the cold helpers ([`OwnedMessage`], [`annotate()`]);
 //! nothing blocks; no input makes `split` or `decode` panic. The wire format
 //! is specified in `docs/protocol.md` and `schema/pricewire-sbe.xml`.
 //!
@@ -118,6 +118,7 @@ pub use frame::{
     HEADER_LEN, SERVER_FRAME_LEN_MAX,
 };
 pub use owned::OwnedMessage;
+pub use spec::Sender;
 pub use stats::{WireStats, WireStatsSnapshot};
 
 /// SBE schema id of pricewire ("PW").

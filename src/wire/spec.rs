@@ -1,6 +1,6 @@
 //! The schema as data: every message's template id, root block, groups and
 //! var data, built from the same [`Block`] types the codec uses. It drives
-//! the annotated hex dumps ([`annotate`](super::annotate)), the layout
+//! the annotated hex dumps ([`annotate()`](super::annotate())), the layout
 //! tables in `docs/protocol.md` and the check of `schema/pricewire-sbe.xml`,
 //! so none of them can drift from the code.
 
@@ -217,6 +217,14 @@ pub const MESSAGES: &[MessageSpec] = &[
         )
     },
 ];
+
+impl super::Message<'_> {
+    /// Who may send this message; a gateway refuses a message from the
+    /// wrong side with `Reject(unexpected_message)`.
+    pub fn sent_by(&self) -> Sender {
+        message_spec(self.template_id()).map_or(Sender::Both, |s| s.sent_by)
+    }
+}
 
 /// The message with this template id.
 pub fn message_spec(template_id: u16) -> Option<&'static MessageSpec> {

@@ -1,0 +1,392 @@
+//! Keeps `docs/protocol.md` honest: its layout tables, enum tables and hex
+//! dumps are generated from the code and compared here. After a deliberate
+//! change, regenerate them with
+//! `PRICEWIRE_BLESS=1 cargo test --lib wire::tests::docs`.
+
+use std::collections::BTreeMap;
+
+use crate::model::price_flags;
+use crate::wire::codes::{PRICE_FLAG_NAMES, QUOTE_FLAG_NAMES};
+use crate::wire::spec::{camel_case, BlockSpec, MESSAGES};
+use crate::wire::*;
+
+const DOC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/protocol.md");
+
+fn frame(f: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>) -> Vec<u8> {
+    let mut buf = vec![0u8; 4096];
+    let n = f(&mut buf).expect("example encodes");
+    buf.truncate(n);
+    buf
+}
+
+fn name(s: &str) -> Name16 {
+    Name16::new(s).expect("example name")
+}
+
+/// 2026-11-29 10:00:00 UTC in ns, the timestamp used in all examples.
+const T0_NS: u64 = 1_764_410_400_000_000_000;
+
+/// The worked examples of the protocol document, from the real encoders.
+pub(crate) fn examples() -> Vec<(&'static str, Vec<u8>)> {
+    let eurusd = PriceBody {
+        symbol_id: 1,
+        tier: 0,
+        flags: price_flags::SINGLE_PROVIDER,
+        digits: 5,
+        providers: 1,
+        seq: 1,
+        bid: 108_123,
+        ask: 108_126,
+        bid_size: 1_000_000,
+        ask_size: 500_000,
+        provider_time_ns: T0_NS,
+        engine_time_ns: T0_NS + 35_000,
+    };
+    vec![
+        (
+            "logon",
+            frame(|b| {
+                encode_logon(
+                    b,
+                    &Logon {
+                        heartbeat_interval_ms: 1000,
+                        account: b"acme",
+                        token: b"s3cret",
+                    },
+                )
+            }),
+        ),
+        (
+            "logon_accepted",
+            frame(|b| {
+                encode_logon_accepted(
+                    b,
+                    &LogonAccepted {
+                        session_id: 77,
+                        heartbeat_interval_ms: 1000,
+                        server_time_ns: T0_NS,
+                        default_tier: 1,
+                    },
+                )
+            }),
+        ),
+        (
+            "logon_rejected",
+            frame(|b| {
+                encode_logon_rejected(
+                    b,
+                    &LogonRejected {
+                        reason: LogonRejectReason::BUSY,
+                        retry_after_ms: 2_350,
+                    },
+                )
+            }),
+        ),
+        ("heartbeat", frame(encode_heartbeat)),
+        (
+            "subscribe",
+            frame(|b| {
+                encode_subscribe(
+                    b,
+                    2,
+                    TIER_ACCOUNT_DEFAULT,
+                    [SymbolRef::by_name("EURUSD").unwrap(), SymbolRef::by_id(2)],
+                )
+            }),
+        ),
+        (
+            "subscribe_response",
+            frame(|b| {
+                encode_subscribe_response(
+                    b,
+                    2,
+                    [
+                        SubscribeResult {
+                            symbol_id: 1,
+                            name: name("EURUSD"),
+                            status: SubscribeStatus::OK,
+                        },
+                        SubscribeResult {
+                            symbol_id: 2,
+                            name: name("XAUUSD"),
+                            status: SubscribeStatus::NOT_ENTITLED,
+                        },
+                    ],
+                )
+            }),
+        ),
+        (
+            "price_snapshot",
+            frame(|b| try_encode_price(b, PriceKind::Snapshot, &eurusd)),
+        ),
+        (
+            "price_update",
+            frame(|b| {
+                let update = PriceBody {
+                    seq: 2,
+                    bid: 108_124,
+                    flags: price_flags::SINGLE_PROVIDER,
+                    provider_time_ns: T0_NS + 250_000_000,
+                    engine_time_ns: T0_NS + 250_031_000,
+                    ..eurusd
+                };
+                try_encode_price(b, PriceKind::Update, &update)
+            }),
+        ),
+        (
+            "symbol_directory",
+            frame(|b| {
+                encode_symbol_directory(
+                    b,
+                    1,
+                    [
+                        SymbolInfo {
+                            symbol_id: 1,
+                            digits: 5,
+                            name: name("EURUSD"),
+                        },
+                        SymbolInfo {
+                            symbol_id: 2,
+                            digits: 2,
+                            name: name("XAUUSD"),
+                        },
+                    ],
+                    [TierInfo {
+                        tier_id: 1,
+                        name: name("retail"),
+                    }],
+                )
+            }),
+        ),
+        (
+            "snapshot_request",
+            frame(|b| {
+                encode_snapshot_request(b, 3, 20_000, false, TIER_ACCOUNT_DEFAULT, [1u16, 2])
+            }),
+        ),
+        (
+            "reject",
+            frame(|b| {
+                encode_reject(
+                    b,
+                    &Reject {
+                        request_id: 3,
+                        ref_template_id: template::SNAPSHOT_REQUEST,
+                        reason: RejectReason::OVERLOADED,
+                        retry_after_ms: 180,
+                        text: b"shed",
+                    },
+                )
+            }),
+        ),
+        (
+            "disconnect",
+            frame(|b| encode_disconnect_reason(b, DisconnectReason::SHUTDOWN, 4_200, "restart")),
+        ),
+        (
+            "provider_quote",
+            frame(|b| {
+                encode_provider_quote(
+                    b,
+                    [QuoteEntry {
+                        symbol_id: 1,
+                        flags: 0,
+                        bid: 108_121,
+                        ask: 108_127,
+                        bid_size: 2_000_000,
+                        ask_size: 1_000_000,
+                        provider_time_ns: T0_NS,
+                    }],
+                )
+            }),
+        ),
+    ]
+}
+
+fn block_table(spec: &BlockSpec, offset_label: &str) -> String {
+    let mut out =
+        format!("| {offset_label} | Field | Type | Size | Meaning |\n|---:|---|---|---:|---|\n");
+    let mut off = 0;
+    for f in spec.fields {
+        let doc = f.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        let ty = match f.sbe_type {
+            "Name16" | "BooleanType" => format!("[{}](#1-conventions)", f.sbe_type),
+            t if t.starts_with(char::is_uppercase) => format!("[{t}](#{})", t.to_lowercase()),
+            t => t.to_string(),
+        };
+        out += &format!(
+            "| {off} | `{}` | {ty} | {} | {doc} |\n",
+            camel_case(f.name),
+            f.size
+        );
+        off += f.size;
+    }
+    out
+}
+
+fn layout(msg: &crate::wire::spec::MessageSpec) -> String {
+    let mut out = format!(
+        "templateId **{}**, sent by {:?}. ",
+        msg.template_id, msg.sent_by
+    );
+    if msg.root.fields.is_empty() {
+        out += "Root block: empty (blockLength 0).\n";
+    } else {
+        out += &format!(
+            "Root block (blockLength {}), offsets from the end of the SBE header (frame offset 14):\n\n",
+            msg.root.block_length
+        );
+        out += &block_table(&msg.root, "Offset");
+    }
+    for g in msg.groups {
+        out += &format!(
+            "\nGroup `{}`: group header (blockLength = {}, numInGroup), then numInGroup entries of blockLength bytes:\n\n",
+            g.name, g.entry.block_length
+        );
+        out += &block_table(&g.entry, "Entry offset");
+    }
+    for d in msg.data {
+        out += &format!("\nVar data `{d}`: uint8 length, then that many bytes.\n");
+    }
+    out
+}
+
+fn enum_table(all: &[(u64, &str)], docs: &[&str]) -> String {
+    let mut out = "| Value | Name | Meaning |\n|---:|---|---|\n".to_string();
+    for ((v, n), d) in all.iter().zip(docs) {
+        out += &format!("| {v} | `{n}` | {} |\n", d.trim());
+    }
+    out
+}
+
+fn bits_table(names: &[(u8, &str)]) -> String {
+    let mut out = "| Bit value | Name |\n|---:|---|\n".to_string();
+    for (b, n) in names {
+        out += &format!("| {b:#04x} | `{n}` |\n");
+    }
+    out
+}
+
+macro_rules! enum_rows {
+    ($ty:ty) => {
+        enum_table(
+            &<$ty>::ALL
+                .iter()
+                .map(|(v, n)| (u64::from(v.0), *n))
+                .collect::<Vec<_>>(),
+            <$ty>::DOCS,
+        )
+    };
+}
+
+/// Every generated section of the document, by key.
+fn sections() -> BTreeMap<String, String> {
+    let mut s = BTreeMap::new();
+    for (key, bytes) in examples() {
+        s.insert(
+            format!("example:{key}"),
+            format!("```text\n{}```\n", annotate(&bytes).unwrap()),
+        );
+    }
+    for m in MESSAGES {
+        s.insert(format!("layout:{}", m.name), layout(m));
+    }
+    let mut templates = "| templateId | Message | Sent by |\n|---:|---|---|\n".to_string();
+    for m in MESSAGES {
+        templates += &format!(
+            "| {} | [{}](#{}) | {:?} |\n",
+            m.template_id,
+            m.name,
+            m.name.to_lowercase(),
+            m.sent_by
+        );
+    }
+    s.insert("templates".into(), templates);
+    s.insert("enum:RejectReason".into(), enum_rows!(RejectReason));
+    s.insert(
+        "enum:LogonRejectReason".into(),
+        enum_rows!(LogonRejectReason),
+    );
+    s.insert("enum:DisconnectReason".into(), enum_rows!(DisconnectReason));
+    s.insert("enum:SubscribeStatus".into(), enum_rows!(SubscribeStatus));
+    s.insert("set:PriceFlags".into(), bits_table(PRICE_FLAG_NAMES));
+    s.insert("set:QuoteFlags".into(), bits_table(QUOTE_FLAG_NAMES));
+    s
+}
+
+const OPEN: &str = "<!-- generated:";
+const CLOSE: &str = "<!-- /generated -->";
+
+/// Replaces the body of every generated section; returns the new text and
+/// the keys found.
+fn regenerate(doc: &str, sections: &BTreeMap<String, String>) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(doc.len());
+    let mut keys = Vec::new();
+    let mut rest = doc;
+    while let Some(start) = rest.find(OPEN) {
+        let head_end = start + rest[start..].find("-->").expect("unclosed marker") + 3;
+        let key = rest[start + OPEN.len()..head_end - 3].trim().to_string();
+        let body_end = head_end
+            + rest[head_end..]
+                .find(CLOSE)
+                .unwrap_or_else(|| panic!("no end for {key}"));
+        out += &rest[..head_end];
+        out += "\n";
+        out += sections
+            .get(&key)
+            .unwrap_or_else(|| panic!("unknown generated section {key}"));
+        keys.push(key);
+        rest = &rest[body_end..];
+    }
+    out += rest;
+    (out, keys)
+}
+
+#[test]
+fn protocol_doc_matches_the_code() {
+    let doc = std::fs::read_to_string(DOC_PATH).expect("docs/protocol.md");
+    let sections = sections();
+    let (fresh, keys) = regenerate(&doc, &sections);
+    if std::env::var_os("PRICEWIRE_BLESS").is_some() {
+        std::fs::write(DOC_PATH, &fresh).expect("write docs/protocol.md");
+        return;
+    }
+    let missing: Vec<_> = sections.keys().filter(|k| !keys.contains(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/protocol.md lacks generated sections {missing:?}"
+    );
+    if fresh != doc {
+        let line = doc
+            .lines()
+            .zip(fresh.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        panic!(
+            "docs/protocol.md drifted from the code near line {}; run PRICEWIRE_BLESS=1 cargo test --lib wire::tests::docs",
+            line + 1
+        );
+    }
+}
+
+#[test]
+fn every_example_decodes_and_every_message_has_a_layout() {
+    for (key, bytes) in examples() {
+        assert_eq!(
+            split_with_max(&bytes, SERVER_FRAME_LEN_MAX),
+            Ok(Some(bytes.len())),
+            "{key}"
+        );
+        let msg = decode(&bytes).unwrap_or_else(|e| panic!("{key}: {e}"));
+        let mut again = vec![0u8; bytes.len()];
+        assert_eq!(msg.encode(&mut again), Ok(bytes.len()), "{key}");
+        assert_eq!(again, bytes, "{key}");
+    }
+    assert_eq!(
+        sections()
+            .keys()
+            .filter(|k| k.starts_with("layout:"))
+            .count(),
+        MESSAGES.len()
+    );
+}
