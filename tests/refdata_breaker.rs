@@ -93,7 +93,7 @@ fn slow_duration(o: Outcome) -> bool {
 
 #[test]
 fn client_errors_per_fault_and_their_classification() {
-    let (server, proxy) = setup();
+    let (mut server, proxy) = setup();
     let store = AccountStore::new(&config(proxy.local_addr()), table());
     let timed = |s: &AccountStore, name: &str| {
         let t = std::time::Instant::now();
@@ -179,6 +179,26 @@ fn client_errors_per_fault_and_their_classification() {
         })))
     );
     assert!(matches!(o, Outcome::Failure { .. }));
+
+    // Server killed: the pooled connection sees EOF, the next connect is
+    // refused.
+    let direct = AccountStore::new(&config(server.addr()), table());
+    assert!(matches!(timed(&direct, "alice").0, Ok(Some(_))));
+    server.kill();
+    let (r, o) = timed(&direct, "alice");
+    println!("killed, pooled connection -> {r:?}");
+    // Observed: always `Closed` (the FIN is read before the RST that our
+    // request provokes); `is_reset` also admits the RST forms in case a
+    // loaded machine orders them differently.
+    assert!(is_reset(&r), "{r:?}");
+    assert!(matches!(o, Outcome::Failure { .. }));
+    let (r, _) = timed(&direct, "alice");
+    assert_eq!(
+        r,
+        Err(FetchError::Pool(PoolError::Connect(RedisError::Connect {
+            kind: ErrorKind::ConnectionRefused
+        })))
+    );
 }
 
 /// `n` fetches of `name` at the clock's time; returns the breaker state.
