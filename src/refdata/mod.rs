@@ -82,6 +82,12 @@ enum Source {
     Cached(Arc<cache::Shared>),
 }
 
+// The gateway shares one `RefData` between its shard threads.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<RefData>();
+};
+
 /// Account reference data for the gateway. Share it as `Arc<RefData>`;
 /// dropping the last reference stops and joins the refresher.
 #[derive(Debug)]
