@@ -103,6 +103,10 @@ fn xfetch_refreshes_one_key_before_expiry_and_nobody_stampedes() {
     let s = rd.stats().snapshot();
     assert!(s.refresh_requests_early >= 1);
     assert_eq!(s.refresh_requests_expired, 0, "no reader saw it expire");
+    assert_eq!(
+        (s.fills, s.refreshes_early, s.refreshes_expired),
+        (1, fetches.len() as u64 - 1, 0)
+    );
     assert_eq!(s.stale_served, 0);
     assert_eq!(s.lookups_unavailable, 1, "only the very first lookup");
 

@@ -122,6 +122,15 @@ impl<S: AccountFetch> Refresher<S> {
     fn fetch_one(&mut self, req: Request, clock: &dyn Clock) -> bool {
         let (result, duration_ns) = self.source.fetch(&req.name, clock.now_ns());
         let done_ns = clock.now_ns();
+        if !matches!(result, Err(ref e) if !matches!(e, FetchError::Invalid { .. })) {
+            let stats = &self.shared.stats;
+            let counter = match req.kind {
+                RequestKind::Miss | RequestKind::Prefetch => &stats.fills,
+                RequestKind::Early => &stats.refreshes_early,
+                RequestKind::Expired => &stats.refreshes_expired,
+            };
+            counter.fetch_add(1, Relaxed);
+        }
         match result {
             Ok(account) => {
                 let value = account.map(Arc::new);

@@ -32,6 +32,11 @@ pub struct RefDataStats {
     pub requests_dropped: AtomicU64,
     /// Entries written by the refresher (fills and refreshes).
     pub entries_written: AtomicU64,
+    /// Completed fetches by why they were asked for: misses and prefetch,
+    /// XFetch early refreshes, refreshes of expired entries.
+    pub fills: AtomicU64,
+    pub refreshes_early: AtomicU64,
+    pub refreshes_expired: AtomicU64,
     /// Entries removed to make room (cache at `entries_max`).
     pub evictions: AtomicU64,
     pub redis_ok: AtomicU64,
@@ -62,6 +67,9 @@ pub struct RefDataSnapshot {
     pub requests_coalesced: u64,
     pub requests_dropped: u64,
     pub entries_written: u64,
+    pub fills: u64,
+    pub refreshes_early: u64,
+    pub refreshes_expired: u64,
     pub evictions: u64,
     pub redis_ok: u64,
     pub redis_not_found: u64,
@@ -90,6 +98,9 @@ impl RefDataStats {
             requests_coalesced: l(&self.requests_coalesced),
             requests_dropped: l(&self.requests_dropped),
             entries_written: l(&self.entries_written),
+            fills: l(&self.fills),
+            refreshes_early: l(&self.refreshes_early),
+            refreshes_expired: l(&self.refreshes_expired),
             evictions: l(&self.evictions),
             redis_ok: l(&self.redis_ok),
             redis_not_found: l(&self.redis_not_found),
