@@ -26,3 +26,4 @@ pub mod requests;
 pub mod resilience;
 pub mod service;
 pub mod wire;
+pub mod refdata;

@@ -1,0 +1,248 @@
+//! Reference data: accounts, tokens and entitlements, from Redis or from the
+//! config file.
+//!
+//! Contract for the gateway: [`RefData::lookup`] never blocks on I/O. It
+//! reads an in-memory cache (a read lock, a short mutex, one `try_send` on
+//! a bounded channel) and answers at once: [`Lookup::Found`],
+//! [`Lookup::NotFound`], or [`Lookup::Unavailable`] with a jittered
+//! retry-after while the account is not known yet or Redis has been down
+//! longer than the staleness limit. A background refresher thread owns all
+//! Redis I/O: it fills misses requested through the bounded channel,
+//! refreshes entries early per XFetch, and backs off with full jitter while
+//! the Redis circuit breaker is open. Cached entries keep serving while
+//! Redis fails, for up to `max_stale_ms` past their expiry.
+//!
+//! Bounded: cache entries (`entries_max`), pending requests
+//! (`request_queue_max`), pooled connections (`pool_size_max`), every
+//! Redis call (connect, I/O and checkout timeouts), each reply
+//! ([`resp::REPLY_BYTES_MAX`]). Without `--redis` the accounts of the config
+//! file are served from an immutable map ([`RefData::from_accounts`]).
+//!
+//! Layout: [`resp`] (RESP2 client) → [`pool`] → [`source`] (key layout,
+//! record resolution, breaker) → [`refresher`] (thread) → [`cache`]
+//! (what lookups read). Counters: [`RefDataStats`], plus the breaker's and
+//! the pool's own. Key layout and defaults: `docs/refdata.md`.
+
+mod cache;
+pub mod pool;
+mod refresher;
+pub mod resp;
+pub mod settings;
+pub mod source;
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+pub use cache::{Request, RequestKind};
+pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
+pub use refresher::Refresher;
+pub use resp::{RedisError, RespConn, Value};
+pub use settings::{CacheConfig, RedisConfig, RefDataConfig};
+pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult, GuardedStore};
+pub use stats::{RefDataSnapshot, RefDataStats};
+
+use crate::clock::Clock;
+use crate::config::Account;
+use crate::model::InstrumentTable;
+use crate::resilience::BreakerStats;
+
+/// Reference-data errors (configuration and start-up only; lookups do not
+/// fail, they answer [`Lookup::Unavailable`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefDataError {
+    #[error("reference data setting `{key}`: {reason}")]
+    Config { key: &'static str, reason: String },
+    #[error("reference data breaker: {0}")]
+    Breaker(#[from] crate::resilience::ConfigError),
+    #[error("cannot start the reference-data refresher: {0}")]
+    Spawn(String),
+}
+
+/// The answer to a logon's account lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Found(Arc<Account>),
+    /// No such account (Redis said so, or the config file has none).
+    NotFound,
+    /// Not known right now; ask again after `retry_after_ms` (jittered).
+    Unavailable {
+        retry_after_ms: u64,
+    },
+}
+
+#[derive(Debug)]
+enum Source {
+    Static(HashMap<String, Arc<Account>>),
+    Cached(Arc<cache::Shared>),
+}
+
+// The gateway shares one `RefData` between its shard threads.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<RefData>();
+};
+
+/// Account reference data for the gateway. Share it as `Arc<RefData>`;
+/// dropping the last reference stops and joins the refresher.
+#[derive(Debug)]
+pub struct RefData {
+    source: Source,
+    stats: Arc<RefDataStats>,
+    breaker_stats: Option<Arc<BreakerStats>>,
+    pool_stats: Option<Arc<PoolStats>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RefData {
+    /// The config file's accounts, immutable (no `--redis`).
+    pub fn from_accounts(accounts: &[Account]) -> RefData {
+        let map = accounts
+            .iter()
+            .map(|a| (a.name.clone(), Arc::new(a.clone())))
+            .collect();
+        RefData::with_source(Source::Static(map))
+    }
+
+    fn with_source(source: Source) -> RefData {
+        RefData {
+            source,
+            stats: Arc::new(RefDataStats::default()),
+            breaker_stats: None,
+            pool_stats: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        }
+    }
+
+    /// Accounts from Redis: validates `cfg`, builds the pool and breaker
+    /// and starts the refresher thread (`refdata-refresh`). Returns at
+    /// once; the cache fills in the background (prefetching the index
+    /// set). `table` resolves symbol and tier names.
+    pub fn start_redis(
+        cfg: &RefDataConfig,
+        table: InstrumentTable,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+    ) -> Result<RefData, RefDataError> {
+        cfg.validate()?;
+        let stats = Arc::new(RefDataStats::default());
+        let store = GuardedStore::new(&cfg.redis, table, Arc::clone(&stats))?;
+        let breaker_stats = store.breaker_stats();
+        let pool_stats = store.store().pool().stats();
+        let (mut refdata, refresher) = RefData::with_fetcher(cfg.cache, store, seed, stats)?;
+        refdata.breaker_stats = Some(breaker_stats);
+        refdata.pool_stats = Some(pool_stats);
+        let stop = Arc::clone(&refdata.stop);
+        let handle = std::thread::Builder::new()
+            .name("refdata-refresh".into())
+            .spawn(move || refresher.run(clock, stop))
+            .map_err(|e| RefDataError::Spawn(e.to_string()))?;
+        refdata.thread = Some(handle);
+        Ok(refdata)
+    }
+
+    /// A cache over any source, with the refresher handed back to the
+    /// caller to drive (`step` with a manual clock in tests, or `run` on a
+    /// thread of the caller's choosing).
+    pub fn manual<S: AccountFetch>(
+        cfg: CacheConfig,
+        source: S,
+        seed: u64,
+    ) -> Result<(RefData, Refresher<S>), RefDataError> {
+        RefData::with_fetcher(cfg, source, seed, Arc::new(RefDataStats::default()))
+    }
+
+    fn with_fetcher<S: AccountFetch>(
+        cfg: CacheConfig,
+        source: S,
+        seed: u64,
+        stats: Arc<RefDataStats>,
+    ) -> Result<(RefData, Refresher<S>), RefDataError> {
+        cfg.validate()?;
+        let (tx, rx) = crossbeam_channel::bounded(cfg.request_queue_max);
+        let readers_rng = SmallRng::seed_from_u64(seed);
+        let shared = Arc::new(cache::Shared::new(cfg, tx, readers_rng, Arc::clone(&stats)));
+        let refresher_rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fda_7a00);
+        let refresher = Refresher::new(Arc::clone(&shared), rx, source, refresher_rng);
+        let mut refdata = RefData::with_source(Source::Cached(shared));
+        refdata.stats = stats;
+        Ok((refdata, refresher))
+    }
+
+    /// Non-blocking lookup for the gateway's logon (see the module docs).
+    /// The caller compares the token and checks entitlements on the
+    /// returned account.
+    pub fn lookup(&self, account: &str, now_ns: u64) -> Lookup {
+        match &self.source {
+            Source::Static(map) => match map.get(account) {
+                Some(a) => {
+                    self.stats.lookups_found.fetch_add(1, Relaxed);
+                    Lookup::Found(Arc::clone(a))
+                }
+                None => {
+                    self.stats.lookups_not_found.fetch_add(1, Relaxed);
+                    Lookup::NotFound
+                }
+            },
+            Source::Cached(shared) => shared.lookup(account, now_ns),
+        }
+    }
+
+    /// Whether accounts come from Redis (true) or the config file.
+    pub fn is_redis(&self) -> bool {
+        matches!(self.source, Source::Cached(_))
+    }
+
+    pub fn stats(&self) -> Arc<RefDataStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The Redis breaker's counters and state (`None` without Redis).
+    pub fn breaker_stats(&self) -> Option<Arc<BreakerStats>> {
+        self.breaker_stats.clone()
+    }
+
+    /// The Redis pool's counters (`None` without Redis).
+    pub fn pool_stats(&self) -> Option<Arc<PoolStats>> {
+        self.pool_stats.clone()
+    }
+
+    /// Cached entries (0 for the config-file source).
+    pub fn cached_entries(&self) -> usize {
+        match &self.source {
+            Source::Static(_) => 0,
+            Source::Cached(s) => s.len(),
+        }
+    }
+
+    /// Expiry and stored fetch time Δ of a cached entry, in ns.
+    pub fn entry_times(&self, account: &str) -> Option<(u64, u64)> {
+        match &self.source {
+            Source::Static(_) => None,
+            Source::Cached(s) => s.entry_times(account),
+        }
+    }
+
+    /// Asks the refresher to stop and joins it (bounded by `idle_tick_ms`
+    /// plus one Redis call's timeouts). Lookups keep answering from the
+    /// cache afterwards.
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for RefData {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

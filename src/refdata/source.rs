@@ -1,0 +1,344 @@
+//! Accounts read from Redis, behind the dependency's circuit breaker.
+//!
+//! Key layout (documented in `docs/refdata.md`): hash
+//! `<prefix>account:<name>` with fields `token`, `symbols`, `tiers`,
+//! `max_sessions`, `critical`; set `<prefix>accounts` lists the names to
+//! prefetch. Records are resolved against the instrument table with the
+//! same rules as the config file's `[[accounts]]`.
+//!
+//! Breaker classification ([`classify`]), from what the client really
+//! returns for each fault (asserted in `tests/refdata_breaker.rs`):
+//! connect errors, timeouts, resets, closes, protocol and server errors
+//! are failures; a missing key (`HGETALL` answers an empty array) and a
+//! malformed record are ignored — Redis answered, the data is the
+//! problem; a pool checkout timeout is ignored too, like a full bulkhead.
+//! Every call that returns is timed with the real clock (the I/O is real)
+//! while the breaker's windows run on the injected clock.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::pool::{Pool, PoolConfig, PoolError};
+use super::resp::{RedisError, Value};
+use super::settings::RedisConfig;
+use super::stats::RefDataStats;
+use super::RefDataError;
+use crate::config::{Account, ACCOUNT_SESSIONS_DEFAULT};
+use crate::model::instruments::{INSTRUMENTS_MAX, TIERS_MAX};
+use crate::model::InstrumentTable;
+use crate::resilience::{BreakerStats, CircuitBreaker, NotPermitted, Outcome};
+
+/// Longest account name (as in the config file).
+pub const ACCOUNT_NAME_LEN_MAX: usize = 32;
+/// Longest token (as in the config file).
+pub const TOKEN_LEN_MAX: usize = 64;
+
+/// Why one account fetch gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error(transparent)]
+    NotPermitted(NotPermitted),
+    #[error("pool: {0}")]
+    Pool(PoolError),
+    #[error("redis: {0}")]
+    Redis(RedisError),
+    /// The record exists but cannot be used.
+    #[error("account record field `{field}`: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+/// What a fetch found: an account, or none under that name.
+pub type FetchResult = Result<Option<Account>, FetchError>;
+
+/// The breaker outcome of one fetch that was permitted.
+pub fn classify(result: &FetchResult, duration_ns: u64) -> Outcome {
+    match result {
+        Ok(Some(_)) => Outcome::Success { duration_ns },
+        Ok(None) | Err(FetchError::Invalid { .. }) => Outcome::Ignored,
+        Err(FetchError::Pool(PoolError::CheckoutTimeout { .. })) => Outcome::Ignored,
+        Err(FetchError::Pool(PoolError::Connect(_)) | FetchError::Redis(_)) => {
+            Outcome::Failure { duration_ns }
+        }
+        Err(FetchError::NotPermitted(_)) => Outcome::Ignored,
+    }
+}
+
+/// Where the refresher gets accounts. `fetch` returns the result and how
+/// long it took (ns); the cache stores that as the XFetch recompute time.
+pub trait AccountFetch: Send {
+    fn fetch(&mut self, name: &str, now_ns: u64) -> (FetchResult, u64);
+    /// Names to load at start (bounded by `max`); empty by default.
+    fn list(&mut self, _max: usize, _now_ns: u64) -> Result<Vec<String>, FetchError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Plain Redis access (no breaker): pool plus key layout plus resolution.
+#[derive(Debug)]
+pub struct AccountStore {
+    pool: Pool,
+    prefix: String,
+    table: InstrumentTable,
+}
+
+impl AccountStore {
+    pub fn new(cfg: &RedisConfig, table: InstrumentTable) -> AccountStore {
+        AccountStore {
+            pool: Pool::new(PoolConfig {
+                addr: cfg.addr,
+                password: cfg.password.clone(),
+                db: cfg.db,
+                connect_timeout_ms: cfg.connect_timeout_ms,
+                io_timeout_ms: cfg.io_timeout_ms,
+                checkout_timeout_ms: cfg.checkout_timeout_ms,
+                size_max: cfg.pool_size_max,
+            }),
+            prefix: cfg.key_prefix.clone(),
+            table,
+        }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The hash key of an account.
+    pub fn account_key(&self, name: &str) -> String {
+        format!("{}account:{name}", self.prefix)
+    }
+
+    /// The set of account names to prefetch.
+    pub fn index_key(&self) -> String {
+        format!("{}accounts", self.prefix)
+    }
+
+    /// One command on a pooled connection.
+    pub fn command(&self, args: &[&[u8]]) -> Result<Value, FetchError> {
+        let mut conn = self.pool.checkout().map_err(FetchError::Pool)?;
+        conn.command(args).map_err(FetchError::Redis)
+    }
+
+    /// `HGETALL` of the account's hash, resolved.
+    pub fn fetch(&self, name: &str) -> FetchResult {
+        let key = self.account_key(name);
+        let reply = self.command(&[b"HGETALL", key.as_bytes()]);
+        let reply = match reply {
+            Err(FetchError::Redis(e)) if e.is_wrong_type() => {
+                return Err(invalid("key", "not a hash"));
+            }
+            other => other?,
+        };
+        let Value::Array(items) = reply else {
+            return Err(FetchError::Redis(RedisError::Protocol(
+                "HGETALL did not answer an array",
+            )));
+        };
+        if items.is_empty() {
+            return Ok(None);
+        }
+        resolve(name, &fields(&items)?, &self.table).map(Some)
+    }
+
+    /// `SMEMBERS` of the index set, at most `max` names.
+    pub fn list(&self, max: usize) -> Result<Vec<String>, FetchError> {
+        let key = self.index_key();
+        match self.command(&[b"SMEMBERS", key.as_bytes()])? {
+            Value::Array(items) => Ok(items
+                .iter()
+                .filter_map(|v| match v {
+                    Value::Bulk(b) => std::str::from_utf8(b).ok().map(str::to_string),
+                    _ => None,
+                })
+                .take(max)
+                .collect()),
+            _ => Err(FetchError::Redis(RedisError::Protocol(
+                "SMEMBERS did not answer an array",
+            ))),
+        }
+    }
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> FetchError {
+    FetchError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// The fields of an account record.
+#[derive(Debug, Default)]
+struct Fields {
+    token: Option<String>,
+    symbols: Option<String>,
+    tiers: Option<String>,
+    max_sessions: Option<String>,
+    critical: Option<String>,
+}
+
+fn fields(items: &[Value]) -> Result<Fields, FetchError> {
+    let mut f = Fields::default();
+    for pair in items.chunks(2) {
+        let [Value::Bulk(k), Value::Bulk(v)] = pair else {
+            return Err(invalid("hash", "not field/value pairs"));
+        };
+        let v = String::from_utf8(v.clone()).map_err(|_| invalid("hash", "value not UTF-8"))?;
+        match k.as_slice() {
+            b"token" => f.token = Some(v),
+            b"symbols" => f.symbols = Some(v),
+            b"tiers" => f.tiers = Some(v),
+            b"max_sessions" => f.max_sessions = Some(v),
+            b"critical" => f.critical = Some(v),
+            _ => {} // unknown fields are left for newer versions
+        }
+    }
+    Ok(f)
+}
+
+fn list_of(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// Resolves a record with the config file's rules (see `src/config.rs`).
+fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, FetchError> {
+    if name.is_empty() || name.len() > ACCOUNT_NAME_LEN_MAX {
+        return Err(invalid("name", "must be 1..=32 bytes"));
+    }
+    let token = f.token.clone().unwrap_or_default();
+    if token.is_empty() || token.len() > TOKEN_LEN_MAX {
+        return Err(invalid("token", "must be 1..=64 bytes"));
+    }
+    let symbols = resolve_symbols(f.symbols.as_deref().unwrap_or("*"), table)?;
+    let tiers = resolve_tiers(f.tiers.as_deref().unwrap_or(""), table)?;
+    let max_sessions = match f.max_sessions.as_deref() {
+        None => ACCOUNT_SESSIONS_DEFAULT,
+        Some(s) => s
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| invalid("max_sessions", "must be an integer >= 1"))?,
+    };
+    let critical = match f.critical.as_deref().map(str::trim) {
+        None | Some("0" | "false" | "") => false,
+        Some("1" | "true") => true,
+        Some(_) => return Err(invalid("critical", "must be 0, 1, true or false")),
+    };
+    Ok(Account {
+        name: name.to_string(),
+        token,
+        symbols,
+        tiers,
+        max_sessions,
+        critical,
+    })
+}
+
+fn resolve_symbols(text: &str, table: &InstrumentTable) -> Result<Option<Vec<u16>>, FetchError> {
+    if list_of(text).any(|s| s == "*") {
+        return Ok(None);
+    }
+    let mut ids = Vec::new();
+    for s in list_of(text) {
+        if ids.len() >= INSTRUMENTS_MAX {
+            return Err(invalid("symbols", "too many symbols"));
+        }
+        let inst = table
+            .by_name(s)
+            .ok_or_else(|| invalid("symbols", format!("unknown instrument {s}")))?;
+        ids.push(inst.id);
+    }
+    Ok(Some(ids))
+}
+
+fn resolve_tiers(text: &str, table: &InstrumentTable) -> Result<Vec<u8>, FetchError> {
+    let mut ids = Vec::new();
+    for t in list_of(text) {
+        if ids.len() >= TIERS_MAX {
+            return Err(invalid("tiers", "too many tiers"));
+        }
+        let tier = table
+            .tier_by_name(t)
+            .ok_or_else(|| invalid("tiers", format!("unknown tier {t}")))?;
+        ids.push(tier.id);
+    }
+    if ids.is_empty() {
+        return Err(invalid("tiers", "at least one tier"));
+    }
+    Ok(ids)
+}
+
+/// [`AccountStore`] behind the Redis circuit breaker: what the refresher
+/// uses in production. Single owner (the refresher thread).
+#[derive(Debug)]
+pub struct GuardedStore {
+    store: AccountStore,
+    breaker: CircuitBreaker,
+    stats: Arc<RefDataStats>,
+}
+
+impl GuardedStore {
+    pub fn new(
+        cfg: &RedisConfig,
+        table: InstrumentTable,
+        stats: Arc<RefDataStats>,
+    ) -> Result<GuardedStore, RefDataError> {
+        cfg.validate()?;
+        Ok(GuardedStore {
+            store: AccountStore::new(cfg, table),
+            breaker: CircuitBreaker::new(cfg.breaker_config())?,
+            stats,
+        })
+    }
+
+    pub fn store(&self) -> &AccountStore {
+        &self.store
+    }
+
+    pub fn breaker(&mut self) -> &mut CircuitBreaker {
+        &mut self.breaker
+    }
+
+    pub fn breaker_stats(&self) -> Arc<BreakerStats> {
+        self.breaker.stats()
+    }
+
+    /// One breaker-guarded call; `op` runs only when permitted.
+    fn guarded<T>(
+        &mut self,
+        now_ns: u64,
+        op: impl FnOnce(&AccountStore) -> Result<T, FetchError>,
+        outcome: impl FnOnce(&Result<T, FetchError>, u64) -> Outcome,
+    ) -> (Result<T, FetchError>, u64) {
+        let permit = match self.breaker.try_acquire(now_ns) {
+            Ok(p) => p,
+            Err(refused) => {
+                self.stats.redis_not_permitted.fetch_add(1, Relaxed);
+                return (Err(FetchError::NotPermitted(refused)), 0);
+            }
+        };
+        let started = Instant::now();
+        let result = op(&self.store);
+        let duration_ns = started.elapsed().as_nanos() as u64;
+        let o = outcome(&result, duration_ns);
+        self.stats.count_redis(o, &result);
+        // Recorded at the injected `now_ns` (tests drive the breaker's
+        // windows with a manual clock while the I/O takes real time).
+        self.breaker.record(permit, o, now_ns);
+        (result, duration_ns)
+    }
+}
+
+impl AccountFetch for GuardedStore {
+    fn fetch(&mut self, name: &str, now_ns: u64) -> (FetchResult, u64) {
+        self.guarded(now_ns, |s| s.fetch(name), classify)
+    }
+
+    fn list(&mut self, max: usize, now_ns: u64) -> Result<Vec<String>, FetchError> {
+        let outcome = |r: &Result<Vec<String>, FetchError>, d| match r {
+            Ok(_) => Outcome::Success { duration_ns: d },
+            Err(e) => classify(&Err(e.clone()), d),
+        };
+        self.guarded(now_ns, |s| s.list(max), outcome).0
+    }
+}

@@ -1,0 +1,138 @@
+//! Reference-data counters (atomics, `Relaxed`) and their snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::pool::PoolError;
+use super::resp::RedisError;
+use super::source::FetchError;
+use crate::resilience::Outcome;
+
+/// Counters of one [`super::RefData`]; shared by `Arc` with the metrics
+/// thread. Breaker and pool counters live in their own structs
+/// ([`super::RefData::breaker_stats`], [`super::RefData::pool_stats`]).
+#[derive(Debug, Default)]
+pub struct RefDataStats {
+    pub lookups_found: AtomicU64,
+    pub lookups_not_found: AtomicU64,
+    pub lookups_unavailable: AtomicU64,
+    /// Lookups answered from a fresh entry.
+    pub cache_hits: AtomicU64,
+    /// Lookups answered from an expired entry within `max_stale_ms`.
+    pub stale_served: AtomicU64,
+    pub cache_misses: AtomicU64,
+    /// Refresh requests queued because XFetch chose to refresh early.
+    pub refresh_requests_early: AtomicU64,
+    /// Refresh requests queued for an expired entry.
+    pub refresh_requests_expired: AtomicU64,
+    /// Fill requests queued for a miss.
+    pub fill_requests: AtomicU64,
+    /// Requests not queued because one for the key was already pending.
+    pub requests_coalesced: AtomicU64,
+    /// Requests refused because the queue was full.
+    pub requests_dropped: AtomicU64,
+    /// Entries written by the refresher (fills and refreshes).
+    pub entries_written: AtomicU64,
+    /// Completed fetches by why they were asked for: misses and prefetch,
+    /// XFetch early refreshes, refreshes of expired entries.
+    pub fills: AtomicU64,
+    pub refreshes_early: AtomicU64,
+    pub refreshes_expired: AtomicU64,
+    /// Entries removed to make room (cache at `entries_max`).
+    pub evictions: AtomicU64,
+    pub redis_ok: AtomicU64,
+    pub redis_not_found: AtomicU64,
+    pub redis_invalid_record: AtomicU64,
+    pub redis_timeouts: AtomicU64,
+    pub redis_connection_errors: AtomicU64,
+    pub redis_other_errors: AtomicU64,
+    pub redis_checkout_timeouts: AtomicU64,
+    /// Calls the breaker refused.
+    pub redis_not_permitted: AtomicU64,
+    /// Times the refresher backed off after a failure.
+    pub refresher_backoffs: AtomicU64,
+}
+
+/// A plain copy of [`RefDataStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RefDataSnapshot {
+    pub lookups_found: u64,
+    pub lookups_not_found: u64,
+    pub lookups_unavailable: u64,
+    pub cache_hits: u64,
+    pub stale_served: u64,
+    pub cache_misses: u64,
+    pub refresh_requests_early: u64,
+    pub refresh_requests_expired: u64,
+    pub fill_requests: u64,
+    pub requests_coalesced: u64,
+    pub requests_dropped: u64,
+    pub entries_written: u64,
+    pub fills: u64,
+    pub refreshes_early: u64,
+    pub refreshes_expired: u64,
+    pub evictions: u64,
+    pub redis_ok: u64,
+    pub redis_not_found: u64,
+    pub redis_invalid_record: u64,
+    pub redis_timeouts: u64,
+    pub redis_connection_errors: u64,
+    pub redis_other_errors: u64,
+    pub redis_checkout_timeouts: u64,
+    pub redis_not_permitted: u64,
+    pub refresher_backoffs: u64,
+}
+
+impl RefDataStats {
+    pub fn snapshot(&self) -> RefDataSnapshot {
+        let l = |a: &AtomicU64| a.load(Relaxed);
+        RefDataSnapshot {
+            lookups_found: l(&self.lookups_found),
+            lookups_not_found: l(&self.lookups_not_found),
+            lookups_unavailable: l(&self.lookups_unavailable),
+            cache_hits: l(&self.cache_hits),
+            stale_served: l(&self.stale_served),
+            cache_misses: l(&self.cache_misses),
+            refresh_requests_early: l(&self.refresh_requests_early),
+            refresh_requests_expired: l(&self.refresh_requests_expired),
+            fill_requests: l(&self.fill_requests),
+            requests_coalesced: l(&self.requests_coalesced),
+            requests_dropped: l(&self.requests_dropped),
+            entries_written: l(&self.entries_written),
+            fills: l(&self.fills),
+            refreshes_early: l(&self.refreshes_early),
+            refreshes_expired: l(&self.refreshes_expired),
+            evictions: l(&self.evictions),
+            redis_ok: l(&self.redis_ok),
+            redis_not_found: l(&self.redis_not_found),
+            redis_invalid_record: l(&self.redis_invalid_record),
+            redis_timeouts: l(&self.redis_timeouts),
+            redis_connection_errors: l(&self.redis_connection_errors),
+            redis_other_errors: l(&self.redis_other_errors),
+            redis_checkout_timeouts: l(&self.redis_checkout_timeouts),
+            redis_not_permitted: l(&self.redis_not_permitted),
+            refresher_backoffs: l(&self.refresher_backoffs),
+        }
+    }
+
+    /// Counts one permitted Redis call by what came back.
+    pub(crate) fn count_redis<T>(&self, outcome: Outcome, result: &Result<T, FetchError>) {
+        let counter = match result {
+            Ok(_) if outcome == Outcome::Ignored => &self.redis_not_found,
+            Ok(_) => &self.redis_ok,
+            Err(FetchError::Invalid { .. }) => &self.redis_invalid_record,
+            Err(FetchError::Pool(PoolError::CheckoutTimeout { .. })) => {
+                &self.redis_checkout_timeouts
+            }
+            Err(FetchError::Redis(RedisError::Timeout))
+            | Err(FetchError::Pool(PoolError::Connect(RedisError::ConnectTimeout))) => {
+                &self.redis_timeouts
+            }
+            Err(FetchError::Redis(
+                RedisError::Closed | RedisError::Io { .. } | RedisError::Connect { .. },
+            ))
+            | Err(FetchError::Pool(PoolError::Connect(_))) => &self.redis_connection_errors,
+            Err(_) => &self.redis_other_errors,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+}
