@@ -12,11 +12,13 @@ use crate::config::Config;
 use crate::feed::ingest::{self, IngestConfig, IngestHandle};
 use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use crate::feed::TickSource;
-use crate::gateway::{Gateway, GatewayConfig};
+use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap, Stage, WaitStrategy};
+use crate::refdata::RefData;
+use crate::requests::service::RequestConfig;
 use crate::requests::stats::OverloadStats;
 
 /// What to start.
@@ -35,6 +37,29 @@ pub struct ServiceConfig {
     pub shard_wait: WaitStrategy,
     /// Optional recorder ring the engine copies every tick into.
     pub recorder: Option<RecorderTap>,
+    /// The request path (queue, adaptive limit, workers).
+    pub requests: RequestConfig,
+    /// Accounts from Redis instead of the config file.
+    pub refdata: Option<Arc<RefData>>,
+}
+
+impl ServiceConfig {
+    /// The built-in defaults around `config`: synthetic feed at its default
+    /// rate, headless (no gateway), no ingest, no recorder.
+    pub fn new(config: Arc<Config>) -> ServiceConfig {
+        ServiceConfig {
+            config,
+            pipeline: PipelineConfig::default(),
+            synthetic: Some(SyntheticConfig::default()),
+            sources: Vec::new(),
+            gateway: None,
+            ingest: None,
+            shard_wait: WaitStrategy::SpinPark,
+            recorder: None,
+            requests: RequestConfig::default(),
+            refdata: None,
+        }
+    }
 }
 
 /// Why the service could not start.
@@ -101,11 +126,17 @@ impl Service {
         };
         match cfg.gateway {
             Some(gcfg) => {
-                let table = service.pipeline.handles.table.clone();
-                let ex = exchanges.into_iter().map(Some).collect();
+                let deps = GatewayDeps {
+                    config,
+                    table: service.pipeline.handles.table.clone(),
+                    overload,
+                    exchanges: exchanges.into_iter().map(Some).collect(),
+                    history: Some(service.pipeline.handles.history.clone()),
+                    requests: cfg.requests,
+                    refdata: cfg.refdata,
+                };
                 let gw =
-                    Gateway::start_with_latency(gcfg, config, table, parts.shards, overload, ex)
-                        .map_err(ServiceError::Gateway)?;
+                    Gateway::start_with(gcfg, parts.shards, deps).map_err(ServiceError::Gateway)?;
                 service.gateway = Some(gw);
             }
             None => service.start_sinks(parts.shards, exchanges, &cfg.pipeline, cfg.shard_wait),
@@ -360,6 +391,11 @@ fn register_overload_extras(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), 
 }
 
 impl Service {
+    /// Requests queued or being served.
+    pub fn requests_in_flight(&self) -> u64 {
+        self.gateway.as_ref().map_or(0, |g| g.requests_in_flight())
+    }
+
     /// Bytes waiting in subscriber outbound buffers (sampled by shards).
     pub fn outbound_bytes(&self) -> u64 {
         self.gateway.as_ref().map_or(0, |g| {

@@ -89,6 +89,8 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
         ingest: None,
         shard_wait: WaitStrategy::SpinPark,
         recorder: None,
+        requests: Default::default(),
+        refdata: None,
     })
     .unwrap();
     let gw = service.gateway.as_ref().unwrap();

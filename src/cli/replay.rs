@@ -101,6 +101,8 @@ fn through_pipeline(source: ReplaySource, config: Arc<Config>) -> i32 {
         ingest: None,
         shard_wait: WaitStrategy::SpinYield,
         recorder: None,
+        requests: Default::default(),
+        refdata: None,
     };
     let mut service = match Service::start(cfg) {
         Ok(s) => s,

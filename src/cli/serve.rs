@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use super::gateway_args::GatewayArgs;
 use super::refuse;
 use super::report::line;
+use crate::admission::RetryWindow;
 use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
@@ -34,6 +35,9 @@ use crate::pipeline::{
     CpuMap, PipelineConfig, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT,
     SHARD_RING_DEFAULT,
 };
+use crate::refdata::{RefData, RefDataConfig};
+use crate::requests::service::RequestConfig;
+use crate::requests::QueueConfig;
 use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.
@@ -126,6 +130,45 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub record_segment_mib: u64,
 
+    /// Request worker threads (snapshot, symbol list, history).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub request_workers: usize,
+
+    /// Request queue capacity (bounded; the busiest account is evicted
+    /// first when full).
+    #[arg(long, default_value_t = crate::requests::queue::QUEUE_CAPACITY_DEFAULT, value_name = "N")]
+    pub queue_capacity: usize,
+
+    /// CoDel target: the queue is overloaded while the minimum queueing
+    /// delay over an interval exceeds this, in milliseconds.
+    #[arg(long, default_value_t = 5, value_name = "MS")]
+    pub queue_target_ms: u64,
+
+    /// CoDel interval, in milliseconds.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub queue_interval_ms: u64,
+
+    /// Lower end of the retryAfterMs window of shed requests.
+    #[arg(long, default_value_t = 2_000, value_name = "MS")]
+    pub shed_retry_min_ms: u32,
+
+    /// Upper end of the retryAfterMs window of shed requests.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    pub shed_retry_max_ms: u32,
+
+    /// Requests per second per account (fairness).
+    #[arg(long, default_value_t = crate::requests::queue::ACCOUNT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
+    pub account_request_rate_per_s: u32,
+
+    /// Request burst per account.
+    #[arg(long, default_value_t = crate::requests::queue::ACCOUNT_BURST_DEFAULT, value_name = "N")]
+    pub account_request_burst: u32,
+
+    /// Read accounts, tokens and entitlements from Redis
+    /// (redis://HOST:PORT[/DB]); the config file stays the fallback.
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+
     #[command(flatten)]
     pub gateway: GatewayArgs,
 
@@ -134,6 +177,29 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The request path's settings, validated.
+    pub fn request_config(&self) -> Result<RequestConfig, String> {
+        let queue = QueueConfig {
+            capacity: self.queue_capacity,
+            target_ns: self.queue_target_ms * NS_PER_MS,
+            interval_ns: self.queue_interval_ms * NS_PER_MS,
+            retry_after: RetryWindow::new(self.shed_retry_min_ms, self.shed_retry_max_ms),
+            account_rate_per_s: self.account_request_rate_per_s,
+            account_burst: self.account_request_burst,
+            ..QueueConfig::default()
+        };
+        queue.validate().map_err(|e| e.to_string())?;
+        if self.request_workers == 0 || self.request_workers > 64 {
+            return Err("--request-workers: 1..=64".into());
+        }
+        Ok(RequestConfig {
+            workers: self.request_workers,
+            queue,
+            wait: self.shard_wait,
+            ..RequestConfig::default()
+        })
+    }
+
     fn pipeline_config(&self) -> PipelineConfig {
         PipelineConfig {
             feed_ring: self.feed_ring,
@@ -251,6 +317,7 @@ impl Plan {
             .validate()
             .map_err(|e| e.to_string())?;
         args.gateway.gateway_config(args.shard_wait)?;
+        args.request_config()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         Ok(Plan {
             config: Arc::new(config),
@@ -327,6 +394,7 @@ fn start_service(
         shards = args.shards,
         "starting pricewire"
     );
+    let cfg_config = config.clone();
     let cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
@@ -336,8 +404,26 @@ fn start_service(
         ingest: args.gateway.ingest_config(args.feed_wait),
         shard_wait: args.shard_wait,
         recorder,
+        requests: args.request_config()?,
+        refdata: start_refdata(args, &cfg_config)?,
     };
     Service::start(cfg).map_err(|e| e.to_string())
+}
+
+fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
+    let Some(url) = &args.redis else {
+        return Ok(None);
+    };
+    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {url}: {e}"))?;
+    let rd = RefData::start_redis(
+        &cfg,
+        config.table.clone(),
+        Arc::new(MonotonicClock),
+        args.seed,
+    )
+    .map_err(|e| format!("--redis {url}: {e}"))?;
+    tracing::info!(url = %url, "accounts from Redis");
+    Ok(Some(Arc::new(rd)))
 }
 
 fn watch_signals(
@@ -498,7 +584,7 @@ fn shutdown(
             svc.stop_accepting();
             true
         }),
-        finish_in_flight: with(|_| true),
+        finish_in_flight: with(|svc| svc.requests_in_flight() == 0),
         flush_outbound: with(|svc| svc.outbound_bytes() == 0),
         disconnect_subscribers: disconnect,
         close_recorder: close_recorder(service.clone(), recorder.clone()),

@@ -30,8 +30,11 @@ use crate::admission::{Admission, AdmissionConfig, RetryWindow};
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::config::Config;
 use crate::engine::PriceTable;
+use crate::engine::TickHistory;
 use crate::pipeline::sink::HistogramExchange;
 use crate::pipeline::{ShardInput, WaitStrategy};
+use crate::refdata::RefData;
+use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
 use crate::requests::stats::OverloadStats;
 
 /// Default subscriber listen address.
@@ -161,6 +164,23 @@ pub struct Shared {
     pub wall_offset_ns: i64,
     pub next_session_id: AtomicU64,
     pub accepting: AtomicBool,
+    /// Accounts, tokens and entitlements: the config file's, or Redis.
+    pub refdata: Arc<RefData>,
+}
+
+/// What the gateway's shards use besides their engine rings.
+pub struct GatewayDeps {
+    pub config: Arc<Config>,
+    pub table: Arc<PriceTable>,
+    pub overload: Arc<OverloadStats>,
+    /// One per shard: where the shard sends its latency histogram.
+    pub exchanges: Vec<Option<HistogramExchange>>,
+    /// Recent ticks per symbol for HistoryRequest (empty history if absent).
+    pub history: Option<Arc<TickHistory>>,
+    /// The request path's settings (queue, adaptive limit, workers).
+    pub requests: RequestConfig,
+    /// Accounts from Redis; default: the config file's accounts.
+    pub refdata: Option<Arc<RefData>>,
 }
 
 /// Control messages to a shard.
@@ -178,6 +198,7 @@ pub struct Gateway {
     pub shared: Arc<Shared>,
     pub local_addr: SocketAddr,
     acceptor: Option<acceptor::AcceptorHandle>,
+    requests: Option<RequestService>,
     shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
     pub shard_stats: Vec<Arc<ShardStats>>,
 }
@@ -206,8 +227,27 @@ impl Gateway {
         overload: Arc<OverloadStats>,
         exchanges: Vec<Option<HistogramExchange>>,
     ) -> std::io::Result<Gateway> {
+        let deps = GatewayDeps {
+            config,
+            table,
+            overload,
+            exchanges,
+            history: None,
+            requests: RequestConfig::default(),
+            refdata: None,
+        };
+        Self::start_with(cfg, inputs, deps)
+    }
+
+    /// The general form: every optional part of a shard given explicitly.
+    pub fn start_with(
+        cfg: GatewayConfig,
+        inputs: Vec<ShardInput>,
+        deps: GatewayDeps,
+    ) -> std::io::Result<Gateway> {
         cfg.validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let overload = deps.overload.clone();
         let admission = Admission::new(
             cfg.admission.clone(),
             rand::SeedableRng::from_entropy(),
@@ -215,23 +255,41 @@ impl Gateway {
             monotonic_ns(),
         )
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let config = deps.config.clone();
         let shared = Arc::new(Shared {
             cfg,
-            config,
-            table,
+            table: deps.table.clone(),
             admission: Mutex::new(admission),
             stats: Arc::new(GatewayStats::default()),
             overload,
             wall_offset_ns: crate::wire::wall_offset_ns(wall_ns(), monotonic_ns()),
             next_session_id: AtomicU64::new(1),
             accepting: AtomicBool::new(true),
+            refdata: deps
+                .refdata
+                .clone()
+                .unwrap_or_else(|| Arc::new(RefData::from_accounts(&config.accounts))),
+            config,
         });
         Self::apply_account_limits(&shared);
         let mut shards = Vec::new();
         let mut handoffs = Vec::new();
         let mut shard_stats = Vec::new();
-        for (input, exchange) in inputs.into_iter().zip(exchanges) {
-            let s = shard::spawn(shared.clone(), input, exchange)?;
+        let bells = inputs.iter().map(|i| i.doorbell.clone()).collect();
+        let sources = Sources {
+            config: shared.config.clone(),
+            table: shared.table.clone(),
+            history: deps
+                .history
+                .unwrap_or_else(|| Arc::new(TickHistory::new(shared.config.table.len(), 1))),
+            wall_offset_ns: shared.wall_offset_ns,
+        };
+        let (request_service, ports) =
+            RequestService::start(deps.requests, sources, bells, shared.overload.clone())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
+        for ((input, exchange), requests) in parts {
+            let s = shard::spawn(shared.clone(), input, exchange, requests)?;
             handoffs.push(s.handoff.clone());
             shard_stats.push(s.stats.clone());
             shards.push((s.control, s.waker, s.thread));
@@ -239,6 +297,7 @@ impl Gateway {
         let (acceptor, local_addr) = acceptor::spawn(shared.clone(), handoffs)?;
         tracing::info!(%local_addr, shards = shards.len(), "gateway listening");
         Ok(Gateway {
+            requests: Some(request_service),
             shared,
             local_addr,
             acceptor: Some(acceptor),
@@ -260,6 +319,17 @@ impl Gateway {
         if let Some(a) = self.acceptor.take() {
             a.stop();
         }
+    }
+
+    /// Requests queued or being served right now.
+    pub fn requests_in_flight(&self) -> u64 {
+        let o = self.shared.overload.snapshot();
+        o.queue_depth + o.adaptive_inflight
+    }
+
+    /// Counters of the request path.
+    pub fn request_stats(&self) -> Option<Arc<RequestStats>> {
+        self.requests.as_ref().map(|r| r.stats.clone())
     }
 
     /// Sends every session Disconnect(shutdown) and closes them.
@@ -285,6 +355,9 @@ impl Gateway {
         self.send(ShardControl::Stop);
         for (_, _, t) in self.shards.drain(..) {
             let _ = t.join();
+        }
+        if let Some(r) = self.requests.take() {
+            r.stop();
         }
     }
 }

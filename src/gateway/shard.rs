@@ -30,10 +30,12 @@ use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{price_flags, Price};
 use crate::pipeline::sink::{latency_histogram, HistogramExchange};
 use crate::pipeline::{ShardInput, Waiter};
+use crate::refdata::Lookup;
+use crate::requests::service::{RequestKind, RequestMsg, RequestPort, SNAPSHOT_SYMBOLS_MAX};
 use crate::wire::{
-    self, DisconnectReason, LogonAccepted, LogonRejectReason, LogonRejected, Message, Name16,
-    PriceBody, PriceKind, RejectReason, SubscribeResult, SubscribeStatus, SymbolInfo, TierInfo,
-    PRICE_FRAME_LEN, SYMBOL_BY_NAME, TIER_ACCOUNT_DEFAULT,
+    self, DisconnectReason, LogonAccepted, LogonRejectReason, LogonRejected, Message, PriceBody,
+    PriceKind, RejectReason, SubscribeResult, SubscribeStatus, PRICE_FRAME_LEN, SYMBOL_BY_NAME,
+    TIER_ACCOUNT_DEFAULT,
 };
 use hdrhistogram::Histogram;
 
@@ -45,6 +47,9 @@ pub const SWEEP_NS: u64 = 50_000_000;
 pub const PRICE_BATCH: usize = 4096;
 /// Most new connections taken from the inbox per turn.
 const ACCEPT_BATCH: usize = 256;
+/// Most ticks one HistoryRequest may ask for (the answer fits one
+/// request-path answer frame).
+pub const HISTORY_COUNT_MAX: u16 = 190;
 /// Room reserved for one control message in an outbound buffer.
 const CONTROL_FRAME_MAX: usize = 512;
 
@@ -63,6 +68,7 @@ pub fn spawn(
     shared: Arc<Shared>,
     input: ShardInput,
     exchange: Option<HistogramExchange>,
+    requests: RequestPort,
 ) -> io::Result<SpawnedShard> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -71,7 +77,15 @@ pub fn spawn(
     let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(4096);
     let stats = Arc::new(ShardStats::default());
     let index = input.index;
-    let mut shard = Shard::new(shared, input, poll, control_rx, inbox_rx, stats.clone());
+    let mut shard = Shard::new(
+        shared,
+        input,
+        poll,
+        control_rx,
+        inbox_rx,
+        stats.clone(),
+        requests,
+    );
     shard.exchange = exchange;
     let thread = std::thread::Builder::new()
         .name(format!("pw-shard{index}"))
@@ -114,6 +128,7 @@ struct Shard {
     /// Tick receive → shard latency of every price taken off the ring.
     hist: Histogram<u64>,
     exchange: Option<HistogramExchange>,
+    requests: RequestPort,
 }
 
 impl Shard {
@@ -124,6 +139,7 @@ impl Shard {
         control: Receiver<ShardControl>,
         inbox: Receiver<(TcpStream, SocketAddr)>,
         stats: Arc<ShardStats>,
+        requests: RequestPort,
     ) -> Self {
         let table = &shared.config.table;
         let cap = shared.cfg.max_connections_per_shard;
@@ -156,13 +172,14 @@ impl Shard {
             stopping: None,
             hist: latency_histogram(),
             exchange: None,
+            requests,
         }
     }
 
     fn run(&mut self) {
         loop {
             let now = monotonic_ns();
-            let got = self.drain_prices(now);
+            let got = self.drain_prices(now) + self.drain_answers();
             self.poll_once(got > 0);
             self.handle_events();
             self.flush_writes(monotonic_ns());
@@ -186,7 +203,9 @@ impl Shard {
         };
         let sleeping = timeout != Some(Duration::ZERO);
         let consumer = &self.input.consumer;
-        if sleeping && !self.input.doorbell.prepare_sleep(|| !consumer.is_empty()) {
+        let answers = &self.requests.answers;
+        let pending = || !consumer.is_empty() || answers.iter().any(|a| !a.is_empty());
+        if sleeping && !self.input.doorbell.prepare_sleep(pending) {
             timeout = Some(Duration::ZERO);
         }
         let res = self.poll.poll(&mut self.events, timeout);
@@ -293,6 +312,7 @@ impl Shard {
             first_subscribe_done: false,
             in_write_list: false,
             closing_reason: None,
+            acct: None,
         });
         GatewayStats::add(&self.shared.stats.open, 1);
         self.stats
@@ -563,18 +583,11 @@ impl Shard {
                 0,
                 "",
             ),
-            Message::Subscribe(s) => self.on_subscribe(i, account, &s, now),
-            Message::Unsubscribe(s) => self.on_unsubscribe(i, account, &s),
+            Message::Subscribe(s) => self.on_subscribe(i, &s, now),
+            Message::Unsubscribe(s) => self.on_unsubscribe(i, &s),
             Message::SymbolListRequest(r) => self.on_symbol_list(i, account, r.request_id, now),
-            Message::SnapshotRequest(r) => self.on_snapshot_request(i, account, &r),
-            Message::HistoryRequest(r) => self.reject(
-                i,
-                r.request_id,
-                wire::template::HISTORY_REQUEST,
-                RejectReason::INTERNAL,
-                0,
-                "history is not served by this listener",
-            ),
+            Message::SnapshotRequest(r) => self.on_snapshot_request(i, account, &r, now),
+            Message::HistoryRequest(r) => self.on_history_request(i, account, &r, now),
             other => {
                 let rid = other.request_id().unwrap_or(0);
                 self.reject(
@@ -637,18 +650,25 @@ impl Shard {
         {
             return self.reject_logon(i, LogonRejectReason::RATE_LIMITED, r.retry_after_ms, now);
         }
-        let found = shared.config.accounts.iter().position(|a| {
-            a.name.as_bytes() == logon.account && constant_time_eq(a.token.as_bytes(), logon.token)
-        });
-        let Some(idx) = found else {
-            let retry = self.jitter(shared.cfg.error_retry);
-            return self.reject_logon(i, LogonRejectReason::AUTH, retry, now);
+        let name = std::str::from_utf8(logon.account).unwrap_or("");
+        let acct = match shared.refdata.lookup(name, now) {
+            Lookup::Found(a) if constant_time_eq(a.token.as_bytes(), logon.token) => a,
+            Lookup::Unavailable { retry_after_ms } => {
+                // Reference data is unreachable: come back later, not "wrong".
+                let retry = u32::try_from(retry_after_ms).unwrap_or(u32::MAX);
+                return self.reject_logon(i, LogonRejectReason::BUSY, retry, now);
+            }
+            _ => {
+                let retry = self.jitter(shared.cfg.error_retry);
+                return self.reject_logon(i, LogonRejectReason::AUTH, retry, now);
+            }
         };
+        let idx = account_index(&shared, name);
         let opened = shared
             .admission
             .lock()
             .expect("admission lock")
-            .on_session_open(idx as u32);
+            .on_session_open(idx);
         if let Err(r) = opened {
             return self.reject_logon(i, LogonRejectReason::SESSION_LIMIT, r.retry_after_ms, now);
         }
@@ -660,13 +680,12 @@ impl Shard {
         let session_id = shared
             .next_session_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let default_tier = shared.config.accounts[idx].tiers[0];
+        let default_tier = acct.tiers[0];
         let Some(conn) = self.conns[i].as_mut() else {
             return;
         };
-        conn.state = SessionState::Active {
-            account: idx as u32,
-        };
+        conn.state = SessionState::Active { account: idx };
+        conn.acct = Some(acct);
         conn.session_id = session_id;
         conn.default_tier = default_tier;
         conn.heartbeat_ns = u64::from(hb) * 1_000_000;
@@ -691,7 +710,7 @@ impl Shard {
         self.begin_close(i, None, now);
     }
 
-    fn on_subscribe(&mut self, i: usize, account: u32, s: &wire::Subscribe<'_>, now: u64) {
+    fn on_subscribe(&mut self, i: usize, s: &wire::Subscribe<'_>, now: u64) {
         let shared = self.shared.clone();
         if !self.conns[i]
             .as_ref()
@@ -714,7 +733,10 @@ impl Shard {
                 );
             }
         }
-        let acct = &shared.config.accounts[account as usize];
+        let Some(acct) = self.conns[i].as_ref().and_then(|c| c.acct.clone()) else {
+            return;
+        };
+        let acct = &*acct;
         let Some(conn) = self.conns[i].as_mut() else {
             return;
         };
@@ -843,9 +865,11 @@ impl Shard {
         }
     }
 
-    fn on_unsubscribe(&mut self, i: usize, account: u32, s: &wire::Subscribe<'_>) {
-        let shared = self.shared.clone();
-        let acct = &shared.config.accounts[account as usize];
+    fn on_unsubscribe(&mut self, i: usize, s: &wire::Subscribe<'_>) {
+        let Some(acct) = self.conns[i].as_ref().and_then(|c| c.acct.clone()) else {
+            return;
+        };
+        let acct = &*acct;
         let default_tier = self.conns[i].as_ref().map_or(0, |c| c.default_tier);
         let tier = if s.tier == TIER_ACCOUNT_DEFAULT {
             default_tier
@@ -879,14 +903,14 @@ impl Shard {
     }
 
     fn on_symbol_list(&mut self, i: usize, account: u32, request_id: u64, now: u64) {
-        let shared = self.shared.clone();
         let t = wire::template::SYMBOL_LIST_REQUEST;
-        if let Err(r) = shared
+        let staged = self
+            .shared
             .admission
             .lock()
             .expect("admission lock")
-            .on_symbol_list(now)
-        {
+            .on_symbol_list(now);
+        if let Err(r) = staged {
             return self.reject(
                 i,
                 request_id,
@@ -896,92 +920,162 @@ impl Shard {
                 "",
             );
         }
-        let acct = &shared.config.accounts[account as usize];
-        let table = &shared.config.table;
-        let symbols = table
-            .instruments()
-            .iter()
-            .filter(|s| acct.entitled_symbol(s.id))
-            .map(|s| SymbolInfo {
-                symbol_id: s.id,
-                digits: s.digits,
-                name: Name16::new(&s.name).unwrap_or_default(),
-            });
-        let tiers = table
-            .tiers()
-            .iter()
-            .filter(|t| acct.entitled_tier(t.id))
-            .map(|t| TierInfo {
-                tier_id: t.id,
-                name: Name16::new(&t.name).unwrap_or_default(),
-            });
-        let need = 64 + table.len() * 19 + table.tiers().len() * 17;
-        let Some(conn) = self.conns[i].as_mut() else {
-            return;
-        };
-        let r = conn.out.append_with(need, |b| {
-            wire::encode_symbol_directory(b, request_id, symbols, tiers).unwrap_or(0)
-        });
-        if r == Append::Overflow {
-            return self.reject(
-                i,
-                request_id,
-                t,
-                RejectReason::LIMIT_REACHED,
-                0,
-                "directory too large",
-            );
-        }
-        self.queue_write(i);
+        let mut m = self.request_msg(i, account, request_id, RequestKind::SymbolList, now);
+        m.budget_us = 0;
+        self.enqueue(i, m);
     }
 
-    fn on_snapshot_request(&mut self, i: usize, account: u32, r: &wire::SnapshotRequest<'_>) {
-        let shared = self.shared.clone();
-        let acct = &shared.config.accounts[account as usize];
+    fn on_snapshot_request(
+        &mut self,
+        i: usize,
+        account: u32,
+        r: &wire::SnapshotRequest<'_>,
+        now: u64,
+    ) {
         let t = wire::template::SNAPSHOT_REQUEST;
-        let default_tier = self.conns[i].as_ref().map_or(0, |c| c.default_tier);
-        let tier = if r.tier == TIER_ACCOUNT_DEFAULT {
-            default_tier
-        } else {
-            r.tier
-        };
-        if (tier as usize) >= self.tiers || !acct.entitled_tier(tier) {
+        let Some(tier) = self.entitled_tier(i, r.tier) else {
             return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "tier");
-        }
-        for id in r.symbols.clone() {
-            if shared.config.table.get(id).is_none() {
-                return self.reject(i, r.request_id, t, RejectReason::UNKNOWN_SYMBOL, 0, "");
-            }
-            if !acct.entitled_symbol(id) {
-                return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "");
-            }
-        }
-        let digits = &self.digits;
-        let offset = shared.wall_offset_ns;
-        let prices = r.symbols.clone().filter_map(|id| {
-            shared
-                .table
-                .read(id, tier)
-                .map(|p| PriceBody::from_price(&p, digits[id as usize], offset))
-        });
-        let Some(conn) = self.conns[i].as_mut() else {
-            return;
         };
-        let need = 64 + r.symbols.clone().count() * 62;
-        let res = conn.out.append_with(need, |b| {
-            wire::encode_snapshot_response(b, r.request_id, prices).unwrap_or(0)
-        });
-        if res == Append::Overflow {
-            return self.reject(
-                i,
-                r.request_id,
-                t,
-                RejectReason::LIMIT_REACHED,
-                0,
-                "too many symbols",
-            );
+        if r.symbols.len() > SNAPSHOT_SYMBOLS_MAX {
+            let text = "too many symbols in one request";
+            return self.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, text);
         }
-        self.queue_write(i);
+        let mut m = self.request_msg(i, account, r.request_id, RequestKind::Snapshot, now);
+        for id in r.symbols.clone() {
+            if let Err(reason) = self.entitled_symbol(i, id) {
+                return self.reject(i, r.request_id, t, reason, 0, "");
+            }
+            m.symbols[m.nsym as usize] = id;
+            m.nsym += 1;
+        }
+        m.tier = tier;
+        m.budget_us = r.budget_us;
+        m.critical = r.critical;
+        self.enqueue(i, m);
+    }
+
+    fn on_history_request(&mut self, i: usize, account: u32, r: &wire::HistoryRequest, now: u64) {
+        let t = wire::template::HISTORY_REQUEST;
+        if let Err(reason) = self.entitled_symbol(i, r.symbol_id) {
+            return self.reject(i, r.request_id, t, reason, 0, "");
+        }
+        let mut m = self.request_msg(i, account, r.request_id, RequestKind::History, now);
+        m.symbols[0] = r.symbol_id;
+        m.nsym = 1;
+        m.count = r.count.min(HISTORY_COUNT_MAX);
+        m.budget_us = r.budget_us;
+        m.critical = r.critical;
+        self.enqueue(i, m);
+    }
+
+    /// The tier a request names (or the session default), if entitled.
+    fn entitled_tier(&self, i: usize, tier: u8) -> Option<u8> {
+        let conn = self.conns[i].as_ref()?;
+        let tier = if tier == TIER_ACCOUNT_DEFAULT {
+            conn.default_tier
+        } else {
+            tier
+        };
+        let ok = (tier as usize) < self.tiers && conn.acct.as_ref()?.entitled_tier(tier);
+        ok.then_some(tier)
+    }
+
+    fn entitled_symbol(&self, i: usize, id: u16) -> Result<(), RejectReason> {
+        if self.shared.config.table.get(id).is_none() {
+            return Err(RejectReason::UNKNOWN_SYMBOL);
+        }
+        let entitled = self.conns[i]
+            .as_ref()
+            .and_then(|c| c.acct.as_ref())
+            .is_some_and(|a| a.entitled_symbol(id));
+        if entitled {
+            Ok(())
+        } else {
+            Err(RejectReason::NOT_ENTITLED)
+        }
+    }
+
+    fn request_msg(
+        &self,
+        i: usize,
+        account: u32,
+        request_id: u64,
+        kind: RequestKind,
+        now: u64,
+    ) -> RequestMsg {
+        let conn = self.conns[i].as_ref();
+        RequestMsg {
+            shard: self.input.index as u16,
+            conn: i as u32,
+            session: conn.map_or(0, |c| c.session_id),
+            account,
+            request_id,
+            kind,
+            tier: 0,
+            symbols: [0; SNAPSHOT_SYMBOLS_MAX],
+            nsym: 0,
+            count: 0,
+            budget_us: 0,
+            critical: false,
+            critical_entitled: conn
+                .and_then(|c| c.acct.as_ref())
+                .is_some_and(|a| a.critical),
+            arrival_ns: now,
+        }
+    }
+
+    /// Hands a request to the request path; a full ring is an immediate
+    /// Reject(overloaded) with a jittered retry-after, never a wait.
+    fn enqueue(&mut self, i: usize, m: RequestMsg) {
+        let pushed = self.requests.requests.push(m).is_ok();
+        if pushed {
+            self.requests.dispatcher.ring();
+            return;
+        }
+        self.stats.requests_refused.inc();
+        let retry = self.jitter(self.shared.cfg.error_retry);
+        let t = match m.kind {
+            RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
+            RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
+            RequestKind::History => wire::template::HISTORY_REQUEST,
+        };
+        self.reject(
+            i,
+            m.request_id,
+            t,
+            RejectReason::OVERLOADED,
+            retry,
+            "request path full",
+        );
+    }
+
+    /// Copies answers from the request workers into their connections.
+    fn drain_answers(&mut self) -> usize {
+        let mut n = 0;
+        for r in 0..self.requests.answers.len() {
+            while let Ok(a) = self.requests.answers[r].pop() {
+                n += 1;
+                let i = a.conn as usize;
+                let live = self
+                    .conns
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|c| c.session_id == a.session && c.is_active());
+                if !live {
+                    self.stats.answers_orphaned.inc();
+                    continue;
+                }
+                let bytes = &a.bytes[..a.len as usize];
+                if let Some(conn) = self.conns[i].as_mut() {
+                    if conn.out.append(bytes) == Append::Overflow {
+                        self.stats.answers_orphaned.inc();
+                    }
+                    conn.last_tx_ns = monotonic_ns();
+                }
+                self.queue_write(i);
+            }
+        }
+        n
     }
 
     // ---- rejects, disconnects, closing ----------------------------------
@@ -1306,6 +1400,24 @@ fn send_owed(
     }
     conn.out.update_flow(now);
     sent
+}
+
+/// Dense index of an account for per-account session limits: its position
+/// in the config file, or (for accounts only Redis knows) a hashed slot
+/// above those. Hash collisions share one session cap; the table size is
+/// the admission's `accounts_max`.
+fn account_index(shared: &Shared, name: &str) -> u32 {
+    if let Some(p) = shared.config.accounts.iter().position(|a| a.name == name) {
+        return p as u32;
+    }
+    let fixed = shared.config.accounts.len() as u64;
+    let slots = (shared.cfg.admission.accounts_max as u64)
+        .saturating_sub(fixed)
+        .max(1);
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (fixed + h % slots) as u32
 }
 
 /// Compares secrets in time independent of where they differ.

@@ -56,6 +56,10 @@ pub struct ShardStats {
     /// Updates older than what the connection already had (after resync).
     pub superseded: Counter,
     pub bytes_written: Counter,
+    /// Requests refused because the request ring was full.
+    pub requests_refused: Counter,
+    /// Answers whose connection had closed (or could not take them).
+    pub answers_orphaned: Counter,
     pub connections: Gauge,
     /// Connections above the high water mark right now.
     pub conflating_now: Gauge,
