@@ -4,6 +4,7 @@
 //! receive time and pushes it into the engine ring. Sources fill a caller-
 //! owned batch buffer, so polling allocates nothing.
 
+pub mod fix;
 pub mod synthetic;
 
 use crate::model::Tick;
