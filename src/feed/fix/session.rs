@@ -659,7 +659,7 @@ impl FixSession {
             Side::Bid => (book.bid, book.bid_size) = (price, size),
             Side::Offer => (book.ask, book.ask_size) = (price, size),
         }
-        book.provider_time_ns = book.provider_time_ns.max(time_ns);
+        book.provider_time_ns = time_ns;
         book.touched = true;
     }
 
