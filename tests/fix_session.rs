@@ -407,7 +407,10 @@ fn breaker_opens_marks_unhealthy_goes_half_open_and_closes_on_quotes() {
     r.peer_seq = 1;
     r.peer(b"A", |e| e.uint(108, 1));
     r.snapshot("EUR/USD", "1.08120", "1.08128");
+    r.ticks();
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
     r.snapshot("USD/JPY", "149.870", "149.880");
+    r.ticks();
     assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
     assert!(r.health.is_healthy(0));
 }
