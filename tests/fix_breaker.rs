@@ -132,7 +132,10 @@ fn stalled_provider_times_out_and_opens_the_breaker() {
     assert!(d.until(50, |d| d.state() == BreakerState::Open));
     let s = d.session();
     assert!(s.read_timeouts >= 1, "{s:?}");
-    assert!(s.logon_timeouts >= 1, "a stalled acceptor never answers Logon: {s:?}");
+    assert!(
+        s.logon_timeouts >= 1,
+        "a stalled acceptor never answers Logon: {s:?}"
+    );
 }
 
 #[test]
@@ -192,14 +195,23 @@ fn a_reject_for_an_unknown_symbol_leaves_the_breaker_closed() {
     assert_eq!(d.state(), BreakerState::Closed);
     let b = d.breaker();
     assert_eq!((b.failed_calls, b.ignored_calls), (0, 1));
-    assert!(sim.shared().rejects_sent.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert!(
+        sim.shared()
+            .rejects_sent
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
 }
 
 #[test]
 fn below_minimum_calls_the_breaker_never_opens() {
     let mut d = Drive::new(config(refused_port()));
     assert!(d.until(20, |d| d.failed() == 4));
-    assert_eq!(d.state(), BreakerState::Closed, "4 failures of 4 calls, minimum 5");
+    assert_eq!(
+        d.state(),
+        BreakerState::Closed,
+        "4 failures of 4 calls, minimum 5"
+    );
     assert_eq!(d.breaker().window_calls, 4);
     assert!(d.until(20, |d| d.failed() == 5));
     assert_eq!(d.state(), BreakerState::Open);

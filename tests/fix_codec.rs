@@ -33,14 +33,22 @@ fn a_complete_frame_is_found_and_verified() {
     assert_eq!(codec::frame_len(&m), Ok(Some(m.len())));
     let mut two = m.clone();
     two.extend_from_slice(&m);
-    assert_eq!(codec::frame_len(&two), Ok(Some(m.len())), "first frame only");
+    assert_eq!(
+        codec::frame_len(&two),
+        Ok(Some(m.len())),
+        "first frame only"
+    );
 }
 
 #[test]
 fn every_prefix_of_a_frame_asks_for_more() {
     let m = msg(b"55=EUR/USD\x01");
     for cut in 0..m.len() {
-        assert_eq!(codec::frame_len(&m[..cut]), Ok(None), "prefix of {cut} bytes");
+        assert_eq!(
+            codec::frame_len(&m[..cut]),
+            Ok(None),
+            "prefix of {cut} bytes"
+        );
     }
 }
 
@@ -49,11 +57,17 @@ fn a_wrong_checksum_is_a_decode_failure() {
     let mut m = msg(b"55=EUR/USD\x01");
     let n = m.len();
     m[n - 4] = if m[n - 4] == b'9' { b'0' } else { m[n - 4] + 1 };
-    assert!(matches!(codec::frame_len(&m), Err(DecodeError::BadChecksum { .. })));
+    assert!(matches!(
+        codec::frame_len(&m),
+        Err(DecodeError::BadChecksum { .. })
+    ));
     // A flipped body byte is caught the same way.
     let mut m = msg(b"55=EUR/USD\x01");
     m[30] ^= 0x20;
-    assert!(matches!(codec::frame_len(&m), Err(DecodeError::BadChecksum { .. })));
+    assert!(matches!(
+        codec::frame_len(&m),
+        Err(DecodeError::BadChecksum { .. })
+    ));
 }
 
 #[test]
@@ -62,18 +76,37 @@ fn a_wrong_body_length_is_a_decode_failure() {
     let text = String::from_utf8(m).unwrap();
     let short = text.replacen("9=10", "9=9", 1).into_bytes();
     assert_eq!(codec::frame_len(&short), Err(DecodeError::BadTrailer));
-    assert_eq!(codec::frame_len(b"8=FIX.4.4\x019=x\x01"), Err(DecodeError::BadBodyLength));
-    assert_eq!(codec::frame_len(b"8=FIX.4.4\x019=\x01"), Err(DecodeError::BadBodyLength));
-    assert_eq!(codec::frame_len(b"8=FIX.4.4\x019=99999\x01"), Err(DecodeError::BodyTooLong(99_999)));
-    assert_eq!(codec::frame_len(b"8=FIX.4.2\x01"), Err(DecodeError::BadBeginString));
-    assert_eq!(codec::frame_len(b"9=5\x01"), Err(DecodeError::BadBeginString));
+    assert_eq!(
+        codec::frame_len(b"8=FIX.4.4\x019=x\x01"),
+        Err(DecodeError::BadBodyLength)
+    );
+    assert_eq!(
+        codec::frame_len(b"8=FIX.4.4\x019=\x01"),
+        Err(DecodeError::BadBodyLength)
+    );
+    assert_eq!(
+        codec::frame_len(b"8=FIX.4.4\x019=99999\x01"),
+        Err(DecodeError::BodyTooLong(99_999))
+    );
+    assert_eq!(
+        codec::frame_len(b"8=FIX.4.2\x01"),
+        Err(DecodeError::BadBeginString)
+    );
+    assert_eq!(
+        codec::frame_len(b"9=5\x01"),
+        Err(DecodeError::BadBeginString)
+    );
 }
 
 #[test]
 fn repeating_groups_come_out_in_order() {
     let m = msg(b"55=EUR/USD\x01268=2\x01269=0\x01270=1.08120\x01271=1000000\x01269=1\x01270=1.08128\x01271=2000000\x01");
     let fields: Vec<(u32, &[u8])> = Fields::of_frame(&m).map(|f| f.unwrap()).collect();
-    let group: Vec<(u32, &[u8])> = fields.iter().copied().skip_while(|(t, _)| *t != 268).collect();
+    let group: Vec<(u32, &[u8])> = fields
+        .iter()
+        .copied()
+        .skip_while(|(t, _)| *t != 268)
+        .collect();
     assert_eq!(
         group,
         vec![

@@ -37,11 +37,18 @@ fn a_fix_provider_resolves_with_defaults() {
     let f = &c.fix[0];
     assert_eq!((f.provider, f.name.as_str()), (0, "lp-a"));
     assert_eq!((f.host.as_str(), f.port), ("127.0.0.1", 9878));
-    assert_eq!((f.connect_timeout_ms, f.logon_timeout_ms, f.heartbeat_s), (1_500, 3_000, 10));
+    assert_eq!(
+        (f.connect_timeout_ms, f.logon_timeout_ms, f.heartbeat_s),
+        (1_500, 3_000, 10)
+    );
     assert_eq!(f.read_timeout_ms, 20_000, "heartbeat x 2 by default");
     assert_eq!(f.breaker.call_timeout_ms, 20_000);
     let eur = c.table.by_name("EURUSD").unwrap();
-    let m = f.symbols.iter().find(|m| m.provider_symbol == "EUR/USD").unwrap();
+    let m = f
+        .symbols
+        .iter()
+        .find(|m| m.provider_symbol == "EUR/USD")
+        .unwrap();
     assert_eq!((m.symbol, m.digits), (eur.id, 5));
     assert_eq!(c.table.providers()[1].name, "synth");
     assert_eq!(BreakerState::Closed as u8, 0);
@@ -50,15 +57,33 @@ fn a_fix_provider_resolves_with_defaults() {
 #[test]
 fn fix_settings_errors_name_the_key() {
     let no_table = "[[providers]]\nname = \"x\"\nkind = \"fix\"\n";
-    assert_eq!(key_of(Config::parse(no_table, 1).unwrap_err()), "providers[0].fix");
+    assert_eq!(
+        key_of(Config::parse(no_table, 1).unwrap_err()),
+        "providers[0].fix"
+    );
     let unknown = FIX.replace("\"USDJPY\"", "\"NOPE\"");
-    assert_eq!(key_of(Config::parse(&unknown, 1).unwrap_err()), "providers[0].fix.symbols");
-    let short_read = FIX.replace("heartbeat_s = 10", "heartbeat_s = 10\nread_timeout_ms = 5000");
-    assert_eq!(key_of(Config::parse(&short_read, 1).unwrap_err()), "providers[0].fix");
+    assert_eq!(
+        key_of(Config::parse(&unknown, 1).unwrap_err()),
+        "providers[0].fix.symbols"
+    );
+    let short_read = FIX.replace(
+        "heartbeat_s = 10",
+        "heartbeat_s = 10\nread_timeout_ms = 5000",
+    );
+    assert_eq!(
+        key_of(Config::parse(&short_read, 1).unwrap_err()),
+        "providers[0].fix"
+    );
     let stray = "[[providers]]\nname = \"s\"\nkind = \"synthetic\"\n[providers.fix]\nhost = \"h\"\nport = 1\nsender_comp_id = \"a\"\ntarget_comp_id = \"b\"\nsymbols = {}\n";
-    assert_eq!(key_of(Config::parse(stray, 1).unwrap_err()), "providers[0].fix");
+    assert_eq!(
+        key_of(Config::parse(stray, 1).unwrap_err()),
+        "providers[0].fix"
+    );
     let typo = FIX.replace("logon_ms", "logon_mss");
-    assert!(matches!(Config::parse(&typo, 1).unwrap_err(), ConfigError::Syntax(_)));
+    assert!(matches!(
+        Config::parse(&typo, 1).unwrap_err(),
+        ConfigError::Syntax(_)
+    ));
 }
 
 #[test]

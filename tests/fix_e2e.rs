@@ -82,7 +82,9 @@ fn a_stalled_provider_is_excluded_and_prices_continue_single_provider() {
 
     b.set_stall(true);
     let lpb = stats.by_name("lpb").unwrap().breaker.clone();
-    let opened = wait::wait_until(Duration::from_secs(30), || lpb.state() == BreakerState::Open);
+    let opened = wait::wait_until(Duration::from_secs(30), || {
+        lpb.state() == BreakerState::Open
+    });
     assert!(opened, "lpb breaker: {:?}", lpb.snapshot());
     assert!(!pipeline.handles.health.is_healthy(1));
     assert!(pipeline.handles.health.is_healthy(0));

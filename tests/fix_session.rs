@@ -14,6 +14,9 @@ const MS: u64 = 1_000_000;
 /// 2025-11-29T14:00:00Z
 const WALL0: u64 = 1_764_424_800_000_000_000;
 
+/// One message we sent: (MsgType, fields).
+type Sent = (Vec<u8>, Vec<(u32, Vec<u8>)>);
+
 struct Rig {
     s: FixSession,
     health: Arc<ProviderHealth>,
@@ -86,7 +89,7 @@ impl Rig {
     }
 
     /// Messages we sent since the last call: (MsgType, fields).
-    fn sent(&mut self) -> Vec<(Vec<u8>, Vec<(u32, Vec<u8>)>)> {
+    fn sent(&mut self) -> Vec<Sent> {
         let mut out = Vec::new();
         let bytes = self.s.outbound().to_vec();
         self.s.consume_outbound(bytes.len());
@@ -138,8 +141,12 @@ fn build(seq: u64, wall: u64, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) 
     e.finish().unwrap().to_vec()
 }
 
-fn field<'a>(fields: &'a [(u32, Vec<u8>)], tag: u32) -> Vec<&'a [u8]> {
-    fields.iter().filter(|(t, _)| *t == tag).map(|(_, v)| &v[..]).collect()
+fn field(fields: &[(u32, Vec<u8>)], tag: u32) -> Vec<&[u8]> {
+    fields
+        .iter()
+        .filter(|(t, _)| *t == tag)
+        .map(|(_, v)| &v[..])
+        .collect()
 }
 
 #[test]
@@ -180,9 +187,16 @@ fn snapshot_and_incremental_refresh_become_ticks() {
     assert_eq!(t.len(), 1);
     assert_eq!((t[0].bid, t[0].ask), (108_120, 108_128));
     assert_eq!((t[0].bid_size, t[0].ask_size), (1_000_000, 2_000_000));
-    assert_eq!(t[0].provider_time_ns, r.wall(), "SendingTime when no MDEntryTime");
+    assert_eq!(
+        t[0].provider_time_ns,
+        r.wall(),
+        "SendingTime when no MDEntryTime"
+    );
     assert_eq!(t[0].provider, 0);
-    let jpy = InstrumentTable::default_with_providers(1).by_name("USDJPY").unwrap().id;
+    let jpy = InstrumentTable::default_with_providers(1)
+        .by_name("USDJPY")
+        .unwrap()
+        .id;
     r.snapshot("USD/JPY", "149.870", "149.880");
     r.ticks();
     // Two symbols in one incremental, with MDEntryTime on MDEntryDate.
@@ -224,7 +238,10 @@ fn heartbeats_test_requests_and_read_timeout() {
     // Our own silence for HeartBtInt: a Heartbeat.
     r.advance_ms(1_000);
     let sent = r.sent();
-    assert_eq!(sent.iter().map(|m| m.0.clone()).collect::<Vec<_>>(), vec![b"0".to_vec()]);
+    assert_eq!(
+        sent.iter().map(|m| m.0.clone()).collect::<Vec<_>>(),
+        vec![b"0".to_vec()]
+    );
     // The peer's silence past 120% of HeartBtInt: one TestRequest.
     r.advance_ms(200);
     let sent = r.sent();
@@ -252,9 +269,20 @@ fn a_sequence_gap_resubscribes_and_counts_a_failure() {
     assert_eq!(r.s.state(), SessionState::Active);
     let sent = r.sent();
     let actions: Vec<&[u8]> = sent.iter().flat_map(|m| field(&m.1, 263)).collect();
-    assert_eq!(actions, vec![&b"2"[..], b"2", b"1", b"1"], "unsubscribe old, subscribe new");
-    assert_ne!(field(&sent[0].1, 262), field(&sent[2].1, 262), "fresh MDReqID");
-    assert!(sent.iter().all(|m| m.0 == b"V"), "no ResendRequest for market data");
+    assert_eq!(
+        actions,
+        vec![&b"2"[..], b"2", b"1", b"1"],
+        "unsubscribe old, subscribe new"
+    );
+    assert_ne!(
+        field(&sent[0].1, 262),
+        field(&sent[2].1, 262),
+        "fresh MDReqID"
+    );
+    assert!(
+        sent.iter().all(|m| m.0 == b"V"),
+        "no ResendRequest for market data"
+    );
     let b = r.s.breaker_stats().snapshot();
     assert_eq!(b.failed_calls, 1);
     assert_eq!(r.s.stats().snapshot().seq_gaps, 1);
@@ -301,7 +329,11 @@ fn a_logout_deadline_closes_without_the_peer() {
         }
     }
     assert_eq!(io, Io::Close);
-    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 0, "our own logout is no failure");
+    assert_eq!(
+        r.s.breaker_stats().snapshot().failed_calls,
+        0,
+        "our own logout is no failure"
+    );
 }
 
 #[test]
@@ -309,7 +341,10 @@ fn a_logout_from_the_provider_is_answered_and_counted() {
     let mut r = Rig::active();
     assert_eq!(r.peer(b"5", |e| e.bytes(58, b"maintenance")), Io::Close);
     assert_eq!(r.s.state(), SessionState::Waiting);
-    assert!(r.s.outbound().starts_with(b"8=FIX.4.4"), "parting Logout kept for the driver");
+    assert!(
+        r.s.outbound().starts_with(b"8=FIX.4.4"),
+        "parting Logout kept for the driver"
+    );
     assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
 }
 
@@ -374,7 +409,9 @@ fn first_connects_are_staggered_by_ordinal() {
     cfg.stagger_ms = 100;
     let health = ProviderHealth::new(4);
     let due: Vec<u64> = (0..4)
-        .map(|i| FixSession::new(cfg.clone(), i, 0, 9, bound_slot(health.clone())).next_connect_ns())
+        .map(|i| {
+            FixSession::new(cfg.clone(), i, 0, 9, bound_slot(health.clone())).next_connect_ns()
+        })
         .collect();
     for (i, d) in due.iter().enumerate() {
         let lo = i as u64 * 100 * MS;

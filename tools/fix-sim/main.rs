@@ -16,7 +16,10 @@ use clap::Parser;
 use pricewire::feed::fix::sim::{FixSim, SimConfig, SimSymbol};
 
 #[derive(Debug, Parser)]
-#[command(name = "fix-sim", about = "FIX 4.4 market-data provider simulator (loopback)")]
+#[command(
+    name = "fix-sim",
+    about = "FIX 4.4 market-data provider simulator (loopback)"
+)]
 struct Args {
     /// Loopback address to accept initiators on.
     #[arg(long, default_value = "127.0.0.1:9878")]

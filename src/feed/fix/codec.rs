@@ -170,7 +170,11 @@ fn split_field(s: &[u8]) -> Option<(u32, &[u8], usize)> {
     if tag == 0 {
         return None;
     }
-    Some((tag, &s[value_start..value_start + soh], value_start + soh + 1))
+    Some((
+        tag,
+        &s[value_start..value_start + soh],
+        value_start + soh + 1,
+    ))
 }
 
 /// Unsigned decimal without sign or spaces; `None` when empty, non-digit
@@ -393,7 +397,10 @@ mod tests {
         assert_eq!(s, b"20251129-14:04:05.123");
         assert_eq!(parse_utc_timestamp(&s), Some(ns));
         assert_eq!(parse_utc_timestamp(b"19700101-00:00:00"), Some(0));
-        assert_eq!(parse_utc_timestamp(b"20240229-23:59:59.5"), Some(1_709_251_199_500_000_000));
+        assert_eq!(
+            parse_utc_timestamp(b"20240229-23:59:59.5"),
+            Some(1_709_251_199_500_000_000)
+        );
         assert_eq!(parse_utc_timestamp(b"20241301-00:00:00"), None);
         assert_eq!(parse_time_only(b"00:00:01.000000001"), Some(1_000_000_001));
         assert_eq!(parse_time_only(b"24:00:00"), None);

@@ -156,7 +156,8 @@ impl FixSessionConfig {
     pub fn with_read_timeout_ms(mut self, read_timeout_ms: u64) -> Self {
         self.read_timeout_ms = read_timeout_ms;
         self.breaker.call_timeout_ms = read_timeout_ms;
-        self.breaker.half_open_max_wait_ms = self.breaker.half_open_max_wait_ms.max(read_timeout_ms);
+        self.breaker.half_open_max_wait_ms =
+            self.breaker.half_open_max_wait_ms.max(read_timeout_ms);
         self
     }
 
@@ -173,7 +174,9 @@ impl FixSessionConfig {
             return Err("connect_ms and logon_ms must be at least 1".into());
         }
         if self.read_timeout_ms <= u64::from(self.heartbeat_s) * 1_000 {
-            return Err("read_timeout_ms: must exceed heartbeat_s (the peer's heartbeat must fit)".into());
+            return Err(
+                "read_timeout_ms: must exceed heartbeat_s (the peer's heartbeat must fit)".into(),
+            );
         }
         if self.reconnect.base_ms == 0 || self.reconnect.cap_ms < self.reconnect.base_ms {
             return Err("reconnect: need 1 <= reconnect_base_ms <= reconnect_cap_ms".into());
@@ -235,8 +238,10 @@ pub fn resolve(
         slow_quote_ms,
         read_timeout_ms,
         f.breaker_window_s.unwrap_or(BREAKER_WINDOW_S_DEFAULT),
-        f.breaker_minimum_calls.unwrap_or(BREAKER_MINIMUM_CALLS_DEFAULT),
-        f.breaker_open_wait_ms.unwrap_or(BREAKER_OPEN_WAIT_MS_DEFAULT),
+        f.breaker_minimum_calls
+            .unwrap_or(BREAKER_MINIMUM_CALLS_DEFAULT),
+        f.breaker_open_wait_ms
+            .unwrap_or(BREAKER_OPEN_WAIT_MS_DEFAULT),
     );
     if let Some(p) = f.breaker_failure_rate_pct {
         breaker.failure_rate_threshold_pct = p;
@@ -251,7 +256,10 @@ pub fn resolve(
             .find(|i| &i.name == ours)
             .ok_or_else(|| invalid(key("symbols"), format!("unknown instrument {ours}")))?;
         if theirs.is_empty() || theirs.len() > ID_LEN_MAX || theirs.bytes().any(|b| b < 0x20) {
-            return Err(invalid(key("symbols"), format!("bad provider symbol {theirs:?}")));
+            return Err(invalid(
+                key("symbols"),
+                format!("bad provider symbol {theirs:?}"),
+            ));
         }
         symbols.push(SymbolMapping {
             provider_symbol: theirs.clone(),
@@ -284,7 +292,8 @@ pub fn resolve(
         quote_sample_ms: f.quote_sample_ms.unwrap_or(QUOTE_SAMPLE_MS_DEFAULT),
         breaker,
     };
-    cfg.validate().map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;
+    cfg.validate()
+        .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;
     Ok(cfg)
 }
 

@@ -154,7 +154,7 @@ impl FixFeed {
         let wall = self.wall.now_ns();
         for c in &mut self.conns {
             let io = c.session.request_logout(now_ns, wall);
-            c.apply(io, now_ns, wall);
+            c.apply(io, now_ns);
         }
     }
 }
@@ -178,7 +178,11 @@ impl TickSource for FixFeed {
                 break;
             }
         }
-        self.next = if count == 0 { 0 } else { (self.next + 1) % count };
+        self.next = if count == 0 {
+            0
+        } else {
+            (self.next + 1) % count
+        };
         if n > 0 {
             SourcePoll::Ready(n)
         } else {
@@ -195,15 +199,15 @@ impl Conn {
             self.check_connect(now_ns, wall);
         }
         let io = self.session.poll(now_ns, wall);
-        self.apply(io, now_ns, wall);
+        self.apply(io, now_ns);
         if self.stream.is_some() && !self.connecting {
             n += self.read_frames(now_ns, wall, &mut out[n..]);
-            self.write_out(now_ns);
+            self.write_out();
         }
         n
     }
 
-    fn apply(&mut self, io: Io, now_ns: u64, wall: u64) {
+    fn apply(&mut self, io: Io, now_ns: u64) {
         match io {
             Io::Nothing => {}
             Io::Connect => match mio::net::TcpStream::connect(self.addr) {
@@ -215,12 +219,12 @@ impl Conn {
                 }
                 Err(_) => {
                     let io = self.session.on_connect_failed(now_ns);
-                    self.apply(io, now_ns, wall);
+                    self.apply(io, now_ns);
                 }
             },
             Io::Close => {
                 // Best effort: a parting Logout, then close.
-                self.write_out(now_ns);
+                self.write_out();
                 self.drop_stream();
             }
         }
@@ -247,11 +251,11 @@ impl Conn {
         if failed {
             self.drop_stream();
             let io = self.session.on_connect_failed(now_ns);
-            self.apply(io, now_ns, wall);
+            self.apply(io, now_ns);
         } else {
             self.connecting = false;
             let io = self.session.on_connected(now_ns, wall);
-            self.apply(io, now_ns, wall);
+            self.apply(io, now_ns);
         }
     }
 
@@ -262,7 +266,7 @@ impl Conn {
             if self.stream.is_none() || self.session.has_pending_ticks() || n == out.len() {
                 break;
             }
-            if !self.read_some(now_ns, wall) {
+            if !self.read_some(now_ns) {
                 break;
             }
         }
@@ -281,12 +285,12 @@ impl Conn {
                     start += len;
                     let io = self.session.handle_frame(frame, now_ns, wall);
                     n += self.session.drain_ticks(&mut out[n..]);
-                    self.apply(io, now_ns, wall);
+                    self.apply(io, now_ns);
                 }
                 Ok(None) => break,
                 Err(e) => {
                     let io = self.session.on_decode_error(e, now_ns);
-                    self.apply(io, now_ns, wall);
+                    self.apply(io, now_ns);
                     return n;
                 }
             }
@@ -299,30 +303,34 @@ impl Conn {
     }
 
     /// One non-blocking read; false when nothing more is to be had now.
-    fn read_some(&mut self, now_ns: u64, wall: u64) -> bool {
-        let Some(s) = self.stream.as_mut() else { return false };
+    fn read_some(&mut self, now_ns: u64) -> bool {
+        let Some(s) = self.stream.as_mut() else {
+            return false;
+        };
         debug_assert!(self.rx_len < self.rx.len(), "a full buffer holds a frame");
         match s.read(&mut self.rx[self.rx_len..]) {
-            Ok(0) => self.lost(now_ns, wall),
+            Ok(0) => self.lost(now_ns),
             Ok(m) => {
                 self.rx_len += m;
                 true
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => false,
             Err(e) if e.kind() == ErrorKind::Interrupted => true,
-            Err(_) => self.lost(now_ns, wall),
+            Err(_) => self.lost(now_ns),
         }
     }
 
-    fn lost(&mut self, now_ns: u64, wall: u64) -> bool {
+    fn lost(&mut self, now_ns: u64) -> bool {
         self.drop_stream();
         let io = self.session.on_disconnected(now_ns);
-        self.apply(io, now_ns, wall);
+        self.apply(io, now_ns);
         false
     }
 
-    fn write_out(&mut self, now_ns: u64) {
-        let Some(s) = self.stream.as_mut() else { return };
+    fn write_out(&mut self) {
+        let Some(s) = self.stream.as_mut() else {
+            return;
+        };
         while !self.session.outbound().is_empty() {
             match s.write(self.session.outbound()) {
                 Ok(0) => break,
@@ -334,6 +342,5 @@ impl Conn {
                 Err(_) => break,
             }
         }
-        let _ = now_ns;
     }
 }

@@ -334,7 +334,9 @@ impl FixSession {
             self.test_req_id += 1;
             self.stats.test_requests_sent.inc();
             let id = self.test_req_id;
-            self.send(b"1", now_ns, wall_ns, |e| e.fmt(112, format_args!("TEST{id}")));
+            self.send(b"1", now_ns, wall_ns, |e| {
+                e.fmt(112, format_args!("TEST{id}"))
+            });
         } else if now_ns.saturating_sub(self.last_sent_ns) >= hb_ns {
             self.stats.heartbeats_sent.inc();
             self.send(b"0", now_ns, wall_ns, |_| {});
@@ -415,7 +417,10 @@ impl FixSession {
 
     /// Handles one verified frame (from [`codec::frame_len`]).
     pub fn handle_frame(&mut self, frame: &[u8], now_ns: u64, wall_ns: u64) -> Io {
-        debug_assert!(!self.has_pending_ticks(), "drain ticks before the next frame");
+        debug_assert!(
+            !self.has_pending_ticks(),
+            "drain ticks before the next frame"
+        );
         self.last_recv_ns = now_ns;
         self.test_req_pending = false;
         self.stats.messages_received.inc();
@@ -435,7 +440,14 @@ impl FixSession {
         self.take_io(now_ns)
     }
 
-    fn dispatch(&mut self, msg_type: &[u8], hdr: &MsgHeader<'_>, body: Fields<'_>, now_ns: u64, wall_ns: u64) {
+    fn dispatch(
+        &mut self,
+        msg_type: &[u8],
+        hdr: &MsgHeader<'_>,
+        body: Fields<'_>,
+        now_ns: u64,
+        wall_ns: u64,
+    ) {
         match msg_type {
             b"A" => self.on_logon(now_ns, wall_ns),
             b"0" => {}
@@ -466,7 +478,13 @@ impl FixSession {
 
     /// MsgSeqNum check and gap policy; false when the message must not be
     /// processed further.
-    fn check_seq(&mut self, msg_type: &[u8], hdr: &MsgHeader<'_>, now_ns: u64, wall_ns: u64) -> bool {
+    fn check_seq(
+        &mut self,
+        msg_type: &[u8],
+        hdr: &MsgHeader<'_>,
+        now_ns: u64,
+        wall_ns: u64,
+    ) -> bool {
         let Some(seq) = hdr.seq else {
             self.stats.decode_errors.inc();
             self.fail(Failure::Decode, now_ns);
@@ -716,12 +734,23 @@ impl FixSession {
         };
         if record {
             self.last_sample_ns = Some(now_ns);
-            self.record(Outcome::Success { duration_ns: latency_ns }, now_ns);
+            self.record(
+                Outcome::Success {
+                    duration_ns: latency_ns,
+                },
+                now_ns,
+            );
         }
     }
 
     /// Queues one outgoing message; a full outbound buffer is a failure.
-    fn send(&mut self, msg_type: &[u8], now_ns: u64, wall_ns: u64, body: impl FnOnce(&mut Encoder)) {
+    fn send(
+        &mut self,
+        msg_type: &[u8],
+        now_ns: u64,
+        wall_ns: u64,
+        body: impl FnOnce(&mut Encoder),
+    ) {
         let header = Header {
             sender_comp_id: self.cfg.sender_comp_id.as_bytes(),
             target_comp_id: self.cfg.target_comp_id.as_bytes(),

@@ -122,7 +122,10 @@ impl FixSim {
     /// Binds and starts accepting.
     pub fn start(cfg: SimConfig) -> io::Result<FixSim> {
         if !cfg.listen.ip().is_loopback() {
-            return Err(io::Error::new(ErrorKind::InvalidInput, "simulator listens on loopback only"));
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                "simulator listens on loopback only",
+            ));
         }
         let listener = TcpListener::bind(cfg.listen)?;
         let addr = listener.local_addr()?;
@@ -177,7 +180,9 @@ impl FixSim {
         let cmd = words.next().unwrap_or("");
         let arg = words.next();
         let num = || -> Result<u64, String> {
-            arg.ok_or("missing number")?.parse().map_err(|e| format!("{e}"))
+            arg.ok_or("missing number")?
+                .parse()
+                .map_err(|e| format!("{e}"))
         };
         let on = || match arg {
             Some("on") => Ok(true),
@@ -354,13 +359,21 @@ impl SimConn {
             .filter_map(Result::ok)
             .map(|(t, v)| (t, v.to_vec()))
             .collect();
-        let get = |tag: u32| fields.iter().find(|(t, _)| *t == tag).map(|(_, v)| v.clone());
+        let get = |tag: u32| {
+            fields
+                .iter()
+                .find(|(t, _)| *t == tag)
+                .map(|(_, v)| v.clone())
+        };
         let msg_type = get(35).unwrap_or_default();
         let stalled = shared.stall.load(Relaxed);
         match msg_type.as_slice() {
             b"A" => {
                 self.target = String::from_utf8_lossy(&get(49).unwrap_or_default()).into_owned();
-                let hb = get(108).and_then(|v| codec::parse_u64(&v)).unwrap_or(30).max(1);
+                let hb = get(108)
+                    .and_then(|v| codec::parse_u64(&v))
+                    .unwrap_or(30)
+                    .max(1);
                 self.heartbeat = Duration::from_secs(hb);
                 self.seq = 1;
                 self.logged_on = true;
@@ -392,12 +405,24 @@ impl SimConn {
     }
 
     fn on_request(&mut self, fields: &[(u32, Vec<u8>)], shared: &SimShared) -> io::Result<()> {
-        let get = |tag: u32| fields.iter().find(|(t, _)| *t == tag).map(|(_, v)| v.clone());
+        let get = |tag: u32| {
+            fields
+                .iter()
+                .find(|(t, _)| *t == tag)
+                .map(|(_, v)| v.clone())
+        };
         let req_id = String::from_utf8_lossy(&get(262).unwrap_or_default()).into_owned();
         let action = get(263).unwrap_or_default();
-        let names: Vec<Vec<u8>> = fields.iter().filter(|(t, _)| *t == 55).map(|(_, v)| v.clone()).collect();
+        let names: Vec<Vec<u8>> = fields
+            .iter()
+            .filter(|(t, _)| *t == 55)
+            .map(|(_, v)| v.clone())
+            .collect();
         for name in names {
-            let found = self.symbols.iter().position(|s| s.name.as_bytes() == name.as_slice());
+            let found = self
+                .symbols
+                .iter()
+                .position(|s| s.name.as_bytes() == name.as_slice());
             match (found, action.as_slice()) {
                 (_, b"2") => self.subs.retain(|s| s.req_id != req_id),
                 (Some(symbol), _) => {
@@ -497,7 +522,12 @@ impl SimConn {
     }
 
     /// Frames and writes one message, applying the garbage/gap knobs.
-    fn send(&mut self, shared: &SimShared, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> io::Result<()> {
+    fn send(
+        &mut self,
+        shared: &SimShared,
+        msg_type: &[u8],
+        body: impl FnOnce(&mut Encoder),
+    ) -> io::Result<()> {
         let gap = shared.gap_pending.swap(0, Relaxed);
         self.seq += gap;
         let header = Header {
@@ -512,7 +542,10 @@ impl SimConn {
         if take_one(&shared.broken_pending) {
             self.enc.raw(b"270\x01");
         }
-        let msg = self.enc.finish().map_err(|e| io::Error::other(e.to_string()))?;
+        let msg = self
+            .enc
+            .finish()
+            .map_err(|e| io::Error::other(e.to_string()))?;
         let mut msg = msg.to_vec();
         if take_one(&shared.garbage_pending) {
             let i = msg.len() - 2; // last checksum digit
