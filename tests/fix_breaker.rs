@@ -118,7 +118,7 @@ impl Drive {
     }
     fn streaming(&mut self, quotes: u64) -> bool {
         let start = self.ticks;
-        self.until(0, |d| d.ticks >= start + quotes)
+        self.until(20, |d| d.ticks >= start + quotes)
     }
 }
 
@@ -277,4 +277,37 @@ fn failures_older_than_the_window_no_longer_count() {
     assert_eq!(d.state(), BreakerState::Closed);
     assert!(d.until(20, |d| d.failed() == 9));
     assert_eq!(d.state(), BreakerState::Open);
+}
+
+#[test]
+fn garbage_and_broken_fields_are_failures_and_the_feed_recovers() {
+    let sim = sim();
+    let mut d = Drive::new(config(sim.addr().port()));
+    assert!(d.streaming(10));
+    sim.send_garbage(1);
+    assert!(d.until(20, |d| d.session().checksum_errors == 1));
+    assert!(d.streaming(10), "reconnected and streaming again");
+    sim.send_broken(1);
+    assert!(d.until(20, |d| d.session().decode_errors >= 1));
+    assert!(d.streaming(10));
+    assert_eq!(d.failed(), 2);
+    assert_eq!(
+        d.state(),
+        BreakerState::Closed,
+        "two failures among many quotes"
+    );
+}
+
+#[test]
+fn a_sequence_gap_from_the_provider_resubscribes_without_reconnecting() {
+    let sim = sim();
+    let mut d = Drive::new(config(sim.addr().port()));
+    assert!(d.streaming(10));
+    let logons = d.session().logons;
+    sim.skip_seq(5);
+    assert!(d.until(0, |d| d.session().resubscribes == 1));
+    assert!(d.streaming(10), "fresh snapshots after the resubscription");
+    let s = d.session();
+    assert_eq!((s.seq_gaps, s.logons), (1, logons), "{s:?}");
+    assert_eq!(d.failed(), 1);
 }

@@ -98,5 +98,12 @@ fn a_stalled_provider_is_excluded_and_prices_continue_single_provider() {
     let lpa = stats.by_name("lpa").unwrap();
     assert_eq!(lpa.breaker.state(), BreakerState::Closed);
     assert!(lpa.session.quotes.get() > 0);
+    let mut metrics = String::new();
+    stats.render_prometheus(&mut metrics);
+    assert!(
+        metrics.contains("pricewire_fix_breaker_state{provider=\"lpb\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pricewire_fix_quotes_total{provider=\"lpa\"}"));
     pipeline.stop();
 }

@@ -482,3 +482,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_message_for_another_session_is_a_decode_failure() {
+    let mut r = Rig::active();
+    let mut e = Encoder::new(256);
+    e.begin(
+        b"0",
+        &Header {
+            sender_comp_id: b"SOMEONE",
+            target_comp_id: b"PRICEWIRE",
+            seq: r.peer_seq,
+            sending_time_utc_ns: r.wall(),
+        },
+    );
+    let frame = e.finish().unwrap().to_vec();
+    assert_eq!(r.s.handle_frame(&frame, r.now, r.wall()), Io::Close);
+    let st = r.s.stats().snapshot();
+    assert_eq!((st.comp_id_mismatches, st.decode_errors), (1, 1));
+}

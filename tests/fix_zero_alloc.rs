@@ -20,7 +20,7 @@ fn frame(seq: u64, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Vec<u8> 
     let mut e = Encoder::new(1024);
     let h = Header {
         sender_comp_id: b"LP",
-        target_comp_id: b"PW",
+        target_comp_id: b"PRICEWIRE",
         seq,
         sending_time_utc_ns: WALL0,
     };

@@ -40,6 +40,8 @@ pub enum DecodeError {
     MalformedField,
     #[error("MsgType (35) is not the first body field")]
     MissingMsgType,
+    #[error("SenderCompID/TargetCompID (49/56) do not match the session")]
+    WrongCompId,
 }
 
 /// Finds the first complete frame at the start of `buf`.

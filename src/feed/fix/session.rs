@@ -162,6 +162,8 @@ struct MsgHeader<'a> {
     req_id: Option<&'a [u8]>,
     test_req_id: Option<&'a [u8]>,
     new_seq_no: Option<u64>,
+    sender_comp_id: Option<&'a [u8]>,
+    target_comp_id: Option<&'a [u8]>,
 }
 
 /// One FIX market-data session (see the module docs).
@@ -433,6 +435,10 @@ impl FixSession {
             Ok(h) => (h, fields),
             Err(e) => return self.on_decode_error(e, now_ns),
         };
+        if !self.addressed_to_us(&hdr) {
+            self.stats.comp_id_mismatches.inc();
+            return self.on_decode_error(codec::DecodeError::WrongCompId, now_ns);
+        }
         if !self.check_seq(msg_type, &hdr, now_ns, wall_ns) {
             return self.take_io(now_ns);
         }
@@ -474,6 +480,13 @@ impl FixSession {
             }
             _ => self.stats.messages_ignored.inc(),
         }
+    }
+
+    /// SenderCompID (49) must be the provider's and TargetCompID (56)
+    /// ours: a message for another session means a misrouted connection.
+    fn addressed_to_us(&self, hdr: &MsgHeader<'_>) -> bool {
+        hdr.sender_comp_id == Some(self.cfg.target_comp_id.as_bytes())
+            && hdr.target_comp_id == Some(self.cfg.sender_comp_id.as_bytes())
     }
 
     /// MsgSeqNum check and gap policy; false when the message must not be
@@ -858,6 +871,8 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
             262 => h.req_id = Some(v),
             112 => h.test_req_id = Some(v),
             36 => h.new_seq_no = codec::parse_u64(v),
+            49 => h.sender_comp_id = Some(v),
+            56 => h.target_comp_id = Some(v),
             268 => break, // the repeating group: entries are read later
             _ => {}
         }

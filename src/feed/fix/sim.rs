@@ -70,6 +70,7 @@ impl SimSymbol {
 pub struct SimConfig {
     /// Loopback listen address (port 0 = any free port).
     pub listen: SocketAddr,
+    /// SenderCompID until a Logon names us otherwise (its TargetCompID).
     pub sender_comp_id: String,
     pub symbols: Vec<SimSymbol>,
     /// Quotes per second per connection (round-robin over subscriptions).
@@ -370,6 +371,10 @@ impl SimConn {
         match msg_type.as_slice() {
             b"A" => {
                 self.target = String::from_utf8_lossy(&get(49).unwrap_or_default()).into_owned();
+                // An acceptor answers as whoever the initiator addressed.
+                if let Some(us) = get(56).filter(|v| !v.is_empty()) {
+                    self.sender = String::from_utf8_lossy(&us).into_owned();
+                }
                 let hb = get(108)
                     .and_then(|v| codec::parse_u64(&v))
                     .unwrap_or(30)

@@ -57,6 +57,8 @@ session_stats! {
     /// Frames that were not FIX (bad framing, fields, prices).
     decode_errors,
     checksum_errors,
+    /// Messages whose 49/56 did not name this session (decode failures).
+    comp_id_mismatches,
     /// Sessions closed because nothing arrived for the read timeout.
     read_timeouts,
     seq_gaps,
@@ -124,6 +126,47 @@ impl FixFeedStats {
                 breaker: p.breaker.snapshot(),
             })
             .collect()
+    }
+
+    /// Appends Prometheus text: every session counter as
+    /// `pricewire_fix_<name>_total{provider="..."}`, and per provider the
+    /// breaker's `pricewire_fix_breaker_state` (0 closed, 1 open,
+    /// 2 half-open, 3 forced open, 4 disabled) and call counters.
+    pub fn render_prometheus(&self, out: &mut String) {
+        use std::fmt::Write;
+        for p in self.snapshot() {
+            let label = format!("{{provider=\"{}\"}}", p.name);
+            for (name, v) in p.session.fields() {
+                let _ = writeln!(out, "pricewire_fix_{name}_total{label} {v}");
+            }
+            let b = &p.breaker;
+            let _ = writeln!(out, "pricewire_fix_breaker_state{label} {}", b.state as u8);
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_successful_calls_total{label} {}",
+                b.successful_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_failed_calls_total{label} {}",
+                b.failed_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_slow_calls_total{label} {}",
+                b.slow_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_ignored_calls_total{label} {}",
+                b.ignored_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_not_permitted_calls_total{label} {}",
+                b.not_permitted_calls
+            );
+        }
     }
 
     /// The stats of one provider by name.
