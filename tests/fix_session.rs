@@ -501,3 +501,19 @@ fn a_message_for_another_session_is_a_decode_failure() {
     let st = r.s.stats().snapshot();
     assert_eq!((st.comp_id_mismatches, st.decode_errors), (1, 1));
 }
+
+#[test]
+fn a_bad_price_skips_the_entry_and_counts_a_failure() {
+    let mut r = Rig::active();
+    r.snapshot("EUR/USD", "1.081234", "1.08128"); // six decimals at five digits
+    assert!(r.ticks().is_empty());
+    assert_eq!(
+        r.s.state(),
+        SessionState::Active,
+        "the stream itself is intact"
+    );
+    assert_eq!(r.s.stats().snapshot().bad_prices, 1);
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
+    r.snapshot("EUR/USD", "1.08123", "1.08128");
+    assert_eq!(r.ticks().len(), 1);
+}

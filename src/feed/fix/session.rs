@@ -677,9 +677,11 @@ impl FixSession {
             match (price, size) {
                 (Some(Ok(p)), Some(s)) if p > 0 => (p, s),
                 _ => {
+                    // A bad value in a well-framed message: the entry is
+                    // skipped and the provider charged a failure, but the
+                    // stream itself is intact, so the session stays up.
                     self.stats.bad_prices.inc();
-                    self.stats.decode_errors.inc();
-                    self.fail(Failure::Decode, now_ns);
+                    self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
                     return;
                 }
             }
