@@ -82,6 +82,9 @@ pub struct ProviderFile {
     pub skew_points: Mantissa,
     #[serde(default)]
     pub token: String,
+    /// Connection settings of a `kind = "fix"` provider.
+    #[serde(default)]
+    pub fix: Option<crate::feed::fix::FixProviderFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +168,8 @@ pub struct Config {
     pub table: InstrumentTable,
     pub engine: EngineConfig,
     pub accounts: Vec<Account>,
+    /// One resolved session per `kind = "fix"` provider.
+    pub fix: Vec<crate::feed::fix::FixSessionConfig>,
 }
 
 impl Config {
@@ -213,6 +218,7 @@ impl ConfigFile {
             None => default_tiers(),
             Some(list) => resolve_tiers(list, &names)?,
         };
+        let mut fix = Vec::new();
         let providers = match self.providers {
             None => {
                 if synthetic_providers == 0 || synthetic_providers > PROVIDERS_MAX {
@@ -223,7 +229,10 @@ impl ConfigFile {
                 }
                 synthetic_providers_list(synthetic_providers)
             }
-            Some(list) => resolve_providers(list)?,
+            Some(list) => {
+                fix = crate::feed::fix::config::resolve_all(&list, &instruments)?;
+                resolve_providers(list)?
+            }
         };
         let engine = resolve_engine(&self.engine)?;
         let tier_names: Vec<String> = tiers.iter().map(|t| t.name.clone()).collect();
@@ -235,6 +244,7 @@ impl ConfigFile {
             table: InstrumentTable::new(instruments, tiers, providers),
             engine,
             accounts,
+            fix,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! owned batch buffer, so polling allocates nothing.
 
 pub mod bridge;
+pub mod fix;
 pub mod ingest;
 pub mod synthetic;
 

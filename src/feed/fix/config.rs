@@ -1,0 +1,327 @@
+//! Settings of FIX providers: the `[providers.fix]` sub-table of a
+//! `kind = "fix"` provider in the TOML file, and its resolved form.
+//!
+//! ```toml
+//! [[providers]]
+//! name = "lp-a"
+//! kind = "fix"
+//! [providers.fix]
+//! host = "127.0.0.1"
+//! port = 9878
+//! sender_comp_id = "PRICEWIRE"
+//! target_comp_id = "LPA"
+//! symbols = { "EUR/USD" = "EURUSD", "USD/JPY" = "USDJPY" }
+//! connect_ms = 2000        # TCP connect timeout
+//! logon_ms = 5000          # Logon sent -> Logon received
+//! heartbeat_s = 5          # HeartBtInt (108) we ask for
+//! # read_timeout_ms = 10000  # silence before the session is dead; default heartbeat x 2
+//! ```
+//!
+//! Resolution happens once at start-up; nothing here is on the hot path.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+use crate::model::{Instrument, ProviderId, SymbolId};
+use crate::resilience::breaker::WindowKind;
+use crate::resilience::{Backoff, BreakerConfig};
+
+pub const CONNECT_MS_DEFAULT: u64 = 2_000;
+pub const LOGON_MS_DEFAULT: u64 = 5_000;
+pub const HEARTBEAT_S_DEFAULT: u32 = 5;
+pub const HEARTBEAT_S_MAX: u32 = 300;
+/// Stagger between providers' first connects; each also adds uniform
+/// jitter in `[0, stagger_ms]`, so N providers spread over N+1 slots.
+pub const STAGGER_MS_DEFAULT: u64 = 250;
+pub const RECONNECT_BASE_MS_DEFAULT: u64 = 500;
+pub const RECONNECT_CAP_MS_DEFAULT: u64 = 30_000;
+/// A quote older than this (provider SendingTime -> our receive) is slow.
+pub const SLOW_QUOTE_MS_DEFAULT: u64 = 250;
+/// Sequence gaps (each resubscribed) before the session logs out and
+/// reconnects instead.
+pub const GAPS_BEFORE_LOGOUT_DEFAULT: u32 = 3;
+/// Successful quotes are recorded in the breaker at most once per this
+/// period (failures always); see the module docs of `session`.
+pub const QUOTE_SAMPLE_MS_DEFAULT: u64 = 100;
+pub const BREAKER_WINDOW_S_DEFAULT: u32 = 10;
+pub const BREAKER_MINIMUM_CALLS_DEFAULT: u32 = 5;
+pub const BREAKER_OPEN_WAIT_MS_DEFAULT: u64 = 10_000;
+/// Most symbols one session subscribes.
+pub const SYMBOLS_MAX: usize = 1_024;
+/// Longest provider symbol or CompID accepted.
+pub const ID_LEN_MAX: usize = 64;
+
+/// The `[providers.fix]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixProviderFile {
+    pub host: String,
+    pub port: u16,
+    pub sender_comp_id: String,
+    pub target_comp_id: String,
+    /// Provider symbol -> instrument name.
+    pub symbols: BTreeMap<String, String>,
+    pub connect_ms: Option<u64>,
+    pub logon_ms: Option<u64>,
+    pub heartbeat_s: Option<u32>,
+    pub read_timeout_ms: Option<u64>,
+    pub stagger_ms: Option<u64>,
+    pub reconnect_base_ms: Option<u64>,
+    pub reconnect_cap_ms: Option<u64>,
+    pub slow_quote_ms: Option<u64>,
+    pub gaps_before_logout: Option<u32>,
+    pub quote_sample_ms: Option<u64>,
+    pub breaker_window_s: Option<u32>,
+    pub breaker_minimum_calls: Option<u32>,
+    pub breaker_open_wait_ms: Option<u64>,
+    pub breaker_failure_rate_pct: Option<u32>,
+    pub breaker_slow_rate_pct: Option<u32>,
+}
+
+/// One subscribed symbol: what the provider calls it and what we do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymbolMapping {
+    pub provider_symbol: String,
+    pub symbol: SymbolId,
+    pub digits: u8,
+}
+
+/// A resolved FIX session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixSessionConfig {
+    pub provider: ProviderId,
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub sender_comp_id: String,
+    pub target_comp_id: String,
+    pub symbols: Vec<SymbolMapping>,
+    pub connect_timeout_ms: u64,
+    pub logon_timeout_ms: u64,
+    pub heartbeat_s: u32,
+    pub read_timeout_ms: u64,
+    pub stagger_ms: u64,
+    pub reconnect: Backoff,
+    pub slow_quote_ms: u64,
+    pub gaps_before_logout: u32,
+    pub quote_sample_ms: u64,
+    pub breaker: BreakerConfig,
+}
+
+impl FixSessionConfig {
+    /// A session with every default, for tests and tools.
+    pub fn new(provider: ProviderId, name: &str, host: &str, port: u16) -> Self {
+        let heartbeat_s = HEARTBEAT_S_DEFAULT;
+        let read_timeout_ms = u64::from(heartbeat_s) * 2_000;
+        FixSessionConfig {
+            provider,
+            name: name.to_string(),
+            host: host.to_string(),
+            port,
+            sender_comp_id: "PRICEWIRE".into(),
+            target_comp_id: name.to_uppercase(),
+            symbols: Vec::new(),
+            connect_timeout_ms: CONNECT_MS_DEFAULT,
+            logon_timeout_ms: LOGON_MS_DEFAULT,
+            heartbeat_s,
+            read_timeout_ms,
+            stagger_ms: STAGGER_MS_DEFAULT,
+            reconnect: Backoff::new(RECONNECT_BASE_MS_DEFAULT, RECONNECT_CAP_MS_DEFAULT),
+            slow_quote_ms: SLOW_QUOTE_MS_DEFAULT,
+            gaps_before_logout: GAPS_BEFORE_LOGOUT_DEFAULT,
+            quote_sample_ms: QUOTE_SAMPLE_MS_DEFAULT,
+            breaker: breaker_config(
+                SLOW_QUOTE_MS_DEFAULT,
+                read_timeout_ms,
+                BREAKER_WINDOW_S_DEFAULT,
+                BREAKER_MINIMUM_CALLS_DEFAULT,
+                BREAKER_OPEN_WAIT_MS_DEFAULT,
+            ),
+        }
+    }
+
+    /// Adds a symbol mapping (tests and tools).
+    pub fn map_symbol(mut self, provider_symbol: &str, inst: &Instrument) -> Self {
+        self.symbols.push(SymbolMapping {
+            provider_symbol: provider_symbol.to_string(),
+            symbol: inst.id,
+            digits: inst.digits,
+        });
+        self
+    }
+
+    /// Sets the read timeout and keeps the breaker's call timeout in step.
+    pub fn with_read_timeout_ms(mut self, read_timeout_ms: u64) -> Self {
+        self.read_timeout_ms = read_timeout_ms;
+        self.breaker.call_timeout_ms = read_timeout_ms;
+        self.breaker.half_open_max_wait_ms =
+            self.breaker.half_open_max_wait_ms.max(read_timeout_ms);
+        self
+    }
+
+    /// Checks the cross-field rules (slow threshold below the read
+    /// timeout, and the breaker's own).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.symbols.is_empty() || self.symbols.len() > SYMBOLS_MAX {
+            return Err(format!("symbols: need 1..={SYMBOLS_MAX} mappings"));
+        }
+        if self.heartbeat_s == 0 || self.heartbeat_s > HEARTBEAT_S_MAX {
+            return Err(format!("heartbeat_s: must be 1..={HEARTBEAT_S_MAX}"));
+        }
+        if self.connect_timeout_ms == 0 || self.logon_timeout_ms == 0 {
+            return Err("connect_ms and logon_ms must be at least 1".into());
+        }
+        if self.read_timeout_ms <= u64::from(self.heartbeat_s) * 1_000 {
+            return Err(
+                "read_timeout_ms: must exceed heartbeat_s (the peer's heartbeat must fit)".into(),
+            );
+        }
+        if self.reconnect.base_ms == 0 || self.reconnect.cap_ms < self.reconnect.base_ms {
+            return Err("reconnect: need 1 <= reconnect_base_ms <= reconnect_cap_ms".into());
+        }
+        if self.gaps_before_logout == 0 {
+            return Err("gaps_before_logout: must be at least 1".into());
+        }
+        for id in [&self.sender_comp_id, &self.target_comp_id] {
+            if id.is_empty() || id.len() > ID_LEN_MAX || !id.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!("comp ids must be 1..={ID_LEN_MAX} printable ASCII"));
+            }
+        }
+        self.breaker.validate().map_err(|e| e.to_string())
+    }
+}
+
+/// The feed breaker's settings: a call is a quote (slow above
+/// `slow_quote_ms`), its timeout is the read timeout.
+pub fn breaker_config(
+    slow_quote_ms: u64,
+    read_timeout_ms: u64,
+    window_s: u32,
+    minimum_calls: u32,
+    open_wait_ms: u64,
+) -> BreakerConfig {
+    BreakerConfig {
+        window: WindowKind::Time { window_s },
+        minimum_calls,
+        slow_call_duration_ms: slow_quote_ms,
+        call_timeout_ms: read_timeout_ms,
+        open_wait_ms,
+        half_open_max_wait_ms: read_timeout_ms.max(BreakerConfig::default().half_open_max_wait_ms),
+        ..BreakerConfig::default()
+    }
+}
+
+fn invalid(key: String, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        reason: reason.into(),
+    }
+}
+
+/// Resolves one `[providers.fix]` table of provider `index` against the
+/// instrument list.
+pub fn resolve(
+    index: usize,
+    name: &str,
+    f: &FixProviderFile,
+    instruments: &[Instrument],
+) -> Result<FixSessionConfig, ConfigError> {
+    let key = |field: &str| format!("providers[{index}].fix.{field}");
+    let heartbeat_s = f.heartbeat_s.unwrap_or(HEARTBEAT_S_DEFAULT);
+    let read_timeout_ms = f
+        .read_timeout_ms
+        .unwrap_or(u64::from(heartbeat_s).saturating_mul(2_000));
+    let slow_quote_ms = f.slow_quote_ms.unwrap_or(SLOW_QUOTE_MS_DEFAULT);
+    let mut breaker = breaker_config(
+        slow_quote_ms,
+        read_timeout_ms,
+        f.breaker_window_s.unwrap_or(BREAKER_WINDOW_S_DEFAULT),
+        f.breaker_minimum_calls
+            .unwrap_or(BREAKER_MINIMUM_CALLS_DEFAULT),
+        f.breaker_open_wait_ms
+            .unwrap_or(BREAKER_OPEN_WAIT_MS_DEFAULT),
+    );
+    if let Some(p) = f.breaker_failure_rate_pct {
+        breaker.failure_rate_threshold_pct = p;
+    }
+    if let Some(p) = f.breaker_slow_rate_pct {
+        breaker.slow_call_rate_threshold_pct = p;
+    }
+    let mut symbols = Vec::with_capacity(f.symbols.len());
+    for (theirs, ours) in &f.symbols {
+        let inst = instruments
+            .iter()
+            .find(|i| &i.name == ours)
+            .ok_or_else(|| invalid(key("symbols"), format!("unknown instrument {ours}")))?;
+        if theirs.is_empty() || theirs.len() > ID_LEN_MAX || theirs.bytes().any(|b| b < 0x20) {
+            return Err(invalid(
+                key("symbols"),
+                format!("bad provider symbol {theirs:?}"),
+            ));
+        }
+        symbols.push(SymbolMapping {
+            provider_symbol: theirs.clone(),
+            symbol: inst.id,
+            digits: inst.digits,
+        });
+    }
+    if f.host.is_empty() {
+        return Err(invalid(key("host"), "must not be empty"));
+    }
+    let cfg = FixSessionConfig {
+        provider: index as ProviderId,
+        name: name.to_string(),
+        host: f.host.clone(),
+        port: f.port,
+        sender_comp_id: f.sender_comp_id.clone(),
+        target_comp_id: f.target_comp_id.clone(),
+        symbols,
+        connect_timeout_ms: f.connect_ms.unwrap_or(CONNECT_MS_DEFAULT),
+        logon_timeout_ms: f.logon_ms.unwrap_or(LOGON_MS_DEFAULT),
+        heartbeat_s,
+        read_timeout_ms,
+        stagger_ms: f.stagger_ms.unwrap_or(STAGGER_MS_DEFAULT),
+        reconnect: Backoff::new(
+            f.reconnect_base_ms.unwrap_or(RECONNECT_BASE_MS_DEFAULT),
+            f.reconnect_cap_ms.unwrap_or(RECONNECT_CAP_MS_DEFAULT),
+        ),
+        slow_quote_ms,
+        gaps_before_logout: f.gaps_before_logout.unwrap_or(GAPS_BEFORE_LOGOUT_DEFAULT),
+        quote_sample_ms: f.quote_sample_ms.unwrap_or(QUOTE_SAMPLE_MS_DEFAULT),
+        breaker,
+    };
+    cfg.validate()
+        .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;
+    Ok(cfg)
+}
+
+/// Resolves the FIX tables of every provider: a `kind = "fix"` provider
+/// must have one, any other kind must not.
+pub fn resolve_all(
+    providers: &[crate::config::ProviderFile],
+    instruments: &[Instrument],
+) -> Result<Vec<FixSessionConfig>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, p) in providers.iter().enumerate() {
+        let is_fix = p.kind == crate::model::ProviderKind::Fix;
+        match (&p.fix, is_fix) {
+            (Some(f), true) => out.push(resolve(i, &p.name, f, instruments)?),
+            (None, true) => {
+                return Err(invalid(
+                    format!("providers[{i}].fix"),
+                    "a fix provider needs a [providers.fix] table",
+                ))
+            }
+            (Some(_), false) => {
+                return Err(invalid(
+                    format!("providers[{i}].fix"),
+                    "only a kind = \"fix\" provider takes a fix table",
+                ))
+            }
+            (None, false) => {}
+        }
+    }
+    Ok(out)
+}

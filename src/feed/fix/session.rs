@@ -1,0 +1,921 @@
+//! The sans-IO FIX 4.4 market-data initiator session.
+//!
+//! Contract: no sockets and no OS clock here. The driver tells the session
+//! what happened (`on_connected`, `handle_frame`, `on_disconnected`) and
+//! calls [`FixSession::poll`] every turn; each call takes `now_ns`
+//! (monotonic, decides every timer) and `wall_ns` (UTC, only for
+//! SendingTime and quote latency) and returns an [`Io`] order for the
+//! driver. Outgoing bytes accumulate in a bounded outbound buffer the
+//! driver drains. Every buffer (outbound, encoder, per-symbol books, the
+//! pending-tick queue, the symbol index) is allocated in [`FixSession::new`];
+//! handling a quote allocates nothing.
+//!
+//! States: `Waiting` (until the staggered first connect or the jittered
+//! backoff) → `Connecting` (connect timeout) → `LogonSent` (logon timeout)
+//! → `Active` (heartbeats, TestRequest on silence, read timeout) →
+//! `LoggingOut` (bounded wait for the peer's Logout) → `Waiting`.
+//!
+//! **Gap policy.** Market data is perishable, so a ResendRequest (35=2)
+//! would only replay quotes that are already stale. On a MsgSeqNum gap the
+//! session records a breaker failure, accepts the new number, clears every
+//! book (incrementals after a gap may apply to a book we never saw) and
+//! resubscribes with fresh MarketDataRequests, which bring new snapshots.
+//! After `gaps_before_logout` gaps on one connection it logs out and
+//! reconnects instead. A MsgSeqNum below the expected one (without
+//! PossDupFlag) means the peer lost its state: failure, Logout, reconnect.
+//!
+//! **Breaker mapping.** Failures: connect refused/failed, connect timeout,
+//! logon timeout, disconnect by the peer, decode and checksum errors, read
+//! (heartbeat) timeout, sequence gaps, a Logout we did not ask for.
+//! Successes: quotes, whose duration is their provider→receive latency
+//! (SendingTime/MDEntryTime to our wall clock), so quotes older than
+//! `slow_quote_ms` are slow calls. Business errors (MarketDataRequestReject
+//! 35=Y, session Reject 35=3 of our own message) are `Ignored`. While
+//! Closed, quote successes are recorded at most once per
+//! `quote_sample_ms`: at thousands of quotes per second a per-quote record
+//! would drown the handful of failures a dying session produces, and a
+//! systematic sample still estimates the share of slow quotes. In HalfOpen
+//! every quote is a trial. While the breaker is not Closed the provider is
+//! marked unhealthy in [`ProviderHealth`], so the engine aggregates
+//! without it; its quotes still flow so its book is fresh when it closes.
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::codec::{self, Encoder, Fields, Header};
+use super::config::FixSessionConfig;
+use super::stats::FixSessionStats;
+use crate::clock::NS_PER_MS;
+use crate::engine::ProviderHealth;
+use crate::model::price::parse_price_bytes;
+use crate::model::{Mantissa, Tick, NO_PRICE};
+use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, Outcome};
+
+/// Where a session publishes its provider's health: filled once the
+/// engine's [`ProviderHealth`] exists (the pipeline creates it after the
+/// sources), and read by the session on every poll. Until it is bound the
+/// session keeps its verdict and publishes it at the first poll after.
+pub type HealthSlot = Arc<std::sync::OnceLock<Arc<ProviderHealth>>>;
+
+/// A slot already bound to `health` (tests, or a caller that has it).
+pub fn bound_slot(health: Arc<ProviderHealth>) -> HealthSlot {
+    let slot = HealthSlot::default();
+    let _ = slot.set(health);
+    slot
+}
+
+/// Bytes of not-yet-written outgoing messages a session may hold; a peer
+/// that does not read this much is treated as dead.
+pub const OUTBOUND_BYTES_MAX: usize = 256 * 1024;
+/// Largest outgoing message body.
+pub const ENCODE_BYTES_MAX: usize = 1_024;
+/// Silence, as a share of HeartBtInt in percent, after which we send a
+/// TestRequest (FIX recommends "HeartBtInt plus a reasonable margin").
+pub const TEST_REQUEST_AFTER_PCT: u64 = 120;
+
+/// What the driver must do after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    Nothing,
+    /// Open a TCP connection to the session's host and port.
+    Connect,
+    /// Close the connection (the session has already scheduled a reconnect).
+    Close,
+}
+
+/// Session states (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    Waiting,
+    Connecting,
+    LogonSent,
+    Active,
+    LoggingOut,
+}
+
+/// Why a session counted a breaker failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    ConnectFailed,
+    ConnectTimeout,
+    LogonTimeout,
+    Disconnected,
+    Decode,
+    Checksum,
+    ReadTimeout,
+    SeqGap,
+    SeqTooLow,
+    UnexpectedLogout,
+    OutboundFull,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Bid,
+    Offer,
+}
+
+/// Top of book of one subscribed symbol.
+#[derive(Debug, Clone, Copy)]
+struct Book {
+    bid: Mantissa,
+    ask: Mantissa,
+    bid_size: u64,
+    ask_size: u64,
+    provider_time_ns: u64,
+    touched: bool,
+    rejected: bool,
+}
+
+const EMPTY_BOOK: Book = Book {
+    bid: NO_PRICE,
+    ask: NO_PRICE,
+    bid_size: 0,
+    ask_size: 0,
+    provider_time_ns: 0,
+    touched: false,
+    rejected: false,
+};
+
+/// One MDEntry being read.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry<'a> {
+    started: bool,
+    action: u8,
+    side: Option<Side>,
+    symbol: Option<&'a [u8]>,
+    price: Option<&'a [u8]>,
+    size: Option<&'a [u8]>,
+    date_days: Option<u64>,
+    time_ns: Option<u64>,
+}
+
+/// Header fields of the message being handled.
+#[derive(Debug, Clone, Copy, Default)]
+struct MsgHeader<'a> {
+    seq: Option<u64>,
+    poss_dup: bool,
+    sending_time_ns: Option<u64>,
+    symbol: Option<&'a [u8]>,
+    req_id: Option<&'a [u8]>,
+    test_req_id: Option<&'a [u8]>,
+    new_seq_no: Option<u64>,
+    sender_comp_id: Option<&'a [u8]>,
+    target_comp_id: Option<&'a [u8]>,
+}
+
+/// One FIX market-data session (see the module docs).
+pub struct FixSession {
+    cfg: FixSessionConfig,
+    state: SessionState,
+    enc: Encoder,
+    outbound: Vec<u8>,
+    out_seq: u64,
+    in_seq: u64,
+    deadline_ns: u64,
+    last_recv_ns: u64,
+    last_sent_ns: u64,
+    test_req_pending: bool,
+    test_req_id: u64,
+    next_connect_ns: u64,
+    attempt: u32,
+    gaps_this_connection: u32,
+    /// Generation of our MDReqIDs: bumped per (re)subscription, so a reply
+    /// to an old request is recognised.
+    req_gen: u64,
+    /// Provider symbol bytes -> mapping index, sorted for binary search.
+    index: Box<[(Box<[u8]>, u16)]>,
+    books: Box<[Book]>,
+    pending: Vec<Tick>,
+    pending_pos: usize,
+    feed_seq: u64,
+    last_sample_ns: Option<u64>,
+    close: Option<Failure>,
+    close_quietly: bool,
+    breaker: CircuitBreaker,
+    healthy: bool,
+    /// What was last written to the provider's health flag.
+    published: Option<bool>,
+    health: HealthSlot,
+    stats: Arc<FixSessionStats>,
+    rng: SmallRng,
+}
+
+impl FixSession {
+    /// A session whose first connect is due at `start_ns + ordinal *
+    /// stagger_ms + uniform(0..=stagger_ms)`. Panics on an invalid config
+    /// (callers validate first: a bad value here is a bug).
+    pub fn new(
+        cfg: FixSessionConfig,
+        ordinal: usize,
+        start_ns: u64,
+        seed: u64,
+        health: HealthSlot,
+    ) -> Self {
+        if let Err(e) = cfg.validate() {
+            panic!("invalid FIX session config {}: {e}", cfg.name);
+        }
+        let breaker = CircuitBreaker::new(cfg.breaker).expect("breaker config validated");
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let jitter_ms = rng.gen_range(0..=cfg.stagger_ms);
+        let stagger_ms = cfg.stagger_ms.saturating_mul(ordinal as u64) + jitter_ms;
+        let mut index: Vec<(Box<[u8]>, u16)> = cfg
+            .symbols
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.provider_symbol.as_bytes().into(), i as u16))
+            .collect();
+        index.sort();
+        let n = cfg.symbols.len();
+        FixSession {
+            state: SessionState::Waiting,
+            enc: Encoder::new(ENCODE_BYTES_MAX),
+            outbound: Vec::with_capacity(OUTBOUND_BYTES_MAX),
+            out_seq: 1,
+            in_seq: 1,
+            deadline_ns: 0,
+            last_recv_ns: 0,
+            last_sent_ns: 0,
+            test_req_pending: false,
+            test_req_id: 0,
+            next_connect_ns: start_ns.saturating_add(stagger_ms * NS_PER_MS),
+            attempt: 0,
+            gaps_this_connection: 0,
+            req_gen: 0,
+            index: index.into_boxed_slice(),
+            books: vec![EMPTY_BOOK; n].into_boxed_slice(),
+            pending: Vec::with_capacity(n),
+            pending_pos: 0,
+            feed_seq: 0,
+            last_sample_ns: None,
+            close: None,
+            close_quietly: false,
+            breaker,
+            healthy: true,
+            published: None,
+            health,
+            stats: Arc::new(FixSessionStats::default()),
+            rng,
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &FixSessionConfig {
+        &self.cfg
+    }
+    pub fn state(&self) -> SessionState {
+        self.state
+    }
+    pub fn stats(&self) -> Arc<FixSessionStats> {
+        Arc::clone(&self.stats)
+    }
+    pub fn breaker_stats(&self) -> Arc<BreakerStats> {
+        self.breaker.stats()
+    }
+    /// The breaker's state at `now_ns` (applies its timers).
+    pub fn breaker_state(&mut self, now_ns: u64) -> BreakerState {
+        self.breaker.state(now_ns)
+    }
+    /// Monotonic time of the next connect attempt while `Waiting`.
+    pub fn next_connect_ns(&self) -> u64 {
+        self.next_connect_ns
+    }
+    /// Bytes waiting to be written.
+    pub fn outbound(&self) -> &[u8] {
+        &self.outbound
+    }
+    /// The driver wrote `n` bytes of [`FixSession::outbound`].
+    pub fn consume_outbound(&mut self, n: usize) {
+        self.outbound.drain(..n.min(self.outbound.len()));
+    }
+
+    /// Timers: connect schedule, connect/logon/logout deadlines, heartbeat,
+    /// TestRequest, read timeout; and the breaker's own timer, so health
+    /// follows Open -> HalfOpen with no traffic.
+    pub fn poll(&mut self, now_ns: u64, wall_ns: u64) -> Io {
+        self.update_health(now_ns);
+        match self.state {
+            SessionState::Waiting if now_ns >= self.next_connect_ns => {
+                self.state = SessionState::Connecting;
+                self.deadline_ns = now_ns + self.cfg.connect_timeout_ms * NS_PER_MS;
+                self.stats.connects_attempted.inc();
+                return Io::Connect;
+            }
+            SessionState::Connecting if now_ns >= self.deadline_ns => {
+                self.stats.connect_timeouts.inc();
+                self.fail(Failure::ConnectTimeout, now_ns);
+            }
+            SessionState::LogonSent if now_ns >= self.deadline_ns => {
+                self.stats.logon_timeouts.inc();
+                self.fail(Failure::LogonTimeout, now_ns);
+            }
+            SessionState::LoggingOut if now_ns >= self.deadline_ns => self.close_quietly(),
+            SessionState::LogonSent | SessionState::Active | SessionState::LoggingOut => {
+                self.check_silence(now_ns, wall_ns)
+            }
+            _ => {}
+        }
+        self.take_io(now_ns)
+    }
+
+    fn check_silence(&mut self, now_ns: u64, wall_ns: u64) {
+        let silent_ns = now_ns.saturating_sub(self.last_recv_ns);
+        let hb_ns = u64::from(self.cfg.heartbeat_s) * 1_000 * NS_PER_MS;
+        if silent_ns >= self.cfg.read_timeout_ms * NS_PER_MS {
+            self.stats.read_timeouts.inc();
+            self.fail(Failure::ReadTimeout, now_ns);
+            return;
+        }
+        if self.state != SessionState::Active {
+            return;
+        }
+        if silent_ns >= hb_ns * TEST_REQUEST_AFTER_PCT / 100 && !self.test_req_pending {
+            self.test_req_pending = true;
+            self.test_req_id += 1;
+            self.stats.test_requests_sent.inc();
+            let id = self.test_req_id;
+            self.send(b"1", now_ns, wall_ns, |e| {
+                e.fmt(112, format_args!("TEST{id}"))
+            });
+        } else if now_ns.saturating_sub(self.last_sent_ns) >= hb_ns {
+            self.stats.heartbeats_sent.inc();
+            self.send(b"0", now_ns, wall_ns, |_| {});
+        }
+    }
+
+    /// The TCP connection is up: send Logon.
+    pub fn on_connected(&mut self, now_ns: u64, wall_ns: u64) -> Io {
+        debug_assert_eq!(self.state, SessionState::Connecting);
+        self.state = SessionState::LogonSent;
+        self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
+        self.last_recv_ns = now_ns;
+        self.out_seq = 1;
+        self.in_seq = 1;
+        self.gaps_this_connection = 0;
+        self.test_req_pending = false;
+        self.outbound.clear();
+        let hb = u64::from(self.cfg.heartbeat_s);
+        self.send(b"A", now_ns, wall_ns, |e| {
+            e.uint(98, 0);
+            e.uint(108, hb);
+            e.bytes(141, b"Y");
+        });
+        self.take_io(now_ns)
+    }
+
+    /// The connect attempt failed (refused, unreachable).
+    pub fn on_connect_failed(&mut self, now_ns: u64) -> Io {
+        self.stats.connects_failed.inc();
+        self.fail(Failure::ConnectFailed, now_ns);
+        self.finish_close(now_ns);
+        Io::Nothing
+    }
+
+    /// The peer closed or reset the connection (the driver has dropped it).
+    pub fn on_disconnected(&mut self, now_ns: u64) -> Io {
+        if self.state == SessionState::LoggingOut {
+            self.close_quietly = true;
+        } else {
+            self.stats.disconnects.inc();
+            self.fail(Failure::Disconnected, now_ns);
+        }
+        self.finish_close(now_ns);
+        Io::Nothing
+    }
+
+    /// The receive buffer holds bytes that are not FIX.
+    pub fn on_decode_error(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
+        tracing::warn!(provider = %self.cfg.name, %err, "FIX decode failure");
+        if matches!(err, codec::DecodeError::BadChecksum { .. }) {
+            self.stats.checksum_errors.inc();
+            self.fail(Failure::Checksum, now_ns);
+        } else {
+            self.stats.decode_errors.inc();
+            self.fail(Failure::Decode, now_ns);
+        }
+        self.take_io(now_ns)
+    }
+
+    /// True while decoded ticks wait for [`FixSession::drain_ticks`]; the
+    /// driver handles no further frame until they are drained.
+    pub fn has_pending_ticks(&self) -> bool {
+        self.pending_pos < self.pending.len()
+    }
+
+    /// Moves decoded ticks into `out`; returns how many.
+    pub fn drain_ticks(&mut self, out: &mut [Tick]) -> usize {
+        let avail = &self.pending[self.pending_pos..];
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.pending_pos += n;
+        if self.pending_pos == self.pending.len() {
+            self.pending.clear();
+            self.pending_pos = 0;
+        }
+        n
+    }
+
+    /// Handles one verified frame (from [`codec::frame_len`]).
+    pub fn handle_frame(&mut self, frame: &[u8], now_ns: u64, wall_ns: u64) -> Io {
+        debug_assert!(
+            !self.has_pending_ticks(),
+            "drain ticks before the next frame"
+        );
+        self.last_recv_ns = now_ns;
+        self.test_req_pending = false;
+        self.stats.messages_received.inc();
+        let mut fields = Fields::of_frame(frame);
+        let msg_type = match fields.next() {
+            Some(Ok((35, t))) => t,
+            _ => return self.on_decode_error(codec::DecodeError::MissingMsgType, now_ns),
+        };
+        let (hdr, body) = match read_header(fields.clone()) {
+            Ok(h) => (h, fields),
+            Err(e) => return self.on_decode_error(e, now_ns),
+        };
+        if !self.addressed_to_us(&hdr) {
+            self.stats.comp_id_mismatches.inc();
+            return self.on_decode_error(codec::DecodeError::WrongCompId, now_ns);
+        }
+        if !self.check_seq(msg_type, &hdr, now_ns, wall_ns) {
+            return self.take_io(now_ns);
+        }
+        self.dispatch(msg_type, &hdr, body, now_ns, wall_ns);
+        self.take_io(now_ns)
+    }
+
+    fn dispatch(
+        &mut self,
+        msg_type: &[u8],
+        hdr: &MsgHeader<'_>,
+        body: Fields<'_>,
+        now_ns: u64,
+        wall_ns: u64,
+    ) {
+        match msg_type {
+            b"A" => self.on_logon(now_ns, wall_ns),
+            b"0" => {}
+            b"1" => {
+                self.stats.test_requests_answered.inc();
+                let id = hdr.test_req_id.unwrap_or(b"");
+                self.send(b"0", now_ns, wall_ns, |e| e.bytes(112, id));
+            }
+            b"5" => self.on_logout(now_ns, wall_ns),
+            b"3" => {
+                // A session-level Reject of one of our messages: our own
+                // fault, so a business error for the breaker.
+                self.stats.session_rejects.inc();
+                self.record(Outcome::Ignored, now_ns);
+            }
+            b"4" => {
+                if let Some(n) = hdr.new_seq_no {
+                    self.in_seq = n;
+                }
+            }
+            b"Y" => self.on_md_reject(hdr, now_ns),
+            b"W" | b"X" if self.state == SessionState::Active => {
+                self.on_market_data(hdr, body, now_ns, wall_ns)
+            }
+            _ => self.stats.messages_ignored.inc(),
+        }
+    }
+
+    /// SenderCompID (49) must be the provider's and TargetCompID (56)
+    /// ours: a message for another session means a misrouted connection.
+    fn addressed_to_us(&self, hdr: &MsgHeader<'_>) -> bool {
+        hdr.sender_comp_id == Some(self.cfg.target_comp_id.as_bytes())
+            && hdr.target_comp_id == Some(self.cfg.sender_comp_id.as_bytes())
+    }
+
+    /// MsgSeqNum check and gap policy; false when the message must not be
+    /// processed further.
+    fn check_seq(
+        &mut self,
+        msg_type: &[u8],
+        hdr: &MsgHeader<'_>,
+        now_ns: u64,
+        wall_ns: u64,
+    ) -> bool {
+        let Some(seq) = hdr.seq else {
+            self.stats.decode_errors.inc();
+            self.fail(Failure::Decode, now_ns);
+            return false;
+        };
+        // A SequenceReset-Reset (no GapFill) may move the number anywhere.
+        if msg_type == b"4" {
+            return true;
+        }
+        if seq == self.in_seq {
+            self.in_seq += 1;
+            return true;
+        }
+        if seq < self.in_seq {
+            if hdr.poss_dup {
+                self.stats.messages_ignored.inc();
+                return false;
+            }
+            self.stats.seq_too_low.inc();
+            self.fail_and_logout(Failure::SeqTooLow, now_ns, wall_ns);
+            return false;
+        }
+        self.stats.seq_gaps.inc();
+        self.in_seq = seq + 1;
+        self.gaps_this_connection += 1;
+        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        if self.gaps_this_connection >= self.cfg.gaps_before_logout {
+            self.stats.logouts_for_gaps.inc();
+            self.logout(now_ns, wall_ns);
+            return false;
+        }
+        // The message after the gap is still handled (a Logout or a fresh
+        // snapshot is valid); only the books are suspect.
+        self.resubscribe(now_ns, wall_ns);
+        true
+    }
+
+    fn on_logon(&mut self, now_ns: u64, wall_ns: u64) {
+        if self.state != SessionState::LogonSent {
+            self.stats.messages_ignored.inc();
+            return;
+        }
+        self.state = SessionState::Active;
+        self.stats.logons.inc();
+        tracing::info!(provider = %self.cfg.name, "FIX logon accepted");
+        self.subscribe(now_ns, wall_ns);
+    }
+
+    fn on_logout(&mut self, now_ns: u64, wall_ns: u64) {
+        if self.state == SessionState::LoggingOut {
+            self.close_quietly();
+            return;
+        }
+        self.stats.logouts_received.inc();
+        self.send(b"5", now_ns, wall_ns, |_| {});
+        self.fail(Failure::UnexpectedLogout, now_ns);
+    }
+
+    fn on_md_reject(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) {
+        self.stats.md_rejects.inc();
+        if let Some(i) = hdr.req_id.and_then(|id| self.req_index(id)) {
+            self.books[i].rejected = true;
+            tracing::warn!(provider = %self.cfg.name, symbol = %self.cfg.symbols[i].provider_symbol,
+                "MarketDataRequest rejected");
+        }
+        self.record(Outcome::Ignored, now_ns);
+    }
+
+    /// Index of the symbol of one of our current MDReqIDs (`<gen>-<index>`).
+    fn req_index(&self, id: &[u8]) -> Option<usize> {
+        let dash = id.iter().position(|&b| b == b'-')?;
+        let gen = codec::parse_u64(&id[..dash])?;
+        let i = codec::parse_u64(&id[dash + 1..])? as usize;
+        (gen == self.req_gen && i < self.books.len()).then_some(i)
+    }
+
+    /// One MarketDataRequest per symbol, so a reject for one symbol leaves
+    /// the others streaming.
+    fn subscribe(&mut self, now_ns: u64, wall_ns: u64) {
+        self.req_gen += 1;
+        let gen = self.req_gen;
+        for i in 0..self.cfg.symbols.len() {
+            self.books[i] = EMPTY_BOOK;
+            let sym = std::mem::take(&mut self.cfg.symbols[i].provider_symbol);
+            self.send(b"V", now_ns, wall_ns, |e| {
+                e.fmt(262, format_args!("{gen}-{i}"));
+                e.uint(263, 1);
+                e.uint(264, 1);
+                e.uint(265, 1);
+                e.uint(267, 2);
+                e.uint(269, 0);
+                e.uint(269, 1);
+                e.uint(146, 1);
+                e.bytes(55, sym.as_bytes());
+            });
+            self.cfg.symbols[i].provider_symbol = sym;
+        }
+    }
+
+    /// Gap recovery: unsubscribe the old generation, subscribe afresh.
+    fn resubscribe(&mut self, now_ns: u64, wall_ns: u64) {
+        self.stats.resubscribes.inc();
+        let gen = self.req_gen;
+        for i in 0..self.cfg.symbols.len() {
+            let sym = std::mem::take(&mut self.cfg.symbols[i].provider_symbol);
+            self.send(b"V", now_ns, wall_ns, |e| {
+                e.fmt(262, format_args!("{gen}-{i}"));
+                e.uint(263, 2);
+                e.uint(264, 1);
+                e.uint(146, 1);
+                e.bytes(55, sym.as_bytes());
+            });
+            self.cfg.symbols[i].provider_symbol = sym;
+        }
+        self.subscribe(now_ns, wall_ns);
+    }
+
+    fn logout(&mut self, now_ns: u64, wall_ns: u64) {
+        self.send(b"5", now_ns, wall_ns, |_| {});
+        self.state = SessionState::LoggingOut;
+        self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
+    }
+
+    fn fail_and_logout(&mut self, why: Failure, now_ns: u64, wall_ns: u64) {
+        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        tracing::warn!(provider = %self.cfg.name, ?why, "FIX session logging out");
+        self.logout(now_ns, wall_ns);
+    }
+
+    /// Operator or shutdown: log out politely.
+    pub fn request_logout(&mut self, now_ns: u64, wall_ns: u64) -> Io {
+        if self.state == SessionState::Active {
+            self.logout(now_ns, wall_ns);
+        }
+        self.take_io(now_ns)
+    }
+
+    fn on_market_data(&mut self, hdr: &MsgHeader<'_>, body: Fields<'_>, now_ns: u64, wall_ns: u64) {
+        let mut entry = Entry::default();
+        let mut in_group = false;
+        for field in body {
+            let Ok((tag, value)) = field else {
+                self.stats.decode_errors.inc();
+                self.fail(Failure::Decode, now_ns);
+                return;
+            };
+            match tag {
+                268 => in_group = true,
+                279 | 269 if in_group && entry.started && (tag == 279 || entry.side.is_some()) => {
+                    self.apply_entry(&entry, hdr, now_ns);
+                    entry = Entry::default();
+                }
+                _ => {}
+            }
+            if in_group {
+                read_entry_field(&mut entry, tag, value);
+            }
+        }
+        if entry.started {
+            self.apply_entry(&entry, hdr, now_ns);
+        }
+        self.emit_touched(now_ns, wall_ns);
+    }
+
+    fn apply_entry(&mut self, e: &Entry<'_>, hdr: &MsgHeader<'_>, now_ns: u64) {
+        let Some(i) = e.symbol.or(hdr.symbol).and_then(|s| self.symbol_index(s)) else {
+            self.stats.unknown_symbols.inc();
+            return;
+        };
+        let Some(side) = e.side else { return };
+        let digits = self.cfg.symbols[i].digits;
+        let (price, size) = if e.action == b'2' {
+            (NO_PRICE, 0)
+        } else {
+            let price = e.price.map(|p| parse_price_bytes(p, digits));
+            let size = e.size.map_or(Some(0), codec::parse_size);
+            match (price, size) {
+                (Some(Ok(p)), Some(s)) if p > 0 => (p, s),
+                _ => {
+                    // A bad value in a well-framed message: the entry is
+                    // skipped and the provider charged a failure, but the
+                    // stream itself is intact, so the session stays up.
+                    self.stats.bad_prices.inc();
+                    self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+                    return;
+                }
+            }
+        };
+        let time_ns = entry_time(e, hdr).unwrap_or(0);
+        let book = &mut self.books[i];
+        match side {
+            Side::Bid => (book.bid, book.bid_size) = (price, size),
+            Side::Offer => (book.ask, book.ask_size) = (price, size),
+        }
+        book.provider_time_ns = time_ns;
+        book.touched = true;
+    }
+
+    fn symbol_index(&self, provider_symbol: &[u8]) -> Option<usize> {
+        self.index
+            .binary_search_by(|(s, _)| (**s).cmp(provider_symbol))
+            .ok()
+            .map(|k| usize::from(self.index[k].1))
+    }
+
+    fn emit_touched(&mut self, now_ns: u64, wall_ns: u64) {
+        for i in 0..self.books.len() {
+            let b = self.books[i];
+            if !b.touched {
+                continue;
+            }
+            self.books[i].touched = false;
+            if b.bid == NO_PRICE || b.ask == NO_PRICE {
+                continue; // one side only (after a delete or a gap): not a quote
+            }
+            self.feed_seq += 1;
+            self.pending.push(Tick {
+                bid: b.bid,
+                ask: b.ask,
+                bid_size: b.bid_size,
+                ask_size: b.ask_size,
+                provider_time_ns: b.provider_time_ns,
+                receive_time_ns: now_ns,
+                feed_seq: self.feed_seq,
+                symbol: self.cfg.symbols[i].symbol,
+                provider: self.cfg.provider,
+                flags: 0,
+            });
+            self.on_quote(b.provider_time_ns, now_ns, wall_ns);
+        }
+    }
+
+    /// A good quote: breaker success (slow when late), sampled while Closed.
+    fn on_quote(&mut self, provider_time_ns: u64, now_ns: u64, wall_ns: u64) {
+        self.stats.quotes.inc();
+        self.attempt = 0;
+        let latency_ns = wall_ns.saturating_sub(provider_time_ns);
+        if latency_ns > self.cfg.slow_quote_ms * NS_PER_MS {
+            self.stats.slow_quotes.inc();
+        }
+        let state = self.breaker.state(now_ns);
+        let due = self
+            .last_sample_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.quote_sample_ms * NS_PER_MS);
+        let record = match state {
+            BreakerState::Closed => due,
+            BreakerState::HalfOpen => true,
+            _ => false,
+        };
+        if record {
+            self.last_sample_ns = Some(now_ns);
+            self.record(
+                Outcome::Success {
+                    duration_ns: latency_ns,
+                },
+                now_ns,
+            );
+        }
+    }
+
+    /// Queues one outgoing message; a full outbound buffer is a failure.
+    fn send(
+        &mut self,
+        msg_type: &[u8],
+        now_ns: u64,
+        wall_ns: u64,
+        body: impl FnOnce(&mut Encoder),
+    ) {
+        let header = Header {
+            sender_comp_id: self.cfg.sender_comp_id.as_bytes(),
+            target_comp_id: self.cfg.target_comp_id.as_bytes(),
+            seq: self.out_seq,
+            sending_time_utc_ns: wall_ns,
+        };
+        self.enc.begin(msg_type, &header);
+        body(&mut self.enc);
+        let Ok(bytes) = self.enc.finish() else {
+            debug_assert!(false, "our own messages fit the encoder");
+            return;
+        };
+        if self.outbound.len() + bytes.len() > OUTBOUND_BYTES_MAX {
+            self.stats.outbound_full.inc();
+            self.fail(Failure::OutboundFull, now_ns);
+            return;
+        }
+        self.outbound.extend_from_slice(bytes);
+        self.out_seq += 1;
+        self.last_sent_ns = now_ns;
+    }
+
+    /// Records a failure and asks the driver to close.
+    fn fail(&mut self, why: Failure, now_ns: u64) {
+        tracing::debug!(provider = %self.cfg.name, ?why, "FIX session failure");
+        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        if self.close.is_none() {
+            self.close = Some(why);
+        }
+    }
+
+    fn close_quietly(&mut self) {
+        self.close_quietly = true;
+        if self.close.is_none() {
+            self.close = Some(Failure::Disconnected);
+        }
+    }
+
+    fn take_io(&mut self, now_ns: u64) -> Io {
+        if self.close.is_none() {
+            return Io::Nothing;
+        }
+        let was_open = self.state != SessionState::Waiting;
+        self.finish_close(now_ns);
+        if was_open {
+            Io::Close
+        } else {
+            Io::Nothing
+        }
+    }
+
+    /// Back to `Waiting` with the next attempt after full-jitter backoff.
+    fn finish_close(&mut self, now_ns: u64) {
+        self.close = None;
+        self.close_quietly = false;
+        self.state = SessionState::Waiting;
+        // The outbound buffer keeps a parting Logout for the driver's last
+        // write; it is cleared when the next connection comes up.
+        self.pending.clear();
+        self.pending_pos = 0;
+        self.books.fill(EMPTY_BOOK);
+        let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
+        self.attempt = self.attempt.saturating_add(1);
+        self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
+        self.stats.reconnects_scheduled.inc();
+        self.update_health(now_ns);
+    }
+
+    fn record(&mut self, outcome: Outcome, now_ns: u64) {
+        if let Ok(permit) = self.breaker.try_acquire(now_ns) {
+            self.breaker.record(permit, outcome, now_ns);
+        }
+        self.update_health(now_ns);
+    }
+
+    /// Healthy exactly while the breaker is Closed (or Disabled).
+    fn update_health(&mut self, now_ns: u64) {
+        let healthy = matches!(
+            self.breaker.state(now_ns),
+            BreakerState::Closed | BreakerState::Disabled
+        );
+        if healthy != self.healthy {
+            self.healthy = healthy;
+            self.stats.health_changes.inc();
+            tracing::warn!(provider = %self.cfg.name, healthy, "FIX provider health changed");
+        }
+        if self.published != Some(healthy) {
+            if let Some(h) = self.health.get() {
+                h.set(usize::from(self.cfg.provider), healthy);
+                self.published = Some(healthy);
+            }
+        }
+    }
+}
+
+fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> {
+    let mut h = MsgHeader::default();
+    for field in fields {
+        let (tag, v) = field?;
+        match tag {
+            34 => h.seq = codec::parse_u64(v),
+            43 => h.poss_dup = v == b"Y",
+            52 => h.sending_time_ns = codec::parse_utc_timestamp(v),
+            55 if h.symbol.is_none() => h.symbol = Some(v),
+            262 => h.req_id = Some(v),
+            112 => h.test_req_id = Some(v),
+            36 => h.new_seq_no = codec::parse_u64(v),
+            49 => h.sender_comp_id = Some(v),
+            56 => h.target_comp_id = Some(v),
+            268 => break, // the repeating group: entries are read later
+            _ => {}
+        }
+    }
+    Ok(h)
+}
+
+fn read_entry_field<'a>(e: &mut Entry<'a>, tag: u32, v: &'a [u8]) {
+    match tag {
+        279 => {
+            e.started = true;
+            e.action = v.first().copied().unwrap_or(b'0');
+        }
+        269 => {
+            e.started = true;
+            e.side = match v {
+                b"0" => Some(Side::Bid),
+                b"1" => Some(Side::Offer),
+                _ => None,
+            };
+        }
+        55 => e.symbol = Some(v),
+        270 => e.price = Some(v),
+        271 => e.size = Some(v),
+        272 => e.date_days = codec::parse_date(v),
+        273 => e.time_ns = codec::parse_time_only(v),
+        _ => {}
+    }
+}
+
+const NS_PER_DAY: u64 = 86_400_000_000_000;
+
+/// MDEntryTime (273) on MDEntryDate (272) or SendingTime's date; else
+/// SendingTime (52).
+fn entry_time(e: &Entry<'_>, hdr: &MsgHeader<'_>) -> Option<u64> {
+    let day = e
+        .date_days
+        .map(|d| d * NS_PER_DAY)
+        .or(hdr.sending_time_ns.map(|t| t - t % NS_PER_DAY));
+    match (e.time_ns, day) {
+        (Some(t), Some(d)) => Some(d + t),
+        _ => hdr.sending_time_ns,
+    }
+}

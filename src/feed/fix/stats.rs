@@ -1,0 +1,176 @@
+//! Counters of the FIX sessions, for the metrics endpoint.
+//!
+//! One [`FixSessionStats`] per session (atomics, `Relaxed`), and a
+//! [`FixFeedStats`] that collects, per provider, the session counters and
+//! the feed breaker's [`BreakerStats`]. Built when the feed is built;
+//! reading a snapshot allocates only the snapshot.
+
+use std::sync::Arc;
+
+use crate::model::ProviderId;
+use crate::pipeline::counter::Counter;
+use crate::resilience::breaker::BreakerSnapshot;
+use crate::resilience::BreakerStats;
+
+macro_rules! session_stats {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Counters of one FIX session.
+        #[derive(Debug, Default)]
+        pub struct FixSessionStats {
+            $($(#[$doc])* pub $name: Counter,)*
+        }
+
+        /// A plain copy of [`FixSessionStats`].
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct FixSessionSnapshot {
+            $(pub $name: u64,)*
+        }
+
+        impl FixSessionStats {
+            pub fn snapshot(&self) -> FixSessionSnapshot {
+                FixSessionSnapshot { $($name: self.$name.get(),)* }
+            }
+        }
+
+        impl FixSessionSnapshot {
+            /// `(name, value)` pairs with stable metric names.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
+}
+
+session_stats! {
+    /// Connect attempts started.
+    connects_attempted,
+    /// Connects refused or otherwise failed.
+    connects_failed,
+    connect_timeouts,
+    logon_timeouts,
+    /// Logons accepted by the provider.
+    logons,
+    /// Connections closed or reset by the peer.
+    disconnects,
+    /// Reconnects scheduled (after any close).
+    reconnects_scheduled,
+    /// Frames that were not FIX (bad framing, fields, prices).
+    decode_errors,
+    checksum_errors,
+    /// Messages whose 49/56 did not name this session (decode failures).
+    comp_id_mismatches,
+    /// Sessions closed because nothing arrived for the read timeout.
+    read_timeouts,
+    seq_gaps,
+    seq_too_low,
+    /// Gap recoveries by fresh MarketDataRequests.
+    resubscribes,
+    /// Gap recoveries by Logout and reconnect.
+    logouts_for_gaps,
+    logouts_received,
+    /// MarketDataRequestRejects (business errors).
+    md_rejects,
+    /// Session-level Rejects of our messages (business errors).
+    session_rejects,
+    messages_received,
+    messages_ignored,
+    /// Quotes (ticks) produced.
+    quotes,
+    /// Quotes older than the slow threshold on arrival.
+    slow_quotes,
+    /// Entries whose price or size could not be read.
+    bad_prices,
+    /// Entries for a symbol we did not subscribe.
+    unknown_symbols,
+    test_requests_answered,
+    test_requests_sent,
+    heartbeats_sent,
+    /// Closes because the outbound buffer was full.
+    outbound_full,
+    /// Flips of the provider's health flag by the breaker.
+    health_changes,
+}
+
+/// Counters of one provider's session and feed breaker.
+#[derive(Debug, Clone)]
+pub struct FixProviderStats {
+    pub provider: ProviderId,
+    pub name: String,
+    pub session: Arc<FixSessionStats>,
+    pub breaker: Arc<BreakerStats>,
+}
+
+/// Every FIX provider's counters, shared with the metrics endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct FixFeedStats {
+    pub providers: Vec<FixProviderStats>,
+}
+
+/// A snapshot of one provider.
+#[derive(Debug, Clone)]
+pub struct FixProviderSnapshot {
+    pub provider: ProviderId,
+    pub name: String,
+    pub session: FixSessionSnapshot,
+    pub breaker: BreakerSnapshot,
+}
+
+impl FixFeedStats {
+    pub fn snapshot(&self) -> Vec<FixProviderSnapshot> {
+        self.providers
+            .iter()
+            .map(|p| FixProviderSnapshot {
+                provider: p.provider,
+                name: p.name.clone(),
+                session: p.session.snapshot(),
+                breaker: p.breaker.snapshot(),
+            })
+            .collect()
+    }
+
+    /// Appends Prometheus text: every session counter as
+    /// `pricewire_fix_<name>_total{provider="..."}`, and per provider the
+    /// breaker's `pricewire_fix_breaker_state` (0 closed, 1 open,
+    /// 2 half-open, 3 forced open, 4 disabled) and call counters.
+    pub fn render_prometheus(&self, out: &mut String) {
+        use std::fmt::Write;
+        for p in self.snapshot() {
+            let label = format!("{{provider=\"{}\"}}", p.name);
+            for (name, v) in p.session.fields() {
+                let _ = writeln!(out, "pricewire_fix_{name}_total{label} {v}");
+            }
+            let b = &p.breaker;
+            let _ = writeln!(out, "pricewire_fix_breaker_state{label} {}", b.state as u8);
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_successful_calls_total{label} {}",
+                b.successful_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_failed_calls_total{label} {}",
+                b.failed_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_slow_calls_total{label} {}",
+                b.slow_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_ignored_calls_total{label} {}",
+                b.ignored_calls
+            );
+            let _ = writeln!(
+                out,
+                "pricewire_fix_breaker_not_permitted_calls_total{label} {}",
+                b.not_permitted_calls
+            );
+        }
+    }
+
+    /// The stats of one provider by name.
+    pub fn by_name(&self, name: &str) -> Option<&FixProviderStats> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+}

@@ -1,0 +1,94 @@
+//! `kind = "fix"` providers in the TOML file: the `[providers.fix]` table,
+//! its defaults, and the errors that name the key.
+
+use pricewire::config::{Config, ConfigError};
+use pricewire::resilience::BreakerState;
+
+const FIX: &str = r#"
+[[providers]]
+name = "lp-a"
+kind = "fix"
+[providers.fix]
+host = "127.0.0.1"
+port = 9878
+sender_comp_id = "PRICEWIRE"
+target_comp_id = "LPA"
+symbols = { "EUR/USD" = "EURUSD", "USD/JPY" = "USDJPY" }
+connect_ms = 1500
+logon_ms = 3000
+heartbeat_s = 10
+
+[[providers]]
+name = "synth"
+kind = "synthetic"
+"#;
+
+fn key_of(e: ConfigError) -> String {
+    match e {
+        ConfigError::Invalid { key, .. } => key,
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_fix_provider_resolves_with_defaults() {
+    let c = Config::parse(FIX, 1).unwrap();
+    assert_eq!(c.fix.len(), 1);
+    let f = &c.fix[0];
+    assert_eq!((f.provider, f.name.as_str()), (0, "lp-a"));
+    assert_eq!((f.host.as_str(), f.port), ("127.0.0.1", 9878));
+    assert_eq!(
+        (f.connect_timeout_ms, f.logon_timeout_ms, f.heartbeat_s),
+        (1_500, 3_000, 10)
+    );
+    assert_eq!(f.read_timeout_ms, 20_000, "heartbeat x 2 by default");
+    assert_eq!(f.breaker.call_timeout_ms, 20_000);
+    let eur = c.table.by_name("EURUSD").unwrap();
+    let m = f
+        .symbols
+        .iter()
+        .find(|m| m.provider_symbol == "EUR/USD")
+        .unwrap();
+    assert_eq!((m.symbol, m.digits), (eur.id, 5));
+    assert_eq!(c.table.providers()[1].name, "synth");
+    assert_eq!(BreakerState::Closed as u8, 0);
+}
+
+#[test]
+fn fix_settings_errors_name_the_key() {
+    let no_table = "[[providers]]\nname = \"x\"\nkind = \"fix\"\n";
+    assert_eq!(
+        key_of(Config::parse(no_table, 1).unwrap_err()),
+        "providers[0].fix"
+    );
+    let unknown = FIX.replace("\"USDJPY\"", "\"NOPE\"");
+    assert_eq!(
+        key_of(Config::parse(&unknown, 1).unwrap_err()),
+        "providers[0].fix.symbols"
+    );
+    let short_read = FIX.replace(
+        "heartbeat_s = 10",
+        "heartbeat_s = 10\nread_timeout_ms = 5000",
+    );
+    assert_eq!(
+        key_of(Config::parse(&short_read, 1).unwrap_err()),
+        "providers[0].fix"
+    );
+    let stray = "[[providers]]\nname = \"s\"\nkind = \"synthetic\"\n[providers.fix]\nhost = \"h\"\nport = 1\nsender_comp_id = \"a\"\ntarget_comp_id = \"b\"\nsymbols = {}\n";
+    assert_eq!(
+        key_of(Config::parse(stray, 1).unwrap_err()),
+        "providers[0].fix"
+    );
+    let typo = FIX.replace("logon_ms", "logon_mss");
+    assert!(matches!(
+        Config::parse(&typo, 1).unwrap_err(),
+        ConfigError::Syntax(_)
+    ));
+}
+
+#[test]
+fn files_without_fix_providers_are_unchanged() {
+    let c = Config::parse("", 3).unwrap();
+    assert!(c.fix.is_empty());
+    assert_eq!(c.table.providers().len(), 3);
+}

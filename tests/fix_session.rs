@@ -1,0 +1,519 @@
+//! The sans-IO FIX session driven by hand: no sockets, time from the
+//! test (`now_ns` monotonic, `wall_ns` UTC).
+
+use std::sync::Arc;
+
+use pricewire::engine::ProviderHealth;
+use pricewire::feed::fix::codec::{self, Encoder, Fields, Header};
+use pricewire::feed::fix::{bound_slot, FixSession, FixSessionConfig, Io, SessionState};
+use pricewire::model::{InstrumentTable, Tick};
+use pricewire::resilience::BreakerState;
+use proptest::prelude::*;
+
+const MS: u64 = 1_000_000;
+/// 2025-11-29T14:00:00Z
+const WALL0: u64 = 1_764_424_800_000_000_000;
+
+/// One message we sent: (MsgType, fields).
+type Sent = (Vec<u8>, Vec<(u32, Vec<u8>)>);
+
+struct Rig {
+    s: FixSession,
+    health: Arc<ProviderHealth>,
+    peer_seq: u64,
+    now: u64,
+}
+
+fn config() -> FixSessionConfig {
+    let t = InstrumentTable::default_with_providers(2);
+    let mut c = FixSessionConfig::new(0, "lp1", "127.0.0.1", 1)
+        .map_symbol("EUR/USD", t.by_name("EURUSD").unwrap())
+        .map_symbol("USD/JPY", t.by_name("USDJPY").unwrap());
+    c.heartbeat_s = 1;
+    c.stagger_ms = 0;
+    c.quote_sample_ms = 0;
+    c.breaker.minimum_calls = 3;
+    c.breaker.open_wait_ms = 1_000;
+    c.breaker.half_open_permitted_calls = 2;
+    c.with_read_timeout_ms(2_000)
+}
+
+impl Rig {
+    fn new(cfg: FixSessionConfig) -> Rig {
+        let health = ProviderHealth::new(2);
+        let s = FixSession::new(cfg, 0, 0, 1, bound_slot(health.clone()));
+        Rig {
+            s,
+            health,
+            peer_seq: 1,
+            now: 0,
+        }
+    }
+
+    fn wall(&self) -> u64 {
+        WALL0 + self.now
+    }
+
+    fn poll(&mut self) -> Io {
+        self.s.poll(self.now, self.wall())
+    }
+
+    fn advance_ms(&mut self, ms: u64) -> Io {
+        self.now += ms * MS;
+        self.poll()
+    }
+
+    /// Connect + Logon exchanged; outbound drained.
+    fn active() -> Rig {
+        let mut r = Rig::new(config());
+        assert_eq!(r.poll(), Io::Connect);
+        assert_eq!(r.s.on_connected(r.now, r.wall()), Io::Nothing);
+        r.sent();
+        assert_eq!(r.peer(b"A", |e| e.uint(108, 1)), Io::Nothing);
+        assert_eq!(r.s.state(), SessionState::Active);
+        r.sent();
+        r
+    }
+
+    /// A message from the provider with the next sequence number.
+    fn peer(&mut self, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Io {
+        let seq = self.peer_seq;
+        self.peer_seq += 1;
+        self.peer_seq_n(seq, msg_type, body)
+    }
+
+    fn peer_seq_n(&mut self, seq: u64, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Io {
+        let frame = build(seq, self.wall(), msg_type, body);
+        assert_eq!(codec::frame_len(&frame), Ok(Some(frame.len())));
+        self.s.handle_frame(&frame, self.now, self.wall())
+    }
+
+    /// Messages we sent since the last call: (MsgType, fields).
+    fn sent(&mut self) -> Vec<Sent> {
+        let mut out = Vec::new();
+        let bytes = self.s.outbound().to_vec();
+        self.s.consume_outbound(bytes.len());
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let len = codec::frame_len(rest).unwrap().expect("complete frame");
+            let fields: Vec<(u32, Vec<u8>)> = Fields::of_frame(&rest[..len])
+                .map(|f| f.unwrap())
+                .map(|(t, v)| (t, v.to_vec()))
+                .collect();
+            out.push((fields[0].1.clone(), fields));
+            rest = &rest[len..];
+        }
+        out
+    }
+
+    fn ticks(&mut self) -> Vec<Tick> {
+        let mut buf = [Tick::EMPTY; 16];
+        let n = self.s.drain_ticks(&mut buf);
+        buf[..n].to_vec()
+    }
+
+    fn snapshot(&mut self, sym: &str, bid: &str, ask: &str) -> Io {
+        self.peer(b"W", |e| {
+            e.bytes(55, sym.as_bytes());
+            e.uint(268, 2);
+            e.uint(269, 0);
+            e.bytes(270, bid.as_bytes());
+            e.uint(271, 1_000_000);
+            e.uint(269, 1);
+            e.bytes(270, ask.as_bytes());
+            e.uint(271, 2_000_000);
+        })
+    }
+}
+
+fn build(seq: u64, wall: u64, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Vec<u8> {
+    let mut e = Encoder::new(1024);
+    e.begin(
+        msg_type,
+        &Header {
+            sender_comp_id: b"LP1",
+            target_comp_id: b"PRICEWIRE",
+            seq,
+            sending_time_utc_ns: wall,
+        },
+    );
+    body(&mut e);
+    e.finish().unwrap().to_vec()
+}
+
+fn field(fields: &[(u32, Vec<u8>)], tag: u32) -> Vec<&[u8]> {
+    fields
+        .iter()
+        .filter(|(t, _)| *t == tag)
+        .map(|(_, v)| &v[..])
+        .collect()
+}
+
+#[test]
+fn logon_asks_for_heartbeat_and_subscribes_each_symbol() {
+    let mut r = Rig::new(config());
+    assert_eq!(r.poll(), Io::Connect);
+    assert_eq!(r.s.state(), SessionState::Connecting);
+    r.s.on_connected(r.now, r.wall());
+    let sent = r.sent();
+    assert_eq!(sent.len(), 1);
+    let (t, f) = &sent[0];
+    assert_eq!(t, b"A");
+    assert_eq!(field(f, 98), vec![b"0"]);
+    assert_eq!(field(f, 108), vec![b"1"]);
+    assert_eq!(field(f, 34), vec![b"1"]);
+    r.peer(b"A", |e| e.uint(108, 1));
+    assert_eq!(r.s.state(), SessionState::Active);
+    let reqs = r.sent();
+    assert_eq!(reqs.len(), 2, "one MarketDataRequest per symbol");
+    for ((t, f), sym) in reqs.iter().zip([&b"EUR/USD"[..], b"USD/JPY"]) {
+        assert_eq!(t, b"V");
+        assert_eq!(field(f, 263), vec![b"1"]);
+        assert_eq!(field(f, 264), vec![b"1"]);
+        assert_eq!(field(f, 265), vec![b"1"]);
+        assert_eq!(field(f, 267), vec![b"2"]);
+        assert_eq!(field(f, 269), vec![b"0", b"1"]);
+        assert_eq!(field(f, 146), vec![b"1"]);
+        assert_eq!(field(f, 55), vec![sym]);
+        assert_eq!(field(f, 262).len(), 1);
+    }
+}
+
+#[test]
+fn snapshot_and_incremental_refresh_become_ticks() {
+    let mut r = Rig::active();
+    r.snapshot("EUR/USD", "1.08120", "1.08128");
+    let t = r.ticks();
+    assert_eq!(t.len(), 1);
+    assert_eq!((t[0].bid, t[0].ask), (108_120, 108_128));
+    assert_eq!((t[0].bid_size, t[0].ask_size), (1_000_000, 2_000_000));
+    assert_eq!(
+        t[0].provider_time_ns,
+        r.wall(),
+        "SendingTime when no MDEntryTime"
+    );
+    assert_eq!(t[0].provider, 0);
+    let jpy = InstrumentTable::default_with_providers(1)
+        .by_name("USDJPY")
+        .unwrap()
+        .id;
+    r.snapshot("USD/JPY", "149.870", "149.880");
+    r.ticks();
+    // Two symbols in one incremental, with MDEntryTime on MDEntryDate.
+    r.peer(b"X", |e| {
+        e.uint(268, 2);
+        for (sym, px) in [("EUR/USD", "1.08125"), ("USD/JPY", "149.860")] {
+            e.uint(279, 1);
+            e.uint(269, 0);
+            e.bytes(55, sym.as_bytes());
+            e.bytes(270, px.as_bytes());
+            e.bytes(272, b"20251129");
+            e.bytes(273, b"13:59:59.250");
+        }
+    });
+    let t = r.ticks();
+    assert_eq!(t.len(), 2);
+    assert_eq!((t[0].bid, t[0].ask), (108_125, 108_128));
+    assert_eq!((t[1].symbol, t[1].bid, t[1].ask), (jpy, 149_860, 149_880));
+    assert_eq!(t[1].provider_time_ns, WALL0 - 750 * MS);
+    assert!(t[1].feed_seq > t[0].feed_seq);
+    // A delete leaves one side: no tick until the side comes back.
+    r.peer(b"X", |e| {
+        e.uint(268, 1);
+        e.uint(279, 2);
+        e.uint(269, 1);
+        e.bytes(55, b"EUR/USD");
+    });
+    assert!(r.ticks().is_empty());
+}
+
+#[test]
+fn heartbeats_test_requests_and_read_timeout() {
+    let mut r = Rig::active();
+    // Peer TestRequest is answered with its id.
+    r.peer(b"1", |e| e.bytes(112, b"PING7"));
+    let sent = r.sent();
+    assert_eq!(sent[0].0, b"0");
+    assert_eq!(field(&sent[0].1, 112), vec![b"PING7"]);
+    // Our own silence for HeartBtInt: a Heartbeat.
+    r.advance_ms(1_000);
+    let sent = r.sent();
+    assert_eq!(
+        sent.iter().map(|m| m.0.clone()).collect::<Vec<_>>(),
+        vec![b"0".to_vec()]
+    );
+    // The peer's silence past 120% of HeartBtInt: one TestRequest.
+    r.advance_ms(200);
+    let sent = r.sent();
+    assert_eq!(sent[0].0, b"1");
+    r.advance_ms(100);
+    assert!(r.sent().iter().all(|m| m.0 != b"1"), "only one TestRequest");
+    // Past the read timeout: a failure and a close.
+    assert_eq!(r.advance_ms(700), Io::Close);
+    assert_eq!(r.s.state(), SessionState::Waiting);
+    let st = r.s.stats().snapshot();
+    assert_eq!(st.read_timeouts, 1);
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
+    // Reconnect after backoff (base 500 ms, full jitter).
+    assert!(r.s.next_connect_ns() <= r.now + 500 * MS);
+}
+
+#[test]
+fn a_sequence_gap_resubscribes_and_counts_a_failure() {
+    let mut r = Rig::active();
+    r.snapshot("EUR/USD", "1.08120", "1.08128");
+    r.ticks();
+    let seq = r.peer_seq + 5;
+    r.peer_seq = seq + 1;
+    r.peer_seq_n(seq, b"0", |_| {});
+    assert_eq!(r.s.state(), SessionState::Active);
+    let sent = r.sent();
+    let actions: Vec<&[u8]> = sent.iter().flat_map(|m| field(&m.1, 263)).collect();
+    assert_eq!(
+        actions,
+        vec![&b"2"[..], b"2", b"1", b"1"],
+        "unsubscribe old, subscribe new"
+    );
+    assert_ne!(
+        field(&sent[0].1, 262),
+        field(&sent[2].1, 262),
+        "fresh MDReqID"
+    );
+    assert!(
+        sent.iter().all(|m| m.0 == b"V"),
+        "no ResendRequest for market data"
+    );
+    let b = r.s.breaker_stats().snapshot();
+    assert_eq!(b.failed_calls, 1);
+    assert_eq!(r.s.stats().snapshot().seq_gaps, 1);
+    // An incremental on the cleared book is not a quote; a snapshot is.
+    r.peer(b"X", |e| {
+        e.uint(268, 1);
+        e.uint(279, 1);
+        e.uint(269, 0);
+        e.bytes(55, b"EUR/USD");
+        e.bytes(270, b"1.08121");
+    });
+    assert!(r.ticks().is_empty());
+    r.snapshot("EUR/USD", "1.08121", "1.08129");
+    assert_eq!(r.ticks().len(), 1);
+}
+
+#[test]
+fn repeated_gaps_log_out_and_reconnect() {
+    let mut r = Rig::active();
+    for _ in 0..3 {
+        let seq = r.peer_seq + 2;
+        r.peer_seq = seq + 1;
+        r.peer_seq_n(seq, b"0", |_| {});
+    }
+    assert_eq!(r.s.state(), SessionState::LoggingOut);
+    assert!(r.sent().iter().any(|m| m.0 == b"5"));
+    assert_eq!(r.s.stats().snapshot().logouts_for_gaps, 1);
+    assert_eq!(r.peer(b"5", |_| {}), Io::Close);
+    assert_eq!(r.s.state(), SessionState::Waiting);
+}
+
+#[test]
+fn a_logout_deadline_closes_without_the_peer() {
+    let mut r = Rig::active();
+    r.s.request_logout(r.now, r.wall());
+    assert_eq!(r.s.state(), SessionState::LoggingOut);
+    assert!(r.sent().iter().any(|m| m.0 == b"5"));
+    let mut io = Io::Nothing;
+    for _ in 0..5 {
+        r.peer(b"0", |_| {}); // keep the read timeout away
+        io = r.advance_ms(1_000);
+        if io == Io::Close {
+            break;
+        }
+    }
+    assert_eq!(io, Io::Close);
+    assert_eq!(
+        r.s.breaker_stats().snapshot().failed_calls,
+        0,
+        "our own logout is no failure"
+    );
+}
+
+#[test]
+fn a_logout_from_the_provider_is_answered_and_counted() {
+    let mut r = Rig::active();
+    assert_eq!(r.peer(b"5", |e| e.bytes(58, b"maintenance")), Io::Close);
+    assert_eq!(r.s.state(), SessionState::Waiting);
+    assert!(
+        r.s.outbound().starts_with(b"8=FIX.4.4"),
+        "parting Logout kept for the driver"
+    );
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
+}
+
+#[test]
+fn a_market_data_reject_is_a_business_error() {
+    let mut r = Rig::active();
+    r.snapshot("EUR/USD", "1.08120", "1.08128");
+    r.ticks();
+    r.peer(b"Y", |e| {
+        e.bytes(262, b"1-1");
+        e.uint(281, 0);
+        e.bytes(58, b"unknown symbol");
+    });
+    let b = r.s.breaker_stats().snapshot();
+    assert_eq!((b.failed_calls, b.ignored_calls), (0, 1));
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
+    assert_eq!(r.s.state(), SessionState::Active);
+    assert_eq!(r.s.stats().snapshot().md_rejects, 1);
+    r.snapshot("EUR/USD", "1.08122", "1.08128");
+    assert_eq!(r.ticks().len(), 1, "other symbols keep streaming");
+}
+
+#[test]
+fn checksum_and_decode_failures_close_the_session() {
+    let mut r = Rig::active();
+    let mut frame = build(r.peer_seq, r.wall(), b"0", |_| {});
+    let i = frame.len() - 2;
+    frame[i] = if frame[i] == b'0' { b'1' } else { b'0' };
+    let err = codec::frame_len(&frame).unwrap_err();
+    assert!(matches!(err, codec::DecodeError::BadChecksum { .. }));
+    assert_eq!(r.s.on_decode_error(err, r.now), Io::Close);
+    assert_eq!(r.s.stats().snapshot().checksum_errors, 1);
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
+}
+
+#[test]
+fn connect_and_logon_timeouts_are_separate() {
+    let mut r = Rig::new(config());
+    assert_eq!(r.poll(), Io::Connect);
+    assert_eq!(r.advance_ms(1_999), Io::Nothing);
+    assert_eq!(r.advance_ms(1), Io::Close, "connect_ms default 2000");
+    assert_eq!(r.s.stats().snapshot().connect_timeouts, 1);
+    r.now = r.s.next_connect_ns();
+    assert_eq!(r.poll(), Io::Connect);
+    r.s.on_connected(r.now, r.wall());
+    // Keep the read timeout away with nothing but heartbeats before logon.
+    let mut io = Io::Nothing;
+    for _ in 0..5 {
+        r.peer(b"0", |_| {});
+        io = r.advance_ms(1_000);
+        if io != Io::Nothing {
+            break;
+        }
+    }
+    assert_eq!(io, Io::Close, "logon_ms default 5000");
+    assert_eq!(r.s.stats().snapshot().logon_timeouts, 1);
+}
+
+#[test]
+fn first_connects_are_staggered_by_ordinal() {
+    let mut cfg = config();
+    cfg.stagger_ms = 100;
+    let health = ProviderHealth::new(4);
+    let due: Vec<u64> = (0..4)
+        .map(|i| {
+            FixSession::new(cfg.clone(), i, 0, 9, bound_slot(health.clone())).next_connect_ns()
+        })
+        .collect();
+    for (i, d) in due.iter().enumerate() {
+        let lo = i as u64 * 100 * MS;
+        assert!((lo..=lo + 100 * MS).contains(d), "session {i} due at {d}");
+    }
+}
+
+#[test]
+fn breaker_opens_marks_unhealthy_goes_half_open_and_closes_on_quotes() {
+    let mut r = Rig::active();
+    r.s.on_disconnected(r.now);
+    for _ in 0..2 {
+        r.now = r.s.next_connect_ns().max(r.now);
+        assert_eq!(r.poll(), Io::Connect);
+        r.s.on_connect_failed(r.now);
+    }
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::Open);
+    assert!(!r.health.is_healthy(0));
+    // The breaker's timer alone moves it to HalfOpen; health stays off.
+    r.now += 1_000 * MS;
+    r.poll();
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
+    assert!(!r.health.is_healthy(0));
+    // Reconnect and quote: two trial quotes close it.
+    if r.s.state() != SessionState::Connecting {
+        r.now = r.s.next_connect_ns().max(r.now);
+        assert_eq!(r.poll(), Io::Connect);
+    }
+    r.s.on_connected(r.now, r.wall());
+    r.peer_seq = 1;
+    r.peer(b"A", |e| e.uint(108, 1));
+    r.snapshot("EUR/USD", "1.08120", "1.08128");
+    r.ticks();
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
+    r.snapshot("USD/JPY", "149.870", "149.880");
+    r.ticks();
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
+    assert!(r.health.is_healthy(0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Well-framed messages with arbitrary bodies (broken fields, odd
+    /// groups, bad prices) never panic the session.
+    #[test]
+    fn arbitrary_bodies_never_panic_the_session(
+        msgs in proptest::collection::vec(
+            (prop::sample::select(vec![&b"W"[..], b"X", b"Y", b"0", b"1", b"4", b"A", b"3"]),
+             proptest::collection::vec(
+                 prop::sample::select(vec![
+                     &b"268=2\x01"[..], b"269=0\x01", b"269=1\x01", b"279=2\x01", b"55=EUR/USD\x01",
+                     b"55=USD/JPY\x01", b"270=1.08120\x01", b"270=1.0812345\x01", b"270=-1\x01",
+                     b"271=5\x01", b"273=25:00:00\x01", b"272=20251129\x01", b"262=1-1\x01",
+                     b"36=1\x01", b"270\x01", b"=\x01", b"99999999999=1\x01",
+                 ]),
+                 0..24)),
+            1..12),
+    ) {
+        let mut r = Rig::active();
+        for (t, parts) in msgs {
+            let body: Vec<u8> = parts.concat();
+            r.peer(t, |e| e.raw(&body));
+            r.ticks();
+            if r.s.state() == SessionState::Waiting {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_message_for_another_session_is_a_decode_failure() {
+    let mut r = Rig::active();
+    let mut e = Encoder::new(256);
+    e.begin(
+        b"0",
+        &Header {
+            sender_comp_id: b"SOMEONE",
+            target_comp_id: b"PRICEWIRE",
+            seq: r.peer_seq,
+            sending_time_utc_ns: r.wall(),
+        },
+    );
+    let frame = e.finish().unwrap().to_vec();
+    assert_eq!(r.s.handle_frame(&frame, r.now, r.wall()), Io::Close);
+    let st = r.s.stats().snapshot();
+    assert_eq!((st.comp_id_mismatches, st.decode_errors), (1, 1));
+}
+
+#[test]
+fn a_bad_price_skips_the_entry_and_counts_a_failure() {
+    let mut r = Rig::active();
+    r.snapshot("EUR/USD", "1.081234", "1.08128"); // six decimals at five digits
+    assert!(r.ticks().is_empty());
+    assert_eq!(
+        r.s.state(),
+        SessionState::Active,
+        "the stream itself is intact"
+    );
+    assert_eq!(r.s.stats().snapshot().bad_prices, 1);
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
+    r.snapshot("EUR/USD", "1.08123", "1.08128");
+    assert_eq!(r.ticks().len(), 1);
+}
