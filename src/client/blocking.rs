@@ -512,17 +512,19 @@ impl Client {
                 return None;
             }
         }
-        if let Err(cause) = self.timers(now) {
-            self.lost(cause, 0, now);
+        if let Err(e) = self.heartbeat_if_idle(now) {
+            self.lost(DisconnectCause::Io(e.kind()), 0, now);
             return None;
         }
         let left = remaining(deadline)?;
         let until_timer = Duration::from_nanos(self.next_timer_ns().saturating_sub(now));
         let wait = left.min(until_timer).max(Duration::from_millis(1));
+        // Read before judging the peer dead: bytes may be waiting in the
+        // socket while the caller was busy elsewhere.
         match self.read_some(wait) {
             Ok(0) => self.lost(DisconnectCause::PeerClosed, 0, self.clock.now_ns()),
             Ok(_) => self.last_rx_ns = self.clock.now_ns(),
-            Err(e) if is_timeout(&e) => {}
+            Err(e) if is_timeout(&e) => self.check_dead(self.clock.now_ns()),
             Err(e) => self.lost(DisconnectCause::Io(e.kind()), 0, self.clock.now_ns()),
         }
         None
@@ -589,17 +591,23 @@ impl Client {
         (self.last_tx_ns + self.heartbeat_ns).min(self.last_rx_ns + self.dead_after_ns() + 1)
     }
 
-    fn timers(&mut self, now: u64) -> Result<(), DisconnectCause> {
+    /// Declares the server dead after the dead-peer interval of silence.
+    fn check_dead(&mut self, now: u64) {
         let silent = now.saturating_sub(self.last_rx_ns);
         if silent > self.dead_after_ns() {
             ClientStats::inc(&self.stats.dead_peers);
-            return Err(DisconnectCause::DeadPeer {
+            let cause = DisconnectCause::DeadPeer {
                 silent_ms: silent / NS_PER_MS,
-            });
+            };
+            self.lost(cause, 0, now);
         }
+    }
+
+    /// Sends a Heartbeat when nothing was sent for one interval.
+    fn heartbeat_if_idle(&mut self, now: u64) -> io::Result<()> {
         if now.saturating_sub(self.last_tx_ns) >= self.heartbeat_ns {
             let n = wire::encode_heartbeat(&mut self.tx).expect("heartbeat fits the send buffer");
-            self.write(n).map_err(|e| DisconnectCause::Io(e.kind()))?;
+            self.write(n)?;
             ClientStats::inc(&self.stats.heartbeats_sent);
         }
         Ok(())
