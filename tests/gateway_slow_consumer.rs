@@ -34,7 +34,9 @@ fn never_reading_subscriber_is_conflated_then_disconnected() {
     });
     // The normal subscriber, polled on its own thread.
     let mut normal = Client::connect(ClientConfig::new(server.addr, "demo", "demo")).unwrap();
-    normal.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"]).unwrap();
+    normal
+        .subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"])
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let in_order = Arc::new(AtomicU64::new(0));
     let (s, n) = (stop.clone(), in_order.clone());
@@ -70,18 +72,26 @@ fn never_reading_subscriber_is_conflated_then_disconnected() {
         "the never-reading subscriber was not disconnected"
     );
     let conflated = server.shard_stats()[0].conflated.get();
-    assert!(conflated > 0, "updates were conflated before the disconnect");
+    assert!(
+        conflated > 0,
+        "updates were conflated before the disconnect"
+    );
 
     // The normal subscriber is still receiving, in order.
     let before = in_order.load(Ordering::Relaxed);
     assert!(wait_until(T, || in_order.load(Ordering::Relaxed) >= before + 20));
     stop.store(true, Ordering::Relaxed);
     let problems = normal.join().unwrap();
-    assert!(problems.is_empty(), "normal subscriber disturbed: {problems:?}");
+    assert!(
+        problems.is_empty(),
+        "normal subscriber disturbed: {problems:?}"
+    );
 
     // The slow one reads what is left: the server lingered to flush the
     // Disconnect behind the backlog, then closed.
-    let msgs = slow.read_to_close(T).expect("the server closes after the flush");
+    let msgs = slow
+        .read_to_close(T)
+        .expect("the server closes after the flush");
     match msgs.last() {
         Some(OwnedMessage::Disconnect {
             reason,
@@ -93,6 +103,12 @@ fn never_reading_subscriber_is_conflated_then_disconnected() {
         }
         other => panic!("expected Disconnect(slow_consumer) last, got {other:?}"),
     }
-    assert!(msgs.iter().any(|m| matches!(m, OwnedMessage::PriceUpdate(_))));
-    assert_eq!(server.stat(|s| &s.disconnects_slow_consumer), 1, "only the slow one");
+    assert!(msgs
+        .iter()
+        .any(|m| matches!(m, OwnedMessage::PriceUpdate(_))));
+    assert_eq!(
+        server.stat(|s| &s.disconnects_slow_consumer),
+        1,
+        "only the slow one"
+    );
 }
