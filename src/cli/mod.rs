@@ -3,6 +3,7 @@
 
 pub mod report;
 pub mod serve;
+pub mod watch;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the price service (synthetic feed by default).
     Serve(Box<serve::ServeArgs>),
+    /// Live terminal view of prices from a running server.
+    Watch(watch::WatchArgs),
 }
 
 /// Runs a parsed command; returns the process exit code.
@@ -31,6 +34,7 @@ pub fn run(cli: Cli) -> i32 {
     init_logging();
     match cli.command {
         Command::Serve(args) => serve::run(*args),
+        Command::Watch(args) => watch::run(args),
     }
 }
 
