@@ -48,7 +48,7 @@ fn price_stream() -> Vec<u8> {
 fn session_decodes_without_allocating(stream: &[u8]) {
     let mut s = Session::new(64, Arc::new(ClientStats::default()));
     let mut fed = 0;
-    let mut pull = |s: &mut Session, fed: &mut usize| loop {
+    let pull = |s: &mut Session, fed: &mut usize| loop {
         if let Some(Event::Price(p)) = s.next_event().unwrap() {
             return p;
         }
@@ -92,7 +92,7 @@ fn client_price_path_allocates_nothing() {
         let _ = s.read(&mut buf); // until the client closes
     });
     let mut c = Client::connect(ClientConfig::new(addr, "demo", "demo")).unwrap();
-    let mut next_price = |c: &mut Client| loop {
+    let next_price = |c: &mut Client| loop {
         if let Some(Event::Price(p)) = c.next_event(Duration::from_secs(5)).unwrap() {
             return p;
         }
