@@ -259,3 +259,31 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
         "only the silent client"
     );
 }
+
+#[test]
+fn logout_ends_the_session_for_good() {
+    let server = TestServer::start();
+    let mut c = client(&server, "demo", "demo").unwrap();
+    c.logout().unwrap();
+    let mut events = c.events(Duration::from_millis(100));
+    match events.next() {
+        Some(Ok(Event::Disconnected {
+            cause,
+            reconnect_in_ms,
+            ..
+        })) => {
+            assert!(matches!(
+                cause,
+                pricewire::client::DisconnectCause::Server {
+                    reason: DisconnectReason::LOGOUT,
+                    ..
+                }
+            ));
+            assert_eq!(reconnect_in_ms, None, "a logout is not retried");
+        }
+        other => panic!("expected Disconnected(logout), got {other:?}"),
+    }
+    assert!(matches!(events.next(), Some(Err(ClientError::Closed(_)))));
+    assert!(events.next().is_none());
+    assert_eq!(server.stat(|s| &s.disconnects_logout), 1);
+}

@@ -324,8 +324,10 @@ impl Client {
     // ---- requests -----------------------------------------------------
 
     /// Subscribes to symbols by name at `tier` ([`wire::TIER_ACCOUNT_DEFAULT`]
-    /// for the account default). Kept and sent again after every reconnect.
-    /// Returns the request id the SubscribeResponse will carry.
+    /// for the account default). Kept and sent again after every reconnect
+    /// (with fresh request ids). Returns the request id the
+    /// SubscribeResponse will carry; while disconnected the entries are only
+    /// kept, and go out with the next logon.
     pub fn subscribe_names<S: AsRef<str>>(
         &mut self,
         tier: u8,
@@ -444,11 +446,26 @@ impl Client {
 
     /// The next event, waiting at most `timeout`; `Ok(None)` when nothing
     /// arrived in time. `Err(Closed)` once the client will not reconnect.
+    /// When a reconnect is due it is attempted inside this call, which can
+    /// then take up to `connect_timeout_ms + logon_timeout_ms`. Requests in
+    /// flight on a lost session are not answered; the Disconnected event
+    /// tells the caller to ask again.
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
         if let Some(ev) = self.stash.pop_front() {
             return Ok(Some(ev));
         }
         self.poll_event(Instant::now() + timeout)
+    }
+
+    /// An endless iterator over events: each item waits up to
+    /// `poll_timeout` (silently retrying on timeout) and yields an event or
+    /// the error that ended the client; it ends after that error.
+    pub fn events(&mut self, poll_timeout: Duration) -> Events<'_> {
+        Events {
+            client: self,
+            poll_timeout,
+            done: false,
+        }
     }
 
     /// Waits for the answer (or Reject) to `request_id`; other events are
@@ -769,6 +786,31 @@ impl Client {
         } else {
             ClientStats::inc(&self.stats.events_dropped);
         }
+    }
+}
+
+/// See [`Client::events`].
+pub struct Events<'a> {
+    client: &'a mut Client,
+    poll_timeout: Duration,
+    done: bool,
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<Event, ClientError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            match self.client.next_event(self.poll_timeout) {
+                Ok(Some(ev)) => return Some(Ok(ev)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
     }
 }
 

@@ -4,9 +4,10 @@
 //! # Contract
 //!
 //! - **Blocking, no runtime.** [`Client`] drives one `std::net::TcpStream`
-//!   with connect, read and write timeouts; [`Client::next_event`] never
-//!   blocks longer than the timeout it is given (plus at most one write
-//!   timeout when a heartbeat or request has to go out).
+//!   with connect, read and write timeouts; [`Client::next_event`] blocks
+//!   for the timeout it is given, plus at most a write timeout when a
+//!   heartbeat or request goes out, or one connect + logon timeout when a
+//!   reconnect falls due inside the call.
 //! - **Allocated up front.** The receive buffer (1 MiB, the largest server
 //!   frame), the send buffer (64 KiB, the largest client frame), the
 //!   sequence table (`max_subscriptions` keys) and the event queue
@@ -38,7 +39,7 @@ pub mod seq;
 pub mod session;
 pub mod stats;
 
-pub use blocking::{Client, ClientConfig, ClientError};
+pub use blocking::{Client, ClientConfig, ClientError, Events};
 pub use event::{DisconnectCause, Event, LogonInfo, PriceEvent, SeqStatus};
 pub use reconnect::{DisconnectInfo, ReconnectPolicy};
 pub use seq::SeqTracker;
