@@ -242,3 +242,67 @@ fn unreachable_server_is_a_clear_error() {
         Ok(_) => panic!("connected to a closed port"),
     }
 }
+
+#[test]
+fn busy_server_refusal_is_reported_with_its_retry_after() {
+    let mut gateway = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    gateway.admission.ip_connections_max = 1;
+    let server = TestServer::start_with(ServerOpts {
+        gateway,
+        ..Default::default()
+    });
+    let _first = Client::connect(fast_config(server.addr)).unwrap();
+    match Client::connect(fast_config(server.addr)) {
+        Err(ClientError::Refused {
+            reason,
+            retry_after_ms,
+            ..
+        }) => {
+            assert_eq!(reason, DisconnectReason::BUSY);
+            assert!(retry_after_ms > 0, "come back later");
+        }
+        Err(e) => panic!("expected Refused(busy), got {e}"),
+        Ok(_) => panic!("the per-IP cap let a second session in"),
+    }
+}
+
+#[test]
+fn dropped_crowd_reconnects_spread_out_not_in_lockstep() {
+    let server = TestServer::start();
+    let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), server.addr).unwrap();
+    let mut crowd: Vec<Client> = (0..12)
+        .map(|i| {
+            let mut cfg = fast_config(proxy.local_addr());
+            cfg.backoff = Backoff::new(1_000, 5_000);
+            cfg.rng_seed = Some(100 + i);
+            Client::connect(cfg).unwrap()
+        })
+        .collect();
+    proxy.set_toxic(Toxic::Reset);
+    let delays: Vec<u64> = crowd
+        .iter_mut()
+        .map(|c| {
+            match until(c, "Disconnected", |e| {
+                matches!(e, Event::Disconnected { .. })
+            }) {
+                Event::Disconnected {
+                    reconnect_in_ms, ..
+                } => reconnect_in_ms.unwrap(),
+                _ => unreachable!(),
+            }
+        })
+        .collect();
+    let mut distinct = delays.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(distinct.len() >= 10, "delays bunched: {delays:?}");
+    assert!(
+        delays.iter().all(|&d| d <= 1_000),
+        "inside the first window: {delays:?}"
+    );
+    let spread = distinct.last().unwrap() - distinct.first().unwrap();
+    assert!(spread >= 300, "spread over the window: {delays:?}");
+}

@@ -202,7 +202,9 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
     let server = TestServer::start_with(ServerOpts {
         gateway: GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
-            heartbeat_ms: 200,
+            // Short enough for a quick test, long enough that a busy CI
+            // machine does not starve the SDK thread past 3 intervals.
+            heartbeat_ms: 300,
             heartbeat_min_ms: 50,
             ..Default::default()
         },
@@ -211,10 +213,10 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
     // An SDK client heartbeats when idle and stays up; it is polled on its
     // own thread the whole time, as an application would.
     let sdk = client(&server, "demo", "demo").unwrap();
-    assert_eq!(sdk.logon_info().unwrap().heartbeat_interval_ms, 200);
+    assert_eq!(sdk.logon_info().unwrap().heartbeat_interval_ms, 300);
     let sdk = std::thread::spawn(move || {
         let mut sdk = sdk;
-        let deadline = Instant::now() + Duration::from_millis(1_500);
+        let deadline = Instant::now() + Duration::from_millis(2_000);
         let mut seen = Vec::new();
         while Instant::now() < deadline {
             if let Some(ev) = sdk.next_event(Duration::from_millis(100)).unwrap() {
@@ -252,7 +254,7 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
     let (sdk, seen) = sdk.join().unwrap();
     assert!(seen.is_empty(), "an idle SDK session saw {seen:?}");
     assert!(sdk.is_connected());
-    assert!(sdk.stats().snapshot().heartbeats_sent >= 3);
+    assert!(sdk.stats().snapshot().heartbeats_sent >= 4);
     assert_eq!(
         server.stat(|s| &s.disconnects_idle),
         1,
@@ -286,4 +288,57 @@ fn logout_ends_the_session_for_good() {
     assert!(matches!(events.next(), Some(Err(ClientError::Closed(_)))));
     assert!(events.next().is_none());
     assert_eq!(server.stat(|s| &s.disconnects_logout), 1);
+}
+
+#[test]
+fn requests_are_answered_by_request_id_even_when_pipelined() {
+    let server = TestServer::start_with(ServerOpts {
+        config: entitlement_config(),
+        ..Default::default()
+    });
+    let mut c = client(&server, "demo", "demo").unwrap();
+    let (eur, gbp) = (server.symbol_id("EURUSD"), server.symbol_id("GBPUSD"));
+    // Wait until the engine has priced both symbols.
+    assert!(server::wait_until(T, || {
+        let table = &server.gateway().shared.table;
+        table.read(eur, 0).is_some() && table.read(gbp, 0).is_some()
+    }));
+    let dir = c.request_symbols(1_000_000, false).unwrap();
+    let snap = c.request_snapshot(0, &[eur, gbp], 200_000, true).unwrap();
+    // Ask for the later answer first: the earlier one waits in order.
+    match c.await_response(snap, T).unwrap() {
+        Some(Event::SnapshotResponse { prices, .. }) => {
+            let ids: Vec<_> = prices.iter().map(|p| (p.symbol_id, p.tier)).collect();
+            assert_eq!(ids, vec![(eur, 0), (gbp, 0)]);
+            assert!(prices.iter().all(|p| p.seq > 0 && p.bid < p.ask));
+        }
+        other => panic!("expected SnapshotResponse, got {other:?}"),
+    }
+    match c.next_event(T).unwrap() {
+        Some(Event::SymbolDirectory {
+            request_id,
+            symbols,
+            tiers,
+        }) => {
+            assert_eq!(request_id, dir);
+            assert_eq!(symbols.len(), server.config.table.len());
+            let names: Vec<_> = tiers.iter().map(|t| t.name.to_string()).collect();
+            assert_eq!(names, vec!["raw", "standard", "retail"]);
+        }
+        other => panic!("expected the directory next, got {other:?}"),
+    }
+    // A refused request carries its id and reason.
+    let mut eur_only = client(&server, "eur", "eur-token").unwrap();
+    let rid = eur_only
+        .request_snapshot(0, &[eur], 200_000, false)
+        .unwrap();
+    match eur_only.await_response(rid, T).unwrap() {
+        Some(Event::Reject {
+            request_id, reason, ..
+        }) => {
+            assert_eq!(request_id, rid);
+            assert_eq!(reason, pricewire::wire::RejectReason::NOT_ENTITLED);
+        }
+        other => panic!("expected Reject(not_entitled), got {other:?}"),
+    }
 }
