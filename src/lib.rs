@@ -11,9 +11,9 @@
 //! prove it with a counting allocator.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod admission;
 pub mod cli;
 pub mod client;
+pub mod admission;
 pub mod clock;
 pub mod config;
 pub mod engine;
@@ -21,6 +21,6 @@ pub mod feed;
 pub mod gateway;
 pub mod model;
 pub mod pipeline;
-pub mod requests;
-pub mod resilience;
 pub mod wire;
+pub mod resilience;
+pub mod requests;

@@ -164,9 +164,12 @@ impl Acceptor {
 fn refuse_busy(mut stream: TcpStream, retry_after_ms: u32, stats: &GatewayStats) {
     GatewayStats::add(&stats.refused, 1);
     let mut buf = [0u8; 64];
-    if let Ok(n) =
-        wire::encode_disconnect_reason(&mut buf, DisconnectReason::BUSY, retry_after_ms, "busy")
-    {
+    if let Ok(n) = wire::encode_disconnect_reason(
+        &mut buf,
+        DisconnectReason::BUSY,
+        retry_after_ms,
+        "busy",
+    ) {
         // A fresh socket's send buffer is empty: this write completes.
         let _ = stream.write(&buf[..n]);
     }

@@ -109,9 +109,7 @@ impl GatewayConfig {
         if !(self.low_water_bytes < self.high_water_bytes
             && self.high_water_bytes < self.out_cap_bytes)
         {
-            return Err(
-                "--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold".into(),
-            );
+            return Err("--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold".into());
         }
         if self.out_cap_bytes < 4096 {
             return Err("--out-cap-bytes: at least 4096".into());
@@ -122,8 +120,7 @@ impl GatewayConfig {
                 crate::wire::FRAME_LEN_MAX
             ));
         }
-        if !(self.heartbeat_min_ms <= self.heartbeat_ms
-            && self.heartbeat_ms <= self.heartbeat_max_ms)
+        if !(self.heartbeat_min_ms <= self.heartbeat_ms && self.heartbeat_ms <= self.heartbeat_max_ms)
             || self.heartbeat_min_ms == 0
         {
             return Err("heartbeat: 0 < min <= --heartbeat-ms <= max must hold".into());

@@ -51,10 +51,7 @@ pub struct OutBuf {
 
 impl OutBuf {
     pub fn new(cap: usize, low: usize, high: usize) -> Self {
-        assert!(
-            low < high && high <= cap,
-            "water marks must satisfy low < high <= cap"
-        );
+        assert!(low < high && high <= cap, "water marks must satisfy low < high <= cap");
         OutBuf {
             buf: vec![0u8; cap].into_boxed_slice(),
             start: 0,

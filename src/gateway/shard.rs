@@ -24,7 +24,7 @@ use super::acceptor::Handoff;
 use super::conn::{Conn, SessionState, Sub};
 use super::outbound::{Append, OutBuf};
 use super::subs::{SubIndex, Subscriber};
-use super::{GatewayStats, ShardControl, ShardStats, Shared};
+use super::{GatewayStats, Shared, ShardControl, ShardStats};
 use crate::admission::{RetryWindow, TokenBucket};
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{price_flags, Price};
@@ -186,11 +186,8 @@ impl Shard {
         self.ready.clear();
         if res.is_ok() {
             for e in self.events.iter() {
-                self.ready.push((
-                    e.token().0,
-                    e.is_readable() || e.is_read_closed(),
-                    e.is_writable(),
-                ));
+                self.ready
+                    .push((e.token().0, e.is_readable() || e.is_read_closed(), e.is_writable()));
             }
         }
     }
@@ -215,7 +212,9 @@ impl Shard {
     fn should_exit(&mut self, now: u64) -> bool {
         match self.stopping {
             None => false,
-            Some(deadline) => now >= deadline || self.free.len() == self.conns.len(),
+            Some(deadline) => {
+                now >= deadline || self.free.len() == self.conns.len()
+            }
         }
     }
 
@@ -282,9 +281,7 @@ impl Shard {
             closing_reason: None,
         });
         GatewayStats::add(&self.shared.stats.open, 1);
-        self.stats
-            .connections
-            .set((self.conns.len() - self.free.len()) as u64);
+        self.stats.connections.set((self.conns.len() - self.free.len()) as u64);
     }
 
     fn release_ip(&self, peer: SocketAddr) {
@@ -323,13 +320,7 @@ impl Shard {
             PriceKind::Update
         };
         let digits = self.digits[p.symbol as usize];
-        let n = wire::encode_model_price(
-            &mut self.scratch,
-            kind,
-            p,
-            digits,
-            self.shared.wall_offset_ns,
-        );
+        let n = wire::encode_model_price(&mut self.scratch, kind, p, digits, self.shared.wall_offset_ns);
         let bytes = &self.scratch[..n];
         for s in subscribers {
             if let Some(conn) = self.conns[s.conn as usize].as_mut() {
@@ -362,23 +353,14 @@ impl Shard {
         for _ in 0..2 {
             let before = conn.out.len();
             let res = conn.out.write_to(&mut conn.stream);
-            self.stats
-                .bytes_written
-                .add((before - conn.out.len()) as u64);
+            self.stats.bytes_written.add((before - conn.out.len()) as u64);
             if res.is_err() {
                 self.close_now(i, false);
                 return;
             }
             // Drained below low after conflating: send what is owed.
             if conn.out.update_flow(now) && conn.dirty_subs > 0 {
-                resync(
-                    conn,
-                    &self.shared,
-                    self.tiers,
-                    &self.digits,
-                    &self.stats,
-                    now,
-                );
+                resync(conn, &self.shared, self.tiers, &self.digits, &self.stats, now);
                 continue;
             }
             break;
@@ -399,17 +381,11 @@ impl Shard {
 
     /// Appends a control message built by `encode`; closes the connection
     /// as a slow consumer if even that does not fit.
-    fn send(
-        &mut self,
-        i: usize,
-        encode: impl FnOnce(&mut [u8]) -> Result<usize, wire::EncodeError>,
-    ) {
+    fn send(&mut self, i: usize, encode: impl FnOnce(&mut [u8]) -> Result<usize, wire::EncodeError>) {
         let Some(conn) = self.conns[i].as_mut() else {
             return;
         };
-        let r = conn
-            .out
-            .append_with(CONTROL_FRAME_MAX, |b| encode(b).unwrap_or(0));
+        let r = conn.out.append_with(CONTROL_FRAME_MAX, |b| encode(b).unwrap_or(0));
         conn.last_tx_ns = monotonic_ns();
         if r == Append::Overflow {
             tracing::debug!(peer = %conn.peer, "control message did not fit");
@@ -508,12 +484,9 @@ impl Shard {
         match state {
             SessionState::AwaitingLogon => match msg {
                 Message::Logon(l) => self.on_logon(i, &l, now),
-                other => self.protocol_error(
-                    i,
-                    RejectReason::NOT_LOGGED_ON,
-                    other.template_id(),
-                    "logon first",
-                ),
+                other => {
+                    self.protocol_error(i, RejectReason::NOT_LOGGED_ON, other.template_id(), "logon first")
+                }
             },
             SessionState::Active { account } => self.on_active(i, account, msg, now),
             SessionState::Closing { .. } => {}
@@ -527,14 +500,9 @@ impl Shard {
         match msg {
             Message::Heartbeat => {}
             Message::Logout => self.disconnect(i, DisconnectReason::LOGOUT, 0, "logout", now),
-            Message::Logon(_) => self.reject(
-                i,
-                0,
-                wire::template::LOGON,
-                RejectReason::ALREADY_LOGGED_ON,
-                0,
-                "",
-            ),
+            Message::Logon(_) => {
+                self.reject(i, 0, wire::template::LOGON, RejectReason::ALREADY_LOGGED_ON, 0, "")
+            }
             Message::Subscribe(s) => self.on_subscribe(i, account, &s, now),
             Message::Unsubscribe(s) => self.on_unsubscribe(i, account, &s),
             Message::SymbolListRequest(r) => self.on_symbol_list(i, account, r.request_id, now),
@@ -549,14 +517,7 @@ impl Shard {
             ),
             other => {
                 let rid = other.request_id().unwrap_or(0);
-                self.reject(
-                    i,
-                    rid,
-                    other.template_id(),
-                    RejectReason::UNEXPECTED_MESSAGE,
-                    0,
-                    "",
-                )
+                self.reject(i, rid, other.template_id(), RejectReason::UNEXPECTED_MESSAGE, 0, "")
             }
         }
     }
@@ -575,24 +536,11 @@ impl Shard {
         if strikes > self.shared.cfg.flood_disconnect_after {
             GatewayStats::add(&self.shared.stats.disconnects_flood, 1);
             let retry = self.jitter(self.shared.cfg.error_retry);
-            self.disconnect(
-                i,
-                DisconnectReason::PROTOCOL_ERROR,
-                retry,
-                "message flood",
-                now,
-            );
+            self.disconnect(i, DisconnectReason::PROTOCOL_ERROR, retry, "message flood", now);
         } else {
             let retry = 1_000 / self.shared.cfg.msg_rate_per_s.max(1) + 1;
             let rid = msg.request_id().unwrap_or(0);
-            self.reject(
-                i,
-                rid,
-                msg.template_id(),
-                RejectReason::RATE_LIMITED,
-                retry,
-                "",
-            );
+            self.reject(i, rid, msg.template_id(), RejectReason::RATE_LIMITED, retry, "");
         }
         false
     }
@@ -601,12 +549,7 @@ impl Shard {
 
     fn on_logon(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) {
         let shared = self.shared.clone();
-        if let Err(r) = shared
-            .admission
-            .lock()
-            .expect("admission lock")
-            .on_logon(now)
-        {
+        if let Err(r) = shared.admission.lock().expect("admission lock").on_logon(now) {
             return self.reject_logon(i, LogonRejectReason::RATE_LIMITED, r.retry_after_ms, now);
         }
         let found = shared.config.accounts.iter().position(|a| {
@@ -665,25 +608,11 @@ impl Shard {
 
     fn on_subscribe(&mut self, i: usize, account: u32, s: &wire::Subscribe<'_>, now: u64) {
         let shared = self.shared.clone();
-        if !self.conns[i]
-            .as_ref()
-            .is_some_and(|c| c.first_subscribe_done)
-        {
-            let ok = shared
-                .admission
-                .lock()
-                .expect("admission lock")
-                .on_first_subscribe(now);
+        if !self.conns[i].as_ref().is_some_and(|c| c.first_subscribe_done) {
+            let ok = shared.admission.lock().expect("admission lock").on_first_subscribe(now);
             if let Err(r) = ok {
                 let t = wire::template::SUBSCRIBE;
-                return self.reject(
-                    i,
-                    s.request_id,
-                    t,
-                    RejectReason::RATE_LIMITED,
-                    r.retry_after_ms,
-                    "",
-                );
+                return self.reject(i, s.request_id, t, RejectReason::RATE_LIMITED, r.retry_after_ms, "");
             }
         }
         let acct = &shared.config.accounts[account as usize];
@@ -691,11 +620,7 @@ impl Shard {
             return;
         };
         conn.first_subscribe_done = true;
-        let tier = if s.tier == TIER_ACCOUNT_DEFAULT {
-            conn.default_tier
-        } else {
-            s.tier
-        };
+        let tier = if s.tier == TIER_ACCOUNT_DEFAULT { conn.default_tier } else { s.tier };
         self.results.clear();
         self.new_keys.clear();
         for entry in s.entries.clone() {
@@ -712,9 +637,7 @@ impl Shard {
             });
         }
         let results = std::mem::take(&mut self.results);
-        self.send(i, |b| {
-            wire::encode_subscribe_response(b, s.request_id, results.iter())
-        });
+        self.send(i, |b| wire::encode_subscribe_response(b, s.request_id, results.iter()));
         self.results = results;
         self.send_snapshots(i, now);
     }
@@ -728,11 +651,7 @@ impl Shard {
     ) -> (u16, SubscribeStatus) {
         let table = &self.shared.config.table;
         let id = if entry.symbol_id == SYMBOL_BY_NAME {
-            entry
-                .name
-                .as_str()
-                .and_then(|n| table.by_name(n))
-                .map(|i| i.id)
+            entry.name.as_str().and_then(|n| table.by_name(n)).map(|i| i.id)
         } else {
             table.get(entry.symbol_id).map(|i| i.id)
         };
@@ -760,13 +679,7 @@ impl Shard {
             return SubscribeStatus::LIMIT_REACHED;
         }
         let slot = conn.subs.len() as u32;
-        let pos = self.index.add(
-            key,
-            Subscriber {
-                conn: i as u32,
-                slot,
-            },
-        );
+        let pos = self.index.add(key, Subscriber { conn: i as u32, slot });
         conn.subs.push(Sub {
             key: key as u32,
             pos,
@@ -819,11 +732,7 @@ impl Shard {
         let shared = self.shared.clone();
         let acct = &shared.config.accounts[account as usize];
         let default_tier = self.conns[i].as_ref().map_or(0, |c| c.default_tier);
-        let tier = if s.tier == TIER_ACCOUNT_DEFAULT {
-            default_tier
-        } else {
-            s.tier
-        };
+        let tier = if s.tier == TIER_ACCOUNT_DEFAULT { default_tier } else { s.tier };
         self.results.clear();
         for entry in s.entries.clone() {
             let (id, mut status) = self.resolve(acct, tier, &entry);
@@ -844,29 +753,15 @@ impl Shard {
             });
         }
         let results = std::mem::take(&mut self.results);
-        self.send(i, |b| {
-            wire::encode_subscribe_response(b, s.request_id, results.iter())
-        });
+        self.send(i, |b| wire::encode_subscribe_response(b, s.request_id, results.iter()));
         self.results = results;
     }
 
     fn on_symbol_list(&mut self, i: usize, account: u32, request_id: u64, now: u64) {
         let shared = self.shared.clone();
         let t = wire::template::SYMBOL_LIST_REQUEST;
-        if let Err(r) = shared
-            .admission
-            .lock()
-            .expect("admission lock")
-            .on_symbol_list(now)
-        {
-            return self.reject(
-                i,
-                request_id,
-                t,
-                RejectReason::RATE_LIMITED,
-                r.retry_after_ms,
-                "",
-            );
+        if let Err(r) = shared.admission.lock().expect("admission lock").on_symbol_list(now) {
+            return self.reject(i, request_id, t, RejectReason::RATE_LIMITED, r.retry_after_ms, "");
         }
         let acct = &shared.config.accounts[account as usize];
         let table = &shared.config.table;
@@ -895,14 +790,7 @@ impl Shard {
             wire::encode_symbol_directory(b, request_id, symbols, tiers).unwrap_or(0)
         });
         if r == Append::Overflow {
-            return self.reject(
-                i,
-                request_id,
-                t,
-                RejectReason::LIMIT_REACHED,
-                0,
-                "directory too large",
-            );
+            return self.reject(i, request_id, t, RejectReason::LIMIT_REACHED, 0, "directory too large");
         }
         self.queue_write(i);
     }
@@ -912,11 +800,7 @@ impl Shard {
         let acct = &shared.config.accounts[account as usize];
         let t = wire::template::SNAPSHOT_REQUEST;
         let default_tier = self.conns[i].as_ref().map_or(0, |c| c.default_tier);
-        let tier = if r.tier == TIER_ACCOUNT_DEFAULT {
-            default_tier
-        } else {
-            r.tier
-        };
+        let tier = if r.tier == TIER_ACCOUNT_DEFAULT { default_tier } else { r.tier };
         if (tier as usize) >= self.tiers || !acct.entitled_tier(tier) {
             return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "tier");
         }
@@ -944,14 +828,7 @@ impl Shard {
             wire::encode_snapshot_response(b, r.request_id, prices).unwrap_or(0)
         });
         if res == Append::Overflow {
-            return self.reject(
-                i,
-                r.request_id,
-                t,
-                RejectReason::LIMIT_REACHED,
-                0,
-                "too many symbols",
-            );
+            return self.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, "too many symbols");
         }
         self.queue_write(i);
     }
@@ -981,13 +858,7 @@ impl Shard {
     fn protocol_error(&mut self, i: usize, reason: RejectReason, template: u16, text: &str) {
         self.reject(i, 0, template, reason, 0, text);
         let retry = self.jitter(self.shared.cfg.error_retry);
-        self.disconnect(
-            i,
-            DisconnectReason::PROTOCOL_ERROR,
-            retry,
-            text,
-            monotonic_ns(),
-        );
+        self.disconnect(i, DisconnectReason::PROTOCOL_ERROR, retry, text, monotonic_ns());
     }
 
     fn jitter(&mut self, w: RetryWindow) -> u32 {
@@ -995,14 +866,7 @@ impl Shard {
     }
 
     /// Queues Disconnect(reason) and starts closing.
-    fn disconnect(
-        &mut self,
-        i: usize,
-        reason: DisconnectReason,
-        retry_after_ms: u32,
-        text: &str,
-        now: u64,
-    ) {
+    fn disconnect(&mut self, i: usize, reason: DisconnectReason, retry_after_ms: u32, text: &str, now: u64) {
         let s = &self.shared.stats;
         let counter = match reason {
             DisconnectReason::SLOW_CONSUMER => Some(&s.disconnects_slow_consumer),
@@ -1015,9 +879,7 @@ impl Shard {
         if let Some(c) = counter {
             GatewayStats::add(c, 1);
         }
-        self.send(i, |b| {
-            wire::encode_disconnect_reason(b, reason, retry_after_ms, text)
-        });
+        self.send(i, |b| wire::encode_disconnect_reason(b, reason, retry_after_ms, text));
         self.begin_close(i, Some(reason), now);
     }
 
@@ -1037,10 +899,7 @@ impl Shard {
 
     /// Removes subscriptions and releases the session's account slot.
     fn drop_session(&mut self, i: usize) {
-        while let Some(last) = self.conns[i]
-            .as_ref()
-            .and_then(|c| c.subs.len().checked_sub(1))
-        {
+        while let Some(last) = self.conns[i].as_ref().and_then(|c| c.subs.len().checked_sub(1)) {
             self.remove_sub(i, last);
         }
         let Some(conn) = self.conns[i].as_mut() else {
@@ -1067,9 +926,7 @@ impl Shard {
         self.release_ip(conn.peer);
         self.free.push(i as u32);
         GatewayStats::sub(&self.shared.stats.open, 1);
-        self.stats
-            .connections
-            .set((self.conns.len() - self.free.len()) as u64);
+        self.stats.connections.set((self.conns.len() - self.free.len()) as u64);
     }
 
     fn disconnect_all(&mut self) {
@@ -1080,13 +937,7 @@ impl Shard {
                 .is_some_and(|c| !matches!(c.state, SessionState::Closing { .. }));
             if open {
                 let retry = self.jitter(self.shared.cfg.shutdown_retry);
-                self.disconnect(
-                    i,
-                    DisconnectReason::SHUTDOWN,
-                    retry,
-                    "server shutting down",
-                    now,
-                );
+                self.disconnect(i, DisconnectReason::SHUTDOWN, retry, "server shutting down", now);
             }
         }
         self.flush_writes(now);
@@ -1159,13 +1010,9 @@ impl Shard {
             TimerAction::LogonTimeout => {
                 self.disconnect(i, DisconnectReason::IDLE_TIMEOUT, retry, "no logon", now)
             }
-            TimerAction::SlowConsumer => self.disconnect(
-                i,
-                DisconnectReason::SLOW_CONSUMER,
-                retry,
-                "slow consumer",
-                now,
-            ),
+            TimerAction::SlowConsumer => {
+                self.disconnect(i, DisconnectReason::SLOW_CONSUMER, retry, "slow consumer", now)
+            }
             TimerAction::Idle => {
                 self.disconnect(i, DisconnectReason::IDLE_TIMEOUT, 0, "peer silent", now)
             }
@@ -1187,14 +1034,7 @@ enum TimerAction {
 /// Copies one encoded price to one connection, or marks it owed if the
 /// connection is conflating. Returns true if bytes were appended.
 #[inline]
-fn deliver(
-    conn: &mut Conn,
-    slot: u32,
-    seq: u64,
-    bytes: &[u8],
-    now: u64,
-    stats: &ShardStats,
-) -> bool {
+fn deliver(conn: &mut Conn, slot: u32, seq: u64, bytes: &[u8], now: u64, stats: &ShardStats) -> bool {
     let Some(sub) = conn.subs.get_mut(slot as usize) else {
         return false;
     };
@@ -1224,14 +1064,7 @@ fn deliver(
 
 /// After draining below low: the latest price of every owed key, as a
 /// snapshot flagged conflated.
-fn resync(
-    conn: &mut Conn,
-    shared: &Shared,
-    tiers: usize,
-    digits: &[u8],
-    stats: &ShardStats,
-    now: u64,
-) {
+fn resync(conn: &mut Conn, shared: &Shared, tiers: usize, digits: &[u8], stats: &ShardStats, now: u64) {
     let n = send_owed(conn, shared, tiers, digits, price_flags::CONFLATED, now);
     stats.resync_snapshots.add(n);
 }
@@ -1241,25 +1074,14 @@ fn resync_fresh(conn: &mut Conn, shared: &Shared, tiers: usize, digits: &[u8], n
     send_owed(conn, shared, tiers, digits, 0, now);
 }
 
-fn send_owed(
-    conn: &mut Conn,
-    shared: &Shared,
-    tiers: usize,
-    digits: &[u8],
-    flag: u8,
-    now: u64,
-) -> u64 {
+fn send_owed(conn: &mut Conn, shared: &Shared, tiers: usize, digits: &[u8], flag: u8, now: u64) -> u64 {
     let mut sent = 0;
     for sub in conn.subs.iter_mut().filter(|s| s.dirty) {
-        let (symbol, tier) = (
-            (sub.key as usize / tiers) as u16,
-            (sub.key as usize % tiers) as u8,
-        );
+        let (symbol, tier) = ((sub.key as usize / tiers) as u16, (sub.key as usize % tiers) as u8);
         if let Some(mut p) = shared.table.read(symbol, tier) {
             if p.seq > sub.last_seq {
                 p.flags |= flag;
-                let body =
-                    PriceBody::from_price(&p, digits[symbol as usize], shared.wall_offset_ns);
+                let body = PriceBody::from_price(&p, digits[symbol as usize], shared.wall_offset_ns);
                 let r = conn.out.append_with(PRICE_FRAME_LEN, |b| {
                     wire::try_encode_price(b, PriceKind::Snapshot, &body).unwrap_or(0)
                 });
