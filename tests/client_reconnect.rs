@@ -306,3 +306,44 @@ fn dropped_crowd_reconnects_spread_out_not_in_lockstep() {
     let spread = distinct.last().unwrap() - distinct.first().unwrap();
     assert!(spread >= 300, "spread over the window: {delays:?}");
 }
+
+#[test]
+fn large_subscription_set_is_resubscribed_in_frames_the_server_accepts() {
+    let server = TestServer::start();
+    let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), server.addr).unwrap();
+    let mut cfg = fast_config(proxy.local_addr());
+    cfg.max_subscriptions = 2_000;
+    let mut c = Client::connect(cfg).unwrap();
+    let too_many: Vec<u16> = (0..501).collect();
+    assert!(matches!(
+        c.subscribe_ids(1, &too_many),
+        Err(ClientError::TooManyEntries(500))
+    ));
+    for block in 0..3u16 {
+        let ids: Vec<u16> = (block * 400..block * 400 + 400).collect();
+        c.subscribe_ids(1, &ids).unwrap();
+    }
+    assert_eq!(c.subscriptions(), 1_200);
+    proxy.set_toxic(Toxic::Reset);
+    until(&mut c, "Disconnected", |e| {
+        matches!(e, Event::Disconnected { .. })
+    });
+    proxy.clear_toxic(ToxicKind::Reset);
+    until(&mut c, "LoggedOn", |e| matches!(e, Event::LoggedOn(_)));
+    // 1200 entries go out as 500 + 500 + 200, each answered in full.
+    let mut answered = Vec::new();
+    while answered.len() < 3 {
+        let ev = until(&mut c, "SubscribeResponse", |e| {
+            matches!(
+                e,
+                Event::SubscribeResponse { .. } | Event::Disconnected { .. }
+            )
+        });
+        match ev {
+            Event::SubscribeResponse { results, .. } => answered.push(results.len()),
+            other => panic!("resubscribe refused: {other:?}"),
+        }
+    }
+    assert_eq!(answered, vec![500, 500, 200]);
+    assert_eq!(server.stat(|s| &s.disconnects_protocol_error), 0);
+}

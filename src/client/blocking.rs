@@ -47,9 +47,12 @@ pub const MAX_SUBSCRIPTIONS_DEFAULT: usize = 1_024;
 pub const RESYNC_BUDGET_US_DEFAULT: u32 = 500_000;
 /// Default bound on events queued inside the client.
 pub const EVENTS_QUEUED_MAX_DEFAULT: usize = 4_096;
-/// Entries per Subscribe frame when resubscribing (well under the 3639 a
-/// 64 KiB frame holds).
-const SUBSCRIBE_CHUNK: usize = 1_000;
+/// Most entries in one Subscribe frame: 500 x 18 bytes stays under the
+/// gateway's default 16 KiB frame limit (`--max-frame-bytes`), not only
+/// the protocol's 64 KiB, so a resubscribe is never refused as oversize.
+pub const SUBSCRIBE_ENTRIES_MAX: usize = 500;
+/// Most symbols in one SnapshotRequest (2 bytes each; same frame bound).
+pub const SNAPSHOT_SYMBOLS_MAX: usize = 4_096;
 
 /// Client settings; [`ClientConfig::new`] fills the defaults.
 #[derive(Debug, Clone)]
@@ -153,6 +156,8 @@ pub enum ClientError {
     NotConnected,
     #[error("at most {0} subscriptions")]
     TooManySubscriptions(usize),
+    #[error("at most {0} entries per request; split it")]
+    TooManyEntries(usize),
     #[error("cannot encode the request: {0}")]
     Encode(#[from] EncodeError),
     #[error("invalid client setting: {0}")]
@@ -327,7 +332,8 @@ impl Client {
     /// for the account default). Kept and sent again after every reconnect
     /// (with fresh request ids). Returns the request id the
     /// SubscribeResponse will carry; while disconnected the entries are only
-    /// kept, and go out with the next logon.
+    /// kept, and go out with the next logon. At most
+    /// [`SUBSCRIBE_ENTRIES_MAX`] names per call.
     pub fn subscribe_names<S: AsRef<str>>(
         &mut self,
         tier: u8,
@@ -346,6 +352,9 @@ impl Client {
     }
 
     fn subscribe_refs(&mut self, tier: u8, refs: Vec<SymbolRef>) -> Result<u64, ClientError> {
+        if refs.len() > SUBSCRIBE_ENTRIES_MAX {
+            return Err(ClientError::TooManyEntries(SUBSCRIBE_ENTRIES_MAX));
+        }
         let new = refs
             .iter()
             .filter(|r| !self.subs.contains(&(tier, **r)))
@@ -379,6 +388,9 @@ impl Client {
         critical: bool,
     ) -> Result<u64, ClientError> {
         self.require_connected()?;
+        if symbols.len() > SNAPSHOT_SYMBOLS_MAX {
+            return Err(ClientError::TooManyEntries(SNAPSHOT_SYMBOLS_MAX));
+        }
         let rid = self.request_id();
         let n =
             wire::encode_snapshot_request(&mut self.tx, rid, budget_us, critical, tier, symbols)?;
@@ -739,7 +751,7 @@ impl Client {
                 .filter(|(t, _)| *t == tier)
                 .map(|(_, r)| *r)
                 .collect();
-            for chunk in refs.chunks(SUBSCRIBE_CHUNK) {
+            for chunk in refs.chunks(SUBSCRIBE_ENTRIES_MAX) {
                 let rid = self.request_id();
                 if let Ok(n) = wire::encode_subscribe(&mut self.tx, rid, tier, chunk) {
                     ClientStats::inc(&self.stats.resubscribes);
