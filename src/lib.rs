@@ -14,6 +14,7 @@
 pub mod admission;
 pub mod capture;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod engine;

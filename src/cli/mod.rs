@@ -5,6 +5,7 @@ pub mod gateway_args;
 pub mod replay;
 pub mod report;
 pub mod serve;
+pub mod watch;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +34,8 @@ pub enum Command {
     /// Inspect captures: cat or stats.
     #[command(subcommand)]
     Capture(crate::capture::cli::CaptureCmd),
+    /// Live terminal view of prices from a running server.
+    Watch(watch::WatchArgs),
 }
 
 /// `pricewire import`.
@@ -59,6 +62,7 @@ pub fn run(cli: Cli) -> i32 {
                 1
             }
         },
+        Command::Watch(args) => watch::run(args),
     }
 }
 

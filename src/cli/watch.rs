@@ -1,0 +1,325 @@
+//! `pricewire watch EURUSD GBPUSD ...`: a live terminal view of prices,
+//! built on the client SDK.
+//!
+//! One row per symbol — bid, ask, spread in points, age of the last update
+//! and updates per second — redrawn a few times a second with plain ANSI
+//! escapes (no TUI library). `--once` prints one plain table as soon as
+//! every symbol has a price, for scripts and tests. The SDK reconnects on
+//! its own; the status line says so. An unreachable server or a refused
+//! logon ends the command with a clear message and exit code 1.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use crate::client::{Client, ClientConfig, ClientError, Event};
+use crate::model::price::{FixedPrice, NO_PRICE};
+use crate::wire::{SubscribeStatus, TIER_ACCOUNT_DEFAULT};
+
+/// Exit code when the server is unreachable, refuses us or a symbol.
+pub const EXIT_FAILED: i32 = 1;
+
+/// Flags of `pricewire watch`.
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// Symbols to show, e.g. `EURUSD GBPUSD`.
+    #[arg(required = true, value_name = "SYMBOL")]
+    pub symbols: Vec<String>,
+
+    /// Server address (host:port).
+    #[arg(long, default_value = crate::gateway::LISTEN_DEFAULT, value_name = "ADDR")]
+    pub connect: String,
+
+    #[arg(long, default_value = "demo")]
+    pub account: String,
+
+    #[arg(long, default_value = "demo")]
+    pub token: String,
+
+    /// Tier id or name (raw, standard, retail); default: the account's.
+    #[arg(long, value_name = "TIER")]
+    pub tier: Option<String>,
+
+    /// Print one table once every symbol has a price, then exit.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Redraw interval, in milliseconds.
+    #[arg(long, default_value_t = 250, value_name = "MS")]
+    pub refresh_ms: u64,
+
+    /// With --once: longest wait for every symbol's first price, in ms.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    pub once_timeout_ms: u64,
+}
+
+/// Why `watch` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("--connect {0}: not a reachable host:port")]
+    Address(String),
+    #[error("--refresh-ms and --once-timeout-ms: at least 1")]
+    Interval,
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("--tier {0}: no such tier for this account")]
+    UnknownTier(String),
+    #[error("no answer to the directory request")]
+    NoDirectory,
+    #[error("not every symbol got a price: {0}")]
+    Incomplete(String),
+    #[error("cannot write the table: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// Runs the command; returns the exit code.
+pub fn run(args: WatchArgs) -> i32 {
+    let mut stdout = std::io::stdout().lock();
+    match watch(&args, &mut stdout) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = stdout.flush();
+            eprintln!("error: {e}");
+            match e {
+                WatchError::Address(_) | WatchError::Interval | WatchError::UnknownTier(_) => {
+                    super::EXIT_USAGE
+                }
+                _ => EXIT_FAILED,
+            }
+        }
+    }
+}
+
+/// One symbol's row.
+#[derive(Debug, Clone)]
+struct Row {
+    name: String,
+    status: Option<SubscribeStatus>,
+    symbol_id: Option<u16>,
+    digits: u8,
+    bid: i64,
+    ask: i64,
+    last_update: Option<Instant>,
+    /// Updates since `window_start`, and the rate of the last window.
+    window_count: u32,
+    window_start: Instant,
+    rate_per_s: f64,
+}
+
+impl Row {
+    fn new(name: &str, now: Instant) -> Row {
+        Row {
+            name: name.to_string(),
+            status: None,
+            symbol_id: None,
+            digits: 0,
+            bid: NO_PRICE,
+            ask: NO_PRICE,
+            last_update: None,
+            window_count: 0,
+            window_start: now,
+            rate_per_s: 0.0,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.last_update.is_some() || self.status.is_some_and(|s| s != SubscribeStatus::OK)
+    }
+
+    /// Closes the rate window once it spans a second.
+    fn roll_rate(&mut self, now: Instant) {
+        let elapsed = now.duration_since(self.window_start);
+        if elapsed >= Duration::from_secs(1) {
+            self.rate_per_s = f64::from(self.window_count) / elapsed.as_secs_f64();
+            self.window_count = 0;
+            self.window_start = now;
+        }
+    }
+
+    /// The last full window's rate, or the running one before the first
+    /// window closes.
+    fn display_rate(&self, now: Instant) -> f64 {
+        if self.rate_per_s > 0.0 {
+            return self.rate_per_s;
+        }
+        let elapsed = now.duration_since(self.window_start).as_secs_f64();
+        if elapsed > 0.0 {
+            f64::from(self.window_count) / elapsed
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The view: connect, subscribe, draw until interrupted (or once).
+pub fn watch(args: &WatchArgs, out: &mut dyn Write) -> Result<(), WatchError> {
+    if args.refresh_ms == 0 || args.once_timeout_ms == 0 {
+        return Err(WatchError::Interval);
+    }
+    let addr = resolve(&args.connect)?;
+    let mut client = Client::connect(ClientConfig::new(addr, &args.account, &args.token))?;
+    let tier = resolve_tier(&mut client, args.tier.as_deref())?;
+    client.subscribe_names(tier, &args.symbols)?;
+    let started = Instant::now();
+    let mut rows: Vec<Row> = args.symbols.iter().map(|s| Row::new(s, started)).collect();
+    let mut status = String::from("connected");
+    let refresh = Duration::from_millis(args.refresh_ms);
+    let mut next_draw = started + refresh;
+    loop {
+        let now = Instant::now();
+        if args.once && rows.iter().all(Row::done) {
+            draw(out, &mut rows, now, None)?;
+            return incomplete(&rows);
+        }
+        if args.once && now >= started + Duration::from_millis(args.once_timeout_ms) {
+            draw(out, &mut rows, now, None)?;
+            return incomplete(&rows).and(Err(WatchError::Incomplete("timed out".into())));
+        }
+        if !args.once && now >= next_draw {
+            draw(out, &mut rows, now, Some(&status))?;
+            next_draw = now + refresh;
+        }
+        let wait = next_draw
+            .saturating_duration_since(now)
+            .max(Duration::from_millis(1));
+        if let Some(ev) = client.next_event(wait)? {
+            apply(&mut rows, ev, &mut status);
+        }
+    }
+}
+
+fn resolve(connect: &str) -> Result<SocketAddr, WatchError> {
+    connect
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| WatchError::Address(connect.to_string()))
+}
+
+/// A tier id, or a name looked up in the account's directory.
+fn resolve_tier(client: &mut Client, tier: Option<&str>) -> Result<u8, WatchError> {
+    let Some(tier) = tier else {
+        return Ok(TIER_ACCOUNT_DEFAULT);
+    };
+    if let Ok(id) = tier.parse::<u8>() {
+        return Ok(id);
+    }
+    let rid = client.request_symbols(2_000_000, false)?;
+    match client.await_response(rid, Duration::from_secs(3))? {
+        Some(Event::SymbolDirectory { tiers, .. }) => tiers
+            .iter()
+            .find(|t| t.name.as_str() == Some(tier))
+            .map(|t| t.tier_id)
+            .ok_or_else(|| WatchError::UnknownTier(tier.to_string())),
+        Some(Event::Reject { reason, .. }) => Err(WatchError::Incomplete(format!(
+            "directory request rejected: {reason}"
+        ))),
+        _ => Err(WatchError::NoDirectory),
+    }
+}
+
+fn incomplete(rows: &[Row]) -> Result<(), WatchError> {
+    let missing: Vec<String> = rows
+        .iter()
+        .filter(|r| r.last_update.is_none())
+        .map(|r| format!("{} ({})", r.name, status_text(r)))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(WatchError::Incomplete(missing.join(", ")))
+    }
+}
+
+fn status_text(r: &Row) -> String {
+    match r.status {
+        Some(s) if s != SubscribeStatus::OK => s.to_string(),
+        _ => "no price yet".into(),
+    }
+}
+
+fn apply(rows: &mut [Row], ev: Event, status: &mut String) {
+    match ev {
+        Event::SubscribeResponse { results, .. } => {
+            for (row, res) in rows.iter_mut().zip(results.iter()) {
+                row.status = Some(res.status);
+                if res.status == SubscribeStatus::OK {
+                    row.symbol_id = Some(res.symbol_id);
+                }
+            }
+        }
+        Event::Price(p) => {
+            let now = Instant::now();
+            if let Some(row) = rows
+                .iter_mut()
+                .find(|r| r.symbol_id == Some(p.body.symbol_id))
+            {
+                row.bid = p.body.bid;
+                row.ask = p.body.ask;
+                row.digits = p.body.digits;
+                row.last_update = Some(now);
+                row.window_count += 1;
+            }
+        }
+        Event::LoggedOn(info) => *status = format!("connected (reconnect {})", info.reconnects),
+        Event::Disconnected {
+            cause,
+            reconnect_in_ms,
+            ..
+        } => {
+            *status = match reconnect_in_ms {
+                Some(ms) => format!("disconnected ({cause:?}); reconnecting in {ms} ms"),
+                None => format!("disconnected ({cause:?})"),
+            };
+        }
+        _ => {}
+    }
+}
+
+/// Draws the table; `status` = Some for the live view (ANSI clear + home).
+fn draw(
+    out: &mut dyn Write,
+    rows: &mut [Row],
+    now: Instant,
+    status: Option<&str>,
+) -> std::io::Result<()> {
+    if status.is_some() {
+        write!(out, "\x1b[H\x1b[2J")?;
+    }
+    writeln!(
+        out,
+        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}",
+        "SYMBOL", "BID", "ASK", "SPREAD", "AGE_MS", "UPD/S"
+    )?;
+    for row in rows.iter_mut() {
+        row.roll_rate(now);
+        write_row(out, row, now)?;
+    }
+    if let Some(s) = status {
+        writeln!(out, "\n{s}")?;
+    }
+    out.flush()
+}
+
+fn write_row(out: &mut dyn Write, r: &Row, now: Instant) -> std::io::Result<()> {
+    let Some(at) = r.last_update else {
+        return writeln!(out, "{:<12} {:>14}", r.name, status_text(r));
+    };
+    let spread = if r.bid == NO_PRICE || r.ask == NO_PRICE {
+        "-".to_string()
+    } else {
+        (r.ask - r.bid).to_string()
+    };
+    writeln!(
+        out,
+        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9.0}",
+        r.name,
+        FixedPrice(r.bid, r.digits).to_string(),
+        FixedPrice(r.ask, r.digits).to_string(),
+        spread,
+        now.duration_since(at).as_millis(),
+        r.display_rate(now)
+    )
+}

@@ -1,0 +1,138 @@
+//! What the client yields: typed events, owned and `Clone`.
+//!
+//! [`Event::Price`] is `Copy`-sized (no heap); the request answers own
+//! their lists because they are rare and callers keep them.
+
+use crate::wire::{
+    DecodeError, DisconnectReason, LogonRejectReason, PriceBody, PriceKind, RejectReason,
+    SubscribeResult, SymbolInfo, TierInfo,
+};
+
+/// A session was established (first logon or after a reconnect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogonInfo {
+    pub session_id: u64,
+    /// Interval both sides heartbeat at, from LogonAccepted.
+    pub heartbeat_interval_ms: u32,
+    pub default_tier: u8,
+    pub server_time_ns: u64,
+    /// 0 for the first logon, then 1, 2, ... for each reconnect.
+    pub reconnects: u64,
+}
+
+/// How a price relates to the expected sequence of its (symbol, tier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqStatus {
+    /// A snapshot: the expectation was reset to `seq + 1`.
+    Reset,
+    /// `seq` was the expected one.
+    InOrder,
+    /// An update for a key with no expectation yet (no snapshot seen).
+    First,
+    /// `seq > expected`: prices were missed. The price is still the newest
+    /// (every price carries the full state); `resync` is true when this gap
+    /// made the client ask for a snapshot (false while one is in flight).
+    Gap { expected: u64, resync: bool },
+    /// A key the bounded sequence table had no room for.
+    Untracked,
+}
+
+/// One price for a subscribed (symbol, tier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriceEvent {
+    /// Snapshot (after subscribe, or a resync from the server) or update.
+    pub kind: PriceKind,
+    /// Symbol, tier, flags, digits, seq, bid/ask, sizes, times.
+    pub body: PriceBody,
+    pub seq: SeqStatus,
+}
+
+/// Why a session ended (or a reconnect attempt failed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisconnectCause {
+    /// The server sent Disconnect(reason) with a human-readable text.
+    Server {
+        reason: DisconnectReason,
+        text: String,
+    },
+    /// The server refused the logon (reported as [`Event::LogonRejected`]
+    /// too).
+    LogonRejected(LogonRejectReason),
+    /// The peer closed the connection without a Disconnect.
+    PeerClosed,
+    /// Nothing was received for this long (dead-peer rule).
+    DeadPeer { silent_ms: u64 },
+    /// A socket error (connect, read or write).
+    Io(std::io::ErrorKind),
+    /// The server broke the framing; the stream is unusable.
+    Protocol(DecodeError),
+    /// No LogonAccepted within the logon timeout.
+    LogonTimeout,
+}
+
+/// Everything [`Client::next_event`](super::Client::next_event) yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A session is up (after the first logon or a reconnect); after a
+    /// reconnect every subscription has been sent again.
+    LoggedOn(LogonInfo),
+    /// A (re)logon was refused. `retry_after_ms` is the server's floor.
+    LogonRejected {
+        reason: LogonRejectReason,
+        retry_after_ms: u32,
+    },
+    Price(PriceEvent),
+    /// One result per requested entry, in request order.
+    SubscribeResponse {
+        request_id: u64,
+        results: Vec<SubscribeResult>,
+    },
+    /// Answer to a snapshot request (also the client's own gap resyncs);
+    /// the prices were applied to the sequence table like snapshots.
+    SnapshotResponse {
+        request_id: u64,
+        prices: Vec<PriceBody>,
+    },
+    SymbolDirectory {
+        request_id: u64,
+        symbols: Vec<SymbolInfo>,
+        tiers: Vec<TierInfo>,
+    },
+    /// A request or frame was refused.
+    Reject {
+        request_id: u64,
+        ref_template_id: u16,
+        reason: RejectReason,
+        retry_after_ms: u32,
+        text: String,
+    },
+    /// The session ended (or a reconnect attempt failed). `retry_after_ms`
+    /// is the server's floor (0 = none); `reconnect_in_ms` is the delay
+    /// the client chose, `None` when it will not reconnect.
+    Disconnected {
+        cause: DisconnectCause,
+        retry_after_ms: u32,
+        reconnect_in_ms: Option<u64>,
+    },
+}
+
+impl Event {
+    /// The request id for answers to requests (and Rejects).
+    pub fn request_id(&self) -> Option<u64> {
+        match self {
+            Event::SubscribeResponse { request_id, .. }
+            | Event::SnapshotResponse { request_id, .. }
+            | Event::SymbolDirectory { request_id, .. }
+            | Event::Reject { request_id, .. } => Some(*request_id),
+            _ => None,
+        }
+    }
+
+    /// The price, for [`Event::Price`].
+    pub fn price(&self) -> Option<&PriceEvent> {
+        match self {
+            Event::Price(p) => Some(p),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Per-(symbol, tier) sequence expectations: gap and duplicate detection.
+//!
+//! The table is a `HashMap` created with room for `capacity_max` keys and
+//! never grown past it, so looking up and updating a key on every price
+//! allocates nothing; a key beyond the capacity is reported `Untracked`
+//! and counted instead of growing the table.
+
+use std::collections::HashMap;
+
+use super::event::SeqStatus;
+
+#[derive(Debug, Clone, Copy)]
+struct Expect {
+    /// Next sequence number expected (last accepted + 1).
+    next: u64,
+    /// A resync snapshot was asked for and has not arrived yet.
+    resync_pending: bool,
+}
+
+/// What [`SeqTracker::on_update`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateVerdict {
+    /// Deliver the update with this status.
+    Accept(SeqStatus),
+    /// Old or duplicate (`seq < expected`): drop it.
+    Old,
+}
+
+/// Expected sequence numbers, bounded by `capacity_max` keys.
+#[derive(Debug)]
+pub struct SeqTracker {
+    map: HashMap<(u16, u8), Expect>,
+    capacity_max: usize,
+}
+
+impl SeqTracker {
+    pub fn new(capacity_max: usize) -> Self {
+        assert!(capacity_max > 0, "sequence table needs room for one key");
+        SeqTracker {
+            map: HashMap::with_capacity(capacity_max),
+            capacity_max,
+        }
+    }
+
+    /// Forgets every key (a new session starts from snapshots again).
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The next sequence number expected for a key, if tracked.
+    pub fn expected(&self, symbol: u16, tier: u8) -> Option<u64> {
+        self.map.get(&(symbol, tier)).map(|e| e.next)
+    }
+
+    /// A PriceSnapshot: always accepted, resets the expectation.
+    pub fn on_snapshot(&mut self, symbol: u16, tier: u8, seq: u64) -> SeqStatus {
+        match self.slot(symbol, tier) {
+            Some(e) => {
+                *e = Expect {
+                    next: seq.saturating_add(1),
+                    resync_pending: false,
+                };
+                SeqStatus::Reset
+            }
+            None => SeqStatus::Untracked,
+        }
+    }
+
+    /// A price from a SnapshotResponse: like a snapshot, but never moves
+    /// the expectation backwards (updates already delivered stay valid).
+    pub fn on_response_price(&mut self, symbol: u16, tier: u8, seq: u64) {
+        if let Some(e) = self.slot(symbol, tier) {
+            e.next = e.next.max(seq.saturating_add(1));
+            e.resync_pending = false;
+        }
+    }
+
+    /// A PriceUpdate. A gap moves the expectation past the update (it is
+    /// the newest full price) and asks for one resync per gap episode.
+    pub fn on_update(&mut self, symbol: u16, tier: u8, seq: u64) -> UpdateVerdict {
+        let known = self.map.contains_key(&(symbol, tier));
+        let Some(e) = self.slot(symbol, tier) else {
+            return UpdateVerdict::Accept(SeqStatus::Untracked);
+        };
+        let next = seq.saturating_add(1);
+        if !known {
+            e.next = next;
+            return UpdateVerdict::Accept(SeqStatus::First);
+        }
+        if seq < e.next {
+            return UpdateVerdict::Old;
+        }
+        let expected = e.next;
+        e.next = next;
+        if seq == expected {
+            return UpdateVerdict::Accept(SeqStatus::InOrder);
+        }
+        let resync = !e.resync_pending;
+        e.resync_pending = true;
+        UpdateVerdict::Accept(SeqStatus::Gap { expected, resync })
+    }
+
+    /// The key's entry, inserted if there is room. New keys start with
+    /// `next = 0` (callers overwrite it).
+    fn slot(&mut self, symbol: u16, tier: u8) -> Option<&mut Expect> {
+        let full = self.map.len() >= self.capacity_max;
+        if full && !self.map.contains_key(&(symbol, tier)) {
+            return None;
+        }
+        Some(self.map.entry((symbol, tier)).or_insert(Expect {
+            next: 0,
+            resync_pending: false,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_then_contiguous_updates_are_in_order() {
+        let mut t = SeqTracker::new(8);
+        assert_eq!(t.on_snapshot(1, 0, 10), SeqStatus::Reset);
+        for seq in 11..20 {
+            assert_eq!(
+                t.on_update(1, 0, seq),
+                UpdateVerdict::Accept(SeqStatus::InOrder)
+            );
+        }
+        assert_eq!(t.expected(1, 0), Some(20));
+    }
+
+    #[test]
+    fn gap_asks_once_until_a_snapshot_arrives() {
+        let mut t = SeqTracker::new(8);
+        t.on_snapshot(1, 2, 5);
+        let gap = |expected, resync| UpdateVerdict::Accept(SeqStatus::Gap { expected, resync });
+        assert_eq!(t.on_update(1, 2, 8), gap(6, true));
+        assert_eq!(
+            t.on_update(1, 2, 9),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
+        );
+        assert_eq!(
+            t.on_update(1, 2, 12),
+            gap(10, false),
+            "resync already in flight"
+        );
+        assert_eq!(t.on_snapshot(1, 2, 20), SeqStatus::Reset);
+        assert_eq!(
+            t.on_update(1, 2, 23),
+            gap(21, true),
+            "a new episode asks again"
+        );
+    }
+
+    #[test]
+    fn old_and_duplicate_updates_are_dropped() {
+        let mut t = SeqTracker::new(8);
+        t.on_snapshot(3, 1, 100);
+        assert_eq!(t.on_update(3, 1, 100), UpdateVerdict::Old);
+        assert_eq!(t.on_update(3, 1, 50), UpdateVerdict::Old);
+        assert_eq!(
+            t.on_update(3, 1, 101),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
+        );
+    }
+
+    #[test]
+    fn snapshot_resets_even_backwards_but_response_never_regresses() {
+        let mut t = SeqTracker::new(8);
+        t.on_snapshot(1, 0, 50);
+        t.on_snapshot(1, 0, 40);
+        assert_eq!(t.expected(1, 0), Some(41));
+        t.on_response_price(1, 0, 30);
+        assert_eq!(t.expected(1, 0), Some(41));
+        t.on_response_price(1, 0, 45);
+        assert_eq!(t.expected(1, 0), Some(46));
+    }
+
+    #[test]
+    fn tiers_are_tracked_apart() {
+        let mut t = SeqTracker::new(8);
+        t.on_snapshot(1, 0, 5);
+        t.on_snapshot(1, 1, 7);
+        assert_eq!(
+            t.on_update(1, 0, 6),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
+        );
+        assert_eq!(
+            t.on_update(1, 1, 8),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
+        );
+    }
+
+    #[test]
+    fn table_is_bounded() {
+        let mut t = SeqTracker::new(2);
+        t.on_snapshot(1, 0, 1);
+        t.on_snapshot(2, 0, 1);
+        assert_eq!(t.on_snapshot(3, 0, 1), SeqStatus::Untracked);
+        assert_eq!(
+            t.on_update(3, 0, 2),
+            UpdateVerdict::Accept(SeqStatus::Untracked)
+        );
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            t.on_update(1, 0, 2),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
+        );
+    }
+
+    #[test]
+    fn first_update_without_snapshot_starts_tracking() {
+        let mut t = SeqTracker::new(4);
+        assert_eq!(
+            t.on_update(9, 0, 77),
+            UpdateVerdict::Accept(SeqStatus::First)
+        );
+        assert_eq!(
+            t.on_update(9, 0, 78),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
+        );
+    }
+}

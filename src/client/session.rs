@@ -1,0 +1,407 @@
+//! The sans-IO protocol core of a client connection: bytes in, typed
+//! events out, sequence numbers checked.
+//!
+//! The caller reads socket bytes into [`Session::read_buf`] and commits
+//! them, then pulls events with [`Session::next_event`]. The receive buffer
+//! is allocated once ([`SERVER_FRAME_LEN_MAX`] bytes, the largest frame a
+//! server may send) and compacted in place; a price is decoded straight
+//! from it into a `Copy` event without allocating. Gaps that need a
+//! resync are queued (bounded) for the driver to request with
+//! [`Session::take_resync`]. No socket, no clock: tests feed scripted bytes.
+
+use std::sync::Arc;
+
+use super::event::{DisconnectCause, Event, LogonInfo, PriceEvent, SeqStatus};
+use super::seq::{SeqTracker, UpdateVerdict};
+use super::stats::ClientStats;
+use crate::wire::{self, FrameError, Message, PriceBody, PriceKind, SERVER_FRAME_LEN_MAX};
+
+/// The server's byte stream can no longer be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error("server framing lost: {0}")]
+    Framing(#[from] FrameError),
+}
+
+/// Receive side of one connection.
+pub struct Session {
+    rx: Box<[u8]>,
+    start: usize,
+    end: usize,
+    seq: SeqTracker,
+    /// (symbol, tier) keys with a gap that need a snapshot request.
+    resyncs: Vec<(u16, u8)>,
+    resyncs_max: usize,
+    stats: Arc<ClientStats>,
+}
+
+impl Session {
+    /// `keys_max` bounds the sequence table and the resync queue.
+    pub fn new(keys_max: usize, stats: Arc<ClientStats>) -> Self {
+        Session {
+            rx: vec![0u8; SERVER_FRAME_LEN_MAX].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            seq: SeqTracker::new(keys_max),
+            resyncs: Vec::with_capacity(keys_max),
+            resyncs_max: keys_max,
+            stats,
+        }
+    }
+
+    /// Forgets buffered bytes, expectations and queued resyncs (a new
+    /// connection starts from snapshots).
+    pub fn reset(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.seq.clear();
+        self.resyncs.clear();
+    }
+
+    /// Bytes received but not yet consumed as frames.
+    pub fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// The sequence table.
+    pub fn seq(&self) -> &SeqTracker {
+        &self.seq
+    }
+
+    /// Free space to read socket bytes into; commit with [`Session::commit`].
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.rx.len() || self.start > self.rx.len() / 2 {
+            self.rx.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.rx[self.end..]
+    }
+
+    /// `n` bytes were written into [`Session::read_buf`].
+    pub fn commit(&mut self, n: usize) {
+        debug_assert!(self.end + n <= self.rx.len(), "commit past the buffer");
+        self.end = (self.end + n).min(self.rx.len());
+    }
+
+    /// Copies scripted bytes in (tests, replays); returns how many fitted.
+    pub fn feed(&mut self, bytes: &[u8]) -> usize {
+        let buf = self.read_buf();
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        self.commit(n);
+        n
+    }
+
+    /// A gap key that needs a snapshot request, oldest first.
+    pub fn take_resync(&mut self) -> Option<(u16, u8)> {
+        if self.resyncs.is_empty() {
+            None
+        } else {
+            Some(self.resyncs.remove(0))
+        }
+    }
+
+    /// The next event from buffered frames; `Ok(None)` when no whole frame
+    /// that yields an event is buffered. Heartbeats and old updates are
+    /// consumed silently.
+    pub fn next_event(&mut self) -> Result<Option<Event>, SessionError> {
+        loop {
+            let buf = &self.rx[self.start..self.end];
+            let Some(len) = wire::split_with_max(buf, SERVER_FRAME_LEN_MAX)? else {
+                return Ok(None);
+            };
+            let frame_start = self.start;
+            self.start += len;
+            let frame = &self.rx[frame_start..frame_start + len];
+            let msg = match wire::decode(frame) {
+                Ok(m) => m,
+                Err(_) => {
+                    // The framing is intact: skip the one bad message.
+                    ClientStats::inc(&self.stats.bad_frames);
+                    continue;
+                }
+            };
+            let (seq, resyncs, stats) = (&mut self.seq, &mut self.resyncs, &*self.stats);
+            let resync_room = self.resyncs_max;
+            if let Some(ev) = to_event(msg, seq, stats, |key| {
+                if resyncs.len() < resync_room && !resyncs.contains(&key) {
+                    resyncs.push(key);
+                }
+            }) {
+                return Ok(Some(ev));
+            }
+        }
+    }
+}
+
+fn lossy(text: &[u8]) -> String {
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// Turns one decoded message into an event (or nothing).
+fn to_event(
+    msg: Message<'_>,
+    seq: &mut SeqTracker,
+    stats: &ClientStats,
+    mut want_resync: impl FnMut((u16, u8)),
+) -> Option<Event> {
+    Some(match msg {
+        Message::PriceUpdate(b) => return on_update(b, seq, stats, &mut want_resync),
+        Message::PriceSnapshot(b) => {
+            ClientStats::inc(&stats.prices);
+            let status = seq.on_snapshot(b.symbol_id, b.tier, b.seq);
+            if status == SeqStatus::Untracked {
+                ClientStats::inc(&stats.untracked);
+            }
+            price(PriceKind::Snapshot, b, status)
+        }
+        Message::Heartbeat => return None,
+        Message::LogonAccepted(a) => Event::LoggedOn(LogonInfo {
+            session_id: a.session_id,
+            heartbeat_interval_ms: a.heartbeat_interval_ms,
+            default_tier: a.default_tier,
+            server_time_ns: a.server_time_ns,
+            reconnects: 0,
+        }),
+        Message::LogonRejected(r) => Event::LogonRejected {
+            reason: r.reason,
+            retry_after_ms: r.retry_after_ms,
+        },
+        Message::Disconnect(d) => Event::Disconnected {
+            cause: DisconnectCause::Server {
+                reason: d.reason,
+                text: lossy(d.text),
+            },
+            retry_after_ms: d.retry_after_ms,
+            reconnect_in_ms: None,
+        },
+        Message::SubscribeResponse(r) => Event::SubscribeResponse {
+            request_id: r.request_id,
+            results: r.results.collect(),
+        },
+        Message::SnapshotResponse(r) => {
+            let prices: Vec<PriceBody> = r.prices.collect();
+            for p in &prices {
+                seq.on_response_price(p.symbol_id, p.tier, p.seq);
+            }
+            Event::SnapshotResponse {
+                request_id: r.request_id,
+                prices,
+            }
+        }
+        Message::SymbolDirectory(d) => Event::SymbolDirectory {
+            request_id: d.request_id,
+            symbols: d.symbols.collect(),
+            tiers: d.tiers.collect(),
+        },
+        Message::Reject(r) => Event::Reject {
+            request_id: r.request_id,
+            ref_template_id: r.ref_template_id,
+            reason: r.reason,
+            retry_after_ms: r.retry_after_ms,
+            text: lossy(r.text),
+        },
+        _ => {
+            ClientStats::inc(&stats.unexpected_frames);
+            return None;
+        }
+    })
+}
+
+#[inline]
+fn on_update(
+    b: PriceBody,
+    seq: &mut SeqTracker,
+    stats: &ClientStats,
+    want_resync: &mut impl FnMut((u16, u8)),
+) -> Option<Event> {
+    ClientStats::inc(&stats.prices);
+    let status = match seq.on_update(b.symbol_id, b.tier, b.seq) {
+        UpdateVerdict::Old => {
+            ClientStats::inc(&stats.old_dropped);
+            return None;
+        }
+        UpdateVerdict::Accept(s) => s,
+    };
+    match status {
+        SeqStatus::Gap { resync, .. } => {
+            ClientStats::inc(&stats.gaps);
+            if resync {
+                want_resync((b.symbol_id, b.tier));
+            }
+        }
+        SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
+        _ => {}
+    }
+    Some(price(PriceKind::Update, b, status))
+}
+
+#[inline]
+fn price(kind: PriceKind, body: PriceBody, seq: SeqStatus) -> Event {
+    Event::Price(PriceEvent { kind, body, seq })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{DisconnectReason, PRICE_FRAME_LEN};
+
+    fn body(symbol_id: u16, tier: u8, seq: u64) -> PriceBody {
+        PriceBody {
+            symbol_id,
+            tier,
+            digits: 5,
+            seq,
+            bid: 108_000 + seq as i64,
+            ask: 108_010 + seq as i64,
+            ..Default::default()
+        }
+    }
+
+    fn frame(kind: PriceKind, b: PriceBody) -> [u8; PRICE_FRAME_LEN] {
+        let mut f = [0u8; PRICE_FRAME_LEN];
+        wire::encode_price(&mut f, kind, &b);
+        f
+    }
+
+    fn script(prices: &[(PriceKind, u16, u64)]) -> Vec<u8> {
+        prices
+            .iter()
+            .flat_map(|&(k, sym, seq)| frame(k, body(sym, 1, seq)))
+            .collect()
+    }
+
+    fn drain(s: &mut Session) -> Vec<Event> {
+        std::iter::from_fn(|| s.next_event().unwrap()).collect()
+    }
+
+    fn session() -> Session {
+        Session::new(16, Arc::new(ClientStats::default()))
+    }
+
+    use PriceKind::{Snapshot as S, Update as U};
+
+    #[test]
+    fn gap_is_flagged_and_queues_one_resync_then_snapshot_resets() {
+        let mut s = session();
+        s.feed(&script(&[
+            (S, 3, 10),
+            (U, 3, 11),
+            (U, 3, 14),
+            (U, 3, 15),
+            (U, 3, 17),
+        ]));
+        let ev = drain(&mut s);
+        let status: Vec<SeqStatus> = ev.iter().map(|e| e.price().unwrap().seq).collect();
+        assert_eq!(
+            status,
+            vec![
+                SeqStatus::Reset,
+                SeqStatus::InOrder,
+                SeqStatus::Gap {
+                    expected: 12,
+                    resync: true
+                },
+                SeqStatus::InOrder,
+                SeqStatus::Gap {
+                    expected: 16,
+                    resync: false
+                },
+            ]
+        );
+        assert_eq!(s.take_resync(), Some((3, 1)), "one request for the episode");
+        assert_eq!(s.take_resync(), None);
+        // The resync answer arrives as a snapshot: the expectation resets.
+        s.feed(&script(&[(S, 3, 30), (U, 3, 31)]));
+        let status: Vec<SeqStatus> = drain(&mut s)
+            .iter()
+            .map(|e| e.price().unwrap().seq)
+            .collect();
+        assert_eq!(status, vec![SeqStatus::Reset, SeqStatus::InOrder]);
+        assert_eq!(s.stats.gaps.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn snapshot_response_resyncs_and_old_updates_are_dropped() {
+        let mut s = session();
+        s.feed(&script(&[(S, 2, 5), (U, 2, 9)]));
+        assert_eq!(drain(&mut s).len(), 2);
+        assert_eq!(s.take_resync(), Some((2, 1)));
+        let mut buf = [0u8; 256];
+        let n = wire::encode_snapshot_response(&mut buf, 77, [body(2, 1, 12)]).unwrap();
+        s.feed(&buf[..n]);
+        // Updates the server had queued before it read the table are old.
+        s.feed(&script(&[(U, 2, 10), (U, 2, 12), (U, 2, 13)]));
+        let ev = drain(&mut s);
+        assert!(
+            matches!(&ev[0], Event::SnapshotResponse { request_id: 77, prices } if prices.len() == 1)
+        );
+        assert_eq!(ev.len(), 2, "seq 10 and 12 dropped: {ev:?}");
+        assert_eq!(ev[1].price().unwrap().seq, SeqStatus::InOrder);
+        assert_eq!(ev[1].price().unwrap().body.seq, 13);
+    }
+
+    #[test]
+    fn frames_split_across_reads_are_reassembled() {
+        let mut s = session();
+        let bytes = script(&[(S, 1, 1), (U, 1, 2), (U, 1, 3)]);
+        let mut got = Vec::new();
+        for chunk in bytes.chunks(7) {
+            s.feed(chunk);
+            got.extend(drain(&mut s));
+        }
+        let seqs: Vec<u64> = got.iter().map(|e| e.price().unwrap().body.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert_eq!(s.buffered(), 0);
+    }
+
+    #[test]
+    fn heartbeats_are_silent_and_disconnect_carries_reason() {
+        let mut s = session();
+        let mut buf = [0u8; 128];
+        let n = wire::encode_heartbeat(&mut buf).unwrap();
+        s.feed(&buf[..n]);
+        let n =
+            wire::encode_disconnect_reason(&mut buf, DisconnectReason::SLOW_CONSUMER, 1500, "slow")
+                .unwrap();
+        s.feed(&buf[..n]);
+        let ev = drain(&mut s);
+        assert_eq!(
+            ev,
+            vec![Event::Disconnected {
+                cause: DisconnectCause::Server {
+                    reason: DisconnectReason::SLOW_CONSUMER,
+                    text: "slow".into()
+                },
+                retry_after_ms: 1500,
+                reconnect_in_ms: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn bad_body_is_skipped_but_bad_framing_is_fatal() {
+        let mut s = session();
+        // Valid SOFH, unknown template: skipped, the next frame still reads.
+        let mut bad = frame(S, body(1, 1, 1));
+        bad[8] = 99;
+        s.feed(&bad);
+        s.feed(&script(&[(S, 1, 5)]));
+        assert_eq!(drain(&mut s).len(), 1);
+        assert_eq!(
+            s.stats
+                .bad_frames
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        s.feed(&[0, 0, 0, 3, 0xEB, 0x50]);
+        assert!(matches!(
+            s.next_event(),
+            Err(SessionError::Framing(FrameError::TooSmall { .. }))
+        ));
+    }
+}
