@@ -61,6 +61,8 @@ pub struct Conn {
     pub in_write_list: bool,
     /// Why the server is closing it (for counters), if it is.
     pub closing_reason: Option<DisconnectReason>,
+    /// Closing and flushed: our FIN was sent; waiting for the peer's.
+    pub fin_sent: bool,
     /// The logged-on account (entitlements), from the config or Redis.
     pub acct: Option<std::sync::Arc<crate::config::Account>>,
 }

@@ -312,6 +312,7 @@ impl Shard {
             first_subscribe_done: false,
             in_write_list: false,
             closing_reason: None,
+            fin_sent: false,
             acct: None,
         });
         GatewayStats::add(&self.shared.stats.open, 1);
@@ -431,8 +432,16 @@ impl Shard {
             }
             break;
         }
-        if matches!(conn.state, SessionState::Closing { .. }) && conn.out.is_empty() {
-            self.close_now(i, true);
+        if matches!(conn.state, SessionState::Closing { .. })
+            && conn.out.is_empty()
+            && !conn.fin_sent
+        {
+            // Half-close after the last byte (our FIN follows the Disconnect)
+            // and keep reading until the peer closes or the linger ends:
+            // closing with unread input would send a reset, and a reset
+            // makes the peer's stack discard the Disconnect it has not read.
+            let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+            conn.fin_sent = true;
         }
     }
 
@@ -659,8 +668,8 @@ impl Shard {
                 return self.reject_logon(i, LogonRejectReason::BUSY, retry, now);
             }
             _ => {
-                let retry = self.jitter(shared.cfg.error_retry);
-                return self.reject_logon(i, LogonRejectReason::AUTH, retry, now);
+                // 0: wrong credentials do not get better by retrying.
+                return self.reject_logon(i, LogonRejectReason::AUTH, 0, now);
             }
         };
         let idx = account_index(&shared, name);
@@ -1245,7 +1254,7 @@ impl Shard {
         let cfg = &self.shared.cfg;
         let ms = 1_000_000u64;
         if let SessionState::Closing { deadline_ns } = conn.state {
-            return (now >= deadline_ns || conn.out.is_empty()).then_some(TimerAction::Close);
+            return (now >= deadline_ns).then_some(TimerAction::Close);
         }
         if conn
             .partial_since_ns
@@ -1333,8 +1342,10 @@ fn deliver(
         return false;
     }
     if conn.out.append(bytes) == Append::Overflow {
-        sub.dirty = true;
-        conn.dirty_subs += 1;
+        if !sub.dirty {
+            sub.dirty = true;
+            conn.dirty_subs += 1;
+        }
         return false;
     }
     sub.last_seq = seq;

@@ -1,0 +1,234 @@
+//! Graceful shutdown of the real binary, end to end: start `pricewire
+//! serve` with the recorder on, connect subscribers, send SIGTERM and check
+//! the documented order — readiness 503 at once, prices keep flowing during
+//! the drain delay, a request sent during the drain is answered, new
+//! connections are refused after it, every subscriber gets
+//! Disconnect(shutdown) with a retryAfterMs, the process exits 0 within the
+//! grace period and the capture is complete.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pricewire::capture::{CaptureReader, CorruptPolicy, ReaderOptions};
+use pricewire::client::{Client, ClientConfig, DisconnectCause, Event};
+use pricewire::wire::{DisconnectReason, TIER_ACCOUNT_DEFAULT};
+
+const DRAIN_MS: u64 = 1_500;
+const GRACE_MS: u64 = 10_000;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    cond()
+}
+
+struct Server {
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn subscriber(addr: SocketAddr) -> Client {
+    let mut cfg = ClientConfig::new(addr, "demo", "demo");
+    cfg.reconnect_attempts_max = 0;
+    let mut c = Client::connect(cfg).expect("subscriber logs on");
+    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "XAUUSD"])
+        .unwrap();
+    c
+}
+
+/// Reads events until `n` prices arrived (bounded).
+fn prices(c: &mut Client, n: usize, timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    let mut got = 0;
+    while got < n && Instant::now() < deadline {
+        if let Ok(Some(Event::Price(_))) = c.next_event(Duration::from_millis(100)) {
+            got += 1;
+        }
+    }
+    got
+}
+
+/// Reads until the session ends; returns the server's reason and retry.
+fn disconnect_of(c: &mut Client, timeout: Duration) -> Option<(DisconnectReason, u32)> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match c.next_event(Duration::from_millis(100)) {
+            Ok(Some(Event::Disconnected {
+                cause: DisconnectCause::Server { reason, .. },
+                retry_after_ms,
+                ..
+            })) => return Some((reason, retry_after_ms)),
+            Ok(Some(other @ Event::Disconnected { .. })) => {
+                eprintln!("session ended without a server Disconnect: {other:?}");
+                return None;
+            }
+            Err(e) => {
+                eprintln!("client error: {e:?}");
+                return None;
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
+    let (listen, ops) = (free_port(), free_port());
+    let listen_addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let ops_addr: SocketAddr = format!("127.0.0.1:{ops}").parse().unwrap();
+    let record = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args([
+            "serve",
+            "--synthetic-rate",
+            "20000",
+            "--report-interval-ms",
+            "60000",
+        ])
+        .args([
+            "--listen",
+            &listen_addr.to_string(),
+            "--ops-listen",
+            &ops_addr.to_string(),
+        ])
+        .args([
+            "--drain-delay-ms",
+            &DRAIN_MS.to_string(),
+            "--grace-ms",
+            &GRACE_MS.to_string(),
+        ])
+        .arg("--record")
+        .arg(record.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut server = Server { child };
+    assert!(
+        wait_for(Duration::from_secs(30), || http_status(ops_addr, "/readyz")
+            == Some(200)),
+        "server never became ready"
+    );
+    let mut subs: Vec<Client> = (0..3).map(|_| subscriber(listen_addr)).collect();
+    for c in subs.iter_mut() {
+        assert_eq!(
+            prices(c, 5, Duration::from_secs(10)),
+            5,
+            "prices before SIGTERM"
+        );
+    }
+
+    let pid = server.child.id() as libc::pid_t;
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let signalled = Instant::now();
+
+    // Readiness fails at once.
+    assert!(
+        wait_for(Duration::from_millis(500), || http_status(
+            ops_addr, "/readyz"
+        ) == Some(503)),
+        "/readyz did not turn 503 right after SIGTERM"
+    );
+    // Existing subscribers keep receiving during the drain delay, and a
+    // request sent now is answered.
+    assert_eq!(
+        prices(&mut subs[0], 20, Duration::from_millis(DRAIN_MS / 2)),
+        20
+    );
+    let rid = subs[1]
+        .request_snapshot(TIER_ACCOUNT_DEFAULT, &[0], 500_000, false)
+        .unwrap();
+    let answered = (0..200).any(|_| {
+        matches!(
+            subs[1].next_event(Duration::from_millis(20)),
+            Ok(Some(Event::SnapshotResponse { request_id, .. })) if request_id == rid
+        )
+    });
+    assert!(answered, "in-flight request not answered during the drain");
+    assert!(
+        signalled.elapsed() < Duration::from_millis(DRAIN_MS),
+        "drain checks ran too long"
+    );
+
+    // After the drain delay new connections are refused.
+    assert!(
+        wait_for(Duration::from_millis(DRAIN_MS + 3_000), || {
+            TcpStream::connect_timeout(&listen_addr, Duration::from_millis(200)).is_err()
+        }),
+        "listener still accepting after the drain delay"
+    );
+    assert!(signalled.elapsed() >= Duration::from_millis(DRAIN_MS));
+
+    // Every subscriber is told to come back later, with a jittered delay.
+    for c in subs.iter_mut() {
+        let d = disconnect_of(c, Duration::from_secs(5));
+        let (reason, retry) = d.expect("no Disconnect from the server");
+        assert_eq!(reason, DisconnectReason::SHUTDOWN);
+        assert!(retry > 0, "Disconnect(shutdown) without retryAfterMs");
+    }
+
+    // Exit 0 inside the grace period.
+    let exited = wait_for(Duration::from_millis(GRACE_MS), || {
+        matches!(server.child.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "still running after the grace period");
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(signalled.elapsed() < Duration::from_millis(GRACE_MS));
+
+    // The capture is complete: whole records only, nothing damaged.
+    let opts = ReaderOptions {
+        policy: CorruptPolicy::Stop,
+        table: None,
+    };
+    let mut reader = CaptureReader::open(&[record.path().to_path_buf()], opts).unwrap();
+    let mut n = 0u64;
+    while let Some(t) = reader.next_tick().unwrap() {
+        assert!(t.bid <= t.ask || t.bid == pricewire::model::NO_PRICE);
+        n += 1;
+    }
+    let summary = reader.summary();
+    assert!(n > 1_000, "only {n} ticks recorded");
+    assert!(
+        summary.truncated.is_empty(),
+        "capture cut short: {:?}",
+        summary.truncated
+    );
+}
