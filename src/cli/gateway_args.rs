@@ -109,6 +109,19 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::admission::IP_CONNECTIONS_MAX_DEFAULT, value_name = "N")]
     pub ip_connections_max: u32,
 
+    /// Connection-attempt burst per client IP.
+    #[arg(long, default_value_t = crate::admission::IP_CONNECT_BURST_DEFAULT, value_name = "N")]
+    pub ip_connect_burst: u32,
+
+    /// Lower end of the retryAfterMs window sent with Disconnect(busy) and
+    /// admission rejects.
+    #[arg(long, default_value_t = crate::admission::ADMISSION_RETRY_WINDOW_DEFAULT.min_ms, value_name = "MS")]
+    pub busy_retry_min_ms: u32,
+
+    /// Upper end of that window.
+    #[arg(long, default_value_t = crate::admission::ADMISSION_RETRY_WINDOW_DEFAULT.max_ms, value_name = "MS")]
+    pub busy_retry_max_ms: u32,
+
     /// Connection attempts per second per client IP.
     #[arg(long, default_value_t = crate::admission::IP_CONNECT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub ip_connect_rate_per_s: u32,
@@ -149,6 +162,9 @@ impl GatewayArgs {
         a.symbol_list_rate_per_s = self.symbol_list_rate_per_s;
         a.ip_connections_max = self.ip_connections_max;
         a.ip_connect_rate_per_s = self.ip_connect_rate_per_s;
+        a.ip_connect_burst = self.ip_connect_burst;
+        a.retry_after =
+            crate::admission::RetryWindow::new(self.busy_retry_min_ms, self.busy_retry_max_ms);
         c.heartbeat_min_ms = c.heartbeat_min_ms.min(self.heartbeat_ms);
         c.validate()?;
         Ok(Some(c))

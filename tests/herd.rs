@@ -1,0 +1,322 @@
+//! A reconnect herd against the real binary: 2,000 SDK clients connect,
+//! log on and subscribe within about a second while a few subscribers that
+//! were already connected keep receiving prices in order. Admission refuses
+//! the excess at once with a jittered retryAfterMs; following the SDK's
+//! reconnect policy every client is logged on in the end; the server's RSS
+//! stays bounded and it never crashes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pricewire::client::{
+    Client, ClientConfig, ClientError, DisconnectCause, DisconnectInfo, Event, ReconnectPolicy,
+    SeqStatus,
+};
+use pricewire::resilience::backoff::Backoff;
+use pricewire::wire::TIER_ACCOUNT_DEFAULT;
+use rand::SeedableRng;
+
+const HERD: usize = 2_000;
+const DRIVERS: usize = 8;
+const STEADY: usize = 4;
+/// Bound of the whole herd: every client must be logged on by then.
+const HERD_DEADLINE: Duration = Duration::from_secs(60);
+const RSS_BOUND_KIB: u64 = 600 * 1024;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a
+    // properly initialised rlimit owned by this frame.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max.min(65_536);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= (2 * HERD + 256) as u64,
+        "open-files limit {} too low",
+        lim.rlim_cur
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn ready(ops: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&ops, Duration::from_millis(300)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.starts_with("HTTP/1.1 200")
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn client_config(addr: SocketAddr, seed: u64) -> ClientConfig {
+    let mut cfg = ClientConfig::new(addr, "demo", "demo");
+    cfg.rng_seed = Some(seed);
+    cfg.heartbeat_ms = 30_000;
+    cfg.connect_timeout_ms = 5_000;
+    cfg.logon_timeout_ms = 5_000;
+    cfg
+}
+
+/// Counts of the herd, shared by the driver threads.
+#[derive(Default)]
+struct Tally {
+    logged_on: AtomicU64,
+    refused: AtomicU64,
+    refused_without_retry: AtomicU64,
+    other_errors: AtomicU64,
+}
+
+/// One driver connects its share of clients; a refused client waits out
+/// the delay the SDK's reconnect policy chose (the server's retryAfterMs is
+/// its floor) and tries again. Logged-on clients are kept open and drained.
+fn drive(addr: SocketAddr, first: usize, count: usize, tally: Arc<Tally>) -> Vec<Client> {
+    let mut policy: Vec<ReconnectPolicy> = (0..count)
+        .map(|_| {
+            ReconnectPolicy::new(
+                Backoff {
+                    base_ms: 100,
+                    cap_ms: 2_000,
+                },
+                100,
+                60_000,
+            )
+        })
+        .collect();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(first as u64);
+    let start = Instant::now();
+    let mut due: Vec<(Duration, usize)> = (0..count).map(|i| (Duration::ZERO, i)).collect();
+    let mut done = Vec::with_capacity(count);
+    while let Some(pos) = (0..due.len()).min_by_key(|&k| due[k].0) {
+        let (at, i) = due.swap_remove(pos);
+        let now = start.elapsed();
+        if at > now {
+            // Waiting out a backoff delay the client chose: the behaviour
+            // under test, not a synchronisation.
+            std::thread::park_timeout(at - now);
+        }
+        let mut c = match Client::connect(client_config(addr, (first + i) as u64)) {
+            Ok(c) => c,
+            Err(e) => {
+                let retry = match &e {
+                    ClientError::Refused { retry_after_ms, .. }
+                    | ClientError::LogonRejected { retry_after_ms, .. } => {
+                        tally.refused.fetch_add(1, Ordering::Relaxed);
+                        if *retry_after_ms == 0 {
+                            tally.refused_without_retry.fetch_add(1, Ordering::Relaxed);
+                        }
+                        *retry_after_ms
+                    }
+                    _ => {
+                        tally.other_errors.fetch_add(1, Ordering::Relaxed);
+                        0
+                    }
+                };
+                let info = DisconnectInfo {
+                    retry: true,
+                    retry_after_ms: retry,
+                };
+                let now_ns = start.elapsed().as_nanos() as u64;
+                let delay = policy[i]
+                    .next_delay(now_ns, &info, &mut rng)
+                    .expect("client gave up");
+                due.push((start.elapsed() + Duration::from_millis(delay), i));
+                continue;
+            }
+        };
+        c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"])
+            .unwrap();
+        tally.logged_on.fetch_add(1, Ordering::Relaxed);
+        done.push(c);
+        // Keep the logged-on clients read so none turns slow consumer.
+        for c in done.iter_mut().rev().take(16) {
+            while let Ok(Some(_)) = c.next_event(Duration::from_millis(0)) {}
+        }
+    }
+    done
+}
+
+#[test]
+fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
+    raise_open_files_limit();
+    let (listen, ops) = (free_port(), free_port());
+    let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let ops_addr: SocketAddr = format!("127.0.0.1:{ops}").parse().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args([
+            "serve",
+            "--synthetic-rate",
+            "2000",
+            "--report-interval-ms",
+            "60000",
+        ])
+        .args([
+            "--listen",
+            &addr.to_string(),
+            "--ops-listen",
+            &ops_addr.to_string(),
+        ])
+        .args(["--shards", "2", "--drain-delay-ms", "0"])
+        // The market-open limits under test: a herd far above the budget.
+        .args(["--accept-rate-per-s", "400", "--accept-burst", "400"])
+        .args([
+            "--logon-rate-per-s",
+            "400",
+            "--first-subscribe-rate-per-s",
+            "1000",
+        ])
+        .args(["--busy-retry-min-ms", "200", "--busy-retry-max-ms", "1500"])
+        // Every client is on 127.0.0.1: per-IP limits out of the way.
+        .args([
+            "--ip-connections-max",
+            "100000",
+            "--ip-connect-rate-per-s",
+            "100000",
+        ])
+        .args(["--ip-connect-burst", "100000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    let pid = server.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready(ops_addr) {
+        assert!(Instant::now() < deadline, "server never became ready");
+        std::thread::yield_now();
+    }
+
+    // Steady subscribers, connected before the herd, read throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let out_of_order = Arc::new(AtomicU64::new(0));
+    let received = Arc::new(AtomicU64::new(0));
+    let steady: Vec<_> = (0..STEADY)
+        .map(|k| {
+            let mut c = Client::connect(client_config(addr, 10_000 + k as u64)).unwrap();
+            c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "GBPUSD", "XAUUSD"])
+                .unwrap();
+            let (stop, ooo, rx) = (stop.clone(), out_of_order.clone(), received.clone());
+            std::thread::spawn(move || {
+                let mut disconnects = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match c.next_event(Duration::from_millis(50)) {
+                        Ok(Some(Event::Price(p))) => {
+                            rx.fetch_add(1, Ordering::Relaxed);
+                            if matches!(p.seq, SeqStatus::Gap { .. }) {
+                                ooo.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Ok(Some(Event::Disconnected { cause, .. })) => {
+                            if !matches!(cause, DisconnectCause::Server { .. }) {
+                                disconnects += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                disconnects
+            })
+        })
+        .collect();
+
+    let herd_start = Instant::now();
+    let tally = Arc::new(Tally::default());
+    let drivers: Vec<_> = (0..DRIVERS)
+        .map(|d| {
+            let per = HERD / DRIVERS;
+            let t = tally.clone();
+            std::thread::spawn(move || drive(addr, d * per, per, t))
+        })
+        .collect();
+    let mut rss_max = 0;
+    while !drivers.iter().all(|d| d.is_finished()) {
+        assert!(
+            herd_start.elapsed() < HERD_DEADLINE,
+            "herd not logged on in time"
+        );
+        rss_max = rss_max.max(rss_kib(pid));
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+    let herd_took = herd_start.elapsed();
+    let clients: Vec<Client> = drivers
+        .into_iter()
+        .flat_map(|d| d.join().unwrap())
+        .collect();
+    rss_max = rss_max.max(rss_kib(pid));
+    let rx_before_stop = received.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let steady_drops: u64 = steady.into_iter().map(|t| t.join().unwrap()).sum();
+
+    eprintln!(
+        "herd: {HERD} logged on in {:.2} s; refused {} times; server RSS max {} MiB; steady received {}",
+        herd_took.as_secs_f64(),
+        tally.refused.load(Ordering::Relaxed),
+        rss_max / 1024,
+        rx_before_stop
+    );
+    assert_eq!(clients.len(), HERD);
+    assert_eq!(tally.logged_on.load(Ordering::Relaxed), HERD as u64);
+    assert!(
+        tally.refused.load(Ordering::Relaxed) > 0,
+        "admission never pushed back"
+    );
+    assert_eq!(
+        tally.refused_without_retry.load(Ordering::Relaxed),
+        0,
+        "a reject without retryAfterMs"
+    );
+    assert_eq!(
+        out_of_order.load(Ordering::Relaxed),
+        0,
+        "a steady subscriber saw a gap"
+    );
+    assert_eq!(steady_drops, 0, "a steady subscriber lost its session");
+    assert!(rx_before_stop > 0);
+    assert!(
+        rss_max > 0 && rss_max < RSS_BOUND_KIB,
+        "server RSS {rss_max} KiB"
+    );
+    let mut server = server;
+    assert!(
+        matches!(server.0.try_wait(), Ok(None)),
+        "server died during the herd"
+    );
+    drop(clients);
+}
