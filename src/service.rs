@@ -82,6 +82,8 @@ pub struct Service {
     pub overload: Arc<OverloadStats>,
     pub sink_stats: Vec<Arc<SinkStats>>,
     pub latency: LatencyCollector,
+    /// FIX sessions' counters and breakers, when FIX providers run.
+    pub fix: Option<Arc<crate::feed::fix::FixFeedStats>>,
     sinks: Vec<JoinHandle<()>>,
 }
 
@@ -122,6 +124,7 @@ impl Service {
             overload: overload.clone(),
             sink_stats: Vec::new(),
             latency,
+            fix: None,
             sinks: Vec::new(),
         };
         match cfg.gateway {
@@ -221,6 +224,28 @@ impl Service {
         self.register_pipeline(r)?;
         if let Some(g) = &self.gateway {
             register_gateway(r, g)?;
+            register_requests(r, g)?;
+            if let Some(b) = g.shared.refdata.breaker_stats() {
+                register_breaker(r, "redis", b)?;
+            }
+        }
+        if let Some(fix) = &self.fix {
+            for p in &fix.providers {
+                register_breaker(r, &format!("fix_{}", p.name), p.breaker.clone())?;
+                let s = p.session.clone();
+                r.register_counter_fn(
+                    m::FEED_DECODE_ERRORS,
+                    &[("provider", &p.name), ("reason", "decode")],
+                    move || {
+                        s.snapshot()
+                            .fields()
+                            .into_iter()
+                            .filter(|(n, _)| n.contains("error"))
+                            .map(|(_, v)| v)
+                            .sum()
+                    },
+                )?;
+            }
         }
         register_overload(r, &self.overload)
     }
@@ -311,6 +336,66 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
         )?;
     }
+    Ok(())
+}
+
+/// Exports one breaker as `dependency` (state one-hot, rates, refusals).
+pub fn register_breaker(
+    r: &Registry,
+    dependency: &str,
+    stats: Arc<crate::resilience::breaker::BreakerStats>,
+) -> Result<(), OpsError> {
+    use crate::resilience::breaker::BreakerState;
+    for state in BreakerState::ALL {
+        let s = stats.clone();
+        let label = state.name();
+        r.register_gauge_fn(
+            m::BREAKER_STATE,
+            &[("dependency", dependency), ("state", label)],
+            move || f64::from(u8::from(s.snapshot().state == state)),
+        )?;
+    }
+    let (a, b, c) = (stats.clone(), stats.clone(), stats);
+    let ratio = |pct: f64| if pct < 0.0 { 0.0 } else { pct / 100.0 };
+    r.register_gauge_fn(
+        m::BREAKER_FAILURE_RATE,
+        &[("dependency", dependency)],
+        move || ratio(a.snapshot().failure_rate_pct),
+    )?;
+    r.register_gauge_fn(
+        m::BREAKER_SLOW_CALL_RATE,
+        &[("dependency", dependency)],
+        move || ratio(b.snapshot().slow_call_rate_pct),
+    )?;
+    r.register_counter_fn(
+        m::BREAKER_NOT_PERMITTED,
+        &[("dependency", dependency)],
+        move || c.snapshot().not_permitted_calls,
+    )
+}
+
+fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
+    let Some(st) = g.request_stats() else {
+        return Ok(());
+    };
+    let kinds: [(&str, usize); 3] = [("snapshot", 0), ("symbol_list", 1), ("history", 2)];
+    for (kind, k) in kinds {
+        let s = st.clone();
+        r.register_counter_fn(m::REQUESTS_SERVED, &[("kind", kind)], move || match k {
+            0 => s.snapshot_served.get(),
+            1 => s.symbol_list_served.get(),
+            _ => s.history_served.get(),
+        })?;
+    }
+    let (a, b) = (st.clone(), st);
+    r.register_counter_fn(
+        m::DROPS,
+        &[("reason", "request_answer_ring_full")],
+        move || a.answers_dropped.get(),
+    )?;
+    r.register_counter_fn(m::SHEDS, &[("reason", "expired_at_worker")], move || {
+        b.expired_at_worker.get()
+    })?;
     Ok(())
 }
 

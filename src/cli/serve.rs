@@ -22,6 +22,7 @@ use crate::admission::RetryWindow;
 use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
+use crate::feed::fix::FixFeed;
 use crate::feed::synthetic::SyntheticConfig;
 use crate::ops::metrics::catalogue;
 use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
@@ -395,11 +396,23 @@ fn start_service(
         "starting pricewire"
     );
     let cfg_config = config.clone();
+    let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
+    let mut fix = None;
+    if !config.fix.is_empty() {
+        let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), args.seed)
+            .map_err(|e| format!("FIX providers: {e}"))?;
+        fix = Some((feed.health_slot(), feed.stats()));
+        tracing::info!(
+            sessions = config.fix.len(),
+            "FIX market-data sessions configured"
+        );
+        sources.push(("fix".into(), Box::new(feed)));
+    }
     let cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
         synthetic,
-        sources: Vec::new(),
+        sources,
         gateway: args.gateway.gateway_config(args.shard_wait)?,
         ingest: args.gateway.ingest_config(args.feed_wait),
         shard_wait: args.shard_wait,
@@ -407,7 +420,13 @@ fn start_service(
         requests: args.request_config()?,
         refdata: start_refdata(args, &cfg_config)?,
     };
-    Service::start(cfg).map_err(|e| e.to_string())
+    let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
+    if let Some((slot, stats)) = fix {
+        // Breakers flip provider health in the engine from here on.
+        let _ = slot.set(service.pipeline.handles.health.clone());
+        service.fix = Some(stats);
+    }
+    Ok(service)
 }
 
 fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
