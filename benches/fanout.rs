@@ -5,7 +5,9 @@
 use std::io;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use pricewire::gateway::outbound::{OutBuf, HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT};
+use pricewire::gateway::outbound::{
+    OutBuf, HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
+};
 use pricewire::gateway::subs::{SubIndex, Subscriber};
 use pricewire::model::Price;
 use pricewire::wire::{self, PriceKind, PRICE_FRAME_LEN};
@@ -14,7 +16,13 @@ const CONNECTIONS: usize = 1_000;
 
 fn fan_out(c: &mut Criterion) {
     let mut bufs: Vec<OutBuf> = (0..CONNECTIONS)
-        .map(|_| OutBuf::new(OUT_CAP_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, HIGH_WATER_BYTES_DEFAULT))
+        .map(|_| {
+            OutBuf::new(
+                OUT_CAP_BYTES_DEFAULT,
+                LOW_WATER_BYTES_DEFAULT,
+                HIGH_WATER_BYTES_DEFAULT,
+            )
+        })
         .collect();
     let mut index = SubIndex::new(25 * 3);
     for conn in 0..CONNECTIONS as u32 {

@@ -6,7 +6,7 @@
 //! stays bounded and it never crashes.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,13 +27,8 @@ const STEADY: usize = 4;
 const HERD_DEADLINE: Duration = Duration::from_secs(60);
 const RSS_BOUND_KIB: u64 = 600 * 1024;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "util/net.rs"]
+mod net;
 
 fn raise_open_files_limit() {
     let mut lim = libc::rlimit {
@@ -176,9 +171,7 @@ fn drive(addr: SocketAddr, first: usize, count: usize, tally: Arc<Tally>) -> Vec
 #[test]
 fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
     raise_open_files_limit();
-    let (listen, ops) = (free_port(), free_port());
-    let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    let ops_addr: SocketAddr = format!("127.0.0.1:{ops}").parse().unwrap();
+    let (addr, ops_addr) = (net::free_addr(), net::free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args([
             "serve",

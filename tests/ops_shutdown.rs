@@ -7,7 +7,7 @@
 //! grace period and the capture is complete.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,13 +18,8 @@ use pricewire::wire::{DisconnectReason, TIER_ACCOUNT_DEFAULT};
 const DRAIN_MS: u64 = 1_500;
 const GRACE_MS: u64 = 10_000;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "util/net.rs"]
+mod net;
 
 fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
@@ -108,9 +103,7 @@ fn disconnect_of(c: &mut Client, timeout: Duration) -> Option<(DisconnectReason,
 
 #[test]
 fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
-    let (listen, ops) = (free_port(), free_port());
-    let listen_addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    let ops_addr: SocketAddr = format!("127.0.0.1:{ops}").parse().unwrap();
+    let (listen_addr, ops_addr) = (net::free_addr(), net::free_addr());
     let record = tempfile::tempdir().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args([

@@ -346,13 +346,10 @@ impl Shard {
         n
     }
 
-    /// Hands the histogram to the reporter when it asked (it sent an empty
-    /// one to swap in); never allocates, never waits.
+    /// Hands the histogram to the reporter when it asked.
     fn swap_histogram(&mut self) {
-        let Some(x) = &self.exchange else { return };
-        if let Ok(empty) = x.empty.try_recv() {
-            let full = std::mem::replace(&mut self.hist, empty);
-            let _ = x.full.try_send(full);
+        if let Some(x) = &self.exchange {
+            x.swap(&mut self.hist);
         }
     }
 
@@ -770,12 +767,17 @@ impl Shard {
                 status,
             });
         }
+        self.send_subscribe_response(i, s.request_id);
+        self.send_snapshots(i, now);
+    }
+
+    /// Sends the per-symbol results collected in `self.results`.
+    fn send_subscribe_response(&mut self, i: usize, request_id: u64) {
         let results = std::mem::take(&mut self.results);
         self.send(i, |b| {
-            wire::encode_subscribe_response(b, s.request_id, results.iter())
+            wire::encode_subscribe_response(b, request_id, results.iter())
         });
         self.results = results;
-        self.send_snapshots(i, now);
     }
 
     /// Resolves a symbol reference against the table and entitlements.
@@ -904,11 +906,7 @@ impl Shard {
                 status,
             });
         }
-        let results = std::mem::take(&mut self.results);
-        self.send(i, |b| {
-            wire::encode_subscribe_response(b, s.request_id, results.iter())
-        });
-        self.results = results;
+        self.send_subscribe_response(i, s.request_id);
     }
 
     fn on_symbol_list(&mut self, i: usize, account: u32, request_id: u64, now: u64) {

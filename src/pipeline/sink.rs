@@ -47,6 +47,19 @@ pub struct HistogramExchange {
     pub empty: Receiver<Histogram<u64>>,
 }
 
+impl HistogramExchange {
+    /// If the reporter asked (it sent an empty histogram), swaps `hist`
+    /// for the empty one and sends the full one back. Never allocates and
+    /// never waits: histograms ping-pong.
+    #[inline]
+    pub fn swap(&self, hist: &mut Histogram<u64>) {
+        if let Ok(empty) = self.empty.try_recv() {
+            let full = std::mem::replace(hist, empty);
+            let _ = self.full.try_send(full);
+        }
+    }
+}
+
 /// The measuring shard consumer.
 pub struct ShardSink {
     input: ShardInput,
@@ -109,10 +122,8 @@ impl ShardSink {
     }
 
     fn swap_histogram(&mut self) {
-        let Some(x) = &self.exchange else { return };
-        if let Ok(empty) = x.empty.try_recv() {
-            let full = std::mem::replace(&mut self.hist, empty);
-            let _ = x.full.try_send(full);
+        if let Some(x) = &self.exchange {
+            x.swap(&mut self.hist);
         }
     }
 
