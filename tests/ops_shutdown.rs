@@ -101,6 +101,53 @@ fn disconnect_of(c: &mut Client, timeout: Duration) -> Option<(DisconnectReason,
     None
 }
 
+fn http_body(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+/// The real service's /metrics is valid exposition and carries every
+/// family the operations issue lists (breakers appear per dependency, and
+/// this run has none).
+fn check_metrics(ops: SocketAddr) {
+    let body = http_body(ops, "/metrics");
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
+    let names: std::collections::BTreeSet<&str> =
+        scrape.samples.iter().map(|s| s.metric.as_str()).collect();
+    for family in [
+        "pricewire_ticks_received_total",
+        "pricewire_prices_published_total",
+        "pricewire_ring_occupancy",
+        "pricewire_conflations_total",
+        "pricewire_drops_total",
+        "pricewire_sheds_total",
+        "pricewire_tick_to_publish_latency_seconds_count",
+        "pricewire_connections",
+        "pricewire_admission_rejects_total",
+        "pricewire_slow_consumer_disconnects_total",
+        "pricewire_request_queue_depth",
+        "pricewire_request_queue_overloaded",
+        "pricewire_request_queue_lifo",
+        "pricewire_adaptive_limit",
+        "pricewire_recorder_lag_seconds",
+        "pricewire_recorder_lost_ticks_total",
+        "pricewire_recorder_written_ticks_total",
+    ] {
+        assert!(names.contains(family), "/metrics lacks {family}");
+    }
+}
+
 #[test]
 fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
     let (listen_addr, ops_addr) = (net::free_addr(), net::free_addr());
@@ -138,6 +185,7 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
             == Some(200)),
         "server never became ready"
     );
+    check_metrics(ops_addr);
     let mut subs: Vec<Client> = (0..3).map(|_| subscriber(listen_addr)).collect();
     for c in subs.iter_mut() {
         assert_eq!(
