@@ -236,10 +236,10 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
                                 ooo.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        Ok(Some(Event::Disconnected { cause, .. })) => {
-                            if !matches!(cause, DisconnectCause::Server { .. }) {
-                                disconnects += 1;
-                            }
+                        Ok(Some(Event::Disconnected { cause, .. }))
+                            if !matches!(cause, DisconnectCause::Server { .. }) =>
+                        {
+                            disconnects += 1;
                         }
                         _ => {}
                     }
