@@ -132,6 +132,7 @@ impl GatewayArgs {
     pub fn gateway_config(
         &self,
         shard_wait: WaitStrategy,
+        cpus: &crate::pipeline::CpuMap,
     ) -> Result<Option<GatewayConfig>, String> {
         if self.no_listen {
             return Ok(None);
@@ -152,6 +153,7 @@ impl GatewayArgs {
             msg_rate_per_s: self.msg_rate_per_s,
             msg_burst: self.msg_burst,
             shard_wait,
+            cpus: cpus.clone(),
             ..GatewayConfig::default()
         };
         let a = &mut c.admission;

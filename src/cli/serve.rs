@@ -317,7 +317,7 @@ impl Plan {
         args.pipeline_config()
             .validate()
             .map_err(|e| e.to_string())?;
-        args.gateway.gateway_config(args.shard_wait)?;
+        args.gateway.gateway_config(args.shard_wait, &args.cpus)?;
         args.request_config()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         Ok(Plan {
@@ -413,7 +413,7 @@ fn start_service(
         pipeline: args.pipeline_config(),
         synthetic,
         sources,
-        gateway: args.gateway.gateway_config(args.shard_wait)?,
+        gateway: args.gateway.gateway_config(args.shard_wait, &args.cpus)?,
         ingest: args.gateway.ingest_config(args.feed_wait),
         shard_wait: args.shard_wait,
         recorder,

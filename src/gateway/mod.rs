@@ -71,6 +71,8 @@ pub struct GatewayConfig {
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     pub shard_wait: WaitStrategy,
+    /// Shard pinning (`shard=N` / `shardI=N` entries of `--cpus`).
+    pub cpus: crate::pipeline::CpuMap,
     pub admission: AdmissionConfig,
     /// retryAfterMs window for Disconnect(shutdown).
     pub shutdown_retry: RetryWindow,
@@ -100,6 +102,7 @@ impl Default for GatewayConfig {
             flood_disconnect_after: 100,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
+            cpus: crate::pipeline::CpuMap::default(),
             admission: AdmissionConfig::default(),
             shutdown_retry: RetryWindow::new(1_000, 10_000),
             error_retry: RetryWindow::new(1_000, 5_000),

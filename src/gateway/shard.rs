@@ -89,7 +89,18 @@ pub fn spawn(
     shard.exchange = exchange;
     let thread = std::thread::Builder::new()
         .name(format!("pw-shard{index}"))
-        .spawn(move || shard.run())?;
+        .spawn(move || {
+            let stage = crate::pipeline::Stage::Shard(index as u16);
+            if let Some(core) = shard.shared.cfg.cpus.core_for(stage) {
+                if let Err(e) = crate::pipeline::affinity::pin_current(stage, core) {
+                    // Pinning was asked for: running unpinned would lie to
+                    // the operator about where latency comes from.
+                    tracing::error!("{e}; exiting");
+                    std::process::exit(1);
+                }
+            }
+            shard.run()
+        })?;
     Ok(SpawnedShard {
         control: control_tx,
         waker: waker.clone(),
