@@ -9,8 +9,16 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pricewire::model::Tick;
 use pricewire::pipeline::affinity::available_cores;
 
+/// Cores read once, before anything is pinned: a thread spawned from a
+/// pinned thread inherits its mask, so asking again later would see one
+/// core and put both ends of the hop on it.
+fn cores() -> &'static [usize] {
+    static CORES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CORES.get_or_init(available_cores)
+}
+
 fn pin(i: usize) {
-    let cores = available_cores();
+    let cores = cores();
     if cores.len() >= 2 {
         core_affinity::set_for_current(core_affinity::CoreId { id: cores[i] });
     }
@@ -27,6 +35,7 @@ fn same_thread(c: &mut Criterion) {
 }
 
 fn hop(c: &mut Criterion) {
+    let _ = cores();
     c.bench_function("ring/hop_between_threads", |b| {
         b.iter_custom(|iters| {
             let (mut ping_tx, mut ping_rx) = rtrb::RingBuffer::<Tick>::new(64);

@@ -127,6 +127,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
+    /// Recorder ring capacity in ticks (64 bytes each): how long a stall of
+    /// the recorder thread is absorbed before ticks are lost (counted).
+    #[arg(long, default_value_t = 1 << 20, value_name = "TICKS")]
+    pub record_ring: usize,
+
     /// Capture segment size before rolling, in MiB.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub record_segment_mib: u64,
@@ -338,6 +343,7 @@ fn start_recorder(
         return Err("--record-segment-mib: at least 1".into());
     }
     let cfg = RecorderConfig {
+        ring_capacity: args.record_ring,
         segment_bytes_max: args.record_segment_mib << 20,
         source: format!("pricewire serve (seed {})", args.seed),
         ..RecorderConfig::default()
