@@ -15,7 +15,7 @@ use pricewire::capture::{CaptureReader, CorruptPolicy, ReaderOptions};
 use pricewire::client::{Client, ClientConfig, DisconnectCause, Event};
 use pricewire::wire::{DisconnectReason, TIER_ACCOUNT_DEFAULT};
 
-const DRAIN_MS: u64 = 1_500;
+const DRAIN_MS: u64 = 3_000;
 const GRACE_MS: u64 = 10_000;
 
 #[path = "util/net.rs"]

@@ -331,7 +331,8 @@ impl Dispatcher {
         while !self.queue.is_empty() && self.limit.try_acquire() {
             let sheds = &mut self.sheds;
             let popped = self.queue.pop(now, |s| sheds.push(s));
-            for s in std::mem::take(&mut self.sheds) {
+            // Drained in place: the vector keeps its capacity (no allocation).
+            while let Some(s) = self.sheds.pop() {
                 self.reject_shed(s);
             }
             let Some(d) = popped else {
@@ -349,9 +350,6 @@ impl Dispatcher {
                 let job = e.into_inner();
                 self.reject(&job.msg, RejectReason::OVERLOADED, 1_000, "workers busy");
             }
-        }
-        if self.sheds.capacity() == 0 {
-            self.sheds = Vec::with_capacity(32);
         }
         n
     }
