@@ -45,6 +45,17 @@ fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// True if a connection is accepted. Each probe waits for the server's
+/// answer (or 300 ms of silence), so probing never floods the backlog.
+fn accepting(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+    let mut b = [0u8; 64];
+    !matches!(s.read(&mut b), Ok(0))
+}
+
 struct Server {
     child: Child,
 }
@@ -228,11 +239,19 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
         "drain checks ran too long"
     );
 
-    // After the drain delay new connections are refused.
+    // During the drain delay new connections are still served; after it
+    // they are refused.
+    let mut late = subscriber(listen_addr);
+    assert_eq!(
+        prices(&mut late, 1, Duration::from_secs(2)),
+        1,
+        "new session during the drain"
+    );
+    drop(late);
     assert!(
-        wait_for(Duration::from_millis(DRAIN_MS + 3_000), || {
-            TcpStream::connect_timeout(&listen_addr, Duration::from_millis(200)).is_err()
-        }),
+        wait_for(Duration::from_millis(DRAIN_MS + 3_000), || !accepting(
+            listen_addr
+        )),
         "listener still accepting after the drain delay"
     );
     assert!(signalled.elapsed() >= Duration::from_millis(DRAIN_MS));
