@@ -44,6 +44,10 @@ pub struct ConfigFile {
     pub tiers: Option<Vec<TierFile>>,
     pub providers: Option<Vec<ProviderFile>>,
     pub accounts: Option<Vec<AccountFile>>,
+    /// `serve` flags (`synthetic-rate = 50000`, `shards = 2`, ...): applied
+    /// as if given on the command line, unless the command line gives them.
+    /// See [`crate::cli::config_flags`].
+    pub serve: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]

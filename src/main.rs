@@ -1,8 +1,14 @@
-//! The `pricewire` command: serve, watch, replay, import, bench.
+//! The `pricewire` command: serve, watch, replay, import, capture, bench.
 
 use clap::Parser;
 
 fn main() {
-    let cli = pricewire::cli::Cli::parse();
+    // `serve --config FILE` also takes flags from the file's [serve] table;
+    // the command line wins.
+    let args = match pricewire::cli::config_flags::merge(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => std::process::exit(pricewire::cli::refuse(e)),
+    };
+    let cli = pricewire::cli::Cli::parse_from(args);
     std::process::exit(pricewire::cli::run(cli));
 }

@@ -1,6 +1,7 @@
 //! Command-line front end. Every tuning knob is a flag with a default and
 //! a unit; invalid values are refused with a clear message and exit code 2.
 
+pub mod config_flags;
 pub mod gateway_args;
 pub mod replay;
 pub mod report;

@@ -50,6 +50,9 @@ const ACCEPT_BATCH: usize = 256;
 /// Most ticks one HistoryRequest may ask for (the answer fits one
 /// request-path answer frame).
 pub const HISTORY_COUNT_MAX: u16 = 190;
+/// Offset of the SBE templateId in a frame (after the 6-byte SOFH and the
+/// 2-byte blockLength).
+const TEMPLATE_ID_OFFSET: usize = 8;
 /// Room reserved for one control message in an outbound buffer.
 const CONTROL_FRAME_MAX: usize = 512;
 
@@ -1350,7 +1353,19 @@ fn deliver(
         stats.conflated.inc();
         return false;
     }
-    if conn.out.append(bytes) == Append::Overflow {
+    // The first price a subscription gets is a snapshot (a resync point),
+    // even when the table had no price yet at subscribe time: same body,
+    // only the template id in the SBE header differs.
+    let first = sub.last_seq == 0;
+    let appended = conn.out.append_with(bytes.len(), |b| {
+        b[..bytes.len()].copy_from_slice(bytes);
+        if first {
+            b[TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2]
+                .copy_from_slice(&wire::template::PRICE_SNAPSHOT.to_le_bytes());
+        }
+        bytes.len()
+    });
+    if appended == Append::Overflow {
         if !sub.dirty {
             sub.dirty = true;
             conn.dirty_subs += 1;
