@@ -40,7 +40,7 @@ pub fn merge(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     };
     let serve = serve
         .as_table()
-        .ok_or_else(|| format!("config key `serve`: must be a table of flags"))?;
+        .ok_or_else(|| "config key `serve`: must be a table of flags".to_string())?;
     let mut out = args;
     for (key, value) in serve {
         let flag = format!("--{key}");
