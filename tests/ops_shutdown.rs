@@ -70,6 +70,9 @@ impl Drop for Server {
 fn subscriber(addr: SocketAddr) -> Client {
     let mut cfg = ClientConfig::new(addr, "demo", "demo");
     cfg.reconnect_attempts_max = 0;
+    // The test reads some sessions only now and then: a long heartbeat
+    // keeps the server's idle rule from ending them first.
+    cfg.heartbeat_ms = 30_000;
     let mut c = Client::connect(cfg).expect("subscriber logs on");
     c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "XAUUSD"])
         .unwrap();
