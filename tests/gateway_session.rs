@@ -204,7 +204,7 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
             listen: "127.0.0.1:0".parse().unwrap(),
             // Short enough for a quick test, long enough that a busy CI
             // machine does not starve the SDK thread past 3 intervals.
-            heartbeat_ms: 300,
+            heartbeat_ms: 500,
             heartbeat_min_ms: 50,
             ..Default::default()
         },
@@ -213,10 +213,10 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
     // An SDK client heartbeats when idle and stays up; it is polled on its
     // own thread the whole time, as an application would.
     let sdk = client(&server, "demo", "demo").unwrap();
-    assert_eq!(sdk.logon_info().unwrap().heartbeat_interval_ms, 300);
+    assert_eq!(sdk.logon_info().unwrap().heartbeat_interval_ms, 500);
     let sdk = std::thread::spawn(move || {
         let mut sdk = sdk;
-        let deadline = Instant::now() + Duration::from_millis(2_000);
+        let deadline = Instant::now() + Duration::from_millis(3_000);
         let mut seen = Vec::new();
         while Instant::now() < deadline {
             if let Some(ev) = sdk.next_event(Duration::from_millis(100)).unwrap() {
@@ -245,8 +245,8 @@ fn server_heartbeats_an_idle_client_and_drops_a_silent_one() {
         other => panic!("expected Disconnect(idle_timeout), got {other:?}"),
     }
     assert!(
-        silent_for >= Duration::from_millis(850),
-        "dead after 3 x 300 ms, not before"
+        silent_for >= Duration::from_millis(1_450),
+        "dead after 3 x 500 ms, not before"
     );
     assert_eq!(raw.next(T), RawRead::Closed);
     assert_eq!(server.stat(|s| &s.disconnects_idle), 1);
