@@ -76,9 +76,12 @@ pub enum ServiceError {
 /// A running service.
 pub struct Service {
     pub config: Arc<Config>,
+    /// Declared before `pipeline`: fields drop in order, and the engine
+    /// only finishes once every feed (the ingest listener's included) has
+    /// let go of its ring.
+    pub ingest: Option<IngestHandle>,
     pub pipeline: Pipeline,
     pub gateway: Option<Gateway>,
-    pub ingest: Option<IngestHandle>,
     pub overload: Arc<OverloadStats>,
     pub sink_stats: Vec<Arc<SinkStats>>,
     pub latency: LatencyCollector,
@@ -206,11 +209,17 @@ impl Service {
     }
 
     /// Stops every stage in data-flow order.
-    pub fn stop(mut self) {
+    /// Stops every feed (ingest listener first) and then the engine, which
+    /// drains what the feeds left in its rings. Idempotent.
+    pub fn stop_feeds(&mut self) {
         if let Some(i) = self.ingest.take() {
             i.stop();
         }
         self.pipeline.stop();
+    }
+
+    pub fn stop(mut self) {
+        self.stop_feeds();
         if let Some(g) = self.gateway.take() {
             g.stop();
         }

@@ -188,6 +188,9 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
         ])
         .arg("--record")
         .arg(record.path())
+        // With a bridge listener too: the engine only finishes once the
+        // ingest thread has let go of its ring, in the right order.
+        .args(["--feed-listen", &net::free_addr().to_string()])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

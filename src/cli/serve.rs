@@ -554,7 +554,7 @@ fn close_recorder(
             return StepResult::Done;
         };
         if let Some(svc) = service.lock().expect("service lock").as_mut() {
-            svc.pipeline.stop();
+            svc.stop_feeds();
         }
         let totals = rec.stop();
         tracing::info!(

@@ -36,7 +36,11 @@ use std::sync::Arc;
 use super::stats::EngineStats;
 use crate::config::EngineConfig;
 use crate::model::instruments::TIERS_MAX;
-use crate::model::{price_flags, tick_flags, InstrumentTable, Mantissa, Price, Tick, NO_PRICE};
+use crate::model::{price_flags, tick_flags, InstrumentTable, Mantissa, Price, Tick};
+
+/// Largest accepted price mantissa: far above any real price at any digit
+/// count, and low enough that markups and mid arithmetic cannot overflow.
+pub const PRICE_MAX: Mantissa = i64::MAX / 4;
 
 /// Per-provider health, flipped by the operator or a breaker on another
 /// thread and read (Relaxed) by the engine on every aggregation.
@@ -208,10 +212,9 @@ impl Aggregator {
     fn valid(&self, t: &Tick) -> bool {
         (t.symbol as usize) < self.state.len()
             && (t.provider as usize) < self.providers
-            && t.bid != NO_PRICE
-            && t.ask != NO_PRICE
             && t.bid > 0
             && t.bid <= t.ask
+            && t.ask <= PRICE_MAX
     }
 
     fn is_spike(&mut self, sym: usize, t: &Tick) -> bool {
@@ -337,8 +340,8 @@ impl Aggregator {
         for tier in 0..self.tiers {
             let markup = self.markups[sym * self.tiers + tier];
             self.out[tier] = Price {
-                bid: top.bid - markup,
-                ask: top.ask + markup,
+                bid: top.bid.saturating_sub(markup),
+                ask: top.ask.saturating_add(markup),
                 bid_size: top.bid_size,
                 ask_size: top.ask_size,
                 seq,

@@ -96,6 +96,15 @@ impl ShardPublisher {
         self.stats.parked.set(self.order.len() as u64);
     }
 
+    /// Publishes parked prices while the ring has room; returns how many
+    /// it pushed.
+    #[inline]
+    pub fn flush_some(&mut self) -> usize {
+        let before = self.order.len();
+        self.flush();
+        before - self.order.len()
+    }
+
     /// Publishes parked prices while the ring has room. Returns how many
     /// keys are still parked.
     #[inline]

@@ -95,8 +95,9 @@ impl EngineStage {
     /// One loop turn at `now_ns`. Returns how many ticks it processed.
     #[inline]
     pub fn turn(&mut self, now_ns: u64) -> usize {
+        let mut flushed = false;
         for shard in &mut self.shards {
-            shard.flush();
+            flushed |= shard.flush_some() > 0;
         }
         let mut total = 0;
         for i in 0..self.inputs.len() {
@@ -109,7 +110,7 @@ impl EngineStage {
             }
             total += n;
         }
-        if total > 0 {
+        if total > 0 || flushed {
             self.notify();
         }
         total

@@ -189,6 +189,9 @@ fn invalid_ticks_are_refused_and_counted() {
         TickOutcome::Invalid
     );
     assert_eq!(r.stats.invalid.get(), 5);
+    // Absurd magnitudes would overflow markups: refused.
+    assert_eq!(r.apply(tick(0, 0, 1, i64::MAX, 1)), TickOutcome::Invalid);
+    assert_eq!(r.stats.invalid.get(), 6);
     // A locked provider quote is valid.
     assert_eq!(
         r.apply(tick(0, 0, 100_000, 100_000, 1)),

@@ -251,8 +251,12 @@ impl Ingest {
                         &mut self.batch,
                         &self.stats,
                     );
-                    b.out.extend_from_slice(reply.as_slice());
-                    if close {
+                    if let Some(r) = &reply {
+                        b.out.extend_from_slice(r.as_slice());
+                    }
+                    // A bridge that never reads its replies (or an
+                    // unauthenticated flood) cannot grow our buffer.
+                    if close || b.out.len() > OUT_BYTES {
                         b.closing = true;
                     }
                 }
@@ -312,16 +316,13 @@ struct Reply {
 }
 
 impl Reply {
-    fn none() -> Reply {
-        Reply {
+    fn with(f: impl FnOnce(&mut [u8]) -> Result<usize, wire::EncodeError>) -> Option<Reply> {
+        let mut r = Reply {
             buf: [0; 8192],
             len: 0,
-        }
-    }
-    fn with(f: impl FnOnce(&mut [u8]) -> Result<usize, wire::EncodeError>) -> Reply {
-        let mut r = Reply::none();
+        };
         r.len = f(&mut r.buf).unwrap_or(0);
-        r
+        Some(r)
     }
     fn as_slice(&self) -> &[u8] {
         &self.buf[..self.len]
@@ -345,7 +346,8 @@ fn encode_reject(
     )
 }
 
-/// Handles one frame; returns the reply and whether to close afterwards.
+/// Handles one frame; returns the reply (none for quotes, the hot path)
+/// and whether to close afterwards.
 fn handle(
     frame: &[u8],
     provider: &mut Option<u16>,
@@ -354,22 +356,22 @@ fn handle(
     port: &mut FeedPort,
     batch: &mut Vec<Tick>,
     stats: &IngestStats,
-) -> (Reply, bool) {
+) -> (Option<Reply>, bool) {
     let msg = match wire::decode(frame) {
         Ok(m) => m,
         Err(e) => {
             stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-            return (
-                Reply::with(|b| encode_reject(b, e.reason(), "bad message")),
-                false,
-            );
+            // Before logon nothing is owed to the peer: one bad frame ends it.
+            let close = provider.is_none();
+            let reply = Reply::with(|b| encode_reject(b, e.reason(), "bad message"));
+            return (reply, close);
         }
     };
     match (msg, *provider) {
         (Message::ProviderLogon(l), None) => logon(&l, provider, table, cfg, stats),
         (Message::ProviderQuote(q), Some(p)) => {
             quotes(&q, p, port, batch, stats);
-            (Reply::none(), false)
+            (None, false)
         }
         (Message::Heartbeat, Some(_)) => (Reply::with(wire::encode_heartbeat), false),
         (Message::SymbolListRequest(r), Some(_)) => (directory(r.request_id, table), false),
@@ -399,7 +401,7 @@ fn logon(
     table: &InstrumentTable,
     cfg: &IngestConfig,
     stats: &IngestStats,
-) -> (Reply, bool) {
+) -> (Option<Reply>, bool) {
     let ok = table
         .providers()
         .get(l.provider_id as usize)
@@ -464,7 +466,7 @@ fn quotes(
     }
 }
 
-fn directory(request_id: u64, table: &InstrumentTable) -> Reply {
+fn directory(request_id: u64, table: &InstrumentTable) -> Option<Reply> {
     // A directory of every instrument may exceed the stack reply; bridges
     // that need more use the subscriber listener's SymbolListRequest.
     let symbols = table.instruments().iter().map(|s| wire::SymbolInfo {

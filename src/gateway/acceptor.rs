@@ -65,6 +65,7 @@ pub fn spawn(
                 shared,
                 shards,
                 next: 0,
+                rng: rand::SeedableRng::from_entropy(),
             };
             a.run(poll, listener, stop_rx);
         })?;
@@ -82,6 +83,7 @@ struct Acceptor {
     shared: Arc<Shared>,
     shards: Vec<Handoff>,
     next: usize,
+    rng: rand::rngs::SmallRng,
 }
 
 impl Acceptor {
@@ -153,7 +155,9 @@ impl Acceptor {
                     .lock()
                     .expect("admission lock")
                     .on_close(peer.ip());
-                let retry = self.shared.cfg.admission.retry_after.min_ms;
+                // Jittered, or every refused client would return together.
+                let w = self.shared.cfg.admission.retry_after;
+                let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
                 refuse_busy(stream, retry, stats);
             }
         }
@@ -161,7 +165,7 @@ impl Acceptor {
 }
 
 /// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it.
-fn refuse_busy(mut stream: TcpStream, retry_after_ms: u32, stats: &GatewayStats) {
+pub fn refuse_busy(mut stream: TcpStream, retry_after_ms: u32, stats: &GatewayStats) {
     GatewayStats::add(&stats.refused, 1);
     let mut buf = [0u8; 64];
     if let Ok(n) =

@@ -63,6 +63,8 @@ pub struct Conn {
     pub closing_reason: Option<DisconnectReason>,
     /// Closing and flushed: our FIN was sent; waiting for the peer's.
     pub fin_sent: bool,
+    /// Queued to read again next turn (its read budget ran out).
+    pub in_read_list: bool,
     /// The logged-on account (entitlements), from the config or Redis.
     pub acct: Option<std::sync::Arc<crate::config::Account>>,
 }

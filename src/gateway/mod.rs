@@ -286,6 +286,7 @@ impl Gateway {
                 .history
                 .unwrap_or_else(|| Arc::new(TickHistory::new(shared.config.table.len(), 1))),
             wall_offset_ns: shared.wall_offset_ns,
+            refdata: shared.refdata.clone(),
         };
         let (request_service, ports) =
             RequestService::start(deps.requests, sources, bells, shared.overload.clone())

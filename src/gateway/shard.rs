@@ -31,7 +31,9 @@ use crate::model::{price_flags, Price};
 use crate::pipeline::sink::{latency_histogram, HistogramExchange};
 use crate::pipeline::{ShardInput, Waiter};
 use crate::refdata::Lookup;
-use crate::requests::service::{RequestKind, RequestMsg, RequestPort, SNAPSHOT_SYMBOLS_MAX};
+use crate::requests::service::{
+    RequestKind, RequestMsg, RequestPort, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX,
+};
 use crate::wire::{
     self, DisconnectReason, LogonAccepted, LogonRejectReason, LogonRejected, Message, PriceBody,
     PriceKind, RejectReason, SubscribeResult, SubscribeStatus, PRICE_FRAME_LEN, SYMBOL_BY_NAME,
@@ -50,6 +52,9 @@ const ACCEPT_BATCH: usize = 256;
 /// Most ticks one HistoryRequest may ask for (the answer fits one
 /// request-path answer frame).
 pub const HISTORY_COUNT_MAX: u16 = 190;
+/// Socket reads per connection per loop turn (each up to the inbound
+/// buffer's size).
+const READS_PER_TURN: usize = 8;
 /// Offset of the SBE templateId in a frame (after the 6-byte SOFH and the
 /// 2-byte blockLength).
 const TEMPLATE_ID_OFFSET: usize = 8;
@@ -126,6 +131,8 @@ struct Shard {
     free: Vec<u32>,
     index: SubIndex,
     write_list: Vec<u32>,
+    /// Connections with unread input left after their per-turn budget.
+    read_list: Vec<u32>,
     tiers: usize,
     digits: Box<[u8]>,
     scratch: [u8; PRICE_FRAME_LEN],
@@ -166,6 +173,7 @@ impl Shard {
             conns: (0..cap).map(|_| None).collect(),
             free: (0..cap as u32).rev().collect(),
             write_list: Vec::with_capacity(cap),
+            read_list: Vec::with_capacity(cap),
             ready: Vec::with_capacity(1024),
             events: Events::with_capacity(1024),
             tiers,
@@ -194,8 +202,9 @@ impl Shard {
         loop {
             let now = monotonic_ns();
             let got = self.drain_prices(now) + self.drain_answers();
-            self.poll_once(got > 0);
+            self.poll_once(got > 0 || !self.read_list.is_empty());
             self.handle_events();
+            self.read_again();
             self.flush_writes(monotonic_ns());
             let now = monotonic_ns();
             if now >= self.next_sweep_ns {
@@ -288,8 +297,9 @@ impl Shard {
     fn accept(&mut self, mut stream: TcpStream, peer: SocketAddr) {
         let Some(i) = self.free.pop() else {
             self.release_ip(peer);
-            GatewayStats::add(&self.shared.stats.refused, 1);
-            return; // dropping the stream closes it
+            let retry = self.jitter(self.shared.cfg.admission.retry_after);
+            super::acceptor::refuse_busy(stream, retry, &self.shared.stats);
+            return;
         };
         let i = i as usize;
         let token = Token(i + 1);
@@ -327,6 +337,7 @@ impl Shard {
             in_write_list: false,
             closing_reason: None,
             fin_sent: false,
+            in_read_list: false,
             acct: None,
         });
         GatewayStats::add(&self.shared.stats.open, 1);
@@ -429,8 +440,10 @@ impl Shard {
                 self.close_now(i, false);
                 return;
             }
-            // Drained below low after conflating: send what is owed.
-            if conn.out.update_flow(now) && conn.dirty_subs > 0 {
+            // Drained below low after conflating, or owed keys left by an
+            // overflow while writing through: send the latest of each.
+            let drained = conn.out.update_flow(now);
+            if (drained || !conn.out.is_conflating()) && conn.dirty_subs > 0 {
                 resync(
                     conn,
                     &self.shared,
@@ -479,16 +492,22 @@ impl Shard {
             .out
             .append_with(CONTROL_FRAME_MAX, |b| encode(b).unwrap_or(0));
         conn.last_tx_ns = monotonic_ns();
-        if r == Append::Overflow {
-            tracing::debug!(peer = %conn.peer, "control message did not fit");
-        }
+        let closing = matches!(conn.state, SessionState::Closing { .. });
         self.queue_write(i);
+        if r == Append::Overflow && !closing {
+            // Not even a control message fits: the client is not reading.
+            GatewayStats::add(&self.shared.stats.disconnects_slow_consumer, 1);
+            self.begin_close(i, Some(DisconnectReason::SLOW_CONSUMER), monotonic_ns());
+        }
     }
 
     // ---- reads --------------------------------------------------------
 
     fn on_readable(&mut self, i: usize, now: u64) {
-        loop {
+        // A bounded number of reads per turn, so one fast sender cannot
+        // keep the shard from its prices and its other connections; the
+        // rest is read next turn (edge-triggered: remembered here).
+        for _ in 0..READS_PER_TURN {
             let Some(conn) = self.conns[i].as_mut() else {
                 return;
             };
@@ -517,6 +536,27 @@ impl Shard {
             }
             self.process_frames(i, now);
         }
+        if let Some(conn) = self.conns[i].as_mut() {
+            if !conn.in_read_list {
+                conn.in_read_list = true;
+                self.read_list.push(i as u32);
+            }
+        }
+    }
+
+    /// Continues reading connections that used up last turn's budget.
+    fn read_again(&mut self) {
+        let mut list = std::mem::take(&mut self.read_list);
+        for &i in &list {
+            if let Some(c) = self.conns[i as usize].as_mut() {
+                c.in_read_list = false;
+            }
+            self.on_readable(i as usize, monotonic_ns());
+        }
+        list.clear();
+        // Entries pushed while reading went to the (empty) replacement.
+        list.append(&mut self.read_list);
+        self.read_list = list;
     }
 
     fn process_frames(&mut self, i: usize, now: u64) {
@@ -589,7 +629,9 @@ impl Shard {
     }
 
     fn on_active(&mut self, i: usize, account: u32, msg: Message<'_>, now: u64) {
-        if !matches!(msg, Message::Heartbeat) && !self.take_msg_token(i, &msg, now) {
+        // Every message, heartbeats included, spends a token: a heartbeat
+        // flood is a flood.
+        if !self.take_msg_token(i, &msg, now) {
             return;
         }
         match msg {
@@ -1025,7 +1067,7 @@ impl Shard {
         now: u64,
     ) -> RequestMsg {
         let conn = self.conns[i].as_ref();
-        RequestMsg {
+        let mut m = RequestMsg {
             shard: self.input.index as u16,
             conn: i as u32,
             session: conn.map_or(0, |c| c.session_id),
@@ -1042,7 +1084,15 @@ impl Shard {
                 .and_then(|c| c.acct.as_ref())
                 .is_some_and(|a| a.critical),
             arrival_ns: now,
+            account_name: [0; ACCOUNT_NAME_MAX],
+            account_name_len: 0,
+        };
+        if let Some(a) = conn.and_then(|c| c.acct.as_ref()) {
+            let n = a.name.len().min(ACCOUNT_NAME_MAX);
+            m.account_name[..n].copy_from_slice(&a.name.as_bytes()[..n]);
+            m.account_name_len = n as u8;
         }
+        m
     }
 
     /// Hands a request to the request path; a full ring is an immediate

@@ -31,6 +31,10 @@ pub struct FeedPort {
     producer: rtrb::Producer<Tick>,
     doorbell: Arc<Doorbell>,
     full_wait_ns: u64,
+    /// Set when a wait for room timed out in the current batch: the rest of
+    /// the batch is dropped without waiting again (one wait per batch, not
+    /// per tick). Cleared by [`FeedPort::notify`].
+    gave_up: bool,
     pub stats: Arc<FeedStats>,
 }
 
@@ -42,6 +46,7 @@ impl FeedPort {
                 producer,
                 doorbell,
                 full_wait_ns: cfg.feed_full_wait_us * 1_000,
+                gave_up: false,
                 stats: Arc::new(FeedStats::default()),
             },
             consumer,
@@ -62,6 +67,10 @@ impl FeedPort {
 
     #[cold]
     fn push_slow(&mut self, mut tick: Tick) -> bool {
+        if self.gave_up {
+            self.stats.dropped.inc();
+            return false;
+        }
         self.stats.full_waits.inc();
         // The engine may be parked waiting for a doorbell we have not rung
         // yet for this batch.
@@ -78,6 +87,7 @@ impl FeedPort {
             }
             if monotonic_ns() >= deadline || self.producer.is_abandoned() {
                 self.stats.dropped.inc();
+                self.gave_up = true;
                 return false;
             }
             spins += 1;
@@ -91,7 +101,8 @@ impl FeedPort {
 
     /// Call after a batch: wakes the engine if it sleeps.
     #[inline]
-    pub fn notify(&self) {
+    pub fn notify(&mut self) {
+        self.gave_up = false;
         let cap = self.producer.buffer().capacity();
         self.stats
             .ring_occupancy

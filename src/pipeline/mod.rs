@@ -451,6 +451,9 @@ fn spawn_engine(
 pub fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
     loop {
         let now = monotonic_ns();
+        // Time-gated: also runs while ticks keep every turn busy, so a
+        // silent provider's symbols go stale even during a burst.
+        stage.maybe_sweep(now);
         if stage.turn(now) > 0 {
             waiter.reset();
             continue;
@@ -458,7 +461,6 @@ pub fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
         if stage.inputs_done() {
             break;
         }
-        stage.maybe_sweep(now);
         waiter.idle(|| stage.has_input());
     }
     // Shards still running get the parked prices; bounded so a stuck shard

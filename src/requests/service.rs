@@ -40,8 +40,9 @@ pub const SNAPSHOT_SYMBOLS_MAX: usize = 32;
 pub const ANSWER_BYTES_MAX: usize = 8 * 1024;
 /// Slots of each shard → dispatcher ring.
 pub const REQUEST_RING: usize = 1024;
-/// Slots of each answer ring.
-pub const ANSWER_RING: usize = 64;
+/// Slots of each answer ring: at least the adaptive limit's maximum, so a
+/// worker's answer always finds room while its shard keeps draining.
+pub const ANSWER_RING: usize = 256;
 /// Budget applied when a client sends 0 ("server default"), µs.
 pub const BUDGET_DEFAULT_US: u32 = 1_000_000;
 
@@ -71,6 +72,19 @@ pub struct RequestMsg {
     pub critical: bool,
     pub critical_entitled: bool,
     pub arrival_ns: u64,
+    /// The session's account name (entitlements are looked up by name, so
+    /// accounts only Redis knows are served too).
+    pub account_name: [u8; ACCOUNT_NAME_MAX],
+    pub account_name_len: u8,
+}
+
+/// Longest account name a request carries.
+pub const ACCOUNT_NAME_MAX: usize = 64;
+
+impl RequestMsg {
+    pub fn account_name(&self) -> &str {
+        std::str::from_utf8(&self.account_name[..self.account_name_len as usize]).unwrap_or("")
+    }
 }
 
 /// One encoded answer (or reject) for a connection of a shard.
@@ -130,6 +144,8 @@ pub struct Sources {
     pub table: Arc<PriceTable>,
     pub history: Arc<TickHistory>,
     pub wall_offset_ns: i64,
+    /// Accounts and entitlements (the config file's, or Redis).
+    pub refdata: Arc<crate::refdata::RefData>,
 }
 
 /// The running request path.
@@ -203,6 +219,7 @@ impl RequestService {
         for (w, row) in rows.enumerate() {
             let worker = Worker {
                 sources: sources.clone(),
+                dispatcher: bell.clone(),
                 answers: row,
                 bells: shard_bells.clone(),
                 limit: limit.clone(),
@@ -290,20 +307,27 @@ impl Dispatcher {
                 waiter.reset();
                 continue;
             }
+            // Idle, or waiting for a worker slot: workers ring the doorbell
+            // when they release one, shards when they push a request.
             let inbound = &self.inbound;
+            let limit = &self.limit;
             let queued = !self.queue.is_empty();
-            waiter.idle(|| queued || inbound.iter().any(|r| !r.is_empty()));
-            if queued {
-                // Waiting for a worker slot: poll instead of sleeping long.
-                std::thread::yield_now();
-            }
+            waiter.idle(|| {
+                inbound.iter().any(|r| !r.is_empty())
+                    || (queued && limit.inflight() < limit.limit())
+            });
         }
     }
 
     fn admit_all(&mut self) -> usize {
         let mut n = 0;
         for i in 0..self.inbound.len() {
-            while let Ok(m) = self.inbound[i].pop() {
+            // Each admitted request may need one reject on this shard's
+            // answer ring: admit only while there is room for it, so a
+            // reject is never dropped. Requests left in the inbound ring
+            // back up to the shard, which refuses new ones itself.
+            while self.answers[i].slots() > 0 {
+                let Ok(m) = self.inbound[i].pop() else { break };
                 n += 1;
                 let budget = if m.budget_us == 0 {
                     BUDGET_DEFAULT_US
@@ -411,6 +435,7 @@ fn send(
 
 struct Worker {
     sources: Sources,
+    dispatcher: Arc<Doorbell>,
     answers: Vec<rtrb::Producer<Answer>>,
     bells: Vec<Arc<Doorbell>>,
     limit: Arc<AdaptiveLimit>,
@@ -463,6 +488,8 @@ impl Worker {
         let inflight = self.limit.inflight();
         self.limit.release();
         self.limit.on_sample(end - start, inflight, end);
+        // A slot is free: the dispatcher may be waiting for one.
+        self.dispatcher.ring();
     }
 
     fn build(&mut self, m: &RequestMsg) -> Option<usize> {
@@ -504,7 +531,11 @@ impl Worker {
             }
             RequestKind::SymbolList => {
                 self.stats.symbol_list_served.inc();
-                let acct = s.config.accounts.get(m.account as usize)?;
+                let crate::refdata::Lookup::Found(acct) =
+                    s.refdata.lookup(m.account_name(), monotonic_ns())
+                else {
+                    return None;
+                };
                 let symbols = s
                     .config
                     .table
