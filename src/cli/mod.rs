@@ -1,6 +1,7 @@
 //! Command-line front end. Every tuning knob is a flag with a default and
 //! a unit; invalid values are refused with a clear message and exit code 2.
 
+pub mod bench;
 pub mod gateway_args;
 pub mod replay;
 pub mod report;
@@ -33,6 +34,8 @@ pub enum Command {
     /// Inspect captures: cat or stats.
     #[command(subcommand)]
     Capture(crate::capture::cli::CaptureCmd),
+    /// Latency benchmark against pricewire or a peer (Redis, NATS, relay).
+    Bench(bench::BenchArgs),
 }
 
 /// `pricewire import`.
@@ -52,6 +55,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Serve(args) => serve::run(*args),
         Command::Replay(args) => replay::run(args),
         Command::Import(args) => import(args),
+        Command::Bench(args) => bench::run(args),
         Command::Capture(cmd) => match cmd.run(&mut std::io::stdout().lock()) {
             Ok(()) => 0,
             Err(e) => {
