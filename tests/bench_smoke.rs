@@ -13,7 +13,14 @@ fn floor_run_writes_rows_and_distribution() {
     let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args(["bench", "--target", "floor", "--connect"])
         .arg(relay.local_addr.to_string())
-        .args(["--rate", "500", "--subscribers", "4", "--symbols-per-subscriber", "2"])
+        .args([
+            "--rate",
+            "500",
+            "--subscribers",
+            "4",
+            "--symbols-per-subscriber",
+            "2",
+        ])
         .args(["--duration-s", "1", "--warmup-s", "1", "--out"])
         .arg(out.path())
         .output()
@@ -21,7 +28,10 @@ fn floor_run_writes_rows_and_distribution() {
     relay.stop();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
     assert!(stdout.starts_with("floor steady rate"), "{stdout}");
     assert!(stderr.contains("p99"), "progress line missing: {stderr}");
 

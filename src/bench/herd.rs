@@ -139,7 +139,8 @@ impl Herd<'_> {
         let deadline = self.t0 + self.spec.timeout_ms * 1_000_000;
         let mut next_hb_ns = self.t0;
         while self.r.subscribed < self.spec.clients && monotonic_ns() < deadline {
-            self.poll.poll(&mut events, Some(Duration::from_millis(1)))?;
+            self.poll
+                .poll(&mut events, Some(Duration::from_millis(1)))?;
             for ev in events.iter() {
                 self.ready(ev.token().0, ev.is_writable());
             }
@@ -199,7 +200,12 @@ impl Herd<'_> {
             }
         };
         let interest = Interest::READABLE | Interest::WRITABLE;
-        if self.poll.registry().register(&mut stream, Token(i), interest).is_err() {
+        if self
+            .poll
+            .registry()
+            .register(&mut stream, Token(i), interest)
+            .is_err()
+        {
             self.r.connect_failures += 1;
             return self.fail(i, 0, now);
         }
@@ -420,7 +426,10 @@ mod tests {
         }
         let first: Vec<u64> = (0..50).map(|_| backoff_ms(&mut rng, 1, 0)).collect();
         assert!(first.iter().all(|&b| b <= 100));
-        assert!(first.iter().any(|&b| b != first[0]), "jitter spreads retries");
+        assert!(
+            first.iter().any(|&b| b != first[0]),
+            "jitter spreads retries"
+        );
     }
 
     #[test]

@@ -52,7 +52,11 @@ pub fn percentile_distribution(h: &Histogram<u64>) -> String {
     let mut s = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
     for v in h.iter_quantiles(5) {
         let p = v.quantile_iterated_to();
-        let inv = if p < 1.0 { 1.0 / (1.0 - p) } else { f64::INFINITY };
+        let inv = if p < 1.0 {
+            1.0 / (1.0 - p)
+        } else {
+            f64::INFINITY
+        };
         let _ = writeln!(
             s,
             "{:12.3} {:14.12} {:10} {:14.2}",
@@ -224,7 +228,8 @@ mod tests {
     #[test]
     fn stall_shows_in_the_tail_only_when_measured_from_the_schedule() {
         // 10k ticks/s for 10 s; the sender is blocked for 100 ms at t = 5 s.
-        let (scheduled, actual) = simulate_stall(10_000, 10_000 * MS, 5_000 * MS, 100 * MS, 20 * US);
+        let (scheduled, actual) =
+            simulate_stall(10_000, 10_000 * MS, 5_000 * MS, 100 * MS, 20 * US);
         let s = summarize(&scheduled);
         let a = summarize(&actual);
         assert_eq!(s.count, 100_000);

@@ -86,12 +86,14 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
 /// Spreads `symbols_per_subscriber` of `symbols_total` symbols over
 /// subscribers so each symbol has about the same number of subscribers:
 /// subscriber `j` takes `j*K .. j*K+K` modulo the total.
-pub fn symbols_of(subscriber: usize, symbols_per_subscriber: usize, symbols_total: u16) -> Vec<u16> {
+pub fn symbols_of(
+    subscriber: usize,
+    symbols_per_subscriber: usize,
+    symbols_total: u16,
+) -> Vec<u16> {
     let n = usize::from(symbols_total.max(1));
     let k = symbols_per_subscriber.min(n);
-    (0..k)
-        .map(|m| ((subscriber * k + m) % n) as u16)
-        .collect()
+    (0..k).map(|m| ((subscriber * k + m) % n) as u16).collect()
 }
 
 #[cfg(test)]

@@ -29,14 +29,20 @@ fn register_font() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario → [(target, points)] from `hdr-<scenario>-<target>.txt`.
-fn collect(dir: &Path) -> anyhow::Result<BTreeMap<String, Vec<(String, Vec<(f64, f64)>)>>> {
-    let mut out: BTreeMap<String, Vec<(String, Vec<(f64, f64)>)>> = BTreeMap::new();
+/// One line per target: (target, [(µs, percentile)]).
+type Lines = Vec<(String, Vec<(f64, f64)>)>;
+
+/// Scenario → lines, from `hdr-<scenario>-<target>.txt`.
+fn collect(dir: &Path) -> anyhow::Result<BTreeMap<String, Lines>> {
+    let mut out: BTreeMap<String, Lines> = BTreeMap::new();
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let name = e.file_name().to_string_lossy().to_string();
-        let Some(stem) = name.strip_prefix("hdr-").and_then(|n| n.strip_suffix(".txt")) else {
+        let Some(stem) = name
+            .strip_prefix("hdr-")
+            .and_then(|n| n.strip_suffix(".txt"))
+        else {
             continue;
         };
         let Some((scenario, target)) = stem.rsplit_once('-') else {
@@ -69,14 +75,17 @@ pub fn plot_dir(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-fn draw(path: &Path, title: &str, lines: &[(String, Vec<(f64, f64)>)]) -> anyhow::Result<()> {
+fn draw(path: &Path, title: &str, lines: &Lines) -> anyhow::Result<()> {
     let all = lines.iter().flat_map(|(_, p)| p.iter().map(|x| x.0));
     let y_max = all.clone().fold(1.0f64, f64::max) * 1.5;
     let y_min = all.fold(f64::MAX, f64::min).clamp(0.5, 1e6) / 1.5;
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("latency by percentile: {title}"), ("sans-serif", 22))
+        .caption(
+            format!("latency by percentile: {title}"),
+            ("sans-serif", 22),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)

@@ -150,7 +150,10 @@ impl Relay {
     fn run(&mut self, stop: &AtomicBool) {
         let mut events = Events::with_capacity(1024);
         while !stop.load(Ordering::Relaxed) {
-            if let Err(e) = self.poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            if let Err(e) = self
+                .poll
+                .poll(&mut events, Some(Duration::from_millis(100)))
+            {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -194,7 +197,12 @@ impl Relay {
         }
         let _ = stream.set_nodelay(true);
         let interest = Interest::READABLE | Interest::WRITABLE;
-        if self.poll.registry().register(&mut stream, Token(i), interest).is_err() {
+        if self
+            .poll
+            .registry()
+            .register(&mut stream, Token(i), interest)
+            .is_err()
+        {
             return;
         }
         let conn = Conn {
@@ -363,7 +371,9 @@ impl Relay {
             }
         }
         self.stats.frames_out.fetch_add(out, Ordering::Relaxed);
-        self.stats.frames_dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.stats
+            .frames_dropped
+            .fetch_add(dropped, Ordering::Relaxed);
     }
 
     fn flush_dirty(&mut self) {
@@ -441,7 +451,8 @@ mod tests {
         // Retry the first frame until the subscriber sees it, so the test
         // does not depend on the relay having read the hellos yet.
         let mut buf = [0u8; 76];
-        sub7.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        sub7.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
         let mut seen = false;
         for seq in 1..=100 {
             publisher
@@ -454,8 +465,12 @@ mod tests {
         }
         assert!(seen, "subscriber of symbol 7 got nothing");
         assert_eq!(u16::from_le_bytes([buf[14], buf[15]]), 7);
-        sub8.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-        assert!(sub8.read(&mut buf).is_err(), "symbol 8 got a symbol 7 frame");
+        sub8.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        assert!(
+            sub8.read(&mut buf).is_err(),
+            "symbol 8 got a symbol 7 frame"
+        );
         relay.stop();
     }
 }

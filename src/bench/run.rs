@@ -169,7 +169,9 @@ pub fn run_with(spec: &RunSpec, hook: &mut dyn DuringRun) -> anyhow::Result<RunO
         });
         if !all_ready || receiver.is_finished() {
             shared.stop.store(true, Ordering::Relaxed);
-            let r = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+            let r = receiver
+                .join()
+                .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
             r.context("subscribers")?;
             bail!(
                 "only {} of {} subscribers ready after {READY_TIMEOUT_MS} ms",
@@ -220,7 +222,6 @@ fn drive(
                     splan,
                     clock,
                     schedule,
-                    window.end_ns,
                     window,
                     &stop,
                     &shared.sent,
@@ -248,11 +249,21 @@ fn drive(
 fn expected_deliveries(spec: &RunSpec, send: &SendResult) -> u64 {
     (0..spec.subscribers)
         .flat_map(|j| symbols_of(j, spec.symbols_per_subscriber, spec.symbols_total))
-        .map(|s| send.measured_per_symbol.get(s as usize).copied().unwrap_or(0))
+        .map(|s| {
+            send.measured_per_symbol
+                .get(s as usize)
+                .copied()
+                .unwrap_or(0)
+        })
         .sum()
 }
 
-fn outcome(spec: &RunSpec, send: SendResult, mut recv: RecvResult, cpu_s: Option<f64>) -> RunOutcome {
+fn outcome(
+    spec: &RunSpec,
+    send: SendResult,
+    mut recv: RecvResult,
+    cpu_s: Option<f64>,
+) -> RunOutcome {
     let hist = std::mem::replace(&mut recv.phases[0], super::hist::latency_histogram());
     let expected = expected_deliveries(spec, &send);
     let secs = spec.duration_s as f64;
@@ -274,9 +285,7 @@ fn outcome(spec: &RunSpec, send: SendResult, mut recv: RecvResult, cpu_s: Option
         gaps: recv.gaps,
         updates_per_s: updates / secs,
         server_cpu_s: cpu_s,
-        server_cpu_s_per_m_updates: cpu_s
-            .filter(|_| updates > 0.0)
-            .map(|c| c / (updates / 1e6)),
+        server_cpu_s_per_m_updates: cpu_s.filter(|_| updates > 0.0).map(|c| c / (updates / 1e6)),
         send_lag: summarize(&send.lag),
         sender_writes: send.writes,
         subscriber_errors: recv.errors,
@@ -305,7 +314,10 @@ pub fn step_failure(row: &RunRow, p99_threshold_us: u64) -> Option<String> {
         return Some(format!("p99 {} us", row.latency.p99_ns / 1_000));
     }
     if row.missing * 100 > row.deliveries_expected {
-        return Some(format!("{} of {} missing", row.missing, row.deliveries_expected));
+        return Some(format!(
+            "{} of {} missing",
+            row.missing, row.deliveries_expected
+        ));
     }
     if row.rate_achieved_per_s < row.rate_target_per_s as f64 * 0.95 {
         return Some(format!("achieved {:.0}/s", row.rate_achieved_per_s));

@@ -180,14 +180,13 @@ pub struct Window {
     pub end_ns: u64,
 }
 
-/// Runs the schedule from `schedule.start_ns` until `end_ns` (monotonic)
-/// or `stop`; ticks scheduled inside `window` are counted as measured.
+/// Runs the schedule from `schedule.start_ns` until `window.end_ns`
+/// (monotonic) or `stop`; ticks scheduled inside `window` are measured.
 pub fn run(
     publisher: &mut Publisher,
     plan: &SendPlan,
     clock: BenchClock,
     schedule: Schedule,
-    end_ns: u64,
     window: Window,
     stop: &AtomicBool,
     sent_counter: &AtomicU64,
@@ -204,6 +203,7 @@ pub fn run(
         writes: 0,
     };
     let n = u64::from(plan.symbols_total.max(1));
+    let end_ns = window.end_ns;
     let mut next = 0u64;
     loop {
         let sched = schedule.scheduled_ns(next);

@@ -135,7 +135,9 @@ pub fn encode_publish(target: Target, ticks: &[BenchTick], out: &mut Vec<u8>) {
         Target::Pricewire => encode_quotes(ticks, out),
         Target::Redis => ticks.iter().for_each(|t| encode_redis_publish(t, out)),
         Target::Nats => ticks.iter().for_each(|t| encode_nats_pub(t, out)),
-        Target::Floor => ticks.iter().for_each(|t| out.extend_from_slice(&payload(t))),
+        Target::Floor => ticks
+            .iter()
+            .for_each(|t| out.extend_from_slice(&payload(t))),
     }
 }
 
@@ -151,8 +153,8 @@ fn encode_quotes(ticks: &[BenchTick], out: &mut Vec<u8>) {
         ask_size: 1_000_000,
         provider_time_ns: t.scheduled_ns,
     });
-    let n = wire::encode_provider_quote(&mut out[start..], quotes)
-        .expect("buffer sized for the batch");
+    let n =
+        wire::encode_provider_quote(&mut out[start..], quotes).expect("buffer sized for the batch");
     out.truncate(start + n);
 }
 
@@ -396,8 +398,8 @@ fn parse_resp(buf: &[u8]) -> Result<Option<(Event, usize)>, ParseError> {
         let Some((s, e, next)) = resp_element(buf, pos)? else {
             return Ok(None);
         };
-        if i < 3 {
-            parts[i] = (s, e);
+        if let Some(p) = parts.get_mut(i) {
+            *p = (s, e);
         }
         pos = next;
     }

@@ -159,7 +159,13 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.subscribers > 10_000 || args.herd_clients > 20_000 {
         bail!("--subscribers at most 10000, --herd-clients at most 20000");
     }
-    if let Some(a) = args.connect.iter().chain(&args.feed).chain(&args.ops).next() {
+    if let Some(a) = args
+        .connect
+        .iter()
+        .chain(&args.feed)
+        .chain(&args.ops)
+        .next()
+    {
         if !a.ip().is_loopback() {
             bail!("benchmark traffic stays on loopback: {a} is not");
         }

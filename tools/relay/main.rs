@@ -17,7 +17,9 @@ fn main() -> anyhow::Result<()> {
         match a.as_str() {
             "--listen" => listen = args.next().context("--listen ADDR")?.parse()?,
             "--duration-s" => duration_s = args.next().context("--duration-s S")?.parse()?,
-            other => bail!("unknown argument {other}; usage: relay [--listen ADDR] [--duration-s S]"),
+            other => {
+                bail!("unknown argument {other}; usage: relay [--listen ADDR] [--duration-s S]")
+            }
         }
     }
     if !listen.ip().is_loopback() {
