@@ -29,7 +29,7 @@ pub const BACKOFF_BASE_MS: u64 = 50;
 pub const BACKOFF_CAP_MS: u64 = 2_000;
 /// A connect + logon + subscribe attempt that takes longer is abandoned.
 pub const ATTEMPT_TIMEOUT_MS: u64 = 5_000;
-const CLIENT_IN_BYTES: usize = 64 * 1024;
+const CLIENT_IN_BYTES: usize = 16 * 1024;
 
 /// Herd settings.
 #[derive(Debug, Clone)]

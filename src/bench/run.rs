@@ -308,10 +308,18 @@ pub struct SweepResult {
     pub failed_because: Option<String>,
 }
 
-/// Why a sweep step fails, if it does.
+/// Why a sweep step fails, if it does. A step whose own send lag (the
+/// generator's, not the target's) is over half the threshold says so:
+/// the generator, not the target, was the limit.
 pub fn step_failure(row: &RunRow, p99_threshold_us: u64) -> Option<String> {
     if row.latency.p99_ns > p99_threshold_us * 1_000 {
-        return Some(format!("p99 {} us", row.latency.p99_ns / 1_000));
+        let lag = row.send_lag.p99_ns / 1_000;
+        let bound = if lag * 2 > p99_threshold_us {
+            format!(" (generator send lag p99 {lag} us: generator-bound)")
+        } else {
+            String::new()
+        };
+        return Some(format!("p99 {} us{bound}", row.latency.p99_ns / 1_000));
     }
     if row.missing * 100 > row.deliveries_expected {
         return Some(format!(
@@ -357,4 +365,55 @@ pub fn sweep(
         rate = ((rate as f64) * factor.max(1.05)) as u64;
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(p99_us: u64, lag_p99_us: u64, missing: u64, achieved: f64) -> RunRow {
+        RunRow {
+            target: Target::Floor,
+            scenario: "sweep-1000".into(),
+            rate_target_per_s: 1000,
+            rate_achieved_per_s: achieved,
+            subscribers: 1,
+            symbols_per_subscriber: 1,
+            symbols_total: 1,
+            duration_s: 1,
+            payload_bytes: 76,
+            latency: Summary {
+                p99_ns: p99_us * 1_000,
+                ..Summary::default()
+            },
+            deliveries_expected: 1000,
+            deliveries_received: 1000 - missing,
+            missing,
+            gaps: 0,
+            updates_per_s: 1000.0,
+            server_cpu_s: None,
+            server_cpu_s_per_m_updates: None,
+            send_lag: Summary {
+                p99_ns: lag_p99_us * 1_000,
+                ..Summary::default()
+            },
+            sender_writes: 1000,
+            subscriber_errors: 0,
+        }
+    }
+
+    #[test]
+    fn sweep_step_passes_only_under_every_limit() {
+        assert_eq!(step_failure(&row(900, 10, 0, 1000.0), 1000), None);
+        let slow = step_failure(&row(1100, 10, 0, 1000.0), 1000).unwrap();
+        assert!(slow.starts_with("p99 1100 us") && !slow.contains("generator"));
+        let gen = step_failure(&row(1100, 600, 0, 1000.0), 1000).unwrap();
+        assert!(gen.contains("generator-bound"), "{gen}");
+        assert!(step_failure(&row(100, 10, 11, 1000.0), 1000)
+            .unwrap()
+            .contains("missing"));
+        assert!(step_failure(&row(100, 10, 0, 900.0), 1000)
+            .unwrap()
+            .contains("achieved"));
+    }
 }
