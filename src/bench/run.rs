@@ -334,12 +334,15 @@ pub fn step_failure(row: &RunRow, p99_threshold_us: u64) -> Option<String> {
 }
 
 /// Raises the rate from `spec.rate_per_s` by `factor` each step until a
-/// step fails or `rate_max_per_s` is passed; `each` sees every step.
+/// step fails or `rate_max_per_s` is passed; `each` sees every step. A
+/// failing step is run again up to `retries` times and fails only if every
+/// try fails, so one stall of a shared machine does not end the sweep.
 pub fn sweep(
     spec: &RunSpec,
     p99_threshold_us: u64,
     factor: f64,
     rate_max_per_s: u64,
+    retries: u32,
     mut each: impl FnMut(&RunOutcome),
 ) -> anyhow::Result<SweepResult> {
     let mut result = SweepResult {
@@ -354,9 +357,16 @@ pub fn sweep(
         let mut step = spec.clone();
         step.rate_per_s = rate;
         step.scenario = format!("sweep-{rate}");
-        let outcome = run(&step)?;
-        each(&outcome);
-        if let Some(why) = step_failure(&outcome.row, p99_threshold_us) {
+        let mut failure = None;
+        for _ in 0..=retries {
+            let outcome = run(&step)?;
+            each(&outcome);
+            failure = step_failure(&outcome.row, p99_threshold_us);
+            if failure.is_none() {
+                break;
+            }
+        }
+        if let Some(why) = failure {
             result.failed_at_rate_per_s = Some(rate);
             result.failed_because = Some(why);
             break;

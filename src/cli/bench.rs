@@ -74,6 +74,9 @@ pub struct BenchArgs {
     /// Sweep: highest rate tried.
     #[arg(long, default_value_t = 2_000_000, value_name = "TICKS_PER_S")]
     pub sweep_max_rate: u64,
+    /// Sweep: times a failing step is run again before it counts as failed.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub sweep_retries: u32,
     /// Herd: clients that connect, log on and subscribe.
     #[arg(long, default_value_t = 2_000, value_name = "N")]
     pub herd_clients: usize,
@@ -243,6 +246,7 @@ fn sweep(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
         args.p99_threshold_us,
         args.sweep_factor,
         args.sweep_max_rate,
+        args.sweep_retries,
         |o| {
             if err.is_ok() {
                 err = finish(args, o);
