@@ -77,6 +77,8 @@ struct Conn {
     stream: TcpStream,
     role: Role,
     inbuf: Vec<u8>,
+    /// Bytes of a partial frame (or hello) kept from the last read.
+    have: usize,
     out: Vec<u8>,
     dirty: bool,
     symbols: Vec<u16>,
@@ -209,6 +211,7 @@ impl Relay {
             stream,
             role: Role::Unknown,
             inbuf: vec![0; IN_BYTES],
+            have: 0,
             out: Vec::with_capacity(self.config.out_bytes_max),
             dirty: false,
             symbols: Vec::new(),
@@ -225,45 +228,7 @@ impl Relay {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
             return;
         };
-        let mut have = 0usize;
-        let mut alive = true;
-        loop {
-            if have == conn.inbuf.len() {
-                alive = false; // a frame larger than the buffer: protocol error
-                break;
-            }
-            match conn.stream.read(&mut conn.inbuf[have..]) {
-                Ok(0) => {
-                    alive = false;
-                    break;
-                }
-                Ok(n) => {
-                    have += n;
-                    match self.consume(&mut conn, i, have) {
-                        Some(used) => {
-                            conn.inbuf.copy_within(used..have, 0);
-                            have -= used;
-                        }
-                        None => {
-                            alive = false;
-                            break;
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    alive = false;
-                    break;
-                }
-            }
-        }
-        if alive && have > 0 {
-            // Partial frames between reads are rare on loopback; keep the
-            // stream simple by treating a split hello or frame as a
-            // continuation of the next read.
-            alive = self.finish_partial(&mut conn, i, have);
-        }
+        let alive = self.read_conn(&mut conn, i);
         if alive {
             self.conns[i] = Some(conn);
         } else {
@@ -271,28 +236,30 @@ impl Relay {
         }
     }
 
-    /// Reads the rest of a partial frame or hello (the stream is
-    /// non-blocking; spin briefly since the peer is mid-write).
-    fn finish_partial(&mut self, conn: &mut Conn, i: usize, mut have: usize) -> bool {
-        for _ in 0..10_000 {
+    /// Reads until `WouldBlock`, handling whole frames as they arrive; a
+    /// partial frame stays in the buffer for the next readiness. Returns
+    /// false when the connection is finished or malformed.
+    fn read_conn(&mut self, conn: &mut Conn, i: usize) -> bool {
+        loop {
+            let have = conn.have;
+            if have == conn.inbuf.len() {
+                return false; // a frame larger than the buffer: protocol error
+            }
             match conn.stream.read(&mut conn.inbuf[have..]) {
                 Ok(0) => return false,
                 Ok(n) => {
-                    have += n;
+                    let have = have + n;
                     let Some(used) = self.consume(conn, i, have) else {
                         return false;
                     };
                     conn.inbuf.copy_within(used..have, 0);
-                    have -= used;
-                    if have == 0 {
-                        return true;
-                    }
+                    conn.have = have - used;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
             }
         }
-        false
     }
 
     /// Handles the bytes `inbuf[..have]`; returns how many were used, or
