@@ -2,6 +2,8 @@
 //! a unit; invalid values are refused with a clear message and exit code 2.
 
 pub mod config_flags;
+
+pub mod bench;
 pub mod gateway_args;
 pub mod replay;
 pub mod report;
@@ -37,6 +39,9 @@ pub enum Command {
     Capture(crate::capture::cli::CaptureCmd),
     /// Live terminal view of prices from a running server.
     Watch(watch::WatchArgs),
+
+    /// Latency benchmark against pricewire or a peer (Redis, NATS, relay).
+    Bench(bench::BenchArgs),
 }
 
 /// `pricewire import`.
@@ -56,6 +61,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Serve(args) => serve::run(*args),
         Command::Replay(args) => replay::run(args),
         Command::Import(args) => import(args),
+        Command::Bench(args) => bench::run(args),
         Command::Capture(cmd) => match cmd.run(&mut std::io::stdout().lock()) {
             Ok(()) => 0,
             Err(e) => {

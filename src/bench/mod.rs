@@ -1,0 +1,120 @@
+//! Latency benchmarking: an open-loop load generator that acts as price
+//! providers and subscribers at once, against pricewire and its peers
+//! (Redis pub/sub, NATS core, and a bare relay that marks the floor).
+//!
+//! # Contract
+//!
+//! - **Open loop.** Ticks leave on a fixed schedule ([`hist::Schedule`]);
+//!   the sender never waits for a response. When it falls behind it sends
+//!   the overdue ticks at once, each stamped with its *scheduled* time, so
+//!   latency is scheduled-send → receive and stalls land in the tail
+//!   (coordinated omission is corrected by construction).
+//! - **Bounded.** Every run has a deadline; histograms have explicit
+//!   bounds and record with `saturating_record`; buffers are allocated at
+//!   connect; connection counts and batch sizes are capped by flags.
+//! - **Loopback only.** Targets are addresses on 127.0.0.1 given by the
+//!   caller; nothing here starts or stops a server process.
+//! - The generator's own cost is reported: the lag between a tick's
+//!   scheduled and actual send time ([`send::SendResult::lag`]).
+
+pub mod herd;
+pub mod hist;
+#[cfg(feature = "plot")]
+pub mod plot;
+pub mod recv;
+pub mod relay;
+pub mod report;
+pub mod run;
+pub mod send;
+pub mod target;
+
+pub use target::Target;
+
+use crate::clock::{monotonic_ns, wall_ns};
+
+/// Monotonic time mapped onto UTC once at start-up, so scheduled send
+/// times travel as UTC ns (the protocol's `provider_time_ns`) while every
+/// difference is taken on the monotonic clock of this one process.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchClock {
+    mono0_ns: u64,
+    wall0_ns: u64,
+}
+
+impl BenchClock {
+    pub fn new() -> BenchClock {
+        BenchClock {
+            mono0_ns: monotonic_ns(),
+            wall0_ns: wall_ns(),
+        }
+    }
+
+    /// A monotonic reading as UTC ns.
+    #[inline]
+    pub fn to_wall(&self, mono_ns: u64) -> u64 {
+        self.wall0_ns + mono_ns.saturating_sub(self.mono0_ns)
+    }
+
+    /// Now, as UTC ns on the monotonic clock.
+    #[inline]
+    pub fn now_wall(&self) -> u64 {
+        self.to_wall(monotonic_ns())
+    }
+}
+
+impl Default for BenchClock {
+    fn default() -> Self {
+        BenchClock::new()
+    }
+}
+
+/// CPU time (user + system) of a process in seconds, from
+/// `/proc/PID/stat`; `None` when the process is gone or the file is odd.
+pub fn process_cpu_s(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after its ')' are plain.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    Some((utime + stime) / hz)
+}
+
+/// Spreads `symbols_per_subscriber` of `symbols_total` symbols over
+/// subscribers so each symbol has about the same number of subscribers:
+/// subscriber `j` takes `j*K .. j*K+K` modulo the total.
+pub fn symbols_of(
+    subscriber: usize,
+    symbols_per_subscriber: usize,
+    symbols_total: u16,
+) -> Vec<u16> {
+    let n = usize::from(symbols_total.max(1));
+    let k = symbols_per_subscriber.min(n);
+    (0..k).map(|m| ((subscriber * k + m) % n) as u16).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_cpu_time_is_readable() {
+        let cpu = process_cpu_s(std::process::id()).unwrap();
+        assert!(cpu >= 0.0);
+        assert!(process_cpu_s(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn symbols_are_spread_evenly() {
+        let mut per_symbol = [0u32; 25];
+        for j in 0..100 {
+            let s = symbols_of(j, 5, 25);
+            assert_eq!(s.len(), 5);
+            s.iter().for_each(|&x| per_symbol[x as usize] += 1);
+        }
+        assert!(per_symbol.iter().all(|&c| c == 20), "{per_symbol:?}");
+    }
+}

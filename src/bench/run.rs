@@ -1,0 +1,429 @@
+//! One benchmark run: connect the subscribers, wait until every
+//! subscription is acknowledged, run the open-loop sender for warm-up +
+//! measurement, drain for a bounded grace period, and summarise. Also the
+//! saturation sweep, which repeats runs at rising rates until p99 crosses
+//! a threshold.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+
+use super::hist::{summarize, Schedule, Summary};
+use super::recv::{self, RecvPlan, RecvResult, RecvShared};
+use super::send::{self, Publisher, SendPlan, SendResult, Window};
+use super::{process_cpu_s, symbols_of, BenchClock, Target};
+use crate::clock::monotonic_ns;
+
+/// Longest wait for every subscriber to be ready, in ms.
+pub const READY_TIMEOUT_MS: u64 = 20_000;
+/// Longest wait after the last tick for deliveries still in flight, in ms.
+pub const DRAIN_GRACE_MS: u64 = 2_000;
+
+/// One run's parameters.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub target: Target,
+    /// Where the subscribers connect.
+    pub addr: SocketAddr,
+    /// Where the publisher connects (pricewire: the ingest listener).
+    pub feed_addr: SocketAddr,
+    pub rate_per_s: u64,
+    pub subscribers: usize,
+    pub symbols_per_subscriber: usize,
+    pub symbols_total: u16,
+    pub warmup_s: u64,
+    pub duration_s: u64,
+    pub batch_max: usize,
+    pub server_pid: Option<u32>,
+    pub scenario: String,
+    pub progress: bool,
+    pub provider: u16,
+    pub token: String,
+}
+
+/// One result row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunRow {
+    pub target: Target,
+    pub scenario: String,
+    pub rate_target_per_s: u64,
+    pub rate_achieved_per_s: f64,
+    pub subscribers: usize,
+    pub symbols_per_subscriber: usize,
+    pub symbols_total: u16,
+    pub duration_s: u64,
+    pub payload_bytes: usize,
+    pub latency: Summary,
+    pub deliveries_expected: u64,
+    pub deliveries_received: u64,
+    /// Expected minus received measured deliveries.
+    pub missing: u64,
+    /// Sequence gaps seen by subscribers (drops or conflation).
+    pub gaps: u64,
+    pub updates_per_s: f64,
+    /// Server CPU seconds during the measured window.
+    pub server_cpu_s: Option<f64>,
+    pub server_cpu_s_per_m_updates: Option<f64>,
+    /// The generator's own lag: scheduled → actual send time.
+    pub send_lag: Summary,
+    pub sender_writes: u64,
+    pub subscriber_errors: u64,
+}
+
+/// A finished run: the row and the measured latency histogram.
+pub struct RunOutcome {
+    pub row: RunRow,
+    pub hist: Histogram<u64>,
+    pub recv: RecvResult,
+}
+
+fn recv_plan(spec: &RunSpec) -> RecvPlan {
+    let subscriptions = (0..spec.subscribers)
+        .map(|j| symbols_of(j, spec.symbols_per_subscriber, spec.symbols_total))
+        .collect();
+    let label = spec
+        .progress
+        .then(|| format!("{:>9} {:<12}", spec.target.name(), spec.scenario));
+    RecvPlan {
+        target: spec.target,
+        addr: spec.addr,
+        subscriptions,
+        symbols_total: spec.symbols_total,
+        label,
+        run_s: spec.warmup_s + spec.duration_s,
+    }
+}
+
+fn send_plan(spec: &RunSpec) -> SendPlan {
+    SendPlan {
+        target: spec.target,
+        addr: spec.feed_addr,
+        rate_per_s: spec.rate_per_s,
+        symbols_total: spec.symbols_total,
+        batch_max: spec.batch_max,
+        provider: spec.provider,
+        token: spec.token.clone(),
+    }
+}
+
+/// Waits (bounded) until `cond` holds, polling every millisecond.
+pub fn wait_for(timeout_ms: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = monotonic_ns() + timeout_ms * 1_000_000;
+    while !cond() {
+        if monotonic_ns() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+fn sleep_until_mono(t_ns: u64) {
+    let now = monotonic_ns();
+    if t_ns > now {
+        std::thread::sleep(Duration::from_nanos(t_ns - now));
+    }
+}
+
+/// Hooks a scenario may run while the sender runs (the herd uses them).
+pub trait DuringRun {
+    /// Called once the measured window has started; may block. Returns
+    /// when the sender should stop early (or let it run to the end).
+    fn during(&mut self, shared: &RecvShared, window: Window, clock: BenchClock);
+}
+
+/// No hook: a steady run.
+pub struct Steady;
+
+impl DuringRun for Steady {
+    fn during(&mut self, _: &RecvShared, window: Window, _: BenchClock) {
+        sleep_until_mono(window.end_ns);
+    }
+}
+
+/// Runs one steady measurement.
+pub fn run(spec: &RunSpec) -> anyhow::Result<RunOutcome> {
+    run_with(spec, &mut Steady)
+}
+
+/// Runs one measurement with a hook during the measured window.
+pub fn run_with(spec: &RunSpec, hook: &mut dyn DuringRun) -> anyhow::Result<RunOutcome> {
+    if spec.rate_per_s == 0 || spec.duration_s == 0 {
+        bail!("rate and duration must be positive");
+    }
+    let clock = BenchClock::new();
+    let shared = RecvShared::default();
+    shared.measure_to_ns.store(u64::MAX, Ordering::Relaxed);
+    shared.measure_from_ns.store(u64::MAX, Ordering::Relaxed);
+    let rplan = recv_plan(spec);
+    let splan = send_plan(spec);
+    std::thread::scope(|scope| {
+        let receiver = std::thread::Builder::new()
+            .name("bench-recv".into())
+            .spawn_scoped(scope, || recv::run(&rplan, &shared, clock))?;
+        let all_ready = wait_for(READY_TIMEOUT_MS, || {
+            receiver.is_finished() || shared.ready.load(Ordering::Relaxed) >= spec.subscribers
+        });
+        if !all_ready || receiver.is_finished() {
+            shared.stop.store(true, Ordering::Relaxed);
+            let r = receiver
+                .join()
+                .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+            r.context("subscribers")?;
+            bail!(
+                "only {} of {} subscribers ready after {READY_TIMEOUT_MS} ms",
+                shared.ready.load(Ordering::Relaxed),
+                spec.subscribers
+            );
+        }
+        let result = drive(spec, &splan, &shared, clock, hook);
+        shared.stop.store(true, Ordering::Relaxed);
+        let recv = receiver
+            .join()
+            .map_err(|_| anyhow::anyhow!("receiver panicked"))?
+            .context("subscribers")?;
+        let (send, cpu_s) = result?;
+        Ok(outcome(spec, send, recv, cpu_s))
+    })
+}
+
+/// Runs the sender and the hook; returns the sender's result and the
+/// server CPU seconds over the measured window.
+fn drive(
+    spec: &RunSpec,
+    splan: &SendPlan,
+    shared: &RecvShared,
+    clock: BenchClock,
+    hook: &mut dyn DuringRun,
+) -> anyhow::Result<(SendResult, Option<f64>)> {
+    let mut publisher = Publisher::connect(splan).context("publisher connect")?;
+    let start = monotonic_ns() + 50_000_000;
+    let window = Window {
+        start_ns: start + spec.warmup_s * 1_000_000_000,
+        end_ns: start + (spec.warmup_s + spec.duration_s) * 1_000_000_000,
+    };
+    shared
+        .measure_from_ns
+        .store(clock.to_wall(window.start_ns), Ordering::Relaxed);
+    shared
+        .measure_to_ns
+        .store(clock.to_wall(window.end_ns), Ordering::Relaxed);
+    let schedule = Schedule::new(start, spec.rate_per_s);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (send, cpu) = std::thread::scope(|scope| {
+        let sender = std::thread::Builder::new()
+            .name("bench-send".into())
+            .spawn_scoped(scope, || {
+                send::run(
+                    &mut publisher,
+                    splan,
+                    clock,
+                    schedule,
+                    window,
+                    &stop,
+                    &shared.sent,
+                )
+            })?;
+        sleep_until_mono(window.start_ns);
+        let cpu0 = spec.server_pid.and_then(process_cpu_s);
+        hook.during(shared, window, clock);
+        let cpu1 = spec.server_pid.and_then(process_cpu_s);
+        stop.store(true, Ordering::Relaxed);
+        let send = sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender panicked"))?
+            .context("sender")?;
+        anyhow::Ok((send, cpu0.zip(cpu1).map(|(a, b)| b - a)))
+    })?;
+    let expected: u64 = expected_deliveries(spec, &send);
+    wait_for(DRAIN_GRACE_MS, || {
+        shared.received.load(Ordering::Relaxed) >= expected
+    });
+    publisher.close();
+    Ok((send, cpu))
+}
+
+fn expected_deliveries(spec: &RunSpec, send: &SendResult) -> u64 {
+    (0..spec.subscribers)
+        .flat_map(|j| symbols_of(j, spec.symbols_per_subscriber, spec.symbols_total))
+        .map(|s| {
+            send.measured_per_symbol
+                .get(s as usize)
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+fn outcome(
+    spec: &RunSpec,
+    send: SendResult,
+    mut recv: RecvResult,
+    cpu_s: Option<f64>,
+) -> RunOutcome {
+    let hist = std::mem::replace(&mut recv.phases[0], super::hist::latency_histogram());
+    let expected = expected_deliveries(spec, &send);
+    let secs = spec.duration_s as f64;
+    let updates = recv.received_measured as f64;
+    let row = RunRow {
+        target: spec.target,
+        scenario: spec.scenario.clone(),
+        rate_target_per_s: spec.rate_per_s,
+        rate_achieved_per_s: send.sent_measured as f64 / secs,
+        subscribers: spec.subscribers,
+        symbols_per_subscriber: spec.symbols_per_subscriber,
+        symbols_total: spec.symbols_total,
+        duration_s: spec.duration_s,
+        payload_bytes: super::target::PAYLOAD_LEN,
+        latency: summarize(&hist),
+        deliveries_expected: expected,
+        deliveries_received: recv.received_measured,
+        missing: expected.saturating_sub(recv.received_measured),
+        gaps: recv.gaps,
+        updates_per_s: updates / secs,
+        server_cpu_s: cpu_s,
+        server_cpu_s_per_m_updates: cpu_s.filter(|_| updates > 0.0).map(|c| c / (updates / 1e6)),
+        send_lag: summarize(&send.lag),
+        sender_writes: send.writes,
+        subscriber_errors: recv.errors,
+    };
+    // Put the measured histogram back for callers that read phases.
+    recv.phases[0] = hist.clone();
+    RunOutcome { row, hist, recv }
+}
+
+/// Result of a saturation sweep for one target.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SweepResult {
+    pub target: Target,
+    pub p99_threshold_us: u64,
+    /// Highest rate whose step passed (p99 under the threshold, under 1 %
+    /// missing, at least 95 % of the rate achieved); 0 if none passed.
+    pub max_sustainable_rate_per_s: u64,
+    /// The first failing step's rate and why it failed.
+    pub failed_at_rate_per_s: Option<u64>,
+    pub failed_because: Option<String>,
+}
+
+/// Why a sweep step fails, if it does. A step whose own send lag (the
+/// generator's, not the target's) is over half the threshold says so:
+/// the generator, not the target, was the limit.
+pub fn step_failure(row: &RunRow, p99_threshold_us: u64) -> Option<String> {
+    if row.latency.p99_ns > p99_threshold_us * 1_000 {
+        let lag = row.send_lag.p99_ns / 1_000;
+        let bound = if lag * 2 > p99_threshold_us {
+            format!(" (generator send lag p99 {lag} us: generator-bound)")
+        } else {
+            String::new()
+        };
+        return Some(format!("p99 {} us{bound}", row.latency.p99_ns / 1_000));
+    }
+    if row.missing * 100 > row.deliveries_expected {
+        return Some(format!(
+            "{} of {} missing",
+            row.missing, row.deliveries_expected
+        ));
+    }
+    if row.rate_achieved_per_s < row.rate_target_per_s as f64 * 0.95 {
+        return Some(format!("achieved {:.0}/s", row.rate_achieved_per_s));
+    }
+    None
+}
+
+/// Raises the rate from `spec.rate_per_s` by `factor` each step until a
+/// step fails or `rate_max_per_s` is passed; `each` sees every step. A
+/// failing step is run again up to `retries` times and fails only if every
+/// try fails, so one stall of a shared machine does not end the sweep.
+pub fn sweep(
+    spec: &RunSpec,
+    p99_threshold_us: u64,
+    factor: f64,
+    rate_max_per_s: u64,
+    retries: u32,
+    mut each: impl FnMut(&RunOutcome),
+) -> anyhow::Result<SweepResult> {
+    let mut result = SweepResult {
+        target: spec.target,
+        p99_threshold_us,
+        max_sustainable_rate_per_s: 0,
+        failed_at_rate_per_s: None,
+        failed_because: None,
+    };
+    let mut rate = spec.rate_per_s.max(1);
+    while rate <= rate_max_per_s {
+        let mut step = spec.clone();
+        step.rate_per_s = rate;
+        step.scenario = format!("sweep-{rate}");
+        let mut failure = None;
+        for _ in 0..=retries {
+            let outcome = run(&step)?;
+            each(&outcome);
+            failure = step_failure(&outcome.row, p99_threshold_us);
+            if failure.is_none() {
+                break;
+            }
+        }
+        if let Some(why) = failure {
+            result.failed_at_rate_per_s = Some(rate);
+            result.failed_because = Some(why);
+            break;
+        }
+        result.max_sustainable_rate_per_s = rate;
+        rate = ((rate as f64) * factor.max(1.05)) as u64;
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(p99_us: u64, lag_p99_us: u64, missing: u64, achieved: f64) -> RunRow {
+        RunRow {
+            target: Target::Floor,
+            scenario: "sweep-1000".into(),
+            rate_target_per_s: 1000,
+            rate_achieved_per_s: achieved,
+            subscribers: 1,
+            symbols_per_subscriber: 1,
+            symbols_total: 1,
+            duration_s: 1,
+            payload_bytes: 76,
+            latency: Summary {
+                p99_ns: p99_us * 1_000,
+                ..Summary::default()
+            },
+            deliveries_expected: 1000,
+            deliveries_received: 1000 - missing,
+            missing,
+            gaps: 0,
+            updates_per_s: 1000.0,
+            server_cpu_s: None,
+            server_cpu_s_per_m_updates: None,
+            send_lag: Summary {
+                p99_ns: lag_p99_us * 1_000,
+                ..Summary::default()
+            },
+            sender_writes: 1000,
+            subscriber_errors: 0,
+        }
+    }
+
+    #[test]
+    fn sweep_step_passes_only_under_every_limit() {
+        assert_eq!(step_failure(&row(900, 10, 0, 1000.0), 1000), None);
+        let slow = step_failure(&row(1100, 10, 0, 1000.0), 1000).unwrap();
+        assert!(slow.starts_with("p99 1100 us") && !slow.contains("generator"));
+        let gen = step_failure(&row(1100, 600, 0, 1000.0), 1000).unwrap();
+        assert!(gen.contains("generator-bound"), "{gen}");
+        assert!(step_failure(&row(100, 10, 11, 1000.0), 1000)
+            .unwrap()
+            .contains("missing"));
+        assert!(step_failure(&row(100, 10, 0, 900.0), 1000)
+            .unwrap()
+            .contains("achieved"));
+    }
+}

@@ -1,0 +1,72 @@
+//! Smoke test of `pricewire bench`: a short, tiny-rate floor run against a
+//! relay running in this test process, checking the shape of the output
+//! (progress line, summary line, JSON + CSV rows, percentile file).
+
+use std::process::Command;
+
+use pricewire::bench::relay::{self, RelayConfig};
+
+#[test]
+fn floor_run_writes_rows_and_distribution() {
+    let relay = relay::spawn(RelayConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args(["bench", "--target", "floor", "--connect"])
+        .arg(relay.local_addr.to_string())
+        .args([
+            "--rate",
+            "500",
+            "--subscribers",
+            "4",
+            "--symbols-per-subscriber",
+            "2",
+        ])
+        .args(["--duration-s", "1", "--warmup-s", "1", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    relay.stop();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(stdout.starts_with("floor steady rate"), "{stdout}");
+    assert!(stderr.contains("p99"), "progress line missing: {stderr}");
+
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(lines[0].starts_with("target,scenario,rate_target_per_s"));
+    let cols: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(cols.len(), lines[0].split(',').count());
+    assert_eq!(cols[0], "floor");
+    assert_eq!(cols[1], "steady");
+
+    let json = std::fs::read_to_string(out.path().join("results.jsonl")).unwrap();
+    let row: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(row["target"], "floor");
+    assert_eq!(row["payload_bytes"], 76);
+    let received = row["deliveries_received"].as_u64().unwrap();
+    assert!(received > 0, "{row}");
+    let lat = &row["latency"];
+    let p50 = lat["p50_ns"].as_u64().unwrap();
+    let p99 = lat["p99_ns"].as_u64().unwrap();
+    let max = lat["max_ns"].as_u64().unwrap();
+    assert!(p50 > 0 && p50 <= p99 && p99 <= max, "{lat}");
+
+    let hdr = std::fs::read_to_string(out.path().join("hdr-steady-floor.txt")).unwrap();
+    assert!(hdr.contains("Percentile"));
+    assert!(hdr.contains(&format!("Total count = {received}")), "{hdr}");
+}
+
+#[test]
+fn peer_target_without_address_is_refused() {
+    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args(["bench", "--target", "redis", "--duration-s", "1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--connect is required"));
+}
