@@ -235,7 +235,14 @@ impl Shard {
         if sleeping {
             self.input.doorbell.woke();
         }
-        if busy || !self.events.is_empty() {
+        // Only input counts as activity: every write produces a writable
+        // edge, and resetting on those kept a busy shard from ever parking
+        // (an epoll_wait(0) per turn; see BENCHMARKS-PEERS.md).
+        let input = self
+            .events
+            .iter()
+            .any(|e| e.token() == WAKER || e.is_readable() || e.is_read_closed());
+        if busy || input {
             self.waiter.reset();
         }
         self.ready.clear();
