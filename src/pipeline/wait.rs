@@ -28,8 +28,12 @@ pub enum WaitStrategy {
 
 /// Idle turns spent spinning before yielding.
 pub const SPIN_TURNS: u32 = 128;
-/// Idle turns spent yielding before parking (spin-park only).
-pub const YIELD_TURNS: u32 = 64;
+/// Idle turns spent yielding before parking (spin-park only). Was 64: at
+/// 10k ticks/s every stage then yielded through most of the gap between
+/// ticks (≈170 server CPU-s per million updates); 8 gave 120 CPU-s with p50
+/// 88 µs instead of 75 µs in one run each (`pricewire bench --rate 10000
+/// --subscribers 10`, BENCHMARKS.md).
+pub const YIELD_TURNS: u32 = 8;
 /// First park timeout; doubles per idle park up to [`PARK_MAX_US`].
 pub const PARK_MIN_US: u64 = 50;
 /// Longest park. The doorbell normally wakes the stage much earlier; the
