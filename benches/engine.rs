@@ -77,7 +77,7 @@ fn step(c: &mut Criterion) {
         );
         let (producer, mut consumer) = rtrb::RingBuffer::new(4096);
         let shard = ShardPublisher::new(producer, symbols, tiers, Doorbell::new());
-        let table = Arc::new(PriceTable::new(symbols, tiers));
+        let table = Arc::new(PriceTable::with_markups(symbols, tiers, agg.markups()));
         let mut stage = EngineStage::new(agg, table, vec![shard], Vec::new(), stats);
         let mut i = 0usize;
         g.bench_with_input(

@@ -176,6 +176,11 @@ impl Aggregator {
         self.state.len()
     }
 
+    /// Markups per (symbol, tier), points per side, for a price table.
+    pub fn markups(&self) -> Vec<Mantissa> {
+        self.markups.to_vec()
+    }
+
     pub fn tiers(&self) -> usize {
         self.tiers
     }

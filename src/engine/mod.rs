@@ -84,8 +84,12 @@ impl EngineStage {
 
     #[inline]
     fn fan_out(&mut self) {
-        for price in self.agg.output() {
-            self.table.write(price);
+        let out = self.agg.output();
+        // One table write per change: the table derives every tier.
+        if let Some(first) = out.first() {
+            self.table.write(first);
+        }
+        for price in out {
             for shard in &mut self.shards {
                 shard.publish(price);
             }

@@ -21,6 +21,12 @@
 //!
 //! The slot is padded to whole cache lines so readers of one symbol do not
 //! slow the writer of another.
+//!
+//! One slot per symbol, not per (symbol, tier): every tier of a symbol is
+//! the same top of book widened by a fixed markup, so the engine writes one
+//! slot per change and `read` applies the tier's markup (stored as the
+//! difference to tier 0's). That is one seqlock write per publish instead of
+//! one per tier.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -38,8 +44,11 @@ struct Slot {
 /// Lock-free table of the latest [`Price`] per (symbol, tier).
 #[derive(Debug)]
 pub struct PriceTable {
+    /// One per symbol, holding the tier-0 price.
     slots: Box<[Slot]>,
     tiers: usize,
+    /// `symbols * tiers`: markup of the tier minus markup of tier 0, points.
+    deltas: Box<[i64]>,
 }
 
 fn pack(p: &Price) -> [u64; WORDS] {
@@ -80,15 +89,28 @@ fn unpack(w: &[u64; WORDS]) -> Price {
 }
 
 impl PriceTable {
-    /// A table for `symbols` x `tiers` slots, all empty.
+    /// A table for `symbols` x `tiers`, all empty, every tier the same price.
     pub fn new(symbols: usize, tiers: usize) -> Self {
-        assert!(symbols > 0 && tiers > 0);
-        let slots = (0..symbols * tiers).map(|_| Slot::default()).collect();
-        PriceTable { slots, tiers }
+        Self::with_markups(symbols, tiers, vec![0; symbols * tiers])
+    }
+
+    /// A table whose tiers differ by `markups` (`symbols * tiers`, points
+    /// per side, as the engine applies them).
+    pub fn with_markups(symbols: usize, tiers: usize, markups: Vec<i64>) -> Self {
+        assert!(symbols > 0 && tiers > 0 && markups.len() == symbols * tiers);
+        let deltas = markups
+            .chunks(tiers)
+            .flat_map(|m| m.iter().map(move |&x| x - m[0]))
+            .collect();
+        PriceTable {
+            slots: (0..symbols).map(|_| Slot::default()).collect(),
+            tiers,
+            deltas,
+        }
     }
 
     pub fn symbols(&self) -> usize {
-        self.slots.len() / self.tiers
+        self.slots.len()
     }
 
     pub fn tiers(&self) -> usize {
@@ -96,22 +118,28 @@ impl PriceTable {
     }
 
     #[inline]
-    fn slot(&self, symbol: SymbolId, tier: TierId) -> &Slot {
+    fn delta(&self, symbol: SymbolId, tier: TierId) -> i64 {
         let i = symbol as usize * self.tiers + tier as usize;
-        debug_assert!((tier as usize) < self.tiers && i < self.slots.len());
-        &self.slots[i]
+        debug_assert!((tier as usize) < self.tiers && i < self.deltas.len());
+        self.deltas[i]
     }
 
-    /// Stores `price` in its (symbol, tier) slot. Only one thread (the
-    /// engine) may write; concurrent writers would corrupt the sequence.
+    /// Stores `price` (any tier of its symbol; all tiers follow). Only one
+    /// thread (the engine) may write; concurrent writers would corrupt the
+    /// sequence.
     #[inline]
     pub fn write(&self, price: &Price) {
-        let slot = self.slot(price.symbol, price.tier);
+        let d = self.delta(price.symbol, price.tier);
+        let mut base = *price;
+        base.tier = 0;
+        base.bid = base.bid.saturating_add(d);
+        base.ask = base.ask.saturating_sub(d);
+        let slot = &self.slots[price.symbol as usize];
         let s = slot.seq.load(Ordering::Relaxed);
         debug_assert!(s % 2 == 0, "concurrent price-table writers");
         slot.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        for (w, v) in slot.words.iter().zip(pack(price)) {
+        for (w, v) in slot.words.iter().zip(pack(&base)) {
             w.store(v, Ordering::Relaxed);
         }
         slot.seq.store(s.wrapping_add(2), Ordering::Release);
@@ -126,7 +154,7 @@ impl PriceTable {
         if symbol as usize >= self.symbols() || tier as usize >= self.tiers {
             return None;
         }
-        let slot = self.slot(symbol, tier);
+        let slot = &self.slots[symbol as usize];
         loop {
             let s1 = slot.seq.load(Ordering::Acquire);
             if s1 == 0 {
@@ -142,7 +170,12 @@ impl PriceTable {
             }
             fence(Ordering::Acquire);
             if slot.seq.load(Ordering::Relaxed) == s1 {
-                return Some(unpack(&words));
+                let mut p = unpack(&words);
+                let d = self.delta(symbol, tier);
+                p.tier = tier;
+                p.bid = p.bid.saturating_sub(d);
+                p.ask = p.ask.saturating_add(d);
+                return Some(p);
             }
         }
     }
@@ -180,9 +213,29 @@ mod tests {
         t.write(&price(5, 1, 1));
         t.write(&price(6, 1, 1));
         assert_eq!(t.read(1, 1), Some(price(6, 1, 1)));
-        assert_eq!(t.read(1, 0), None);
+        assert_eq!(
+            t.read(1, 0),
+            Some(price(6, 1, 0)),
+            "same markup: same price"
+        );
+        assert_eq!(t.read(2, 0), None);
         assert_eq!(t.read(9, 0), None);
         assert_eq!(t.read(1, 2), None);
+    }
+
+    #[test]
+    fn every_tier_reads_its_own_markup() {
+        // Two symbols, three tiers with markups 0 / 5 / 12 (symbol 1: 0 / 20 / 40).
+        let t = PriceTable::with_markups(2, 3, vec![0, 5, 12, 0, 20, 40]);
+        let mut p = price(1, 1, 2); // written as tier 2 of symbol 1
+        p.bid = 1_000;
+        p.ask = 1_100;
+        t.write(&p);
+        let r = |tier| t.read(1, tier).map(|p| (p.tier, p.bid, p.ask));
+        assert_eq!(r(2), Some((2, 1_000, 1_100)));
+        assert_eq!(r(1), Some((1, 1_020, 1_080)));
+        assert_eq!(r(0), Some((0, 1_040, 1_060)));
+        assert_eq!(t.read(0, 0), None);
     }
 
     #[test]

@@ -241,3 +241,31 @@ fn eight_providers_best_of_n() {
     let p = r.raw();
     assert_eq!((p.bid, p.ask, p.providers), (100_007, 100_013, 8));
 }
+
+#[test]
+fn the_table_serves_every_tier_from_one_write_per_change() {
+    let t = table(2);
+    let stats = Arc::new(EngineStats::default());
+    let agg = Aggregator::new(
+        &t,
+        &EngineConfig::default(),
+        ProviderHealth::new(2),
+        stats.clone(),
+    );
+    let prices = Arc::new(PriceTable::with_markups(
+        t.len(),
+        t.tiers().len(),
+        agg.markups(),
+    ));
+    let mut stage = EngineStage::new(agg, prices.clone(), Vec::new(), Vec::new(), stats);
+    for sym in 0..2u16 {
+        stage.process(&tick(sym, 0, 100_000, 100_010, 1), MS);
+        for (tier, want) in stage.agg.output().to_vec().into_iter().enumerate() {
+            assert_eq!(
+                prices.read(sym, tier as u8),
+                Some(want),
+                "symbol {sym} tier {tier}"
+            );
+        }
+    }
+}

@@ -213,7 +213,7 @@ impl Pipeline {
             inputs.push(consumer);
             ports.push(port);
         }
-        let price_table = Arc::new(PriceTable::new(table.len(), table.tiers().len()));
+
         let health = ProviderHealth::new(table.providers().len());
         let engine_stats = Arc::new(EngineStats::default());
         let mut publishers = Vec::new();
@@ -235,6 +235,11 @@ impl Pipeline {
         }
         let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
         let agg = Aggregator::new(table, &config.engine, health.clone(), engine_stats.clone());
+        let price_table = Arc::new(PriceTable::with_markups(
+            table.len(),
+            table.tiers().len(),
+            agg.markups(),
+        ));
         let mut stage = EngineStage::new(
             agg,
             price_table.clone(),
