@@ -84,15 +84,14 @@ impl EngineStage {
 
     #[inline]
     fn fan_out(&mut self) {
-        let out = self.agg.output();
-        // One table write per change: the table derives every tier.
-        if let Some(first) = out.first() {
-            self.table.write(first);
-        }
-        for price in out {
-            for shard in &mut self.shards {
-                shard.publish(price);
-            }
+        // One table write and one ring push per change: the table and the
+        // shards derive every tier from the first by its markup.
+        let Some(first) = self.agg.output().first() else {
+            return;
+        };
+        self.table.write(first);
+        for shard in &mut self.shards {
+            shard.publish(first);
         }
     }
 

@@ -124,6 +124,17 @@ impl PriceTable {
         self.deltas[i]
     }
 
+    /// `price` (any tier of its symbol) as tier `tier` sees it.
+    #[inline]
+    pub fn for_tier(&self, price: &Price, tier: TierId) -> Price {
+        let d = self.delta(price.symbol, tier) - self.delta(price.symbol, price.tier);
+        let mut p = *price;
+        p.tier = tier;
+        p.bid = p.bid.saturating_sub(d);
+        p.ask = p.ask.saturating_add(d);
+        p
+    }
+
     /// Stores `price` (any tier of its symbol; all tiers follow). Only one
     /// thread (the engine) may write; concurrent writers would corrupt the
     /// sequence.
@@ -236,6 +247,8 @@ mod tests {
         assert_eq!(r(1), Some((1, 1_020, 1_080)));
         assert_eq!(r(0), Some((0, 1_040, 1_060)));
         assert_eq!(t.read(0, 0), None);
+        let t1 = t.for_tier(&p, 1);
+        assert_eq!((t1.tier, t1.bid, t1.ask), (1, 1_020, 1_080));
     }
 
     #[test]

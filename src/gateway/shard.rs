@@ -389,6 +389,18 @@ impl Shard {
     #[inline]
     fn on_price(&mut self, p: &Price, now: u64) {
         self.stats.prices_in.inc();
+        // The engine sends one price per symbol change (its first tier);
+        // every tier is the same top of book with its own markup.
+        for tier in 0..self.tiers as u8 {
+            let tp = self.shared.table.for_tier(p, tier);
+            self.fan_out_tier(&tp, now);
+        }
+    }
+
+    /// Encodes one (symbol, tier) price once and copies it to every
+    /// subscriber of that key.
+    #[inline]
+    fn fan_out_tier(&mut self, p: &Price, now: u64) {
         let key = p.symbol as usize * self.tiers + p.tier as usize;
         let subscribers = self.index.subscribers(key);
         if subscribers.is_empty() {
