@@ -28,12 +28,11 @@ pub enum WaitStrategy {
 
 /// Idle turns spent spinning before yielding.
 pub const SPIN_TURNS: u32 = 128;
-/// Idle turns spent yielding before parking (spin-park only). Was 64: at
-/// 10k ticks/s every stage then yielded through most of the gap between
-/// ticks (≈170 server CPU-s per million updates); 8 gave 120 CPU-s with p50
-/// 88 µs instead of 75 µs in one run each (`pricewire bench --rate 10000
-/// --subscribers 10`, BENCHMARKS.md).
-pub const YIELD_TURNS: u32 = 8;
+/// Idle turns spent yielding before parking (spin-park only). Measured
+/// both ways (BENCHMARKS.md): 8 turns cut server CPU at 10k ticks/s from
+/// ≈170 to ≈120 s per million updates, but raised p50 at 200k ticks/s from
+/// 270 µs to 852 µs (more stages parked between batches). Latency first.
+pub const YIELD_TURNS: u32 = 64;
 /// First park timeout; doubles per idle park up to [`PARK_MAX_US`].
 pub const PARK_MIN_US: u64 = 50;
 /// Longest park. The doorbell normally wakes the stage much earlier; the
