@@ -5,81 +5,15 @@
 #[path = "util/server.rs"]
 mod server;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
 use pricewire::gateway::GatewayConfig;
 use pricewire::wire::{
     self, DisconnectReason, OwnedMessage, RejectReason, SymbolRef, TIER_ACCOUNT_DEFAULT,
 };
-use server::{wait_until, Raw, RawRead, ServerOpts, TestServer};
+use server::{Healthy, Raw, RawRead, ServerOpts, TestServer};
 
 const T: Duration = Duration::from_secs(5);
-
-/// A well-behaved subscriber polled on its own thread.
-struct Healthy {
-    stop: Arc<AtomicBool>,
-    updates: Arc<AtomicU64>,
-    thread: JoinHandle<Vec<String>>,
-}
-
-impl Healthy {
-    fn start(server: &TestServer) -> Healthy {
-        let mut c = Client::connect(ClientConfig::new(server.addr, "demo", "demo")).unwrap();
-        c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "GBPUSD"])
-            .unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let updates = Arc::new(AtomicU64::new(0));
-        let (s, u) = (stop.clone(), updates.clone());
-        let thread = std::thread::spawn(move || {
-            let mut problems = Vec::new();
-            while !s.load(Ordering::Relaxed) {
-                match c.next_event(Duration::from_millis(50)) {
-                    Ok(Some(Event::Price(p))) => match p.seq {
-                        SeqStatus::InOrder => {
-                            u.fetch_add(1, Ordering::Relaxed);
-                        }
-                        SeqStatus::Reset => {}
-                        other => problems.push(format!("{other:?}")),
-                    },
-                    Ok(Some(Event::SubscribeResponse { .. }) | None) => {}
-                    Ok(Some(other)) => problems.push(format!("{other:?}")),
-                    Err(e) => problems.push(e.to_string()),
-                }
-            }
-            problems
-        });
-        let h = Healthy {
-            stop,
-            updates,
-            thread,
-        };
-        h.wait_for_updates(20);
-        h
-    }
-
-    fn wait_for_updates(&self, more: u64) {
-        let target = self.updates.load(Ordering::Relaxed) + more;
-        assert!(
-            wait_until(T, || self.updates.load(Ordering::Relaxed) >= target),
-            "the healthy session stopped receiving"
-        );
-    }
-
-    /// After the bad peer is gone: still receiving, never disturbed.
-    fn finish(self) {
-        self.wait_for_updates(20);
-        self.stop.store(true, Ordering::Relaxed);
-        let problems = self.thread.join().unwrap();
-        assert!(
-            problems.is_empty(),
-            "healthy session disturbed: {problems:?}"
-        );
-    }
-}
 
 /// A SOFH (big-endian length, SBE encoding type) written by hand.
 fn sofh(len: u32) -> [u8; 6] {

@@ -6,14 +6,11 @@
 #[path = "util/server.rs"]
 mod server;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
 use pricewire::gateway::GatewayConfig;
-use pricewire::wire::{self, DisconnectReason, OwnedMessage, TIER_ACCOUNT_DEFAULT};
-use server::{wait_until, Raw, ServerOpts, TestServer};
+use pricewire::wire::{self, DisconnectReason, OwnedMessage};
+use server::{wait_until, Healthy, Raw, ServerOpts, TestServer};
 
 const T: Duration = Duration::from_secs(8);
 
@@ -33,31 +30,7 @@ fn never_reading_subscriber_is_conflated_then_disconnected() {
         ..Default::default()
     });
     // The normal subscriber, polled on its own thread.
-    let mut normal = Client::connect(ClientConfig::new(server.addr, "demo", "demo")).unwrap();
-    normal
-        .subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"])
-        .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let in_order = Arc::new(AtomicU64::new(0));
-    let (s, n) = (stop.clone(), in_order.clone());
-    let normal = std::thread::spawn(move || {
-        let mut problems = Vec::new();
-        while !s.load(Ordering::Relaxed) {
-            match normal.next_event(Duration::from_millis(50)) {
-                Ok(Some(Event::Price(p))) => match p.seq {
-                    SeqStatus::InOrder => {
-                        n.fetch_add(1, Ordering::Relaxed);
-                    }
-                    SeqStatus::Reset => {}
-                    other => problems.push(format!("{other:?}")),
-                },
-                Ok(Some(Event::SubscribeResponse { .. }) | None) => {}
-                Ok(Some(other)) => problems.push(format!("{other:?}")),
-                Err(e) => problems.push(e.to_string()),
-            }
-        }
-        problems
-    });
+    let normal = Healthy::start_on(&server, &["EURUSD"]);
 
     // The slow subscriber: everything at every tier, then it stops reading.
     // A long heartbeat keeps the idle rule out of the way.
@@ -78,14 +51,7 @@ fn never_reading_subscriber_is_conflated_then_disconnected() {
     );
 
     // The normal subscriber is still receiving, in order.
-    let before = in_order.load(Ordering::Relaxed);
-    assert!(wait_until(T, || in_order.load(Ordering::Relaxed) >= before + 20));
-    stop.store(true, Ordering::Relaxed);
-    let problems = normal.join().unwrap();
-    assert!(
-        problems.is_empty(),
-        "normal subscriber disturbed: {problems:?}"
-    );
+    normal.finish();
 
     // The slow one reads what is left: the server lingered to flush the
     // Disconnect behind the backlog, then closed.

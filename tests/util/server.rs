@@ -8,17 +8,19 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
 use pricewire::config::Config;
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::feed::TickSource;
 use pricewire::gateway::{Gateway, GatewayConfig, GatewayStats, ShardStats};
 use pricewire::pipeline::{Pipeline, PipelineConfig};
 use pricewire::requests::stats::OverloadStats;
-use pricewire::wire::{self, OwnedMessage, SERVER_FRAME_LEN_MAX};
+use pricewire::wire::{self, OwnedMessage, SERVER_FRAME_LEN_MAX, TIER_ACCOUNT_DEFAULT};
 
 /// What to start.
 pub struct ServerOpts {
@@ -277,5 +279,74 @@ impl Raw {
                 RawRead::Timeout => return None,
             }
         }
+    }
+}
+
+/// A well-behaved subscriber polled on its own thread.
+pub struct Healthy {
+    stop: Arc<AtomicBool>,
+    updates: Arc<AtomicU64>,
+    thread: JoinHandle<Vec<String>>,
+}
+
+impl Healthy {
+    pub fn start(server: &TestServer) -> Healthy {
+        Self::start_on(server, &["EURUSD", "GBPUSD"])
+    }
+
+    /// Subscribes to `symbols` at the account's default tier.
+    pub fn start_on(server: &TestServer, symbols: &[&str]) -> Healthy {
+        let mut c = Client::connect(ClientConfig::new(server.addr, "demo", "demo")).unwrap();
+        c.subscribe_names(TIER_ACCOUNT_DEFAULT, symbols).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let updates = Arc::new(AtomicU64::new(0));
+        let (s, u) = (stop.clone(), updates.clone());
+        let thread = std::thread::spawn(move || {
+            let mut problems = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match c.next_event(Duration::from_millis(50)) {
+                    Ok(Some(Event::Price(p))) => match p.seq {
+                        SeqStatus::InOrder => {
+                            u.fetch_add(1, Ordering::Relaxed);
+                        }
+                        SeqStatus::Reset => {}
+                        other => problems.push(format!("{other:?}")),
+                    },
+                    Ok(Some(Event::SubscribeResponse { .. }) | None) => {}
+                    Ok(Some(other)) => problems.push(format!("{other:?}")),
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
+            problems
+        });
+        let h = Healthy {
+            stop,
+            updates,
+            thread,
+        };
+        h.wait_for_updates(20);
+        h
+    }
+
+    pub fn wait_for_updates(&self, more: u64) {
+        let target = self.updates.load(Ordering::Relaxed) + more;
+        assert!(
+            wait_until(Duration::from_secs(5), || self
+                .updates
+                .load(Ordering::Relaxed)
+                >= target),
+            "the healthy session stopped receiving"
+        );
+    }
+
+    /// After the bad peer is gone: still receiving, never disturbed.
+    pub fn finish(self) {
+        self.wait_for_updates(20);
+        self.stop.store(true, Ordering::Relaxed);
+        let problems = self.thread.join().unwrap();
+        assert!(
+            problems.is_empty(),
+            "healthy session disturbed: {problems:?}"
+        );
     }
 }
