@@ -517,3 +517,55 @@ fn a_bad_price_skips_the_entry_and_counts_a_failure() {
     r.snapshot("EUR/USD", "1.08123", "1.08128");
     assert_eq!(r.ticks().len(), 1);
 }
+
+#[test]
+fn a_sequence_reset_never_rewinds_and_a_gap_fill_is_sequenced() {
+    let mut r = Rig::active();
+    for _ in 0..5 {
+        r.peer(b"0", |_| {});
+    }
+    // SequenceReset-Reset to a number below the expected one: ignored (a
+    // Reset's own MsgSeqNum is not sequenced, so the next message reuses it).
+    r.peer(b"4", |e| e.uint(36, 2));
+    r.peer_seq -= 1;
+    assert_eq!(r.peer(b"0", |_| {}), Io::Nothing);
+    assert_eq!(
+        r.s.stats().snapshot().seq_gaps,
+        0,
+        "no rewind, no gap storm"
+    );
+    // A GapFill carries its own MsgSeqNum: one sent with a gap is a gap.
+    let seq = r.peer_seq + 3;
+    r.peer_seq = seq + 1;
+    r.peer_seq_n(seq, b"4", |e| {
+        e.bytes(123, b"Y");
+        e.uint(36, seq + 1);
+    });
+    assert_eq!(r.s.stats().snapshot().seq_gaps, 1);
+    assert_eq!(r.s.state(), SessionState::Active);
+}
+
+#[test]
+fn hostile_numbers_and_oversize_test_request_ids_do_not_panic() {
+    let mut r = Rig::active();
+    // An MDEntryDate far in the future: the provider time falls back to
+    // SendingTime instead of overflowing.
+    r.peer(b"W", |e| {
+        e.bytes(55, b"EUR/USD");
+        e.uint(268, 2);
+        e.uint(269, 0);
+        e.bytes(270, b"1.08120");
+        e.uint(271, 1_000_000);
+        e.bytes(272, b"99991231");
+        e.bytes(273, b"00:00:00");
+        e.uint(269, 1);
+        e.bytes(270, b"1.08128");
+        e.uint(271, 1_000_000);
+    });
+    let ticks = r.ticks();
+    assert_eq!(ticks.len(), 1);
+    assert!(ticks[0].provider_time_ns > 0);
+    // A TestReqID longer than we echo is a decode failure, not a panic.
+    let long = vec![b'A'; 600];
+    assert_eq!(r.peer(b"1", |e| e.bytes(112, &long)), Io::Close);
+}

@@ -265,7 +265,9 @@ impl RecorderHandle {
     }
 
     fn finish(&mut self) -> RecorderTotals {
-        self.stop.store(true, Relaxed);
+        // Release: pairs with the worker's Acquire load, so every push made
+        // before stop() is visible when the worker sees the flag.
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
         let mut paths = Vec::new();
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
@@ -322,7 +324,8 @@ impl Worker {
             }
             // Check the stop flag only after seeing an empty ring, so a stop
             // always drains what the feed pushed before it.
-            if self.stop.load(Relaxed) || self.consumer.is_abandoned() {
+            if self.stop.load(std::sync::atomic::Ordering::Acquire) || self.consumer.is_abandoned()
+            {
                 if self.consumer.slots() > 0 {
                     continue;
                 }
@@ -378,6 +381,9 @@ impl Worker {
     }
 
     fn maybe_rotate_by_age(&mut self, now_ns: u64) {
+        if self.failed {
+            return; // one error, logged once: no retry storm on a full disk
+        }
         let age_ns = now_ns.saturating_sub(self.segment_opened_ns);
         if self.writer.is_open() && age_ns >= self.cfg.segment_duration_ms * NS_PER_MS {
             if let Err(e) = self.writer.rotate() {
@@ -416,6 +422,12 @@ impl Worker {
         }
         if let Err(e) = self.writer.rotate() {
             self.fail(e);
+        }
+        // Make the new segments' directory entries durable too.
+        if let Some(dir) = paths.first().and_then(|p| p.parent()) {
+            if let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+                tracing::warn!(error = %e, "fsync of the capture directory failed");
+            }
         }
         Ok(paths)
     }

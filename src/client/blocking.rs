@@ -711,7 +711,9 @@ impl Client {
         info.reconnects = self.logons;
         self.logons += 1;
         self.logon = Some(info);
-        self.heartbeat_ns = u64::from(info.heartbeat_interval_ms.max(1)) * NS_PER_MS;
+        // A server's interval below 100 ms would make the client heartbeat
+        // and declare the server dead at millisecond scale.
+        self.heartbeat_ns = u64::from(info.heartbeat_interval_ms.max(100)) * NS_PER_MS;
         self.last_rx_ns = now;
         self.last_tx_ns = now;
         self.state = State::Connected;

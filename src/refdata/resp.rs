@@ -136,7 +136,12 @@ impl RespConn {
         self.write_out(deadline)?;
         self.filled = 0;
         loop {
-            if let Some((value, _used)) = parse(&self.buf[..self.filled], 0)? {
+            if let Some((value, used)) = parse(&self.buf[..self.filled], 0)? {
+                // Bytes beyond this reply belong to no command we sent: the
+                // connection is out of step and must not be reused.
+                if used != self.filled {
+                    return Err(RedisError::Protocol("bytes after the reply"));
+                }
                 return match value {
                     Reply::Value(v) => Ok(v),
                     Reply::Error(m) => Err(RedisError::Server(m)),

@@ -162,6 +162,8 @@ struct MsgHeader<'a> {
     req_id: Option<&'a [u8]>,
     test_req_id: Option<&'a [u8]>,
     new_seq_no: Option<u64>,
+    /// GapFillFlag (123) of a SequenceReset.
+    gap_fill: bool,
     sender_comp_id: Option<&'a [u8]>,
     target_comp_id: Option<&'a [u8]>,
 }
@@ -470,8 +472,11 @@ impl FixSession {
                 self.record(Outcome::Ignored, now_ns);
             }
             b"4" => {
-                if let Some(n) = hdr.new_seq_no {
-                    self.in_seq = n;
+                // A NewSeqNo at or below the expected number would rewind
+                // the session: FIX says reject it; we ignore it and count.
+                match hdr.new_seq_no {
+                    Some(n) if n > self.in_seq => self.in_seq = n,
+                    _ => self.stats.messages_ignored.inc(),
                 }
             }
             b"Y" => self.on_md_reject(hdr, now_ns),
@@ -503,8 +508,9 @@ impl FixSession {
             self.fail(Failure::Decode, now_ns);
             return false;
         };
-        // A SequenceReset-Reset (no GapFill) may move the number anywhere.
-        if msg_type == b"4" {
+        // A SequenceReset-Reset (no GapFill) is not sequenced itself; a
+        // GapFill is, like any other message.
+        if msg_type == b"4" && !hdr.gap_fill {
             return true;
         }
         if seq == self.in_seq {
@@ -519,6 +525,11 @@ impl FixSession {
             self.stats.seq_too_low.inc();
             self.fail_and_logout(Failure::SeqTooLow, now_ns, wall_ns);
             return false;
+        }
+        if self.state != SessionState::Active {
+            // Logging on or out: no gap recovery, just follow the number.
+            self.in_seq = seq + 1;
+            return true;
         }
         self.stats.seq_gaps.inc();
         self.in_seq = seq + 1;
@@ -616,6 +627,10 @@ impl FixSession {
     }
 
     fn logout(&mut self, now_ns: u64, wall_ns: u64) {
+        // Once: a peer that keeps sending must not push the deadline out.
+        if self.state == SessionState::LoggingOut {
+            return;
+        }
         self.send(b"5", now_ns, wall_ns, |_| {});
         self.state = SessionState::LoggingOut;
         self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
@@ -866,13 +881,19 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
     for field in fields {
         let (tag, v) = field?;
         match tag {
-            34 => h.seq = codec::parse_u64(v),
+            // Sequence numbers above u32::MAX are refused as malformed:
+            // no real session gets there, and `+ 1` must never overflow.
+            34 => h.seq = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             43 => h.poss_dup = v == b"Y",
             52 => h.sending_time_ns = codec::parse_utc_timestamp(v),
             55 if h.symbol.is_none() => h.symbol = Some(v),
             262 => h.req_id = Some(v),
-            112 => h.test_req_id = Some(v),
-            36 => h.new_seq_no = codec::parse_u64(v),
+            // Echoed back in our Heartbeat: bounded so the reply always
+            // fits the encoder's preallocated body.
+            112 if v.len() <= TEST_REQ_ID_MAX => h.test_req_id = Some(v),
+            112 => return Err(codec::DecodeError::MalformedField),
+            36 => h.new_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
+            123 => h.gap_fill = v == b"Y",
             49 => h.sender_comp_id = Some(v),
             56 => h.target_comp_id = Some(v),
             268 => break, // the repeating group: entries are read later
@@ -906,16 +927,20 @@ fn read_entry_field<'a>(e: &mut Entry<'a>, tag: u32, v: &'a [u8]) {
 }
 
 const NS_PER_DAY: u64 = 86_400_000_000_000;
+/// Largest MsgSeqNum / NewSeqNo accepted.
+const SEQ_MAX: u64 = u32::MAX as u64;
+/// Longest TestReqID (112) echoed back.
+const TEST_REQ_ID_MAX: usize = 64;
 
 /// MDEntryTime (273) on MDEntryDate (272) or SendingTime's date; else
 /// SendingTime (52).
 fn entry_time(e: &Entry<'_>, hdr: &MsgHeader<'_>) -> Option<u64> {
     let day = e
         .date_days
-        .map(|d| d * NS_PER_DAY)
-        .or(hdr.sending_time_ns.map(|t| t - t % NS_PER_DAY));
+        .map(|d| d.checked_mul(NS_PER_DAY))
+        .unwrap_or(hdr.sending_time_ns.map(|t| t - t % NS_PER_DAY));
     match (e.time_ns, day) {
-        (Some(t), Some(d)) => Some(d + t),
+        (Some(t), Some(d)) => d.checked_add(t).or(hdr.sending_time_ns),
         _ => hdr.sending_time_ns,
     }
 }
