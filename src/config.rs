@@ -10,8 +10,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::model::instruments::{
-    default_instruments, default_tiers, synthetic_providers, INSTRUMENTS_MAX, PROVIDERS_MAX,
-    SYMBOL_NAME_LEN_MAX, TIERS_MAX,
+    default_instruments, default_tiers, INSTRUMENTS_MAX, PROVIDERS_MAX, SYMBOL_NAME_LEN_MAX,
+    TIERS_MAX,
 };
 use crate::model::price::{parse_price, DIGITS_MAX};
 use crate::model::{Instrument, InstrumentTable, Mantissa, ProviderDef, ProviderKind, Tier};
@@ -231,7 +231,7 @@ impl ConfigFile {
                         format!("synthetic provider count must be 1..={PROVIDERS_MAX}"),
                     ));
                 }
-                synthetic_providers_list(synthetic_providers)
+                crate::model::instruments::synthetic_providers(synthetic_providers)
             }
             Some(list) => {
                 fix = crate::feed::fix::config::resolve_all(&list, &instruments)?;
@@ -251,10 +251,6 @@ impl ConfigFile {
             fix,
         })
     }
-}
-
-fn synthetic_providers_list(n: usize) -> Vec<ProviderDef> {
-    synthetic_providers(n)
 }
 
 /// The built-in demo account: token `demo`, every symbol, every tier with

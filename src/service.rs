@@ -332,19 +332,15 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             move || d.conflated.get(),
         )?;
     }
-    let st = g.shared.stats.clone();
-    let all = [("all", 0usize)];
-    for (shard, _) in all {
-        let (a, b) = (st.clone(), st.clone());
-        r.register_counter_fn(m::CONNECTIONS_ACCEPTED, &[("shard", shard)], move || {
-            crate::gateway::GatewayStats::get(&a.accepted)
-        })?;
-        r.register_counter_fn(
-            m::SLOW_CONSUMER_DISCONNECTS,
-            &[("shard", shard)],
-            move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
-        )?;
-    }
+    let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
+    r.register_counter_fn(m::CONNECTIONS_ACCEPTED, &[("shard", "all")], move || {
+        crate::gateway::GatewayStats::get(&a.accepted)
+    })?;
+    r.register_counter_fn(
+        m::SLOW_CONSUMER_DISCONNECTS,
+        &[("shard", "all")],
+        move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
+    )?;
     Ok(())
 }
 

@@ -56,6 +56,20 @@ pub struct CivilTime {
 }
 
 impl CivilTime {
+    /// From a (year, month, day) date, an (hour, minute, second) time of
+    /// day and nanoseconds.
+    pub fn new(date: (u32, u32, u32), hms: (u32, u32, u32), nanos: u32) -> CivilTime {
+        CivilTime {
+            year: i64::from(date.0),
+            month: date.1,
+            day: date.2,
+            hour: hms.0,
+            minute: hms.1,
+            second: hms.2,
+            nanos,
+        }
+    }
+
     /// Nanoseconds since the epoch, taking the fields as local time at
     /// `offset_ns` east of UTC (so UTC = local - offset). `None` when a
     /// field is out of range or the result is before 1970.
@@ -152,15 +166,26 @@ pub fn parse_offset(text: &str) -> Option<i64> {
         .then(|| sign * (i64::from(h) * NS_PER_HOUR + i64::from(m) * NS_PER_MIN))
 }
 
+/// Reads a date `YYYY` `MM` `DD`, the parts separated by `sep` (none for
+/// the compact `YYYYMMDD`).
+pub fn date(b: &[u8], p: &mut usize, sep: Option<u8>) -> Option<(u32, u32, u32)> {
+    let year = digits(b, p, 4)?;
+    if let Some(c) = sep {
+        expect(b, p, c)?;
+    }
+    let month = digits(b, p, 2)?;
+    if let Some(c) = sep {
+        expect(b, p, c)?;
+    }
+    let day = digits(b, p, 2)?;
+    Some((year, month, day))
+}
+
 /// Parses ISO 8601 `YYYY-MM-DD[T ]HH:MM:SS[.f{1,9}][Z|+HH:MM|-HH:MM]`;
 /// no zone means UTC.
 pub fn parse_iso8601(b: &[u8]) -> Option<u64> {
     let mut p = 0;
-    let year = digits(b, &mut p, 4)?;
-    expect(b, &mut p, b'-')?;
-    let month = digits(b, &mut p, 2)?;
-    expect(b, &mut p, b'-')?;
-    let day = digits(b, &mut p, 2)?;
+    let ymd = date(b, &mut p, Some(b'-'))?;
     if !matches!(b.get(p), Some(b'T' | b't' | b' ')) {
         return None;
     }
@@ -175,16 +200,7 @@ pub fn parse_iso8601(b: &[u8]) -> Option<u64> {
         [] => 0,
         rest => parse_offset(std::str::from_utf8(rest).ok()?)?,
     };
-    let t = CivilTime {
-        year: i64::from(year),
-        month,
-        day,
-        hour,
-        minute,
-        second,
-        nanos,
-    };
-    t.to_utc_ns(offset)
+    CivilTime::new(ymd, (hour, minute, second), nanos).to_utc_ns(offset)
 }
 
 /// Formats UTC nanoseconds as `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`.

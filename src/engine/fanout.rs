@@ -142,11 +142,6 @@ impl ShardPublisher {
     }
 }
 
-/// Engine-wide totals across shards, for reports.
-pub fn total_conflated(shards: &[Arc<FanoutStats>]) -> u64 {
-    shards.iter().map(|s| s.conflated.get()).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

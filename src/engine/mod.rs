@@ -20,7 +20,7 @@ pub use history::TickHistory;
 pub use price_table::PriceTable;
 pub use stats::EngineStats;
 
-use crate::model::{Tick, TierId};
+use crate::model::Tick;
 
 /// Most ticks taken from one input ring per turn.
 pub const ENGINE_BATCH: usize = 256;
@@ -161,11 +161,6 @@ impl EngineStage {
             .filter(|s| !s.is_abandoned())
             .map(|s| s.parked())
             .sum()
-    }
-
-    /// Latest price of (symbol, tier) from the table.
-    pub fn latest(&self, symbol: u16, tier: TierId) -> Option<crate::model::Price> {
-        self.table.read(symbol, tier)
     }
 }
 

@@ -456,7 +456,7 @@ impl Shard {
                 .bytes_written
                 .add((before - conn.out.len()) as u64);
             if res.is_err() {
-                self.close_now(i, false);
+                self.close_now(i);
                 return;
             }
             // Drained below low after conflating, or owed keys left by an
@@ -538,7 +538,7 @@ impl Shard {
             match conn.stream.read(&mut conn.inbuf[conn.in_len..]) {
                 Ok(0) => {
                     GatewayStats::add(&self.shared.stats.peer_closed, 1);
-                    self.close_now(i, false);
+                    self.close_now(i);
                     return;
                 }
                 Ok(n) => {
@@ -549,7 +549,7 @@ impl Shard {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     GatewayStats::add(&self.shared.stats.peer_closed, 1);
-                    self.close_now(i, false);
+                    self.close_now(i);
                     return;
                 }
             }
@@ -1270,7 +1270,7 @@ impl Shard {
     }
 
     /// Closes the socket now and frees the slot.
-    fn close_now(&mut self, i: usize, _graceful: bool) {
+    fn close_now(&mut self, i: usize) {
         self.drop_session(i);
         let Some(mut conn) = self.conns[i].take() else {
             return;
@@ -1308,7 +1308,7 @@ impl Shard {
         for i in 0..self.conns.len() {
             if self.conns[i].is_some() {
                 self.write_conn(i, monotonic_ns());
-                self.close_now(i, false);
+                self.close_now(i);
             }
         }
     }
@@ -1364,7 +1364,7 @@ impl Shard {
     fn apply_timer(&mut self, i: usize, action: TimerAction, now: u64) {
         let retry = self.jitter(self.shared.cfg.error_retry);
         match action {
-            TimerAction::Close => self.close_now(i, true),
+            TimerAction::Close => self.close_now(i),
             TimerAction::IncompleteFrame => {
                 self.protocol_error(i, RejectReason::MALFORMED, 0, "incomplete frame timed out")
             }

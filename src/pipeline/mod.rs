@@ -297,11 +297,6 @@ impl Pipeline {
         Ok(())
     }
 
-    /// True while every feed thread is still running.
-    pub fn feeds_running(&self) -> bool {
-        self.feeds.iter().all(|f| !f.handle.is_finished())
-    }
-
     /// True once every feed thread has finished (e.g. a replay ended).
     pub fn feeds_finished(&self) -> bool {
         self.feeds.iter().all(|f| f.handle.is_finished())

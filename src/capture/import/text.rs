@@ -10,7 +10,7 @@ use super::{
     io_err, open_text, ColumnMap, ImportError, ImportFormat, ImportOptions, Row, RowError, Sink,
     SymbolCache, TimeFormat, LINE_LEN_MAX,
 };
-use crate::capture::time::{digits, expect, fraction, parse_iso8601, CivilTime, NS_PER_HOUR};
+use crate::capture::time::{date, digits, expect, fraction, parse_iso8601, CivilTime, NS_PER_HOUR};
 use crate::model::price::parse_price_bytes;
 use crate::model::{Mantissa, SymbolId, Tick, NO_PRICE};
 
@@ -337,76 +337,37 @@ impl Parser<'_, '_> {
 /// `YYYYMMDD HHMMSSfff` in EST (UTC-5 all year).
 pub(crate) fn histdata_time(b: &[u8]) -> Option<u64> {
     let mut p = 0;
-    let (year, month, day) = (
-        digits(b, &mut p, 4)?,
-        digits(b, &mut p, 2)?,
-        digits(b, &mut p, 2)?,
-    );
+    let ymd = date(b, &mut p, None)?;
     expect(b, &mut p, b' ')?;
-    let (hour, minute, second) = (
+    let hms = (
         digits(b, &mut p, 2)?,
         digits(b, &mut p, 2)?,
         digits(b, &mut p, 2)?,
     );
     let millis = digits(b, &mut p, 3)?;
-    let t = CivilTime {
-        year: i64::from(year),
-        month,
-        day,
-        hour,
-        minute,
-        second,
-        nanos: millis * 1_000_000,
-    };
     (p == b.len()).then_some(())?;
-    t.to_utc_ns(HISTDATA_OFFSET_NS)
+    CivilTime::new(ymd, hms, millis * 1_000_000).to_utc_ns(HISTDATA_OFFSET_NS)
 }
 
 /// `YYYYMMDD HH:MM:SS[.fff]` in UTC.
 pub(crate) fn truefx_time(b: &[u8]) -> Option<u64> {
     let mut p = 0;
-    let (year, month, day) = (
-        digits(b, &mut p, 4)?,
-        digits(b, &mut p, 2)?,
-        digits(b, &mut p, 2)?,
-    );
+    let ymd = date(b, &mut p, None)?;
     expect(b, &mut p, b' ')?;
     let (hour, minute, second, nanos) = hms(b, &mut p)?;
-    let t = CivilTime {
-        year: i64::from(year),
-        month,
-        day,
-        hour,
-        minute,
-        second,
-        nanos,
-    };
     (p == b.len()).then_some(())?;
-    t.to_utc_ns(0)
+    CivilTime::new(ymd, (hour, minute, second), nanos).to_utc_ns(0)
 }
 
 /// `YYYY.MM.DD` + `HH:MM:SS[.fff]` in server time at `offset_ns`.
-pub(crate) fn mt5_time(date: &[u8], time: &[u8], offset_ns: i64) -> Option<u64> {
+pub(crate) fn mt5_time(date_b: &[u8], time: &[u8], offset_ns: i64) -> Option<u64> {
     let mut p = 0;
-    let year = digits(date, &mut p, 4)?;
-    expect(date, &mut p, b'.')?;
-    let month = digits(date, &mut p, 2)?;
-    expect(date, &mut p, b'.')?;
-    let day = digits(date, &mut p, 2)?;
-    (p == date.len()).then_some(())?;
+    let ymd = date(date_b, &mut p, Some(b'.'))?;
+    (p == date_b.len()).then_some(())?;
     let mut q = 0;
     let (hour, minute, second, nanos) = hms(time, &mut q)?;
     (q == time.len()).then_some(())?;
-    CivilTime {
-        year: i64::from(year),
-        month,
-        day,
-        hour,
-        minute,
-        second,
-        nanos,
-    }
-    .to_utc_ns(offset_ns)
+    CivilTime::new(ymd, (hour, minute, second), nanos).to_utc_ns(offset_ns)
 }
 
 fn hms(b: &[u8], p: &mut usize) -> Option<(u32, u32, u32, u32)> {
