@@ -16,7 +16,9 @@ use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
-use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap, Stage, WaitStrategy};
+use crate::pipeline::{
+    Pipeline, PipelineConfig, PipelineError, RecorderTap, Stage, Threading, WaitStrategy,
+};
 use crate::refdata::RefData;
 use crate::requests::service::RequestConfig;
 use crate::requests::stats::OverloadStats;
@@ -109,11 +111,25 @@ impl Service {
         let overload = Arc::new(OverloadStats::default());
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
         let mut service_ingest = None;
+        let mut shards = parts.shards;
         if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
             let table = Arc::new(config.table.clone());
-            match ingest::spawn(icfg, table, port) {
+            // Shared threading with a gateway: shard 0 watches the ingest
+            // listener's sockets too. A headless sink cannot watch
+            // descriptors, so without a gateway the listener keeps its thread.
+            let host = cfg.pipeline.threading == Threading::Shared && cfg.gateway.is_some();
+            let started = if host {
+                ingest::hosted(icfg, table, port).map(|(h, task)| {
+                    shards[0].hosted.push(task);
+                    h
+                })
+            } else {
+                ingest::spawn(icfg, table, port)
+            };
+            match started {
                 Ok(h) => service_ingest = Some(h),
                 Err(e) => {
+                    drop(shards); // a hosted engine ends with them
                     pipeline.stop();
                     return Err(ServiceError::Ingest(e));
                 }
@@ -141,11 +157,10 @@ impl Service {
                     requests: cfg.requests,
                     refdata: cfg.refdata,
                 };
-                let gw =
-                    Gateway::start_with(gcfg, parts.shards, deps).map_err(ServiceError::Gateway)?;
+                let gw = Gateway::start_with(gcfg, shards, deps).map_err(ServiceError::Gateway)?;
                 service.gateway = Some(gw);
             }
-            None => service.start_sinks(parts.shards, exchanges, &cfg.pipeline, cfg.shard_wait),
+            None => service.start_sinks(shards, exchanges, &cfg.pipeline, cfg.shard_wait),
         }
         Ok(service)
     }

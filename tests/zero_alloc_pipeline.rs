@@ -1,7 +1,8 @@
 //! Proof that the hot path (feed → engine → shard ring → shard) allocates
 //! nothing in the steady state: warm up, then push at least 1,000,000 ticks
 //! through the pipeline under a counting global allocator and assert that
-//! not one allocation happened in that window, on any thread.
+//! not one allocation happened in that window, on any thread. Both
+//! threadings, one after the other (the counter is process-wide).
 
 #[path = "util/alloc.rs"]
 mod alloc;
@@ -14,7 +15,7 @@ use pricewire::config::Config;
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::feed::TickSource;
 use pricewire::pipeline::sink::ShardSink;
-use pricewire::pipeline::{Pipeline, PipelineConfig, WaitStrategy};
+use pricewire::pipeline::{Pipeline, PipelineConfig, Threading, WaitStrategy};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
@@ -23,6 +24,12 @@ const WINDOW_TICKS: u64 = 1_000_000;
 
 #[test]
 fn steady_state_pipeline_allocates_nothing() {
+    run(Threading::Dedicated);
+    // The engine turned by shard 0's sink thread.
+    run(Threading::Shared);
+}
+
+fn run(threading: Threading) {
     let config = Config::builtin(3);
     let feed = SyntheticFeed::new(
         &config.table,
@@ -38,6 +45,7 @@ fn steady_state_pipeline_allocates_nothing() {
         shards: 2,
         feed_wait: WaitStrategy::SpinYield,
         engine_wait: WaitStrategy::SpinYield,
+        threading,
         ..PipelineConfig::default()
     };
     let parts = Pipeline::start(&pcfg, &config, sources, Vec::new(), None).unwrap();
@@ -79,7 +87,7 @@ fn steady_state_pipeline_allocates_nothing() {
     assert_eq!(
         after_allocs - before_allocs,
         0,
-        "{} allocations while {window} ticks went through the hot path",
+        "{} allocations while {window} ticks went through the hot path ({threading:?})",
         after_allocs - before_allocs
     );
     for s in &sink_stats {

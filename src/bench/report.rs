@@ -27,7 +27,7 @@ pub fn csv_row(r: &RunRow) -> String {
         .map_or(String::new(), |c| format!("{c:.3}"));
     format!(
         "{},{},{},{:.0},{},{},{},{},{},{},{},{},{:.0},{},{},{},{},{},{},{}",
-        r.target.name(),
+        r.name,
         r.scenario,
         r.rate_target_per_s,
         r.rate_achieved_per_s,
@@ -71,7 +71,7 @@ pub fn write_run(dir: &Path, row: &RunRow, hist: &Histogram<u64>) -> anyhow::Res
     append(&dir.join("results.jsonl"), &serde_json_line(row)?, None)?;
     append(&dir.join("results.csv"), &csv_row(row), Some(CSV_HEADER))?;
     std::fs::write(
-        hdr_path(dir, &row.scenario, row.target.name()),
+        hdr_path(dir, &row.scenario, &row.name),
         percentile_distribution(hist),
     )?;
     Ok(())

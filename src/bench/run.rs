@@ -26,6 +26,9 @@ pub const DRAIN_GRACE_MS: u64 = 2_000;
 #[derive(Debug, Clone)]
 pub struct RunSpec {
     pub target: Target,
+    /// The target's name in result rows and file names (e.g. a pricewire
+    /// configuration: `pricewire_shared`).
+    pub name: String,
     /// Where the subscribers connect.
     pub addr: SocketAddr,
     /// Where the publisher connects (pricewire: the ingest listener).
@@ -48,6 +51,8 @@ pub struct RunSpec {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunRow {
     pub target: Target,
+    /// See [`RunSpec::name`].
+    pub name: String,
     pub scenario: String,
     pub rate_target_per_s: u64,
     pub rate_achieved_per_s: f64,
@@ -86,7 +91,7 @@ fn recv_plan(spec: &RunSpec) -> RecvPlan {
         .collect();
     let label = spec
         .progress
-        .then(|| format!("{:>9} {:<12}", spec.target.name(), spec.scenario));
+        .then(|| format!("{:>9} {:<12}", spec.name, spec.scenario));
     RecvPlan {
         target: spec.target,
         addr: spec.addr,
@@ -270,6 +275,7 @@ fn outcome(
     let updates = recv.received_measured as f64;
     let row = RunRow {
         target: spec.target,
+        name: spec.name.clone(),
         scenario: spec.scenario.clone(),
         rate_target_per_s: spec.rate_per_s,
         rate_achieved_per_s: send.sent_measured as f64 / secs,
@@ -299,6 +305,7 @@ fn outcome(
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SweepResult {
     pub target: Target,
+    pub name: String,
     pub p99_threshold_us: u64,
     /// Highest rate whose step passed (p99 under the threshold, under 1 %
     /// missing, at least 95 % of the rate achieved); 0 if none passed.
@@ -347,6 +354,7 @@ pub fn sweep(
 ) -> anyhow::Result<SweepResult> {
     let mut result = SweepResult {
         target: spec.target,
+        name: spec.name.clone(),
         p99_threshold_us,
         max_sustainable_rate_per_s: 0,
         failed_at_rate_per_s: None,
@@ -384,6 +392,7 @@ mod tests {
     fn row(p99_us: u64, lag_p99_us: u64, missing: u64, achieved: f64) -> RunRow {
         RunRow {
             target: Target::Floor,
+            name: "floor".into(),
             scenario: "sweep-1000".into(),
             rate_target_per_s: 1000,
             rate_achieved_per_s: achieved,

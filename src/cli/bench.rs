@@ -111,6 +111,11 @@ pub struct BenchArgs {
     /// pricewire ingest token.
     #[arg(long, default_value = crate::feed::ingest::INGEST_TOKEN_DEFAULT)]
     pub token: String,
+    /// The target's name in result rows and file names (default: the
+    /// target's), e.g. `pricewire_shared` for a second pricewire
+    /// configuration in the same run. Letters, digits and `_` only.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 /// Runs `pricewire bench`; returns the exit code.
@@ -127,6 +132,13 @@ pub fn run(args: BenchArgs) -> i32 {
 fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.plot_from {
         return plot(dir);
+    }
+    if let Some(n) = &args.name {
+        // File names are `hdr-<scenario>-<name>.txt`: no `-` in a name.
+        let ok = !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            bail!("--name {n:?}: letters, digits and `_` only");
+        }
     }
     validate(args)?;
     let relay = match (args.connect, args.target) {
@@ -180,6 +192,10 @@ fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> RunSpec {
     // pricewire takes ticks on its ingest listener, not the subscriber port.
     RunSpec {
         target: args.target,
+        name: args
+            .name
+            .clone()
+            .unwrap_or_else(|| args.target.name().to_string()),
         addr,
         feed_addr: feed_addr(args, addr),
         rate_per_s: args.rate,
@@ -211,7 +227,7 @@ fn finish(args: &BenchArgs, o: &RunOutcome) -> anyhow::Result<()> {
     let l = &r.latency;
     println!(
         "{} {} rate {:.0}/s subs {} updates {:.0}/s p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} p99.99 {:.1} max {:.1} us missing {} gaps {} cpu/M {} send-lag p99 {:.1} us",
-        r.target.name(),
+        r.name,
         r.scenario,
         r.rate_achieved_per_s,
         r.subscribers,
@@ -256,7 +272,7 @@ fn sweep(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
     err?;
     println!(
         "{} sweep: max sustainable {} ticks/s (p99 threshold {} us); failed at {:?}: {}",
-        r.target.name(),
+        r.name,
         r.max_sustainable_rate_per_s,
         r.p99_threshold_us,
         r.failed_at_rate_per_s,

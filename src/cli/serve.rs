@@ -33,7 +33,7 @@ use crate::ops::{
 };
 use crate::pipeline::sink::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::pipeline::{
-    CpuMap, PipelineConfig, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT,
+    CpuMap, PipelineConfig, Threading, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT,
     SHARD_RING_DEFAULT,
 };
 use crate::refdata::{RefData, RefDataConfig};
@@ -66,9 +66,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 
-    /// Gateway shards (one engine ring and one thread each).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub shards: usize,
+    /// Gateway shards (one engine ring and one thread each). Default: with
+    /// `--threading shared` one per available core (at most 8), so every
+    /// core runs one thread; with `dedicated`, 1.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<usize>,
 
     /// Feed → engine ring capacity in ticks (power of two).
     #[arg(long, default_value_t = FEED_RING_DEFAULT, value_name = "TICKS")]
@@ -82,15 +84,28 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = WaitStrategy::SpinPark)]
     pub feed_wait: WaitStrategy,
 
-    /// How the engine thread waits when idle.
+    /// How the engine thread waits when idle (dedicated threading only).
     #[arg(long, value_enum, default_value_t = WaitStrategy::SpinPark)]
     pub engine_wait: WaitStrategy,
 
-    /// How shard threads wait when idle.
-    #[arg(long, value_enum, default_value_t = WaitStrategy::SpinPark)]
-    pub shard_wait: WaitStrategy,
+    /// How stages map onto threads. `dedicated`: one thread per stage.
+    /// `shared`: the engine and the provider ingest listener run inside
+    /// shard 0's thread (same rings, one thread): a quote reaches the
+    /// subscribers' sockets with one wake-up instead of three. Best where
+    /// cores are fewer than stages (docs/design.md, BENCHMARKS-PEERS.md).
+    #[arg(long, value_enum, default_value_t = Threading::Shared)]
+    pub threading: Threading,
 
-    /// Stage-to-core pinning, e.g. `feed=0,engine=1,shard=1`. Unpinned by
+    /// How shard threads (and the request workers) wait when idle.
+    /// Default: `park` with `--threading shared` (nothing inside the
+    /// process hands work to a shard that spinning would catch sooner: its
+    /// sockets and the feeds' doorbells wake it), `spin-park` with
+    /// `dedicated`.
+    #[arg(long, value_enum)]
+    pub shard_wait: Option<WaitStrategy>,
+
+    /// Stage-to-core pinning, e.g. `shard0=0,shard1=1` (with
+    /// `--threading dedicated` also `feed=0,engine=1`). Unpinned by
     /// default; a mapped stage that cannot be pinned fails start-up.
     #[arg(long, default_value = "", value_name = "MAP")]
     pub cpus: CpuMap,
@@ -201,8 +216,26 @@ impl ServeArgs {
         Ok(RequestConfig {
             workers: self.request_workers,
             queue,
-            wait: self.shard_wait,
+            wait: self.shard_wait(),
             ..RequestConfig::default()
+        })
+    }
+
+    /// `--shards`, or its default for the threading.
+    pub fn shard_count(&self) -> usize {
+        self.shards.unwrap_or_else(|| match self.threading {
+            Threading::Shared => crate::pipeline::affinity::available_cores()
+                .len()
+                .clamp(1, 8),
+            Threading::Dedicated => 1,
+        })
+    }
+
+    /// `--shard-wait`, or its default for the threading.
+    pub fn shard_wait(&self) -> WaitStrategy {
+        self.shard_wait.unwrap_or(match self.threading {
+            Threading::Shared => WaitStrategy::Park,
+            Threading::Dedicated => WaitStrategy::SpinPark,
         })
     }
 
@@ -210,12 +243,13 @@ impl ServeArgs {
         PipelineConfig {
             feed_ring: self.feed_ring,
             shard_ring: self.shard_ring,
-            shards: self.shards,
+            shards: self.shard_count(),
             feed_wait: self.feed_wait,
             engine_wait: self.engine_wait,
             cpus: self.cpus.clone(),
             feed_full_wait_us: self.feed_full_wait_us,
             history_depth: self.history_depth,
+            threading: self.threading,
         }
     }
 
@@ -322,7 +356,7 @@ impl Plan {
         args.pipeline_config()
             .validate()
             .map_err(|e| e.to_string())?;
-        args.gateway.gateway_config(args.shard_wait, &args.cpus)?;
+        args.gateway.gateway_config(args.shard_wait(), &args.cpus)?;
         args.request_config()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         Ok(Plan {
@@ -398,7 +432,8 @@ fn start_service(
         tiers = config.table.tiers().len(),
         providers = config.table.providers().len(),
         synthetic_rate = args.synthetic_rate,
-        shards = args.shards,
+        shards = args.shard_count(),
+        threading = ?args.threading,
         "starting pricewire"
     );
     let cfg_config = config.clone();
@@ -419,9 +454,9 @@ fn start_service(
         pipeline: args.pipeline_config(),
         synthetic,
         sources,
-        gateway: args.gateway.gateway_config(args.shard_wait, &args.cpus)?,
+        gateway: args.gateway.gateway_config(args.shard_wait(), &args.cpus)?,
         ingest: args.gateway.ingest_config(args.feed_wait),
-        shard_wait: args.shard_wait,
+        shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,
         refdata: start_refdata(args, &cfg_config)?,

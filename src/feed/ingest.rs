@@ -5,7 +5,8 @@
 //!
 //! One thread runs a mio loop over every bridge connection and pushes the
 //! decoded ticks into its own engine ring ([`FeedPort`]): the engine sees
-//! the ingest listener as one more feed. Buffers are allocated per
+//! the ingest listener as one more feed. With `--threading shared` the
+//! same loop is a task of gateway shard 0's thread ([`hosted`]). Buffers are allocated per
 //! connection at accept; decoding a quote batch allocates nothing. A bad
 //! frame gets a Reject with its reason; broken framing also closes the
 //! connection; other bridges are unaffected.
@@ -17,12 +18,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{InstrumentTable, ProviderKind, Tick};
-use crate::pipeline::{FeedPort, WaitStrategy};
+use crate::pipeline::{Doorbell, FeedPort, HostedTask, WaitStrategy};
 use crate::wire::{self, LogonAccepted, LogonRejectReason, LogonRejected, Message, Name16};
 
 /// Default token accepted from bridges for providers that have none of
@@ -71,9 +73,17 @@ pub struct IngestHandle {
     pub local_addr: SocketAddr,
     pub stats: Arc<IngestStats>,
     stop: Arc<AtomicBool>,
+    /// Wakes the listener's own poller (its own thread).
     waker: Arc<Waker>,
+    /// Wakes the hosting shard (`--threading shared`).
+    host_bell: Option<Arc<Doorbell>>,
     thread: Option<JoinHandle<()>>,
+    /// Hosted by a shard: disconnected once the host dropped the listener.
+    hosted_done: Option<Receiver<()>>,
 }
+
+/// How long a stop waits for a hosting shard to drop the listener.
+const HOSTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl IngestHandle {
     /// Stops accepting and closes every bridge; the feed port is dropped,
@@ -85,8 +95,18 @@ impl IngestHandle {
     fn stop_inner(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
+        if let Some(bell) = &self.host_bell {
+            bell.ring();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if let Some(done) = self.hosted_done.take() {
+            if let Err(RecvTimeoutError::Timeout) = done.recv_timeout(HOSTED_STOP_TIMEOUT) {
+                tracing::error!(
+                    "the hosted ingest listener did not stop within {HOSTED_STOP_TIMEOUT:?}"
+                );
+            }
         }
     }
 }
@@ -103,68 +123,196 @@ pub fn spawn(
     table: Arc<InstrumentTable>,
     port: FeedPort,
 ) -> io::Result<IngestHandle> {
+    let (mut handle, mut ingest) = bind(cfg, table, port)?;
+    let thread = std::thread::Builder::new()
+        .name("pw-ingest".into())
+        .spawn(move || ingest.run())?;
+    handle.thread = Some(thread);
+    tracing::info!(local_addr = %handle.local_addr, "provider ingest listening");
+    Ok(handle)
+}
+
+/// Binds the listener and returns it as a task for a host thread
+/// (`--threading shared`: gateway shard 0), which registers the
+/// listener's sockets in its own poller and routes their events here.
+pub fn hosted(
+    cfg: IngestConfig,
+    table: Arc<InstrumentTable>,
+    port: FeedPort,
+) -> io::Result<(IngestHandle, Box<dyn HostedTask>)> {
+    let (mut handle, mut ingest) = bind(cfg, table, port)?;
+    ingest.hold_when_full = true;
+    ingest.port.never_wait();
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    handle.hosted_done = Some(done_rx);
+    handle.host_bell = Some(ingest.port.doorbell());
+    let task = HostedIngest {
+        ingest,
+        _done: done_tx,
+    };
+    tracing::info!(local_addr = %handle.local_addr, "provider ingest listening (hosted by shard 0)");
+    Ok((handle, Box::new(task)))
+}
+
+fn bind(
+    cfg: IngestConfig,
+    table: Arc<InstrumentTable>,
+    port: FeedPort,
+) -> io::Result<(IngestHandle, Ingest)> {
     let mut listener = TcpListener::bind(cfg.listen)?;
     let local_addr = listener.local_addr()?;
     let poll = Poll::new()?;
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let registry = poll.registry().try_clone()?;
     let stats = Arc::new(IngestStats::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let mut ingest = Ingest {
+    let ingest = Ingest {
         cfg,
         table,
         port,
-        poll,
+        poll: Some(poll),
+        registry,
+        token_base: 0,
         listener,
         bridges: (0..BRIDGES_MAX).map(|_| None).collect(),
         stats: stats.clone(),
         stop: stop.clone(),
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
+        hold_when_full: false,
+        held: Vec::with_capacity(BRIDGES_MAX),
     };
-    let thread = std::thread::Builder::new()
-        .name("pw-ingest".into())
-        .spawn(move || ingest.run())?;
-    tracing::info!(%local_addr, "provider ingest listening");
-    Ok(IngestHandle {
+    let handle = IngestHandle {
         local_addr,
         stats,
         stop,
         waker,
-        thread: Some(thread),
-    })
+        host_bell: None,
+        thread: None,
+        hosted_done: None,
+    };
+    Ok((handle, ingest))
+}
+
+/// Readiness events taken per poll.
+const EVENTS_CAPACITY: usize = 256;
+
+/// The ingest listener as a task of a host thread.
+struct HostedIngest {
+    ingest: Ingest,
+    /// Dropped with the task: tells [`IngestHandle::stop`] it is gone.
+    _done: Sender<()>,
+}
+
+impl HostedTask for HostedIngest {
+    fn name(&self) -> &'static str {
+        "ingest"
+    }
+
+    fn register(&mut self, registry: &Registry, token_base: usize) -> io::Result<()> {
+        let i = &mut self.ingest;
+        // Move the listener from the poller made at bind to the host's.
+        i.registry.deregister(&mut i.listener)?;
+        i.poll = None;
+        i.registry = registry.try_clone()?;
+        i.token_base = token_base;
+        i.registry.register(
+            &mut i.listener,
+            Token(token_base + LISTENER.0),
+            Interest::READABLE,
+        )
+    }
+
+    fn on_event(&mut self, token: usize, _readable: bool, _writable: bool) {
+        if !self.finished() {
+            self.ingest.on_token(token);
+        }
+    }
+
+    fn turn(&mut self, _now_ns: u64) -> usize {
+        if self.finished() || self.ingest.held.is_empty() {
+            return 0;
+        }
+        self.ingest.resume_held()
+    }
+
+    fn has_work(&self) -> bool {
+        !self.ingest.held.is_empty() || self.finished()
+    }
+
+    fn finished(&self) -> bool {
+        self.ingest.stop.load(Ordering::Relaxed)
+    }
 }
 
 struct Ingest {
     cfg: IngestConfig,
     table: Arc<InstrumentTable>,
     port: FeedPort,
-    poll: Poll,
+    /// Its own poller (own thread); `None` when hosted.
+    poll: Option<Poll>,
+    /// Where bridges are registered: its own poller's, or the host's.
+    registry: Registry,
+    /// Added to every token (the host's range for this task; 0 when own).
+    token_base: usize,
     listener: TcpListener,
     bridges: Vec<Option<Bridge>>,
     stats: Arc<IngestStats>,
     stop: Arc<AtomicBool>,
     batch: Vec<Tick>,
+    /// Hosted on the engine's thread: instead of waiting for ring room
+    /// (which only this thread can make), stop reading a bridge while the
+    /// ring could not take a full read buffer of quotes. The bridge's
+    /// socket buffer fills and TCP pushes back on the provider; nothing is
+    /// dropped.
+    hold_when_full: bool,
+    /// Bridges with input left unread because the ring was full.
+    held: Vec<usize>,
 }
+
+/// Room a read needs: the most quotes one inbound buffer can hold.
+const READ_ROOM: usize = IN_BYTES / 43 + 1;
+const _: () = assert!(READ_ROOM <= crate::pipeline::hosted::SHARED_FEED_RING_MIN / 2);
 
 impl Ingest {
     fn run(&mut self) {
-        let mut events = Events::with_capacity(256);
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let timeout = match self.cfg.wait {
             WaitStrategy::Spin => Duration::ZERO,
             _ => Duration::from_millis(100),
         };
+        let Some(mut poll) = self.poll.take() else {
+            return;
+        };
         while !self.stop.load(Ordering::Relaxed) {
-            if self.poll.poll(&mut events, Some(timeout)).is_err() {
+            if poll.poll(&mut events, Some(timeout)).is_err() {
                 continue;
             }
             for e in events.iter() {
-                match e.token() {
-                    LISTENER => self.accept_all(),
-                    WAKER => {}
-                    Token(t) => self.on_ready(t - 2),
-                }
+                self.on_token(e.token().0);
             }
+        }
+    }
+
+    /// Reads the bridges held back by a full ring, once it has room.
+    /// Returns how many were resumed.
+    fn resume_held(&mut self) -> usize {
+        let mut n = 0;
+        while self.port.room() >= READ_ROOM {
+            let Some(i) = self.held.pop() else { break };
+            self.on_ready(i);
+            n += 1;
+        }
+        n
+    }
+
+    /// Handles one readiness event (token relative to `token_base`).
+    fn on_token(&mut self, token: usize) {
+        match Token(token) {
+            LISTENER => self.accept_all(),
+            WAKER => {}
+            Token(t) => self.on_ready(t - 2),
         }
     }
 
@@ -186,10 +334,9 @@ impl Ingest {
             return; // at capacity: dropping the stream closes it
         };
         let _ = stream.set_nodelay(true);
-        let token = Token(i + 2);
+        let token = Token(self.token_base + i + 2);
         if self
-            .poll
-            .registry()
+            .registry
             .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
             .is_err()
         {
@@ -211,6 +358,12 @@ impl Ingest {
             return;
         }
         loop {
+            if self.hold_when_full && self.port.room() < READ_ROOM {
+                if !self.held.contains(&i) {
+                    self.held.push(i);
+                }
+                break;
+            }
             let Some(b) = self.bridges[i].as_mut() else {
                 return;
             };
@@ -303,7 +456,7 @@ impl Ingest {
 
     fn close(&mut self, i: usize) {
         if let Some(mut b) = self.bridges[i].take() {
-            let _ = self.poll.registry().deregister(&mut b.stream);
+            let _ = self.registry.deregister(&mut b.stream);
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
         }
     }

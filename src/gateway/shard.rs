@@ -42,6 +42,10 @@ use crate::wire::{
 use hdrhistogram::Histogram;
 
 const WAKER: Token = Token(0);
+/// Tokens of hosted stages' sockets start here (see
+/// [`crate::pipeline::hosted::TASK_TOKENS`]). Connection tokens stay below
+/// (1 + at most 2^20 connections).
+const HOSTED_TOKEN_BASE: usize = 1 << 40;
 /// Timer sweep period.
 pub const SWEEP_NS: u64 = 50_000_000;
 /// Most prices taken from the engine ring per turn, so sockets are polled
@@ -81,6 +85,10 @@ pub fn spawn(
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     input.doorbell.bind_waker(waker.clone());
+    // Hosted stages (`--threading shared`) put their sockets in this
+    // shard's poller: one epoll_wait serves every stage of the thread.
+    let mut input = input;
+    input.hosted.register(poll.registry(), HOSTED_TOKEN_BASE)?;
     let (control_tx, control_rx) = crossbeam_channel::bounded(16);
     let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(4096);
     let stats = Arc::new(ShardStats::default());
@@ -199,12 +207,18 @@ impl Shard {
     }
 
     fn run(&mut self) {
+        let mut busy = false;
         loop {
-            let now = monotonic_ns();
-            let got = self.drain_prices(now) + self.drain_answers();
-            self.poll_once(got > 0 || !self.read_list.is_empty());
+            self.poll_once(busy || !self.read_list.is_empty());
             self.handle_events();
             self.read_again();
+            // Hosted stages (`--threading shared`): the ingest listener reads
+            // what its sockets got and the engine turns it into prices in
+            // this shard's ring, which is drained and written in this turn.
+            let now = monotonic_ns();
+            let hosted = self.input.hosted.turn(now);
+            let got = hosted + self.drain_prices(now) + self.drain_answers();
+            busy = got > 0 || self.input.hosted.has_work();
             self.flush_writes(monotonic_ns());
             let now = monotonic_ns();
             if now >= self.next_sweep_ns {
@@ -227,7 +241,9 @@ impl Shard {
         let sleeping = timeout != Some(Duration::ZERO);
         let consumer = &self.input.consumer;
         let answers = &self.requests.answers;
-        let pending = || !consumer.is_empty() || answers.iter().any(|a| !a.is_empty());
+        let hosted = &self.input.hosted;
+        let pending =
+            || !consumer.is_empty() || answers.iter().any(|a| !a.is_empty()) || hosted.has_work();
         if sleeping && !self.input.doorbell.prepare_sleep(pending) {
             timeout = Some(Duration::ZERO);
         }
@@ -262,6 +278,12 @@ impl Shard {
             let (token, readable, writable) = self.ready[n];
             if token == WAKER.0 {
                 self.on_wake();
+                continue;
+            }
+            if token >= HOSTED_TOKEN_BASE {
+                self.input
+                    .hosted
+                    .on_event(token - HOSTED_TOKEN_BASE, readable, writable);
                 continue;
             }
             let i = token - 1;

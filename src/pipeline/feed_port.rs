@@ -99,6 +99,25 @@ impl FeedPort {
         }
     }
 
+    /// The doorbell this port rings (the engine's, or with `--threading
+    /// shared` the host's).
+    pub fn doorbell(&self) -> Arc<Doorbell> {
+        self.doorbell.clone()
+    }
+
+    /// Free slots in the ring now.
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.producer.slots()
+    }
+
+    /// Never wait for room: a producer on the engine's own thread
+    /// (`--threading shared`) would wait for itself. Such a producer checks
+    /// [`FeedPort::room`] before it takes input instead.
+    pub fn never_wait(&mut self) {
+        self.full_wait_ns = 0;
+    }
+
     /// Call after a batch: wakes the engine if it sleeps.
     #[inline]
     pub fn notify(&mut self) {

@@ -16,6 +16,7 @@
 pub mod affinity;
 pub mod counter;
 pub mod feed_port;
+pub mod hosted;
 pub mod sink;
 pub mod wait;
 
@@ -27,6 +28,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 pub use affinity::{CpuMap, Stage};
 pub use feed_port::{FeedPort, FeedStats};
+pub use hosted::{HostedTask, HostedTasks, Threading};
 pub use wait::{Doorbell, WaitStrategy, Waiter};
 
 use crate::clock::monotonic_ns;
@@ -46,6 +48,8 @@ pub const SHARD_RING_DEFAULT: usize = 65_536;
 pub const FEED_BATCH: usize = 256;
 /// Default time a feed waits for room in a full ring before dropping.
 pub const FEED_FULL_WAIT_US_DEFAULT: u64 = 1_000;
+/// How long a stop waits for a hosted engine to drain and finish.
+const HOSTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long start-up waits for every stage to report in.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -61,6 +65,8 @@ pub struct PipelineConfig {
     pub feed_full_wait_us: u64,
     /// Ticks of history kept per symbol.
     pub history_depth: usize,
+    /// Dedicated threads per stage, or the engine hosted by shard 0.
+    pub threading: Threading,
 }
 
 impl Default for PipelineConfig {
@@ -74,6 +80,7 @@ impl Default for PipelineConfig {
             cpus: CpuMap::default(),
             feed_full_wait_us: FEED_FULL_WAIT_US_DEFAULT,
             history_depth: crate::engine::history::HISTORY_DEPTH_DEFAULT,
+            threading: Threading::Dedicated,
         }
     }
 }
@@ -115,6 +122,24 @@ impl PipelineConfig {
                 reason: format!("{}: must be 1..=64", self.shards),
             });
         }
+        if self.threading == Threading::Shared && self.feed_ring < hosted::SHARED_FEED_RING_MIN {
+            return Err(PipelineError::Invalid {
+                flag: "--feed-ring",
+                reason: format!(
+                    "{}: at least {} with --threading shared",
+                    self.feed_ring,
+                    hosted::SHARED_FEED_RING_MIN
+                ),
+            });
+        }
+        if self.threading == Threading::Shared && self.cpus.core_for(Stage::Engine).is_some() {
+            return Err(PipelineError::Invalid {
+                flag: "--cpus",
+                reason: "with --threading shared the engine runs on shard 0's thread: \
+                         pin shard0 instead of engine"
+                    .into(),
+            });
+        }
         self.cpus
             .validate()
             .map_err(|reason| PipelineError::Invalid {
@@ -144,6 +169,9 @@ pub struct ShardInput {
     pub index: usize,
     pub consumer: rtrb::Consumer<Price>,
     pub doorbell: Arc<Doorbell>,
+    /// Stages this shard's thread runs besides its own (`--threading
+    /// shared`: the engine, and the ingest listener, on shard 0).
+    pub hosted: HostedTasks,
 }
 
 /// Shared read-only views of the running pipeline.
@@ -169,6 +197,8 @@ struct StageThread {
 pub struct Pipeline {
     feeds: Vec<StageThread>,
     engine: Option<StageThread>,
+    /// The engine hosted by shard 0 (`--threading shared`).
+    hosted_engine: Option<hosted::EngineDone>,
     pub handles: PipelineHandles,
 }
 
@@ -184,8 +214,10 @@ pub struct PipelineParts {
 pub use crate::capture::RecorderTap;
 
 impl Pipeline {
-    /// Starts one feed thread per source and the engine thread; creates
-    /// `external_ports` extra input rings for producers the caller runs.
+    /// Starts one feed thread per source and the engine thread (with
+    /// `--threading shared`, hands the engine to shard 0's input as a
+    /// hosted task instead); creates `external_ports` extra input rings
+    /// for producers the caller runs.
     pub fn start(
         cfg: &PipelineConfig,
         config: &Config,
@@ -195,7 +227,31 @@ impl Pipeline {
     ) -> Result<PipelineParts, PipelineError> {
         cfg.validate()?;
         let table = &config.table;
-        let engine_doorbell = Doorbell::new();
+        let shared = cfg.threading == Threading::Shared;
+        let mut publishers = Vec::new();
+        let mut shards = Vec::new();
+        for index in 0..cfg.shards {
+            let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
+            let doorbell = Doorbell::new();
+            publishers.push(ShardPublisher::new(
+                producer,
+                table.len(),
+                table.tiers().len(),
+                doorbell.clone(),
+            ));
+            shards.push(ShardInput {
+                index,
+                consumer,
+                doorbell,
+                hosted: HostedTasks::default(),
+            });
+        }
+        // Shared: feeds wake the engine by waking the thread that hosts it.
+        let engine_doorbell = if shared {
+            shards[0].doorbell.clone()
+        } else {
+            Doorbell::new()
+        };
         let (events_tx, events_rx) = crossbeam_channel::bounded(64);
         let mut inputs = Vec::new();
         let mut feed_stats = Vec::new();
@@ -216,23 +272,6 @@ impl Pipeline {
 
         let health = ProviderHealth::new(table.providers().len());
         let engine_stats = Arc::new(EngineStats::default());
-        let mut publishers = Vec::new();
-        let mut shards = Vec::new();
-        for index in 0..cfg.shards {
-            let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
-            let doorbell = Doorbell::new();
-            publishers.push(ShardPublisher::new(
-                producer,
-                table.len(),
-                table.tiers().len(),
-                doorbell.clone(),
-            ));
-            shards.push(ShardInput {
-                index,
-                consumer,
-                doorbell,
-            });
-        }
         let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
         let agg = Aggregator::new(table, &config.engine, health.clone(), engine_stats.clone());
         let price_table = Arc::new(PriceTable::with_markups(
@@ -250,14 +289,22 @@ impl Pipeline {
         stage.tap = recorder;
         let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
         stage.history = Some(history.clone());
-        let engine = spawn_engine(stage, cfg, engine_doorbell.clone(), events_tx.clone());
+        let (engine, hosted_engine) = if shared {
+            let (task, done) = hosted::HostedEngine::new(stage);
+            shards[0].hosted.push(Box::new(task));
+            (None, Some(done))
+        } else {
+            let t = spawn_engine(stage, cfg, engine_doorbell.clone(), events_tx.clone());
+            (Some(t), None)
+        };
         let mut feeds = Vec::new();
         for (i, (name, source, port)) in pending_sources.into_iter().enumerate() {
             feeds.push(spawn_feed(i, name, source, port, cfg, events_tx.clone()));
         }
         let mut pipeline = Pipeline {
             feeds,
-            engine: Some(engine),
+            engine,
+            hosted_engine,
             handles: PipelineHandles {
                 table: price_table,
                 health,
@@ -269,6 +316,7 @@ impl Pipeline {
             },
         };
         if let Err(e) = pipeline.await_started(&events_rx) {
+            drop(shards); // a hosted engine ends with them
             pipeline.stop();
             return Err(e);
         }
@@ -281,7 +329,9 @@ impl Pipeline {
 
     fn await_started(&self, events: &Receiver<StageEvent>) -> Result<(), PipelineError> {
         let mut waiting: Vec<Stage> = self.feeds.iter().map(|f| f.stage).collect();
-        waiting.push(Stage::Engine);
+        if self.engine.is_some() {
+            waiting.push(Stage::Engine);
+        }
         while !waiting.is_empty() {
             match events.recv_timeout(START_TIMEOUT) {
                 Ok(StageEvent::Started { stage, core }) => {
@@ -317,12 +367,19 @@ impl Pipeline {
         if let Some(e) = self.engine.take() {
             join_stage(e);
         }
+        if let Some(done) = self.hosted_engine.take() {
+            // The host (shard 0) keeps turning the engine until its inputs
+            // are drained; it is still running at this point of a stop.
+            if !done.wait(HOSTED_STOP_TIMEOUT) {
+                tracing::error!("the hosted engine did not finish within {HOSTED_STOP_TIMEOUT:?}");
+            }
+        }
     }
 }
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        if self.engine.is_some() || !self.feeds.is_empty() {
+        if self.engine.is_some() || self.hosted_engine.is_some() || !self.feeds.is_empty() {
             self.stop();
         }
     }

@@ -127,20 +127,27 @@ impl ShardSink {
         }
     }
 
-    /// Runs until the engine abandons the ring and it is drained.
+    /// Runs until the engine abandons the ring and it is drained. Turns
+    /// the hosted stages (`--threading shared`: the engine) first in each
+    /// loop turn; they ring this sink's doorbell to wake it.
     pub fn run(&mut self, wait: WaitStrategy) {
         self.input.doorbell.bind_current_thread();
         let mut waiter = Waiter::new(wait, self.input.doorbell.clone());
         loop {
-            if self.drain() > 0 {
+            let hosted = self.input.hosted.turn(monotonic_ns());
+            if hosted + self.drain() > 0 {
                 waiter.reset();
                 continue;
             }
-            if self.input.consumer.is_abandoned() && self.input.consumer.is_empty() {
+            if self.input.consumer.is_abandoned()
+                && self.input.consumer.is_empty()
+                && self.input.hosted.is_empty()
+            {
                 break;
             }
             let consumer = &self.input.consumer;
-            waiter.idle(|| !consumer.is_empty());
+            let hosted = &self.input.hosted;
+            waiter.idle(|| !consumer.is_empty() || hosted.has_work());
         }
     }
 

@@ -24,6 +24,11 @@ pub enum WaitStrategy {
     /// Spin, yield, then park with a bounded backoff; the producer's
     /// doorbell wakes it. The default: behaves on a 2-core machine.
     SpinPark,
+    /// Park at once (the doorbell or, for poll-based stages, the socket
+    /// wakes it): no CPU while idle, a kernel wake-up per idle period.
+    /// What single-threaded servers do; pairs with `--threading shared`,
+    /// where no hand-off inside the process needs a spinning consumer.
+    Park,
 }
 
 /// Idle turns spent spinning before yielding.
@@ -150,6 +155,7 @@ impl Waiter {
             WaitStrategy::Spin => std::hint::spin_loop(),
             WaitStrategy::SpinYield => self.spin_then_yield(),
             WaitStrategy::SpinPark => self.spin_yield_park(has_work),
+            WaitStrategy::Park => self.park(has_work),
         }
     }
 
@@ -166,6 +172,10 @@ impl Waiter {
             self.spin_then_yield();
             return;
         }
+        self.park(has_work);
+    }
+
+    fn park(&mut self, has_work: impl Fn() -> bool) {
         if self.doorbell.prepare_sleep(has_work) {
             std::thread::park_timeout(Duration::from_micros(self.park_us));
             self.doorbell.woke();
@@ -181,6 +191,7 @@ impl Waiter {
         let parked = match self.strategy {
             WaitStrategy::Spin | WaitStrategy::SpinYield => false,
             WaitStrategy::SpinPark => self.idle_turns >= SPIN_TURNS + YIELD_TURNS,
+            WaitStrategy::Park => true,
         };
         if !parked {
             return Some(Duration::ZERO);
@@ -203,6 +214,11 @@ mod tests {
 
     #[test]
     fn parked_consumer_is_woken_by_the_doorbell() {
+        parked_consumer_sees_every_value(WaitStrategy::SpinPark);
+        parked_consumer_sees_every_value(WaitStrategy::Park);
+    }
+
+    fn parked_consumer_sees_every_value(strategy: WaitStrategy) {
         // A consumer parks on an empty "ring" (an atomic counter); the
         // producer bumps it and rings. The consumer must observe every
         // value; the bounded park timeout guarantees progress regardless.
@@ -211,7 +227,7 @@ mod tests {
         let (b2, v2) = (bell.clone(), value.clone());
         let consumer = std::thread::spawn(move || {
             b2.bind_current_thread();
-            let mut w = Waiter::new(WaitStrategy::SpinPark, b2.clone());
+            let mut w = Waiter::new(strategy, b2.clone());
             let mut seen = 0;
             let deadline = Instant::now() + Duration::from_secs(10);
             while seen < 1_000 && Instant::now() < deadline {
@@ -258,5 +274,11 @@ mod tests {
         for _ in 0..1_000 {
             assert_eq!(spin.poll_timeout(), Some(Duration::ZERO));
         }
+        // Park sleeps from the first idle turn.
+        let mut park = Waiter::new(WaitStrategy::Park, Doorbell::new());
+        assert_eq!(
+            park.poll_timeout(),
+            Some(Duration::from_micros(PARK_MIN_US))
+        );
     }
 }

@@ -1,0 +1,298 @@
+//! Stages run by another stage's thread: `--threading shared`.
+//!
+//! With `--threading dedicated` (the default) every stage has a thread of
+//! its own, and every hand-off between stages is a ring push plus, when the
+//! consumer sleeps, a wake-up: a futex or eventfd write, a context switch
+//! and the scheduler's say on when the next stage runs. On a machine with
+//! fewer cores than stages those wake-ups are most of a tick's latency (the
+//! peer benchmark in BENCHMARKS-PEERS.md measured them).
+//!
+//! With `--threading shared` the engine, and with a subscriber gateway the
+//! provider ingest listener, run as tasks inside shard 0's loop: the same
+//! rings, the same code and the same bounds, one thread. A provider quote
+//! then goes from the bridge's socket to the subscribers' sockets in one
+//! loop turn of one thread, with one kernel wake-up (the socket's). This is
+//! the composite-agent idea of Aeron's media driver in its SHARED threading
+//! mode: stages stay separate objects joined by queues; only the thread
+//! that turns them is shared.
+//!
+//! A host registers each task's sockets in its own poller (one
+//! `epoll_wait` serves every stage of the thread), routes their events to
+//! the task, turns each task once per loop turn, asks
+//! [`HostedTask::has_work`] before it sleeps, and drops a task once it
+//! reports [`HostedTask::finished`].
+
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::clock::monotonic_ns;
+use crate::engine::EngineStage;
+
+/// Smallest feed ring with `--threading shared`: a hosted ingest listener
+/// reads only while the ring can take a whole inbound buffer of quotes
+/// (about 1,500), so the ring must hold more than that.
+pub const SHARED_FEED_RING_MIN: usize = 4096;
+
+/// How stages are mapped onto threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Threading {
+    /// One thread per stage (feeds, ingest, engine, each shard).
+    #[default]
+    Dedicated,
+    /// Engine and provider ingest run inside shard 0's thread.
+    Shared,
+}
+
+/// Tokens each task may use in its host's poller.
+pub const TASK_TOKENS: usize = 1 << 24;
+
+/// A stage turned by a host thread.
+pub trait HostedTask: Send {
+    /// The stage's name, for logs.
+    fn name(&self) -> &'static str;
+    /// Registers the task's sockets with the host's poller, with tokens
+    /// `token_base + t` for `t < TASK_TOKENS`. Called once, before the
+    /// first turn.
+    fn register(&mut self, _registry: &mio::Registry, _token_base: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// One of the task's sockets is ready (`token` relative to its base).
+    fn on_event(&mut self, _token: usize, _readable: bool, _writable: bool) {}
+    /// One turn of work at `now_ns`. Returns how much was done (0 = idle).
+    fn turn(&mut self, now_ns: u64) -> usize;
+    /// Work is waiting: the host must not sleep.
+    fn has_work(&self) -> bool;
+    /// The task has ended; the host drops it (which releases its rings).
+    fn finished(&self) -> bool;
+}
+
+/// Longest time a finished engine keeps offering parked prices to shards
+/// that do not take them.
+const FLUSH_LIMIT_NS: u64 = 1_000_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineState {
+    Running,
+    Flushing { deadline_ns: u64 },
+    Done,
+}
+
+/// The engine stage as a hosted task. Behaves as the dedicated engine
+/// loop does: turns until every input is abandoned and drained, flushes
+/// parked prices (bounded), then reports finished; dropping it abandons
+/// the shard rings, which ends the shards' sinks.
+pub struct HostedEngine {
+    stage: EngineStage,
+    state: EngineState,
+    /// Dropped with the task: tells [`EngineDone::wait`] the engine ended.
+    _done: Sender<()>,
+}
+
+/// The pipeline's side of a hosted engine: waits for it to end.
+pub struct EngineDone(Receiver<()>);
+
+impl HostedEngine {
+    pub fn new(stage: EngineStage) -> (Self, EngineDone) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        (
+            HostedEngine {
+                stage,
+                state: EngineState::Running,
+                _done: tx,
+            },
+            EngineDone(rx),
+        )
+    }
+}
+
+impl EngineDone {
+    /// Waits (bounded) until the host dropped the engine. True if it did.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        matches!(
+            self.0.recv_timeout(timeout),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) | Ok(())
+        )
+    }
+}
+
+impl HostedTask for HostedEngine {
+    fn name(&self) -> &'static str {
+        "engine"
+    }
+
+    #[inline]
+    fn turn(&mut self, now_ns: u64) -> usize {
+        match self.state {
+            EngineState::Running => {
+                // Time-gated, as in the dedicated loop: a silent provider's
+                // symbols go stale even while ticks keep every turn busy.
+                self.stage.maybe_sweep(now_ns);
+                let n = self.stage.turn(now_ns);
+                if n == 0 && self.stage.inputs_done() {
+                    self.state = EngineState::Flushing {
+                        deadline_ns: monotonic_ns() + FLUSH_LIMIT_NS,
+                    };
+                }
+                n
+            }
+            EngineState::Flushing { deadline_ns } => {
+                let n = self.stage.turn(now_ns);
+                if self.stage.parked() == 0 || now_ns >= deadline_ns {
+                    self.state = EngineState::Done;
+                }
+                n
+            }
+            EngineState::Done => 0,
+        }
+    }
+
+    fn has_work(&self) -> bool {
+        match self.state {
+            EngineState::Running => self.stage.has_input() || self.stage.inputs_done(),
+            EngineState::Flushing { .. } => true,
+            EngineState::Done => false,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.state == EngineState::Done
+    }
+}
+
+/// The tasks one host turns. A task keeps its index for life (finished
+/// ones leave an empty slot), so its poller tokens stay its own.
+#[derive(Default)]
+pub struct HostedTasks {
+    tasks: Vec<Option<Box<dyn HostedTask>>>,
+}
+
+impl HostedTasks {
+    pub fn push(&mut self, task: Box<dyn HostedTask>) {
+        self.tasks.push(Some(task));
+    }
+
+    /// True when no task is left (none given, or all finished).
+    pub fn is_empty(&self) -> bool {
+        self.tasks.iter().all(Option::is_none)
+    }
+
+    /// Registers every task's sockets with the host's poller: task `k`
+    /// gets tokens `token_base + k * TASK_TOKENS ..`.
+    pub fn register(&mut self, registry: &mio::Registry, token_base: usize) -> std::io::Result<()> {
+        for (k, t) in self.tasks.iter_mut().enumerate() {
+            if let Some(t) = t {
+                t.register(registry, token_base + k * TASK_TOKENS)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Routes a poller event (token relative to the host's base) to its
+    /// task.
+    #[inline]
+    pub fn on_event(&mut self, token: usize, readable: bool, writable: bool) {
+        if let Some(Some(t)) = self.tasks.get_mut(token / TASK_TOKENS) {
+            t.on_event(token % TASK_TOKENS, readable, writable);
+        }
+    }
+
+    /// Any task has work waiting (the host must not sleep).
+    pub fn has_work(&self) -> bool {
+        self.tasks.iter().flatten().any(|t| t.has_work())
+    }
+
+    /// Turns every task once and drops the finished ones. Returns the work
+    /// done.
+    #[inline]
+    pub fn turn(&mut self, now_ns: u64) -> usize {
+        let mut work = 0;
+        let mut finished = false;
+        for t in self.tasks.iter_mut().flatten() {
+            work += t.turn(now_ns);
+            finished |= t.finished();
+        }
+        if finished {
+            for slot in &mut self.tasks {
+                if slot.as_ref().is_some_and(|t| t.finished()) {
+                    let t = slot.take().expect("checked");
+                    tracing::info!(task = t.name(), "hosted stage finished");
+                }
+            }
+        }
+        work
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct Counter {
+        left: usize,
+        events: Arc<AtomicUsize>,
+    }
+
+    impl HostedTask for Counter {
+        fn name(&self) -> &'static str {
+            "counter"
+        }
+        fn on_event(&mut self, token: usize, _r: bool, _w: bool) {
+            self.events.fetch_add(token + 1, Ordering::Relaxed);
+        }
+        fn turn(&mut self, _now: u64) -> usize {
+            if self.left == 0 {
+                return 0;
+            }
+            self.left -= 1;
+            1
+        }
+        fn has_work(&self) -> bool {
+            self.left > 0
+        }
+        fn finished(&self) -> bool {
+            self.left == 0
+        }
+    }
+
+    #[test]
+    fn events_reach_their_task_and_finished_tasks_are_dropped() {
+        let mut tasks = HostedTasks::default();
+        let events = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+        for (left, e) in [1, 3].into_iter().zip(&events) {
+            tasks.push(Box::new(Counter {
+                left,
+                events: e.clone(),
+            }));
+        }
+        tasks.on_event(TASK_TOKENS + 4, true, false);
+        assert_eq!(events[0].load(Ordering::Relaxed), 0);
+        assert_eq!(events[1].load(Ordering::Relaxed), 5, "task 1, token 4");
+        assert_eq!(tasks.turn(0), 2);
+        assert!(
+            tasks.tasks[0].is_none(),
+            "the first task finished and was dropped"
+        );
+        tasks.on_event(3, true, false); // the dropped task's token: ignored
+        assert_eq!(events[0].load(Ordering::Relaxed), 0);
+        assert!(tasks.has_work());
+        assert_eq!(tasks.turn(0), 1);
+        assert!(!tasks.is_empty());
+        assert_eq!(tasks.turn(0), 1);
+        assert!(tasks.is_empty());
+        assert!(!tasks.has_work());
+        assert_eq!(tasks.turn(0), 0);
+    }
+
+    #[test]
+    fn engine_done_reports_a_dropped_engine() {
+        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+        let done = EngineDone(rx);
+        assert!(!done.wait(Duration::from_millis(1)), "still running");
+        drop(tx);
+        assert!(done.wait(Duration::from_millis(1)));
+    }
+}

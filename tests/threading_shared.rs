@@ -1,0 +1,251 @@
+//! `--threading shared`: the engine and the provider ingest listener run
+//! inside gateway shard 0's thread. Real loopback TCP: bridges push quotes,
+//! subscribers on both shards see every price in sequence, no engine or
+//! ingest thread exists, and an orderly stop drains and ends the hosted
+//! stages. Only shared-threading services run in this file (the thread
+//! check looks at the whole test process).
+
+#[path = "util/server.rs"]
+mod server;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pricewire::client::{Client, ClientConfig, Event};
+use pricewire::config::Config;
+use pricewire::feed::bridge::Bridge;
+use pricewire::feed::ingest::IngestConfig;
+use pricewire::feed::synthetic::SyntheticConfig;
+use pricewire::gateway::GatewayConfig;
+use pricewire::model::Tick;
+use pricewire::pipeline::{CpuMap, PipelineConfig, Threading, WaitStrategy};
+use pricewire::service::{Service, ServiceConfig};
+
+const CONFIG: &str = r#"
+[[providers]]
+name = "bridge-a"
+kind = "ingest"
+token = "secret-a"
+"#;
+
+const RAW_TIER: u8 = 0;
+const QUOTES: i64 = 500;
+
+fn shared_pipeline(shards: usize) -> PipelineConfig {
+    PipelineConfig {
+        shards,
+        threading: Threading::Shared,
+        ..PipelineConfig::default()
+    }
+}
+
+fn start(shards: usize) -> Service {
+    let config = Arc::new(Config::parse(CONFIG, 0).unwrap());
+    let mut cfg = ServiceConfig::new(config);
+    cfg.synthetic = None;
+    cfg.pipeline = shared_pipeline(shards);
+    cfg.gateway = Some(GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..GatewayConfig::default()
+    });
+    cfg.ingest = Some(IngestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        default_token: "unused".into(),
+        wait: WaitStrategy::SpinPark,
+    });
+    Service::start(cfg).unwrap()
+}
+
+fn quote(symbol: u16, bid: i64) -> Tick {
+    Tick {
+        symbol,
+        bid,
+        ask: bid + 8,
+        bid_size: 1_000_000,
+        ask_size: 1_000_000,
+        provider_time_ns: 1_700_000_000_000_000_000,
+        ..Tick::EMPTY
+    }
+}
+
+/// Names of this process's threads.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// Runs `f` on a thread and waits for it at most `limit`.
+fn bounded(limit: Duration, f: impl FnOnce() + Send + 'static) -> bool {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(limit).is_ok()
+}
+
+/// Collects raw-tier bids of `sym` until `last` arrives (bounded), checking
+/// that sequence numbers never skip.
+fn bids_until(c: &mut Client, sym: u16, last: i64) -> Vec<i64> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut bids = Vec::new();
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        match c.next_event(Duration::from_millis(50)) {
+            Ok(Some(Event::Price(p))) if p.body.symbol_id == sym => {
+                if seq != 0 {
+                    assert_eq!(p.body.seq, seq + 1, "sequence skipped");
+                }
+                seq = p.body.seq;
+                bids.push(p.body.bid);
+                if p.body.bid == last {
+                    return bids;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("subscriber: {e}"),
+        }
+    }
+    panic!("last price {last} not seen; got {} prices", bids.len());
+}
+
+#[test]
+fn ingest_and_engine_run_on_shard_zero_and_every_price_reaches_both_shards() {
+    let svc = start(2);
+    let names = thread_names();
+    assert!(names.iter().any(|n| n == "pw-shard0"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "pw-engine" || n == "pw-ingest"),
+        "engine and ingest must be hosted by shard 0: {names:?}"
+    );
+    let gw = svc.gateway.as_ref().unwrap().local_addr;
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let sym = svc.config.table.by_name("EURUSD").unwrap().id;
+    // The acceptor hands connections round-robin: one subscriber per shard.
+    let mut subs: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut c = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
+            c.subscribe_ids(RAW_TIER, &[sym]).unwrap();
+            c
+        })
+        .collect();
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        stats.iter().all(|s| s.connections.get() == 1)
+    }));
+
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 108_000;
+    for k in 0..QUOTES {
+        bridge.send(&[quote(sym, first + k)]).unwrap();
+    }
+    let last = first + QUOTES - 1;
+    for c in &mut subs {
+        let bids = bids_until(c, sym, last);
+        // Conflation may merge updates (flagged); order never changes.
+        assert!(bids.windows(2).all(|w| w[0] < w[1]), "out of order");
+        assert!(bids.len() >= 2);
+    }
+    assert_eq!(svc.pipeline.handles.engine.ticks.get(), QUOTES as u64);
+
+    let ingest_addr = ingest;
+    assert!(
+        bounded(Duration::from_secs(20), move || svc.stop()),
+        "stop did not finish"
+    );
+    assert!(
+        std::net::TcpStream::connect(ingest_addr).is_err(),
+        "the hosted ingest listener is closed after stop"
+    );
+}
+
+#[test]
+fn headless_shared_threading_turns_the_engine_in_the_sink() {
+    let config = Arc::new(Config::builtin(2));
+    let mut cfg = ServiceConfig::new(config);
+    cfg.synthetic = Some(SyntheticConfig {
+        rate_per_s: 50_000,
+        ..SyntheticConfig::default()
+    });
+    cfg.pipeline = shared_pipeline(2);
+    let svc = Service::start(cfg).unwrap();
+    assert!(!thread_names().iter().any(|n| n == "pw-engine"));
+    assert!(server::wait_until(Duration::from_secs(10), || {
+        let t = svc.totals();
+        svc.sink_stats.iter().all(|s| s.prices.get() > 1_000) && t.ticks_in > 1_000
+    }));
+    for s in &svc.sink_stats {
+        assert_eq!(s.unexplained_gaps.get(), 0);
+    }
+    assert!(
+        bounded(Duration::from_secs(20), move || svc.stop()),
+        "stop did not finish"
+    );
+}
+
+#[test]
+fn the_engine_cannot_be_pinned_apart_from_its_host() {
+    let cfg = PipelineConfig {
+        cpus: "engine=0".parse::<CpuMap>().unwrap(),
+        ..shared_pipeline(1)
+    };
+    let err = cfg.validate().unwrap_err().to_string();
+    assert!(err.contains("shard0"), "{err}");
+    let dedicated = PipelineConfig {
+        threading: Threading::Dedicated,
+        ..cfg
+    };
+    assert!(dedicated.validate().is_ok());
+    let small = PipelineConfig {
+        feed_ring: 1024,
+        ..shared_pipeline(1)
+    };
+    let err = small.validate().unwrap_err().to_string();
+    assert!(err.contains("--feed-ring"), "{err}");
+}
+
+#[test]
+fn a_burst_beyond_the_feed_ring_is_held_in_the_socket_not_dropped() {
+    let config = Arc::new(Config::parse(CONFIG, 0).unwrap());
+    let mut cfg = ServiceConfig::new(config);
+    cfg.synthetic = None;
+    cfg.pipeline = PipelineConfig {
+        feed_ring: 4096,
+        ..shared_pipeline(1)
+    };
+    cfg.gateway = Some(GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..GatewayConfig::default()
+    });
+    cfg.ingest = Some(IngestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        default_token: "unused".into(),
+        wait: WaitStrategy::SpinPark,
+    });
+    let svc = Service::start(cfg).unwrap();
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let sym = svc.config.table.by_name("EURUSD").unwrap().id;
+    let burst: Vec<Tick> = (0..60_000).map(|k| quote(sym, 100_000 + k)).collect();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    // 15 rings' worth in one go: the ingest listener must stop reading
+    // while the engine (on the same thread) catches up.
+    bridge.send(&burst).unwrap();
+    let engine = svc.pipeline.handles.engine.clone();
+    assert!(
+        server::wait_until(Duration::from_secs(20), || engine.ticks.get() == 60_000),
+        "engine saw {} of 60000",
+        engine.ticks.get()
+    );
+    let (_, feed) = &svc.pipeline.handles.feeds[0];
+    assert_eq!(feed.dropped.get(), 0, "nothing dropped");
+    assert!(
+        feed.full_waits.get() == 0,
+        "the hosted listener never waits on itself"
+    );
+    let table = svc.pipeline.handles.table.clone();
+    assert_eq!(table.read(sym, RAW_TIER).unwrap().bid, 100_000 + 59_999);
+    assert!(bounded(Duration::from_secs(20), move || svc.stop()));
+}
