@@ -120,7 +120,9 @@ impl Service {
             let host = cfg.pipeline.threading == Threading::Shared && cfg.gateway.is_some();
             let started = if host {
                 ingest::hosted(icfg, table, port).map(|(h, task)| {
-                    shards[0].hosted.push(task);
+                    // Ahead of the engine: quotes read in a turn are
+                    // priced in the same turn.
+                    shards[0].hosted.push_first(task);
                     h
                 })
             } else {
@@ -340,6 +342,10 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             &[("shard", &shard), ("state", "conflating")],
             move || c.conflating_now.get() as f64,
         )?;
+        let e = s.clone();
+        r.register_counter_fn(m::HOSTED_INTERLEAVES, &[("shard", &shard)], move || {
+            e.interleaves.get()
+        })?;
         let d = s.clone();
         r.register_counter_fn(
             m::CONFLATIONS,

@@ -28,8 +28,9 @@ use super::{GatewayStats, ShardControl, ShardStats, Shared};
 use crate::admission::{RetryWindow, TokenBucket};
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{price_flags, Price};
+use crate::pipeline::hosted::Readiness;
 use crate::pipeline::sink::{latency_histogram, HistogramExchange};
-use crate::pipeline::{ShardInput, Waiter};
+use crate::pipeline::{ShardInput, WaitStrategy, Waiter};
 use crate::refdata::Lookup;
 use crate::requests::service::{
     RequestKind, RequestMsg, RequestPort, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX,
@@ -42,6 +43,11 @@ use crate::wire::{
 use hdrhistogram::Histogram;
 
 const WAKER: Token = Token(0);
+/// With hosted stages, their [`crate::pipeline::HostedTask::between`] runs
+/// after every this many connection writes or events in one loop turn, so
+/// a turn that writes to thousands of sessions (a reconnect herd) does not
+/// hold quotes and the other shards' prices for its whole length.
+const INTERLEAVE_EVERY: usize = 32;
 /// Tokens of hosted stages' sockets start here (see
 /// [`crate::pipeline::hosted::TASK_TOKENS`]). Connection tokens stay below
 /// (1 + at most 2^20 connections).
@@ -133,7 +139,8 @@ struct Shard {
     shared: Arc<Shared>,
     poll: Poll,
     events: Events,
-    ready: Vec<(usize, bool, bool)>,
+    /// (token, readable or closed, writable, peer closed or error).
+    ready: Vec<(usize, bool, bool, bool)>,
     input: ShardInput,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
@@ -218,7 +225,11 @@ impl Shard {
             let now = monotonic_ns();
             let hosted = self.input.hosted.turn(now);
             let got = hosted + self.drain_prices(now) + self.drain_answers();
-            busy = got > 0 || self.input.hosted.has_work();
+            // `park` sleeps in epoll_wait right after a turn with work (it
+            // returns at once if anything is ready); other strategies poll
+            // once more without sleeping first.
+            let spins = self.waiter.strategy() != WaitStrategy::Park;
+            busy = (got > 0 && spins) || self.input.hosted.has_work();
             self.flush_writes(monotonic_ns());
             let now = monotonic_ns();
             if now >= self.next_sweep_ns {
@@ -264,26 +275,36 @@ impl Shard {
         self.ready.clear();
         if res.is_ok() {
             for e in self.events.iter() {
+                let closed = e.is_read_closed() || e.is_error();
                 self.ready.push((
                     e.token().0,
-                    e.is_readable() || e.is_read_closed(),
+                    e.is_readable() || closed,
                     e.is_writable(),
+                    closed,
                 ));
             }
         }
     }
 
     fn handle_events(&mut self) {
+        let hosting = !self.input.hosted.is_empty();
         for n in 0..self.ready.len() {
-            let (token, readable, writable) = self.ready[n];
+            if hosting && n % INTERLEAVE_EVERY == INTERLEAVE_EVERY - 1 {
+                self.input.hosted.between(monotonic_ns());
+                self.stats.interleaves.inc();
+            }
+            let (token, readable, writable, closed) = self.ready[n];
             if token == WAKER.0 {
                 self.on_wake();
                 continue;
             }
             if token >= HOSTED_TOKEN_BASE {
-                self.input
-                    .hosted
-                    .on_event(token - HOSTED_TOKEN_BASE, readable, writable);
+                let r = Readiness {
+                    readable,
+                    writable,
+                    closed,
+                };
+                self.input.hosted.on_event(token - HOSTED_TOKEN_BASE, r);
                 continue;
             }
             let i = token - 1;
@@ -457,11 +478,16 @@ impl Shard {
 
     fn flush_writes(&mut self, now: u64) {
         let mut list = std::mem::take(&mut self.write_list);
-        for &i in &list {
+        let hosting = !self.input.hosted.is_empty();
+        for (k, &i) in list.iter().enumerate() {
             if let Some(c) = self.conns[i as usize].as_mut() {
                 c.in_write_list = false;
             }
             self.write_conn(i as usize, now);
+            if hosting && k % INTERLEAVE_EVERY == INTERLEAVE_EVERY - 1 {
+                self.input.hosted.between(monotonic_ns());
+                self.stats.interleaves.inc();
+            }
         }
         list.clear();
         self.write_list = list;

@@ -60,6 +60,9 @@ pub struct ShardStats {
     pub requests_refused: Counter,
     /// Answers whose connection had closed (or could not take them).
     pub answers_orphaned: Counter,
+    /// Hosted stages run in the middle of a long loop turn
+    /// (`--threading shared`).
+    pub interleaves: Counter,
     pub connections: Gauge,
     /// Connections above the high water mark right now.
     pub conflating_now: Gauge,

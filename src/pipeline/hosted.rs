@@ -45,6 +45,15 @@ pub enum Threading {
     Shared,
 }
 
+/// What the host's poller said about one of a task's sockets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Readiness {
+    pub readable: bool,
+    pub writable: bool,
+    /// The peer closed or the socket has an error: read to the end.
+    pub closed: bool,
+}
+
 /// Tokens each task may use in its host's poller.
 pub const TASK_TOKENS: usize = 1 << 24;
 
@@ -59,9 +68,16 @@ pub trait HostedTask: Send {
         Ok(())
     }
     /// One of the task's sockets is ready (`token` relative to its base).
-    fn on_event(&mut self, _token: usize, _readable: bool, _writable: bool) {}
+    fn on_event(&mut self, _token: usize, _ready: Readiness) {}
     /// One turn of work at `now_ns`. Returns how much was done (0 = idle).
     fn turn(&mut self, now_ns: u64) -> usize;
+    /// Called by the host between chunks of a long loop turn (writes to
+    /// thousands of connections at a market-open herd): do what must not
+    /// wait for the whole turn, such as taking new quotes and pricing them
+    /// for the other shards. Default: a normal turn.
+    fn between(&mut self, now_ns: u64) -> usize {
+        self.turn(now_ns)
+    }
     /// Work is waiting: the host must not sleep.
     fn has_work(&self) -> bool;
     /// The task has ended; the host drops it (which releases its rings).
@@ -169,8 +185,16 @@ pub struct HostedTasks {
 }
 
 impl HostedTasks {
+    /// Adds a task, turned after the ones already there.
     pub fn push(&mut self, task: Box<dyn HostedTask>) {
         self.tasks.push(Some(task));
+    }
+
+    /// Adds a task turned before the others (a producer, such as the
+    /// ingest listener ahead of the engine it feeds). Only before
+    /// [`HostedTasks::register`].
+    pub fn push_first(&mut self, task: Box<dyn HostedTask>) {
+        self.tasks.insert(0, Some(task));
     }
 
     /// True when no task is left (none given, or all finished).
@@ -192,15 +216,25 @@ impl HostedTasks {
     /// Routes a poller event (token relative to the host's base) to its
     /// task.
     #[inline]
-    pub fn on_event(&mut self, token: usize, readable: bool, writable: bool) {
+    pub fn on_event(&mut self, token: usize, ready: Readiness) {
         if let Some(Some(t)) = self.tasks.get_mut(token / TASK_TOKENS) {
-            t.on_event(token % TASK_TOKENS, readable, writable);
+            t.on_event(token % TASK_TOKENS, ready);
         }
     }
 
     /// Any task has work waiting (the host must not sleep).
     pub fn has_work(&self) -> bool {
         self.tasks.iter().flatten().any(|t| t.has_work())
+    }
+
+    /// Runs every task's [`HostedTask::between`]. Returns the work done.
+    #[inline]
+    pub fn between(&mut self, now_ns: u64) -> usize {
+        self.tasks
+            .iter_mut()
+            .flatten()
+            .map(|t| t.between(now_ns))
+            .sum()
     }
 
     /// Turns every task once and drops the finished ones. Returns the work
@@ -240,7 +274,7 @@ mod tests {
         fn name(&self) -> &'static str {
             "counter"
         }
-        fn on_event(&mut self, token: usize, _r: bool, _w: bool) {
+        fn on_event(&mut self, token: usize, _r: Readiness) {
             self.events.fetch_add(token + 1, Ordering::Relaxed);
         }
         fn turn(&mut self, _now: u64) -> usize {
@@ -268,7 +302,7 @@ mod tests {
                 events: e.clone(),
             }));
         }
-        tasks.on_event(TASK_TOKENS + 4, true, false);
+        tasks.on_event(TASK_TOKENS + 4, Readiness::default());
         assert_eq!(events[0].load(Ordering::Relaxed), 0);
         assert_eq!(events[1].load(Ordering::Relaxed), 5, "task 1, token 4");
         assert_eq!(tasks.turn(0), 2);
@@ -276,7 +310,7 @@ mod tests {
             tasks.tasks[0].is_none(),
             "the first task finished and was dropped"
         );
-        tasks.on_event(3, true, false); // the dropped task's token: ignored
+        tasks.on_event(3, Readiness::default()); // the dropped task's token: ignored
         assert_eq!(events[0].load(Ordering::Relaxed), 0);
         assert!(tasks.has_work());
         assert_eq!(tasks.turn(0), 1);

@@ -110,6 +110,7 @@ pub const DROPS: &str = "pricewire_drops_total";
 pub const SHEDS: &str = "pricewire_sheds_total";
 pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
 pub const CONNECTIONS: &str = "pricewire_connections";
+pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
@@ -160,6 +161,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Price updates written to subscriber connections"),
     gauge(CONNECTIONS, &["shard", "state"], "connections", "gateway",
         "Subscriber connections by session state"),
+    counter(HOSTED_INTERLEAVES, &["shard"], "events", "gateway",
+        "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
     counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",
         "Subscriber connections accepted by a gateway shard"),
     counter(ADMISSION_REJECTS, &["stage"], "events", "gateway",
