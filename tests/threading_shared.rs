@@ -26,6 +26,10 @@ const CONFIG: &str = r#"
 name = "bridge-a"
 kind = "ingest"
 token = "secret-a"
+[[providers]]
+name = "bridge-b"
+kind = "ingest"
+token = "secret-b"
 "#;
 
 const RAW_TIER: u8 = 0;
@@ -40,6 +44,11 @@ fn shared_pipeline(shards: usize) -> PipelineConfig {
 }
 
 fn start(shards: usize) -> Service {
+    start_with(shards, WaitStrategy::SpinPark)
+}
+
+/// `park` is the `serve` default with shared threading.
+fn start_with(shards: usize, wait: WaitStrategy) -> Service {
     let config = Arc::new(Config::parse(CONFIG, 0).unwrap());
     let mut cfg = ServiceConfig::new(config);
     cfg.synthetic = None;
@@ -51,6 +60,7 @@ fn start(shards: usize) -> Service {
     // Every subscriber connects from 127.0.0.1: lift the per-IP limits.
     gw.admission.ip_connect_rate_per_s = 10_000;
     gw.admission.ip_connect_burst = 10_000;
+    gw.shard_wait = wait;
     cfg.gateway = Some(gw);
     cfg.ingest = Some(IngestConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -118,7 +128,12 @@ fn bids_until(c: &mut Client, sym: u16, last: i64) -> Vec<i64> {
 
 #[test]
 fn ingest_and_engine_run_on_shard_zero_and_every_price_reaches_both_shards() {
-    let svc = start(2);
+    every_price_reaches_both_shards(WaitStrategy::Park);
+    every_price_reaches_both_shards(WaitStrategy::SpinPark);
+}
+
+fn every_price_reaches_both_shards(wait: WaitStrategy) {
+    let svc = start_with(2, wait);
     let names = thread_names();
     assert!(names.iter().any(|n| n == "pw-shard0"), "{names:?}");
     assert!(
@@ -231,18 +246,31 @@ fn a_burst_beyond_the_feed_ring_is_held_in_the_socket_not_dropped() {
     });
     let svc = Service::start(cfg).unwrap();
     let ingest = svc.ingest.as_ref().unwrap().local_addr;
-    let sym = svc.config.table.by_name("EURUSD").unwrap().id;
-    let burst: Vec<Tick> = (0..60_000).map(|k| quote(sym, 100_000 + k)).collect();
-    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
-    // 15 rings' worth in one go: the ingest listener must stop reading
-    // while the engine (on the same thread) catches up.
-    bridge.send(&burst).unwrap();
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let gbpusd = svc.config.table.by_name("GBPUSD").unwrap().id;
+    // Two bridges, 15 rings' worth between them, at once: the ingest
+    // listener must stop reading while the engine (on the same thread)
+    // catches up, and take both bridges in turn.
+    let senders: Vec<_> = [(0u16, "secret-a", eurusd), (1, "secret-b", gbpusd)]
+        .into_iter()
+        .map(|(provider, token, sym)| {
+            std::thread::spawn(move || {
+                let burst: Vec<Tick> = (0..30_000).map(|k| quote(sym, 100_000 + k)).collect();
+                let mut b =
+                    Bridge::connect(ingest, provider, token, Duration::from_secs(5)).unwrap();
+                b.send(&burst).unwrap();
+                b
+            })
+        })
+        .collect();
+    let bridges: Vec<Bridge> = senders.into_iter().map(|t| t.join().unwrap()).collect();
     let engine = svc.pipeline.handles.engine.clone();
     assert!(
         server::wait_until(Duration::from_secs(20), || engine.ticks.get() == 60_000),
         "engine saw {} of 60000",
         engine.ticks.get()
     );
+    drop(bridges);
     let (_, feed) = &svc.pipeline.handles.feeds[0];
     assert_eq!(feed.dropped.get(), 0, "nothing dropped");
     assert!(
@@ -250,7 +278,9 @@ fn a_burst_beyond_the_feed_ring_is_held_in_the_socket_not_dropped() {
         "the hosted listener never waits on itself"
     );
     let table = svc.pipeline.handles.table.clone();
-    assert_eq!(table.read(sym, RAW_TIER).unwrap().bid, 100_000 + 59_999);
+    for sym in [eurusd, gbpusd] {
+        assert_eq!(table.read(sym, RAW_TIER).unwrap().bid, 100_000 + 29_999);
+    }
     assert!(bounded(Duration::from_secs(20), move || svc.stop()));
 }
 

@@ -287,6 +287,7 @@ fn sweep(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
 #[derive(serde::Serialize)]
 struct HerdRow {
     target: Target,
+    name: String,
     scenario: String,
     rate_per_s: u64,
     steady_subscribers: usize,
@@ -336,6 +337,7 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
     };
     let row = HerdRow {
         target: args.target,
+        name: s.name.clone(),
         scenario: s.scenario.clone(),
         rate_per_s: args.rate,
         steady_subscribers: args.subscribers,

@@ -72,6 +72,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub shards: Option<usize>,
 
+    /// New subscriber sessions go to shard 0 until it holds this many,
+    /// then to the shard with the fewest. Default: 16 with `--threading
+    /// shared` (shard 0 runs the engine: its sessions get prices without a
+    /// cross-thread wake-up), 0 with `dedicated`.
+    #[arg(long, value_name = "N")]
+    pub shard0_fill: Option<u64>,
+
     /// Feed → engine ring capacity in ticks (power of two).
     #[arg(long, default_value_t = FEED_RING_DEFAULT, value_name = "TICKS")]
     pub feed_ring: usize,
@@ -231,6 +238,18 @@ impl ServeArgs {
         })
     }
 
+    /// The gateway's settings, or `None` with `--no-listen`.
+    pub fn gateway_config(&self) -> Result<Option<crate::gateway::GatewayConfig>, String> {
+        let mut g = self.gateway.gateway_config(self.shard_wait(), &self.cpus)?;
+        if let Some(g) = g.as_mut() {
+            g.shard0_fill = self.shard0_fill.unwrap_or(match self.threading {
+                Threading::Shared => SHARD0_FILL_SHARED,
+                Threading::Dedicated => 0,
+            });
+        }
+        Ok(g)
+    }
+
     /// `--shard-wait`, or its default for the threading.
     pub fn shard_wait(&self) -> WaitStrategy {
         self.shard_wait.unwrap_or(match self.threading {
@@ -344,6 +363,11 @@ pub fn run(args: ServeArgs) -> i32 {
     code
 }
 
+/// `--shard0-fill` with shared threading: a shard-0 turn that writes to 16
+/// sessions costs tens of µs; past that, spreading over cores pays more
+/// than the cross-thread wake-up (~7 µs here; docs/design.md).
+const SHARD0_FILL_SHARED: u64 = 16;
+
 /// Everything validated before anything starts.
 struct Plan {
     config: Arc<Config>,
@@ -356,7 +380,7 @@ impl Plan {
         args.pipeline_config()
             .validate()
             .map_err(|e| e.to_string())?;
-        args.gateway.gateway_config(args.shard_wait(), &args.cpus)?;
+        args.gateway_config()?;
         args.request_config()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         Ok(Plan {
@@ -454,7 +478,7 @@ fn start_service(
         pipeline: args.pipeline_config(),
         synthetic,
         sources,
-        gateway: args.gateway.gateway_config(args.shard_wait(), &args.cpus)?,
+        gateway: args.gateway_config()?,
         ingest: args.gateway.ingest_config(args.feed_wait),
         shard_wait: args.shard_wait(),
         recorder,

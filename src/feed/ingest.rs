@@ -11,6 +11,7 @@
 //! frame gets a Reject with its reason; broken framing also closes the
 //! connection; other bridges are unaffected.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,6 +68,10 @@ struct Bridge {
     in_len: usize,
     out: Vec<u8>,
     closing: bool,
+    /// The last read returned data: [`HostedTask::between`] reads this
+    /// bridge again without waiting for the poller (idle bridges cost
+    /// nothing there).
+    active: bool,
 }
 
 /// A running ingest listener.
@@ -182,7 +187,7 @@ fn bind(
         stop: stop.clone(),
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
         hold_when_full: false,
-        held: Vec::with_capacity(BRIDGES_MAX),
+        held: VecDeque::with_capacity(BRIDGES_MAX),
     };
     let handle = IngestHandle {
         local_addr,
@@ -242,11 +247,11 @@ impl HostedTask for HostedIngest {
         if self.finished() {
             return 0;
         }
-        // Read whatever the bridges sent since this turn's poll; an empty
-        // socket costs one EAGAIN read (bridges are few).
+        // Read what streaming bridges sent since this turn's poll; a bridge
+        // found empty costs one EAGAIN read and is left to the poller.
         let mut n = 0;
         for i in 0..self.ingest.bridges.len() {
-            if self.ingest.bridges[i].is_some() {
+            if self.ingest.bridges[i].as_ref().is_some_and(|b| b.active) {
                 self.ingest.on_ready(i, true);
                 n += 1;
             }
@@ -285,7 +290,8 @@ struct Ingest {
     /// dropped.
     hold_when_full: bool,
     /// Bridges with input left unread because the ring was full.
-    held: Vec<usize>,
+    /// First in, first out, so every held bridge gets its turn.
+    held: VecDeque<usize>,
 }
 
 /// Room a read needs: the most quotes one inbound buffer can hold.
@@ -317,7 +323,9 @@ impl Ingest {
     fn resume_held(&mut self) -> usize {
         let mut n = 0;
         while self.port.room() >= READ_ROOM {
-            let Some(i) = self.held.pop() else { break };
+            let Some(i) = self.held.pop_front() else {
+                break;
+            };
             self.on_ready(i, false);
             n += 1;
         }
@@ -368,6 +376,7 @@ impl Ingest {
             in_len: 0,
             out: Vec::with_capacity(OUT_BYTES),
             closing: false,
+            active: false,
         });
     }
 
@@ -384,7 +393,7 @@ impl Ingest {
         loop {
             if self.hold_when_full && self.port.room() < READ_ROOM {
                 if !self.held.contains(&i) {
-                    self.held.push(i);
+                    self.held.push_back(i);
                 }
                 break;
             }
@@ -397,9 +406,13 @@ impl Ingest {
                 Ok(0) => return self.close(i),
                 Ok(n) => {
                     b.in_len += n;
+                    b.active = true;
                     n < asked
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    b.active = false;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return self.close(i),
             };

@@ -1,5 +1,6 @@
 //! The acceptor thread: accepts connections, applies connection-level
-//! admission and hands each admitted socket to a shard, round-robin.
+//! admission and hands each admitted socket to a shard ([`place`]: shard 0
+//! up to `--shard0-fill` sessions, then the shard with the fewest).
 //!
 //! A connection over budget is accepted only to receive an immediate
 //! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
@@ -28,6 +29,26 @@ const WAKER: Token = Token(1);
 pub struct Handoff {
     pub tx: Sender<(TcpStream, SocketAddr)>,
     pub waker: Arc<Waker>,
+    /// The shard's counters (its open sessions, for placement).
+    pub stats: Arc<super::ShardStats>,
+}
+
+/// Which shard takes a new session, given each shard's sessions (open
+/// plus handed over and not yet taken): shard 0 while it holds fewer than
+/// `shard0_fill`, otherwise the one with the fewest, ties going to the
+/// higher index (away from shard 0, which with shared threading also runs
+/// the engine and the ingest listener).
+pub fn place(loads: &[u64], shard0_fill: u64) -> usize {
+    if loads.len() <= 1 || loads[0] < shard0_fill {
+        return 0;
+    }
+    let mut best = loads.len() - 1;
+    for k in (0..loads.len()).rev() {
+        if loads[k] < loads[best] {
+            best = k;
+        }
+    }
+    best
 }
 
 /// Stops the acceptor thread.
@@ -64,7 +85,7 @@ pub fn spawn(
             let mut a = Acceptor {
                 shared,
                 shards,
-                next: 0,
+                loads: Vec::new(),
                 rng: rand::SeedableRng::from_entropy(),
             };
             a.run(poll, listener, stop_rx);
@@ -82,7 +103,8 @@ pub fn spawn(
 struct Acceptor {
     shared: Arc<Shared>,
     shards: Vec<Handoff>,
-    next: usize,
+    /// Scratch for [`place`] (sized once).
+    loads: Vec<u64>,
     rng: rand::rngs::SmallRng,
 }
 
@@ -140,8 +162,12 @@ impl Acceptor {
             refuse_busy(stream, reject.retry_after_ms, stats);
             return;
         }
-        let shard = &self.shards[self.next % self.shards.len()];
-        self.next = self.next.wrapping_add(1);
+        self.loads.clear();
+        for h in &self.shards {
+            self.loads
+                .push(h.stats.connections.get() + h.tx.len() as u64);
+        }
+        let shard = &self.shards[place(&self.loads, self.shared.cfg.shard0_fill)];
         match shard.tx.try_send((stream, peer)) {
             Ok(()) => {
                 let _ = shard.waker.wake();
@@ -173,5 +199,39 @@ pub fn refuse_busy(mut stream: TcpStream, retry_after_ms: u32, stats: &GatewaySt
     {
         // A fresh socket's send buffer is empty: this write completes.
         let _ = stream.write(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod place_tests {
+    use super::place;
+
+    #[test]
+    fn shard_zero_fills_first_then_the_least_loaded_takes_the_session() {
+        assert_eq!(place(&[0], 16), 0);
+        assert_eq!(place(&[500], 16), 0, "one shard takes everything");
+        assert_eq!(place(&[0, 0], 16), 0);
+        assert_eq!(place(&[15, 0], 16), 0);
+        assert_eq!(place(&[16, 0], 16), 1, "full: spill");
+        assert_eq!(place(&[16, 9, 3], 16), 2);
+        assert_eq!(place(&[16, 16], 16), 1, "ties go away from shard 0");
+        assert_eq!(place(&[16, 17], 16), 0, "shard 0 is least loaded");
+    }
+
+    #[test]
+    fn without_a_fill_sessions_spread_evenly() {
+        let mut loads = [0u64; 3];
+        for _ in 0..300 {
+            let k = place(&loads, 0);
+            loads[k] += 1;
+        }
+        assert_eq!(loads, [100, 100, 100]);
+        // A shard that lost sessions is refilled first.
+        loads[1] -= 40;
+        for _ in 0..40 {
+            let k = place(&loads, 0);
+            assert_eq!(k, 1);
+            loads[k] += 1;
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! (`docs/protocol.md`) to subscriber terminals.
 //!
 //! An acceptor thread applies admission (accept rate, per-IP limits) and
-//! hands accepted sockets round-robin to N shards. Each shard is one mio
+//! hands accepted sockets to N shards (fewest sessions first). Each shard is one mio
 //! event loop on one thread that owns its connections (a fixed-capacity
 //! slab; per-connection buffers allocated at accept), consumes its engine
 //! ring, encodes each price once and copies the bytes into the outbound
@@ -44,6 +44,11 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     pub listen: SocketAddr,
+    /// New sessions go to shard 0 until it holds this many, then to the
+    /// shard with the fewest (see [`acceptor::place`]). With shared
+    /// threading shard 0 runs the engine: its own sessions get prices
+    /// without a cross-thread wake-up.
+    pub shard0_fill: u64,
     pub low_water_bytes: usize,
     pub high_water_bytes: usize,
     pub out_cap_bytes: usize,
@@ -88,6 +93,7 @@ impl Default for GatewayConfig {
             high_water_bytes: outbound::HIGH_WATER_BYTES_DEFAULT,
             out_cap_bytes: outbound::OUT_CAP_BYTES_DEFAULT,
             slow_consumer_ms: 5_000,
+            shard0_fill: 0,
             heartbeat_ms: 1_000,
             heartbeat_min_ms: 100,
             heartbeat_max_ms: 30_000,

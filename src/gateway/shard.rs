@@ -130,6 +130,7 @@ pub fn spawn(
         handoff: Handoff {
             tx: inbox_tx,
             waker,
+            stats: stats.clone(),
         },
         stats,
     })

@@ -1,20 +1,20 @@
 //! Stages run by another stage's thread: `--threading shared`.
 //!
-//! With `--threading dedicated` (the default) every stage has a thread of
-//! its own, and every hand-off between stages is a ring push plus, when the
-//! consumer sleeps, a wake-up: a futex or eventfd write, a context switch
-//! and the scheduler's say on when the next stage runs. On a machine with
-//! fewer cores than stages those wake-ups are most of a tick's latency (the
-//! peer benchmark in BENCHMARKS-PEERS.md measured them).
+//! With `--threading dedicated` every stage has a thread of its own, and
+//! every hand-off between stages is a ring push plus, when the consumer
+//! sleeps, a wake-up: a futex or eventfd write, a context switch and the
+//! scheduler's say on when the next stage runs. On a machine with fewer
+//! cores than stages those wake-ups are most of a tick's latency (the peer
+//! benchmark in BENCHMARKS-PEERS.md measured them).
 //!
-//! With `--threading shared` the engine, and with a subscriber gateway the
-//! provider ingest listener, run as tasks inside shard 0's loop: the same
-//! rings, the same code and the same bounds, one thread. A provider quote
-//! then goes from the bridge's socket to the subscribers' sockets in one
-//! loop turn of one thread, with one kernel wake-up (the socket's). This is
-//! the composite-agent idea of Aeron's media driver in its SHARED threading
-//! mode: stages stay separate objects joined by queues; only the thread
-//! that turns them is shared.
+//! With `--threading shared` (the `serve` default) the engine, and with a
+//! subscriber gateway the provider ingest listener, run as tasks inside
+//! shard 0's loop: the same rings, the same code and the same bounds, one
+//! thread. A provider quote then goes from the bridge's socket to the
+//! subscribers' sockets in one loop turn of one thread, with one kernel
+//! wake-up (the socket's). This is the composite-agent idea of Aeron's
+//! media driver in its SHARED threading mode: stages stay separate objects
+//! joined by queues; only the thread that turns them is shared.
 //!
 //! A host registers each task's sockets in its own poller (one
 //! `epoll_wait` serves every stage of the thread), routes their events to
@@ -164,6 +164,10 @@ impl HostedTask for HostedEngine {
         }
     }
 
+    // Prices parked for a full shard ring are not work here: counting them
+    // would keep shard 0 from sleeping while another shard lags. They are
+    // offered again on shard 0's next turn (at most PARK_MAX_US later),
+    // as the dedicated engine does after its park.
     fn has_work(&self) -> bool {
         match self.state {
             EngineState::Running => self.stage.has_input() || self.stage.inputs_done(),
