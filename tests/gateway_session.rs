@@ -342,3 +342,39 @@ fn requests_are_answered_by_request_id_even_when_pipelined() {
         other => panic!("expected Reject(not_entitled), got {other:?}"),
     }
 }
+
+#[test]
+fn timers_still_run_for_a_session_above_a_closed_slot() {
+    // The shard's timer sweep walks only up to the highest slot in use:
+    // closing the session in slot 0 must not hide the one in slot 1.
+    let server = TestServer::start_with(ServerOpts {
+        gateway: GatewayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            logon_timeout_ms: 300,
+            ..Default::default()
+        },
+        shards: 1,
+        ..Default::default()
+    });
+    let first = Raw::logon(server.addr, "demo", "demo", 0);
+    // Connected, never logs on: only the sweep's logon timeout ends it.
+    let mut silent = Raw::connect(server.addr);
+    assert!(server::wait_until(T, || server.shard_stats()[0]
+        .connections
+        .get()
+        == 2));
+    drop(first);
+    assert!(server::wait_until(T, || server.shard_stats()[0]
+        .connections
+        .get()
+        == 1));
+    let seen = silent
+        .read_to_close(T)
+        .expect("the session above the closed slot was never timed out");
+    assert!(
+        seen.iter()
+            .any(|m| matches!(m, OwnedMessage::Disconnect { .. })),
+        "{seen:?}"
+    );
+    server.stop();
+}

@@ -145,6 +145,9 @@ struct Shard {
     input: ShardInput,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
+    /// One past the highest slot in use: the timer sweep walks
+    /// `conns[..live_end]`, not every slot of the (large) slab.
+    live_end: usize,
     index: SubIndex,
     write_list: Vec<u32>,
     /// Connections with unread input left after their per-turn budget.
@@ -183,11 +186,18 @@ impl Shard {
         let tiers = table.tiers().len();
         let digits = table.instruments().iter().map(|i| i.digits).collect();
         let max_entries = shared.cfg.max_frame_bytes / 18 + 1;
-        let waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
+        let mut waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
+        if input.hosted.is_empty() {
+            // Sockets, the waker and the doorbell wake it; its sweep is
+            // every SWEEP_NS. (A host keeps the short cap: the engine it
+            // runs re-offers prices parked for a full ring on each turn.)
+            waiter.set_park_max(crate::pipeline::wait::IDLE_PARK_MAX_US);
+        }
         Shard {
             index: SubIndex::new(table.len() * tiers),
             conns: (0..cap).map(|_| None).collect(),
             free: (0..cap as u32).rev().collect(),
+            live_end: 0,
             write_list: Vec::with_capacity(cap),
             read_list: Vec::with_capacity(cap),
             ready: Vec::with_capacity(1024),
@@ -366,6 +376,7 @@ impl Shard {
         }
         let cfg = &self.shared.cfg;
         let now = monotonic_ns();
+        self.live_end = self.live_end.max(i + 1);
         self.conns[i] = Some(Conn {
             stream,
             peer,
@@ -1327,6 +1338,9 @@ impl Shard {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.release_ip(conn.peer);
         self.free.push(i as u32);
+        while self.live_end > 0 && self.conns[self.live_end - 1].is_none() {
+            self.live_end -= 1;
+        }
         GatewayStats::sub(&self.shared.stats.open, 1);
         self.stats
             .connections
@@ -1366,7 +1380,7 @@ impl Shard {
 
     fn sweep(&mut self, now: u64) {
         let (mut conflating, mut queued) = (0u64, 0u64);
-        for i in 0..self.conns.len() {
+        for i in 0..self.live_end {
             let Some(conn) = self.conns[i].as_ref() else {
                 continue;
             };

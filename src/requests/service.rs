@@ -30,6 +30,7 @@ use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{PriceTable, TickHistory};
 use crate::pipeline::counter::Counter;
+use crate::pipeline::wait::{IDLE_PARK_MAX_US, PARK_MAX_US};
 use crate::pipeline::{Doorbell, WaitStrategy, Waiter};
 use crate::requests::stats::OverloadStats;
 use crate::wire::{self, HistoryTick, Name16, PriceBody, RejectReason, SymbolInfo, TierInfo};
@@ -312,6 +313,13 @@ impl Dispatcher {
             let inbound = &self.inbound;
             let limit = &self.limit;
             let queued = !self.queue.is_empty();
+            // Queued requests have deadlines and CoDel intervals to keep;
+            // an empty queue has no timer, and every input rings.
+            waiter.set_park_max(if queued {
+                PARK_MAX_US
+            } else {
+                IDLE_PARK_MAX_US
+            });
             waiter.idle(|| {
                 inbound.iter().any(|r| !r.is_empty())
                     || (queued && limit.inflight() < limit.limit())
