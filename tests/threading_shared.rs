@@ -158,7 +158,12 @@ fn every_price_reaches_both_shards(wait: WaitStrategy) {
 
     let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
     let first = 108_000;
-    for k in 0..QUOTES {
+    // Both subscriptions are in place once the first price reached both.
+    bridge.send(&[quote(sym, first)]).unwrap();
+    for c in &mut subs {
+        assert_eq!(bids_until(c, sym, first), vec![first]);
+    }
+    for k in 1..QUOTES {
         bridge.send(&[quote(sym, first + k)]).unwrap();
     }
     let last = first + QUOTES - 1;
@@ -342,5 +347,54 @@ fn a_turn_writing_to_many_sessions_runs_the_hosted_stages_between_writes() {
         stats.interleaves.get() > 0,
         "hosted stages never interleaved"
     );
+    assert!(bounded(Duration::from_secs(20), move || svc.stop()));
+}
+
+#[test]
+fn a_shard_gets_only_the_symbols_its_sessions_subscribe_to() {
+    let svc = start(2);
+    let gw = svc.gateway.as_ref().unwrap().local_addr;
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let gbpusd = svc.config.table.by_name("GBPUSD").unwrap().id;
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    // No sessions: the engine publishes, no shard takes anything.
+    bridge
+        .send(&[quote(eurusd, 1_000), quote(gbpusd, 2_000)])
+        .unwrap();
+    let engine = svc.pipeline.handles.engine.clone();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        engine.published.get() >= 2
+    }));
+    assert!(stats.iter().all(|s| s.prices_in.get() == 0));
+    // One session (on shard 1: ties go away from shard 0) wants EURUSD.
+    let mut c = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
+    c.subscribe_ids(RAW_TIER, &[eurusd]).unwrap();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        stats[1].connections.get() == 1
+    }));
+    // The subscription is in place once its snapshot (the table's price)
+    // arrived.
+    assert_eq!(bids_until(&mut c, eurusd, 1_000), vec![1_000]);
+    for k in 1..=20 {
+        bridge
+            .send(&[quote(eurusd, 1_000 + k), quote(gbpusd, 2_000 + k)])
+            .unwrap();
+    }
+    let bids = bids_until(&mut c, eurusd, 1_020);
+    assert_eq!(
+        bids,
+        (1_001..=1_020).collect::<Vec<i64>>(),
+        "every update, in order"
+    );
+    server::wait_until(Duration::from_secs(2), || stats[1].prices_in.get() == 20);
+    assert_eq!(
+        stats[1].prices_in.get(),
+        20,
+        "only EURUSD reached shard 1: {:?}",
+        stats.iter().map(|s| s.prices_in.get()).collect::<Vec<_>>()
+    );
+    assert_eq!(stats[0].prices_in.get(), 0, "shard 0 has no session");
     assert!(bounded(Duration::from_secs(20), move || svc.stop()));
 }

@@ -7,8 +7,14 @@
 //! `CONFLATED`, counted) and the parked prices are published, oldest key
 //! first, as soon as the ring has room. Prices of one key never overtake
 //! each other: while a key is parked, new prices for it go to the slot.
+//!
+//! A shard receives only the symbols it has subscribers for
+//! ([`SymbolInterest`]), and is woken only after a turn that gave it
+//! something: a shard with no session for a symbol costs the engine
+//! nothing for it, and sleeps through it.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::model::{price_flags, Price};
@@ -31,6 +37,67 @@ pub struct FanoutStats {
     pub ring_occupancy: Gauge,
 }
 
+/// Which symbols a shard has subscribers for: written by the shard on
+/// subscribe and unsubscribe, read by the engine on every publish.
+///
+/// The shard sets a symbol's bit *before* it reads the subscription's
+/// snapshot from the price table; the engine writes the price table
+/// *before* it reads the bit. Both sides put a SeqCst fence between their
+/// store and their load (Dekker's pattern, as in the doorbell), so at least
+/// one sees the other: either the engine sees the bit and pushes the
+/// update, or the shard's snapshot read sees the table write. No first
+/// update after a subscription is lost.
+#[derive(Debug)]
+pub struct SymbolInterest {
+    words: Box<[AtomicU64]>,
+}
+
+impl SymbolInterest {
+    /// No symbol wanted (a gateway shard before its first subscription).
+    pub fn none(symbols: usize) -> Arc<Self> {
+        Arc::new(SymbolInterest {
+            words: (0..symbols.div_ceil(64).max(1))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        })
+    }
+
+    /// Every symbol wanted (sinks, benches).
+    pub fn all(symbols: usize) -> Arc<Self> {
+        let i = Self::none(symbols);
+        i.set_all();
+        i
+    }
+
+    pub fn set_all(&self) {
+        for w in self.words.iter() {
+            w.store(u64::MAX, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Shard side: the symbol gained its first or lost its last subscriber.
+    pub fn set(&self, symbol: u16, on: bool) {
+        let (w, bit) = (symbol as usize / 64, 1u64 << (symbol % 64));
+        if let Some(w) = self.words.get(w) {
+            if on {
+                w.fetch_or(bit, Ordering::SeqCst);
+            } else {
+                w.fetch_and(!bit, Ordering::SeqCst);
+            }
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Engine side (after its SeqCst fence).
+    #[inline]
+    pub fn has(&self, symbol: u16) -> bool {
+        self.words
+            .get(symbol as usize / 64)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (symbol % 64)) != 0)
+    }
+}
+
 /// The engine's producer side of one shard ring.
 pub struct ShardPublisher {
     producer: rtrb::Producer<Price>,
@@ -41,6 +108,9 @@ pub struct ShardPublisher {
     /// it never reallocates.
     order: VecDeque<u32>,
     doorbell: Arc<Doorbell>,
+    interest: Arc<SymbolInterest>,
+    /// Something was pushed or parked since the last [`Self::notify`].
+    touched: bool,
     pub stats: Arc<FanoutStats>,
 }
 
@@ -59,8 +129,16 @@ impl ShardPublisher {
             is_parked: vec![false; keys].into_boxed_slice(),
             order: VecDeque::with_capacity(keys),
             doorbell,
+            interest: SymbolInterest::all(symbols),
+            touched: false,
             stats: Arc::new(FanoutStats::default()),
         }
+    }
+
+    /// Publishes only the symbols `interest` names (default: all).
+    pub fn with_interest(mut self, interest: Arc<SymbolInterest>) -> Self {
+        self.interest = interest;
+        self
     }
 
     #[inline]
@@ -71,6 +149,10 @@ impl ShardPublisher {
     /// Publishes one price: into the ring, or parked (conflating) if full.
     #[inline]
     pub fn publish(&mut self, price: &Price) {
+        if !self.interest.has(price.symbol) {
+            return;
+        }
+        self.touched = true;
         let key = self.key(price);
         debug_assert!(key < self.parked.len());
         if self.is_parked[key] {
@@ -117,19 +199,23 @@ impl ShardPublisher {
             self.is_parked[key] = false;
             self.order.pop_front();
             self.stats.pushed.inc();
+            self.touched = true;
         }
         self.stats.parked.set(self.order.len() as u64);
         self.order.len()
     }
 
-    /// Wakes the shard if it sleeps, and records ring occupancy.
+    /// Records ring occupancy and, if this shard was given anything since
+    /// the last call, wakes it if it sleeps.
     #[inline]
-    pub fn notify(&self) {
+    pub fn notify(&mut self) {
         let cap = self.producer.buffer().capacity();
         self.stats
             .ring_occupancy
             .set((cap - self.producer.slots()) as u64);
-        self.doorbell.ring();
+        if std::mem::take(&mut self.touched) {
+            self.doorbell.ring();
+        }
     }
 
     pub fn parked(&self) -> usize {
@@ -155,6 +241,33 @@ mod tests {
             ask: seq as i64 + 1,
             ..Price::EMPTY
         }
+    }
+
+    #[test]
+    fn only_wanted_symbols_are_published_and_only_a_touched_shard_is_woken() {
+        let (producer, mut consumer) = rtrb::RingBuffer::new(16);
+        let interest = SymbolInterest::none(100);
+        let bell = Doorbell::new();
+        let mut publisher =
+            ShardPublisher::new(producer, 100, 1, bell.clone()).with_interest(interest.clone());
+        publisher.publish(&price(70, 0, 1));
+        publisher.notify();
+        assert!(consumer.is_empty(), "nobody wants symbol 70 yet");
+        assert!(!publisher.touched, "nothing given: no wake-up");
+        interest.set(70, true);
+        assert!(interest.has(70) && !interest.has(6) && !interest.has(71));
+        publisher.publish(&price(70, 0, 2));
+        publisher.publish(&price(6, 0, 2));
+        assert_eq!(consumer.pop().unwrap().seq, 2);
+        assert!(consumer.is_empty(), "symbol 6 is still unwanted");
+        assert!(publisher.touched);
+        publisher.notify();
+        assert!(!publisher.touched);
+        interest.set(70, false);
+        publisher.publish(&price(70, 0, 3));
+        assert!(consumer.is_empty());
+        let all = SymbolInterest::all(100);
+        assert!((0..100).all(|s| all.has(s)));
     }
 
     #[test]

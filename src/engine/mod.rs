@@ -15,7 +15,7 @@ pub mod stats;
 use std::sync::Arc;
 
 pub use aggregator::{Aggregator, ProviderHealth, TickOutcome};
-pub use fanout::{FanoutStats, ShardPublisher};
+pub use fanout::{FanoutStats, ShardPublisher, SymbolInterest};
 pub use history::TickHistory;
 pub use price_table::PriceTable;
 pub use stats::EngineStats;
@@ -90,6 +90,8 @@ impl EngineStage {
             return;
         };
         self.table.write(first);
+        // Pairs with the fence in `SymbolInterest::set` (see there).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         for shard in &mut self.shards {
             shard.publish(first);
         }
@@ -119,8 +121,8 @@ impl EngineStage {
         total
     }
 
-    fn notify(&self) {
-        for shard in &self.shards {
+    fn notify(&mut self) {
+        for shard in &mut self.shards {
             shard.notify();
         }
     }

@@ -145,6 +145,9 @@ struct Shard {
     input: ShardInput,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
+    /// Subscriptions per symbol (all tiers): the first and the last one
+    /// switch the symbol in `input.interest`.
+    sym_subs: Box<[u32]>,
     /// One past the highest slot in use: the timer sweep walks
     /// `conns[..live_end]`, not every slot of the (large) slab.
     live_end: usize,
@@ -198,6 +201,7 @@ impl Shard {
             conns: (0..cap).map(|_| None).collect(),
             free: (0..cap as u32).rev().collect(),
             live_end: 0,
+            sym_subs: vec![0; table.len()].into_boxed_slice(),
             write_list: Vec::with_capacity(cap),
             read_list: Vec::with_capacity(cap),
             ready: Vec::with_capacity(1024),
@@ -969,6 +973,12 @@ impl Shard {
             last_seq: 0,
             dirty: false,
         });
+        // Before the snapshot is read (send_snapshots): see SymbolInterest.
+        let symbol = key / self.tiers;
+        self.sym_subs[symbol] += 1;
+        if self.sym_subs[symbol] == 1 {
+            self.input.interest.set(symbol as u16, true);
+        }
         self.new_keys.push(key as u32);
         SubscribeStatus::OK
     }
@@ -1008,6 +1018,11 @@ impl Shard {
             if let Some(other) = self.conns[moved.conn as usize].as_mut() {
                 other.subs[moved.slot as usize].pos = sub.pos;
             }
+        }
+        let symbol = sub.key as usize / self.tiers;
+        self.sym_subs[symbol] -= 1;
+        if self.sym_subs[symbol] == 0 {
+            self.input.interest.set(symbol as u16, false);
         }
     }
 

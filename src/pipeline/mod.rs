@@ -35,7 +35,7 @@ use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{
     Aggregator, EngineStage, EngineStats, FanoutStats, PriceTable, ProviderHealth, ShardPublisher,
-    TickHistory,
+    SymbolInterest, TickHistory,
 };
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::{Price, Tick};
@@ -169,6 +169,8 @@ pub struct ShardInput {
     pub index: usize,
     pub consumer: rtrb::Consumer<Price>,
     pub doorbell: Arc<Doorbell>,
+    /// The symbols this shard wants from the engine; the shard keeps it.
+    pub interest: Arc<SymbolInterest>,
     /// Stages this shard's thread runs besides its own (`--threading
     /// shared`: the engine, and the ingest listener, on shard 0).
     pub hosted: HostedTasks,
@@ -233,16 +235,17 @@ impl Pipeline {
         for index in 0..cfg.shards {
             let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
             let doorbell = Doorbell::new();
-            publishers.push(ShardPublisher::new(
-                producer,
-                table.len(),
-                table.tiers().len(),
-                doorbell.clone(),
-            ));
+            // Nothing until the shard's first subscription (sinks: all).
+            let interest = SymbolInterest::none(table.len());
+            publishers.push(
+                ShardPublisher::new(producer, table.len(), table.tiers().len(), doorbell.clone())
+                    .with_interest(interest.clone()),
+            );
             shards.push(ShardInput {
                 index,
                 consumer,
                 doorbell,
+                interest,
                 hosted: HostedTasks::default(),
             });
         }

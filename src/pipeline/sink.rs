@@ -72,6 +72,8 @@ pub struct ShardSink {
 
 impl ShardSink {
     pub fn new(input: ShardInput, symbols: usize, tiers: usize) -> Self {
+        // A sink measures everything the engine publishes.
+        input.interest.set_all();
         ShardSink {
             input,
             tiers,
