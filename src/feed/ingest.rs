@@ -19,13 +19,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{InstrumentTable, ProviderKind, Tick};
-use crate::pipeline::hosted::Readiness;
+use crate::pipeline::hosted::{drop_signal, DropSignal, Dropped, Readiness, HOSTED_STOP_TIMEOUT};
 use crate::pipeline::{Doorbell, FeedPort, HostedTask, WaitStrategy};
 use crate::wire::{self, LogonAccepted, LogonRejectReason, LogonRejected, Message, Name16};
 
@@ -85,11 +84,8 @@ pub struct IngestHandle {
     host_bell: Option<Arc<Doorbell>>,
     thread: Option<JoinHandle<()>>,
     /// Hosted by a shard: disconnected once the host dropped the listener.
-    hosted_done: Option<Receiver<()>>,
+    hosted_done: Option<Dropped>,
 }
-
-/// How long a stop waits for a hosting shard to drop the listener.
-const HOSTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl IngestHandle {
     /// Stops accepting and closes every bridge; the feed port is dropped,
@@ -108,7 +104,7 @@ impl IngestHandle {
             let _ = t.join();
         }
         if let Some(done) = self.hosted_done.take() {
-            if let Err(RecvTimeoutError::Timeout) = done.recv_timeout(HOSTED_STOP_TIMEOUT) {
+            if !done.wait(HOSTED_STOP_TIMEOUT) {
                 tracing::error!(
                     "the hosted ingest listener did not stop within {HOSTED_STOP_TIMEOUT:?}"
                 );
@@ -149,12 +145,12 @@ pub fn hosted(
     let (mut handle, mut ingest) = bind(cfg, table, port)?;
     ingest.hold_when_full = true;
     ingest.port.never_wait();
-    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-    handle.hosted_done = Some(done_rx);
+    let (signal, dropped) = drop_signal();
+    handle.hosted_done = Some(dropped);
     handle.host_bell = Some(ingest.port.doorbell());
     let task = HostedIngest {
         ingest,
-        _done: done_tx,
+        _dropped: signal,
     };
     tracing::info!(local_addr = %handle.local_addr, "provider ingest listening (hosted by shard 0)");
     Ok((handle, Box::new(task)))
@@ -207,8 +203,8 @@ const EVENTS_CAPACITY: usize = 256;
 /// The ingest listener as a task of a host thread.
 struct HostedIngest {
     ingest: Ingest,
-    /// Dropped with the task: tells [`IngestHandle::stop`] it is gone.
-    _done: Sender<()>,
+    /// Dropped with the task: ends [`IngestHandle::stop`]'s wait.
+    _dropped: DropSignal,
 }
 
 impl HostedTask for HostedIngest {

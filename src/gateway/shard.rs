@@ -140,8 +140,8 @@ struct Shard {
     shared: Arc<Shared>,
     poll: Poll,
     events: Events,
-    /// (token, readable or closed, writable, peer closed or error).
-    ready: Vec<(usize, bool, bool, bool)>,
+    /// This turn's events (readable includes closed).
+    ready: Vec<(usize, Readiness)>,
     input: ShardInput,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
@@ -291,12 +291,12 @@ impl Shard {
         if res.is_ok() {
             for e in self.events.iter() {
                 let closed = e.is_read_closed() || e.is_error();
-                self.ready.push((
-                    e.token().0,
-                    e.is_readable() || closed,
-                    e.is_writable(),
+                let r = Readiness {
+                    readable: e.is_readable() || closed,
+                    writable: e.is_writable(),
                     closed,
-                ));
+                };
+                self.ready.push((e.token().0, r));
             }
         }
     }
@@ -308,25 +308,20 @@ impl Shard {
                 self.input.hosted.between(monotonic_ns());
                 self.stats.interleaves.inc();
             }
-            let (token, readable, writable, closed) = self.ready[n];
+            let (token, r) = self.ready[n];
             if token == WAKER.0 {
                 self.on_wake();
                 continue;
             }
             if token >= HOSTED_TOKEN_BASE {
-                let r = Readiness {
-                    readable,
-                    writable,
-                    closed,
-                };
                 self.input.hosted.on_event(token - HOSTED_TOKEN_BASE, r);
                 continue;
             }
             let i = token - 1;
-            if writable {
+            if r.writable {
                 self.write_conn(i, monotonic_ns());
             }
-            if readable {
+            if r.readable {
                 self.on_readable(i, monotonic_ns());
             }
         }

@@ -102,33 +102,46 @@ enum EngineState {
 pub struct HostedEngine {
     stage: EngineStage,
     state: EngineState,
-    /// Dropped with the task: tells [`EngineDone::wait`] the engine ended.
-    _done: Sender<()>,
+    _dropped: DropSignal,
 }
 
-/// The pipeline's side of a hosted engine: waits for it to end.
-pub struct EngineDone(Receiver<()>);
+/// How long a stop waits for a host to drop a finished task.
+pub const HOSTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl HostedEngine {
-    pub fn new(stage: EngineStage) -> (Self, EngineDone) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        (
-            HostedEngine {
-                stage,
-                state: EngineState::Running,
-                _done: tx,
-            },
-            EngineDone(rx),
-        )
-    }
+/// Held by a hosted task; dropping the task drops it, which ends
+/// [`Dropped::wait`] on the other side.
+pub struct DropSignal(#[allow(dead_code)] Sender<()>);
+
+/// The owner's side of a hosted task (the pipeline for the engine, the
+/// ingest handle for the listener): waits until the host dropped it.
+pub struct Dropped(Receiver<()>);
+
+/// A linked pair: give the signal to the task, keep the waiter.
+pub fn drop_signal() -> (DropSignal, Dropped) {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    (DropSignal(tx), Dropped(rx))
 }
 
-impl EngineDone {
-    /// Waits (bounded) until the host dropped the engine. True if it did.
+impl Dropped {
+    /// Waits (bounded) until the host dropped the task. True if it did.
     pub fn wait(&self, timeout: Duration) -> bool {
         matches!(
             self.0.recv_timeout(timeout),
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) | Ok(())
+        )
+    }
+}
+
+impl HostedEngine {
+    pub fn new(stage: EngineStage) -> (Self, Dropped) {
+        let (signal, dropped) = drop_signal();
+        (
+            HostedEngine {
+                stage,
+                state: EngineState::Running,
+                _dropped: signal,
+            },
+            dropped,
         )
     }
 }
@@ -327,10 +340,9 @@ mod tests {
 
     #[test]
     fn engine_done_reports_a_dropped_engine() {
-        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-        let done = EngineDone(rx);
+        let (signal, done) = drop_signal();
         assert!(!done.wait(Duration::from_millis(1)), "still running");
-        drop(tx);
+        drop(signal);
         assert!(done.wait(Duration::from_millis(1)));
     }
 }

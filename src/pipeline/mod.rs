@@ -48,8 +48,6 @@ pub const SHARD_RING_DEFAULT: usize = 65_536;
 pub const FEED_BATCH: usize = 256;
 /// Default time a feed waits for room in a full ring before dropping.
 pub const FEED_FULL_WAIT_US_DEFAULT: u64 = 1_000;
-/// How long a stop waits for a hosted engine to drain and finish.
-const HOSTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long start-up waits for every stage to report in.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -200,7 +198,7 @@ pub struct Pipeline {
     feeds: Vec<StageThread>,
     engine: Option<StageThread>,
     /// The engine hosted by shard 0 (`--threading shared`).
-    hosted_engine: Option<hosted::EngineDone>,
+    hosted_engine: Option<hosted::Dropped>,
     pub handles: PipelineHandles,
 }
 
@@ -373,8 +371,11 @@ impl Pipeline {
         if let Some(done) = self.hosted_engine.take() {
             // The host (shard 0) keeps turning the engine until its inputs
             // are drained; it is still running at this point of a stop.
-            if !done.wait(HOSTED_STOP_TIMEOUT) {
-                tracing::error!("the hosted engine did not finish within {HOSTED_STOP_TIMEOUT:?}");
+            if !done.wait(hosted::HOSTED_STOP_TIMEOUT) {
+                tracing::error!(
+                    "the hosted engine did not finish within {:?}",
+                    hosted::HOSTED_STOP_TIMEOUT
+                );
             }
         }
     }
