@@ -6,17 +6,13 @@
 #[path = "util/server.rs"]
 mod server;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pricewire::client::{Client, ClientConfig, Event};
-use pricewire::config::Config;
 use pricewire::feed::bridge::Bridge;
-use pricewire::feed::ingest::IngestConfig;
-use pricewire::gateway::GatewayConfig;
 use pricewire::model::{price_flags, Tick};
-use pricewire::pipeline::WaitStrategy;
-use pricewire::service::{Service, ServiceConfig};
+use pricewire::pipeline::{PipelineConfig, WaitStrategy};
+use pricewire::service::Service;
 use pricewire::wire::{self, OwnedMessage, RejectReason};
 use server::Raw;
 
@@ -34,19 +30,7 @@ token = "secret-b"
 const RAW_TIER: u8 = 0;
 
 fn start() -> Service {
-    let config = Arc::new(Config::parse(CONFIG, 0).unwrap());
-    let mut cfg = ServiceConfig::new(config);
-    cfg.synthetic = None;
-    cfg.gateway = Some(GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    });
-    cfg.ingest = Some(IngestConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        default_token: "unused".into(),
-        wait: WaitStrategy::SpinPark,
-    });
-    Service::start(cfg).unwrap()
+    server::ingest_service(CONFIG, PipelineConfig::default(), WaitStrategy::SpinPark)
 }
 
 fn quote(symbol: u16, bid: i64, ask: i64) -> Tick {

@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 use pricewire::client::{Client, ClientConfig, Event};
 use pricewire::config::Config;
 use pricewire::feed::bridge::Bridge;
-use pricewire::feed::ingest::IngestConfig;
 use pricewire::feed::synthetic::SyntheticConfig;
-use pricewire::gateway::GatewayConfig;
 use pricewire::model::Tick;
 use pricewire::pipeline::{CpuMap, PipelineConfig, Threading, WaitStrategy};
 use pricewire::service::{Service, ServiceConfig};
@@ -49,25 +47,7 @@ fn start(shards: usize) -> Service {
 
 /// `park` is the `serve` default with shared threading.
 fn start_with(shards: usize, wait: WaitStrategy) -> Service {
-    let config = Arc::new(Config::parse(CONFIG, 0).unwrap());
-    let mut cfg = ServiceConfig::new(config);
-    cfg.synthetic = None;
-    cfg.pipeline = shared_pipeline(shards);
-    let mut gw = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    };
-    // Every subscriber connects from 127.0.0.1: lift the per-IP limits.
-    gw.admission.ip_connect_rate_per_s = 10_000;
-    gw.admission.ip_connect_burst = 10_000;
-    gw.shard_wait = wait;
-    cfg.gateway = Some(gw);
-    cfg.ingest = Some(IngestConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        default_token: "unused".into(),
-        wait: WaitStrategy::SpinPark,
-    });
-    Service::start(cfg).unwrap()
+    server::ingest_service(CONFIG, shared_pipeline(shards), wait)
 }
 
 fn quote(symbol: u16, bid: i64) -> Tick {
@@ -233,23 +213,11 @@ fn the_engine_cannot_be_pinned_apart_from_its_host() {
 
 #[test]
 fn a_burst_beyond_the_feed_ring_is_held_in_the_socket_not_dropped() {
-    let config = Arc::new(Config::parse(CONFIG, 0).unwrap());
-    let mut cfg = ServiceConfig::new(config);
-    cfg.synthetic = None;
-    cfg.pipeline = PipelineConfig {
+    let pipeline = PipelineConfig {
         feed_ring: 4096,
         ..shared_pipeline(1)
     };
-    cfg.gateway = Some(GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    });
-    cfg.ingest = Some(IngestConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        default_token: "unused".into(),
-        wait: WaitStrategy::SpinPark,
-    });
-    let svc = Service::start(cfg).unwrap();
+    let svc = server::ingest_service(CONFIG, pipeline, WaitStrategy::SpinPark);
     let ingest = svc.ingest.as_ref().unwrap().local_addr;
     let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
     let gbpusd = svc.config.table.by_name("GBPUSD").unwrap().id;

@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 
 use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
 use pricewire::config::Config;
+use pricewire::feed::ingest::IngestConfig;
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::feed::TickSource;
 use pricewire::gateway::{Gateway, GatewayConfig, GatewayStats, ShardStats};
-use pricewire::pipeline::{Pipeline, PipelineConfig};
+use pricewire::pipeline::{Pipeline, PipelineConfig, WaitStrategy};
 use pricewire::requests::stats::OverloadStats;
+use pricewire::service::{Service, ServiceConfig};
 use pricewire::wire::{self, OwnedMessage, SERVER_FRAME_LEN_MAX, TIER_ACCOUNT_DEFAULT};
 
 /// What to start.
@@ -42,6 +44,31 @@ impl Default for ServerOpts {
             rate_per_s: 20_000,
         }
     }
+}
+
+/// The assembled service with no synthetic feed, the subscriber gateway and
+/// the provider ingest listener on loopback ports (`config`: TOML naming
+/// the ingest providers). Per-IP limits are lifted: every test client
+/// connects from 127.0.0.1.
+pub fn ingest_service(config: &str, pipeline: PipelineConfig, shard_wait: WaitStrategy) -> Service {
+    let config = Arc::new(Config::parse(config, 0).unwrap());
+    let mut cfg = ServiceConfig::new(config);
+    cfg.synthetic = None;
+    cfg.pipeline = pipeline;
+    let mut gw = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        shard_wait,
+        ..GatewayConfig::default()
+    };
+    gw.admission.ip_connect_rate_per_s = 10_000;
+    gw.admission.ip_connect_burst = 10_000;
+    cfg.gateway = Some(gw);
+    cfg.ingest = Some(IngestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        default_token: "unused".into(),
+        wait: WaitStrategy::SpinPark,
+    });
+    Service::start(cfg).unwrap()
 }
 
 /// A running pipeline (synthetic feed) plus gateway.
