@@ -24,6 +24,7 @@ pub mod plot;
 pub mod recv;
 pub mod relay;
 pub mod report;
+pub mod rounds;
 pub mod run;
 pub mod send;
 pub mod target;

@@ -1,7 +1,8 @@
 //! Result files of `pricewire bench --out DIR`: one JSON line per run in
 //! `results.jsonl`, the same row in `results.csv`, and the percentile
 //! distribution of each run in `hdr-<scenario>-<target>.txt` (the
-//! HdrHistogram text format, microseconds).
+//! HdrHistogram text format, microseconds) with its exact bucket counts
+//! in `counts-<scenario>-<target>.csv` (what [`super::rounds`] pools).
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -65,7 +66,7 @@ fn append(path: &Path, line: &str, header: Option<&str>) -> std::io::Result<()> 
 }
 
 /// Appends the row to `results.jsonl` and `results.csv` and writes the
-/// distribution file.
+/// distribution and counts files.
 pub fn write_run(dir: &Path, row: &RunRow, hist: &Histogram<u64>) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     append(&dir.join("results.jsonl"), &serde_json_line(row)?, None)?;
@@ -73,6 +74,10 @@ pub fn write_run(dir: &Path, row: &RunRow, hist: &Histogram<u64>) -> anyhow::Res
     std::fs::write(
         hdr_path(dir, &row.scenario, &row.name),
         percentile_distribution(hist),
+    )?;
+    std::fs::write(
+        super::rounds::counts_path(dir, &row.scenario, &row.name),
+        super::rounds::counts_text(hist),
     )?;
     Ok(())
 }

@@ -105,6 +105,12 @@ pub struct BenchArgs {
     /// (needs the `plot` feature).
     #[arg(long, value_name = "DIR")]
     pub plot_from: Option<PathBuf>,
+    /// Only summarise the repeated rounds in DIR (runs labelled
+    /// `<scenario>-r<k>`): medians and ranges per target, percentiles of
+    /// all rounds pooled, and the rounds each pricewire target won against
+    /// every other target; writes DIR/rounds.md and DIR/pooled/.
+    #[arg(long, value_name = "DIR")]
+    pub rounds_from: Option<PathBuf>,
     /// pricewire provider id used by the generator.
     #[arg(long, default_value_t = 0)]
     pub provider: u16,
@@ -132,6 +138,10 @@ pub fn run(args: BenchArgs) -> i32 {
 fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.plot_from {
         return plot(dir);
+    }
+    if let Some(dir) = &args.rounds_from {
+        print!("{}", crate::bench::rounds::summarize_dir(dir)?);
+        return Ok(());
     }
     if let Some(n) = &args.name {
         // File names are `hdr-<scenario>-<name>.txt`: no `-` in a name.

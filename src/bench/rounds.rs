@@ -1,0 +1,550 @@
+//! Repeated rounds and what they add up to.
+//!
+//! On a shared two-core machine one run's tail percentiles move with the
+//! host's load from minute to minute: the same server measured twice can
+//! differ by more than two servers measured once. `tools/bench-peers`
+//! with `ROUNDS=N` therefore runs every target through each scenario N
+//! times, rounds outermost and the target order rotated each round, and
+//! labels each run `<scenario>-r<k>`. [`summarize_dir`] reads such a
+//! results folder and reports, per scenario and target:
+//!
+//! - the median and the range of the rounds' p50, p99 and p99.9;
+//! - the pooled percentiles: every round's histogram merged (from the
+//!   `counts-<label>-<target>.csv` files [`super::report::write_run`]
+//!   writes), so the pooled p99.9 rests on N times the samples;
+//! - for each pricewire target against every other target, the rounds in
+//!   which it had the lower p50 and the lower p99.9 (paired by round).
+//!
+//! Cold path; allocates freely.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+
+use super::hist::{latency_histogram, percentile_distribution, summarize, Summary};
+
+/// One run's row as the summary needs it (µs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundRow {
+    pub target: String,
+    pub scenario: String,
+    pub round: u32,
+    /// The run's own label (`<scenario>-r<k>`, or the scenario alone).
+    pub label: String,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+}
+
+/// Median, smallest and largest of a metric over rounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// One target in one scenario over all its rounds.
+#[derive(Debug, Clone)]
+pub struct TargetRounds {
+    pub target: String,
+    pub rounds: usize,
+    pub p50: Spread,
+    pub p99: Spread,
+    pub p999: Spread,
+    /// All rounds' histograms merged; `None` without counts files.
+    pub pooled: Option<Summary>,
+}
+
+/// A pricewire target against another target, over the rounds both ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duel {
+    pub ours: String,
+    pub other: String,
+    pub paired_rounds: usize,
+    /// Rounds where ours had the strictly lower p50 / p99.9.
+    pub p50_lower: usize,
+    pub p999_lower: usize,
+}
+
+/// Everything about one scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioRounds {
+    pub scenario: String,
+    pub targets: Vec<TargetRounds>,
+    pub duels: Vec<Duel>,
+}
+
+/// Splits `steady-10k-x10-r3` into (`steady-10k-x10`, 3); a label without
+/// a round suffix is round 1 of itself.
+pub fn split_round(label: &str) -> (&str, u32) {
+    if let Some((base, r)) = label.rsplit_once("-r") {
+        if !base.is_empty() && !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(k) = r.parse() {
+                return (base, k);
+            }
+        }
+    }
+    (label, 1)
+}
+
+/// Median (mean of the middle two for an even count), min and max.
+pub fn spread(values: &[f64]) -> Spread {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return Spread {
+            median: f64::NAN,
+            min: f64::NAN,
+            max: f64::NAN,
+        };
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Spread {
+        median,
+        min: v[0],
+        max: v[n - 1],
+    }
+}
+
+/// Rows of `results.csv` (sweep steps excluded: a sweep has its own
+/// report).
+pub fn read_rows(csv: &str) -> anyhow::Result<Vec<RoundRow>> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .context("empty results.csv")?
+        .split(',')
+        .collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .with_context(|| format!("results.csv has no column {name}"))
+    };
+    let (ti, si, p50i, p99i, p999i) = (
+        col("target")?,
+        col("scenario")?,
+        col("p50_us")?,
+        col("p99_us")?,
+        col("p999_us")?,
+    );
+    let mut rows = Vec::new();
+    for (n, line) in lines.enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        let get = |i: usize| {
+            f.get(i)
+                .copied()
+                .with_context(|| format!("results.csv line {}: too few fields", n + 2))
+        };
+        let num = |i: usize| -> anyhow::Result<f64> {
+            get(i)?.parse().with_context(|| {
+                format!("results.csv line {}: field {} not a number", n + 2, i + 1)
+            })
+        };
+        let label = get(si)?.to_string();
+        if label.starts_with("sweep") {
+            continue;
+        }
+        let (scenario, round) = split_round(&label);
+        rows.push(RoundRow {
+            target: get(ti)?.to_string(),
+            scenario: scenario.to_string(),
+            round,
+            label: label.clone(),
+            p50_us: num(p50i)?,
+            p99_us: num(p99i)?,
+            p999_us: num(p999i)?,
+        });
+    }
+    Ok(rows)
+}
+
+/// Path of a run's exact histogram counts.
+pub fn counts_path(dir: &Path, label: &str, target: &str) -> PathBuf {
+    dir.join(format!("counts-{label}-{target}.csv"))
+}
+
+/// The histogram as `value_ns,count` lines, one per recorded bucket.
+pub fn counts_text(h: &Histogram<u64>) -> String {
+    let mut s = String::from("value_ns,count\n");
+    for v in h.iter_recorded() {
+        let _ = writeln!(s, "{},{}", v.value_iterated_to(), v.count_at_value());
+    }
+    s
+}
+
+/// Adds the counts in `text` to `h`.
+pub fn add_counts(h: &mut Histogram<u64>, text: &str) -> anyhow::Result<()> {
+    for (n, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (v, c) = line
+            .split_once(',')
+            .with_context(|| format!("counts line {}: no comma", n + 1))?;
+        let v: u64 = v.trim().parse().context("counts: value")?;
+        let c: u64 = c.trim().parse().context("counts: count")?;
+        h.saturating_record_n(v, c);
+    }
+    Ok(())
+}
+
+/// Summarises the rounds in `rows`; pooled histograms come from the
+/// counts files in `dir` (runs without one are left out of the pool, and
+/// a target none of whose runs has one gets no pooled row).
+pub fn summarize_rows(
+    dir: Option<&Path>,
+    rows: &[RoundRow],
+) -> anyhow::Result<Vec<ScenarioRounds>> {
+    // scenario → target → rows, in first-seen order of scenarios.
+    let mut order: Vec<String> = Vec::new();
+    let mut by: BTreeMap<String, BTreeMap<String, Vec<&RoundRow>>> = BTreeMap::new();
+    for r in rows {
+        if !by.contains_key(&r.scenario) {
+            order.push(r.scenario.clone());
+        }
+        by.entry(r.scenario.clone())
+            .or_default()
+            .entry(r.target.clone())
+            .or_default()
+            .push(r);
+    }
+    let mut out = Vec::new();
+    for scenario in order {
+        let targets_rows = &by[&scenario];
+        let mut targets = Vec::new();
+        for (target, rs) in targets_rows {
+            let col =
+                |f: fn(&RoundRow) -> f64| spread(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            let mut pooled = None;
+            if let Some(dir) = dir {
+                let mut h = latency_histogram();
+                let mut any = false;
+                for r in rs {
+                    let p = counts_path(dir, &r.label, target);
+                    if let Ok(text) = std::fs::read_to_string(&p) {
+                        add_counts(&mut h, &text).with_context(|| p.display().to_string())?;
+                        any = true;
+                    }
+                }
+                if any {
+                    pooled = Some(summarize(&h));
+                    let pooled_dir = dir.join("pooled");
+                    std::fs::create_dir_all(&pooled_dir)?;
+                    std::fs::write(
+                        pooled_dir.join(format!("hdr-{scenario}-{target}.txt")),
+                        percentile_distribution(&h),
+                    )?;
+                }
+            }
+            targets.push(TargetRounds {
+                target: target.clone(),
+                rounds: rs.len(),
+                p50: col(|r| r.p50_us),
+                p99: col(|r| r.p99_us),
+                p999: col(|r| r.p999_us),
+                pooled,
+            });
+        }
+        let mut duels = Vec::new();
+        for (ours, our_rows) in targets_rows
+            .iter()
+            .filter(|(t, _)| t.starts_with("pricewire"))
+        {
+            for (other, their_rows) in targets_rows.iter().filter(|(t, _)| *t != ours) {
+                if other.starts_with("pricewire") {
+                    continue;
+                }
+                let mut d = Duel {
+                    ours: ours.clone(),
+                    other: other.clone(),
+                    paired_rounds: 0,
+                    p50_lower: 0,
+                    p999_lower: 0,
+                };
+                for a in our_rows {
+                    if let Some(b) = their_rows.iter().find(|b| b.round == a.round) {
+                        d.paired_rounds += 1;
+                        d.p50_lower += usize::from(a.p50_us < b.p50_us);
+                        d.p999_lower += usize::from(a.p999_us < b.p999_us);
+                    }
+                }
+                duels.push(d);
+            }
+        }
+        out.push(ScenarioRounds {
+            scenario,
+            targets,
+            duels,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads `dir/results.csv` and the counts files; writes `dir/rounds.md`
+/// and the pooled distributions under `dir/pooled/`; returns the text.
+pub fn summarize_dir(dir: &Path) -> anyhow::Result<String> {
+    let csv = std::fs::read_to_string(dir.join("results.csv"))
+        .with_context(|| format!("{}/results.csv", dir.display()))?;
+    let rows = read_rows(&csv)?;
+    if rows.is_empty() {
+        bail!("{}/results.csv has no runs outside sweeps", dir.display());
+    }
+    let text = render(&summarize_rows(Some(dir), &rows)?);
+    std::fs::write(dir.join("rounds.md"), &text)?;
+    Ok(text)
+}
+
+fn us(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".into();
+    }
+    let v = if v >= 100.0 { v.round() } else { v };
+    let s = if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    };
+    // Thousands separators for the integer part.
+    let (int, frac) = s
+        .split_once('.')
+        .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
+    let mut grouped = String::new();
+    for (i, ch) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(ch);
+    }
+    match frac {
+        Some(f) => format!("{grouped}.{f}"),
+        None => grouped,
+    }
+}
+
+fn sp(s: &Spread) -> String {
+    format!("{} ({}–{})", us(s.median), us(s.min), us(s.max))
+}
+
+/// Markdown: one table per scenario, then its duels.
+pub fn render(scenarios: &[ScenarioRounds]) -> String {
+    let mut s = String::new();
+    for sc in scenarios {
+        let rounds = sc.targets.iter().map(|t| t.rounds).max().unwrap_or(0);
+        let _ = writeln!(s, "### {} — {} round(s)\n", sc.scenario, rounds);
+        s.push_str("| target | rounds | p50 µs median (range) | p99 µs median (range) | p99.9 µs median (range) | pooled p50 | pooled p99 | pooled p99.9 |\n");
+        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        for t in &sc.targets {
+            let (pp50, pp99, pp999) =
+                t.pooled.map_or(("–".into(), "–".into(), "–".into()), |p| {
+                    (
+                        us(p.p50_ns as f64 / 1e3),
+                        us(p.p99_ns as f64 / 1e3),
+                        us(p.p999_ns as f64 / 1e3),
+                    )
+                });
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                t.target,
+                t.rounds,
+                sp(&t.p50),
+                sp(&t.p99),
+                sp(&t.p999),
+                pp50,
+                pp99,
+                pp999
+            );
+        }
+        if !sc.duels.is_empty() {
+            s.push_str("\nRounds with the lower value, paired by round:\n\n");
+            for d in &sc.duels {
+                let _ = writeln!(
+                    s,
+                    "- {} vs {}: p50 {}/{}, p99.9 {}/{}",
+                    d.ours, d.other, d.p50_lower, d.paired_rounds, d.p999_lower, d.paired_rounds
+                );
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(target: &str, label: &str, p50: f64, p999: f64) -> String {
+        // The columns results.csv has (report::CSV_HEADER), p99 = 2 × p50.
+        format!(
+            "{target},{label},1000,1000,10,2,{p50},0,{},{p999},0,0,0,0,0,0,0,,0,0",
+            p50 * 2.0
+        )
+    }
+
+    fn csv(rows: &[String]) -> String {
+        let mut s = String::from(super::super::report::CSV_HEADER);
+        s.push('\n');
+        for r in rows {
+            s.push_str(r);
+            s.push('\n');
+        }
+        s
+    }
+
+    #[test]
+    fn round_suffixes_split_off() {
+        assert_eq!(split_round("steady-10k-x10-r3"), ("steady-10k-x10", 3));
+        assert_eq!(split_round("steady-10k-x10-r12"), ("steady-10k-x10", 12));
+        assert_eq!(split_round("steady-10k-x10"), ("steady-10k-x10", 1));
+        assert_eq!(split_round("herd-r"), ("herd-r", 1));
+        assert_eq!(split_round("-r2"), ("-r2", 1));
+        assert_eq!(split_round("x-r2b"), ("x-r2b", 1));
+    }
+
+    #[test]
+    fn spread_takes_the_middle() {
+        let s = spread(&[5.0, 1.0, 3.0]);
+        assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 5.0));
+        let s = spread(&[4.0, 1.0, 3.0, 10.0]);
+        assert_eq!((s.median, s.min, s.max), (3.5, 1.0, 10.0));
+        assert!(spread(&[]).median.is_nan());
+    }
+
+    #[test]
+    fn medians_and_duels_over_rounds() {
+        let rows = read_rows(&csv(&[
+            row("floor", "s-r1", 50.0, 2000.0),
+            row("pricewire", "s-r1", 40.0, 1500.0),
+            row("redis", "s-r1", 60.0, 1000.0),
+            row("floor", "s-r2", 52.0, 2100.0),
+            row("pricewire", "s-r2", 41.0, 1600.0),
+            row("redis", "s-r2", 61.0, 1700.0),
+            row("pricewire", "s-r3", 45.0, 3000.0),
+            row("redis", "s-r3", 30.0, 2500.0),
+            // Sweeps are not rounds.
+            row("redis", "sweep-10000", 1.0, 1.0),
+            // Another scenario, a single run.
+            row("pricewire", "other", 7.0, 70.0),
+        ]))
+        .unwrap();
+        assert_eq!(rows.len(), 9);
+        let sc = summarize_rows(None, &rows).unwrap();
+        assert_eq!(sc.len(), 2);
+        assert_eq!(sc[0].scenario, "s");
+        assert_eq!(sc[1].scenario, "other");
+        let pw = sc[0]
+            .targets
+            .iter()
+            .find(|t| t.target == "pricewire")
+            .unwrap();
+        assert_eq!(pw.rounds, 3);
+        assert_eq!((pw.p50.median, pw.p50.min, pw.p50.max), (41.0, 40.0, 45.0));
+        assert_eq!(pw.p999.median, 1600.0);
+        assert_eq!(pw.p99.median, 82.0);
+        assert!(pw.pooled.is_none());
+        let floor = sc[0].targets.iter().find(|t| t.target == "floor").unwrap();
+        assert_eq!(floor.rounds, 2);
+        assert_eq!(floor.p999.median, 2050.0);
+        let vs = |other: &str| {
+            sc[0]
+                .duels
+                .iter()
+                .find(|d| d.ours == "pricewire" && d.other == other)
+                .unwrap()
+                .clone()
+        };
+        // Redis: p50 lower in rounds 1, 2; p99.9 lower in round 2 only.
+        assert_eq!(
+            vs("redis"),
+            Duel {
+                ours: "pricewire".into(),
+                other: "redis".into(),
+                paired_rounds: 3,
+                p50_lower: 2,
+                p999_lower: 1
+            }
+        );
+        // The floor ran two rounds: only those pair.
+        let f = vs("floor");
+        assert_eq!((f.paired_rounds, f.p50_lower, f.p999_lower), (2, 2, 2));
+        let text = render(&sc);
+        assert!(text.contains("### s — 3 round(s)"), "{text}");
+        assert!(
+            text.contains("| pricewire | 3 | 41.0 (40.0–45.0) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pricewire vs redis: p50 2/3, p99.9 1/3"),
+            "{text}"
+        );
+        assert!(text.contains("| 1,600 (1,500–3,000) |"), "{text}");
+    }
+
+    #[test]
+    fn counts_round_trip_exactly_and_pool() {
+        let mut a = latency_histogram();
+        let mut b = latency_histogram();
+        for v in 1..=999u64 {
+            a.record(v * 1_000).unwrap(); // 1 µs .. 999 µs
+        }
+        // One stall of 50 ms in the second round only.
+        for _ in 0..999 {
+            b.record(100_000).unwrap();
+        }
+        b.record(50_000_000).unwrap();
+        let mut back = latency_histogram();
+        add_counts(&mut back, &counts_text(&a)).unwrap();
+        assert_eq!(summarize(&back), summarize(&a));
+
+        let dir = std::env::temp_dir().join(format!("pw-rounds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("results.csv"),
+            csv(&[
+                row("pricewire", "s-r1", 500.0, 998.0),
+                row("pricewire", "s-r2", 100.0, 50_000.0),
+            ]),
+        )
+        .unwrap();
+        std::fs::write(counts_path(&dir, "s-r1", "pricewire"), counts_text(&a)).unwrap();
+        std::fs::write(counts_path(&dir, "s-r2", "pricewire"), counts_text(&b)).unwrap();
+        let text = summarize_dir(&dir).unwrap();
+        let sc = summarize_rows(
+            Some(&dir),
+            &read_rows(&std::fs::read_to_string(dir.join("results.csv")).unwrap()).unwrap(),
+        )
+        .unwrap();
+        let pooled = sc[0].targets[0].pooled.unwrap();
+        assert_eq!(pooled.count, 1999);
+        // 999 values spread over 1..999 µs plus 999 at 100 µs: the median
+        // of the pool sits at 100 µs; the stall is the pool's maximum.
+        assert!((99_000..=101_000).contains(&pooled.p50_ns), "{pooled:?}");
+        assert!(pooled.max_ns >= 49_900_000, "{pooled:?}");
+        assert!(text.contains("pooled p99.9"), "{text}");
+        assert!(dir.join("rounds.md").exists());
+        assert!(dir.join("pooled/hdr-s-pricewire.txt").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_results_are_errors() {
+        assert!(read_rows("").is_err());
+        assert!(read_rows("target,scenario\nx,y\n").is_err());
+        let bad = csv(&["pricewire,s-r1,1,1,1,1,notanumber,0,0,0".into()]);
+        assert!(read_rows(&bad).is_err());
+    }
+}
