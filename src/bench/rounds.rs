@@ -8,7 +8,10 @@
 //! labels each run `<scenario>-r<k>`. [`summarize_dir`] reads such a
 //! results folder and reports, per scenario and target:
 //!
-//! - the median and the range of the rounds' p50, p99 and p99.9;
+//! - the median and the range of the rounds' p50, p99 and p99.9, and the
+//!   median of the generator's own send lag at p99.9 (a tick the sender
+//!   wrote late is late for every target: the tail no server can beat)
+//!   and of the server's CPU per million updates;
 //! - the pooled percentiles: every round's histogram merged (from the
 //!   `counts-<label>-<target>.csv` files [`super::report::write_run`]
 //!   writes), so the pooled p99.9 rests on N times the samples;
@@ -37,6 +40,10 @@ pub struct RoundRow {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
+    /// The generator's send lag at p99.9 (NaN when not recorded).
+    pub send_lag_p999_us: f64,
+    /// Server CPU seconds per million updates (NaN when not measured).
+    pub cpu_s_per_m: f64,
 }
 
 /// Median, smallest and largest of a metric over rounds.
@@ -55,6 +62,8 @@ pub struct TargetRounds {
     pub p50: Spread,
     pub p99: Spread,
     pub p999: Spread,
+    pub send_lag_p999: Spread,
+    pub cpu_s_per_m: Spread,
     /// All rounds' histograms merged; `None` without counts files.
     pub pooled: Option<Summary>,
 }
@@ -115,57 +124,53 @@ pub fn spread(values: &[f64]) -> Spread {
     }
 }
 
-/// Rows of `results.csv` (sweep steps excluded: a sweep has its own
+/// Rows of `results.jsonl` (sweep steps excluded: a sweep has its own
 /// report).
-pub fn read_rows(csv: &str) -> anyhow::Result<Vec<RoundRow>> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .context("empty results.csv")?
-        .split(',')
-        .collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .with_context(|| format!("results.csv has no column {name}"))
-    };
-    let (ti, si, p50i, p99i, p999i) = (
-        col("target")?,
-        col("scenario")?,
-        col("p50_us")?,
-        col("p99_us")?,
-        col("p999_us")?,
-    );
+pub fn read_rows(jsonl: &str) -> anyhow::Result<Vec<RoundRow>> {
     let mut rows = Vec::new();
-    for (n, line) in lines.enumerate() {
+    for (n, line) in jsonl.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let f: Vec<&str> = line.split(',').collect();
-        let get = |i: usize| {
-            f.get(i)
-                .copied()
-                .with_context(|| format!("results.csv line {}: too few fields", n + 2))
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("results.jsonl line {}: not JSON", n + 1))?;
+        let field = |path: &[&str]| {
+            path.iter()
+                .try_fold(&v, |v, k| v.get(k))
+                .with_context(|| format!("results.jsonl line {}: no {}", n + 1, path.join(".")))
         };
-        let num = |i: usize| -> anyhow::Result<f64> {
-            get(i)?.parse().with_context(|| {
-                format!("results.csv line {}: field {} not a number", n + 2, i + 1)
+        let text = |path: &[&str]| -> anyhow::Result<String> {
+            field(path)?.as_str().map(str::to_string).with_context(|| {
+                format!("results.jsonl line {}: {} not text", n + 1, path.join("."))
             })
         };
-        let label = get(si)?.to_string();
+        let us = |path: &[&str]| -> anyhow::Result<f64> {
+            field(path)?.as_f64().map(|ns| ns / 1e3).with_context(|| {
+                format!(
+                    "results.jsonl line {}: {} not a number",
+                    n + 1,
+                    path.join(".")
+                )
+            })
+        };
+        let label = text(&["scenario"])?;
         if label.starts_with("sweep") {
             continue;
         }
         let (scenario, round) = split_round(&label);
         rows.push(RoundRow {
-            target: get(ti)?.to_string(),
+            target: text(&["name"])?,
             scenario: scenario.to_string(),
             round,
             label: label.clone(),
-            p50_us: num(p50i)?,
-            p99_us: num(p99i)?,
-            p999_us: num(p999i)?,
+            p50_us: us(&["latency", "p50_ns"])?,
+            p99_us: us(&["latency", "p99_ns"])?,
+            p999_us: us(&["latency", "p999_ns"])?,
+            send_lag_p999_us: us(&["send_lag", "p999_ns"]).unwrap_or(f64::NAN),
+            cpu_s_per_m: v
+                .get("server_cpu_s_per_m_updates")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(f64::NAN),
         });
     }
     Ok(rows)
@@ -255,6 +260,8 @@ pub fn summarize_rows(
                 p50: col(|r| r.p50_us),
                 p99: col(|r| r.p99_us),
                 p999: col(|r| r.p999_us),
+                send_lag_p999: col(|r| r.send_lag_p999_us),
+                cpu_s_per_m: col(|r| r.cpu_s_per_m),
                 pooled,
             });
         }
@@ -293,14 +300,14 @@ pub fn summarize_rows(
     Ok(out)
 }
 
-/// Reads `dir/results.csv` and the counts files; writes `dir/rounds.md`
+/// Reads `dir/results.jsonl` and the counts files; writes `dir/rounds.md`
 /// and the pooled distributions under `dir/pooled/`; returns the text.
 pub fn summarize_dir(dir: &Path) -> anyhow::Result<String> {
-    let csv = std::fs::read_to_string(dir.join("results.csv"))
-        .with_context(|| format!("{}/results.csv", dir.display()))?;
-    let rows = read_rows(&csv)?;
+    let jsonl = std::fs::read_to_string(dir.join("results.jsonl"))
+        .with_context(|| format!("{}/results.jsonl", dir.display()))?;
+    let rows = read_rows(&jsonl)?;
     if rows.is_empty() {
-        bail!("{}/results.csv has no runs outside sweeps", dir.display());
+        bail!("{}/results.jsonl has no runs outside sweeps", dir.display());
     }
     let text = render(&summarize_rows(Some(dir), &rows)?);
     std::fs::write(dir.join("rounds.md"), &text)?;
@@ -344,8 +351,8 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
     for sc in scenarios {
         let rounds = sc.targets.iter().map(|t| t.rounds).max().unwrap_or(0);
         let _ = writeln!(s, "### {} — {} round(s)\n", sc.scenario, rounds);
-        s.push_str("| target | rounds | p50 µs median (range) | p99 µs median (range) | p99.9 µs median (range) | pooled p50 | pooled p99 | pooled p99.9 |\n");
-        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        s.push_str("| target | rounds | p50 µs median (range) | p99 µs median (range) | p99.9 µs median (range) | pooled p50 | pooled p99 | pooled p99.9 | gen. send-lag p99.9 (median) | CPU s / M (median) |\n");
+        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for t in &sc.targets {
             let (pp50, pp99, pp999) =
                 t.pooled.map_or(("–".into(), "–".into(), "–".into()), |p| {
@@ -355,9 +362,14 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
                         us(p.p999_ns as f64 / 1e3),
                     )
                 });
+            let cpu = if t.cpu_s_per_m.median.is_finite() {
+                format!("{:.2}", t.cpu_s_per_m.median)
+            } else {
+                "–".into()
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 t.target,
                 t.rounds,
                 sp(&t.p50),
@@ -365,7 +377,9 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
                 sp(&t.p999),
                 pp50,
                 pp99,
-                pp999
+                pp999,
+                us(t.send_lag_p999.median),
+                cpu
             );
         }
         if !sc.duels.is_empty() {
@@ -388,21 +402,22 @@ mod tests {
     use super::*;
 
     fn row(target: &str, label: &str, p50: f64, p999: f64) -> String {
-        // The columns results.csv has (report::CSV_HEADER), p99 = 2 × p50.
-        format!(
-            "{target},{label},1000,1000,10,2,{p50},0,{},{p999},0,0,0,0,0,0,0,,0,0",
-            p50 * 2.0
-        )
+        // The fields results.jsonl rows have (run::RunRow), p99 = 2 × p50,
+        // send lag p99.9 = p50 / 10, CPU = 3 s per million.
+        let us = |v: f64| (v * 1e3) as u64;
+        serde_json::json!({
+            "target": "pricewire",
+            "name": target,
+            "scenario": label,
+            "latency": {"p50_ns": us(p50), "p99_ns": us(p50 * 2.0), "p999_ns": us(p999)},
+            "send_lag": {"p999_ns": us(p50 / 10.0)},
+            "server_cpu_s_per_m_updates": 3.0,
+        })
+        .to_string()
     }
 
-    fn csv(rows: &[String]) -> String {
-        let mut s = String::from(super::super::report::CSV_HEADER);
-        s.push('\n');
-        for r in rows {
-            s.push_str(r);
-            s.push('\n');
-        }
-        s
+    fn lines(rows: &[String]) -> String {
+        rows.iter().map(|r| format!("{r}\n")).collect()
     }
 
     #[test]
@@ -426,7 +441,7 @@ mod tests {
 
     #[test]
     fn medians_and_duels_over_rounds() {
-        let rows = read_rows(&csv(&[
+        let rows = read_rows(&lines(&[
             row("floor", "s-r1", 50.0, 2000.0),
             row("pricewire", "s-r1", 40.0, 1500.0),
             row("redis", "s-r1", 60.0, 1000.0),
@@ -455,6 +470,8 @@ mod tests {
         assert_eq!((pw.p50.median, pw.p50.min, pw.p50.max), (41.0, 40.0, 45.0));
         assert_eq!(pw.p999.median, 1600.0);
         assert_eq!(pw.p99.median, 82.0);
+        assert!((pw.send_lag_p999.median - 4.1).abs() < 1e-9);
+        assert_eq!(pw.cpu_s_per_m.median, 3.0);
         assert!(pw.pooled.is_none());
         let floor = sc[0].targets.iter().find(|t| t.target == "floor").unwrap();
         assert_eq!(floor.rounds, 2);
@@ -492,6 +509,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("| 1,600 (1,500–3,000) |"), "{text}");
+        assert!(text.contains("| 4.1 | 3.00 |"), "{text}");
     }
 
     #[test]
@@ -513,8 +531,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pw-rounds-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
-            dir.join("results.csv"),
-            csv(&[
+            dir.join("results.jsonl"),
+            lines(&[
                 row("pricewire", "s-r1", 500.0, 998.0),
                 row("pricewire", "s-r2", 100.0, 50_000.0),
             ]),
@@ -525,7 +543,7 @@ mod tests {
         let text = summarize_dir(&dir).unwrap();
         let sc = summarize_rows(
             Some(&dir),
-            &read_rows(&std::fs::read_to_string(dir.join("results.csv")).unwrap()).unwrap(),
+            &read_rows(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap()).unwrap(),
         )
         .unwrap();
         let pooled = sc[0].targets[0].pooled.unwrap();
@@ -542,9 +560,17 @@ mod tests {
 
     #[test]
     fn bad_results_are_errors() {
-        assert!(read_rows("").is_err());
+        assert!(read_rows("").unwrap().is_empty());
         assert!(read_rows("target,scenario\nx,y\n").is_err());
-        let bad = csv(&["pricewire,s-r1,1,1,1,1,notanumber,0,0,0".into()]);
-        assert!(read_rows(&bad).is_err());
+        assert!(read_rows(r#"{"name":"x","scenario":"s"}"#).is_err());
+        let bad =
+            r#"{"name":"x","scenario":"s","latency":{"p50_ns":"fast","p99_ns":1,"p999_ns":1}}"#;
+        assert!(read_rows(bad).is_err());
+        // Optional fields may be missing.
+        let lean =
+            r#"{"name":"x","scenario":"s","latency":{"p50_ns":1000,"p99_ns":2000,"p999_ns":3000}}"#;
+        let r = read_rows(lean).unwrap();
+        assert_eq!(r[0].p999_us, 3.0);
+        assert!(r[0].send_lag_p999_us.is_nan() && r[0].cpu_s_per_m.is_nan());
     }
 }
