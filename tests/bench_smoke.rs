@@ -1,6 +1,10 @@
 //! Smoke test of `pricewire bench`: a short, tiny-rate floor run against a
 //! relay running in this test process, checking the shape of the output
-//! (progress line, summary line, JSON + CSV rows, percentile file).
+//! (progress line, summary line, JSON + CSV rows, percentile and counts
+//! files), and a Redis run against a real redis-server.
+
+#[path = "util/redis.rs"]
+mod redis;
 
 use std::process::Command;
 
@@ -59,6 +63,62 @@ fn floor_run_writes_rows_and_distribution() {
     let hdr = std::fs::read_to_string(out.path().join("hdr-steady-floor.txt")).unwrap();
     assert!(hdr.contains("Percentile"));
     assert!(hdr.contains(&format!("Total count = {received}")), "{hdr}");
+
+    // The exact bucket counts the rounds summary pools add up to the run.
+    let counts = std::fs::read_to_string(out.path().join("counts-steady-floor.csv")).unwrap();
+    let total: u64 = counts
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once(',').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, received, "{counts}");
+}
+
+/// The Redis target against a real redis-server: every delivery arrives,
+/// and the publisher asked Redis not to answer its PUBLISHes.
+#[test]
+fn redis_run_delivers_everything_without_publish_replies() {
+    let server = redis::RedisServer::start();
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args(["bench", "--target", "redis", "--connect"])
+        .arg(server.addr().to_string())
+        .args(["--rate", "500", "--subscribers", "4"])
+        .args(["--symbols-per-subscriber", "2", "--quiet"])
+        .args(["--duration-s", "1", "--warmup-s", "1", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let json = std::fs::read_to_string(out.path().join("results.jsonl")).unwrap();
+    let row: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(row["target"], "redis");
+    let expected = row["deliveries_expected"].as_u64().unwrap();
+    assert!(expected > 0, "{row}");
+    assert_eq!(row["deliveries_received"].as_u64(), Some(expected), "{row}");
+    assert_eq!(row["missing"], 0, "{row}");
+
+    // CLIENT REPLY OFF was accepted once; PUBLISH ran for every tick.
+    let stats = match server.command(&[b"INFO", b"commandstats"]) {
+        pricewire::refdata::Value::Bulk(b) => String::from_utf8(b).unwrap(),
+        other => panic!("INFO answered {other:?}"),
+    };
+    let line = |cmd: &str| {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+            .unwrap_or_else(|| panic!("no {cmd} in {stats}"))
+            .to_string()
+    };
+    let reply = line("client|reply");
+    assert!(reply.contains("calls=1,"), "{reply}");
+    assert!(reply.contains("failed_calls=0"), "{reply}");
+    assert!(line("publish").contains("failed_calls=0"), "{stats}");
 }
 
 #[test]
