@@ -1,26 +1,21 @@
-//! An integer token bucket on injected nanoseconds, and the jittered
+//! The gateway's token bucket on injected nanoseconds, and the jittered
 //! retry-after window every reject draws from.
 //!
 //! Contract: a [`TokenBucket`] is 32 bytes of plain state, allocates nothing,
-//! never blocks, and decides only from the `now_ns` it is given. Arithmetic is
-//! exact for every integer rate: tokens are held in units of 1e-9 token, so a
-//! refill of `elapsed_ns * rate_per_s` nano-tokens loses nothing to rounding.
+//! never blocks, and decides only from the `now_ns` it is given. It is the
+//! shared bucket arithmetic ([`crate::resilience::limiter::Bucket`]: exact
+//! integer nano-tokens) behind the gateway's `u32` configuration, without
+//! the counters of the resilience limiter: per-connection and per-address
+//! buckets are counted by their owners.
 
 use rand::Rng;
 
-/// Nano-tokens in one token (and nanoseconds in one second: the two scales
-/// coincide, which is what makes the refill exact).
-const NANO_PER_TOKEN: u64 = 1_000_000_000;
+use crate::resilience::limiter::Bucket;
 
 /// A token bucket: `burst` tokens at most, refilled at `rate_per_s`.
 /// It starts full, so a cold start admits a full burst at once.
 #[derive(Debug, Clone, Copy)]
-pub struct TokenBucket {
-    tokens_nano: u64,
-    capacity_nano: u64,
-    last_ns: u64,
-    rate_per_s: u32,
-}
+pub struct TokenBucket(Bucket);
 
 impl TokenBucket {
     /// A full bucket. `burst` must be at least 1 (a bucket that can never
@@ -28,68 +23,49 @@ impl TokenBucket {
     /// `validate`); `rate_per_s == 0` means "burst only, never refills".
     pub fn new(rate_per_s: u32, burst: u32, now_ns: u64) -> TokenBucket {
         assert!(burst > 0, "token bucket burst must be at least 1");
-        let capacity_nano = u64::from(burst) * NANO_PER_TOKEN;
-        TokenBucket {
-            tokens_nano: capacity_nano,
-            capacity_nano,
-            last_ns: now_ns,
-            rate_per_s,
-        }
+        let burst = u64::from(burst);
+        TokenBucket(Bucket::new(
+            u64::from(rate_per_s),
+            burst,
+            burst,
+            Some(now_ns),
+        ))
     }
 
     /// Adds the tokens earned since the last call. A clock read that goes
-    /// backwards earns nothing (and does not move `last_ns` back).
+    /// backwards earns nothing (and does not move the reference back).
     #[inline]
     pub fn refill(&mut self, now_ns: u64) {
-        let elapsed_ns = now_ns.saturating_sub(self.last_ns);
-        if elapsed_ns == 0 {
-            return;
-        }
-        self.last_ns = now_ns;
-        // Saturating: after a long idle period the product may overflow, and
-        // the bucket is full then anyway.
-        let earned_nano = elapsed_ns.saturating_mul(u64::from(self.rate_per_s));
-        self.tokens_nano = self
-            .tokens_nano
-            .saturating_add(earned_nano)
-            .min(self.capacity_nano);
+        self.0.refill(now_ns);
     }
 
     /// Whether one token is available (after a [`refill`](Self::refill)).
     #[inline]
     pub fn has_token(&self) -> bool {
-        self.tokens_nano >= NANO_PER_TOKEN
+        self.0.has_tokens(1)
     }
 
     /// Takes one token; the caller checked [`has_token`](Self::has_token).
     #[inline]
     pub fn take(&mut self) {
-        debug_assert!(self.has_token());
-        self.tokens_nano -= NANO_PER_TOKEN;
+        self.0.take(1);
     }
 
     /// Refills, then takes one token if there is one.
     #[inline]
     pub fn try_take(&mut self, now_ns: u64) -> bool {
-        self.refill(now_ns);
-        if !self.has_token() {
-            return false;
-        }
-        self.take();
-        true
+        self.0.try_take_n(1, now_ns)
     }
 
-    /// Whole tokens available at `now_ns`.
+    /// Whole tokens available at `now_ns` (at most the `u32` burst).
     pub fn available(&mut self, now_ns: u64) -> u32 {
-        self.refill(now_ns);
-        (self.tokens_nano / NANO_PER_TOKEN) as u32
+        self.0.available(now_ns) as u32
     }
 
     /// Whether the bucket is full at `now_ns`: its state is then
     /// indistinguishable from a fresh bucket, so it may be forgotten.
     pub fn is_full(&mut self, now_ns: u64) -> bool {
-        self.refill(now_ns);
-        self.tokens_nano == self.capacity_nano
+        self.0.is_full(now_ns)
     }
 }
 
@@ -172,6 +148,12 @@ mod tests {
         assert!(b.try_take(0));
         assert!(b.try_take(1_000 * NS_PER_MS));
         assert!(!b.try_take(u64::MAX));
+    }
+
+    #[test]
+    fn bucket_stays_32_bytes() {
+        // Embedded per connection and per address-table entry.
+        assert_eq!(std::mem::size_of::<TokenBucket>(), 32);
     }
 
     #[test]

@@ -1,5 +1,10 @@
 //! Token-bucket rate limiter in exact integer arithmetic.
 //!
+//! [`Bucket`] is the arithmetic every token bucket in pricewire shares —
+//! 32 bytes of plain `Copy` state, embedded by the gateway's per-connection
+//! and per-address limiters ([`crate::admission::TokenBucket`]);
+//! [`TokenBucket`] adds validated configuration and counters.
+//!
 //! The level is kept in nano-tokens (1e-9 token): one nanosecond of elapsed
 //! time adds exactly `rate_per_s` nano-tokens, and a take costs
 //! [`NANO_TOKENS_PER_TOKEN`]. Integer units mean no float drift: after any
@@ -48,15 +53,135 @@ impl LimiterStats {
     }
 }
 
-/// A token bucket: `rate_per_s` tokens per second, at most `burst` stored.
+/// Time of the last refill before the first call (the bucket needs no
+/// clock at construction).
+const UNSET_NS: u64 = u64::MAX;
+
+/// The bucket arithmetic: `rate_per_s` tokens per second, at most `burst`
+/// stored, the level in nano-tokens. No validation and no counters: the
+/// owner guarantees `1 <= burst <= BURST_MAX`, `rate_per_s <=
+/// RATE_PER_S_MAX` and `initial_tokens <= burst` (both wrappers do).
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket {
+    level_nt: u64,
+    capacity_nt: u64,
+    rate_per_s: u64,
+    /// Time of the last refill; [`UNSET_NS`] until the first call when the
+    /// bucket was built without a clock reading.
+    last_ns: u64,
+}
+
+impl Bucket {
+    /// A bucket holding `initial_tokens`; `now_ns` starts its clock (`None`:
+    /// the first call does).
+    pub const fn new(
+        rate_per_s: u64,
+        burst: u64,
+        initial_tokens: u64,
+        now_ns: Option<u64>,
+    ) -> Bucket {
+        Bucket {
+            level_nt: initial_tokens * NANO_TOKENS_PER_TOKEN,
+            capacity_nt: burst * NANO_TOKENS_PER_TOKEN,
+            rate_per_s,
+            last_ns: match now_ns {
+                Some(t) if t < UNSET_NS => t,
+                Some(_) => UNSET_NS - 1,
+                None => UNSET_NS,
+            },
+        }
+    }
+
+    pub fn rate_per_s(&self) -> u64 {
+        self.rate_per_s
+    }
+
+    pub fn burst(&self) -> u64 {
+        self.capacity_nt / NANO_TOKENS_PER_TOKEN
+    }
+
+    /// Adds the tokens earned since the last call. A clock that steps back
+    /// adds nothing (and the later time is kept as the reference).
+    #[inline]
+    pub fn refill(&mut self, now_ns: u64) {
+        let now_ns = now_ns.min(UNSET_NS - 1);
+        if self.last_ns == UNSET_NS {
+            self.last_ns = now_ns;
+            return;
+        }
+        if now_ns <= self.last_ns {
+            return;
+        }
+        // u128: a long idle period times a high rate overflows u64; the
+        // bucket is full then anyway.
+        let earned = u128::from(now_ns - self.last_ns) * u128::from(self.rate_per_s);
+        let room = u128::from(self.capacity_nt - self.level_nt);
+        self.level_nt += earned.min(room) as u64;
+        self.last_ns = now_ns;
+    }
+
+    /// Whether `n` tokens are available (after a [`refill`](Self::refill)).
+    #[inline]
+    pub fn has_tokens(&self, n: u64) -> bool {
+        self.level_nt >= n.saturating_mul(NANO_TOKENS_PER_TOKEN)
+    }
+
+    /// Takes `n` tokens; the caller checked [`has_tokens`](Self::has_tokens).
+    #[inline]
+    pub fn take(&mut self, n: u64) {
+        debug_assert!(self.has_tokens(n));
+        self.level_nt -= n * NANO_TOKENS_PER_TOKEN;
+    }
+
+    /// Refills, then takes `n` tokens if all are there (nothing otherwise).
+    #[inline]
+    pub fn try_take_n(&mut self, n: u64, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        if !self.has_tokens(n) {
+            return false;
+        }
+        self.take(n);
+        true
+    }
+
+    /// Whole tokens available at `now_ns`.
+    pub fn available(&mut self, now_ns: u64) -> u64 {
+        self.refill(now_ns);
+        self.level_nt / NANO_TOKENS_PER_TOKEN
+    }
+
+    /// Whether the bucket is full at `now_ns`: its state is then
+    /// indistinguishable from a fresh bucket, so it may be forgotten.
+    pub fn is_full(&mut self, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        self.level_nt == self.capacity_nt
+    }
+
+    /// Nanoseconds until one token is available (0 if one is now);
+    /// `u64::MAX` when the bucket never refills by time.
+    pub fn wait_ns(&mut self, now_ns: u64) -> u64 {
+        self.refill(now_ns);
+        let missing = NANO_TOKENS_PER_TOKEN.saturating_sub(self.level_nt);
+        match (missing, self.rate_per_s) {
+            (0, _) => 0,
+            (_, 0) => u64::MAX,
+            (m, r) => m.div_ceil(r),
+        }
+    }
+
+    /// Adds `nano_tokens`, capped at the burst.
+    pub fn deposit_nano_tokens(&mut self, nano_tokens: u64, now_ns: u64) {
+        self.refill(now_ns);
+        let room = self.capacity_nt - self.level_nt;
+        self.level_nt += nano_tokens.min(room);
+    }
+}
+
+/// A validated [`Bucket`] with counters: `rate_per_s` tokens per second,
+/// at most `burst` stored.
 #[derive(Debug)]
 pub struct TokenBucket {
-    rate_per_s: u64,
-    burst: u64,
-    level_nt: u64,
-    /// Time of the last refill; `None` until the first call, so the bucket
-    /// needs no clock at construction.
-    last_ns: Option<u64>,
+    bucket: Bucket,
     stats: Arc<LimiterStats>,
 }
 
@@ -90,41 +215,21 @@ impl TokenBucket {
             ));
         }
         Ok(TokenBucket {
-            rate_per_s,
-            burst,
-            level_nt: initial_tokens * NANO_TOKENS_PER_TOKEN,
-            last_ns: None,
+            bucket: Bucket::new(rate_per_s, burst, initial_tokens, None),
             stats: Arc::new(LimiterStats::default()),
         })
     }
 
     pub fn rate_per_s(&self) -> u64 {
-        self.rate_per_s
+        self.bucket.rate_per_s()
     }
 
     pub fn burst(&self) -> u64 {
-        self.burst
+        self.bucket.burst()
     }
 
     pub fn stats(&self) -> Arc<LimiterStats> {
         Arc::clone(&self.stats)
-    }
-
-    fn capacity_nt(&self) -> u64 {
-        self.burst * NANO_TOKENS_PER_TOKEN
-    }
-
-    /// Adds the tokens earned since the last call. A clock that steps back
-    /// adds nothing (and the later time is kept as the reference).
-    fn refill(&mut self, now_ns: u64) {
-        let last_ns = *self.last_ns.get_or_insert(now_ns);
-        if now_ns <= last_ns {
-            return;
-        }
-        let earned = (now_ns - last_ns) as u128 * self.rate_per_s as u128;
-        let room = (self.capacity_nt() - self.level_nt) as u128;
-        self.level_nt += earned.min(room) as u64;
-        self.last_ns = Some(now_ns);
     }
 
     /// Takes one token if available.
@@ -135,43 +240,32 @@ impl TokenBucket {
 
     /// Takes `n` tokens if all are available; takes nothing otherwise.
     pub fn try_take_n(&mut self, n: u64, now_ns: u64) -> bool {
-        self.refill(now_ns);
-        let cost = n.saturating_mul(NANO_TOKENS_PER_TOKEN);
-        if self.level_nt >= cost {
-            self.level_nt -= cost;
-            self.stats.taken.fetch_add(1, Relaxed);
-            true
+        let ok = self.bucket.try_take_n(n, now_ns);
+        let counter = if ok {
+            &self.stats.taken
         } else {
-            self.stats.rejected.fetch_add(1, Relaxed);
-            false
-        }
+            &self.stats.rejected
+        };
+        counter.fetch_add(1, Relaxed);
+        ok
     }
 
     /// Whole tokens available at `now_ns`.
     pub fn available(&mut self, now_ns: u64) -> u64 {
-        self.refill(now_ns);
-        self.level_nt / NANO_TOKENS_PER_TOKEN
+        self.bucket.available(now_ns)
     }
 
     /// Nanoseconds until one token is available (0 if one is now); the
     /// basis of a retry-after for a rejected caller. `u64::MAX` when the
     /// bucket never refills by time.
     pub fn wait_ns(&mut self, now_ns: u64) -> u64 {
-        self.refill(now_ns);
-        let missing = NANO_TOKENS_PER_TOKEN.saturating_sub(self.level_nt);
-        match (missing, self.rate_per_s) {
-            (0, _) => 0,
-            (_, 0) => u64::MAX,
-            (m, r) => m.div_ceil(r),
-        }
+        self.bucket.wait_ns(now_ns)
     }
 
     /// Adds `nano_tokens` (capped at `burst`), for buckets refilled by events
     /// rather than time, such as the retry budget's per-call deposit.
     pub fn deposit_nano_tokens(&mut self, nano_tokens: u64, now_ns: u64) {
-        self.refill(now_ns);
-        let room = self.capacity_nt() - self.level_nt;
-        self.level_nt += nano_tokens.min(room);
+        self.bucket.deposit_nano_tokens(nano_tokens, now_ns);
     }
 }
 
