@@ -80,6 +80,14 @@ pub trait HostedTask: Send {
     }
     /// Work is waiting: the host must not sleep.
     fn has_work(&self) -> bool;
+    /// The task holds something it must offer again on a timer, because
+    /// nothing will wake the host when it can go (the engine's prices
+    /// parked for another shard's full ring): the host parks briefly.
+    /// Otherwise every input of the task wakes the host and it may park
+    /// until its own next timer. Default: nothing to retry.
+    fn retry_pending(&self) -> bool {
+        false
+    }
     /// The task has ended; the host drops it (which releases its rings).
     fn finished(&self) -> bool;
 }
@@ -189,6 +197,10 @@ impl HostedTask for HostedEngine {
         }
     }
 
+    fn retry_pending(&self) -> bool {
+        self.stage.parked() > 0
+    }
+
     fn finished(&self) -> bool {
         self.state == EngineState::Done
     }
@@ -242,6 +254,11 @@ impl HostedTasks {
     /// Any task has work waiting (the host must not sleep).
     pub fn has_work(&self) -> bool {
         self.tasks.iter().flatten().any(|t| t.has_work())
+    }
+
+    /// Any task must retry something on a timer (the host parks briefly).
+    pub fn retry_pending(&self) -> bool {
+        self.tasks.iter().flatten().any(|t| t.retry_pending())
     }
 
     /// Runs every task's [`HostedTask::between`]. Returns the work done.

@@ -315,11 +315,11 @@ impl Dispatcher {
             let queued = !self.queue.is_empty();
             // Queued requests have deadlines and CoDel intervals to keep;
             // an empty queue has no timer, and every input rings.
-            waiter.set_park_max(if queued {
-                PARK_MAX_US
+            if queued {
+                waiter.set_park_max(PARK_MAX_US);
             } else {
-                IDLE_PARK_MAX_US
-            });
+                waiter.set_idle_park(IDLE_PARK_MAX_US);
+            }
             waiter.idle(|| {
                 inbound.iter().any(|r| !r.is_empty())
                     || (queued && limit.inflight() < limit.limit())
