@@ -37,6 +37,8 @@ pub struct RoundRow {
     pub round: u32,
     /// The run's own label (`<scenario>-r<k>`, or the scenario alone).
     pub label: String,
+    /// The results folder the run's counts file is in.
+    pub dir: PathBuf,
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
@@ -163,6 +165,7 @@ pub fn read_rows(jsonl: &str) -> anyhow::Result<Vec<RoundRow>> {
             scenario: scenario.to_string(),
             round,
             label: label.clone(),
+            dir: PathBuf::new(),
             p50_us: us(&["latency", "p50_ns"])?,
             p99_us: us(&["latency", "p99_ns"])?,
             p999_us: us(&["latency", "p999_ns"])?,
@@ -206,11 +209,12 @@ pub fn add_counts(h: &mut Histogram<u64>, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Summarises the rounds in `rows`; pooled histograms come from the
-/// counts files in `dir` (runs without one are left out of the pool, and
-/// a target none of whose runs has one gets no pooled row).
+/// Summarises the rounds in `rows`. With `out`, pooled histograms come
+/// from each run's counts file in its row's `dir` (runs without one are
+/// left out of the pool, and a target none of whose runs has one gets no
+/// pooled row) and are written under `out/pooled/`.
 pub fn summarize_rows(
-    dir: Option<&Path>,
+    out_dir: Option<&Path>,
     rows: &[RoundRow],
 ) -> anyhow::Result<Vec<ScenarioRounds>> {
     // scenario → target → rows, in first-seen order of scenarios.
@@ -234,11 +238,11 @@ pub fn summarize_rows(
             let col =
                 |f: fn(&RoundRow) -> f64| spread(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
             let mut pooled = None;
-            if let Some(dir) = dir {
+            if let Some(dir) = out_dir {
                 let mut h = latency_histogram();
                 let mut any = false;
                 for r in rs {
-                    let p = counts_path(dir, &r.label, target);
+                    let p = counts_path(&r.dir, &r.label, target);
                     if let Ok(text) = std::fs::read_to_string(&p) {
                         add_counts(&mut h, &text).with_context(|| p.display().to_string())?;
                         any = true;
@@ -303,14 +307,34 @@ pub fn summarize_rows(
 /// Reads `dir/results.jsonl` and the counts files; writes `dir/rounds.md`
 /// and the pooled distributions under `dir/pooled/`; returns the text.
 pub fn summarize_dir(dir: &Path) -> anyhow::Result<String> {
-    let jsonl = std::fs::read_to_string(dir.join("results.jsonl"))
-        .with_context(|| format!("{}/results.jsonl", dir.display()))?;
-    let rows = read_rows(&jsonl)?;
-    if rows.is_empty() {
-        bail!("{}/results.jsonl has no runs outside sweeps", dir.display());
+    summarize_dirs(&[dir.to_path_buf()], dir)
+}
+
+/// Several results folders of the same build as one set of rounds: each
+/// folder's rounds are numbered after the previous folders' (two runs of
+/// five rounds are rounds 1–10). Writes `out/rounds.md` and `out/pooled/`
+/// (reading the counts files where they are); returns the text.
+pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    let mut offset = 0;
+    for dir in dirs {
+        let jsonl = std::fs::read_to_string(dir.join("results.jsonl"))
+            .with_context(|| format!("{}/results.jsonl", dir.display()))?;
+        let mut these = read_rows(&jsonl)?;
+        if these.is_empty() {
+            bail!("{}/results.jsonl has no runs outside sweeps", dir.display());
+        }
+        let last = these.iter().map(|r| r.round).max().unwrap_or(0);
+        for r in &mut these {
+            r.round += offset;
+            r.dir = dir.clone();
+        }
+        offset += last;
+        rows.extend(these);
     }
-    let text = render(&summarize_rows(Some(dir), &rows)?);
-    std::fs::write(dir.join("rounds.md"), &text)?;
+    std::fs::create_dir_all(out)?;
+    let text = render(&summarize_rows(Some(out), &rows)?);
+    std::fs::write(out.join("rounds.md"), &text)?;
     Ok(text)
 }
 
@@ -541,11 +565,10 @@ mod tests {
         std::fs::write(counts_path(&dir, "s-r1", "pricewire"), counts_text(&a)).unwrap();
         std::fs::write(counts_path(&dir, "s-r2", "pricewire"), counts_text(&b)).unwrap();
         let text = summarize_dir(&dir).unwrap();
-        let sc = summarize_rows(
-            Some(&dir),
-            &read_rows(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap()).unwrap(),
-        )
-        .unwrap();
+        let mut rows =
+            read_rows(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap()).unwrap();
+        rows.iter_mut().for_each(|r| r.dir = dir.clone());
+        let sc = summarize_rows(Some(&dir), &rows).unwrap();
         let pooled = sc[0].targets[0].pooled.unwrap();
         assert_eq!(pooled.count, 1999);
         // 999 values spread over 1..999 µs plus 999 at 100 µs: the median
@@ -555,6 +578,23 @@ mod tests {
         assert!(text.contains("pooled p99.9"), "{text}");
         assert!(dir.join("rounds.md").exists());
         assert!(dir.join("pooled/hdr-s-pricewire.txt").exists());
+
+        // A second run of the same build: its rounds follow the first's
+        // and its counts join the pool.
+        let dir2 = dir.join("second");
+        std::fs::create_dir_all(&dir2).unwrap();
+        std::fs::write(
+            dir2.join("results.jsonl"),
+            lines(&[row("pricewire", "s-r1", 100.0, 50_000.0)]),
+        )
+        .unwrap();
+        std::fs::write(counts_path(&dir2, "s-r1", "pricewire"), counts_text(&b)).unwrap();
+        let out = dir.join("both");
+        let text = summarize_dirs(&[dir.clone(), dir2], &out).unwrap();
+        assert!(text.contains("### s — 3 round(s)"), "{text}");
+        assert!(out.join("rounds.md").exists());
+        let pooled = std::fs::read_to_string(out.join("pooled/hdr-s-pricewire.txt")).unwrap();
+        assert!(pooled.contains("Total count = 2999"), "{pooled}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

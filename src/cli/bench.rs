@@ -108,9 +108,14 @@ pub struct BenchArgs {
     /// Only summarise the repeated rounds in DIR (runs labelled
     /// `<scenario>-r<k>`): medians and ranges per target, percentiles of
     /// all rounds pooled, and the rounds each pricewire target won against
-    /// every other target; writes DIR/rounds.md and DIR/pooled/.
+    /// every other target; writes DIR/rounds.md and DIR/pooled/. Repeat it
+    /// to treat several runs of one build as one set of rounds (then
+    /// `--rounds-out` names where the summary goes).
     #[arg(long, value_name = "DIR")]
-    pub rounds_from: Option<PathBuf>,
+    pub rounds_from: Vec<PathBuf>,
+    /// Where a summary of several `--rounds-from` folders is written.
+    #[arg(long, value_name = "DIR")]
+    pub rounds_out: Option<PathBuf>,
     /// pricewire provider id used by the generator.
     #[arg(long, default_value_t = 0)]
     pub provider: u16,
@@ -139,8 +144,16 @@ fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.plot_from {
         return plot(dir);
     }
-    if let Some(dir) = &args.rounds_from {
-        print!("{}", crate::bench::rounds::summarize_dir(dir)?);
+    if !args.rounds_from.is_empty() {
+        let out = match (&args.rounds_out, args.rounds_from.as_slice()) {
+            (Some(out), _) => out.clone(),
+            (None, [one]) => one.clone(),
+            (None, _) => bail!("several --rounds-from folders need --rounds-out DIR"),
+        };
+        print!(
+            "{}",
+            crate::bench::rounds::summarize_dirs(&args.rounds_from, &out)?
+        );
         return Ok(());
     }
     if let Some(n) = &args.name {
