@@ -68,6 +68,9 @@ pub struct TargetRounds {
     pub cpu_s_per_m: Spread,
     /// All rounds' histograms merged; `None` without counts files.
     pub pooled: Option<Summary>,
+    /// Runs whose counts are in the pool (fewer than `rounds` when some
+    /// run has no counts file).
+    pub pooled_runs: usize,
 }
 
 /// A pricewire target against another target, over the rounds both ran.
@@ -238,17 +241,22 @@ pub fn summarize_rows(
             let col =
                 |f: fn(&RoundRow) -> f64| spread(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
             let mut pooled = None;
+            let mut pooled_runs = 0;
             if let Some(dir) = out_dir {
                 let mut h = latency_histogram();
-                let mut any = false;
                 for r in rs {
                     let p = counts_path(&r.dir, &r.label, target);
-                    if let Ok(text) = std::fs::read_to_string(&p) {
-                        add_counts(&mut h, &text).with_context(|| p.display().to_string())?;
-                        any = true;
+                    match std::fs::read_to_string(&p) {
+                        Ok(text) => {
+                            add_counts(&mut h, &text).with_context(|| p.display().to_string())?;
+                            pooled_runs += 1;
+                        }
+                        // Results written before counts files existed.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e).with_context(|| p.display().to_string()),
                     }
                 }
-                if any {
+                if pooled_runs > 0 {
                     pooled = Some(summarize(&h));
                     let pooled_dir = dir.join("pooled");
                     std::fs::create_dir_all(&pooled_dir)?;
@@ -267,6 +275,7 @@ pub fn summarize_rows(
                 send_lag_p999: col(|r| r.send_lag_p999_us),
                 cpu_s_per_m: col(|r| r.cpu_s_per_m),
                 pooled,
+                pooled_runs,
             });
         }
         let mut duels = Vec::new();
@@ -315,9 +324,12 @@ pub fn summarize_dir(dir: &Path) -> anyhow::Result<String> {
 /// five rounds are rounds 1–10). Writes `out/rounds.md` and `out/pooled/`
 /// (reading the counts files where they are); returns the text.
 pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
-    let mut rows = Vec::new();
-    let mut offset = 0;
-    for dir in dirs {
+    let mut rows: Vec<RoundRow> = Vec::new();
+    let mut offset: u32 = 0;
+    for (i, dir) in dirs.iter().enumerate() {
+        if dirs[..i].contains(dir) {
+            bail!("{} given twice", dir.display());
+        }
         let jsonl = std::fs::read_to_string(dir.join("results.jsonl"))
             .with_context(|| format!("{}/results.jsonl", dir.display()))?;
         let mut these = read_rows(&jsonl)?;
@@ -326,11 +338,30 @@ pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
         }
         let last = these.iter().map(|r| r.round).max().unwrap_or(0);
         for r in &mut these {
-            r.round += offset;
+            r.round = r
+                .round
+                .checked_add(offset)
+                .with_context(|| format!("{}: round {} too large", dir.display(), r.label))?;
             r.dir = dir.clone();
         }
-        offset += last;
+        offset = offset
+            .checked_add(last)
+            .context("round numbers too large")?;
         rows.extend(these);
+    }
+    // A folder a script wrote twice into holds each (scenario, target,
+    // round) twice, but only the last run's counts file: refuse it rather
+    // than pair and pool the wrong runs.
+    let mut seen = std::collections::HashSet::new();
+    for r in &rows {
+        if !seen.insert((&r.scenario, &r.target, r.round)) {
+            bail!(
+                "{}: {} of {} appears twice (two runs into one folder?)",
+                r.dir.display(),
+                r.label,
+                r.target
+            );
+        }
     }
     std::fs::create_dir_all(out)?;
     let text = render(&summarize_rows(Some(out), &rows)?);
@@ -378,7 +409,7 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
         s.push_str("| target | rounds | p50 µs median (range) | p99 µs median (range) | p99.9 µs median (range) | pooled p50 | pooled p99 | pooled p99.9 | gen. send-lag p99.9 (median) | CPU s / M (median) |\n");
         s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for t in &sc.targets {
-            let (pp50, pp99, pp999) =
+            let (pp50, pp99, mut pp999) =
                 t.pooled.map_or(("–".into(), "–".into(), "–".into()), |p| {
                     (
                         us(p.p50_ns as f64 / 1e3),
@@ -386,6 +417,10 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
                         us(p.p999_ns as f64 / 1e3),
                     )
                 });
+            if t.pooled.is_some() && t.pooled_runs < t.rounds {
+                // Some runs had no counts file: the pool is smaller.
+                let _ = write!(pp999, " ({} of {} runs)", t.pooled_runs, t.rounds);
+            }
             let cpu = if t.cpu_s_per_m.median.is_finite() {
                 format!("{:.2}", t.cpu_s_per_m.median)
             } else {
@@ -581,20 +616,46 @@ mod tests {
 
         // A second run of the same build: its rounds follow the first's
         // and its counts join the pool.
+        // Redis ran only in the second folder's round 1 — round 3 of the
+        // set — where pricewire was slower: one paired round, lost.
         let dir2 = dir.join("second");
         std::fs::create_dir_all(&dir2).unwrap();
         std::fs::write(
             dir2.join("results.jsonl"),
-            lines(&[row("pricewire", "s-r1", 100.0, 50_000.0)]),
+            lines(&[
+                row("pricewire", "s-r1", 100.0, 50_000.0),
+                row("redis", "s-r1", 90.0, 40_000.0),
+            ]),
         )
         .unwrap();
         std::fs::write(counts_path(&dir2, "s-r1", "pricewire"), counts_text(&b)).unwrap();
         let out = dir.join("both");
-        let text = summarize_dirs(&[dir.clone(), dir2], &out).unwrap();
+        let text = summarize_dirs(&[dir.clone(), dir2.clone()], &out).unwrap();
         assert!(text.contains("### s — 3 round(s)"), "{text}");
+        assert!(
+            text.contains("pricewire vs redis: p50 0/1, p99.9 0/1"),
+            "{text}"
+        );
+        // Redis has no counts file: its row has medians but no pool.
+        assert!(text.contains("| redis | 1 |"), "{text}");
         assert!(out.join("rounds.md").exists());
         let pooled = std::fs::read_to_string(out.join("pooled/hdr-s-pricewire.txt")).unwrap();
         assert!(pooled.contains("Total count = 2999"), "{pooled}");
+        // Without renumbering, the second folder's round 1 would pair
+        // with the first folder's round 1 (where redis did not run).
+        let rows = {
+            let mut r =
+                read_rows(&std::fs::read_to_string(dir2.join("results.jsonl")).unwrap()).unwrap();
+            r.iter_mut().for_each(|x| x.dir = dir2.clone());
+            r
+        };
+        assert!(rows.iter().all(|r| r.round == 1));
+        // A folder given twice, or one run written twice into a folder,
+        // is refused instead of double-counted.
+        assert!(summarize_dirs(&[dir2.clone(), dir2.clone()], &out).is_err());
+        let again = std::fs::read_to_string(dir2.join("results.jsonl")).unwrap();
+        std::fs::write(dir2.join("results.jsonl"), again.repeat(2)).unwrap();
+        assert!(summarize_dirs(&[dir2], &out).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

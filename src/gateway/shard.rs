@@ -262,6 +262,8 @@ impl Shard {
     /// parked for another shard's full ring): then briefly, doubling.
     fn park_for_hosted(&mut self) {
         if self.input.hosted.is_empty() {
+            // No host, or its tasks have ended (possibly while retrying).
+            self.waiter.set_idle_park(IDLE_PARK_MAX_US);
             return;
         }
         if self.input.hosted.retry_pending() {

@@ -59,8 +59,10 @@ const UNSET_NS: u64 = u64::MAX;
 
 /// The bucket arithmetic: `rate_per_s` tokens per second, at most `burst`
 /// stored, the level in nano-tokens. No validation and no counters: the
-/// owner guarantees `1 <= burst <= BURST_MAX`, `rate_per_s <=
-/// RATE_PER_S_MAX` and `initial_tokens <= burst` (both wrappers do).
+/// owner guarantees `burst >= 1`, `initial_tokens <= burst` and a burst
+/// whose nano-tokens fit a `u64` (below 1.8e10): [`TokenBucket`] checks
+/// [`BURST_MAX`] and [`RATE_PER_S_MAX`], the gateway's `u32` configuration
+/// cannot exceed 4.3e9. Any `u64` rate is exact (the refill is `u128`).
 #[derive(Debug, Clone, Copy)]
 pub struct Bucket {
     level_nt: u64,
