@@ -30,7 +30,6 @@ use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{price_flags, Price};
 use crate::pipeline::hosted::Readiness;
 use crate::pipeline::sink::{latency_histogram, HistogramExchange};
-use crate::pipeline::wait::{IDLE_PARK_MAX_US, PARK_MAX_US};
 use crate::pipeline::{ShardInput, WaitStrategy, Waiter};
 use crate::refdata::Lookup;
 use crate::requests::service::{
@@ -193,8 +192,8 @@ impl Shard {
         let mut waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
         // Sockets, the waker and the doorbell wake it; its sweep is every
         // SWEEP_NS. (A host parks briefly while its engine holds prices
-        // for a full ring: `park_for_hosted`.)
-        waiter.set_idle_park(IDLE_PARK_MAX_US);
+        // for a full ring: see `poll_once`.)
+        waiter.set_retrying(false);
         Shard {
             index: SubIndex::new(table.len() * tiers),
             conns: (0..cap).map(|_| None).collect(),
@@ -257,24 +256,11 @@ impl Shard {
         self.close_all();
     }
 
-    /// A host parks until an input or its sweep, unless a hosted task
-    /// must retry something nothing will wake it for (the engine's prices
-    /// parked for another shard's full ring): then briefly, doubling.
-    fn park_for_hosted(&mut self) {
-        if self.input.hosted.is_empty() {
-            // No host, or its tasks have ended (possibly while retrying).
-            self.waiter.set_idle_park(IDLE_PARK_MAX_US);
-            return;
-        }
-        if self.input.hosted.retry_pending() {
-            self.waiter.set_park_max(PARK_MAX_US);
-        } else {
-            self.waiter.set_idle_park(IDLE_PARK_MAX_US);
-        }
-    }
-
     fn poll_once(&mut self, busy: bool) {
-        self.park_for_hosted();
+        // A host parks until an input or its sweep, unless a hosted task
+        // must retry something nothing will wake it for (the engine's
+        // prices parked for another shard's full ring; no tasks: false).
+        self.waiter.set_retrying(self.input.hosted.retry_pending());
         let mut timeout = if busy || !self.write_list.is_empty() {
             Some(Duration::ZERO)
         } else {

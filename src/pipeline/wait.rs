@@ -172,6 +172,20 @@ impl Waiter {
         self.straight = true;
     }
 
+    /// The one switch stages use: `true` while the stage holds something
+    /// it must retry on a timer, which nothing will wake it for (queued
+    /// requests' deadlines, an engine's prices parked for a full ring):
+    /// short parks doubling up to [`PARK_MAX_US`]. `false` when every input
+    /// wakes it: parks of up to [`IDLE_PARK_MAX_US`] from the first.
+    #[inline]
+    pub fn set_retrying(&mut self, retrying: bool) {
+        if retrying {
+            self.set_park_max(PARK_MAX_US);
+        } else {
+            self.set_idle_park(IDLE_PARK_MAX_US);
+        }
+    }
+
     pub fn strategy(&self) -> WaitStrategy {
         self.strategy
     }

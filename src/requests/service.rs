@@ -30,7 +30,6 @@ use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{PriceTable, TickHistory};
 use crate::pipeline::counter::Counter;
-use crate::pipeline::wait::{IDLE_PARK_MAX_US, PARK_MAX_US};
 use crate::pipeline::{Doorbell, WaitStrategy, Waiter};
 use crate::requests::stats::OverloadStats;
 use crate::wire::{self, HistoryTick, Name16, PriceBody, RejectReason, SymbolInfo, TierInfo};
@@ -315,11 +314,7 @@ impl Dispatcher {
             let queued = !self.queue.is_empty();
             // Queued requests have deadlines and CoDel intervals to keep;
             // an empty queue has no timer, and every input rings.
-            if queued {
-                waiter.set_park_max(PARK_MAX_US);
-            } else {
-                waiter.set_idle_park(IDLE_PARK_MAX_US);
-            }
+            waiter.set_retrying(queued);
             waiter.idle(|| {
                 inbound.iter().any(|r| !r.is_empty())
                     || (queued && limit.inflight() < limit.limit())
