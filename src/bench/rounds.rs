@@ -475,6 +475,16 @@ mod tests {
         .to_string()
     }
 
+    /// A results folder: `rows` in results.jsonl, and pricewire's counts
+    /// file for each (label, histogram).
+    fn write_folder(dir: &Path, rows: &[String], counts: &[(&str, &Histogram<u64>)]) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("results.jsonl"), lines(rows)).unwrap();
+        for (label, h) in counts {
+            std::fs::write(counts_path(dir, label, "pricewire"), counts_text(h)).unwrap();
+        }
+    }
+
     fn lines(rows: &[String]) -> String {
         rows.iter().map(|r| format!("{r}\n")).collect()
     }
@@ -588,17 +598,14 @@ mod tests {
         assert_eq!(summarize(&back), summarize(&a));
 
         let dir = std::env::temp_dir().join(format!("pw-rounds-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("results.jsonl"),
-            lines(&[
+        write_folder(
+            &dir,
+            &[
                 row("pricewire", "s-r1", 500.0, 998.0),
                 row("pricewire", "s-r2", 100.0, 50_000.0),
-            ]),
-        )
-        .unwrap();
-        std::fs::write(counts_path(&dir, "s-r1", "pricewire"), counts_text(&a)).unwrap();
-        std::fs::write(counts_path(&dir, "s-r2", "pricewire"), counts_text(&b)).unwrap();
+            ],
+            &[("s-r1", &a), ("s-r2", &b)],
+        );
         let text = summarize_dir(&dir).unwrap();
         let mut rows =
             read_rows(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap()).unwrap();
@@ -619,16 +626,14 @@ mod tests {
         // Redis ran only in the second folder's round 1 — round 3 of the
         // set — where pricewire was slower: one paired round, lost.
         let dir2 = dir.join("second");
-        std::fs::create_dir_all(&dir2).unwrap();
-        std::fs::write(
-            dir2.join("results.jsonl"),
-            lines(&[
+        write_folder(
+            &dir2,
+            &[
                 row("pricewire", "s-r1", 100.0, 50_000.0),
                 row("redis", "s-r1", 90.0, 40_000.0),
-            ]),
-        )
-        .unwrap();
-        std::fs::write(counts_path(&dir2, "s-r1", "pricewire"), counts_text(&b)).unwrap();
+            ],
+            &[("s-r1", &b)],
+        );
         let out = dir.join("both");
         let text = summarize_dirs(&[dir.clone(), dir2.clone()], &out).unwrap();
         assert!(text.contains("### s — 3 round(s)"), "{text}");
