@@ -184,11 +184,9 @@ impl Service {
                 .name(format!("pw-shard{index}"))
                 .spawn(move || {
                     let stage = Stage::Shard(index as u16);
-                    if let Some(core) = cpus.core_for(stage) {
-                        if let Err(e) = crate::pipeline::affinity::pin_current(stage, core) {
-                            tracing::error!("{e}");
-                            return;
-                        }
+                    if let Err(e) = crate::pipeline::affinity::place_current(stage, &cpus) {
+                        tracing::error!("{e}");
+                        return;
                     }
                     sink.run(wait);
                 })

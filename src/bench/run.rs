@@ -41,6 +41,8 @@ pub struct RunSpec {
     pub duration_s: u64,
     pub batch_max: usize,
     pub server_pid: Option<u32>,
+    /// `SCHED_FIFO` priority of the sender and receiver threads.
+    pub rt_priority: Option<crate::pipeline::RtPriority>,
     pub scenario: String,
     pub progress: bool,
     pub provider: u16,
@@ -168,7 +170,10 @@ pub fn run_with(spec: &RunSpec, hook: &mut dyn DuringRun) -> anyhow::Result<RunO
     std::thread::scope(|scope| {
         let receiver = std::thread::Builder::new()
             .name("bench-recv".into())
-            .spawn_scoped(scope, || recv::run(&rplan, &shared, clock))?;
+            .spawn_scoped(scope, || {
+                generator_priority(spec)?;
+                recv::run(&rplan, &shared, clock)
+            })?;
         let all_ready = wait_for(READY_TIMEOUT_MS, || {
             receiver.is_finished() || shared.ready.load(Ordering::Relaxed) >= spec.subscribers
         });
@@ -193,6 +198,16 @@ pub fn run_with(spec: &RunSpec, hook: &mut dyn DuringRun) -> anyhow::Result<RunO
         let (send, cpu_s) = result?;
         Ok(outcome(spec, send, recv, cpu_s))
     })
+}
+
+/// Puts the calling generator thread at the run's real-time priority.
+fn generator_priority(spec: &RunSpec) -> std::io::Result<()> {
+    match spec.rt_priority {
+        Some(p) => {
+            crate::pipeline::affinity::set_current_fifo(p.get()).map_err(std::io::Error::other)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Runs the sender and the hook; returns the sender's result and the
@@ -222,6 +237,7 @@ fn drive(
         let sender = std::thread::Builder::new()
             .name("bench-send".into())
             .spawn_scoped(scope, || {
+                generator_priority(spec)?;
                 send::run(
                     &mut publisher,
                     splan,

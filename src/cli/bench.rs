@@ -92,6 +92,13 @@ pub struct BenchArgs {
     /// Server process whose CPU time (/proc/PID/stat) is reported.
     #[arg(long, value_name = "PID")]
     pub server_pid: Option<u32>,
+    /// Run the generator's sender and receiver threads at this
+    /// `SCHED_FIFO` priority (1..=99), so the generator's own wake-ups do
+    /// not queue behind the server's threads for a scheduler tick (its
+    /// send lag is reported either way). Needs CAP_SYS_NICE or
+    /// RLIMIT_RTPRIO; the run fails at once without. Off by default.
+    #[arg(long, value_name = "N")]
+    pub rt_priority: Option<crate::pipeline::RtPriority>,
     /// Label of the scenario in the result rows (default: its name).
     #[arg(long)]
     pub label: Option<String>,
@@ -197,6 +204,10 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.subscribers > 10_000 || args.herd_clients > 20_000 {
         bail!("--subscribers at most 10000, --herd-clients at most 20000");
     }
+    if let Some(p) = args.rt_priority {
+        crate::pipeline::affinity::probe_rt_priority(p.get())
+            .map_err(|e| anyhow::anyhow!("--rt-priority: {e}"))?;
+    }
     if let Some(a) = args
         .connect
         .iter()
@@ -229,6 +240,7 @@ fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> RunSpec {
         duration_s: args.duration_s,
         batch_max: args.batch_max,
         server_pid: args.server_pid,
+        rt_priority: args.rt_priority,
         scenario: args.label.clone().unwrap_or_else(|| scenario.to_string()),
         progress: !args.quiet,
         provider: args.provider,

@@ -33,8 +33,8 @@ use crate::ops::{
 };
 use crate::pipeline::sink::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::pipeline::{
-    CpuMap, PipelineConfig, Threading, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT,
-    SHARD_RING_DEFAULT,
+    CpuMap, PipelineConfig, RtPriority, Threading, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT,
+    FEED_RING_DEFAULT, SHARD_RING_DEFAULT,
 };
 use crate::refdata::{RefData, RefDataConfig};
 use crate::requests::service::RequestConfig;
@@ -116,6 +116,18 @@ pub struct ServeArgs {
     /// default; a mapped stage that cannot be pinned fails start-up.
     #[arg(long, default_value = "", value_name = "MAP")]
     pub cpus: CpuMap,
+
+    /// Run the stages that carry prices (feeds, engine, gateway shards,
+    /// which host the engine and the provider ingest with `--threading
+    /// shared`) at this `SCHED_FIFO` priority, 1..=99: a woken stage
+    /// preempts normal-priority threads at once instead of waiting up to a
+    /// scheduler tick. Needs CAP_SYS_NICE or a high enough RLIMIT_RTPRIO
+    /// (start-up fails otherwise); refused with `spin` or `spin-yield`
+    /// waits, which would starve every other thread on their core. The
+    /// request path, acceptor, recorder and ops endpoints stay at normal
+    /// priority. Off by default.
+    #[arg(long, value_name = "N")]
+    pub rt_priority: Option<RtPriority>,
 
     /// Longest a feed waits for room in a full ring before dropping, in
     /// microseconds.
@@ -240,7 +252,9 @@ impl ServeArgs {
 
     /// The gateway's settings, or `None` with `--no-listen`.
     pub fn gateway_config(&self) -> Result<Option<crate::gateway::GatewayConfig>, String> {
-        let mut g = self.gateway.gateway_config(self.shard_wait(), &self.cpus)?;
+        let mut g = self
+            .gateway
+            .gateway_config(self.shard_wait(), &self.placement())?;
         if let Some(g) = g.as_mut() {
             g.shard0_fill = self.shard0_fill.unwrap_or(match self.threading {
                 Threading::Shared => SHARD0_FILL_SHARED,
@@ -258,6 +272,39 @@ impl ServeArgs {
         })
     }
 
+    /// `--cpus` and `--rt-priority`: where and how the stage threads run.
+    fn placement(&self) -> CpuMap {
+        self.cpus.clone().with_rt_priority(self.rt_priority)
+    }
+
+    /// Refuses a real-time priority with a wait strategy that never
+    /// sleeps: a `SCHED_FIFO` thread that spins keeps every normal thread
+    /// off its core (the kernel's real-time throttling leaves them 5 %).
+    fn check_rt_waits(&self) -> Result<(), String> {
+        let Some(p) = self.rt_priority else {
+            return Ok(());
+        };
+        let mut waits = vec![
+            ("--feed-wait", self.feed_wait),
+            ("--shard-wait", self.shard_wait()),
+        ];
+        if self.threading == Threading::Dedicated {
+            waits.push(("--engine-wait", self.engine_wait));
+        }
+        for (flag, w) in waits {
+            if matches!(w, WaitStrategy::Spin | WaitStrategy::SpinYield) {
+                return Err(format!(
+                    "--rt-priority {p} with {flag} {}: a real-time thread that never sleeps \
+                     starves every other thread on its core; use park or spin-park",
+                    clap::ValueEnum::to_possible_value(&w)
+                        .map(|v| v.get_name().to_owned())
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn pipeline_config(&self) -> PipelineConfig {
         PipelineConfig {
             feed_ring: self.feed_ring,
@@ -265,7 +312,7 @@ impl ServeArgs {
             shards: self.shard_count(),
             feed_wait: self.feed_wait,
             engine_wait: self.engine_wait,
-            cpus: self.cpus.clone(),
+            cpus: self.placement(),
             feed_full_wait_us: self.feed_full_wait_us,
             history_depth: self.history_depth,
             threading: self.threading,
@@ -377,6 +424,7 @@ struct Plan {
 impl Plan {
     fn from_args(args: &ServeArgs) -> Result<Plan, String> {
         let config = args.load_config()?;
+        args.check_rt_waits()?;
         args.pipeline_config()
             .validate()
             .map_err(|e| e.to_string())?;

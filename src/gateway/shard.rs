@@ -113,10 +113,15 @@ pub fn spawn(
         .name(format!("pw-shard{index}"))
         .spawn(move || {
             let stage = crate::pipeline::Stage::Shard(index as u16);
-            if let Some(core) = shard.shared.cfg.cpus.core_for(stage) {
-                if let Err(e) = crate::pipeline::affinity::pin_current(stage, core) {
-                    // Pinning was asked for: running unpinned would lie to
-                    // the operator about where latency comes from.
+            match crate::pipeline::affinity::place_current(stage, &shard.shared.cfg.cpus) {
+                Ok(p) if p.core.is_some() || p.rt_priority.is_some() => {
+                    tracing::info!(%stage, core = ?p.core, rt_priority = ?p.rt_priority, "shard placed");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Pinning or priority was asked for: running otherwise
+                    // would lie to the operator about where latency comes
+                    // from.
                     tracing::error!("{e}; exiting");
                     std::process::exit(1);
                 }

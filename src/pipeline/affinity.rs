@@ -1,9 +1,23 @@
-//! Stage-to-core mapping (`--cpus feed=0,engine=1,shard0=1`) and pinning.
+//! Where and how stage threads run: stage-to-core mapping (`--cpus
+//! feed=0,engine=1,shard0=1`), pinning, and real-time priority
+//! (`--rt-priority N`).
 //!
-//! Pinning is opt-in: with no map every stage floats, which is the right
-//! default on a small shared machine. When a stage is mapped to a core and
-//! pinning fails, start-up fails loudly instead of running unpinned while
-//! the operator believes otherwise.
+//! Both are opt-in: with no map every stage floats and runs at normal
+//! priority, which is the right default on a small shared machine. When a
+//! stage is mapped to a core or asked to run at real-time priority and the
+//! OS refuses, start-up fails loudly instead of running otherwise while the
+//! operator believes the setting holds.
+//!
+//! Real-time priority (`SCHED_FIFO`) is for the stages that carry prices:
+//! feeds, the engine and the gateway shards (which host the engine and the
+//! provider ingest with `--threading shared`). A woken stage then preempts
+//! any normal-priority thread at once instead of queueing behind it; on a
+//! kernel without preemption and a 250 Hz tick that queueing is what the
+//! millisecond tail is made of (BENCHMARKS-PEERS.md, "Real-time
+//! priority"). The request path, the recorder, the acceptor and the ops
+//! endpoints stay at normal priority: a flood of requests or connections
+//! must not be able to take CPU from the price stream at real-time
+//! priority.
 
 use std::fmt;
 use std::str::FromStr;
@@ -56,6 +70,8 @@ impl FromStr for Stage {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuMap {
     entries: Vec<(Stage, usize)>,
+    /// `SCHED_FIFO` priority for the stages that carry prices.
+    rt_priority: Option<u8>,
 }
 
 impl FromStr for CpuMap {
@@ -76,7 +92,10 @@ impl FromStr for CpuMap {
             }
             entries.push((stage, core));
         }
-        Ok(CpuMap { entries })
+        Ok(CpuMap {
+            entries,
+            rt_priority: None,
+        })
     }
 }
 
@@ -96,7 +115,20 @@ impl CpuMap {
         exact.or_else(any_shard).map(|&(_, c)| c)
     }
 
-    /// Checks every mapped core exists on this machine.
+    /// Runs the stages that carry prices at `SCHED_FIFO` `priority`, or at
+    /// normal priority with `None`.
+    pub fn with_rt_priority(mut self, priority: Option<RtPriority>) -> Self {
+        self.rt_priority = priority.map(|p| p.0);
+        self
+    }
+
+    /// The real-time priority asked for, if any.
+    pub fn rt_priority(&self) -> Option<u8> {
+        self.rt_priority
+    }
+
+    /// Checks every mapped core exists on this machine and, with a
+    /// real-time priority, that this process may use it.
     pub fn validate(&self) -> Result<(), String> {
         let available = available_cores();
         for &(stage, core) in &self.entries {
@@ -105,6 +137,9 @@ impl CpuMap {
                     "stage {stage} mapped to core {core}, but this machine has cores {available:?}"
                 ));
             }
+        }
+        if let Some(p) = self.rt_priority {
+            probe_rt_priority(p)?;
         }
         Ok(())
     }
@@ -132,6 +167,112 @@ pub fn pin_current(stage: Stage, core: usize) -> Result<(), String> {
     }
 }
 
+/// Lowest and highest `SCHED_FIFO` priority Linux accepts.
+pub const RT_PRIORITY_MIN: u8 = 1;
+pub const RT_PRIORITY_MAX: u8 = 99;
+
+/// A `SCHED_FIFO` priority, 1..=99 (`--rt-priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtPriority(u8);
+
+impl RtPriority {
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl FromStr for RtPriority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().parse::<u8>() {
+            Ok(p) if (RT_PRIORITY_MIN..=RT_PRIORITY_MAX).contains(&p) => Ok(RtPriority(p)),
+            _ => Err(format!(
+                "`{s}`: a SCHED_FIFO priority is {RT_PRIORITY_MIN}..={RT_PRIORITY_MAX}"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for RtPriority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Whether `stage` runs at the real-time priority when one is asked for:
+/// the stages prices pass through.
+pub fn rt_stage(stage: Stage) -> bool {
+    matches!(stage, Stage::Feed | Stage::Engine | Stage::Shard(_))
+}
+
+/// What the calling stage thread was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Placement {
+    pub core: Option<usize>,
+    pub rt_priority: Option<u8>,
+}
+
+/// Applies `cpus` to the calling thread, which runs `stage`: pins it when
+/// its stage is mapped and sets `SCHED_FIFO` when a real-time priority is
+/// asked for and the stage carries prices. Errors if the OS refused either.
+pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, String> {
+    let core = cpus.core_for(stage);
+    if let Some(c) = core {
+        pin_current(stage, c)?;
+    }
+    let rt_priority = cpus.rt_priority.filter(|_| rt_stage(stage));
+    if let Some(p) = rt_priority {
+        set_current_fifo(p).map_err(|e| format!("real-time priority {p} for {stage}: {e}"))?;
+    }
+    Ok(Placement { core, rt_priority })
+}
+
+/// Puts the calling thread in `SCHED_FIFO` at `priority`.
+pub fn set_current_fifo(priority: u8) -> Result<(), String> {
+    let param = libc::sched_param {
+        sched_priority: i32::from(priority),
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param
+    // that outlives the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    let hint = match err.raw_os_error() {
+        Some(libc::EPERM) => {
+            " (needs CAP_SYS_NICE, or an RLIMIT_RTPRIO at least this high: \
+             `ulimit -r`, limits.conf `rtprio`, systemd `LimitRTPRIO=`)"
+        }
+        _ => "",
+    };
+    Err(format!("sched_setscheduler(SCHED_FIFO): {err}{hint}"))
+}
+
+/// The calling thread's scheduling policy and priority, as the kernel
+/// reports them.
+pub fn current_policy() -> (i32, i32) {
+    // SAFETY: pid 0 is the calling thread; `param` is written by the call.
+    unsafe {
+        let mut param = libc::sched_param { sched_priority: 0 };
+        let policy = libc::sched_getscheduler(0);
+        libc::sched_getparam(0, &mut param);
+        (policy, param.sched_priority)
+    }
+}
+
+/// Checks, on a short-lived thread, that this process may run threads at
+/// `SCHED_FIFO` `priority`, so a refusal fails start-up before any stage
+/// runs rather than in the middle of it.
+pub fn probe_rt_priority(priority: u8) -> Result<(), String> {
+    std::thread::scope(|s| {
+        s.spawn(|| set_current_fifo(priority))
+            .join()
+            .unwrap_or_else(|_| Err("probe thread panicked".into()))
+    })
+    .map_err(|e| format!("real-time priority {priority}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +296,85 @@ mod tests {
         assert!("feed=0,feed=1".parse::<CpuMap>().is_err());
         let far: CpuMap = "feed=4096".parse().unwrap();
         assert!(far.validate().unwrap_err().contains("core 4096"));
+    }
+
+    #[test]
+    fn rt_priorities_are_1_to_99() {
+        assert_eq!("1".parse::<RtPriority>().unwrap().get(), 1);
+        assert_eq!(" 99".parse::<RtPriority>().unwrap().get(), 99);
+        for bad in ["0", "100", "-1", "x", ""] {
+            let e = bad.parse::<RtPriority>().unwrap_err();
+            assert!(e.contains("1..=99"), "{bad}: {e}");
+        }
+        let m = CpuMap::default().with_rt_priority(Some("7".parse().unwrap()));
+        assert_eq!(m.rt_priority(), Some(7));
+        assert_eq!(CpuMap::default().rt_priority(), None);
+    }
+
+    #[test]
+    fn only_price_stages_are_real_time() {
+        assert!(rt_stage(Stage::Feed));
+        assert!(rt_stage(Stage::Engine));
+        assert!(rt_stage(Stage::Shard(3)));
+        assert!(!rt_stage(Stage::Requests));
+        assert!(!rt_stage(Stage::Recorder));
+    }
+
+    /// On a fresh thread (the policy sticks to it): either the kernel now
+    /// reports SCHED_FIFO at the priority, or placing failed with the
+    /// syscall's reason, and the probe agrees with what happened.
+    #[test]
+    fn placing_a_stage_sets_fifo_or_says_why_not() {
+        let map = CpuMap::default().with_rt_priority(Some("5".parse().unwrap()));
+        let probe = probe_rt_priority(5);
+        let (placed, policy) = std::thread::spawn(move || {
+            let placed = place_current(Stage::Shard(0), &map);
+            (placed, current_policy())
+        })
+        .join()
+        .unwrap();
+        match placed {
+            Ok(p) => {
+                assert!(probe.is_ok(), "probe refused but placing worked: {probe:?}");
+                assert_eq!(
+                    p,
+                    Placement {
+                        core: None,
+                        rt_priority: Some(5)
+                    }
+                );
+                assert_eq!(policy, (libc::SCHED_FIFO, 5));
+            }
+            Err(e) => {
+                let probe = probe.unwrap_err();
+                assert!(e.contains("real-time priority 5 for shard0"), "{e}");
+                assert!(e.contains("sched_setscheduler"), "{e}");
+                assert!(probe.contains("real-time priority 5"), "{probe}");
+                assert_eq!(policy.0, libc::SCHED_OTHER);
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_priority_says_which_call_and_why() {
+        // Priority 0 is not a SCHED_FIFO priority: the kernel says EINVAL,
+        // for root and everyone else alike.
+        let e = std::thread::spawn(|| set_current_fifo(0))
+            .join()
+            .unwrap()
+            .unwrap_err();
+        assert!(e.starts_with("sched_setscheduler(SCHED_FIFO): "), "{e}");
+        assert!(e.contains("Invalid argument"), "{e}");
+    }
+
+    #[test]
+    fn stages_off_the_price_path_keep_normal_priority() {
+        let map = CpuMap::default().with_rt_priority(Some("5".parse().unwrap()));
+        let (placed, policy) =
+            std::thread::spawn(move || (place_current(Stage::Requests, &map), current_policy()))
+                .join()
+                .unwrap();
+        assert_eq!(placed.unwrap(), Placement::default());
+        assert_eq!(policy, (libc::SCHED_OTHER, 0));
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-pub use affinity::{CpuMap, Stage};
+pub use affinity::{CpuMap, RtPriority, Stage};
 pub use feed_port::{FeedPort, FeedStats};
 pub use hosted::{HostedTask, HostedTasks, Threading};
 pub use wait::{Doorbell, WaitStrategy, Waiter};
@@ -157,8 +157,14 @@ pub enum Control {
 /// What stages tell the supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StageEvent {
-    Started { stage: Stage, core: Option<usize> },
-    Failed { stage: Stage, reason: String },
+    Started {
+        stage: Stage,
+        placement: affinity::Placement,
+    },
+    Failed {
+        stage: Stage,
+        reason: String,
+    },
 }
 
 /// The consumer side of one engine → shard ring, handed to a gateway shard
@@ -335,8 +341,9 @@ impl Pipeline {
         }
         while !waiting.is_empty() {
             match events.recv_timeout(START_TIMEOUT) {
-                Ok(StageEvent::Started { stage, core }) => {
-                    tracing::info!(%stage, ?core, "stage started");
+                Ok(StageEvent::Started { stage, placement }) => {
+                    let (core, rt_priority) = (placement.core, placement.rt_priority);
+                    tracing::info!(%stage, ?core, ?rt_priority, "stage started");
                     waiting.retain(|s| *s != stage);
                 }
                 Ok(StageEvent::Failed { stage, reason }) => {
@@ -398,15 +405,16 @@ fn join_stage(t: StageThread) {
 }
 
 fn pin(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
-    let core = cpus.core_for(stage);
-    if let Some(c) = core {
-        if let Err(reason) = affinity::pin_current(stage, c) {
+    match affinity::place_current(stage, cpus) {
+        Ok(placement) => {
+            let _ = events.send(StageEvent::Started { stage, placement });
+            true
+        }
+        Err(reason) => {
             let _ = events.send(StageEvent::Failed { stage, reason });
-            return false;
+            false
         }
     }
-    let _ = events.send(StageEvent::Started { stage, core });
-    true
 }
 
 fn spawn_feed(
