@@ -127,6 +127,12 @@ impl EngineStage {
         }
     }
 
+    /// When [`EngineStage::maybe_sweep`] next has work: a host that parks
+    /// wakes by then at the latest.
+    pub fn next_sweep_ns(&self) -> u64 {
+        self.next_sweep_ns
+    }
+
     /// Republishes symbols whose providers went stale or unhealthy, at most
     /// every [`STALE_SWEEP_NS`].
     pub fn maybe_sweep(&mut self, now_ns: u64) {

@@ -195,9 +195,10 @@ impl Shard {
         let digits = table.instruments().iter().map(|i| i.digits).collect();
         let max_entries = shared.cfg.max_frame_bytes / 18 + 1;
         let mut waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
-        // Sockets, the waker and the doorbell wake it; its sweep is every
-        // SWEEP_NS. (A host parks briefly while its engine holds prices
-        // for a full ring: see `poll_once`.)
+        // Sockets, the waker and the doorbell wake it; a park ends by its
+        // next sweep (every SWEEP_NS) or hosted timer. (A host parks
+        // briefly while its engine holds prices for a full ring: see
+        // `poll_once`.)
         waiter.set_retrying(false);
         Shard {
             index: SubIndex::new(table.len() * tiers),
@@ -271,7 +272,19 @@ impl Shard {
         } else {
             self.waiter.poll_timeout()
         };
-        let sleeping = timeout != Some(Duration::ZERO);
+        let mut sleeping = timeout != Some(Duration::ZERO);
+        if sleeping {
+            // Wake for this shard's sweep or a hosted task's timer (the
+            // engine's stale sweep), whichever comes first: an idle park
+            // must not make them late.
+            let due = self
+                .input
+                .hosted
+                .next_timer_ns()
+                .map_or(self.next_sweep_ns, |t| t.min(self.next_sweep_ns));
+            timeout = crate::pipeline::wait::until_due(timeout, monotonic_ns(), due);
+            sleeping = timeout != Some(Duration::ZERO);
+        }
         let consumer = &self.input.consumer;
         let answers = &self.requests.answers;
         let hosted = &self.input.hosted;

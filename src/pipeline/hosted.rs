@@ -88,6 +88,12 @@ pub trait HostedTask: Send {
     fn retry_pending(&self) -> bool {
         false
     }
+    /// When the task's own timer is next due (monotonic ns), if it has
+    /// one: a host that parks wakes by then, so the timer runs on time
+    /// while no input arrives. Default: none.
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
     /// The task has ended; the host drops it (which releases its rings).
     fn finished(&self) -> bool;
 }
@@ -201,6 +207,12 @@ impl HostedTask for HostedEngine {
         self.stage.parked() > 0
     }
 
+    fn next_timer_ns(&self) -> Option<u64> {
+        // The stale sweep: a silent provider's symbols are republished
+        // on time even when nothing else wakes the host.
+        (self.state == EngineState::Running).then(|| self.stage.next_sweep_ns())
+    }
+
     fn finished(&self) -> bool {
         self.state == EngineState::Done
     }
@@ -261,6 +273,15 @@ impl HostedTasks {
         self.tasks.iter().flatten().any(|t| t.retry_pending())
     }
 
+    /// The earliest timer of any task ([`HostedTask::next_timer_ns`]).
+    pub fn next_timer_ns(&self) -> Option<u64> {
+        self.tasks
+            .iter()
+            .flatten()
+            .filter_map(|t| t.next_timer_ns())
+            .min()
+    }
+
     /// Runs every task's [`HostedTask::between`]. Returns the work done.
     #[inline]
     pub fn between(&mut self, now_ns: u64) -> usize {
@@ -302,6 +323,7 @@ mod tests {
     struct Counter {
         left: usize,
         events: Arc<AtomicUsize>,
+        timer: Option<u64>,
     }
 
     impl HostedTask for Counter {
@@ -324,6 +346,28 @@ mod tests {
         fn finished(&self) -> bool {
             self.left == 0
         }
+        fn next_timer_ns(&self) -> Option<u64> {
+            self.timer
+        }
+    }
+
+    #[test]
+    fn the_host_wakes_for_the_earliest_task_timer() {
+        let mut tasks = HostedTasks::default();
+        assert_eq!(tasks.next_timer_ns(), None, "no tasks");
+        for (left, timer) in [(1, None), (2, Some(900)), (3, Some(400))] {
+            tasks.push(Box::new(Counter {
+                left,
+                events: Arc::default(),
+                timer,
+            }));
+        }
+        assert_eq!(tasks.next_timer_ns(), Some(400));
+        tasks.turn(0);
+        tasks.turn(0); // the 2-turn task (timer 900) finishes
+        assert_eq!(tasks.next_timer_ns(), Some(400));
+        tasks.turn(0); // the last one finishes: no timer left
+        assert_eq!(tasks.next_timer_ns(), None);
     }
 
     #[test]
@@ -334,6 +378,7 @@ mod tests {
             tasks.push(Box::new(Counter {
                 left,
                 events: e.clone(),
+                timer: None,
             }));
         }
         tasks.on_event(TASK_TOKENS + 4, Readiness::default());

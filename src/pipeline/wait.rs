@@ -261,6 +261,15 @@ impl Waiter {
     }
 }
 
+/// `timeout` (`None`: no limit) shortened so a poll at `now_ns` returns by
+/// `due_ns`, when the stage's next timer is due: an idle park of up to
+/// [`IDLE_PARK_MAX_US`] must not make a periodic sweep late.
+#[inline]
+pub fn until_due(timeout: Option<Duration>, now_ns: u64, due_ns: u64) -> Option<Duration> {
+    let left = Duration::from_nanos(due_ns.saturating_sub(now_ns));
+    Some(timeout.map_or(left, |t| t.min(left)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,5 +389,23 @@ mod tests {
             assert_eq!(sp.poll_timeout(), Some(Duration::ZERO));
         }
         assert_eq!(sp.poll_timeout(), Some(cap));
+    }
+
+    #[test]
+    fn parks_end_when_the_next_timer_is_due() {
+        let ms = |n: u64| Duration::from_millis(n);
+        // A 20-ms park 5 ms before a sweep ends at the sweep.
+        assert_eq!(until_due(Some(ms(20)), 45_000_000, 50_000_000), Some(ms(5)));
+        // A shorter park is kept.
+        assert_eq!(until_due(Some(ms(2)), 0, 50_000_000), Some(ms(2)));
+        // No limit at all becomes the time to the timer.
+        assert_eq!(until_due(None, 10_000_000, 50_000_000), Some(ms(40)));
+        // A timer already due: do not sleep.
+        assert_eq!(
+            until_due(Some(ms(20)), 60_000_000, 50_000_000),
+            Some(Duration::ZERO)
+        );
+        // No timer (`u64::MAX`): the park is kept.
+        assert_eq!(until_due(Some(ms(20)), 1, u64::MAX), Some(ms(20)));
     }
 }
