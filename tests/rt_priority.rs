@@ -5,8 +5,13 @@
 //! reason instead of running at normal priority. Spinning waits at
 //! real-time priority are refused.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "util/net.rs"]
+mod net;
 
 const PRIORITY: u8 = 20;
 
@@ -41,15 +46,28 @@ fn threads(pid: u32) -> Vec<(String, i64, i64)> {
     .collect()
 }
 
+/// The body of `GET /metrics`, or empty while the listener is not up.
+fn metrics(addr: SocketAddr) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
 fn serve(extra: &[&str]) -> Child {
+    serve_with_ops("127.0.0.1:0", extra)
+}
+
+fn serve_with_ops(ops: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--ops-listen",
-            "127.0.0.1:0",
-        ])
+        .args(["serve", "--listen", "127.0.0.1:0", "--ops-listen", ops])
         .args(["--synthetic-rate", "200", "--drain-delay-ms", "0"])
         .args(extra)
         .stdout(Stdio::null())
@@ -62,7 +80,8 @@ fn serve(extra: &[&str]) -> Child {
 fn price_stages_run_at_fifo_the_rest_at_normal_priority() {
     let prio = PRIORITY.to_string();
     let permitted = pricewire::pipeline::affinity::probe_rt_priority(PRIORITY);
-    let child = serve(&["--rt-priority", &prio]);
+    let ops = net::free_addr();
+    let child = serve_with_ops(&ops.to_string(), &["--rt-priority", &prio]);
     if let Err(why) = permitted {
         // Not allowed here: the server must refuse to start, saying why.
         let out = child.wait_with_output().unwrap();
@@ -103,6 +122,18 @@ fn price_stages_run_at_fifo_the_rest_at_normal_priority() {
     // At least shard 0 and the synthetic feed.
     assert!(price_threads >= 2, "{seen:?}");
     assert!(seen.iter().any(|(n, _, _)| n == "pw-acceptor"), "{seen:?}");
+    // The same, as the ops endpoint reports it.
+    let want = [
+        "pricewire_thread_rt_priority{thread=\"pw-shard0\"} 20\n",
+        "pricewire_thread_rt_priority{thread=\"pw-acceptor\"} 0\n",
+    ];
+    let mut body = String::new();
+    while Instant::now() < deadline && !want.iter().all(|w| body.contains(w)) {
+        body = metrics(ops);
+    }
+    for w in want {
+        assert!(body.contains(w), "{w} missing from /metrics:\n{body}");
+    }
     drop(server);
 }
 

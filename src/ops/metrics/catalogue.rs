@@ -132,6 +132,7 @@ pub const OPS_HTTP_REQUESTS: &str = "pricewire_ops_http_requests_total";
 pub const OPS_HTTP_REJECTED: &str = "pricewire_ops_http_rejected_total";
 pub const METRICS_REJECTED_SAMPLES: &str = "pricewire_metrics_rejected_samples_total";
 pub const BUILD_INFO: &str = "pricewire_build_info";
+pub const THREAD_RT_PRIORITY: &str = "pricewire_thread_rt_priority";
 
 /// Every family pricewire exposes. Order here is the order on `/metrics`.
 pub const FAMILIES: &[FamilyDesc] = &[
@@ -209,6 +210,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Samples a collector offered that did not match their documented family (a bug, not load)"),
     gauge(BUILD_INFO, &["version"], "boolean", "ops",
         "Always 1; the version label names the running build"),
+    gauge(THREAD_RT_PRIORITY, &["thread"], "priority", "ops",
+        "Real-time (SCHED_FIFO/SCHED_RR) priority of each pw-* thread as the kernel reports it now; 0 = normal scheduling"),
 ];
 
 /// The family called `name`, if documented.

@@ -234,3 +234,31 @@ fn empty_families_are_left_out_and_builtins_are_present() {
     assert!(text.contains("pricewire_build_info{version=\""));
     assert!(text.contains("pricewire_metrics_rejected_samples_total 0"));
 }
+
+#[test]
+fn thread_priorities_are_what_the_kernel_reports() {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::Builder::new()
+        .name("pw-metric-rt".into())
+        .spawn(move || {
+            let placed = crate::pipeline::affinity::set_current_fifo(7).is_ok();
+            ready_tx.send(placed).unwrap();
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+    let placed = ready_rx.recv().unwrap();
+    let text = Registry::new().scrape();
+    done_tx.send(()).unwrap();
+    t.join().unwrap();
+    let want = if placed { 7 } else { 0 };
+    let line = format!("pricewire_thread_rt_priority{{thread=\"pw-metric-rt\"}} {want}\n");
+    assert!(text.contains(&line), "{line} missing from:\n{text}");
+    // Only the pipeline's threads are listed (the test harness's are not).
+    let listed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("pricewire_thread_rt_priority{thread=\""))
+        .collect();
+    assert!(!listed.is_empty());
+    assert!(listed.iter().all(|l| l.starts_with("pw-")), "{listed:?}");
+}
