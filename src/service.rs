@@ -185,8 +185,10 @@ impl Service {
                 .spawn(move || {
                     let stage = Stage::Shard(index as u16);
                     if let Err(e) = crate::pipeline::affinity::place_current(stage, &cpus) {
-                        tracing::error!("{e}");
-                        return;
+                        // As a gateway shard does: a sink left unplaced, or
+                        // gone, would leave the service up without prices.
+                        tracing::error!("{e}; exiting");
+                        std::process::exit(1);
                     }
                     sink.run(wait);
                 })

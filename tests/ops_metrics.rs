@@ -143,7 +143,21 @@ fn strict_check(text: &str) -> Result<BTreeSet<String>, String> {
 fn every_documented_family_encodes_to_valid_exposition() {
     let r = Registry::new();
     register_every_family(&r);
+    // The registry lists pipeline threads (`pw-*`) itself: one must exist.
+    // (Its name is set as it starts: wait for it to run.)
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let pw = std::thread::Builder::new()
+        .name("pw-exposition".into())
+        .spawn(move || {
+            ready_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+    ready_rx.recv().unwrap();
     let text = r.scrape();
+    done_tx.send(()).unwrap();
+    pw.join().unwrap();
 
     let seen = strict_check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let documented: BTreeSet<String> = catalogue::FAMILIES

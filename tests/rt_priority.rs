@@ -61,55 +61,67 @@ fn metrics(addr: SocketAddr) -> String {
     body
 }
 
+/// `serve` with `extra` flags; stderr captured only where the test reads
+/// it (a refused start), so a running server never blocks on a full pipe.
 fn serve(extra: &[&str]) -> Child {
-    serve_with_ops("127.0.0.1:0", extra)
+    spawn_serve("127.0.0.1:0", extra, Stdio::piped())
 }
 
-fn serve_with_ops(ops: &str, extra: &[&str]) -> Child {
+fn spawn_serve(ops: &str, extra: &[&str], stderr: Stdio) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args(["serve", "--listen", "127.0.0.1:0", "--ops-listen", ops])
         .args(["--synthetic-rate", "200", "--drain-delay-ms", "0"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("spawn pricewire serve")
 }
 
-#[test]
-fn price_stages_run_at_fifo_the_rest_at_normal_priority() {
+/// Starts `serve --rt-priority 20` with `extra` and checks that exactly
+/// the threads named in `price_threads` (prefixes) run at SCHED_FIFO 20,
+/// every other thread at normal priority, and that `/metrics` says the
+/// same. Where this user may not use real-time priority, checks that
+/// start-up fails with the reason instead.
+fn check_placement(extra: &[&str], price_threads: &[&str]) {
     let prio = PRIORITY.to_string();
-    let permitted = pricewire::pipeline::affinity::probe_rt_priority(PRIORITY);
-    let ops = net::free_addr();
-    let child = serve_with_ops(&ops.to_string(), &["--rt-priority", &prio]);
-    if let Err(why) = permitted {
+    let mut args = vec!["--rt-priority", prio.as_str()];
+    args.extend_from_slice(extra);
+    if let Err(why) = pricewire::pipeline::affinity::probe_rt_priority(PRIORITY) {
         // Not allowed here: the server must refuse to start, saying why.
-        let out = child.wait_with_output().unwrap();
+        let out = serve(&args).wait_with_output().unwrap();
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("real-time priority 20"), "{err}");
         assert!(err.contains("sched_setscheduler"), "{err} / probe: {why}");
         return;
     }
+    let ops = net::free_addr();
+    let child = spawn_serve(&ops.to_string(), &args, Stdio::null());
     let pid = child.id();
     let server = Server(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        seen = threads(pid);
-        let started = ["pw-shard0", "pw-feed", "pw-acceptor", "pw-dispatch"]
-            .iter()
-            .all(|p| seen.iter().any(|(n, _, _)| n.starts_with(p)));
-        if started {
-            break;
-        }
-        std::thread::yield_now();
-    }
     let fifo = libc::SCHED_FIFO as i64;
-    let mut price_threads = 0;
+    let is_price = |name: &str| price_threads.iter().any(|p| name.starts_with(p));
+    // Threads name themselves before they place themselves: wait until
+    // every expected thread exists and every price thread is placed.
+    let placed = |seen: &[(String, i64, i64)]| {
+        price_threads
+            .iter()
+            .chain(&["pw-acceptor", "pw-dispatch"])
+            .all(|p| seen.iter().any(|(n, _, _)| n.starts_with(p)))
+            && seen
+                .iter()
+                .filter(|(n, _, _)| is_price(n))
+                .all(|(_, policy, _)| *policy == fifo)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = threads(pid);
+    while Instant::now() < deadline && !placed(&seen) {
+        std::thread::yield_now();
+        seen = threads(pid);
+    }
     for (name, policy, rt) in &seen {
-        if name.starts_with("pw-shard") || name.starts_with("pw-feed") {
-            price_threads += 1;
+        if is_price(name) {
             assert_eq!((*policy, *rt), (fifo, 20), "{name}: {seen:?}");
         } else {
             assert_eq!(
@@ -119,9 +131,12 @@ fn price_stages_run_at_fifo_the_rest_at_normal_priority() {
             );
         }
     }
-    // At least shard 0 and the synthetic feed.
-    assert!(price_threads >= 2, "{seen:?}");
-    assert!(seen.iter().any(|(n, _, _)| n == "pw-acceptor"), "{seen:?}");
+    for p in price_threads {
+        assert!(
+            seen.iter().any(|(n, _, _)| n.starts_with(p)),
+            "no {p}: {seen:?}"
+        );
+    }
     // The same, as the ops endpoint reports it.
     let want = [
         "pricewire_thread_rt_priority{thread=\"pw-shard0\"} 20\n",
@@ -135,6 +150,20 @@ fn price_stages_run_at_fifo_the_rest_at_normal_priority() {
         assert!(body.contains(w), "{w} missing from /metrics:\n{body}");
     }
     drop(server);
+}
+
+#[test]
+fn shared_threading_puts_shards_and_feeds_at_fifo_and_nothing_else() {
+    // The engine and the provider ingest run inside shard 0 here.
+    check_placement(&["--feed-listen", "127.0.0.1:0"], &["pw-shard", "pw-feed"]);
+}
+
+#[test]
+fn dedicated_threading_puts_ingest_engine_feeds_and_shards_at_fifo() {
+    check_placement(
+        &["--threading", "dedicated", "--feed-listen", "127.0.0.1:0"],
+        &["pw-shard", "pw-feed", "pw-engine", "pw-ingest"],
+    );
 }
 
 #[test]

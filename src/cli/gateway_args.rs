@@ -172,11 +172,16 @@ impl GatewayArgs {
         Ok(Some(c))
     }
 
-    pub fn ingest_config(&self, wait: WaitStrategy) -> Option<IngestConfig> {
+    pub fn ingest_config(
+        &self,
+        wait: WaitStrategy,
+        cpus: &crate::pipeline::CpuMap,
+    ) -> Option<IngestConfig> {
         self.feed_listen.map(|listen| IngestConfig {
             listen,
             default_token: self.ingest_token.clone(),
             wait,
+            cpus: cpus.clone(),
         })
     }
 }

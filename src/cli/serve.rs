@@ -527,7 +527,9 @@ fn start_service(
         synthetic,
         sources,
         gateway: args.gateway_config()?,
-        ingest: args.gateway.ingest_config(args.feed_wait),
+        ingest: args
+            .gateway
+            .ingest_config(args.feed_wait, &args.placement()),
         shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,

@@ -58,6 +58,10 @@ pub struct IngestConfig {
     /// Token for providers without their own (see [`INGEST_TOKEN_DEFAULT`]).
     pub default_token: String,
     pub wait: WaitStrategy,
+    /// Placement of the listener's own thread (a feed stage: `--cpus
+    /// feed=N`, `--rt-priority`). Unused when hosted by shard 0, which is
+    /// placed as a shard.
+    pub cpus: crate::pipeline::CpuMap,
 }
 
 struct Bridge {
@@ -125,11 +129,29 @@ pub fn spawn(
     table: Arc<InstrumentTable>,
     port: FeedPort,
 ) -> io::Result<IngestHandle> {
+    let cpus = cfg.cpus.clone();
     let (mut handle, mut ingest) = bind(cfg, table, port)?;
+    // Placed like every feed; a refusal fails start-up here rather than
+    // leaving prices' first stage at a placement the operator did not ask
+    // for.
+    let (placed_tx, placed_rx) = std::sync::mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
         .name("pw-ingest".into())
-        .spawn(move || ingest.run())?;
+        .spawn(move || {
+            let placed =
+                crate::pipeline::affinity::place_current(crate::pipeline::Stage::Feed, &cpus);
+            let ok = placed.is_ok();
+            let _ = placed_tx.send(placed);
+            if ok {
+                ingest.run();
+            }
+        })?;
     handle.thread = Some(thread);
+    match placed_rx.recv() {
+        Ok(Ok(_)) => {}
+        Ok(Err(reason)) => return Err(io::Error::other(format!("provider ingest: {reason}"))),
+        Err(_) => return Err(io::Error::other("provider ingest thread ended at start")),
+    }
     tracing::info!(local_addr = %handle.local_addr, "provider ingest listening");
     Ok(handle)
 }

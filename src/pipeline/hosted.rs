@@ -400,6 +400,40 @@ mod tests {
         assert_eq!(tasks.turn(0), 0);
     }
 
+    /// The hosted engine asks its host to wake for its stale sweep while
+    /// it runs, and stops asking once its inputs are done.
+    #[test]
+    fn a_running_engine_reports_its_next_stale_sweep() {
+        use crate::engine::{Aggregator, EngineStats, PriceTable, ProviderHealth, STALE_SWEEP_NS};
+        let config = crate::config::ConfigFile::default().resolve(1).unwrap();
+        let table = &config.table;
+        let stats = Arc::new(EngineStats::default());
+        let health = ProviderHealth::new(table.providers().len());
+        let agg = Aggregator::new(table, &config.engine, health, stats.clone());
+        let prices = Arc::new(PriceTable::with_markups(
+            table.len(),
+            table.tiers().len(),
+            agg.markups(),
+        ));
+        let (producer, consumer) = rtrb::RingBuffer::<crate::model::Tick>::new(8);
+        let stage = EngineStage::new(agg, prices, Vec::new(), vec![consumer], stats);
+        let (mut engine, _done) = HostedEngine::new(stage);
+        assert_eq!(engine.next_timer_ns(), Some(0), "due before the first turn");
+        engine.turn(5);
+        assert_eq!(engine.next_timer_ns(), Some(5 + STALE_SWEEP_NS));
+        engine.turn(6);
+        assert_eq!(
+            engine.next_timer_ns(),
+            Some(5 + STALE_SWEEP_NS),
+            "not due yet: unchanged"
+        );
+        engine.turn(5 + STALE_SWEEP_NS);
+        assert_eq!(engine.next_timer_ns(), Some(5 + 2 * STALE_SWEEP_NS));
+        drop(producer);
+        engine.turn(5 + STALE_SWEEP_NS + 1);
+        assert_eq!(engine.next_timer_ns(), None, "inputs done: no timer");
+    }
+
     #[test]
     fn engine_done_reports_a_dropped_engine() {
         let (signal, done) = drop_signal();

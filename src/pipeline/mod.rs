@@ -344,7 +344,11 @@ impl Pipeline {
                 Ok(StageEvent::Started { stage, placement }) => {
                     let (core, rt_priority) = (placement.core, placement.rt_priority);
                     tracing::info!(%stage, ?core, ?rt_priority, "stage started");
-                    waiting.retain(|s| *s != stage);
+                    // Every feed is `Stage::Feed`: one start-up ticks off
+                    // one feed, so a later feed's failure still counts.
+                    if let Some(i) = waiting.iter().position(|s| *s == stage) {
+                        waiting.swap_remove(i);
+                    }
                 }
                 Ok(StageEvent::Failed { stage, reason }) => {
                     return Err(PipelineError::StageFailed { stage, reason })
@@ -537,6 +541,8 @@ pub fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
     let deadline = monotonic_ns() + 1_000_000_000;
     while stage.parked() > 0 && monotonic_ns() < deadline {
         stage.turn(monotonic_ns());
-        std::thread::yield_now();
+        // A short sleep, not `yield_now`: at real-time priority a yield
+        // gives the core to no normal-priority thread, shards included.
+        std::thread::sleep(Duration::from_micros(wait::PARK_MIN_US));
     }
 }

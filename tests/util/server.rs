@@ -67,6 +67,7 @@ pub fn ingest_service(config: &str, pipeline: PipelineConfig, shard_wait: WaitSt
         listen: "127.0.0.1:0".parse().unwrap(),
         default_token: "unused".into(),
         wait: WaitStrategy::SpinPark,
+        cpus: Default::default(),
     });
     Service::start(cfg).unwrap()
 }

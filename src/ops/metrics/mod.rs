@@ -404,8 +404,11 @@ impl Registry {
     }
 
     /// Families the registry fills itself; registrations for them are refused.
-    pub const OWN_FAMILIES: [&'static str; 2] =
-        [catalogue::METRICS_REJECTED_SAMPLES, catalogue::BUILD_INFO];
+    pub const OWN_FAMILIES: [&'static str; 3] = [
+        catalogue::METRICS_REJECTED_SAMPLES,
+        catalogue::BUILD_INFO,
+        catalogue::THREAD_RT_PRIORITY,
+    ];
 
     fn register_reader(
         &self,
