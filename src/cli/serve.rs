@@ -87,13 +87,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = SHARD_RING_DEFAULT, value_name = "PRICES")]
     pub shard_ring: usize,
 
-    /// How the feed thread waits when idle.
-    #[arg(long, value_enum, default_value_t = WaitStrategy::SpinPark)]
-    pub feed_wait: WaitStrategy,
+    /// How the feed thread waits when idle. Default: `spin-park`; `park`
+    /// with `--rt-priority`.
+    #[arg(long, value_enum)]
+    pub feed_wait: Option<WaitStrategy>,
 
     /// How the engine thread waits when idle (dedicated threading only).
-    #[arg(long, value_enum, default_value_t = WaitStrategy::SpinPark)]
-    pub engine_wait: WaitStrategy,
+    /// Default: `spin-park`; `park` with `--rt-priority`.
+    #[arg(long, value_enum)]
+    pub engine_wait: Option<WaitStrategy>,
 
     /// How stages map onto threads. `dedicated`: one thread per stage.
     /// `shared`: the engine and the provider ingest listener run inside
@@ -122,10 +124,11 @@ pub struct ServeArgs {
     /// shared`) at this `SCHED_FIFO` priority, 1..=99: a woken stage
     /// preempts normal-priority threads at once instead of waiting up to a
     /// scheduler tick. Needs CAP_SYS_NICE or a high enough RLIMIT_RTPRIO
-    /// (start-up fails otherwise); refused with `spin` or `spin-yield`
-    /// waits, which would starve every other thread on their core. The
-    /// request path, acceptor, recorder and ops endpoints stay at normal
-    /// priority. Off by default.
+    /// (start-up fails otherwise). Every real-time stage then waits with
+    /// `park` (the default); `spin`, `spin-yield` and `spin-park` are
+    /// refused, since a real-time thread that spins or yields starves
+    /// every normal thread on its core. The request path, acceptor,
+    /// recorder and ops endpoints stay at normal priority. Off by default.
     #[arg(long, value_name = "N")]
     pub rt_priority: Option<RtPriority>,
 
@@ -264,12 +267,33 @@ impl ServeArgs {
         Ok(g)
     }
 
-    /// `--shard-wait`, or its default for the threading.
+    /// `--shard-wait`, or its default for the threading (`park` at
+    /// real-time priority).
     pub fn shard_wait(&self) -> WaitStrategy {
         self.shard_wait.unwrap_or(match self.threading {
+            _ if self.rt_priority.is_some() => WaitStrategy::Park,
             Threading::Shared => WaitStrategy::Park,
             Threading::Dedicated => WaitStrategy::SpinPark,
         })
+    }
+
+    /// `--feed-wait`, or its default (`park` at real-time priority).
+    pub fn feed_wait(&self) -> WaitStrategy {
+        self.feed_wait.unwrap_or_else(|| self.stage_wait_default())
+    }
+
+    /// `--engine-wait`, or its default (`park` at real-time priority).
+    pub fn engine_wait(&self) -> WaitStrategy {
+        self.engine_wait
+            .unwrap_or_else(|| self.stage_wait_default())
+    }
+
+    fn stage_wait_default(&self) -> WaitStrategy {
+        if self.rt_priority.is_some() {
+            WaitStrategy::Park
+        } else {
+            WaitStrategy::SpinPark
+        }
     }
 
     /// `--cpus` and `--rt-priority`: where and how the stage threads run.
@@ -277,25 +301,30 @@ impl ServeArgs {
         self.cpus.clone().with_rt_priority(self.rt_priority)
     }
 
-    /// Refuses a real-time priority with a wait strategy that never
-    /// sleeps: a `SCHED_FIFO` thread that spins keeps every normal thread
-    /// off its core (the kernel's real-time throttling leaves them 5 %).
+    /// Refuses a real-time priority with a wait strategy that spins: a
+    /// `SCHED_FIFO` thread that spins keeps every normal thread off its
+    /// core (the kernel's real-time throttling leaves them 5 %), and a
+    /// yield at real-time priority gives the core to no normal thread. That
+    /// includes `spin-park`, whose spin and yield phases never end while
+    /// input arrives faster than they last (a 100k ticks/s synthetic feed
+    /// kept a core 98 % busy at real-time priority). Real-time stages park.
     fn check_rt_waits(&self) -> Result<(), String> {
         let Some(p) = self.rt_priority else {
             return Ok(());
         };
         let mut waits = vec![
-            ("--feed-wait", self.feed_wait),
+            ("--feed-wait", self.feed_wait()),
             ("--shard-wait", self.shard_wait()),
         ];
         if self.threading == Threading::Dedicated {
-            waits.push(("--engine-wait", self.engine_wait));
+            waits.push(("--engine-wait", self.engine_wait()));
         }
         for (flag, w) in waits {
-            if matches!(w, WaitStrategy::Spin | WaitStrategy::SpinYield) {
+            if w != WaitStrategy::Park {
                 return Err(format!(
-                    "--rt-priority {p} with {flag} {}: a real-time thread that never sleeps \
-                     starves every other thread on its core; use park or spin-park",
+                    "--rt-priority {p} with {flag} {}: a real-time thread that spins or \
+                     yields starves every normal thread on its core; use park (the \
+                     default at real-time priority)",
                     clap::ValueEnum::to_possible_value(&w)
                         .map(|v| v.get_name().to_owned())
                         .unwrap_or_default()
@@ -310,8 +339,8 @@ impl ServeArgs {
             feed_ring: self.feed_ring,
             shard_ring: self.shard_ring,
             shards: self.shard_count(),
-            feed_wait: self.feed_wait,
-            engine_wait: self.engine_wait,
+            feed_wait: self.feed_wait(),
+            engine_wait: self.engine_wait(),
             cpus: self.placement(),
             feed_full_wait_us: self.feed_full_wait_us,
             history_depth: self.history_depth,
@@ -529,7 +558,7 @@ fn start_service(
         gateway: args.gateway_config()?,
         ingest: args
             .gateway
-            .ingest_config(args.feed_wait, &args.placement()),
+            .ingest_config(args.feed_wait(), &args.placement()),
         shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,
@@ -729,4 +758,49 @@ fn shutdown(
         tracing::warn!(step = cut, "shutdown step cut: budget exhausted");
     }
     report.exit_code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(flags: &[&str]) -> ServeArgs {
+        let argv = std::iter::once("serve").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).unwrap().serve
+    }
+
+    #[test]
+    fn real_time_stages_park_by_default() {
+        let normal = args(&["--threading", "dedicated"]);
+        assert_eq!(normal.feed_wait(), WaitStrategy::SpinPark);
+        assert_eq!(normal.engine_wait(), WaitStrategy::SpinPark);
+        assert_eq!(normal.shard_wait(), WaitStrategy::SpinPark);
+        assert!(normal.check_rt_waits().is_ok());
+        let rt = args(&["--threading", "dedicated", "--rt-priority", "10"]);
+        assert_eq!(rt.feed_wait(), WaitStrategy::Park);
+        assert_eq!(rt.engine_wait(), WaitStrategy::Park);
+        assert_eq!(rt.shard_wait(), WaitStrategy::Park);
+        assert!(rt.check_rt_waits().is_ok());
+        assert_eq!(rt.placement().rt_priority(), Some(10));
+        // An explicit wait still wins, and is refused unless it parks.
+        let spin_park = args(&[
+            "--rt-priority",
+            "10",
+            "--threading",
+            "dedicated",
+            "--engine-wait",
+            "spin-park",
+        ]);
+        let err = spin_park.check_rt_waits().unwrap_err();
+        assert!(err.contains("--engine-wait spin-park"), "{err}");
+        let parked = args(&["--rt-priority", "10", "--feed-wait", "park"]);
+        assert!(parked.check_rt_waits().is_ok());
+    }
 }
