@@ -109,7 +109,7 @@ pub struct ServeArgs {
     /// Default: `park` with `--threading shared` (nothing inside the
     /// process hands work to a shard that spinning would catch sooner: its
     /// sockets and the feeds' doorbells wake it), `spin-park` with
-    /// `dedicated`.
+    /// `dedicated`; `park` at real-time priority (`--rt-priority`).
     #[arg(long, value_enum)]
     pub shard_wait: Option<WaitStrategy>,
 
@@ -271,9 +271,8 @@ impl ServeArgs {
     /// real-time priority).
     pub fn shard_wait(&self) -> WaitStrategy {
         self.shard_wait.unwrap_or(match self.threading {
-            _ if self.rt_priority.is_some() => WaitStrategy::Park,
-            Threading::Shared => WaitStrategy::Park,
-            Threading::Dedicated => WaitStrategy::SpinPark,
+            Threading::Dedicated if self.rt_priority.is_none() => WaitStrategy::SpinPark,
+            _ => WaitStrategy::Park,
         })
     }
 
