@@ -325,7 +325,9 @@ pub fn summarize_dir(dir: &Path) -> anyhow::Result<String> {
 /// (reading the counts files where they are); returns the text.
 pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
     let mut rows: Vec<RoundRow> = Vec::new();
+    let mut sweeps: Vec<SweepRow> = Vec::new();
     let mut offset: u32 = 0;
+    let mut sweep_offset: u32 = 0;
     for (i, dir) in dirs.iter().enumerate() {
         if dirs[..i].contains(dir) {
             bail!("{} given twice", dir.display());
@@ -333,8 +335,34 @@ pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
         let jsonl = std::fs::read_to_string(dir.join("results.jsonl"))
             .with_context(|| format!("{}/results.jsonl", dir.display()))?;
         let mut these = read_rows(&jsonl)?;
+        // Sweeps are numbered on their own (a folder may hold steady
+        // rounds, sweep rounds, or both).
+        let sweep_path = dir.join("sweep.jsonl");
+        let mut these_sweeps = if sweep_path.exists() {
+            read_sweeps(&std::fs::read_to_string(&sweep_path)?)
+                .with_context(|| sweep_path.display().to_string())?
+        } else {
+            Vec::new()
+        };
+        let last_sweep = these_sweeps.iter().map(|r| r.round).max().unwrap_or(0);
+        for r in &mut these_sweeps {
+            r.round = r
+                .round
+                .checked_add(sweep_offset)
+                .context("sweep round numbers too large")?;
+        }
+        sweep_offset = sweep_offset
+            .checked_add(last_sweep)
+            .context("sweep round numbers too large")?;
+        sweeps.extend(these_sweeps);
         if these.is_empty() {
-            bail!("{}/results.jsonl has no runs outside sweeps", dir.display());
+            if last_sweep > 0 {
+                continue;
+            }
+            bail!(
+                "{}: neither runs outside sweeps nor sweep results",
+                dir.display()
+            );
         }
         let last = these.iter().map(|r| r.round).max().unwrap_or(0);
         for r in &mut these {
@@ -363,8 +391,23 @@ pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
             );
         }
     }
+    let mut seen_sweeps = std::collections::HashSet::new();
+    for r in &sweeps {
+        if !seen_sweeps.insert((&r.target, r.round)) {
+            bail!(
+                "sweep round {} of {} appears twice (two sweeps into one folder?)",
+                r.round,
+                r.target
+            );
+        }
+    }
     std::fs::create_dir_all(out)?;
-    let text = render(&summarize_rows(Some(out), &rows)?);
+    let mut text = if rows.is_empty() {
+        String::new()
+    } else {
+        render(&summarize_rows(Some(out), &rows)?)
+    };
+    text.push_str(&render_sweeps(&sweeps));
     std::fs::write(out.join("rounds.md"), &text)?;
     Ok(text)
 }
@@ -453,6 +496,114 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
         }
         s.push('\n');
     }
+    s
+}
+
+/// One sweep of one target: its highest sustainable rate in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepRow {
+    pub target: String,
+    pub round: u32,
+    pub max_rate_per_s: u64,
+    pub p99_threshold_us: u64,
+}
+
+/// Rows of `sweep.jsonl`. A row without a `scenario` (files written before
+/// sweeps had rounds) is round 1.
+pub fn read_sweeps(jsonl: &str) -> anyhow::Result<Vec<SweepRow>> {
+    let mut rows = Vec::new();
+    for (n, line) in jsonl.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("sweep.jsonl line {}: not JSON", n + 1))?;
+        let num = |k: &str| {
+            v.get(k)
+                .and_then(serde_json::Value::as_u64)
+                .with_context(|| format!("sweep.jsonl line {}: no {k}", n + 1))
+        };
+        let target = v
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .with_context(|| format!("sweep.jsonl line {}: no name", n + 1))?;
+        let label = v
+            .get("scenario")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("sweep");
+        rows.push(SweepRow {
+            target: target.to_string(),
+            round: split_round(label).1,
+            max_rate_per_s: num("max_sustainable_rate_per_s")?,
+            p99_threshold_us: num("p99_threshold_us")?,
+        });
+    }
+    Ok(rows)
+}
+
+/// Sweeps over rounds: per target the median and range of its maximum
+/// sustainable rate, and for pricewire against each other target the
+/// rounds in which its maximum was higher and equal, paired by round.
+pub fn render_sweeps(rows: &[SweepRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut targets: Vec<&str> = rows.iter().map(|r| r.target.as_str()).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    let rounds = rows.iter().map(|r| r.round).max().unwrap_or(0);
+    let mut thresholds: Vec<u64> = rows.iter().map(|r| r.p99_threshold_us).collect();
+    thresholds.sort_unstable();
+    thresholds.dedup();
+    let threshold = match thresholds.as_slice() {
+        [one] => format!("p99 ≤ {} µs", us(*one as f64)),
+        _ => "p99 thresholds differ between rounds".to_string(),
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "### Saturation sweep — {rounds} round(s)\n\nHighest rate whose step held {threshold}, per round.\n"
+    );
+    s.push_str("| target | rounds | max sustainable ticks/s, median (range) |\n|---|---:|---:|\n");
+    let rate_of = |t: &str, round: u32| {
+        rows.iter()
+            .find(|r| r.target == t && r.round == round)
+            .map(|r| r.max_rate_per_s)
+    };
+    for t in &targets {
+        let v: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.target == *t)
+            .map(|r| r.max_rate_per_s as f64)
+            .collect();
+        let _ = writeln!(s, "| {t} | {} | {} |", v.len(), sp(&spread(&v)));
+    }
+    let ours: Vec<&&str> = targets
+        .iter()
+        .filter(|t| t.starts_with("pricewire"))
+        .collect();
+    let mut duels = String::new();
+    for o in &ours {
+        for other in targets.iter().filter(|t| !t.starts_with("pricewire")) {
+            let (mut paired, mut higher, mut equal) = (0, 0, 0);
+            for round in 1..=rounds {
+                if let (Some(a), Some(b)) = (rate_of(o, round), rate_of(other, round)) {
+                    paired += 1;
+                    higher += usize::from(a > b);
+                    equal += usize::from(a == b);
+                }
+            }
+            let _ = writeln!(
+                duels,
+                "- {o} vs {other}: higher in {higher}/{paired}, equal in {equal}/{paired}"
+            );
+        }
+    }
+    if !duels.is_empty() {
+        s.push_str("\nRounds with the higher maximum, paired by round:\n\n");
+        s.push_str(&duels);
+    }
+    s.push('\n');
     s
 }
 
@@ -678,5 +829,129 @@ mod tests {
         let r = read_rows(lean).unwrap();
         assert_eq!(r[0].p999_us, 3.0);
         assert!(r[0].send_lag_p999_us.is_nan() && r[0].cpu_s_per_m.is_nan());
+    }
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+
+    fn sweep(name: &str, label: Option<&str>, max: u64) -> String {
+        let mut v = serde_json::json!({
+            "target": "pricewire",
+            "name": name,
+            "p99_threshold_us": 5000,
+            "max_sustainable_rate_per_s": max,
+            "failed_at_rate_per_s": max * 3 / 2,
+            "failed_because": "p99 6000 us",
+        });
+        if let Some(l) = label {
+            v["scenario"] = serde_json::json!(l);
+        }
+        format!("{v}\n")
+    }
+
+    #[test]
+    fn sweeps_read_with_and_without_a_round_label() {
+        let text = sweep("floor", None, 576_640) + &sweep("redis", Some("sweep-r3"), 256_285);
+        let rows = read_sweeps(&text).unwrap();
+        assert_eq!(rows[0].round, 1, "a row from before sweep rounds");
+        assert_eq!(
+            rows[1],
+            SweepRow {
+                target: "redis".into(),
+                round: 3,
+                max_rate_per_s: 256_285,
+                p99_threshold_us: 5000,
+            }
+        );
+        assert!(read_sweeps("{\"name\":\"floor\"}\n").is_err(), "no rate");
+        assert!(read_sweeps("not json\n").is_err());
+    }
+
+    /// Two folders of sweep rounds are one set: rounds renumbered, the
+    /// median over all, and pricewire's paired count against each peer.
+    #[test]
+    fn sweep_rounds_from_two_folders_give_medians_and_paired_counts() {
+        let base = std::env::temp_dir().join(format!("pw-sweep-rounds-{}", std::process::id()));
+        let (a, b, out) = (base.join("a"), base.join("b"), base.join("out"));
+        for (dir, rows) in [
+            (
+                &a,
+                vec![
+                    ("pricewire", "sweep-r1", 576_640),
+                    ("floor", "sweep-r1", 384_427),
+                    ("pricewire", "sweep-r2", 384_427),
+                    ("floor", "sweep-r2", 384_427),
+                ],
+            ),
+            (
+                &b,
+                vec![
+                    ("pricewire", "sweep-r1", 864_960),
+                    ("floor", "sweep-r1", 1_297_440),
+                ],
+            ),
+        ] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("results.jsonl"), "").unwrap();
+            let text: String = rows.iter().map(|(t, l, m)| sweep(t, Some(l), *m)).collect();
+            std::fs::write(dir.join("sweep.jsonl"), text).unwrap();
+        }
+        let text = summarize_dirs(&[a.clone(), b.clone()], &out).unwrap();
+        assert!(text.contains("### Saturation sweep — 3 round(s)"), "{text}");
+        assert!(text.contains("p99 ≤ 5,000 µs"), "{text}");
+        // pricewire: 384,427 / 576,640 / 864,960 → median 576,640.
+        assert!(
+            text.contains("| pricewire | 3 | 576,640 (384,427–864,960) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| floor | 3 | 384,427 (384,427–1,297,440) |"),
+            "{text}"
+        );
+        // Round 1 higher, round 2 equal, round 3 (b's round 1) lower.
+        assert!(
+            text.contains("- pricewire vs floor: higher in 1/3, equal in 1/3"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.join("rounds.md")).unwrap(),
+            text
+        );
+        // The same folder twice, or one round written twice, is refused.
+        assert!(summarize_dirs(&[a.clone(), a.clone()], &out).is_err());
+        let twice = sweep("floor", Some("sweep-r1"), 1) + &sweep("floor", Some("sweep-r1"), 2);
+        std::fs::write(b.join("sweep.jsonl"), twice).unwrap();
+        let err = summarize_dirs(std::slice::from_ref(&b), &out).unwrap_err().to_string();
+        assert!(err.contains("appears twice"), "{err}");
+        // A folder with neither runs nor sweeps says so.
+        std::fs::remove_file(b.join("sweep.jsonl")).unwrap();
+        let err = summarize_dirs(&[b], &out).unwrap_err().to_string();
+        assert!(
+            err.contains("neither runs outside sweeps nor sweep results"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(base);
+    }
+
+    #[test]
+    fn sweep_steps_are_not_steady_runs() {
+        // Steady-run summaries skip every row whose label starts with
+        // `sweep`, which every sweep step's does.
+        for label in ["sweep", "sweep-r2", "x10"] {
+            assert!(crate::bench::run::sweep_label(label).starts_with("sweep"));
+        }
+        assert_eq!(crate::bench::run::sweep_label("sweep-r2"), "sweep-r2");
+        assert_eq!(crate::bench::run::sweep_label("x10"), "sweep-x10");
+        let rows = read_rows(
+            &serde_json::json!({
+                "name": "floor", "scenario": "sweep-r2-10000",
+                "latency": {"p50_ns": 1, "p99_ns": 1, "p999_ns": 1},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        assert!(rows.is_empty());
     }
 }

@@ -322,6 +322,9 @@ fn outcome(
 pub struct SweepResult {
     pub target: Target,
     pub name: String,
+    /// The sweep's label (`sweep`, or `sweep-r<k>` for round k of a
+    /// repeated sweep); its steps are labelled `<label>-<rate>`.
+    pub scenario: String,
     pub p99_threshold_us: u64,
     /// Highest rate whose step passed (p99 under the threshold, under 1 %
     /// missing, at least 95 % of the rate achieved); 0 if none passed.
@@ -356,10 +359,23 @@ pub fn step_failure(row: &RunRow, p99_threshold_us: u64) -> Option<String> {
     None
 }
 
+/// A sweep's label: the run's own label if it starts with `sweep`
+/// (`sweep`, `sweep-r2`), else `sweep-<label>`, so summaries of steady
+/// runs can leave every sweep step out by its prefix.
+pub fn sweep_label(label: &str) -> String {
+    if label.starts_with("sweep") {
+        label.to_string()
+    } else {
+        format!("sweep-{label}")
+    }
+}
+
 /// Raises the rate from `spec.rate_per_s` by `factor` each step until a
 /// step fails or `rate_max_per_s` is passed; `each` sees every step. A
 /// failing step is run again up to `retries` times and fails only if every
 /// try fails, so one stall of a shared machine does not end the sweep.
+/// Steps are labelled `<label>-<rate>`, the label always starting with
+/// `sweep` ([`sweep_label`]).
 pub fn sweep(
     spec: &RunSpec,
     p99_threshold_us: u64,
@@ -368,9 +384,11 @@ pub fn sweep(
     retries: u32,
     mut each: impl FnMut(&RunOutcome),
 ) -> anyhow::Result<SweepResult> {
+    let label = sweep_label(&spec.scenario);
     let mut result = SweepResult {
         target: spec.target,
         name: spec.name.clone(),
+        scenario: label.clone(),
         p99_threshold_us,
         max_sustainable_rate_per_s: 0,
         failed_at_rate_per_s: None,
@@ -380,7 +398,7 @@ pub fn sweep(
     while rate <= rate_max_per_s {
         let mut step = spec.clone();
         step.rate_per_s = rate;
-        step.scenario = format!("sweep-{rate}");
+        step.scenario = format!("{label}-{rate}");
         let mut failure = None;
         for _ in 0..=retries {
             let outcome = run(&step)?;
