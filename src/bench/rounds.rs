@@ -593,6 +593,9 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                     equal += usize::from(a == b);
                 }
             }
+            if paired == 0 {
+                continue; // never in the same round (different runs' targets)
+            }
             let _ = writeln!(
                 duels,
                 "- {o} vs {other}: higher in {higher}/{paired}, equal in {equal}/{paired}"
@@ -890,6 +893,7 @@ mod sweep_tests {
                 vec![
                     ("pricewire", "sweep-r1", 864_960),
                     ("floor", "sweep-r1", 1_297_440),
+                    ("nats", "sweep-r1", 170_857),
                 ],
             ),
         ] {
@@ -915,15 +919,37 @@ mod sweep_tests {
             text.contains("- pricewire vs floor: higher in 1/3, equal in 1/3"),
             "{text}"
         );
+        assert!(
+            text.contains("- pricewire vs nats: higher in 1/1"),
+            "{text}"
+        );
         assert_eq!(
             std::fs::read_to_string(out.join("rounds.md")).unwrap(),
             text
         );
+        // A target in no round with pricewire gets no line.
+        let alone = [
+            SweepRow {
+                target: "pricewire".into(),
+                round: 1,
+                max_rate_per_s: 1,
+                p99_threshold_us: 5000,
+            },
+            SweepRow {
+                target: "redis".into(),
+                round: 2,
+                max_rate_per_s: 1,
+                p99_threshold_us: 5000,
+            },
+        ];
+        assert!(!render_sweeps(&alone).contains("vs redis"));
         // The same folder twice, or one round written twice, is refused.
         assert!(summarize_dirs(&[a.clone(), a.clone()], &out).is_err());
         let twice = sweep("floor", Some("sweep-r1"), 1) + &sweep("floor", Some("sweep-r1"), 2);
         std::fs::write(b.join("sweep.jsonl"), twice).unwrap();
-        let err = summarize_dirs(std::slice::from_ref(&b), &out).unwrap_err().to_string();
+        let err = summarize_dirs(std::slice::from_ref(&b), &out)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("appears twice"), "{err}");
         // A folder with neither runs nor sweeps says so.
         std::fs::remove_file(b.join("sweep.jsonl")).unwrap();
