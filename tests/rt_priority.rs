@@ -26,24 +26,8 @@ impl Drop for Server {
 
 /// (name, policy, rt_priority) of every thread of `pid`, from /proc.
 fn threads(pid: u32) -> Vec<(String, i64, i64)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
-        let open = stat.find('(')?;
-        let close = stat.rfind(')')?;
-        let name = stat[open + 1..close].to_string();
-        // Fields after the name start at field 3; rt_priority is field 40,
-        // policy field 41.
-        let rest: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        Some((
-            name,
-            rest.get(38)?.parse().ok()?,
-            rest.get(37)?.parse().ok()?,
-        ))
-    })
-    .collect()
+    let dir = format!("/proc/{pid}/task");
+    pricewire::pipeline::affinity::thread_schedules(std::path::Path::new(&dir))
 }
 
 /// The body of `GET /metrics`, or empty while the listener is not up.

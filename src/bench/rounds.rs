@@ -129,16 +129,29 @@ pub fn spread(values: &[f64]) -> Spread {
     }
 }
 
+/// The JSON objects of a JSON-lines file called `file`, each with its
+/// 0-based line number; blank lines skipped, a line that is not JSON an
+/// error naming the file and line.
+fn json_lines<'a>(
+    text: &'a str,
+    file: &'a str,
+) -> impl Iterator<Item = anyhow::Result<(usize, serde_json::Value)>> + 'a {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(move |(n, line)| {
+            serde_json::from_str(line)
+                .map(|v| (n, v))
+                .with_context(|| format!("{file} line {}: not JSON", n + 1))
+        })
+}
+
 /// Rows of `results.jsonl` (sweep steps excluded: a sweep has its own
 /// report).
 pub fn read_rows(jsonl: &str) -> anyhow::Result<Vec<RoundRow>> {
     let mut rows = Vec::new();
-    for (n, line) in jsonl.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(line)
-            .with_context(|| format!("results.jsonl line {}: not JSON", n + 1))?;
+    for line in json_lines(jsonl, "results.jsonl") {
+        let (n, v) = line?;
         let field = |path: &[&str]| {
             path.iter()
                 .try_fold(&v, |v, k| v.get(k))
@@ -512,12 +525,8 @@ pub struct SweepRow {
 /// sweeps had rounds) is round 1.
 pub fn read_sweeps(jsonl: &str) -> anyhow::Result<Vec<SweepRow>> {
     let mut rows = Vec::new();
-    for (n, line) in jsonl.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(line)
-            .with_context(|| format!("sweep.jsonl line {}: not JSON", n + 1))?;
+    for line in json_lines(jsonl, "sweep.jsonl") {
+        let (n, v) = line?;
         let num = |k: &str| {
             v.get(k)
                 .and_then(serde_json::Value::as_u64)

@@ -113,18 +113,12 @@ pub fn spawn(
         .name(format!("pw-shard{index}"))
         .spawn(move || {
             let stage = crate::pipeline::Stage::Shard(index as u16);
-            match crate::pipeline::affinity::place_current(stage, &shard.shared.cfg.cpus) {
-                Ok(p) if p.core.is_some() || p.rt_priority.is_some() => {
-                    tracing::info!(%stage, core = ?p.core, rt_priority = ?p.rt_priority, "shard placed");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    // Pinning or priority was asked for: running otherwise
-                    // would lie to the operator about where latency comes
-                    // from.
-                    tracing::error!("{e}; exiting");
-                    std::process::exit(1);
-                }
+            if let Err(e) = crate::pipeline::affinity::place_current(stage, &shard.shared.cfg.cpus)
+            {
+                // Pinning or priority was asked for: running otherwise would
+                // lie to the operator about where latency comes from.
+                tracing::error!("{e}; exiting");
+                std::process::exit(1);
             }
             shard.run()
         })?;

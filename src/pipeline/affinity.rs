@@ -159,7 +159,7 @@ pub fn available_cores() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `core`. Errors if the OS refused.
-pub fn pin_current(stage: Stage, core: usize) -> Result<(), String> {
+fn pin_current(stage: Stage, core: usize) -> Result<(), String> {
     if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
         Ok(())
     } else {
@@ -214,7 +214,8 @@ pub struct Placement {
 
 /// Applies `cpus` to the calling thread, which runs `stage`: pins it when
 /// its stage is mapped and sets `SCHED_FIFO` when a real-time priority is
-/// asked for and the stage carries prices. Errors if the OS refused either.
+/// asked for and the stage carries prices, and logs what it applied.
+/// Errors if the OS refused either.
 pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, String> {
     let core = cpus.core_for(stage);
     if let Some(c) = core {
@@ -223,6 +224,9 @@ pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, String> {
     let rt_priority = cpus.rt_priority.filter(|_| rt_stage(stage));
     if let Some(p) = rt_priority {
         set_current_fifo(p).map_err(|e| format!("real-time priority {p} for {stage}: {e}"))?;
+    }
+    if core.is_some() || rt_priority.is_some() {
+        tracing::info!(%stage, ?core, ?rt_priority, "stage placed");
     }
     Ok(Placement { core, rt_priority })
 }
@@ -259,6 +263,32 @@ pub fn current_policy() -> (i32, i32) {
         libc::sched_getparam(0, &mut param);
         (policy, param.sched_priority)
     }
+}
+
+/// (name, policy, rt_priority) of every thread under `task_dir`
+/// (`/proc/self/task`, `/proc/<pid>/task`), as the kernel reports them
+/// now, sorted by name; empty where it cannot be read. Policy 0 is
+/// `SCHED_OTHER` (rt_priority 0), 1 `SCHED_FIFO`.
+pub fn thread_schedules(task_dir: &std::path::Path) -> Vec<(String, i64, i64)> {
+    let Ok(dir) = std::fs::read_dir(task_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, i64, i64)> = dir
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+            // The name (field 2) is in parentheses and may hold spaces;
+            // fields after it start at field 3: rt_priority is field 40,
+            // policy field 41.
+            let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+            let name = stat.get(open + 1..close)?.to_string();
+            let mut rest = stat.get(close + 2..)?.split_whitespace().skip(37);
+            let rt_priority = rest.next()?.parse().ok()?;
+            let policy = rest.next()?.parse().ok()?;
+            Some((name, policy, rt_priority))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Checks, on a short-lived thread, that this process may run threads at

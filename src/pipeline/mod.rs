@@ -408,7 +408,7 @@ fn join_stage(t: StageThread) {
     }
 }
 
-fn pin(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
+fn place(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
     match affinity::place_current(stage, cpus) {
         Ok(placement) => {
             let _ = events.send(StageEvent::Started { stage, placement });
@@ -436,7 +436,7 @@ fn spawn_feed(
     let handle = std::thread::Builder::new()
         .name(format!("pw-feed{index}-{name}"))
         .spawn(move || {
-            if pin(stage, &cpus, &events) {
+            if place(stage, &cpus, &events) {
                 run_feed(source.as_mut(), &mut port, &control_rx, wait);
             }
         })
@@ -507,7 +507,7 @@ fn spawn_engine(
         .name("pw-engine".into())
         .spawn(move || {
             doorbell.bind_current_thread();
-            if pin(Stage::Engine, &cpus, &events) {
+            if place(Stage::Engine, &cpus, &events) {
                 run_engine(&mut stage, Waiter::new(wait, doorbell));
             }
         })

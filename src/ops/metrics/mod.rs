@@ -184,37 +184,17 @@ struct ThreadPriorities;
 
 impl Collect for ThreadPriorities {
     fn collect(&self, sink: &mut Sink) {
-        for (name, priority) in thread_rt_priorities("pw-") {
-            sink.gauge_i64(
-                catalogue::THREAD_RT_PRIORITY,
-                &[("thread", &name)],
-                priority,
-            );
+        let task_dir = std::path::Path::new("/proc/self/task");
+        for (name, _policy, priority) in crate::pipeline::affinity::thread_schedules(task_dir) {
+            if name.starts_with("pw-") {
+                sink.gauge_i64(
+                    catalogue::THREAD_RT_PRIORITY,
+                    &[("thread", &name)],
+                    priority,
+                );
+            }
         }
     }
-}
-
-/// (name, real-time priority) of this process's threads whose name starts
-/// with `prefix`, sorted by name; 0 for normal scheduling. Empty where
-/// `/proc` is not readable.
-pub fn thread_rt_priorities(prefix: &str) -> Vec<(String, i64)> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    let mut out: Vec<(String, i64)> = dir
-        .filter_map(|e| {
-            let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
-            let (open, close) = (stat.find('(')?, stat.rfind(')')?);
-            let name = stat.get(open + 1..close)?;
-            // Fields after the name start at field 3; rt_priority is field 40.
-            let rt = stat.get(close + 2..)?.split_whitespace().nth(37)?;
-            name.starts_with(prefix)
-                .then(|| Some((name.to_string(), rt.parse().ok()?)))
-                .flatten()
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 impl Collect for ReaderSource {
