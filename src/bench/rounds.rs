@@ -16,7 +16,10 @@
 //!   `counts-<label>-<target>.csv` files [`super::report::write_run`]
 //!   writes), so the pooled p99.9 rests on N times the samples;
 //! - for each pricewire target against every other target, the rounds in
-//!   which it had the lower p50 and the lower p99.9 (paired by round).
+//!   which it had the lower p50 and the lower p99.9 (paired by round);
+//! - the same count for the floor against each peer: a scenario in which
+//!   the bare relay itself is not lower than a peer in most rounds cannot
+//!   rank servers, whatever pricewire's count.
 //!
 //! Cold path; allocates freely.
 
@@ -73,7 +76,11 @@ pub struct TargetRounds {
     pub pooled_runs: usize,
 }
 
-/// A pricewire target against another target, over the rounds both ran.
+/// The bare relay's name: the floor every server is measured against.
+const FLOOR: &str = super::target::Target::Floor.name();
+
+/// A pricewire target against another target, or the floor against a
+/// peer, over the rounds both ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Duel {
     pub ours: String,
@@ -292,12 +299,15 @@ pub fn summarize_rows(
             });
         }
         let mut duels = Vec::new();
+        // pricewire against everything else, then the floor against the
+        // peers: whether the scenario can rank servers at all.
         for (ours, our_rows) in targets_rows
             .iter()
             .filter(|(t, _)| t.starts_with("pricewire"))
+            .chain(targets_rows.iter().filter(|(t, _)| *t == FLOOR))
         {
             for (other, their_rows) in targets_rows.iter().filter(|(t, _)| *t != ours) {
-                if other.starts_with("pricewire") {
+                if other.starts_with("pricewire") || (ours == FLOOR && other == FLOOR) {
                     continue;
                 }
                 let mut d = Duel {
@@ -499,12 +509,25 @@ pub fn render(scenarios: &[ScenarioRounds]) -> String {
         }
         if !sc.duels.is_empty() {
             s.push_str("\nRounds with the lower value, paired by round:\n\n");
-            for d in &sc.duels {
+            let line = |s: &mut String, d: &Duel| {
                 let _ = writeln!(
                     s,
                     "- {} vs {}: p50 {}/{}, p99.9 {}/{}",
                     d.ours, d.other, d.p50_lower, d.paired_rounds, d.p999_lower, d.paired_rounds
                 );
+            };
+            for d in sc.duels.iter().filter(|d| d.ours != FLOOR) {
+                line(&mut s, d);
+            }
+            let floor: Vec<&Duel> = sc.duels.iter().filter(|d| d.ours == FLOOR).collect();
+            if !floor.is_empty() {
+                s.push_str(
+                    "\nThe floor against the peers: where the bare relay is not lower in \
+                     most rounds, the rounds cannot rank servers at that percentile.\n\n",
+                );
+                for d in floor {
+                    line(&mut s, d);
+                }
             }
         }
         s.push('\n');
@@ -551,8 +574,9 @@ pub fn read_sweeps(jsonl: &str) -> anyhow::Result<Vec<SweepRow>> {
 }
 
 /// Sweeps over rounds: per target the median and range of its maximum
-/// sustainable rate, and for pricewire against each other target the
-/// rounds in which its maximum was higher and equal, paired by round.
+/// sustainable rate; for pricewire against each other target, and the
+/// floor against each peer, the rounds in which its maximum was higher
+/// and equal, paired by round, and the median ratio of the paired maxima.
 pub fn render_sweeps(rows: &[SweepRow]) -> String {
     if rows.is_empty() {
         return String::new();
@@ -587,27 +611,35 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
             .collect();
         let _ = writeln!(s, "| {t} | {} | {} |", v.len(), sp(&spread(&v)));
     }
-    let ours: Vec<&&str> = targets
+    // pricewire against everything else, then the floor against the peers.
+    let ours = targets
         .iter()
         .filter(|t| t.starts_with("pricewire"))
-        .collect();
+        .chain(targets.iter().filter(|t| **t == FLOOR));
     let mut duels = String::new();
-    for o in &ours {
-        for other in targets.iter().filter(|t| !t.starts_with("pricewire")) {
-            let (mut paired, mut higher, mut equal) = (0, 0, 0);
+    for o in ours {
+        for other in targets
+            .iter()
+            .filter(|t| !t.starts_with("pricewire") && *t != o)
+        {
+            let (mut higher, mut equal) = (0, 0);
+            let mut ratios = Vec::new();
             for round in 1..=rounds {
                 if let (Some(a), Some(b)) = (rate_of(o, round), rate_of(other, round)) {
-                    paired += 1;
                     higher += usize::from(a > b);
                     equal += usize::from(a == b);
+                    ratios.push(a as f64 / b.max(1) as f64);
                 }
             }
+            let paired = ratios.len();
             if paired == 0 {
                 continue; // never in the same round (different runs' targets)
             }
             let _ = writeln!(
                 duels,
-                "- {o} vs {other}: higher in {higher}/{paired}, equal in {equal}/{paired}"
+                "- {o} vs {other}: higher in {higher}/{paired}, equal in {equal}/{paired}; \
+                 {o} ÷ {other} {:.2}× (median of paired rounds)",
+                spread(&ratios).median
             );
         }
     }
@@ -742,6 +774,28 @@ mod tests {
         );
         assert!(text.contains("| 1,600 (1,500–3,000) |"), "{text}");
         assert!(text.contains("| 4.1 | 3.00 |"), "{text}");
+        // The floor against the peers, never against pricewire or itself.
+        let floor_duels: Vec<&Duel> = sc[0].duels.iter().filter(|d| d.ours == "floor").collect();
+        assert_eq!(floor_duels.len(), 1, "{floor_duels:?}");
+        assert_eq!(
+            (floor_duels[0].other.as_str(), floor_duels[0].paired_rounds),
+            ("redis", 2)
+        );
+        assert_eq!(
+            (floor_duels[0].p50_lower, floor_duels[0].p999_lower),
+            (2, 0)
+        );
+        let (pw_at, floor_at) = (
+            text.find("pricewire vs redis").unwrap(),
+            text.find("cannot rank servers").unwrap(),
+        );
+        assert!(pw_at < floor_at, "pricewire's lines first: {text}");
+        assert!(
+            text[floor_at..].contains("- floor vs redis: p50 2/2, p99.9 0/2"),
+            "{text}"
+        );
+        // A scenario without the floor has no floor section.
+        assert!(!render(&sc[1..]).contains("cannot rank"));
     }
 
     #[test]
@@ -923,15 +977,31 @@ mod sweep_tests {
             text.contains("| floor | 3 | 384,427 (384,427–1,297,440) |"),
             "{text}"
         );
-        // Round 1 higher, round 2 equal, round 3 (b's round 1) lower.
+        // Round 1 higher, round 2 equal, round 3 (b's round 1) lower;
+        // ratios 1.5, 1.0 and 0.667, median 1.0.
         assert!(
-            text.contains("- pricewire vs floor: higher in 1/3, equal in 1/3"),
+            text.contains(
+                "- pricewire vs floor: higher in 1/3, equal in 1/3; \
+                 pricewire ÷ floor 1.00× (median of paired rounds)"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("- pricewire vs nats: higher in 1/1"),
+            text.contains(
+                "- pricewire vs nats: higher in 1/1, equal in 0/1; pricewire ÷ nats 5.06×"
+            ),
             "{text}"
         );
+        // The floor against the peers it shared a round with, after
+        // pricewire's lines.
+        let floor_at = text.find("- floor vs nats").expect("floor vs nats");
+        assert!(text.find("- pricewire vs").unwrap() < floor_at, "{text}");
+        assert!(
+            text[floor_at..]
+                .starts_with("- floor vs nats: higher in 1/1, equal in 0/1; floor ÷ nats 7.59×"),
+            "{text}"
+        );
+        assert!(!text.contains("floor vs pricewire") && !text.contains("floor vs floor"));
         assert_eq!(
             std::fs::read_to_string(out.join("rounds.md")).unwrap(),
             text

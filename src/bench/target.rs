@@ -30,7 +30,7 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Target::Pricewire => "pricewire",
             Target::Redis => "redis",
