@@ -130,3 +130,81 @@ fn peer_target_without_address_is_refused() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--connect is required"));
 }
+
+/// The saturation sweep end to end against the relay: every step's run is
+/// written under a `sweep-<rate>` label and the sweep's line names the
+/// rates it tried. A threshold nothing can meet fails at the first step,
+/// which is not refined (nothing passed to bracket).
+#[test]
+fn floor_sweep_climbs_and_reports_its_steps() {
+    let relay = relay::spawn(RelayConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+    let sweep = |threshold_us: &str, out: &std::path::Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .args([
+                "bench",
+                "--target",
+                "floor",
+                "--scenario",
+                "sweep",
+                "--connect",
+            ])
+            .arg(relay.local_addr.to_string())
+            .args([
+                "--rate",
+                "200",
+                "--sweep-factor",
+                "2",
+                "--sweep-max-rate",
+                "800",
+            ])
+            .args(["--sweep-refine", "3", "--sweep-retries", "0"])
+            .args(["--p99-threshold-us", threshold_us])
+            .args(["--subscribers", "2", "--duration-s", "1", "--warmup-s", "0"])
+            .args(["--quiet", "--out"])
+            .arg(out)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let line = std::fs::read_to_string(out.join("sweep.jsonl")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        let labels: Vec<String> = std::fs::read_to_string(out.join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let r: serde_json::Value = serde_json::from_str(l).unwrap();
+                r["scenario"].as_str().unwrap().to_string()
+            })
+            .collect();
+        (stdout, v, labels)
+    };
+
+    // A second of p99 is met at every step: the ladder reaches its top.
+    let all = tempfile::tempdir().unwrap();
+    let (stdout, v, labels) = sweep("1000000", all.path());
+    assert_eq!(v["max_sustainable_rate_per_s"], 800, "{v}");
+    assert_eq!(v["failed_at_rate_per_s"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["rates_tried"], serde_json::json!([200, 400, 800]), "{v}");
+    assert_eq!(labels, ["sweep-200", "sweep-400", "sweep-800"]);
+    assert!(
+        stdout.contains("max sustainable 800 ticks/s") && stdout.contains("no step failed"),
+        "{stdout}"
+    );
+
+    // No p99 is under 0 µs: the first step fails and nothing is bisected.
+    let none = tempfile::tempdir().unwrap();
+    let (stdout, v, labels) = sweep("0", none.path());
+    relay.stop();
+    assert_eq!(v["max_sustainable_rate_per_s"], 0, "{v}");
+    assert_eq!(v["failed_at_rate_per_s"], 200, "{v}");
+    assert_eq!(v["rates_tried"], serde_json::json!([200]), "{v}");
+    assert_eq!(labels, ["sweep-200"]);
+    assert!(
+        stdout.contains("lowest failing 200 ticks/s: p99"),
+        "{stdout}"
+    );
+}

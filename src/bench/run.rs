@@ -329,9 +329,13 @@ pub struct SweepResult {
     /// Highest rate whose step passed (p99 under the threshold, under 1 %
     /// missing, at least 95 % of the rate achieved); 0 if none passed.
     pub max_sustainable_rate_per_s: u64,
-    /// The first failing step's rate and why it failed.
+    /// The lowest failing step's rate and why it failed: with the
+    /// maximum, the bracket the true maximum lies in.
     pub failed_at_rate_per_s: Option<u64>,
     pub failed_because: Option<String>,
+    /// Every step's rate, in the order tried (the ladder, then the
+    /// bisection steps).
+    pub rates_tried: Vec<u64>,
 }
 
 /// Why a sweep step fails, if it does. A step whose own send lag (the
@@ -370,32 +374,91 @@ pub fn sweep_label(label: &str) -> String {
     }
 }
 
-/// Raises the rate from `spec.rate_per_s` by `factor` each step until a
-/// step fails or `rate_max_per_s` is passed; `each` sees every step. A
-/// failing step is run again up to `retries` times and fails only if every
-/// try fails, so one stall of a shared machine does not end the sweep.
-/// Steps are labelled `<label>-<rate>`, the label always starting with
-/// `sweep` ([`sweep_label`]).
+/// How a sweep climbs: from `start_per_s` by `factor` per step until a
+/// step fails or `max_per_s` is passed, then `refine` bisection steps
+/// (geometric midpoints) between the highest passing and the lowest
+/// failing rate, so the maximum is known to within `factor^(1/2^refine)`
+/// (1.5 and 3 steps: 5 %) rather than to within one step of the ladder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ladder {
+    pub start_per_s: u64,
+    pub factor: f64,
+    pub max_per_s: u64,
+    pub refine: u32,
+}
+
+/// Where a sweep's search ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bracket {
+    /// Highest rate that passed; 0 if none did.
+    pub max_pass_per_s: u64,
+    /// Lowest rate that failed, and why; `None` if none did.
+    pub min_fail_per_s: Option<u64>,
+    pub failed_because: Option<String>,
+    /// Rates tried, in order.
+    pub tried: Vec<u64>,
+}
+
+/// The sweep's search: `step(rate)` runs one step and says why it failed,
+/// if it did. Below the first failure the ladder climbs; after it the
+/// bracket is halved (geometrically) `refine` times. A sweep whose first
+/// step fails is not refined: there is no passing rate to bracket.
+pub fn search(
+    ladder: Ladder,
+    mut step: impl FnMut(u64) -> anyhow::Result<Option<String>>,
+) -> anyhow::Result<Bracket> {
+    let mut b = Bracket::default();
+    let mut rate = ladder.start_per_s.max(1);
+    while rate <= ladder.max_per_s {
+        b.tried.push(rate);
+        if let Some(why) = step(rate)? {
+            b.min_fail_per_s = Some(rate);
+            b.failed_because = Some(why);
+            break;
+        }
+        b.max_pass_per_s = rate;
+        // At least one more tick per second, so a factor of 1.05 still
+        // climbs from a start of 1.
+        rate = (((rate as f64) * ladder.factor.max(1.05)) as u64).max(rate + 1);
+    }
+    for _ in 0..ladder.refine {
+        let (Some(hi), lo) = (b.min_fail_per_s, b.max_pass_per_s) else {
+            break;
+        };
+        if lo == 0 {
+            break;
+        }
+        let mid = ((lo as f64) * (hi as f64)).sqrt().round() as u64;
+        if mid <= lo || mid >= hi {
+            break; // the bracket is down to adjacent rates
+        }
+        b.tried.push(mid);
+        match step(mid)? {
+            None => b.max_pass_per_s = mid,
+            Some(why) => {
+                b.min_fail_per_s = Some(mid);
+                b.failed_because = Some(why);
+            }
+        }
+    }
+    Ok(b)
+}
+
+/// Runs the sweep's [`search`] against a target: each step is a run at
+/// that rate, `each` sees every run. A failing step is run again up to
+/// `retries` times and fails only if every try fails, so one stall of a
+/// shared machine does not end the sweep. Steps are labelled
+/// `<label>-<rate>`, the label always starting with `sweep`
+/// ([`sweep_label`]).
 pub fn sweep(
     spec: &RunSpec,
     p99_threshold_us: u64,
-    factor: f64,
-    rate_max_per_s: u64,
+    ladder: Ladder,
     retries: u32,
     mut each: impl FnMut(&RunOutcome),
 ) -> anyhow::Result<SweepResult> {
     let label = sweep_label(&spec.scenario);
-    let mut result = SweepResult {
-        target: spec.target,
-        name: spec.name.clone(),
-        scenario: label.clone(),
-        p99_threshold_us,
-        max_sustainable_rate_per_s: 0,
-        failed_at_rate_per_s: None,
-        failed_because: None,
-    };
-    let mut rate = spec.rate_per_s.max(1);
-    while rate <= rate_max_per_s {
+    let b = search(ladder, |rate| {
         let mut step = spec.clone();
         step.rate_per_s = rate;
         step.scenario = format!("{label}-{rate}");
@@ -408,15 +471,18 @@ pub fn sweep(
                 break;
             }
         }
-        if let Some(why) = failure {
-            result.failed_at_rate_per_s = Some(rate);
-            result.failed_because = Some(why);
-            break;
-        }
-        result.max_sustainable_rate_per_s = rate;
-        rate = ((rate as f64) * factor.max(1.05)) as u64;
-    }
-    Ok(result)
+        Ok(failure)
+    })?;
+    Ok(SweepResult {
+        target: spec.target,
+        name: spec.name.clone(),
+        scenario: label,
+        p99_threshold_us,
+        max_sustainable_rate_per_s: b.max_pass_per_s,
+        failed_at_rate_per_s: b.min_fail_per_s,
+        failed_because: b.failed_because,
+        rates_tried: b.tried,
+    })
 }
 
 #[cfg(test)]
@@ -453,6 +519,91 @@ mod tests {
             sender_writes: 1000,
             subscriber_errors: 0,
         }
+    }
+
+    fn ladder(refine: u32) -> Ladder {
+        Ladder {
+            start_per_s: 10_000,
+            factor: 1.5,
+            max_per_s: 2_000_000,
+            refine,
+        }
+    }
+
+    /// A target that holds every rate up to `limit` and fails above it.
+    fn up_to(limit: u64) -> impl FnMut(u64) -> anyhow::Result<Option<String>> {
+        move |rate| Ok((rate > limit).then(|| format!("p99 over at {rate}")))
+    }
+
+    #[test]
+    fn the_ladder_alone_brackets_to_one_step() {
+        let b = search(ladder(0), up_to(1_000_000)).unwrap();
+        assert_eq!(b.max_pass_per_s, 864_960);
+        assert_eq!(b.min_fail_per_s, Some(1_297_440));
+        assert_eq!(b.failed_because.as_deref(), Some("p99 over at 1297440"));
+        assert_eq!(
+            b.tried,
+            [
+                10_000, 15_000, 22_500, 33_750, 50_625, 75_937, 113_905, 170_857, 256_285, 384_427,
+                576_640, 864_960, 1_297_440
+            ]
+        );
+    }
+
+    #[test]
+    fn refinement_halves_the_bracket_each_step() {
+        let b = search(ladder(3), up_to(1_000_000)).unwrap();
+        // √(864,960 · 1,297,440) = 1,059,355 fails; √(864,960 · 1,059,355)
+        // = 957,235 passes; √(957,235 · 1,059,355) = 1,007,001 fails.
+        assert_eq!(&b.tried[13..], [1_059_355, 957_235, 1_007_001]);
+        assert_eq!(b.max_pass_per_s, 957_235);
+        assert_eq!(b.min_fail_per_s, Some(1_007_001));
+        assert_eq!(b.failed_because.as_deref(), Some("p99 over at 1007001"));
+        let bracket = 1_007_001.0 / 957_235.0;
+        assert!(bracket < 1.5f64.powf(1.0 / 8.0) + 1e-9, "{bracket}");
+        // The true limit is always inside the bracket, for any limit.
+        for limit in [10_000, 12_345, 99_999, 500_000, 1_900_000] {
+            let b = search(ladder(4), up_to(limit)).unwrap();
+            let hi = b.min_fail_per_s.unwrap();
+            assert!(b.max_pass_per_s <= limit && limit < hi, "{limit}: {b:?}");
+            // Rates are whole ticks per second: allow one in 10,000.
+            let widest = 1.5f64.powf(1.0 / 16.0) * 1.0001;
+            assert!(
+                hi as f64 / b.max_pass_per_s as f64 <= widest,
+                "{limit}: {b:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn sweeps_without_a_bracket_are_not_refined() {
+        // Every rate fails: nothing to bisect.
+        let b = search(ladder(3), up_to(0)).unwrap();
+        assert_eq!((b.max_pass_per_s, b.min_fail_per_s), (0, Some(10_000)));
+        assert_eq!(b.tried, [10_000]);
+        // Every rate passes up to the highest tried: no failure to bisect.
+        let b = search(ladder(3), up_to(u64::MAX)).unwrap();
+        assert_eq!((b.max_pass_per_s, b.min_fail_per_s), (1_946_160, None));
+        assert_eq!(b.tried.len(), 14);
+        // A bracket of adjacent rates stops early.
+        let tight = Ladder {
+            start_per_s: 1,
+            factor: 1.05,
+            max_per_s: 100,
+            refine: 5,
+        };
+        let b = search(tight, up_to(3)).unwrap();
+        assert_eq!(b.tried, [1, 2, 3, 4]);
+        assert_eq!((b.max_pass_per_s, b.min_fail_per_s), (3, Some(4)));
+        // A step that cannot run ends the sweep with its error.
+        let err = search(ladder(3), |rate| {
+            if rate > 20_000 {
+                anyhow::bail!("connect refused")
+            }
+            Ok(None)
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("connect refused"));
     }
 
     #[test]

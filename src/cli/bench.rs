@@ -74,6 +74,11 @@ pub struct BenchArgs {
     /// Sweep: highest rate tried.
     #[arg(long, default_value_t = 2_000_000, value_name = "TICKS_PER_S")]
     pub sweep_max_rate: u64,
+    /// Sweep: bisection steps between the highest passing and the lowest
+    /// failing rate once the ladder fails (3 with factor 1.5: the maximum
+    /// to within 5 %).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub sweep_refine: u32,
     /// Sweep: times a failing step is run again before it counts as failed.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub sweep_retries: u32,
@@ -295,8 +300,12 @@ fn sweep(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
     let r = run::sweep(
         &s,
         args.p99_threshold_us,
-        args.sweep_factor,
-        args.sweep_max_rate,
+        run::Ladder {
+            start_per_s: args.rate,
+            factor: args.sweep_factor,
+            max_per_s: args.sweep_max_rate,
+            refine: args.sweep_refine,
+        },
         args.sweep_retries,
         |o| {
             if err.is_ok() {
@@ -305,13 +314,16 @@ fn sweep(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
         },
     )?;
     err?;
+    let failed = match (r.failed_at_rate_per_s, &r.failed_because) {
+        (Some(at), Some(why)) => format!("lowest failing {at} ticks/s: {why}"),
+        _ => format!("no step failed up to {} ticks/s", args.sweep_max_rate),
+    };
     println!(
-        "{} sweep: max sustainable {} ticks/s (p99 threshold {} us); failed at {:?}: {}",
+        "{} sweep: max sustainable {} ticks/s (p99 threshold {} us, {} steps); {failed}",
         r.name,
         r.max_sustainable_rate_per_s,
         r.p99_threshold_us,
-        r.failed_at_rate_per_s,
-        r.failed_because.as_deref().unwrap_or("-")
+        r.rates_tried.len(),
     );
     if let Some(dir) = &args.out {
         report::write_json_line(dir, "sweep.jsonl", &r)?;
