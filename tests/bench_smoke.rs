@@ -1,10 +1,15 @@
 //! Smoke test of `pricewire bench`: a short, tiny-rate floor run against a
 //! relay running in this test process, checking the shape of the output
 //! (progress line, summary line, JSON + CSV rows, percentile and counts
-//! files), and a Redis run against a real redis-server.
+//! files), a saturation sweep, a Redis run against a real redis-server,
+//! and a small herd against the real pricewire binary.
 
+#[path = "util/net.rs"]
+mod net;
 #[path = "util/redis.rs"]
 mod redis;
+#[path = "util/wait.rs"]
+mod wait;
 
 use std::process::Command;
 
@@ -190,6 +195,18 @@ fn floor_sweep_climbs_and_reports_its_steps() {
     assert_eq!(v["failed_at_rate_per_s"], serde_json::Value::Null, "{v}");
     assert_eq!(v["rates_tried"], serde_json::json!([200, 400, 800]), "{v}");
     assert_eq!(labels, ["sweep-200", "sweep-400", "sweep-800"]);
+    // Each step's distribution is written; its counts (for pooling steady
+    // rounds) are not.
+    for rate in [200, 400, 800] {
+        assert!(all
+            .path()
+            .join(format!("hdr-sweep-{rate}-floor.txt"))
+            .exists());
+        assert!(!all
+            .path()
+            .join(format!("counts-sweep-{rate}-floor.csv"))
+            .exists());
+    }
     assert!(
         stdout.contains("max sustainable 800 ticks/s") && stdout.contains("no step failed"),
         "{stdout}"
@@ -207,4 +224,75 @@ fn floor_sweep_climbs_and_reports_its_steps() {
         stdout.contains("lowest failing 200 ticks/s: p99"),
         "{stdout}"
     );
+}
+
+/// A small herd against the real binary, every herd client on a symbol
+/// the generator never ticks (`--herd-symbol 24` with 24 ticked symbols of
+/// the server's 25): the row has the before, during and after phases and
+/// names the symbol, every client logs on and subscribes.
+#[test]
+fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
+    let (listen, feed, ops) = (net::free_addr(), net::free_addr(), net::free_addr());
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args(["serve", "--no-synthetic", "--drain-delay-ms", "0"])
+        .args(["--listen", &listen.to_string()])
+        .args(["--feed-listen", &feed.to_string()])
+        .args(["--ops-listen", &ops.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = wait::wait_until(std::time::Duration::from_secs(30), || {
+        std::net::TcpStream::connect(listen).is_ok() && std::net::TcpStream::connect(feed).is_ok()
+    });
+    let out = tempfile::tempdir().unwrap();
+    let output = up.then(|| {
+        Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .args(["bench", "--target", "pricewire", "--scenario", "herd"])
+            .args([
+                "--connect",
+                &listen.to_string(),
+                "--feed",
+                &feed.to_string(),
+            ])
+            .args(["--ops", &ops.to_string()])
+            .args(["--rate", "500", "--subscribers", "2", "--symbols", "24"])
+            .args(["--herd-clients", "20", "--herd-symbol", "24"])
+            .args(["--herd-before-s", "1", "--herd-after-s", "1"])
+            .args([
+                "--herd-timeout-s",
+                "20",
+                "--warmup-s",
+                "0",
+                "--quiet",
+                "--out",
+            ])
+            .arg(out.path())
+            .output()
+            .unwrap()
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    let output = output.expect("the server never listened");
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = std::fs::read_to_string(out.path().join("herd.jsonl")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(v["herd"]["subscribed"], 20, "{v}");
+    assert_eq!(v["herd_symbol"], 24, "{v}");
+    for phase in ["before", "during", "after"] {
+        let p99 = v[format!("p99_{phase}_us")].as_f64();
+        assert!(p99.is_some_and(|p| p > 0.0), "{phase}: {v}");
+    }
+    assert!(
+        v["p50_after_us"].as_f64() <= v["p99_after_us"].as_f64(),
+        "{v}"
+    );
+    // The ops listener's reject counters were read (none refused here).
+    let stages = v["rejects_by_stage"].as_array().unwrap();
+    assert!(stages.iter().any(|s| s[0] == "logon"), "{v}");
 }

@@ -30,6 +30,7 @@ pub const BACKOFF_CAP_MS: u64 = 2_000;
 /// A connect + logon + subscribe attempt that takes longer is abandoned.
 pub const ATTEMPT_TIMEOUT_MS: u64 = 5_000;
 const CLIENT_IN_BYTES: usize = 16 * 1024;
+const HEARTBEAT_NS: u64 = super::recv::HEARTBEAT_MS * 1_000_000;
 
 /// Herd settings.
 #[derive(Debug, Clone)]
@@ -41,7 +42,15 @@ pub struct HerdSpec {
     pub timeout_ms: u64,
     /// Steady measurement before the herd starts, in ms.
     pub before_ms: u64,
+    /// Steady measurement once every client is subscribed, with the whole
+    /// herd still connected and reading, in ms: the load the herd leaves
+    /// behind, told apart from the cost of letting it in.
+    pub after_ms: u64,
+    /// Clients subscribe round-robin to the ticked symbols
+    /// `0..symbols_total`, or all to `symbol` (one the generator never
+    /// ticks, for the cost of session set-up without the fan-out it brings).
     pub symbols_total: u16,
+    pub symbol: Option<u16>,
     pub seed: u64,
 }
 
@@ -79,6 +88,10 @@ struct Client {
     have: usize,
     failures: u32,
     logged_on: bool,
+    /// When this client's next heartbeat is due: each client keeps its own
+    /// phase from its logon, as real terminals do, rather than the whole
+    /// herd writing in one burst.
+    next_hb_ns: u64,
     symbol: u16,
 }
 
@@ -90,38 +103,16 @@ struct Herd<'a> {
     r: HerdResult,
     t0: u64,
     scratch: Vec<u8>,
+    /// One heartbeat frame, encoded once.
+    heartbeat: Vec<u8>,
 }
 
-/// Runs the herd to completion or timeout.
-pub fn run(spec: &HerdSpec) -> io::Result<HerdResult> {
-    let t0 = monotonic_ns();
-    let n = spec.clients.max(1) as u64;
-    let clients = (0..spec.clients)
-        .map(|i| Client {
-            state: State::Waiting {
-                at_ns: t0 + spec.spread_ms * 1_000_000 * i as u64 / n,
-            },
-            stream: None,
-            inbuf: vec![0u8; CLIENT_IN_BYTES].into_boxed_slice(),
-            have: 0,
-            failures: 0,
-            logged_on: false,
-            symbol: (i % usize::from(spec.symbols_total.max(1))) as u16,
-        })
-        .collect();
-    let mut herd = Herd {
-        spec,
-        poll: Poll::new()?,
-        clients,
-        rng: SmallRng::seed_from_u64(spec.seed),
-        r: HerdResult {
-            clients: spec.clients,
-            ..HerdResult::default()
-        },
-        t0,
-        scratch: Vec::with_capacity(256),
-    };
-    herd.run()?;
+/// Runs the herd until every client is subscribed (or the timeout), calls
+/// `subscribed`, then keeps every client connected and reading for
+/// `spec.after_ms` (not if the herd timed out).
+pub fn run(spec: &HerdSpec, subscribed: impl FnOnce()) -> io::Result<HerdResult> {
+    let mut herd = Herd::new(spec)?;
+    herd.run(subscribed)?;
     Ok(herd.r)
 }
 
@@ -133,13 +124,68 @@ pub fn backoff_ms(rng: &mut impl Rng, failures: u32, retry_after_ms: u32) -> u64
     u64::from(retry_after_ms) + rng.gen_range(0..=window)
 }
 
-impl Herd<'_> {
-    fn run(&mut self) -> io::Result<()> {
+impl<'a> Herd<'a> {
+    fn new(spec: &'a HerdSpec) -> io::Result<Herd<'a>> {
+        let t0 = monotonic_ns();
+        let n = spec.clients.max(1) as u64;
+        let clients = (0..spec.clients)
+            .map(|i| Client {
+                state: State::Waiting {
+                    at_ns: t0 + spec.spread_ms * 1_000_000 * i as u64 / n,
+                },
+                stream: None,
+                inbuf: vec![0u8; CLIENT_IN_BYTES].into_boxed_slice(),
+                have: 0,
+                failures: 0,
+                logged_on: false,
+                next_hb_ns: 0,
+                symbol: spec
+                    .symbol
+                    .unwrap_or((i % usize::from(spec.symbols_total.max(1))) as u16),
+            })
+            .collect();
+        Ok(Herd {
+            spec,
+            poll: Poll::new()?,
+            clients,
+            rng: SmallRng::seed_from_u64(spec.seed),
+            r: HerdResult {
+                clients: spec.clients,
+                ..HerdResult::default()
+            },
+            t0,
+            scratch: Vec::with_capacity(256),
+            heartbeat: {
+                let mut hb = Vec::new();
+                target::heartbeat(Target::Pricewire, &mut hb);
+                hb
+            },
+        })
+    }
+
+    fn run(&mut self, subscribed: impl FnOnce()) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let deadline = self.t0 + self.spec.timeout_ms * 1_000_000;
-        let mut next_hb_ns = self.t0;
         let mut next_timers_ns = self.t0;
-        while self.r.subscribed < self.spec.clients && monotonic_ns() < deadline {
+        let mut after_end: Option<u64> = None;
+        let mut subscribed = Some(subscribed);
+        loop {
+            let now = monotonic_ns();
+            match after_end {
+                Some(end) if now >= end => break,
+                Some(_) => {}
+                None if self.r.subscribed >= self.spec.clients => {
+                    if let Some(f) = subscribed.take() {
+                        f();
+                    }
+                    if self.spec.after_ms == 0 {
+                        break;
+                    }
+                    after_end = Some(now + self.spec.after_ms * 1_000_000);
+                }
+                None if now >= deadline => break,
+                None => {}
+            }
             self.poll
                 .poll(&mut events, Some(Duration::from_millis(1)))?;
             for ev in events.iter() {
@@ -152,31 +198,26 @@ impl Herd<'_> {
                 next_timers_ns = now + 1_000_000;
                 self.timers(now);
             }
-            if now >= next_hb_ns {
-                next_hb_ns = now + super::recv::HEARTBEAT_MS * 1_000_000;
-                self.heartbeats();
-            }
         }
         Ok(())
-    }
-
-    /// Logged-on clients must not look idle while the herd lasts.
-    fn heartbeats(&mut self) {
-        self.scratch.clear();
-        target::heartbeat(Target::Pricewire, &mut self.scratch);
-        for c in self.clients.iter_mut().filter(|c| c.logged_on) {
-            if let Some(s) = c.stream.as_mut() {
-                let _ = s.write(&self.scratch);
-            }
-        }
     }
 
     fn elapsed_ms(&self) -> f64 {
         (monotonic_ns() - self.t0) as f64 / 1e6
     }
 
+    /// Connects, retries and times out clients whose time has come, and
+    /// sends the heartbeats that are due (logged-on clients must not look
+    /// idle while the herd lasts).
     fn timers(&mut self, now: u64) {
         for i in 0..self.clients.len() {
+            let c = &mut self.clients[i];
+            if c.logged_on && now >= c.next_hb_ns {
+                c.next_hb_ns = now + HEARTBEAT_NS;
+                if let Some(s) = c.stream.as_mut() {
+                    let _ = s.write(&self.heartbeat);
+                }
+            }
             match self.clients[i].state {
                 State::Waiting { at_ns } if now >= at_ns => self.connect(i, now),
                 State::SubscribeRetry { at_ns } if now >= at_ns => self.subscribe(i, now),
@@ -327,6 +368,7 @@ impl Herd<'_> {
             Event::LoggedOn => {
                 if !self.clients[i].logged_on {
                     self.clients[i].logged_on = true;
+                    self.clients[i].next_hb_ns = now + HEARTBEAT_NS;
                     self.r.logged_on += 1;
                     if self.r.logged_on == self.spec.clients {
                         self.r.all_logged_on_ms = Some(self.elapsed_ms());
@@ -377,7 +419,8 @@ impl Herd<'_> {
 
 /// The herd as a run hook: steady measurement into phase 0 for
 /// `before_ms`, then the herd with measurement into phase 1 until every
-/// client is subscribed (or the timeout), then recording stops.
+/// client is subscribed (or the timeout), then phase 2 for `after_ms`
+/// with the herd connected, then recording stops.
 pub struct HerdHook {
     pub spec: HerdSpec,
     pub result: Option<io::Result<HerdResult>>,
@@ -391,7 +434,9 @@ impl DuringRun for HerdHook {
             std::thread::sleep(Duration::from_nanos(herd_at - now));
         }
         shared.phase.store(1, Ordering::Relaxed);
-        self.result = Some(run(&self.spec));
+        self.result = Some(run(&self.spec, || {
+            shared.phase.store(2, Ordering::Relaxed);
+        }));
         shared.phase.store(PHASE_OFF, Ordering::Relaxed);
     }
 }

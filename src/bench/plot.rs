@@ -48,7 +48,7 @@ fn collect(dir: &Path) -> anyhow::Result<BTreeMap<String, Lines>> {
         let Some((scenario, target)) = stem.rsplit_once('-') else {
             continue;
         };
-        if scenario.starts_with("sweep") {
+        if super::run::is_sweep_step(scenario) {
             continue; // sweep steps are many; their rows are in the table
         }
         let pts = parse_distribution(&std::fs::read_to_string(e.path())?);

@@ -24,8 +24,8 @@ use crate::clock::monotonic_ns;
 
 /// Inbound buffer per subscriber connection (the largest server frame).
 pub const IN_BYTES: usize = crate::wire::SERVER_FRAME_LEN_MAX;
-/// Phases a run records separately (herd: before, during).
-pub const PHASES: usize = 2;
+/// Phases a run records separately (herd: before, during, after).
+pub const PHASES: usize = 3;
 /// Phase value that stops recording.
 pub const PHASE_OFF: u8 = PHASES as u8;
 /// Interval of the subscribers' heartbeats (pricewire's default interval

@@ -2,7 +2,8 @@
 //! `results.jsonl`, the same row in `results.csv`, and the percentile
 //! distribution of each run in `hdr-<scenario>-<target>.txt` (the
 //! HdrHistogram text format, microseconds) with its exact bucket counts
-//! in `counts-<scenario>-<target>.csv` (what [`super::rounds`] pools).
+//! in `counts-<scenario>-<target>.csv` (what [`super::rounds`] pools;
+//! not for sweep steps, which are never pooled).
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -66,7 +67,7 @@ fn append(path: &Path, line: &str, header: Option<&str>) -> std::io::Result<()> 
 }
 
 /// Appends the row to `results.jsonl` and `results.csv` and writes the
-/// distribution and counts files.
+/// distribution file, and the counts file unless the run is a sweep step.
 pub fn write_run(dir: &Path, row: &RunRow, hist: &Histogram<u64>) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     append(&dir.join("results.jsonl"), &serde_json_line(row)?, None)?;
@@ -75,10 +76,14 @@ pub fn write_run(dir: &Path, row: &RunRow, hist: &Histogram<u64>) -> anyhow::Res
         hdr_path(dir, &row.scenario, &row.name),
         percentile_distribution(hist),
     )?;
-    std::fs::write(
-        super::rounds::counts_path(dir, &row.scenario, &row.name),
-        super::rounds::counts_text(hist),
-    )?;
+    // The exact counts are what rounds pool; sweep steps are never pooled,
+    // and a sweep in rounds would write dozens of them.
+    if !super::run::is_sweep_step(&row.scenario) {
+        std::fs::write(
+            super::rounds::counts_path(dir, &row.scenario, &row.name),
+            super::rounds::counts_text(hist),
+        )?;
+    }
     Ok(())
 }
 

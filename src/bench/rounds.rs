@@ -179,7 +179,7 @@ pub fn read_rows(jsonl: &str) -> anyhow::Result<Vec<RoundRow>> {
             })
         };
         let label = text(&["scenario"])?;
-        if label.starts_with("sweep") {
+        if super::run::is_sweep_step(&label) {
             continue;
         }
         let (scenario, round) = split_round(&label);

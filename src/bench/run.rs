@@ -363,11 +363,18 @@ pub fn step_failure(row: &RunRow, p99_threshold_us: u64) -> Option<String> {
     None
 }
 
+/// Whether a run's label is a sweep's or a sweep step's: such runs are
+/// never pooled, paired or plotted with the steady runs (a sweep has its
+/// own report).
+pub fn is_sweep_step(label: &str) -> bool {
+    label.starts_with("sweep")
+}
+
 /// A sweep's label: the run's own label if it starts with `sweep`
 /// (`sweep`, `sweep-r2`), else `sweep-<label>`, so summaries of steady
 /// runs can leave every sweep step out by its prefix.
 pub fn sweep_label(label: &str) -> String {
-    if label.starts_with("sweep") {
+    if is_sweep_step(label) {
         label.to_string()
     } else {
         format!("sweep-{label}")

@@ -94,6 +94,16 @@ pub struct BenchArgs {
     /// Herd: give up on clients not subscribed after this.
     #[arg(long, default_value_t = 30, value_name = "S")]
     pub herd_timeout_s: u64,
+    /// Herd: steady measurement once every client is subscribed, the herd
+    /// still connected and reading (the load it leaves behind).
+    #[arg(long, default_value_t = 3, value_name = "S")]
+    pub herd_after_s: u64,
+    /// Herd: every client subscribes to this symbol id instead of spreading
+    /// over the ticked ones; with an id at or above --symbols (a symbol the
+    /// server lists but the generator never ticks) the herd costs session
+    /// set-up alone, without the fan-out it brings.
+    #[arg(long, value_name = "ID")]
+    pub herd_symbol: Option<u16>,
     /// Server process whose CPU time (/proc/PID/stat) is reported.
     #[arg(long, value_name = "PID")]
     pub server_pid: Option<u32>,
@@ -203,8 +213,10 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.symbols == 0 || args.symbols_per_subscriber == 0 || args.batch_max == 0 {
         bail!("--symbols, --symbols-per-subscriber and --batch-max must be positive");
     }
-    if args.duration_s + args.warmup_s > 600 || args.herd_timeout_s > 600 {
-        bail!("a run is bounded: duration + warm-up and the herd timeout are at most 600 s");
+    if args.duration_s + args.warmup_s > 600 || args.herd_timeout_s + args.herd_after_s > 600 {
+        bail!(
+            "a run is bounded: duration + warm-up and the herd timeout + after are at most 600 s"
+        );
     }
     if args.subscribers > 10_000 || args.herd_clients > 20_000 {
         bail!("--subscribers at most 10000, --herd-clients at most 20000");
@@ -345,6 +357,13 @@ struct HerdRow {
     p50_before_us: f64,
     p50_during_us: f64,
     max_during_us: f64,
+    /// Once every client is subscribed (`--herd-after-s`); absent when the
+    /// herd timed out or the after phase is off.
+    p50_after_us: Option<f64>,
+    p99_after_us: Option<f64>,
+    max_after_us: Option<f64>,
+    /// The symbol every herd client subscribed to (`--herd-symbol`).
+    herd_symbol: Option<u16>,
 }
 
 fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
@@ -353,7 +372,7 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
     }
     let mut s = spec(args, addr, "herd");
     // The run lasts until the herd is done; duration bounds it.
-    s.duration_s = args.herd_before_s + args.herd_timeout_s + 1;
+    s.duration_s = args.herd_before_s + args.herd_timeout_s + args.herd_after_s + 1;
     let rejects0 = args.ops.map(herd::admission_rejects).transpose()?;
     let mut hook = HerdHook {
         spec: HerdSpec {
@@ -362,7 +381,9 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
             spread_ms: args.herd_spread_ms,
             timeout_ms: args.herd_timeout_s * 1_000,
             before_ms: args.herd_before_s * 1_000,
+            after_ms: args.herd_after_s * 1_000,
             symbols_total: args.symbols,
+            symbol: args.herd_symbol,
             seed: 1,
         },
         result: None,
@@ -372,6 +393,9 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
     let herd = hook.result.context("herd did not run")??;
     let before = summarize(&o.recv.phases[0]);
     let during = summarize(&o.recv.phases[1]);
+    let after = Some(&o.recv.phases[2])
+        .filter(|h| !h.is_empty())
+        .map(summarize);
     let rejects = match (rejects0, rejects1) {
         (Some(a), Some(b)) => b
             .into_iter()
@@ -395,6 +419,10 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
         p50_before_us: before.p50_ns as f64 / 1e3,
         p50_during_us: during.p50_ns as f64 / 1e3,
         max_during_us: during.max_ns as f64 / 1e3,
+        p50_after_us: after.map(|a| a.p50_ns as f64 / 1e3),
+        p99_after_us: after.map(|a| a.p99_ns as f64 / 1e3),
+        max_after_us: after.map(|a| a.max_ns as f64 / 1e3),
+        herd_symbol: args.herd_symbol,
     };
     println!("{}", serde_json::to_string(&row)?);
     if let Some(dir) = &args.out {
