@@ -134,6 +134,13 @@ fn peer_target_without_address_is_refused() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--connect is required"));
+    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args(["bench", "--target", "floor", "--herd-symbol", "3"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr)
+        .contains("--herd-symbol applies to --scenario herd only"));
 }
 
 /// The saturation sweep end to end against the relay: every step's run is
@@ -288,10 +295,12 @@ fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
         let p99 = v[format!("p99_{phase}_us")].as_f64();
         assert!(p99.is_some_and(|p| p > 0.0), "{phase}: {v}");
     }
-    assert!(
-        v["p50_after_us"].as_f64() <= v["p99_after_us"].as_f64(),
-        "{v}"
-    );
+    let (p50, p99) = (v["p50_after_us"].as_f64(), v["p99_after_us"].as_f64());
+    assert!(p50.unwrap() <= p99.unwrap(), "{v}");
+    // On a symbol nobody ticks the herd got no updates, and nobody was
+    // dropped while the whole herd stayed connected.
+    assert_eq!(v["herd"]["updates_received"], 0, "{v}");
+    assert_eq!(v["herd"]["dropped_after"], 0, "{v}");
     // The ops listener's reject counters were read (none refused here).
     let stages = v["rejects_by_stage"].as_array().unwrap();
     assert!(stages.iter().any(|s| s[0] == "logon"), "{v}");

@@ -10,7 +10,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mio::net::TcpStream;
@@ -18,7 +17,7 @@ use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::recv::{RecvShared, PHASE_OFF};
+use super::recv::RecvShared;
 use super::run::DuringRun;
 use super::send::Window;
 use super::target::{self, Event, Target};
@@ -69,6 +68,13 @@ pub struct HerdResult {
     pub rejected_at_subscribe: u64,
     pub connect_failures: u64,
     pub timeouts: u64,
+    /// Price updates the herd's clients received (snapshots not counted):
+    /// 0 for a herd on a symbol nobody ticks.
+    pub updates_received: u64,
+    /// Connections lost after every client was subscribed (the after
+    /// phase): such clients reconnect, and the phase no longer measures
+    /// the whole herd connected.
+    pub dropped_after: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,14 +108,16 @@ struct Herd<'a> {
     rng: SmallRng,
     r: HerdResult,
     t0: u64,
+    /// In the after phase (every client was subscribed).
+    after: bool,
     scratch: Vec<u8>,
     /// One heartbeat frame, encoded once.
     heartbeat: Vec<u8>,
 }
 
-/// Runs the herd until every client is subscribed (or the timeout), calls
-/// `subscribed`, then keeps every client connected and reading for
-/// `spec.after_ms` (not if the herd timed out).
+/// Runs the herd until every client is subscribed (or the timeout); then,
+/// if `spec.after_ms` is not 0, calls `subscribed` and keeps every client
+/// connected and reading for `spec.after_ms` (not if the herd timed out).
 pub fn run(spec: &HerdSpec, subscribed: impl FnOnce()) -> io::Result<HerdResult> {
     let mut herd = Herd::new(spec)?;
     herd.run(subscribed)?;
@@ -154,6 +162,7 @@ impl<'a> Herd<'a> {
                 ..HerdResult::default()
             },
             t0,
+            after: false,
             scratch: Vec::with_capacity(256),
             heartbeat: {
                 let mut hb = Vec::new();
@@ -175,12 +184,13 @@ impl<'a> Herd<'a> {
                 Some(end) if now >= end => break,
                 Some(_) => {}
                 None if self.r.subscribed >= self.spec.clients => {
-                    if let Some(f) = subscribed.take() {
-                        f();
-                    }
                     if self.spec.after_ms == 0 {
                         break;
                     }
+                    if let Some(f) = subscribed.take() {
+                        f();
+                    }
+                    self.after = true;
                     after_end = Some(now + self.spec.after_ms * 1_000_000);
                 }
                 None if now >= deadline => break,
@@ -260,9 +270,20 @@ impl<'a> Herd<'a> {
         c.state = State::Connecting { since_ns: now };
     }
 
-    /// Closes the connection and schedules a retry after the backoff.
+    /// Closes the connection and schedules a retry after the backoff; a
+    /// client that was logged on or subscribed no longer counts as such.
     fn fail(&mut self, i: usize, retry_after_ms: u32, now: u64) {
         let c = &mut self.clients[i];
+        if c.logged_on {
+            c.logged_on = false;
+            self.r.logged_on -= 1;
+        }
+        if c.state == State::Done {
+            self.r.subscribed -= 1;
+            if self.after {
+                self.r.dropped_after += 1;
+            }
+        }
         if let Some(mut s) = c.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
@@ -370,7 +391,7 @@ impl<'a> Herd<'a> {
                     self.clients[i].logged_on = true;
                     self.clients[i].next_hb_ns = now + HEARTBEAT_NS;
                     self.r.logged_on += 1;
-                    if self.r.logged_on == self.spec.clients {
+                    if self.r.logged_on == self.spec.clients && self.r.all_logged_on_ms.is_none() {
                         self.r.all_logged_on_ms = Some(self.elapsed_ms());
                     }
                 }
@@ -396,21 +417,15 @@ impl<'a> Herd<'a> {
             Event::Subscribed if self.clients[i].state != State::Done => {
                 self.clients[i].state = State::Done;
                 self.r.subscribed += 1;
-                if self.r.subscribed == self.spec.clients {
+                if self.r.subscribed == self.spec.clients && self.r.all_subscribed_ms.is_none() {
                     self.r.all_subscribed_ms = Some(self.elapsed_ms());
                 }
             }
             Event::Closed => {
-                if self.clients[i].logged_on {
-                    self.clients[i].logged_on = false;
-                    self.r.logged_on -= 1;
-                }
-                if self.clients[i].state == State::Done {
-                    self.r.subscribed -= 1;
-                }
                 self.fail(i, 0, now);
                 return false;
             }
+            Event::Update(_) => self.r.updates_received += 1,
             _ => {}
         }
         true
@@ -427,17 +442,17 @@ pub struct HerdHook {
 }
 
 impl DuringRun for HerdHook {
-    fn during(&mut self, shared: &RecvShared, window: Window, _clock: BenchClock) {
+    fn during(&mut self, shared: &RecvShared, window: Window, clock: BenchClock) {
         let herd_at = window.start_ns + self.spec.before_ms * 1_000_000;
         let now = monotonic_ns();
         if herd_at > now {
             std::thread::sleep(Duration::from_nanos(herd_at - now));
         }
-        shared.phase.store(1, Ordering::Relaxed);
+        shared.begin_phase(1, clock.to_wall(monotonic_ns()));
         self.result = Some(run(&self.spec, || {
-            shared.phase.store(2, Ordering::Relaxed);
+            shared.begin_phase(2, clock.to_wall(monotonic_ns()));
         }));
-        shared.phase.store(PHASE_OFF, Ordering::Relaxed);
+        shared.end_measuring(clock.to_wall(monotonic_ns()));
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -26,8 +26,6 @@ use crate::clock::monotonic_ns;
 pub const IN_BYTES: usize = crate::wire::SERVER_FRAME_LEN_MAX;
 /// Phases a run records separately (herd: before, during, after).
 pub const PHASES: usize = 3;
-/// Phase value that stops recording.
-pub const PHASE_OFF: u8 = PHASES as u8;
 /// Interval of the subscribers' heartbeats (pricewire's default interval
 /// is 1000 ms).
 pub const HEARTBEAT_MS: u64 = 400;
@@ -51,8 +49,11 @@ pub struct RecvShared {
     pub stop: AtomicBool,
     /// Subscribers whose subscriptions are acknowledged.
     pub ready: AtomicUsize,
-    /// Phase histogram to record into; [`PHASE_OFF`] records nothing.
-    pub phase: AtomicU8,
+    /// Scheduled send time (UTC ns) from which a measured tick belongs to
+    /// phase k (index k − 1; 0 = not begun); before the first, phase 0. A
+    /// tick is classed by when it was due, not when it arrived, so one
+    /// scheduled in a phase but delivered late still counts there.
+    pub phase_from_ns: [AtomicU64; PHASES - 1],
     /// Ticks scheduled before this (UTC ns) are warm-up.
     pub measure_from_ns: AtomicU64,
     /// Ticks scheduled at or after this (UTC ns) are not measured.
@@ -61,6 +62,32 @@ pub struct RecvShared {
     pub received: AtomicU64,
     /// Ticks sent so far (written by the sender's progress).
     pub sent: AtomicU64,
+}
+
+impl RecvShared {
+    /// Ticks due at or after `wall_ns` (UTC ns) belong to phase `k`
+    /// (1..PHASES).
+    pub fn begin_phase(&self, k: usize, wall_ns: u64) {
+        self.phase_from_ns[k - 1].store(wall_ns.max(1), Ordering::Relaxed);
+    }
+
+    /// Ticks due at or after `wall_ns` are not measured.
+    pub fn end_measuring(&self, wall_ns: u64) {
+        self.measure_to_ns.fetch_min(wall_ns, Ordering::Relaxed);
+    }
+
+    /// The phase of a tick due at `scheduled_ns`: the latest begun phase
+    /// whose start it is not before.
+    pub fn phase_of(&self, scheduled_ns: u64) -> usize {
+        let mut phase = 0;
+        for (k, from) in self.phase_from_ns.iter().enumerate() {
+            let from = from.load(Ordering::Relaxed);
+            if from != 0 && scheduled_ns >= from {
+                phase = k + 1;
+            }
+        }
+        phase
+    }
 }
 
 /// What the subscribers saw.
@@ -258,8 +285,8 @@ impl Receiver<'_> {
         record_latency(&mut self.interval, d.scheduled_ns, now_wall);
         let from = self.shared.measure_from_ns.load(Ordering::Relaxed);
         let to = self.shared.measure_to_ns.load(Ordering::Relaxed);
-        let phase = self.shared.phase.load(Ordering::Relaxed) as usize;
-        if d.scheduled_ns >= from && d.scheduled_ns < to && phase < PHASES {
+        let phase = self.shared.phase_of(d.scheduled_ns);
+        if d.scheduled_ns >= from && d.scheduled_ns < to {
             record_latency(&mut self.phases[phase], d.scheduled_ns, now_wall);
             self.r.received_measured += 1;
             self.shared.received.fetch_add(1, Ordering::Relaxed);
@@ -308,5 +335,30 @@ impl Receiver<'_> {
         );
         self.interval.reset();
         sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tick belongs to the phase it was due in, whenever it arrives.
+    #[test]
+    fn ticks_are_classed_by_when_they_were_due() {
+        let s = RecvShared::default();
+        assert_eq!(s.phase_of(5), 0, "no phase begun: phase 0");
+        s.begin_phase(1, 100);
+        assert_eq!((s.phase_of(99), s.phase_of(100)), (0, 1));
+        s.begin_phase(2, 200);
+        assert_eq!(
+            (s.phase_of(150), s.phase_of(199), s.phase_of(200)),
+            (1, 1, 2)
+        );
+        assert_eq!(s.phase_of(u64::MAX), 2);
+        // Measuring ends at the earlier of the window's end and the hook's.
+        s.measure_to_ns.store(1_000, Ordering::Relaxed);
+        s.end_measuring(500);
+        s.end_measuring(800);
+        assert_eq!(s.measure_to_ns.load(Ordering::Relaxed), 500);
     }
 }

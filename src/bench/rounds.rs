@@ -79,6 +79,26 @@ pub struct TargetRounds {
 /// The bare relay's name: the floor every server is measured against.
 const FLOOR: &str = super::target::Target::Floor.name();
 
+/// Who is paired with whom, in report order: each pricewire target
+/// against every other target that is not pricewire, then the floor
+/// against each peer (whether the scenario can rank servers at all).
+fn duelists<'a>(targets: &[&'a str]) -> Vec<(&'a str, &'a str)> {
+    let ours = targets
+        .iter()
+        .filter(|t| t.starts_with("pricewire"))
+        .chain(targets.iter().filter(|t| **t == FLOOR));
+    let mut pairs = Vec::new();
+    for o in ours {
+        for other in targets
+            .iter()
+            .filter(|t| !t.starts_with("pricewire") && *t != o)
+        {
+            pairs.push((*o, *other));
+        }
+    }
+    pairs
+}
+
 /// A pricewire target against another target, or the floor against a
 /// peer, over the rounds both ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,33 +319,24 @@ pub fn summarize_rows(
             });
         }
         let mut duels = Vec::new();
-        // pricewire against everything else, then the floor against the
-        // peers: whether the scenario can rank servers at all.
-        for (ours, our_rows) in targets_rows
-            .iter()
-            .filter(|(t, _)| t.starts_with("pricewire"))
-            .chain(targets_rows.iter().filter(|(t, _)| *t == FLOOR))
-        {
-            for (other, their_rows) in targets_rows.iter().filter(|(t, _)| *t != ours) {
-                if other.starts_with("pricewire") || (ours == FLOOR && other == FLOOR) {
-                    continue;
+        let names: Vec<&str> = targets_rows.keys().map(String::as_str).collect();
+        for (ours, other) in duelists(&names) {
+            let (our_rows, their_rows) = (&targets_rows[ours], &targets_rows[other]);
+            let mut d = Duel {
+                ours: ours.to_string(),
+                other: other.to_string(),
+                paired_rounds: 0,
+                p50_lower: 0,
+                p999_lower: 0,
+            };
+            for a in our_rows {
+                if let Some(b) = their_rows.iter().find(|b| b.round == a.round) {
+                    d.paired_rounds += 1;
+                    d.p50_lower += usize::from(a.p50_us < b.p50_us);
+                    d.p999_lower += usize::from(a.p999_us < b.p999_us);
                 }
-                let mut d = Duel {
-                    ours: ours.clone(),
-                    other: other.clone(),
-                    paired_rounds: 0,
-                    p50_lower: 0,
-                    p999_lower: 0,
-                };
-                for a in our_rows {
-                    if let Some(b) = their_rows.iter().find(|b| b.round == a.round) {
-                        d.paired_rounds += 1;
-                        d.p50_lower += usize::from(a.p50_us < b.p50_us);
-                        d.p999_lower += usize::from(a.p999_us < b.p999_us);
-                    }
-                }
-                duels.push(d);
             }
+            duels.push(d);
         }
         out.push(ScenarioRounds {
             scenario,
@@ -542,6 +553,8 @@ pub struct SweepRow {
     pub round: u32,
     pub max_rate_per_s: u64,
     pub p99_threshold_us: u64,
+    /// No step failed: the maximum is the sweep's ceiling, a lower bound.
+    pub at_ceiling: bool,
 }
 
 /// Rows of `sweep.jsonl`. A row without a `scenario` (files written before
@@ -568,6 +581,9 @@ pub fn read_sweeps(jsonl: &str) -> anyhow::Result<Vec<SweepRow>> {
             round: split_round(label).1,
             max_rate_per_s: num("max_sustainable_rate_per_s")?,
             p99_threshold_us: num("p99_threshold_us")?,
+            at_ceiling: v
+                .get("failed_at_rate_per_s")
+                .is_some_and(serde_json::Value::is_null),
         });
     }
     Ok(rows)
@@ -598,50 +614,56 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         "### Saturation sweep — {rounds} round(s)\n\nHighest rate whose step held {threshold}, per round.\n"
     );
     s.push_str("| target | rounds | max sustainable ticks/s, median (range) |\n|---|---:|---:|\n");
-    let rate_of = |t: &str, round: u32| {
-        rows.iter()
-            .find(|r| r.target == t && r.round == round)
-            .map(|r| r.max_rate_per_s)
-    };
+    let row_of = |t: &str, round: u32| rows.iter().find(|r| r.target == t && r.round == round);
     for t in &targets {
-        let v: Vec<f64> = rows
-            .iter()
-            .filter(|r| r.target == *t)
-            .map(|r| r.max_rate_per_s as f64)
-            .collect();
-        let _ = writeln!(s, "| {t} | {} | {} |", v.len(), sp(&spread(&v)));
+        let mine: Vec<&SweepRow> = rows.iter().filter(|r| r.target == *t).collect();
+        let v: Vec<f64> = mine.iter().map(|r| r.max_rate_per_s as f64).collect();
+        let capped = mine.iter().filter(|r| r.at_ceiling).count();
+        let note = if capped > 0 {
+            format!(" — at the sweep's ceiling in {capped}: a lower bound")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "| {t} | {} | {}{note} |", v.len(), sp(&spread(&v)));
     }
-    // pricewire against everything else, then the floor against the peers.
-    let ours = targets
-        .iter()
-        .filter(|t| t.starts_with("pricewire"))
-        .chain(targets.iter().filter(|t| **t == FLOOR));
     let mut duels = String::new();
-    for o in ours {
-        for other in targets
-            .iter()
-            .filter(|t| !t.starts_with("pricewire") && *t != o)
-        {
-            let (mut higher, mut equal) = (0, 0);
-            let mut ratios = Vec::new();
-            for round in 1..=rounds {
-                if let (Some(a), Some(b)) = (rate_of(o, round), rate_of(other, round)) {
-                    higher += usize::from(a > b);
-                    equal += usize::from(a == b);
-                    ratios.push(a as f64 / b.max(1) as f64);
+    for (o, other) in duelists(&targets) {
+        let (mut paired, mut higher, mut equal, mut capped) = (0, 0, 0, 0);
+        let mut ratios = Vec::new();
+        for round in 1..=rounds {
+            if let (Some(a), Some(b)) = (row_of(o, round), row_of(other, round)) {
+                paired += 1;
+                higher += usize::from(a.max_rate_per_s > b.max_rate_per_s);
+                equal += usize::from(a.max_rate_per_s == b.max_rate_per_s);
+                capped += usize::from(a.at_ceiling || b.at_ceiling);
+                // A maximum of 0 (the first step failed) has no ratio.
+                if a.max_rate_per_s > 0 && b.max_rate_per_s > 0 {
+                    ratios.push(a.max_rate_per_s as f64 / b.max_rate_per_s as f64);
                 }
             }
-            let paired = ratios.len();
-            if paired == 0 {
-                continue; // never in the same round (different runs' targets)
-            }
-            let _ = writeln!(
+        }
+        if paired == 0 {
+            continue; // never in the same round (different runs' targets)
+        }
+        let _ = write!(
+            duels,
+            "- {o} vs {other}: higher in {higher}/{paired}, equal in {equal}/{paired}"
+        );
+        if !ratios.is_empty() {
+            let _ = write!(
                 duels,
-                "- {o} vs {other}: higher in {higher}/{paired}, equal in {equal}/{paired}; \
-                 {o} ÷ {other} {:.2}× (median of paired rounds)",
-                spread(&ratios).median
+                "; {o} ÷ {other} {:.2}× (median of {} paired round(s))",
+                spread(&ratios).median,
+                ratios.len()
             );
         }
+        if capped > 0 {
+            let _ = write!(
+                duels,
+                "; {capped} of them with a maximum at the sweep's ceiling"
+            );
+        }
+        duels.push('\n');
     }
     if !duels.is_empty() {
         s.push_str("\nRounds with the higher maximum, paired by round:\n\n");
@@ -929,8 +951,14 @@ mod sweep_tests {
                 round: 3,
                 max_rate_per_s: 256_285,
                 p99_threshold_us: 5000,
+                at_ceiling: false,
             }
         );
+        // No step failed: the maximum is the ceiling, a lower bound.
+        let mut capped: serde_json::Value =
+            serde_json::from_str(sweep("pricewire", Some("sweep-r1"), 2_000_000).trim()).unwrap();
+        capped["failed_at_rate_per_s"] = serde_json::Value::Null;
+        assert!(read_sweeps(&format!("{capped}\n")).unwrap()[0].at_ceiling);
         assert!(read_sweeps("{\"name\":\"floor\"}\n").is_err(), "no rate");
         assert!(read_sweeps("not json\n").is_err());
     }
@@ -982,7 +1010,7 @@ mod sweep_tests {
         assert!(
             text.contains(
                 "- pricewire vs floor: higher in 1/3, equal in 1/3; \
-                 pricewire ÷ floor 1.00× (median of paired rounds)"
+                 pricewire ÷ floor 1.00× (median of 3 paired round(s))\n"
             ),
             "{text}"
         );
@@ -1013,15 +1041,56 @@ mod sweep_tests {
                 round: 1,
                 max_rate_per_s: 1,
                 p99_threshold_us: 5000,
+                at_ceiling: false,
             },
             SweepRow {
                 target: "redis".into(),
                 round: 2,
                 max_rate_per_s: 1,
                 p99_threshold_us: 5000,
+                at_ceiling: false,
             },
         ];
         assert!(!render_sweeps(&alone).contains("vs redis"));
+        // A maximum of 0 (first step failed) has no ratio; a maximum at the
+        // sweep's ceiling is marked as a lower bound, in the table and in
+        // every pairing it is part of.
+        let row = |target: &str, max, at_ceiling| SweepRow {
+            target: target.into(),
+            round: 1,
+            max_rate_per_s: max,
+            p99_threshold_us: 5000,
+            at_ceiling,
+        };
+        let text = render_sweeps(&[
+            row("pricewire", 1_000, false),
+            row("redis", 0, false),
+            row("pricewire_dedicated", 2_000_000, true),
+            row("floor", 1_600, false),
+        ]);
+        assert!(
+            text.contains("- pricewire vs redis: higher in 1/1, equal in 0/1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| pricewire_dedicated | 1 | 2,000,000 (2,000,000–2,000,000) \
+                 — at the sweep's ceiling in 1: a lower bound |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "- pricewire_dedicated vs floor: higher in 1/1, equal in 0/1; \
+                 pricewire_dedicated ÷ floor 1250.00× (median of 1 paired round(s)); \
+                 1 of them with a maximum at the sweep's ceiling\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("- floor vs redis: higher in 1/1, equal in 0/1\n"),
+            "{text}"
+        );
         // The same folder twice, or one round written twice, is refused.
         assert!(summarize_dirs(&[a.clone(), a.clone()], &out).is_err());
         let twice = sweep("floor", Some("sweep-r1"), 1) + &sweep("floor", Some("sweep-r1"), 2);

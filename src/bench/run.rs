@@ -382,7 +382,8 @@ pub fn sweep_label(label: &str) -> String {
 }
 
 /// How a sweep climbs: from `start_per_s` by `factor` per step until a
-/// step fails or `max_per_s` is passed, then `refine` bisection steps
+/// step fails or `max_per_s` (the last step) passes, then `refine`
+/// bisection steps
 /// (geometric midpoints) between the highest passing and the lowest
 /// failing rate, so the maximum is known to within `factor^(1/2^refine)`
 /// (1.5 and 3 steps: 5 %) rather than to within one step of the ladder.
@@ -425,8 +426,13 @@ pub fn search(
         }
         b.max_pass_per_s = rate;
         // At least one more tick per second, so a factor of 1.05 still
-        // climbs from a start of 1.
-        rate = (((rate as f64) * ladder.factor.max(1.05)) as u64).max(rate + 1);
+        // climbs from a start of 1; the last step is the ceiling itself.
+        let next = (((rate as f64) * ladder.factor.max(1.05)) as u64).max(rate + 1);
+        rate = if next > ladder.max_per_s && rate < ladder.max_per_s {
+            ladder.max_per_s
+        } else {
+            next
+        };
     }
     for _ in 0..ladder.refine {
         let (Some(hi), lo) = (b.min_fail_per_s, b.max_pass_per_s) else {
@@ -588,10 +594,18 @@ mod tests {
         let b = search(ladder(3), up_to(0)).unwrap();
         assert_eq!((b.max_pass_per_s, b.min_fail_per_s), (0, Some(10_000)));
         assert_eq!(b.tried, [10_000]);
-        // Every rate passes up to the highest tried: no failure to bisect.
+        // Every rate passes up to the ceiling, which is tried itself: no
+        // failure to bisect.
         let b = search(ladder(3), up_to(u64::MAX)).unwrap();
-        assert_eq!((b.max_pass_per_s, b.min_fail_per_s), (1_946_160, None));
-        assert_eq!(b.tried.len(), 14);
+        assert_eq!((b.max_pass_per_s, b.min_fail_per_s), (2_000_000, None));
+        assert_eq!(b.tried.len(), 15);
+        assert_eq!(&b.tried[12..], [1_297_440, 1_946_160, 2_000_000]);
+        // A limit between the last ladder step and the ceiling is bracketed.
+        let b = search(ladder(2), up_to(1_990_000)).unwrap();
+        assert_eq!(
+            (b.max_pass_per_s, b.min_fail_per_s),
+            (1_986_402, Some(2_000_000))
+        );
         // A bracket of adjacent rates stops early.
         let tight = Ladder {
             start_per_s: 1,

@@ -221,6 +221,9 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.subscribers > 10_000 || args.herd_clients > 20_000 {
         bail!("--subscribers at most 10000, --herd-clients at most 20000");
     }
+    if args.herd_symbol.is_some() && args.scenario != Scenario::Herd {
+        bail!("--herd-symbol applies to --scenario herd only");
+    }
     if let Some(p) = args.rt_priority {
         crate::pipeline::affinity::probe_rt_priority(p.get())
             .map_err(|e| anyhow::anyhow!("--rt-priority: {e}"))?;
