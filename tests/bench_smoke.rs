@@ -263,6 +263,7 @@ fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
                 &feed.to_string(),
             ])
             .args(["--ops", &ops.to_string()])
+            .args(["--server-pid", &server.id().to_string()])
             .args(["--rate", "500", "--subscribers", "2", "--symbols", "24"])
             .args(["--herd-clients", "20", "--herd-symbol", "24"])
             .args(["--herd-before-s", "1", "--herd-after-s", "1"])
@@ -300,7 +301,14 @@ fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
     // On a symbol nobody ticks the herd got no updates, and nobody was
     // dropped while the whole herd stayed connected.
     assert_eq!(v["herd"]["updates_received"], 0, "{v}");
+    assert_eq!(v["herd"]["update_gaps"], 0, "{v}");
     assert_eq!(v["herd"]["dropped_after"], 0, "{v}");
+    // The herd's own cost and the server's are on the record.
+    assert!(
+        v["herd"]["herd_thread_cpu_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(v["server_cpu_s"].as_f64().unwrap() > 0.0, "{v}");
     // The ops listener's reject counters were read (none refused here).
     let stages = v["rejects_by_stage"].as_array().unwrap();
     assert!(stages.iter().any(|s| s[0] == "logon"), "{v}");

@@ -75,6 +75,13 @@ pub struct HerdResult {
     /// phase): such clients reconnect, and the phase no longer measures
     /// the whole herd connected.
     pub dropped_after: u64,
+    /// Updates the server skipped for a herd client (per-symbol sequence
+    /// gaps within one connection): conflated or lost. 0 = every tick of
+    /// every client's symbol was delivered while it was subscribed.
+    pub update_gaps: u64,
+    /// CPU seconds of the generator thread that runs the herd's clients:
+    /// the load the herd puts on the same cores as the server.
+    pub herd_thread_cpu_s: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +101,8 @@ struct Client {
     have: usize,
     failures: u32,
     logged_on: bool,
+    /// Sequence number of the last update on this connection (0: none).
+    last_seq: u64,
     /// When this client's next heartbeat is due: each client keeps its own
     /// phase from its logon, as real terminals do, rather than the whole
     /// herd writing in one burst.
@@ -119,9 +128,26 @@ struct Herd<'a> {
 /// if `spec.after_ms` is not 0, calls `subscribed` and keeps every client
 /// connected and reading for `spec.after_ms` (not if the herd timed out).
 pub fn run(spec: &HerdSpec, subscribed: impl FnOnce()) -> io::Result<HerdResult> {
+    let cpu0 = thread_cpu_s();
     let mut herd = Herd::new(spec)?;
     herd.run(subscribed)?;
+    herd.r.herd_thread_cpu_s = thread_cpu_s() - cpu0;
     Ok(herd.r)
+}
+
+/// CPU seconds the calling thread has used.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, owned
+    // `ts`; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// Backoff before retry `failures` (1-based): at least `retry_after_ms`,
@@ -146,6 +172,7 @@ impl<'a> Herd<'a> {
                 have: 0,
                 failures: 0,
                 logged_on: false,
+                last_seq: 0,
                 next_hb_ns: 0,
                 symbol: spec
                     .symbol
@@ -249,6 +276,7 @@ impl<'a> Herd<'a> {
         let c = &mut self.clients[i];
         c.have = 0;
         c.logged_on = false;
+        c.last_seq = 0; // a new connection starts from a snapshot
         let mut stream = match TcpStream::connect(self.spec.addr) {
             Ok(s) => s,
             Err(_) => {
@@ -425,7 +453,14 @@ impl<'a> Herd<'a> {
                 self.fail(i, 0, now);
                 return false;
             }
-            Event::Update(_) => self.r.updates_received += 1,
+            Event::Update(d) => {
+                self.r.updates_received += 1;
+                let c = &mut self.clients[i];
+                if c.last_seq != 0 && d.seq > c.last_seq + 1 {
+                    self.r.update_gaps += d.seq - c.last_seq - 1;
+                }
+                c.last_seq = c.last_seq.max(d.seq);
+            }
             _ => {}
         }
         true

@@ -367,6 +367,8 @@ struct HerdRow {
     max_after_us: Option<f64>,
     /// The symbol every herd client subscribed to (`--herd-symbol`).
     herd_symbol: Option<u16>,
+    /// Server CPU seconds over the measured run (before, herd and after).
+    server_cpu_s: Option<f64>,
 }
 
 fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
@@ -426,6 +428,7 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
         p99_after_us: after.map(|a| a.p99_ns as f64 / 1e3),
         max_after_us: after.map(|a| a.max_ns as f64 / 1e3),
         herd_symbol: args.herd_symbol,
+        server_cpu_s: o.row.server_cpu_s,
     };
     println!("{}", serde_json::to_string(&row)?);
     if let Some(dir) = &args.out {
