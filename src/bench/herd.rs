@@ -75,9 +75,9 @@ pub struct HerdResult {
     /// phase): such clients reconnect, and the phase no longer measures
     /// the whole herd connected.
     pub dropped_after: u64,
-    /// Updates the server skipped for a herd client (per-symbol sequence
-    /// gaps within one connection): conflated or lost. 0 = every tick of
-    /// every client's symbol was delivered while it was subscribed.
+    /// Updates the server skipped for a herd client: sequence gaps between
+    /// consecutive updates on one connection (conflated or lost; the
+    /// snapshot at subscribe starts nothing, the first update does).
     pub update_gaps: u64,
     /// CPU seconds of the generator thread that runs the herd's clients:
     /// the load the herd puts on the same cores as the server.
@@ -456,10 +456,9 @@ impl<'a> Herd<'a> {
             Event::Update(d) => {
                 self.r.updates_received += 1;
                 let c = &mut self.clients[i];
-                if c.last_seq != 0 && d.seq > c.last_seq + 1 {
-                    self.r.update_gaps += d.seq - c.last_seq - 1;
-                }
-                c.last_seq = c.last_seq.max(d.seq);
+                let (gap, last) = target::seq_gap(c.last_seq, d.seq);
+                self.r.update_gaps += gap;
+                c.last_seq = last;
             }
             _ => {}
         }

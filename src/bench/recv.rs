@@ -277,10 +277,9 @@ impl Receiver<'_> {
     fn delivery(&mut self, sub: &mut Sub, d: target::Delivery, now_wall: u64) {
         self.r.received_total += 1;
         if let Some(last) = sub.last_seq.get_mut(d.symbol as usize) {
-            if *last != 0 && d.seq > *last + 1 {
-                self.r.gaps += d.seq - *last - 1;
-            }
-            *last = d.seq.max(*last);
+            let (gap, next) = target::seq_gap(*last, d.seq);
+            self.r.gaps += gap;
+            *last = next;
         }
         record_latency(&mut self.interval, d.scheduled_ns, now_wall);
         let from = self.shared.measure_from_ns.load(Ordering::Relaxed);

@@ -553,8 +553,8 @@ pub struct SweepRow {
     pub round: u32,
     pub max_rate_per_s: u64,
     pub p99_threshold_us: u64,
-    /// No step failed: the maximum is the sweep's ceiling, a lower bound.
-    pub at_ceiling: bool,
+    /// No step failed: the maximum is a lower bound.
+    pub never_failed: bool,
 }
 
 /// Rows of `sweep.jsonl`. A row without a `scenario` (files written before
@@ -581,7 +581,7 @@ pub fn read_sweeps(jsonl: &str) -> anyhow::Result<Vec<SweepRow>> {
             round: split_round(label).1,
             max_rate_per_s: num("max_sustainable_rate_per_s")?,
             p99_threshold_us: num("p99_threshold_us")?,
-            at_ceiling: v
+            never_failed: v
                 .get("failed_at_rate_per_s")
                 .is_some_and(serde_json::Value::is_null),
         });
@@ -618,9 +618,9 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
     for t in &targets {
         let mine: Vec<&SweepRow> = rows.iter().filter(|r| r.target == *t).collect();
         let v: Vec<f64> = mine.iter().map(|r| r.max_rate_per_s as f64).collect();
-        let capped = mine.iter().filter(|r| r.at_ceiling).count();
+        let capped = mine.iter().filter(|r| r.never_failed).count();
         let note = if capped > 0 {
-            format!(" — at the sweep's ceiling in {capped}: a lower bound")
+            format!(" — no step failed in {capped}: a lower bound")
         } else {
             String::new()
         };
@@ -635,7 +635,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                 paired += 1;
                 higher += usize::from(a.max_rate_per_s > b.max_rate_per_s);
                 equal += usize::from(a.max_rate_per_s == b.max_rate_per_s);
-                capped += usize::from(a.at_ceiling || b.at_ceiling);
+                capped += usize::from(a.never_failed || b.never_failed);
                 // A maximum of 0 (the first step failed) has no ratio.
                 if a.max_rate_per_s > 0 && b.max_rate_per_s > 0 {
                     ratios.push(a.max_rate_per_s as f64 / b.max_rate_per_s as f64);
@@ -660,7 +660,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         if capped > 0 {
             let _ = write!(
                 duels,
-                "; {capped} of them with a maximum at the sweep's ceiling"
+                "; {capped} of them with a maximum where no step failed (a lower bound)"
             );
         }
         duels.push('\n');
@@ -951,14 +951,14 @@ mod sweep_tests {
                 round: 3,
                 max_rate_per_s: 256_285,
                 p99_threshold_us: 5000,
-                at_ceiling: false,
+                never_failed: false,
             }
         );
-        // No step failed: the maximum is the ceiling, a lower bound.
+        // No step failed: the maximum is a lower bound.
         let mut capped: serde_json::Value =
             serde_json::from_str(sweep("pricewire", Some("sweep-r1"), 2_000_000).trim()).unwrap();
         capped["failed_at_rate_per_s"] = serde_json::Value::Null;
-        assert!(read_sweeps(&format!("{capped}\n")).unwrap()[0].at_ceiling);
+        assert!(read_sweeps(&format!("{capped}\n")).unwrap()[0].never_failed);
         assert!(read_sweeps("{\"name\":\"floor\"}\n").is_err(), "no rate");
         assert!(read_sweeps("not json\n").is_err());
     }
@@ -1041,26 +1041,26 @@ mod sweep_tests {
                 round: 1,
                 max_rate_per_s: 1,
                 p99_threshold_us: 5000,
-                at_ceiling: false,
+                never_failed: false,
             },
             SweepRow {
                 target: "redis".into(),
                 round: 2,
                 max_rate_per_s: 1,
                 p99_threshold_us: 5000,
-                at_ceiling: false,
+                never_failed: false,
             },
         ];
         assert!(!render_sweeps(&alone).contains("vs redis"));
-        // A maximum of 0 (first step failed) has no ratio; a maximum at the
-        // sweep's ceiling is marked as a lower bound, in the table and in
-        // every pairing it is part of.
-        let row = |target: &str, max, at_ceiling| SweepRow {
+        // A maximum of 0 (first step failed) has no ratio; a maximum from a
+        // sweep in which no step failed is marked as a lower bound, in the
+        // table and in every pairing it is part of.
+        let row = |target: &str, max, never_failed| SweepRow {
             target: target.into(),
             round: 1,
             max_rate_per_s: max,
             p99_threshold_us: 5000,
-            at_ceiling,
+            never_failed,
         };
         let text = render_sweeps(&[
             row("pricewire", 1_000, false),
@@ -1075,7 +1075,7 @@ mod sweep_tests {
         assert!(
             text.contains(
                 "| pricewire_dedicated | 1 | 2,000,000 (2,000,000–2,000,000) \
-                 — at the sweep's ceiling in 1: a lower bound |"
+                 — no step failed in 1: a lower bound |"
             ),
             "{text}"
         );
@@ -1083,7 +1083,7 @@ mod sweep_tests {
             text.contains(
                 "- pricewire_dedicated vs floor: higher in 1/1, equal in 0/1; \
                  pricewire_dedicated ÷ floor 1250.00× (median of 1 paired round(s)); \
-                 1 of them with a maximum at the sweep's ceiling\n"
+                 1 of them with a maximum where no step failed (a lower bound)\n"
             ),
             "{text}"
         );

@@ -60,6 +60,19 @@ pub struct Delivery {
     pub scheduled_ns: u64,
 }
 
+/// Ticks skipped between the last sequence number seen on a connection
+/// (0: none yet) and the next one, and the new last: a delivery after a
+/// gap counts the ticks in between; a repeated or older one counts none
+/// and leaves the last where it was.
+pub fn seq_gap(last: u64, seq: u64) -> (u64, u64) {
+    let gap = if last != 0 && seq > last + 1 {
+        seq - last - 1
+    } else {
+        0
+    };
+    (gap, last.max(seq))
+}
+
 /// What a subscriber parser found at the front of its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -539,5 +552,14 @@ mod tests {
             Ok(Message::ProviderQuote(q)) => assert_eq!(q.quotes.clone().count(), 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn sequence_gaps_count_the_ticks_skipped() {
+        assert_eq!(seq_gap(0, 7), (0, 7), "the first seen starts the count");
+        assert_eq!(seq_gap(7, 8), (0, 8));
+        assert_eq!(seq_gap(8, 12), (3, 12), "9, 10 and 11 skipped");
+        assert_eq!(seq_gap(12, 12), (0, 12), "a repeat");
+        assert_eq!(seq_gap(12, 5), (0, 12), "an older one");
     }
 }
