@@ -117,8 +117,8 @@ struct Herd<'a> {
     rng: SmallRng,
     r: HerdResult,
     t0: u64,
-    /// In the after phase (every client was subscribed).
-    after: bool,
+    /// When the after phase ends; `Some` once every client was subscribed.
+    after_end_ns: Option<u64>,
     scratch: Vec<u8>,
     /// One heartbeat frame, encoded once.
     heartbeat: Vec<u8>,
@@ -128,26 +128,11 @@ struct Herd<'a> {
 /// if `spec.after_ms` is not 0, calls `subscribed` and keeps every client
 /// connected and reading for `spec.after_ms` (not if the herd timed out).
 pub fn run(spec: &HerdSpec, subscribed: impl FnOnce()) -> io::Result<HerdResult> {
-    let cpu0 = thread_cpu_s();
+    let cpu0 = super::thread_cpu_s();
     let mut herd = Herd::new(spec)?;
     herd.run(subscribed)?;
-    herd.r.herd_thread_cpu_s = thread_cpu_s() - cpu0;
+    herd.r.herd_thread_cpu_s = super::thread_cpu_s() - cpu0;
     Ok(herd.r)
-}
-
-/// CPU seconds the calling thread has used.
-fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the valid, owned
-    // `ts`; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// Backoff before retry `failures` (1-based): at least `retry_after_ms`,
@@ -189,7 +174,7 @@ impl<'a> Herd<'a> {
                 ..HerdResult::default()
             },
             t0,
-            after: false,
+            after_end_ns: None,
             scratch: Vec::with_capacity(256),
             heartbeat: {
                 let mut hb = Vec::new();
@@ -203,11 +188,10 @@ impl<'a> Herd<'a> {
         let mut events = Events::with_capacity(1024);
         let deadline = self.t0 + self.spec.timeout_ms * 1_000_000;
         let mut next_timers_ns = self.t0;
-        let mut after_end: Option<u64> = None;
         let mut subscribed = Some(subscribed);
         loop {
             let now = monotonic_ns();
-            match after_end {
+            match self.after_end_ns {
                 Some(end) if now >= end => break,
                 Some(_) => {}
                 None if self.r.subscribed >= self.spec.clients => {
@@ -217,8 +201,7 @@ impl<'a> Herd<'a> {
                     if let Some(f) = subscribed.take() {
                         f();
                     }
-                    self.after = true;
-                    after_end = Some(now + self.spec.after_ms * 1_000_000);
+                    self.after_end_ns = Some(now + self.spec.after_ms * 1_000_000);
                 }
                 None if now >= deadline => break,
                 None => {}
@@ -275,7 +258,6 @@ impl<'a> Herd<'a> {
         self.r.attempts += 1;
         let c = &mut self.clients[i];
         c.have = 0;
-        c.logged_on = false;
         c.last_seq = 0; // a new connection starts from a snapshot
         let mut stream = match TcpStream::connect(self.spec.addr) {
             Ok(s) => s,
@@ -308,7 +290,7 @@ impl<'a> Herd<'a> {
         }
         if c.state == State::Done {
             self.r.subscribed -= 1;
-            if self.after {
+            if self.after_end_ns.is_some() {
                 self.r.dropped_after += 1;
             }
         }

@@ -84,6 +84,22 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
     Some((utime + stime) / hz)
 }
 
+/// CPU time (user + system) the calling thread has used, in seconds; 0
+/// if the clock cannot be read.
+pub fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, owned
+    // `ts`; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 /// Spreads `symbols_per_subscriber` of `symbols_total` symbols over
 /// subscribers so each symbol has about the same number of subscribers:
 /// subscriber `j` takes `j*K .. j*K+K` modulo the total.

@@ -284,8 +284,8 @@ impl Receiver<'_> {
         record_latency(&mut self.interval, d.scheduled_ns, now_wall);
         let from = self.shared.measure_from_ns.load(Ordering::Relaxed);
         let to = self.shared.measure_to_ns.load(Ordering::Relaxed);
-        let phase = self.shared.phase_of(d.scheduled_ns);
         if d.scheduled_ns >= from && d.scheduled_ns < to {
+            let phase = self.shared.phase_of(d.scheduled_ns);
             record_latency(&mut self.phases[phase], d.scheduled_ns, now_wall);
             self.r.received_measured += 1;
             self.shared.received.fetch_add(1, Ordering::Relaxed);

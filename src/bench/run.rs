@@ -383,10 +383,10 @@ pub fn sweep_label(label: &str) -> String {
 
 /// How a sweep climbs: from `start_per_s` by `factor` per step until a
 /// step fails or `max_per_s` (the last step) passes, then `refine`
-/// bisection steps
-/// (geometric midpoints) between the highest passing and the lowest
-/// failing rate, so the maximum is known to within `factor^(1/2^refine)`
-/// (1.5 and 3 steps: 5 %) rather than to within one step of the ladder.
+/// bisection steps (geometric midpoints) between the highest passing and
+/// the lowest failing rate, so the maximum is known to within
+/// `factor^(1/2^refine)` (1.5 and 3 steps: 5 %) rather than to within one
+/// step of the ladder.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ladder {
     pub start_per_s: u64,
@@ -407,6 +407,14 @@ pub struct Bracket {
     pub tried: Vec<u64>,
 }
 
+impl Bracket {
+    /// `rate` failed because of `why`: the lowest failure so far.
+    fn failed(&mut self, rate: u64, why: String) {
+        self.min_fail_per_s = Some(rate);
+        self.failed_because = Some(why);
+    }
+}
+
 /// The sweep's search: `step(rate)` runs one step and says why it failed,
 /// if it did. Below the first failure the ladder climbs; after it the
 /// bracket is halved (geometrically) `refine` times. A sweep whose first
@@ -420,8 +428,7 @@ pub fn search(
     while rate <= ladder.max_per_s {
         b.tried.push(rate);
         if let Some(why) = step(rate)? {
-            b.min_fail_per_s = Some(rate);
-            b.failed_because = Some(why);
+            b.failed(rate, why);
             break;
         }
         b.max_pass_per_s = rate;
@@ -448,10 +455,7 @@ pub fn search(
         b.tried.push(mid);
         match step(mid)? {
             None => b.max_pass_per_s = mid,
-            Some(why) => {
-                b.min_fail_per_s = Some(mid);
-                b.failed_because = Some(why);
-            }
+            Some(why) => b.failed(mid, why),
         }
     }
     Ok(b)
