@@ -346,6 +346,24 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         r.register_counter_fn(m::HOSTED_INTERLEAVES, &[("shard", &shard)], move || {
             e.interleaves.get()
         })?;
+        let f = s.clone();
+        r.register_gauge_fn(m::SHARD_BUSY, &[("shard", &shard)], move || {
+            f.busy_permille.get() as f64 / 1000.0
+        })?;
+        for (direction, out) in [("out", true), ("in", false)] {
+            let g = s.clone();
+            r.register_counter_fn(
+                m::SESSIONS_MOVED,
+                &[("shard", &shard), ("direction", direction)],
+                move || {
+                    if out {
+                        g.sessions_moved_out.get()
+                    } else {
+                        g.sessions_moved_in.get()
+                    }
+                },
+            )?;
+        }
         let d = s.clone();
         r.register_counter_fn(
             m::CONFLATIONS,

@@ -15,6 +15,7 @@ use pricewire::client::{Client, ClientConfig, Event};
 use pricewire::config::Config;
 use pricewire::feed::bridge::Bridge;
 use pricewire::feed::synthetic::SyntheticConfig;
+use pricewire::gateway::GatewayStats;
 use pricewire::model::Tick;
 use pricewire::pipeline::{CpuMap, PipelineConfig, Threading, WaitStrategy};
 use pricewire::service::{Service, ServiceConfig};
@@ -364,5 +365,231 @@ fn a_shard_gets_only_the_symbols_its_sessions_subscribe_to() {
         stats.iter().map(|s| s.prices_in.get()).collect::<Vec<_>>()
     );
     assert_eq!(stats[0].prices_in.get(), 0, "shard 0 has no session");
+    assert!(bounded(Duration::from_secs(20), move || svc.stop()));
+}
+
+/// A shared-threading service on two shards whose shard 0 takes the
+/// first 100 sessions, moving them away at `spill_permille` busy (0: only
+/// when asked).
+fn start_filled(spill_permille: u32) -> Service {
+    server::ingest_service_with(CONFIG, shared_pipeline(2), |g| {
+        g.shard_wait = WaitStrategy::Park;
+        g.shard0_fill = 100;
+        g.shard0_spill_permille = spill_permille;
+    })
+}
+
+/// `n` subscribers of `syms`, all on shard 0, each holding its snapshot
+/// of the first of `syms` (bid `first`).
+fn filled_subscribers(svc: &Service, n: usize, syms: &[u16], first: i64) -> Vec<Client> {
+    let gw = svc.gateway.as_ref().unwrap().local_addr;
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    let mut subs: Vec<Client> = (0..n)
+        .map(|_| {
+            let mut c = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
+            c.subscribe_ids(RAW_TIER, syms).unwrap();
+            c
+        })
+        .collect();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        stats[0].connections.get() == n as u64
+    }));
+    for c in &mut subs {
+        assert_eq!(bids_until(c, syms[0], first), vec![first]);
+    }
+    subs
+}
+
+#[test]
+fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
+    let svc = start_filled(0);
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let gbpusd = svc.config.table.by_name("GBPUSD").unwrap().id;
+    let gw = svc.gateway.as_ref().unwrap();
+    let stats = gw.shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 300_000;
+    bridge.send(&[quote(eurusd, first)]).unwrap();
+    let subs = filled_subscribers(&svc, 4, &[eurusd, gbpusd], first);
+
+    // Readers drain while quotes stream in; two sessions move in the
+    // middle of the stream. The sender stays within 100 quotes of the
+    // slowest reader, so no session falls behind far enough to conflate:
+    // any gap would be the move's.
+    let last = first + 3_000;
+    let progress: Arc<Vec<std::sync::atomic::AtomicI64>> = Arc::new(
+        (0..subs.len())
+            .map(|_| std::sync::atomic::AtomicI64::new(first))
+            .collect(),
+    );
+    let readers: Vec<_> = subs
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut c)| {
+            let progress = progress.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let (mut bids, mut seq) = (Vec::new(), 0u64);
+                while bids.last() != Some(&last) {
+                    assert!(Instant::now() < deadline, "last price not seen");
+                    match c.next_event(Duration::from_millis(50)) {
+                        Ok(Some(Event::Price(p))) if p.body.symbol_id == eurusd => {
+                            if seq != 0 {
+                                assert_eq!(p.body.seq, seq + 1, "sequence skipped");
+                            }
+                            seq = p.body.seq;
+                            bids.push(p.body.bid);
+                            progress[k].store(p.body.bid, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        Ok(_) => {}
+                        Err(e) => panic!("subscriber: {e}"),
+                    }
+                }
+                (c, bids)
+            })
+        })
+        .collect();
+    let slowest = || {
+        progress
+            .iter()
+            .map(|p| p.load(std::sync::atomic::Ordering::SeqCst))
+            .min()
+            .unwrap()
+    };
+    for k in 1..=3_000 {
+        bridge.send(&[quote(eurusd, first + k)]).unwrap();
+        if k == 1_500 {
+            gw.spill(2);
+        }
+        if k % 100 == 0 {
+            assert!(server::wait_until(Duration::from_secs(10), || slowest() >= first + k - 100));
+        }
+    }
+    let mut subs: Vec<(Client, Vec<i64>)> =
+        readers.into_iter().map(|r| r.join().unwrap()).collect();
+    for (_, bids) in &subs {
+        assert_eq!(
+            bids,
+            &((first + 1)..=last).collect::<Vec<i64>>(),
+            "every update, in order, across the move"
+        );
+    }
+    assert_eq!(stats[0].sessions_moved_out.get(), 2);
+    assert_eq!(stats[1].sessions_moved_in.get(), 2);
+    assert_eq!(stats[0].connections.get(), 2);
+    assert_eq!(stats[1].connections.get(), 2);
+    // Shard 0 took every quote; shard 1 only those after the first move.
+    assert_eq!(stats[0].prices_in.get(), 3_000);
+    assert!((1..3_000).contains(&stats[1].prices_in.get()));
+
+    // The moved sessions are whole sessions on shard 1: a second symbol,
+    // a request answered through shard 1's lane, and a clean close.
+    bridge.send(&[quote(gbpusd, 7_000)]).unwrap();
+    for (c, _) in &mut subs {
+        assert_eq!(bids_until(c, gbpusd, 7_000), vec![7_000]);
+        let rid = c.request_snapshot(RAW_TIER, &[eurusd], 0, false).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(Instant::now() < deadline, "no snapshot answer");
+            match c.next_event(Duration::from_millis(50)).unwrap() {
+                Some(Event::SnapshotResponse { request_id, prices }) if request_id == rid => {
+                    assert_eq!(prices[0].bid, last);
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    let shared = gw.shared.clone();
+    assert_eq!(GatewayStats::get(&shared.stats.logged_on), 4);
+    drop(subs);
+    assert!(server::wait_until(Duration::from_secs(10), || {
+        GatewayStats::get(&shared.stats.open) == 0
+    }));
+    assert_eq!(GatewayStats::get(&shared.stats.logged_on), 0);
+    assert!(stats.iter().all(|s| s.connections.get() == 0));
+    // Nobody wants either symbol any more: no shard takes them.
+    let before: Vec<u64> = stats.iter().map(|s| s.prices_in.get()).collect();
+    let engine = svc.pipeline.handles.engine.clone();
+    let published = engine.published.get();
+    bridge
+        .send(&[quote(eurusd, last + 1), quote(gbpusd, 7_001)])
+        .unwrap();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        engine.published.get() >= published + 2
+    }));
+    let after: Vec<u64> = stats.iter().map(|s| s.prices_in.get()).collect();
+    assert_eq!(before, after, "interest released on both shards");
+    assert!(bounded(Duration::from_secs(20), move || svc.stop()));
+}
+
+#[test]
+fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
+    // 20 % busy: quotes streamed as fast as a bridge sends them keep
+    // shard 0 (engine, ingest and four sessions) above it.
+    let svc = start_filled(200);
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 500_000;
+    bridge.send(&[quote(eurusd, first)]).unwrap();
+    let subs = filled_subscribers(&svc, 4, &[eurusd], first);
+    // The last quote's bid, once the sender knows it.
+    let last = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+    let readers: Vec<_> = subs
+        .into_iter()
+        .map(|mut c| {
+            let last = last.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(40);
+                let mut bid = first;
+                while bid != last.load(std::sync::atomic::Ordering::SeqCst) {
+                    assert!(Instant::now() < deadline, "last quote not seen");
+                    match c.next_event(Duration::from_millis(50)) {
+                        Ok(Some(Event::Price(p))) if p.body.symbol_id == eurusd => {
+                            // Conflation may merge updates under this
+                            // load (flagged); order never changes.
+                            assert!(p.body.bid > bid, "out of order");
+                            bid = p.body.bid;
+                        }
+                        Ok(_) => {}
+                        Err(e) => panic!("subscriber: {e}"),
+                    }
+                }
+                c
+            })
+        })
+        .collect();
+    let mut bid = first;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats[1].connections.get() < 2 && Instant::now() < deadline {
+        let batch: Vec<Tick> = (1..=50).map(|k| quote(eurusd, bid + k)).collect();
+        bridge.send(&batch).unwrap();
+        bid += 50;
+    }
+    // Half of shard 0's sessions moved, and no more: two against two.
+    assert_eq!(
+        stats[1].connections.get(),
+        2,
+        "shard 0 busy {} per mille",
+        stats[0].busy_permille.get()
+    );
+    for _ in 0..20 {
+        let batch: Vec<Tick> = (1..=50).map(|k| quote(eurusd, bid + k)).collect();
+        bridge.send(&batch).unwrap();
+        bid += 50;
+    }
+    last.store(bid, std::sync::atomic::Ordering::SeqCst);
+    let subs: Vec<Client> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(
+        subs.len(),
+        4,
+        "every session, moved or not, got the last quote"
+    );
+    assert_eq!(stats[0].sessions_moved_out.get(), 2);
+    assert_eq!(stats[1].sessions_moved_in.get(), 2);
+    assert_eq!(stats[0].connections.get(), 2);
     assert!(bounded(Duration::from_secs(20), move || svc.stop()));
 }

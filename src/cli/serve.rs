@@ -79,6 +79,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub shard0_fill: Option<u64>,
 
+    /// While shard 0 runs the engine (`--threading shared`) and its loop is
+    /// busy at least this share of the time (0-100, per 50-ms window), it
+    /// moves one session per window to the least busy other shard, and
+    /// new sessions go elsewhere; 0 turns it off. Default: 50 with shared
+    /// threading, 0 with dedicated (no shard runs the engine).
+    #[arg(long, value_name = "PCT")]
+    pub shard0_spill_pct: Option<u32>,
+
     /// Feed → engine ring capacity in ticks (power of two).
     #[arg(long, default_value_t = FEED_RING_DEFAULT, value_name = "TICKS")]
     pub feed_ring: usize,
@@ -263,6 +271,14 @@ impl ServeArgs {
                 Threading::Shared => SHARD0_FILL_SHARED,
                 Threading::Dedicated => 0,
             });
+            let pct = self.shard0_spill_pct.unwrap_or(match self.threading {
+                Threading::Shared => SHARD0_SPILL_PCT_SHARED,
+                Threading::Dedicated => 0,
+            });
+            if pct > 100 {
+                return Err("--shard0-spill-pct: 0..=100".into());
+            }
+            g.shard0_spill_permille = pct * 10;
         }
         Ok(g)
     }
@@ -442,6 +458,10 @@ pub fn run(args: ServeArgs) -> i32 {
 /// sessions costs tens of µs; past that, spreading over cores pays more
 /// than the cross-thread wake-up (~7 µs here; docs/design.md).
 const SHARD0_FILL_SHARED: u64 = 16;
+
+/// `--shard0-spill-pct` with shared threading: see `gateway::spill` and
+/// BENCHMARKS-PEERS.md (run 27).
+const SHARD0_SPILL_PCT_SHARED: u32 = 50;
 
 /// Everything validated before anything starts.
 struct Plan {
@@ -773,6 +793,25 @@ mod tests {
     fn args(flags: &[&str]) -> ServeArgs {
         let argv = std::iter::once("serve").chain(flags.iter().copied());
         Cli::try_parse_from(argv).unwrap().serve
+    }
+
+    #[test]
+    fn a_busy_shard0_spills_by_default_only_when_it_runs_the_engine() {
+        let g = |flags: &[&str]| args(flags).gateway_config().map(|g| g.unwrap());
+        let shared = g(&[]).unwrap();
+        assert_eq!(
+            (shared.shard0_fill, shared.shard0_spill_permille),
+            (16, 500)
+        );
+        let dedicated = g(&["--threading", "dedicated"]).unwrap();
+        assert_eq!(
+            (dedicated.shard0_fill, dedicated.shard0_spill_permille),
+            (0, 0)
+        );
+        let off = g(&["--shard0-spill-pct", "0"]).unwrap();
+        assert_eq!(off.shard0_spill_permille, 0);
+        let err = g(&["--shard0-spill-pct", "101"]).unwrap_err();
+        assert!(err.contains("--shard0-spill-pct"), "{err}");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! nothing for it, and sleeps through it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::model::{price_flags, Price};
@@ -37,28 +37,34 @@ pub struct FanoutStats {
     pub ring_occupancy: Gauge,
 }
 
-/// Which symbols a shard has subscribers for: written by the shard on
-/// subscribe and unsubscribe, read by the engine on every publish.
+/// Which symbols a shard wants: a count of holds per symbol, taken by the
+/// shard for each symbol its sessions subscribe to, and by a session on
+/// its way to the shard from another one (one hold per subscription, see
+/// `gateway::shard`'s spill) until the shard has attached it. Written on
+/// subscribe, unsubscribe and session moves; read by the engine on every
+/// publish.
 ///
-/// The shard sets a symbol's bit *before* it reads the subscription's
-/// snapshot from the price table; the engine writes the price table
-/// *before* it reads the bit. Both sides put a SeqCst fence between their
-/// store and their load (Dekker's pattern, as in the doorbell), so at least
-/// one sees the other: either the engine sees the bit and pushes the
-/// update, or the shard's snapshot read sees the table write. No first
-/// update after a subscription is lost.
+/// A count rather than a bit so two holders never race: the moving
+/// session's hold and the receiving shard's own last unsubscribe are
+/// independent, and the symbol stays wanted while either holds it.
+///
+/// The shard takes a hold *before* it reads the subscription's snapshot
+/// from the price table; the engine writes the price table *before* it
+/// reads the count. Both sides put a SeqCst fence between their store and
+/// their load (Dekker's pattern, as in the doorbell), so at least one sees
+/// the other: either the engine sees the hold and pushes the update, or the
+/// shard's snapshot read sees the table write. No first update after a
+/// subscription is lost.
 #[derive(Debug)]
 pub struct SymbolInterest {
-    words: Box<[AtomicU64]>,
+    holds: Box<[AtomicU32]>,
 }
 
 impl SymbolInterest {
     /// No symbol wanted (a gateway shard before its first subscription).
     pub fn none(symbols: usize) -> Arc<Self> {
         Arc::new(SymbolInterest {
-            words: (0..symbols.div_ceil(64).max(1))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            holds: (0..symbols.max(1)).map(|_| AtomicU32::new(0)).collect(),
         })
     }
 
@@ -69,32 +75,44 @@ impl SymbolInterest {
         i
     }
 
+    /// Every symbol held once more (a sink that takes everything).
     pub fn set_all(&self) {
-        for w in self.words.iter() {
-            w.store(u64::MAX, Ordering::SeqCst);
+        for h in self.holds.iter() {
+            h.fetch_add(1, Ordering::SeqCst);
         }
         fence(Ordering::SeqCst);
     }
 
-    /// Shard side: the symbol gained its first or lost its last subscriber.
-    pub fn set(&self, symbol: u16, on: bool) {
-        let (w, bit) = (symbol as usize / 64, 1u64 << (symbol % 64));
-        if let Some(w) = self.words.get(w) {
-            if on {
-                w.fetch_or(bit, Ordering::SeqCst);
-            } else {
-                w.fetch_and(!bit, Ordering::SeqCst);
-            }
+    /// Shard side: one more holder wants `symbol`.
+    pub fn hold(&self, symbol: u16) {
+        if let Some(h) = self.holds.get(symbol as usize) {
+            h.fetch_add(1, Ordering::SeqCst);
         }
         fence(Ordering::SeqCst);
+    }
+
+    /// Shard side: a holder of `symbol` let go (never below zero).
+    pub fn release(&self, symbol: u16) {
+        if let Some(h) = self.holds.get(symbol as usize) {
+            let was = h.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            debug_assert!(was.is_ok(), "released symbol {symbol} more than held");
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Holds on `symbol` right now (tests, metrics).
+    pub fn holds(&self, symbol: u16) -> u32 {
+        self.holds
+            .get(symbol as usize)
+            .map_or(0, |h| h.load(Ordering::SeqCst))
     }
 
     /// Engine side (after its SeqCst fence).
     #[inline]
     pub fn has(&self, symbol: u16) -> bool {
-        self.words
-            .get(symbol as usize / 64)
-            .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (symbol % 64)) != 0)
+        self.holds
+            .get(symbol as usize)
+            .is_some_and(|h| h.load(Ordering::Relaxed) != 0)
     }
 }
 
@@ -254,7 +272,7 @@ mod tests {
         publisher.notify();
         assert!(consumer.is_empty(), "nobody wants symbol 70 yet");
         assert!(!publisher.touched, "nothing given: no wake-up");
-        interest.set(70, true);
+        interest.hold(70);
         assert!(interest.has(70) && !interest.has(6) && !interest.has(71));
         publisher.publish(&price(70, 0, 2));
         publisher.publish(&price(6, 0, 2));
@@ -263,11 +281,29 @@ mod tests {
         assert!(publisher.touched);
         publisher.notify();
         assert!(!publisher.touched);
-        interest.set(70, false);
+        interest.release(70);
         publisher.publish(&price(70, 0, 3));
         assert!(consumer.is_empty());
         let all = SymbolInterest::all(100);
         assert!((0..100).all(|s| all.has(s)));
+    }
+
+    #[test]
+    fn a_symbol_stays_wanted_while_any_holder_holds_it() {
+        let interest = SymbolInterest::none(10);
+        // The shard's own subscription and a session moving in.
+        interest.hold(3);
+        interest.hold(3);
+        assert_eq!(interest.holds(3), 2);
+        // The shard's last subscriber leaves: the mover still holds it.
+        interest.release(3);
+        assert!(interest.has(3));
+        interest.release(3);
+        assert!(!interest.has(3));
+        assert_eq!(interest.holds(3), 0);
+        // Out of range: ignored, never wanted.
+        interest.hold(400);
+        assert!(!interest.has(400));
     }
 
     #[test]

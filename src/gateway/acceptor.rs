@@ -1,6 +1,7 @@
 //! The acceptor thread: accepts connections, applies connection-level
 //! admission and hands each admitted socket to a shard ([`place`]: shard 0
-//! up to `--shard0-fill` sessions, then the shard with the fewest).
+//! up to `--shard0-fill` sessions, then the shard with the fewest; no fill
+//! while shard 0 is busy, see [`super::spill`]).
 //!
 //! A connection over budget is accepted only to receive an immediate
 //! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
@@ -37,9 +38,11 @@ pub struct Handoff {
 /// plus handed over and not yet taken): shard 0 while it holds fewer than
 /// `shard0_fill`, otherwise the one with the fewest, ties going to the
 /// higher index (away from shard 0, which with shared threading also runs
-/// the engine and the ingest listener).
-pub fn place(loads: &[u64], shard0_fill: u64) -> usize {
-    if loads.len() <= 1 || loads[0] < shard0_fill {
+/// the engine and the ingest listener). While shard 0 is busy
+/// (`shard0_busy`: it is evening its sessions out with the others, see
+/// [`super::spill`]) the fill does not apply.
+pub fn place(loads: &[u64], shard0_fill: u64, shard0_busy: bool) -> usize {
+    if loads.len() <= 1 || (loads[0] < shard0_fill && !shard0_busy) {
         return 0;
     }
     let mut best = loads.len() - 1;
@@ -167,7 +170,11 @@ impl Acceptor {
             self.loads
                 .push(h.stats.connections.get() + h.tx.len() as u64);
         }
-        let shard = &self.shards[place(&self.loads, self.shared.cfg.shard0_fill)];
+        let spill = super::spill::SpillPolicy {
+            threshold_permille: self.shared.cfg.shard0_spill_permille,
+        };
+        let busy = spill.is_busy(self.shards[0].stats.busy_permille.get() as u32);
+        let shard = &self.shards[place(&self.loads, self.shared.cfg.shard0_fill, busy)];
         match shard.tx.try_send((stream, peer)) {
             Ok(()) => {
                 let _ = shard.waker.wake();
@@ -208,28 +215,36 @@ mod place_tests {
 
     #[test]
     fn shard_zero_fills_first_then_the_least_loaded_takes_the_session() {
-        assert_eq!(place(&[0], 16), 0);
-        assert_eq!(place(&[500], 16), 0, "one shard takes everything");
-        assert_eq!(place(&[0, 0], 16), 0);
-        assert_eq!(place(&[15, 0], 16), 0);
-        assert_eq!(place(&[16, 0], 16), 1, "full: spill");
-        assert_eq!(place(&[16, 9, 3], 16), 2);
-        assert_eq!(place(&[16, 16], 16), 1, "ties go away from shard 0");
-        assert_eq!(place(&[16, 17], 16), 0, "shard 0 is least loaded");
+        assert_eq!(place(&[0], 16, false), 0);
+        assert_eq!(place(&[500], 16, false), 0, "one shard takes everything");
+        assert_eq!(place(&[0, 0], 16, false), 0);
+        assert_eq!(place(&[15, 0], 16, false), 0);
+        assert_eq!(place(&[16, 0], 16, false), 1, "full: spill");
+        assert_eq!(place(&[16, 9, 3], 16, false), 2);
+        assert_eq!(place(&[16, 16], 16, false), 1, "ties go away from shard 0");
+        assert_eq!(place(&[16, 17], 16, false), 0, "shard 0 is least loaded");
+    }
+
+    #[test]
+    fn a_busy_shard_zero_gets_sessions_only_as_the_least_loaded() {
+        assert_eq!(place(&[0, 0], 16, true), 1, "the fill does not apply");
+        assert_eq!(place(&[5, 9, 3], 16, true), 2);
+        assert_eq!(place(&[2, 9, 9], 16, true), 0, "the fewest");
+        assert_eq!(place(&[7], 16, true), 0, "a lone shard takes everything");
     }
 
     #[test]
     fn without_a_fill_sessions_spread_evenly() {
         let mut loads = [0u64; 3];
         for _ in 0..300 {
-            let k = place(&loads, 0);
+            let k = place(&loads, 0, false);
             loads[k] += 1;
         }
         assert_eq!(loads, [100, 100, 100]);
         // A shard that lost sessions is refilled first.
         loads[1] -= 40;
         for _ in 0..40 {
-            let k = place(&loads, 0);
+            let k = place(&loads, 0, false);
             assert_eq!(k, 1);
             loads[k] += 1;
         }

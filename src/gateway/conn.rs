@@ -67,6 +67,10 @@ pub struct Conn {
     pub in_read_list: bool,
     /// The logged-on account (entitlements), from the config or Redis.
     pub acct: Option<std::sync::Arc<crate::config::Account>>,
+    /// Requests handed to the request path and not answered yet: a
+    /// session with answers on their way to this shard is not moved to
+    /// another (see `gateway::spill`).
+    pub requests_out: u32,
 }
 
 impl Conn {

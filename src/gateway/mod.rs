@@ -14,6 +14,7 @@ pub mod acceptor;
 pub mod conn;
 pub mod outbound;
 pub mod shard;
+pub mod spill;
 pub mod stats;
 pub mod subs;
 
@@ -49,6 +50,10 @@ pub struct GatewayConfig {
     /// threading shard 0 runs the engine: its own sessions get prices
     /// without a cross-thread wake-up.
     pub shard0_fill: u64,
+    /// Busy share (per-mille) at or above which the shard that runs the
+    /// engine moves sessions to the other shards and takes no new ones
+    /// (see [`spill`]); 0 = never.
+    pub shard0_spill_permille: u32,
     pub low_water_bytes: usize,
     pub high_water_bytes: usize,
     pub out_cap_bytes: usize,
@@ -94,6 +99,7 @@ impl Default for GatewayConfig {
             out_cap_bytes: outbound::OUT_CAP_BYTES_DEFAULT,
             slow_consumer_ms: 5_000,
             shard0_fill: 0,
+            shard0_spill_permille: 0,
             heartbeat_ms: 1_000,
             heartbeat_min_ms: 100,
             heartbeat_max_ms: 30_000,
@@ -150,6 +156,9 @@ impl GatewayConfig {
         if self.max_subscriptions == 0 || self.msg_burst == 0 || self.msg_rate_per_s == 0 {
             return Err("--max-subscriptions, --msg-rate-per-s and --msg-burst: at least 1".into());
         }
+        if self.shard0_spill_permille > 1000 {
+            return Err("--shard0-spill-pct: 0..=100".into());
+        }
         if self.slow_consumer_ms == 0 {
             return Err("--slow-consumer-ms: at least 1".into());
         }
@@ -200,6 +209,9 @@ pub enum ShardControl {
     DisconnectAll,
     /// Exit the loop (after DisconnectAll, or at once).
     Stop,
+    /// Move this many sessions to the least busy other shards now, as a
+    /// busy shard 0 would (only the shard that runs the engine can).
+    Spill(u32),
 }
 
 /// A running gateway.
@@ -297,9 +309,10 @@ impl Gateway {
         let (request_service, ports) =
             RequestService::start(deps.requests, sources, bells, shared.overload.clone())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mut lanes = shard::Lanes::new(&inputs);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
-            let s = shard::spawn(shared.clone(), input, exchange, requests)?;
+            let s = shard::spawn(shared.clone(), input, exchange, requests, &mut lanes)?;
             handoffs.push(s.handoff.clone());
             shard_stats.push(s.stats.clone());
             shards.push((s.control, s.waker, s.thread));
@@ -345,6 +358,17 @@ impl Gateway {
     /// Sends every session Disconnect(shutdown) and closes them.
     pub fn disconnect_all(&self) {
         self.send(ShardControl::DisconnectAll);
+    }
+
+    /// Asks shard 0 to move up to `sessions` logged-on sessions to the
+    /// least busy other shards, as it does by itself when busy (`spill`).
+    /// Only a shard 0 that runs the engine (`--threading shared`) moves
+    /// any.
+    pub fn spill(&self, sessions: u32) {
+        if let Some((tx, waker, _)) = self.shards.first() {
+            let _ = tx.send(ShardControl::Spill(sessions));
+            let _ = waker.wake();
+        }
     }
 
     fn send(&self, msg: ShardControl) {

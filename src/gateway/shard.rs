@@ -23,13 +23,16 @@ use rand::{Rng, SeedableRng};
 use super::acceptor::Handoff;
 use super::conn::{Conn, SessionState, Sub};
 use super::outbound::{Append, OutBuf};
+use super::spill::{BusyMeter, ShardLoad, SpillPolicy};
 use super::subs::{SubIndex, Subscriber};
 use super::{GatewayStats, ShardControl, ShardStats, Shared};
 use crate::admission::{RetryWindow, TokenBucket};
 use crate::clock::{monotonic_ns, wall_ns};
+use crate::engine::SymbolInterest;
 use crate::model::{price_flags, Price};
 use crate::pipeline::hosted::Readiness;
 use crate::pipeline::sink::{latency_histogram, HistogramExchange};
+use crate::pipeline::wait::Doorbell;
 use crate::pipeline::{ShardInput, WaitStrategy, Waiter};
 use crate::refdata::Lookup;
 use crate::requests::service::{
@@ -71,6 +74,51 @@ const TEMPLATE_ID_OFFSET: usize = 8;
 /// Room reserved for one control message in an outbound buffer.
 const CONTROL_FRAME_MAX: usize = 512;
 
+/// Sessions in transit to one shard (moved off a busy shard 0).
+const ADOPT_SLOTS: usize = 64;
+
+/// What another shard needs to hand this shard a session.
+pub struct Peer {
+    adopt: Sender<Conn>,
+    doorbell: Arc<Doorbell>,
+    interest: Arc<SymbolInterest>,
+    stats: Arc<ShardStats>,
+}
+
+/// Each shard's [`Peer`] and its end of the hand-over lane, made before
+/// any shard starts so every shard knows the others.
+pub struct Lanes {
+    pub peers: Arc<[Peer]>,
+    inboxes: Vec<Receiver<Conn>>,
+}
+
+impl Lanes {
+    pub fn new(inputs: &[ShardInput]) -> Lanes {
+        let (peers, inboxes): (Vec<Peer>, Vec<Receiver<Conn>>) = inputs
+            .iter()
+            .map(|input| {
+                let (tx, rx) = crossbeam_channel::bounded(ADOPT_SLOTS);
+                let peer = Peer {
+                    adopt: tx,
+                    doorbell: input.doorbell.clone(),
+                    interest: input.interest.clone(),
+                    stats: Arc::new(ShardStats::default()),
+                };
+                (peer, rx)
+            })
+            .unzip();
+        Lanes {
+            peers: peers.into(),
+            inboxes,
+        }
+    }
+
+    /// Shard `index`'s inbox (taken once).
+    fn take_inbox(&mut self, index: usize) -> Receiver<Conn> {
+        std::mem::replace(&mut self.inboxes[index], crossbeam_channel::never())
+    }
+}
+
 /// What [`spawn`] returns to the gateway.
 pub struct SpawnedShard {
     pub control: Sender<ShardControl>,
@@ -87,6 +135,7 @@ pub fn spawn(
     input: ShardInput,
     exchange: Option<HistogramExchange>,
     requests: RequestPort,
+    lanes: &mut Lanes,
 ) -> io::Result<SpawnedShard> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -97,8 +146,8 @@ pub fn spawn(
     input.hosted.register(poll.registry(), HOSTED_TOKEN_BASE)?;
     let (control_tx, control_rx) = crossbeam_channel::bounded(16);
     let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(4096);
-    let stats = Arc::new(ShardStats::default());
     let index = input.index;
+    let stats = lanes.peers[index].stats.clone();
     let mut shard = Shard::new(
         shared,
         input,
@@ -109,6 +158,9 @@ pub fn spawn(
         requests,
     );
     shard.exchange = exchange;
+    shard.peers = lanes.peers.clone();
+    shard.loads = Vec::with_capacity(lanes.peers.len());
+    shard.adopt_rx = lanes.take_inbox(index);
     let thread = std::thread::Builder::new()
         .name(format!("pw-shard{index}"))
         .spawn(move || {
@@ -171,6 +223,18 @@ struct Shard {
     hist: Histogram<u64>,
     exchange: Option<HistogramExchange>,
     requests: RequestPort,
+    /// Every shard's hand-over lane (this one's included, by index).
+    peers: Arc<[Peer]>,
+    /// Sessions handed to this shard by another.
+    adopt_rx: Receiver<Conn>,
+    busy: BusyMeter,
+    spill: SpillPolicy,
+    /// Decided by the last measurement: move one session there.
+    spill_to: Option<usize>,
+    /// Sessions still to move on an operator's request.
+    spill_forced: u32,
+    /// Scratch for [`Shard::peer_loads`].
+    loads: Vec<ShardLoad>,
 }
 
 impl Shard {
@@ -189,6 +253,7 @@ impl Shard {
         let digits = table.instruments().iter().map(|i| i.digits).collect();
         let max_entries = shared.cfg.max_frame_bytes / 18 + 1;
         let mut waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
+        let shared_spill = shared.cfg.shard0_spill_permille;
         // Sockets, the waker and the doorbell wake it; a park ends by its
         // next sweep (every SWEEP_NS) or hosted timer. (A host parks
         // briefly while its engine holds prices for a full ring: see
@@ -223,6 +288,15 @@ impl Shard {
             hist: latency_histogram(),
             exchange: None,
             requests,
+            peers: Arc::new([]),
+            adopt_rx: crossbeam_channel::never(),
+            busy: BusyMeter::new(SWEEP_NS, monotonic_ns()),
+            spill: SpillPolicy {
+                threshold_permille: shared_spill,
+            },
+            spill_to: None,
+            spill_forced: 0,
+            loads: Vec::new(),
         }
     }
 
@@ -230,6 +304,7 @@ impl Shard {
         let mut busy = false;
         loop {
             self.poll_once(busy || !self.read_list.is_empty());
+            let woke = monotonic_ns();
             self.handle_events();
             self.read_again();
             // Hosted stages (`--threading shared`): the ingest listener reads
@@ -245,9 +320,16 @@ impl Shard {
             busy = (got > 0 && spins) || self.input.hosted.has_work();
             self.flush_writes(monotonic_ns());
             let now = monotonic_ns();
+            if got > 0 || !self.ready.is_empty() {
+                self.busy.worked(woke, now);
+            }
+            if self.spill_forced > 0 || self.spill_to.is_some() {
+                self.spill_step(now);
+            }
             if now >= self.next_sweep_ns {
                 self.next_sweep_ns = now + SWEEP_NS;
                 self.sweep(now);
+                self.measure(now);
             }
             if self.should_exit(now) {
                 break;
@@ -282,8 +364,13 @@ impl Shard {
         let consumer = &self.input.consumer;
         let answers = &self.requests.answers;
         let hosted = &self.input.hosted;
-        let pending =
-            || !consumer.is_empty() || answers.iter().any(|a| !a.is_empty()) || hosted.has_work();
+        let adopt = &self.adopt_rx;
+        let pending = || {
+            !consumer.is_empty()
+                || answers.iter().any(|a| !a.is_empty())
+                || hosted.has_work()
+                || !adopt.is_empty()
+        };
         if sleeping && !self.input.doorbell.prepare_sleep(pending) {
             timeout = Some(Duration::ZERO);
         }
@@ -358,6 +445,9 @@ impl Shard {
                     let linger = self.shared.cfg.close_linger_ms * 1_000_000;
                     self.stopping = Some(monotonic_ns() + linger);
                 }
+                ShardControl::Spill(n) => {
+                    self.spill_forced = self.spill_forced.saturating_add(n);
+                }
             }
         }
         for _ in 0..ACCEPT_BATCH {
@@ -414,6 +504,7 @@ impl Shard {
             fin_sent: false,
             in_read_list: false,
             acct: None,
+            requests_out: 0,
         });
         GatewayStats::add(&self.shared.stats.open, 1);
         self.stats
@@ -433,6 +524,11 @@ impl Shard {
 
     fn drain_prices(&mut self, now: u64) -> usize {
         let n = self.input.consumer.slots().min(PRICE_BATCH);
+        // After reading the ring's fill: a session handed over before the
+        // first price published after its hand-over is attached before that
+        // price is delivered (the push that made it visible came after the
+        // send into the lane).
+        self.adopt();
         for _ in 0..n {
             if let Ok(p) = self.input.consumer.pop() {
                 self.hist
@@ -986,7 +1082,7 @@ impl Shard {
         let symbol = key / self.tiers;
         self.sym_subs[symbol] += 1;
         if self.sym_subs[symbol] == 1 {
-            self.input.interest.set(symbol as u16, true);
+            self.input.interest.hold(symbol as u16);
         }
         self.new_keys.push(key as u32);
         SubscribeStatus::OK
@@ -1011,18 +1107,27 @@ impl Shard {
     }
 
     fn remove_sub(&mut self, i: usize, slot: usize) {
+        self.unindex(i, slot);
         let Some(conn) = self.conns[i].as_mut() else {
             return;
         };
-        let sub = conn.subs[slot];
+        let sub = conn.subs.swap_remove(slot);
         if sub.dirty {
             conn.dirty_subs -= 1;
         }
-        conn.subs.swap_remove(slot);
         if slot < conn.subs.len() {
             let m = conn.subs[slot];
             self.index.set_slot(m.key as usize, m.pos, slot as u32);
         }
+    }
+
+    /// Takes subscription `slot` of connection `i` out of this shard's
+    /// index (and the symbol out of its interest if it was the last),
+    /// leaving the connection's own list as it is.
+    fn unindex(&mut self, i: usize, slot: usize) {
+        let Some(sub) = self.conns[i].as_ref().map(|c| c.subs[slot]) else {
+            return;
+        };
         if let Some(moved) = self.index.remove(sub.key as usize, sub.pos) {
             if let Some(other) = self.conns[moved.conn as usize].as_mut() {
                 other.subs[moved.slot as usize].pos = sub.pos;
@@ -1031,7 +1136,7 @@ impl Shard {
         let symbol = sub.key as usize / self.tiers;
         self.sym_subs[symbol] -= 1;
         if self.sym_subs[symbol] == 0 {
-            self.input.interest.set(symbol as u16, false);
+            self.input.interest.release(symbol as u16);
         }
     }
 
@@ -1203,6 +1308,9 @@ impl Shard {
     fn enqueue(&mut self, i: usize, m: RequestMsg) {
         let pushed = self.requests.requests.push(m).is_ok();
         if pushed {
+            if let Some(c) = self.conns[i].as_mut() {
+                c.requests_out += 1;
+            }
             self.requests.dispatcher.ring();
             return;
         }
@@ -1241,6 +1349,7 @@ impl Shard {
                 }
                 let bytes = &a.bytes[..a.len as usize];
                 if let Some(conn) = self.conns[i].as_mut() {
+                    conn.requests_out = conn.requests_out.saturating_sub(1);
                     if conn.out.append(bytes) == Append::Overflow {
                         self.stats.answers_orphaned.inc();
                     }
@@ -1356,19 +1465,11 @@ impl Shard {
     /// Closes the socket now and frees the slot.
     fn close_now(&mut self, i: usize) {
         self.drop_session(i);
-        let Some(mut conn) = self.conns[i].take() else {
+        let Some(conn) = self.release_slot(i) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut conn.stream);
         self.release_ip(conn.peer);
-        self.free.push(i as u32);
-        while self.live_end > 0 && self.conns[self.live_end - 1].is_none() {
-            self.live_end -= 1;
-        }
         GatewayStats::sub(&self.shared.stats.open, 1);
-        self.stats
-            .connections
-            .set((self.conns.len() - self.free.len()) as u64);
     }
 
     fn disconnect_all(&mut self) {
@@ -1398,6 +1499,254 @@ impl Shard {
                 self.close_now(i);
             }
         }
+    }
+
+    // ---- moving sessions between shards (see `spill.rs`) --------------
+
+    /// Closes a measurement window: publishes this shard's busy share and,
+    /// on the shard that hosts the engine, decides whether to move a
+    /// session away.
+    fn measure(&mut self, now: u64) {
+        let Some(permille) = self.busy.roll(now) else {
+            return;
+        };
+        self.stats.busy_permille.set(u64::from(permille));
+        if self.hosts_engine() && self.spill.enabled() {
+            let sessions = self.stats.connections.get();
+            let spill = self.spill;
+            self.spill_to = spill.target(permille, sessions, self.peer_loads());
+        }
+    }
+
+    /// Only the shard that runs the engine moves sessions away: the engine
+    /// publishing on this same thread is what keeps a move gap-free.
+    fn hosts_engine(&self) -> bool {
+        !self.input.hosted.is_empty()
+    }
+
+    /// The other shards as the policy sees them, in `self.loads` (sized
+    /// at start: a measurement allocates nothing).
+    fn peer_loads(&mut self) -> &[ShardLoad] {
+        let max = self.shared.cfg.max_connections_per_shard as u64;
+        self.loads.clear();
+        for (k, p) in self.peers.iter().enumerate() {
+            if k == self.input.index {
+                continue;
+            }
+            let sessions = p.stats.connections.get() + p.adopt.len() as u64;
+            self.loads.push(ShardLoad {
+                index: k,
+                sessions,
+                has_room: sessions < max && !p.adopt.is_full(),
+            });
+        }
+        &self.loads
+    }
+
+    /// Moves one session if one is due (measured or asked for).
+    fn spill_step(&mut self, now: u64) {
+        if !self.hosts_engine() || self.peers.len() < 2 {
+            self.spill_forced = 0;
+            self.spill_to = None;
+            return;
+        }
+        // Prices the engine holds for a full ring reach this shard's ring
+        // only on its next turn: move once they are through.
+        if self.input.hosted.retry_pending() {
+            return;
+        }
+        let to = self.spill_to.or_else(|| {
+            // Asked for: the other shard with the fewest sessions and room.
+            let any = SpillPolicy {
+                threshold_permille: 1,
+            };
+            any.target(1, u64::MAX, self.peer_loads())
+        });
+        let moved = to.is_some_and(|to| self.spill_one(to, now));
+        self.spill_to = None;
+        self.spill_forced = if moved {
+            self.spill_forced.saturating_sub(1)
+        } else {
+            0
+        };
+    }
+
+    /// The session to move: logged on, no request answer on its way here,
+    /// the most subscriptions (the most fan-out work), the highest slot on
+    /// a tie.
+    fn pick_mover(&self) -> Option<usize> {
+        let mut best: Option<(usize, usize)> = None;
+        for (i, c) in self.conns[..self.live_end].iter().enumerate() {
+            let Some(c) = c else { continue };
+            if !c.is_active() || c.requests_out > 0 {
+                continue;
+            }
+            if best.is_none_or(|(_, n)| c.subs.len() >= n) {
+                best = Some((i, c.subs.len()));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    /// Hands one session to shard `to`. Every update stays in sequence:
+    ///
+    /// 1. `to`'s interest holds the session's symbols, so from here on the
+    ///    engine (on this thread) pushes them into `to`'s ring as well;
+    /// 2. this shard drains its own ring, delivering everything published
+    ///    before; duplicates in `to`'s ring are dropped there by sequence
+    ///    number (`deliver`);
+    /// 3. the session leaves this shard's index, poller and slab and goes
+    ///    into `to`'s lane before the engine publishes again; `to` attaches
+    ///    it before it delivers any price it finds after that (see
+    ///    `drain_prices`) and then lets go of the holds.
+    ///
+    /// Returns false if no session could move.
+    fn spill_one(&mut self, to: usize, now: u64) -> bool {
+        while !self.input.consumer.is_empty() {
+            self.drain_prices(now);
+        }
+        let Some(i) = self.pick_mover() else {
+            return false;
+        };
+        let peers = self.peers.clone();
+        let peer = &peers[to];
+        if peer.adopt.is_full() {
+            return false;
+        }
+        let tiers = self.tiers;
+        let Some(conn) = self.conns[i].as_ref() else {
+            return false;
+        };
+        for sub in &conn.subs {
+            peer.interest.hold((sub.key as usize / tiers) as u16);
+        }
+        for slot in 0..conn.subs.len() {
+            self.unindex(i, slot);
+        }
+        self.write_list.retain(|&k| k as usize != i);
+        self.read_list.retain(|&k| k as usize != i);
+        let Some(mut conn) = self.release_slot(i) else {
+            return false;
+        };
+        conn.in_write_list = false;
+        conn.in_read_list = false;
+        match peer.adopt.try_send(conn) {
+            Ok(()) => {
+                peer.doorbell.ring();
+                self.stats.sessions_moved_out.inc();
+                tracing::debug!(shard = self.input.index, to, "session moved");
+                true
+            }
+            Err(e) => {
+                // The lane filled or the shard stopped: keep the session.
+                let conn = e.into_inner();
+                release_symbols(&peer.interest, &conn, tiers);
+                if let Err(conn) = self.attach(conn) {
+                    self.refuse_adoption(conn);
+                }
+                false
+            }
+        }
+    }
+
+    /// Takes connection `i` out of the poller and the slab, still open.
+    fn release_slot(&mut self, i: usize) -> Option<Conn> {
+        let mut conn = self.conns[i].take()?;
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.free.push(i as u32);
+        while self.live_end > 0 && self.conns[self.live_end - 1].is_none() {
+            self.live_end -= 1;
+        }
+        self.stats
+            .connections
+            .set((self.conns.len() - self.free.len()) as u64);
+        Some(conn)
+    }
+
+    /// Puts a session that comes from another shard into this one: slab,
+    /// poller (a socket with input or room waiting reports it at once),
+    /// index and interest. Gives the session back if there is no room.
+    // A rare control step: the session goes back to the caller by value
+    // rather than through a heap box.
+    #[allow(clippy::result_large_err)]
+    fn attach(&mut self, mut conn: Conn) -> Result<usize, Conn> {
+        let Some(i) = self.free.pop() else {
+            return Err(conn);
+        };
+        let i = i as usize;
+        let token = Token(i + 1);
+        let registered = self.poll.registry().register(
+            &mut conn.stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        if registered.is_err() {
+            self.free.push(i as u32);
+            return Err(conn);
+        }
+        for (k, sub) in conn.subs.iter_mut().enumerate() {
+            let key = sub.key as usize;
+            sub.pos = self.index.add(
+                key,
+                Subscriber {
+                    conn: i as u32,
+                    slot: k as u32,
+                },
+            );
+            let symbol = key / self.tiers;
+            self.sym_subs[symbol] += 1;
+            if self.sym_subs[symbol] == 1 {
+                self.input.interest.hold(symbol as u16);
+            }
+        }
+        let owes = !conn.out.is_empty() || conn.dirty_subs > 0;
+        self.conns[i] = Some(conn);
+        self.live_end = self.live_end.max(i + 1);
+        self.stats
+            .connections
+            .set((self.conns.len() - self.free.len()) as u64);
+        if owes {
+            self.queue_write(i);
+        }
+        Ok(i)
+    }
+
+    /// Takes every session another shard handed over.
+    fn adopt(&mut self) {
+        while let Ok(conn) = self.adopt_rx.try_recv() {
+            match self.attach(conn) {
+                Ok(i) => {
+                    // This shard's own holds are in place: the mover's go.
+                    if let Some(c) = self.conns[i].as_ref() {
+                        release_symbols(&self.input.interest, c, self.tiers);
+                    }
+                    self.stats.sessions_moved_in.inc();
+                }
+                Err(conn) => {
+                    release_symbols(&self.input.interest, &conn, self.tiers);
+                    self.refuse_adoption(conn);
+                }
+            }
+        }
+    }
+
+    /// A session that could not be placed anywhere: closed with
+    /// Disconnect(busy) and a jittered retry-after, its account slot and
+    /// IP count given back.
+    fn refuse_adoption(&mut self, conn: Conn) {
+        tracing::warn!(peer = %conn.peer, "no room for a moved session; closing it");
+        if let Some(account) = conn.account() {
+            GatewayStats::sub(&self.shared.stats.logged_on, 1);
+            self.shared
+                .admission
+                .lock()
+                .expect("admission lock")
+                .on_session_close(account);
+        }
+        self.release_ip(conn.peer);
+        GatewayStats::sub(&self.shared.stats.open, 1);
+        let retry = self.jitter(self.shared.cfg.admission.retry_after);
+        super::acceptor::refuse_busy(conn.stream, retry, &self.shared.stats);
     }
 
     // ---- timers -------------------------------------------------------
@@ -1481,6 +1830,13 @@ enum TimerAction {
     SlowConsumer,
     Idle,
     Heartbeat,
+}
+
+/// Lets go of one hold per subscription of `conn` (a moved session's).
+fn release_symbols(interest: &SymbolInterest, conn: &Conn, tiers: usize) {
+    for sub in &conn.subs {
+        interest.release((sub.key as usize / tiers) as u16);
+    }
 }
 
 /// Copies one encoded price to one connection, or marks it owed if the

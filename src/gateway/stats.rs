@@ -64,6 +64,13 @@ pub struct ShardStats {
     /// (`--threading shared`).
     pub interleaves: Counter,
     pub connections: Gauge,
+    /// Share of wall time the loop spent on turns that did work over the
+    /// last measurement window, per-mille (`gateway::spill`).
+    pub busy_permille: Gauge,
+    /// Sessions this shard moved to another shard (it was busy).
+    pub sessions_moved_out: Counter,
+    /// Sessions this shard took over from another shard.
+    pub sessions_moved_in: Counter,
     /// Connections above the high water mark right now.
     pub conflating_now: Gauge,
     /// Sum of bytes waiting in outbound buffers (sampled each sweep).

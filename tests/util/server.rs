@@ -51,17 +51,26 @@ impl Default for ServerOpts {
 /// the ingest providers). Per-IP limits are lifted: every test client
 /// connects from 127.0.0.1.
 pub fn ingest_service(config: &str, pipeline: PipelineConfig, shard_wait: WaitStrategy) -> Service {
+    ingest_service_with(config, pipeline, |g| g.shard_wait = shard_wait)
+}
+
+/// [`ingest_service`], with the gateway's settings adjusted by `gateway`.
+pub fn ingest_service_with(
+    config: &str,
+    pipeline: PipelineConfig,
+    gateway: impl FnOnce(&mut GatewayConfig),
+) -> Service {
     let config = Arc::new(Config::parse(config, 0).unwrap());
     let mut cfg = ServiceConfig::new(config);
     cfg.synthetic = None;
     cfg.pipeline = pipeline;
     let mut gw = GatewayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
-        shard_wait,
         ..GatewayConfig::default()
     };
     gw.admission.ip_connect_rate_per_s = 10_000;
     gw.admission.ip_connect_burst = 10_000;
+    gateway(&mut gw);
     cfg.gateway = Some(gw);
     cfg.ingest = Some(IngestConfig {
         listen: "127.0.0.1:0".parse().unwrap(),

@@ -111,6 +111,8 @@ pub const SHEDS: &str = "pricewire_sheds_total";
 pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
 pub const CONNECTIONS: &str = "pricewire_connections";
 pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
+pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
@@ -164,6 +166,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Subscriber connections by session state"),
     counter(HOSTED_INTERLEAVES, &["shard"], "events", "gateway",
         "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
+    gauge(SHARD_BUSY, &["shard"], "ratio", "gateway",
+        "Share of wall time a shard's loop spent on turns that did work, over its last 50-ms window"),
+    counter(SESSIONS_MOVED, &["shard", "direction"], "sessions", "gateway",
+        "Sessions a busy shard 0 moved to another shard (out) or a shard took over (in)"),
     counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",
         "Subscriber connections accepted by a gateway shard"),
     counter(ADMISSION_REJECTS, &["stage"], "events", "gateway",
