@@ -71,7 +71,15 @@ pub struct Conn {
     /// session with answers on their way to this shard is not moved to
     /// another (see `gateway::spill`).
     pub requests_out: u32,
+    /// When the last of those was handed over: an answer the request path
+    /// had to drop (its ring to this shard full) is never counted back,
+    /// so past [`ANSWER_WAIT_NS`] the count no longer holds a move.
+    pub last_request_ns: u64,
 }
+
+/// Longest a request's answer is waited for before a session may move
+/// anyway (well past any request deadline).
+pub const ANSWER_WAIT_NS: u64 = 30_000_000_000;
 
 impl Conn {
     pub fn is_active(&self) -> bool {

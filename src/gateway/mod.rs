@@ -222,6 +222,7 @@ pub struct Gateway {
     requests: Option<RequestService>,
     shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
     pub shard_stats: Vec<Arc<ShardStats>>,
+    peers: Arc<[shard::Peer]>,
 }
 
 impl Gateway {
@@ -317,6 +318,7 @@ impl Gateway {
             shard_stats.push(s.stats.clone());
             shards.push((s.control, s.waker, s.thread));
         }
+        let peers = lanes.peers.clone();
         let (acceptor, local_addr) = acceptor::spawn(shared.clone(), handoffs)?;
         tracing::info!(%local_addr, shards = shards.len(), "gateway listening");
         Ok(Gateway {
@@ -326,6 +328,7 @@ impl Gateway {
             acceptor: Some(acceptor),
             shards,
             shard_stats,
+            peers,
         })
     }
 
@@ -358,6 +361,14 @@ impl Gateway {
     /// Sends every session Disconnect(shutdown) and closes them.
     pub fn disconnect_all(&self) {
         self.send(ShardControl::DisconnectAll);
+    }
+
+    /// Holds on `symbol` in shard `shard`'s interest: its own (one while
+    /// any of its sessions subscribes) plus one per subscription of a
+    /// session on its way to it. The engine gives the shard the symbol's
+    /// prices while this is above zero.
+    pub fn symbol_holds(&self, shard: usize, symbol: u16) -> u32 {
+        self.peers.get(shard).map_or(0, |p| p.symbol_holds(symbol))
     }
 
     /// Asks shard 0 to move up to `sessions` logged-on sessions to the

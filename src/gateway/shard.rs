@@ -10,6 +10,7 @@
 
 use std::io::{self, Read};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::acceptor::Handoff;
-use super::conn::{Conn, SessionState, Sub};
+use super::conn::{Conn, SessionState, Sub, ANSWER_WAIT_NS};
 use super::outbound::{Append, OutBuf};
 use super::spill::{BusyMeter, ShardLoad, SpillPolicy};
 use super::subs::{SubIndex, Subscriber};
@@ -83,6 +84,16 @@ pub struct Peer {
     doorbell: Arc<Doorbell>,
     interest: Arc<SymbolInterest>,
     stats: Arc<ShardStats>,
+    /// Sessions sent into this shard's lane and not attached yet: the
+    /// shard keeps a slot free for each (see [`Shard::accept`]).
+    reserved: AtomicU64,
+}
+
+impl Peer {
+    /// Holds on `symbol` in this shard's interest (tests, diagnostics).
+    pub fn symbol_holds(&self, symbol: u16) -> u32 {
+        self.interest.holds(symbol)
+    }
 }
 
 /// Each shard's [`Peer`] and its end of the hand-over lane, made before
@@ -90,10 +101,15 @@ pub struct Peer {
 pub struct Lanes {
     pub peers: Arc<[Peer]>,
     inboxes: Vec<Receiver<Conn>>,
+    /// True while shard 0 may still send sessions: the other shards do not
+    /// exit on an empty slab before it is false and their lane is empty.
+    moves_open: Arc<AtomicBool>,
 }
 
 impl Lanes {
     pub fn new(inputs: &[ShardInput]) -> Lanes {
+        // Only a shard 0 that runs the engine moves sessions.
+        let moves = inputs.len() >= 2 && !inputs[0].hosted.is_empty();
         let (peers, inboxes): (Vec<Peer>, Vec<Receiver<Conn>>) = inputs
             .iter()
             .map(|input| {
@@ -103,6 +119,7 @@ impl Lanes {
                     doorbell: input.doorbell.clone(),
                     interest: input.interest.clone(),
                     stats: Arc::new(ShardStats::default()),
+                    reserved: AtomicU64::new(0),
                 };
                 (peer, rx)
             })
@@ -110,6 +127,7 @@ impl Lanes {
         Lanes {
             peers: peers.into(),
             inboxes,
+            moves_open: Arc::new(AtomicBool::new(moves)),
         }
     }
 
@@ -161,6 +179,7 @@ pub fn spawn(
     shard.peers = lanes.peers.clone();
     shard.loads = Vec::with_capacity(lanes.peers.len());
     shard.adopt_rx = lanes.take_inbox(index);
+    shard.moves_open = lanes.moves_open.clone();
     let thread = std::thread::Builder::new()
         .name(format!("pw-shard{index}"))
         .spawn(move || {
@@ -235,6 +254,14 @@ struct Shard {
     spill_forced: u32,
     /// Scratch for [`Shard::peer_loads`].
     loads: Vec<ShardLoad>,
+    /// See [`Lanes`]; cleared by shard 0 once it stops moving sessions.
+    moves_open: Arc<AtomicBool>,
+    /// A DisconnectAll arrived: sessions adopted from now on are
+    /// disconnected too.
+    disconnecting: bool,
+    /// The last poll returned input (readable sockets or the waker), not
+    /// only writable edges: such a turn counts as busy.
+    had_input: bool,
 }
 
 impl Shard {
@@ -297,6 +324,9 @@ impl Shard {
             spill_to: None,
             spill_forced: 0,
             loads: Vec::new(),
+            moves_open: Arc::new(AtomicBool::new(false)),
+            disconnecting: false,
+            had_input: false,
         }
     }
 
@@ -320,7 +350,7 @@ impl Shard {
             busy = (got > 0 && spins) || self.input.hosted.has_work();
             self.flush_writes(monotonic_ns());
             let now = monotonic_ns();
-            if got > 0 || !self.ready.is_empty() {
+            if got > 0 || self.had_input {
                 self.busy.worked(woke, now);
             }
             if self.spill_forced > 0 || self.spill_to.is_some() {
@@ -388,6 +418,7 @@ impl Shard {
         if busy || input {
             self.waiter.reset();
         }
+        self.had_input = input;
         self.ready.clear();
         if res.is_ok() {
             for e in self.events.iter() {
@@ -431,7 +462,12 @@ impl Shard {
     fn should_exit(&mut self, now: u64) -> bool {
         match self.stopping {
             None => false,
-            Some(deadline) => now >= deadline || self.free.len() == self.conns.len(),
+            Some(deadline) => {
+                now >= deadline
+                    || (self.free.len() == self.conns.len()
+                        && !self.moves_open.load(Ordering::SeqCst)
+                        && self.adopt_rx.is_empty())
+            }
         }
     }
 
@@ -444,6 +480,7 @@ impl Shard {
                 ShardControl::Stop => {
                     let linger = self.shared.cfg.close_linger_ms * 1_000_000;
                     self.stopping = Some(monotonic_ns() + linger);
+                    self.close_moves();
                 }
                 ShardControl::Spill(n) => {
                     self.spill_forced = self.spill_forced.saturating_add(n);
@@ -459,7 +496,17 @@ impl Shard {
     }
 
     fn accept(&mut self, mut stream: TcpStream, peer: SocketAddr) {
-        let Some(i) = self.free.pop() else {
+        // Slots promised to sessions on their way from another shard.
+        let reserved = self
+            .peers
+            .get(self.input.index)
+            .map_or(0, |p| p.reserved.load(Ordering::SeqCst));
+        let slot = if self.free.len() as u64 > reserved {
+            self.free.pop()
+        } else {
+            None
+        };
+        let Some(i) = slot else {
             self.release_ip(peer);
             let retry = self.jitter(self.shared.cfg.admission.retry_after);
             super::acceptor::refuse_busy(stream, retry, &self.shared.stats);
@@ -505,6 +552,7 @@ impl Shard {
             in_read_list: false,
             acct: None,
             requests_out: 0,
+            last_request_ns: 0,
         });
         GatewayStats::add(&self.shared.stats.open, 1);
         self.stats
@@ -1310,6 +1358,7 @@ impl Shard {
         if pushed {
             if let Some(c) = self.conns[i].as_mut() {
                 c.requests_out += 1;
+                c.last_request_ns = monotonic_ns();
             }
             self.requests.dispatcher.ring();
             return;
@@ -1473,6 +1522,11 @@ impl Shard {
     }
 
     fn disconnect_all(&mut self) {
+        // Sessions in this shard's lane are told too (on adoption), and
+        // shard 0 sends no more.
+        self.disconnecting = true;
+        self.close_moves();
+        self.adopt();
         let now = monotonic_ns();
         for i in 0..self.conns.len() {
             let open = self.conns[i]
@@ -1493,6 +1547,8 @@ impl Shard {
     }
 
     fn close_all(&mut self) {
+        self.close_moves();
+        self.adopt();
         for i in 0..self.conns.len() {
             if self.conns[i].is_some() {
                 self.write_conn(i, monotonic_ns());
@@ -1545,14 +1601,17 @@ impl Shard {
 
     /// Moves one session if one is due (measured or asked for).
     fn spill_step(&mut self, now: u64) {
-        if !self.hosts_engine() || self.peers.len() < 2 {
+        let closing = self.stopping.is_some() || self.disconnecting;
+        if !self.hosts_engine() || self.peers.len() < 2 || closing {
             self.spill_forced = 0;
             self.spill_to = None;
             return;
         }
-        // Prices the engine holds for a full ring reach this shard's ring
-        // only on its next turn: move once they are through.
-        if self.input.hosted.retry_pending() {
+        // Prices the engine holds for this shard's full ring reach the
+        // ring only on a later turn, and a moved session would miss them:
+        // move once they are through. (Held for another shard's ring, they
+        // arrive there late and in order.)
+        if self.input.fanout.parked.get() > 0 {
             return;
         }
         let to = self.spill_to.or_else(|| {
@@ -1571,14 +1630,16 @@ impl Shard {
         };
     }
 
-    /// The session to move: logged on, no request answer on its way here,
-    /// the most subscriptions (the most fan-out work), the highest slot on
-    /// a tie.
-    fn pick_mover(&self) -> Option<usize> {
+    /// The session to move: logged on, no request answer on its way here
+    /// (or none for [`ANSWER_WAIT_NS`]), the most subscriptions (the most
+    /// fan-out work), the highest slot on a tie.
+    fn pick_mover(&self, now: u64) -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
         for (i, c) in self.conns[..self.live_end].iter().enumerate() {
             let Some(c) = c else { continue };
-            if !c.is_active() || c.requests_out > 0 {
+            let awaited =
+                c.requests_out > 0 && now.saturating_sub(c.last_request_ns) < ANSWER_WAIT_NS;
+            if !c.is_active() || awaited {
                 continue;
             }
             if best.is_none_or(|(_, n)| c.subs.len() >= n) {
@@ -1588,16 +1649,19 @@ impl Shard {
         best.map(|(i, _)| i)
     }
 
-    /// Hands one session to shard `to`. Every update stays in sequence:
+    /// Hands one session to shard `to`. The engine publishes on this
+    /// thread, so nothing is published while this runs, and every update
+    /// stays in sequence:
     ///
-    /// 1. `to`'s interest holds the session's symbols, so from here on the
-    ///    engine (on this thread) pushes them into `to`'s ring as well;
-    /// 2. this shard drains its own ring, delivering everything published
-    ///    before; duplicates in `to`'s ring are dropped there by sequence
-    ///    number (`deliver`);
+    /// 1. this shard drains its own ring (with nothing held for it by the
+    ///    engine, see `spill_step`): the session has everything published
+    ///    so far; copies of it in `to`'s ring are dropped there by
+    ///    sequence number (`deliver`);
+    /// 2. `to`'s interest holds the session's symbols, so every later
+    ///    price for them goes into `to`'s ring;
     /// 3. the session leaves this shard's index, poller and slab and goes
-    ///    into `to`'s lane before the engine publishes again; `to` attaches
-    ///    it before it delivers any price it finds after that (see
+    ///    into `to`'s lane, with a slot reserved there; `to` attaches it
+    ///    before it delivers any price it finds after that (see
     ///    `drain_prices`) and then lets go of the holds.
     ///
     /// Returns false if no session could move.
@@ -1605,12 +1669,13 @@ impl Shard {
         while !self.input.consumer.is_empty() {
             self.drain_prices(now);
         }
-        let Some(i) = self.pick_mover() else {
+        let Some(i) = self.pick_mover(now) else {
             return false;
         };
         let peers = self.peers.clone();
         let peer = &peers[to];
-        if peer.adopt.is_full() {
+        let taken = peer.stats.connections.get() + peer.reserved.load(Ordering::SeqCst);
+        if peer.adopt.is_full() || taken >= self.shared.cfg.max_connections_per_shard as u64 {
             return false;
         }
         let tiers = self.tiers;
@@ -1630,6 +1695,7 @@ impl Shard {
         };
         conn.in_write_list = false;
         conn.in_read_list = false;
+        peer.reserved.fetch_add(1, Ordering::SeqCst);
         match peer.adopt.try_send(conn) {
             Ok(()) => {
                 peer.doorbell.ring();
@@ -1639,6 +1705,7 @@ impl Shard {
             }
             Err(e) => {
                 // The lane filled or the shard stopped: keep the session.
+                peer.reserved.fetch_sub(1, Ordering::SeqCst);
                 let conn = e.into_inner();
                 release_symbols(&peer.interest, &conn, tiers);
                 if let Err(conn) = self.attach(conn) {
@@ -1714,13 +1781,24 @@ impl Shard {
     /// Takes every session another shard handed over.
     fn adopt(&mut self) {
         while let Ok(conn) = self.adopt_rx.try_recv() {
-            match self.attach(conn) {
+            let attached = self.attach(conn);
+            if let Some(p) = self.peers.get(self.input.index) {
+                p.reserved.fetch_sub(1, Ordering::SeqCst);
+            }
+            match attached {
                 Ok(i) => {
                     // This shard's own holds are in place: the mover's go.
                     if let Some(c) = self.conns[i].as_ref() {
                         release_symbols(&self.input.interest, c, self.tiers);
                     }
                     self.stats.sessions_moved_in.inc();
+                    if self.disconnecting || self.stopping.is_some() {
+                        // It left a shard that was about to tell it so.
+                        let now = monotonic_ns();
+                        let retry = self.jitter(self.shared.cfg.shutdown_retry);
+                        let text = "server shutting down";
+                        self.disconnect(i, DisconnectReason::SHUTDOWN, retry, text, now);
+                    }
                 }
                 Err(conn) => {
                     release_symbols(&self.input.interest, &conn, self.tiers);
@@ -1730,11 +1808,25 @@ impl Shard {
         }
     }
 
-    /// A session that could not be placed anywhere: closed with
-    /// Disconnect(busy) and a jittered retry-after, its account slot and
-    /// IP count given back.
+    /// Shard 0 sends no more sessions (it is stopping or disconnecting
+    /// everyone): the others may exit once their lanes are empty.
+    fn close_moves(&mut self) {
+        self.spill_forced = 0;
+        self.spill_to = None;
+        // Only shard 0 sends (while it runs the engine; it may have
+        // finished by now).
+        if self.input.index == 0 {
+            self.moves_open.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// A session that could not be attached (the poller refused its
+    /// socket; its slot was reserved): closed, its account slot and IP
+    /// count given back, with Disconnect(busy) and a jittered retry-after
+    /// if its outbound buffer is empty (otherwise the Disconnect could land
+    /// in the middle of a queued frame).
     fn refuse_adoption(&mut self, conn: Conn) {
-        tracing::warn!(peer = %conn.peer, "no room for a moved session; closing it");
+        tracing::warn!(peer = %conn.peer, "a moved session could not be attached; closing it");
         if let Some(account) = conn.account() {
             GatewayStats::sub(&self.shared.stats.logged_on, 1);
             self.shared
@@ -1745,8 +1837,10 @@ impl Shard {
         }
         self.release_ip(conn.peer);
         GatewayStats::sub(&self.shared.stats.open, 1);
-        let retry = self.jitter(self.shared.cfg.admission.retry_after);
-        super::acceptor::refuse_busy(conn.stream, retry, &self.shared.stats);
+        if conn.out.is_empty() {
+            let retry = self.jitter(self.shared.cfg.admission.retry_after);
+            super::acceptor::refuse_busy(conn.stream, retry, &self.shared.stats);
+        }
     }
 
     // ---- timers -------------------------------------------------------

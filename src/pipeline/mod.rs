@@ -175,6 +175,9 @@ pub struct ShardInput {
     pub doorbell: Arc<Doorbell>,
     /// The symbols this shard wants from the engine; the shard keeps it.
     pub interest: Arc<SymbolInterest>,
+    /// The engine's side of this shard's ring (prices it holds for a full
+    /// ring: a session is not moved off the shard while any are held).
+    pub fanout: Arc<FanoutStats>,
     /// Stages this shard's thread runs besides its own (`--threading
     /// shared`: the engine, and the ingest listener, on shard 0).
     pub hosted: HostedTasks,
@@ -241,17 +244,18 @@ impl Pipeline {
             let doorbell = Doorbell::new();
             // Nothing until the shard's first subscription (sinks: all).
             let interest = SymbolInterest::none(table.len());
-            publishers.push(
+            let publisher =
                 ShardPublisher::new(producer, table.len(), table.tiers().len(), doorbell.clone())
-                    .with_interest(interest.clone()),
-            );
+                    .with_interest(interest.clone());
             shards.push(ShardInput {
                 index,
                 consumer,
                 doorbell,
                 interest,
+                fanout: publisher.stats.clone(),
                 hosted: HostedTasks::default(),
             });
+            publishers.push(publisher);
         }
         // Shared: feeds wake the engine by waking the thread that hosts it.
         let engine_doorbell = if shared {
