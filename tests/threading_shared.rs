@@ -613,3 +613,62 @@ fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
     assert_eq!(stats[0].connections.get(), 2);
     assert!(bounded(Duration::from_secs(20), move || svc.stop()));
 }
+
+#[test]
+fn a_session_moves_only_into_a_shard_with_room() {
+    // Two slots per shard, two sessions filling shard 0, then two on
+    // shard 1: shard 1 is full, so an asked-for move does not happen, and
+    // happens once a slot there is free.
+    let svc = server::ingest_service_with(CONFIG, shared_pipeline(2), |g| {
+        g.shard_wait = WaitStrategy::Park;
+        g.shard0_fill = 2;
+        g.max_connections_per_shard = 2;
+    });
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let gw = svc.gateway.as_ref().unwrap();
+    let stats = gw.shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 900_000;
+    bridge.send(&[quote(eurusd, first)]).unwrap();
+    let mut on0 = filled_subscribers(&svc, 2, &[eurusd], first, (&[], 0));
+    let mut on1: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut c = Client::connect(ClientConfig::new(gw.local_addr, "demo", "demo")).unwrap();
+            c.subscribe_ids(RAW_TIER, &[eurusd]).unwrap();
+            assert_eq!(bids_until(&mut c, eurusd, first), vec![first]);
+            c
+        })
+        .collect();
+    assert_eq!(stats[1].connections.get(), 2);
+
+    gw.spill(1);
+    // The request is handled on shard 0's next wake-up, at the end of
+    // that turn: two quotes later, one by one, that turn is over. Nothing
+    // moved, and everyone is still served.
+    for k in 1..=2 {
+        bridge.send(&[quote(eurusd, first + k)]).unwrap();
+        for c in on0.iter_mut().chain(on1.iter_mut()) {
+            assert_eq!(bids_until(c, eurusd, first + k), vec![first + k]);
+        }
+    }
+    assert_eq!(stats[0].sessions_moved_out.get(), 0);
+    assert_eq!(stats[0].connections.get(), 2);
+
+    drop(on1.pop());
+    assert!(server::wait_until(Duration::from_secs(10), || {
+        stats[1].connections.get() == 1
+    }));
+    gw.spill(1);
+    assert!(server::wait_until(Duration::from_secs(10), || {
+        stats[1].connections.get() == 2
+    }));
+    assert_eq!(stats[0].sessions_moved_out.get(), 1);
+    assert_eq!(stats[0].connections.get(), 1);
+    // The moved session goes on getting every price.
+    bridge.send(&[quote(eurusd, first + 3)]).unwrap();
+    for c in on0.iter_mut().chain(on1.iter_mut()) {
+        assert_eq!(bids_until(c, eurusd, first + 3), vec![first + 3]);
+    }
+    assert!(bounded(Duration::from_secs(20), move || svc.stop()));
+}

@@ -310,7 +310,7 @@ impl Gateway {
         let (request_service, ports) =
             RequestService::start(deps.requests, sources, bells, shared.overload.clone())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mut lanes = shard::Lanes::new(&inputs);
+        let mut lanes = shard::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
             let s = shard::spawn(shared.clone(), input, exchange, requests, &mut lanes)?;

@@ -84,12 +84,26 @@ pub struct Peer {
     doorbell: Arc<Doorbell>,
     interest: Arc<SymbolInterest>,
     stats: Arc<ShardStats>,
-    /// Sessions sent into this shard's lane and not attached yet: the
-    /// shard keeps a slot free for each (see [`Shard::accept`]).
-    reserved: AtomicU64,
+    /// Slab slots neither in use nor promised to a session in this
+    /// shard's lane. Taken before a slot is used or promised, by the shard
+    /// itself (accept) or by shard 0 (a move), so a moved session always
+    /// finds its slot; given back when a slot is freed or a promise is not
+    /// kept.
+    room: AtomicU64,
 }
 
 impl Peer {
+    /// One slot, if there is room.
+    fn take_room(&self) -> bool {
+        self.room
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
+            .is_ok()
+    }
+
+    fn give_room(&self) {
+        self.room.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Holds on `symbol` in this shard's interest (tests, diagnostics).
     pub fn symbol_holds(&self, symbol: u16) -> u32 {
         self.interest.holds(symbol)
@@ -107,7 +121,8 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    pub fn new(inputs: &[ShardInput]) -> Lanes {
+    /// `slots`: each shard's slab size (`max_connections_per_shard`).
+    pub fn new(inputs: &[ShardInput], slots: usize) -> Lanes {
         // Only a shard 0 that runs the engine moves sessions.
         let moves = inputs.len() >= 2 && !inputs[0].hosted.is_empty();
         let (peers, inboxes): (Vec<Peer>, Vec<Receiver<Conn>>) = inputs
@@ -119,7 +134,7 @@ impl Lanes {
                     doorbell: input.doorbell.clone(),
                     interest: input.interest.clone(),
                     stats: Arc::new(ShardStats::default()),
-                    reserved: AtomicU64::new(0),
+                    room: AtomicU64::new(slots as u64),
                 };
                 (peer, rx)
             })
@@ -134,6 +149,21 @@ impl Lanes {
     /// Shard `index`'s inbox (taken once).
     fn take_inbox(&mut self, index: usize) -> Receiver<Conn> {
         std::mem::replace(&mut self.inboxes[index], crossbeam_channel::never())
+    }
+}
+
+/// Clears [`Lanes`]' `moves_open` when shard 0's thread ends, however it
+/// ends.
+struct MovesClosedOnExit {
+    open: Arc<AtomicBool>,
+    sender: bool,
+}
+
+impl Drop for MovesClosedOnExit {
+    fn drop(&mut self) {
+        if self.sender {
+            self.open.store(false, Ordering::SeqCst);
+        }
     }
 }
 
@@ -191,6 +221,12 @@ pub fn spawn(
                 tracing::error!("{e}; exiting");
                 std::process::exit(1);
             }
+            // Even if this thread panics, the others stop waiting for
+            // sessions from it at shutdown (see `Lanes`).
+            let _moves = MovesClosedOnExit {
+                open: shard.moves_open.clone(),
+                sender: index == 0,
+            };
             shard.run()
         })?;
     Ok(SpawnedShard {
@@ -418,7 +454,8 @@ impl Shard {
         if busy || input {
             self.waiter.reset();
         }
-        self.had_input = input;
+        // Reads left over from last turn's budget are input too.
+        self.had_input = input || !self.read_list.is_empty();
         self.ready.clear();
         if res.is_ok() {
             for e in self.events.iter() {
@@ -496,12 +533,8 @@ impl Shard {
     }
 
     fn accept(&mut self, mut stream: TcpStream, peer: SocketAddr) {
-        // Slots promised to sessions on their way from another shard.
-        let reserved = self
-            .peers
-            .get(self.input.index)
-            .map_or(0, |p| p.reserved.load(Ordering::SeqCst));
-        let slot = if self.free.len() as u64 > reserved {
+        // No slot while every free one is promised to a moving session.
+        let slot = if self.take_room() {
             self.free.pop()
         } else {
             None
@@ -521,6 +554,7 @@ impl Shard {
             .is_err()
         {
             self.free.push(i as u32);
+            self.give_room();
             self.release_ip(peer);
             return;
         }
@@ -1574,6 +1608,19 @@ impl Shard {
         }
     }
 
+    /// One slot of this shard's room (see [`Peer::room`]).
+    fn take_room(&self) -> bool {
+        self.peers
+            .get(self.input.index)
+            .is_none_or(|p| p.take_room())
+    }
+
+    fn give_room(&self) {
+        if let Some(p) = self.peers.get(self.input.index) {
+            p.give_room();
+        }
+    }
+
     /// Only the shard that runs the engine moves sessions away: the engine
     /// publishing on this same thread is what keeps a move gap-free.
     fn hosts_engine(&self) -> bool {
@@ -1593,7 +1640,7 @@ impl Shard {
             self.loads.push(ShardLoad {
                 index: k,
                 sessions,
-                has_room: sessions < max && !p.adopt.is_full(),
+                has_room: sessions < max && !p.adopt.is_full() && p.room.load(Ordering::SeqCst) > 0,
             });
         }
         &self.loads
@@ -1674,14 +1721,13 @@ impl Shard {
         };
         let peers = self.peers.clone();
         let peer = &peers[to];
-        let taken = peer.stats.connections.get() + peer.reserved.load(Ordering::SeqCst);
-        if peer.adopt.is_full() || taken >= self.shared.cfg.max_connections_per_shard as u64 {
-            return false;
-        }
         let tiers = self.tiers;
         let Some(conn) = self.conns[i].as_ref() else {
             return false;
         };
+        if peer.adopt.is_full() || !peer.take_room() {
+            return false;
+        }
         for sub in &conn.subs {
             peer.interest.hold((sub.key as usize / tiers) as u16);
         }
@@ -1691,11 +1737,12 @@ impl Shard {
         self.write_list.retain(|&k| k as usize != i);
         self.read_list.retain(|&k| k as usize != i);
         let Some(mut conn) = self.release_slot(i) else {
-            return false;
+            unreachable!("slot {i} was checked above");
         };
         conn.in_write_list = false;
         conn.in_read_list = false;
-        peer.reserved.fetch_add(1, Ordering::SeqCst);
+        // Answers still counted here are long lost (see `pick_mover`).
+        conn.requests_out = 0;
         match peer.adopt.try_send(conn) {
             Ok(()) => {
                 peer.doorbell.ring();
@@ -1704,11 +1751,17 @@ impl Shard {
                 true
             }
             Err(e) => {
-                // The lane filled or the shard stopped: keep the session.
-                peer.reserved.fetch_sub(1, Ordering::SeqCst);
+                // The lane filled or the shard stopped: keep the session
+                // (its slot here was freed on this thread just now).
+                peer.give_room();
                 let conn = e.into_inner();
                 release_symbols(&peer.interest, &conn, tiers);
-                if let Err(conn) = self.attach(conn) {
+                let kept = if self.take_room() {
+                    self.attach(conn)
+                } else {
+                    Err(conn)
+                };
+                if let Err(conn) = kept {
                     self.refuse_adoption(conn);
                 }
                 false
@@ -1721,6 +1774,7 @@ impl Shard {
         let mut conn = self.conns[i].take()?;
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.free.push(i as u32);
+        self.give_room();
         while self.live_end > 0 && self.conns[self.live_end - 1].is_none() {
             self.live_end -= 1;
         }
@@ -1732,12 +1786,14 @@ impl Shard {
 
     /// Puts a session that comes from another shard into this one: slab,
     /// poller (a socket with input or room waiting reports it at once),
-    /// index and interest. Gives the session back if there is no room.
+    /// index and interest. The caller took this shard's room for it; on
+    /// failure the room is given back with the session.
     // A rare control step: the session goes back to the caller by value
     // rather than through a heap box.
     #[allow(clippy::result_large_err)]
     fn attach(&mut self, mut conn: Conn) -> Result<usize, Conn> {
         let Some(i) = self.free.pop() else {
+            self.give_room();
             return Err(conn);
         };
         let i = i as usize;
@@ -1749,6 +1805,7 @@ impl Shard {
         );
         if registered.is_err() {
             self.free.push(i as u32);
+            self.give_room();
             return Err(conn);
         }
         for (k, sub) in conn.subs.iter_mut().enumerate() {
@@ -1781,11 +1838,8 @@ impl Shard {
     /// Takes every session another shard handed over.
     fn adopt(&mut self) {
         while let Ok(conn) = self.adopt_rx.try_recv() {
-            let attached = self.attach(conn);
-            if let Some(p) = self.peers.get(self.input.index) {
-                p.reserved.fetch_sub(1, Ordering::SeqCst);
-            }
-            match attached {
+            // Shard 0 took this shard's room for it before sending.
+            match self.attach(conn) {
                 Ok(i) => {
                     // This shard's own holds are in place: the mover's go.
                     if let Some(c) = self.conns[i].as_ref() {
@@ -1815,13 +1869,16 @@ impl Shard {
         self.spill_to = None;
         // Only shard 0 sends (while it runs the engine; it may have
         // finished by now).
-        if self.input.index == 0 {
-            self.moves_open.store(false, Ordering::SeqCst);
+        if self.input.index == 0 && self.moves_open.swap(false, Ordering::SeqCst) {
+            // A stopping shard with nothing left notices at once.
+            for p in self.peers.iter().skip(1) {
+                p.doorbell.ring();
+            }
         }
     }
 
     /// A session that could not be attached (the poller refused its
-    /// socket; its slot was reserved): closed, its account slot and IP
+    /// socket, or no slot was left): closed, its account slot and IP
     /// count given back, with Disconnect(busy) and a jittered retry-after
     /// if its outbound buffer is empty (otherwise the Disconnect could land
     /// in the middle of a queued frame).
