@@ -24,7 +24,7 @@ use rand::{Rng, SeedableRng};
 use super::acceptor::Handoff;
 use super::conn::{Conn, SessionState, Sub, ANSWER_WAIT_NS};
 use super::outbound::{Append, OutBuf};
-use super::spill::{BusyMeter, ShardLoad, SpillPolicy};
+use super::spill::{self, BusyMeter, ShardLoad, SpillPolicy};
 use super::subs::{SubIndex, Subscriber};
 use super::{GatewayStats, ShardControl, ShardStats, Shared};
 use crate::admission::{RetryWindow, TokenBucket};
@@ -1536,13 +1536,19 @@ impl Shard {
         };
         if let Some(account) = conn.account() {
             conn.state = SessionState::AwaitingLogon;
-            GatewayStats::sub(&self.shared.stats.logged_on, 1);
-            self.shared
-                .admission
-                .lock()
-                .expect("admission lock")
-                .on_session_close(account);
+            self.release_account(account);
         }
+    }
+
+    /// A logged-on session ended: one fewer logged on, and its account's
+    /// session slot given back.
+    fn release_account(&self, account: u32) {
+        GatewayStats::sub(&self.shared.stats.logged_on, 1);
+        self.shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_session_close(account);
     }
 
     /// Closes the socket now and frees the slot.
@@ -1630,7 +1636,6 @@ impl Shard {
     /// The other shards as the policy sees them, in `self.loads` (sized
     /// at start: a measurement allocates nothing).
     fn peer_loads(&mut self) -> &[ShardLoad] {
-        let max = self.shared.cfg.max_connections_per_shard as u64;
         self.loads.clear();
         for (k, p) in self.peers.iter().enumerate() {
             if k == self.input.index {
@@ -1640,7 +1645,7 @@ impl Shard {
             self.loads.push(ShardLoad {
                 index: k,
                 sessions,
-                has_room: sessions < max && !p.adopt.is_full() && p.room.load(Ordering::SeqCst) > 0,
+                has_room: !p.adopt.is_full() && p.room.load(Ordering::SeqCst) > 0,
             });
         }
         &self.loads
@@ -1661,13 +1666,10 @@ impl Shard {
         if self.input.fanout.parked.get() > 0 {
             return;
         }
-        let to = self.spill_to.or_else(|| {
-            // Asked for: the other shard with the fewest sessions and room.
-            let any = SpillPolicy {
-                threshold_permille: 1,
-            };
-            any.target(1, u64::MAX, self.peer_loads())
-        });
+        // Asked for: the other shard with the fewest sessions and room.
+        let to = self
+            .spill_to
+            .or_else(|| spill::fewest(self.peer_loads()).map(|s| s.index));
         let moved = to.is_some_and(|to| self.spill_one(to, now));
         self.spill_to = None;
         self.spill_forced = if moved {
@@ -1885,12 +1887,7 @@ impl Shard {
     fn refuse_adoption(&mut self, conn: Conn) {
         tracing::warn!(peer = %conn.peer, "a moved session could not be attached; closing it");
         if let Some(account) = conn.account() {
-            GatewayStats::sub(&self.shared.stats.logged_on, 1);
-            self.shared
-                .admission
-                .lock()
-                .expect("admission lock")
-                .on_session_close(account);
+            self.release_account(account);
         }
         self.release_ip(conn.peer);
         GatewayStats::sub(&self.shared.stats.open, 1);

@@ -108,15 +108,22 @@ impl SpillPolicy {
         if !self.is_busy(busy0) {
             return None;
         }
-        let mut best: Option<ShardLoad> = None;
-        for s in others.iter().filter(|s| s.has_room && s.index != 0) {
-            if best.is_none_or(|b| s.sessions <= b.sessions) {
-                best = Some(*s);
-            }
-        }
-        let b = best?;
+        let b = fewest(others)?;
         (sessions0 > b.sessions + 1).then_some(b.index)
     }
+}
+
+/// The shard other than 0 with the fewest sessions among those with room,
+/// ties to the higher index: where a moved session goes (also when a move
+/// is asked for rather than measured).
+pub fn fewest(others: &[ShardLoad]) -> Option<ShardLoad> {
+    let mut best: Option<ShardLoad> = None;
+    for s in others.iter().filter(|s| s.has_room && s.index != 0) {
+        if best.is_none_or(|b| s.sessions <= b.sessions) {
+            best = Some(*s);
+        }
+    }
+    best
 }
 
 #[cfg(test)]
