@@ -12,7 +12,7 @@ use pricewire::engine::{
 };
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::model::Tick;
-use pricewire::pipeline::Doorbell;
+use pricewire::runtime::Doorbell;
 
 fn ticks(config: &Config, n: usize) -> Vec<Tick> {
     let mut feed = SyntheticFeed::new(

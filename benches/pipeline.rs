@@ -10,7 +10,8 @@ use pricewire::config::Config;
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::feed::TickSource;
 use pricewire::pipeline::sink::ShardSink;
-use pricewire::pipeline::{Pipeline, PipelineConfig, WaitStrategy};
+use pricewire::pipeline::{Pipeline, PipelineConfig};
+use pricewire::runtime::WaitStrategy;
 
 fn throughput(c: &mut Criterion) {
     let config = Config::builtin(3);

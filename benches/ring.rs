@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pricewire::model::Tick;
-use pricewire::pipeline::affinity::available_cores;
+use pricewire::runtime::affinity::available_cores;
 
 /// Cores read once, before anything is pinned: a thread spawned from a
 /// pinned thread inherits its mask, so asking again later would see one

@@ -27,5 +27,6 @@ pub mod pipeline;
 pub mod refdata;
 pub mod requests;
 pub mod resilience;
+pub mod runtime;
 pub mod service;
 pub mod wire;

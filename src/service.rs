@@ -16,12 +16,11 @@ use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
-use crate::pipeline::{
-    Pipeline, PipelineConfig, PipelineError, RecorderTap, Stage, Threading, WaitStrategy,
-};
+use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
 use crate::refdata::RefData;
 use crate::requests::service::RequestConfig;
 use crate::requests::stats::OverloadStats;
+use crate::runtime::{Stage, Threading, WaitStrategy};
 
 /// What to start.
 pub struct ServiceConfig {
@@ -169,8 +168,8 @@ impl Service {
 
     fn start_sinks(
         &mut self,
-        shards: Vec<crate::pipeline::ShardInput>,
-        exchanges: Vec<crate::pipeline::sink::HistogramExchange>,
+        shards: Vec<crate::engine::ShardInput>,
+        exchanges: Vec<crate::runtime::latency::HistogramExchange>,
         pcfg: &PipelineConfig,
         wait: WaitStrategy,
     ) {
@@ -184,7 +183,7 @@ impl Service {
                 .name(format!("pw-shard{index}"))
                 .spawn(move || {
                     let stage = Stage::Shard(index as u16);
-                    if let Err(e) = crate::pipeline::affinity::place_current(stage, &cpus) {
+                    if let Err(e) = crate::runtime::affinity::place_current(stage, &cpus) {
                         // As a gateway shard does: a sink left unplaced, or
                         // gone, would leave the service up without prices.
                         tracing::error!("{e}; exiting");

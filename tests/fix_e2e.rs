@@ -12,8 +12,9 @@ use pricewire::feed::fix::sim::{FixSim, SimConfig, SimSymbol};
 use pricewire::feed::fix::FixFeed;
 use pricewire::feed::TickSource;
 use pricewire::model::price_flags;
-use pricewire::pipeline::{Pipeline, PipelineConfig, WaitStrategy};
+use pricewire::pipeline::{Pipeline, PipelineConfig};
 use pricewire::resilience::BreakerState;
+use pricewire::runtime::WaitStrategy;
 
 fn sim(mid: &str) -> FixSim {
     FixSim::start(SimConfig::new(vec![SimSymbol::new("EUR/USD", mid, 5, 8)])).unwrap()

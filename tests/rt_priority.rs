@@ -27,7 +27,7 @@ impl Drop for Server {
 /// (name, policy, rt_priority) of every thread of `pid`, from /proc.
 fn threads(pid: u32) -> Vec<(String, i64, i64)> {
     let dir = format!("/proc/{pid}/task");
-    pricewire::pipeline::affinity::thread_schedules(std::path::Path::new(&dir))
+    pricewire::runtime::affinity::thread_schedules(std::path::Path::new(&dir))
 }
 
 /// The body of `GET /metrics`, or empty while the listener is not up.
@@ -71,7 +71,7 @@ fn check_placement(extra: &[&str], price_threads: &[&str]) {
     let prio = PRIORITY.to_string();
     let mut args = vec!["--rt-priority", prio.as_str()];
     args.extend_from_slice(extra);
-    if let Err(why) = pricewire::pipeline::affinity::probe_rt_priority(PRIORITY) {
+    if let Err(why) = pricewire::runtime::affinity::probe_rt_priority(PRIORITY) {
         // Not allowed here: the server must refuse to start, saying why.
         let out = serve(&args).wait_with_output().unwrap();
         assert!(!out.status.success());

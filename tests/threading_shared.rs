@@ -17,7 +17,8 @@ use pricewire::feed::bridge::Bridge;
 use pricewire::feed::synthetic::SyntheticConfig;
 use pricewire::gateway::GatewayStats;
 use pricewire::model::{price_flags, Tick};
-use pricewire::pipeline::{CpuMap, PipelineConfig, Threading, WaitStrategy};
+use pricewire::pipeline::PipelineConfig;
+use pricewire::runtime::{CpuMap, Threading, WaitStrategy};
 use pricewire::service::{Service, ServiceConfig};
 
 const CONFIG: &str = r#"

@@ -18,7 +18,8 @@ use std::time::Duration;
 use pricewire::config::Config;
 use pricewire::feed::synthetic::SyntheticConfig;
 use pricewire::gateway::GatewayConfig;
-use pricewire::pipeline::{PipelineConfig, WaitStrategy};
+use pricewire::pipeline::PipelineConfig;
+use pricewire::runtime::WaitStrategy;
 use pricewire::service::{Service, ServiceConfig};
 use pricewire::wire;
 

@@ -15,7 +15,8 @@ use pricewire::config::Config;
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::feed::TickSource;
 use pricewire::pipeline::sink::ShardSink;
-use pricewire::pipeline::{Pipeline, PipelineConfig, Threading, WaitStrategy};
+use pricewire::pipeline::{Pipeline, PipelineConfig};
+use pricewire::runtime::{Threading, WaitStrategy};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;

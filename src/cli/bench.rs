@@ -113,7 +113,7 @@ pub struct BenchArgs {
     /// send lag is reported either way). Needs CAP_SYS_NICE or
     /// RLIMIT_RTPRIO; the run fails at once without. Off by default.
     #[arg(long, value_name = "N")]
-    pub rt_priority: Option<crate::pipeline::RtPriority>,
+    pub rt_priority: Option<crate::runtime::RtPriority>,
     /// Label of the scenario in the result rows (default: its name).
     #[arg(long)]
     pub label: Option<String>,
@@ -225,7 +225,7 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
         bail!("--herd-symbol applies to --scenario herd only");
     }
     if let Some(p) = args.rt_priority {
-        crate::pipeline::affinity::probe_rt_priority(p.get())
+        crate::runtime::affinity::probe_rt_priority(p.get())
             .map_err(|e| anyhow::anyhow!("--rt-priority: {e}"))?;
     }
     if let Some(a) = args

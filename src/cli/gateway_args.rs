@@ -9,7 +9,7 @@ use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
 use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
-use crate::pipeline::WaitStrategy;
+use crate::runtime::WaitStrategy;
 
 /// Gateway and ingest flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
@@ -132,7 +132,7 @@ impl GatewayArgs {
     pub fn gateway_config(
         &self,
         shard_wait: WaitStrategy,
-        cpus: &crate::pipeline::CpuMap,
+        cpus: &crate::runtime::CpuMap,
     ) -> Result<Option<GatewayConfig>, String> {
         if self.no_listen {
             return Ok(None);
@@ -175,7 +175,7 @@ impl GatewayArgs {
     pub fn ingest_config(
         &self,
         wait: WaitStrategy,
-        cpus: &crate::pipeline::CpuMap,
+        cpus: &crate::runtime::CpuMap,
     ) -> Option<IngestConfig> {
         self.feed_listen.map(|listen| IngestConfig {
             listen,

@@ -17,8 +17,9 @@ use crate::feed::bridge::Bridge;
 use crate::feed::ingest::INGEST_TOKEN_DEFAULT;
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
-use crate::pipeline::sink::latency_histogram;
-use crate::pipeline::{PipelineConfig, WaitStrategy};
+use crate::pipeline::PipelineConfig;
+use crate::runtime::latency::latency_histogram;
+use crate::runtime::WaitStrategy;
 use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire replay`.

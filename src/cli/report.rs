@@ -7,8 +7,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
 
-use crate::pipeline::sink::{latency_histogram, HistogramExchange, SinkStats};
+use crate::pipeline::sink::SinkStats;
 use crate::pipeline::PipelineHandles;
+use crate::runtime::latency::{latency_histogram, HistogramExchange};
 use std::sync::Arc;
 
 /// Totals the reporter diffs between lines.

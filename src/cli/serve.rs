@@ -31,14 +31,14 @@ use crate::ops::{
     standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,
     SignalWatcher, StepResult, DEFAULT_LIVENESS_STALE_MS,
 };
-use crate::pipeline::sink::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::pipeline::{
-    CpuMap, PipelineConfig, RtPriority, Threading, WaitStrategy, FEED_FULL_WAIT_US_DEFAULT,
-    FEED_RING_DEFAULT, SHARD_RING_DEFAULT,
+    PipelineConfig, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT, SHARD_RING_DEFAULT,
 };
 use crate::refdata::{RefData, RefDataConfig};
 use crate::requests::service::RequestConfig;
 use crate::requests::QueueConfig;
+use crate::runtime::latency::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
+use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
 use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.
@@ -254,7 +254,7 @@ impl ServeArgs {
     /// `--shards`, or its default for the threading.
     pub fn shard_count(&self) -> usize {
         self.shards.unwrap_or_else(|| match self.threading {
-            Threading::Shared => crate::pipeline::affinity::available_cores()
+            Threading::Shared => crate::runtime::affinity::available_cores()
                 .len()
                 .clamp(1, 8),
             Threading::Dedicated => 1,

@@ -18,8 +18,25 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::model::{price_flags, Price};
-use crate::pipeline::counter::{Counter, Gauge};
-use crate::pipeline::wait::Doorbell;
+use crate::runtime::counter::{Counter, Gauge};
+use crate::runtime::hosting::HostedTasks;
+use crate::runtime::wait::Doorbell;
+
+/// The consumer side of one engine → shard ring, handed to a gateway shard
+/// or a measuring sink (`pipeline::sink::ShardSink`).
+pub struct ShardInput {
+    pub index: usize,
+    pub consumer: rtrb::Consumer<Price>,
+    pub doorbell: Arc<Doorbell>,
+    /// The symbols this shard wants from the engine; the shard keeps it.
+    pub interest: Arc<SymbolInterest>,
+    /// The engine's side of this shard's ring (prices it holds for a full
+    /// ring: a session is not moved off the shard while any are held).
+    pub fanout: Arc<FanoutStats>,
+    /// Stages this shard's thread runs besides its own (`--threading
+    /// shared`: the engine, and the ingest listener, on shard 0).
+    pub hosted: HostedTasks,
+}
 
 /// Counters of one shard's fan-out.
 #[derive(Debug, Default)]

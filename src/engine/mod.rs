@@ -9,13 +9,14 @@
 pub mod aggregator;
 pub mod fanout;
 pub mod history;
+pub mod hosted;
 pub mod price_table;
 pub mod stats;
 
 use std::sync::Arc;
 
 pub use aggregator::{Aggregator, ProviderHealth, TickOutcome};
-pub use fanout::{FanoutStats, ShardPublisher, SymbolInterest};
+pub use fanout::{FanoutStats, ShardInput, ShardPublisher, SymbolInterest};
 pub use history::TickHistory;
 pub use price_table::PriceTable;
 pub use stats::EngineStats;

@@ -1,6 +1,6 @@
 //! Engine counters, written by the engine thread, read by reporters.
 
-use crate::pipeline::counter::Counter;
+use crate::runtime::counter::Counter;
 
 /// What the engine did with the ticks it received.
 #[derive(Debug, Default)]

@@ -24,8 +24,8 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::model::{InstrumentTable, ProviderKind, Tick};
-use crate::pipeline::hosted::{drop_signal, DropSignal, Dropped, Readiness, HOSTED_STOP_TIMEOUT};
-use crate::pipeline::{Doorbell, FeedPort, HostedTask, WaitStrategy};
+use crate::runtime::hosting::{drop_signal, DropSignal, Dropped, Readiness, HOSTED_STOP_TIMEOUT};
+use crate::runtime::{Doorbell, FeedPort, HostedTask, WaitStrategy};
 use crate::wire::{self, LogonAccepted, LogonRejectReason, LogonRejected, Message, Name16};
 
 /// Default token accepted from bridges for providers that have none of
@@ -61,7 +61,7 @@ pub struct IngestConfig {
     /// Placement of the listener's own thread (a feed stage: `--cpus
     /// feed=N`, `--rt-priority`). Unused when hosted by shard 0, which is
     /// placed as a shard.
-    pub cpus: crate::pipeline::CpuMap,
+    pub cpus: crate::runtime::CpuMap,
 }
 
 struct Bridge {
@@ -139,7 +139,7 @@ pub fn spawn(
         .name("pw-ingest".into())
         .spawn(move || {
             let placed =
-                crate::pipeline::affinity::place_current(crate::pipeline::Stage::Feed, &cpus);
+                crate::runtime::affinity::place_current(crate::runtime::Stage::Feed, &cpus);
             let ok = placed.is_ok();
             let _ = placed_tx.send(placed);
             if ok {
@@ -314,7 +314,7 @@ struct Ingest {
 
 /// Room a read needs: the most quotes one inbound buffer can hold.
 const READ_ROOM: usize = IN_BYTES / 43 + 1;
-const _: () = assert!(READ_ROOM <= crate::pipeline::hosted::SHARED_FEED_RING_MIN / 2);
+const _: () = assert!(READ_ROOM <= crate::runtime::hosting::SHARED_FEED_RING_MIN / 2);
 
 impl Ingest {
     fn run(&mut self) {

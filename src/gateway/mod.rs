@@ -31,12 +31,13 @@ use crate::admission::{Admission, AdmissionConfig, RetryWindow};
 use crate::clock::{monotonic_ns, wall_ns};
 use crate::config::Config;
 use crate::engine::PriceTable;
+use crate::engine::ShardInput;
 use crate::engine::TickHistory;
-use crate::pipeline::sink::HistogramExchange;
-use crate::pipeline::{ShardInput, WaitStrategy};
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
 use crate::requests::stats::OverloadStats;
+use crate::runtime::latency::HistogramExchange;
+use crate::runtime::WaitStrategy;
 
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
@@ -82,7 +83,7 @@ pub struct GatewayConfig {
     pub close_linger_ms: u64,
     pub shard_wait: WaitStrategy,
     /// Shard pinning (`shard=N` / `shardI=N` entries of `--cpus`).
-    pub cpus: crate::pipeline::CpuMap,
+    pub cpus: crate::runtime::CpuMap,
     pub admission: AdmissionConfig,
     /// retryAfterMs window for Disconnect(shutdown).
     pub shutdown_retry: RetryWindow,
@@ -114,7 +115,7 @@ impl Default for GatewayConfig {
             flood_disconnect_after: 100,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
-            cpus: crate::pipeline::CpuMap::default(),
+            cpus: crate::runtime::CpuMap::default(),
             admission: AdmissionConfig::default(),
             shutdown_retry: RetryWindow::new(1_000, 10_000),
             error_retry: RetryWindow::new(1_000, 5_000),

@@ -29,16 +29,17 @@ use super::subs::{SubIndex, Subscriber};
 use super::{GatewayStats, ShardControl, ShardStats, Shared};
 use crate::admission::{RetryWindow, TokenBucket};
 use crate::clock::{monotonic_ns, wall_ns};
+use crate::engine::ShardInput;
 use crate::engine::SymbolInterest;
 use crate::model::{price_flags, Price};
-use crate::pipeline::hosted::Readiness;
-use crate::pipeline::sink::{latency_histogram, HistogramExchange};
-use crate::pipeline::wait::Doorbell;
-use crate::pipeline::{ShardInput, WaitStrategy, Waiter};
 use crate::refdata::Lookup;
 use crate::requests::service::{
     RequestKind, RequestMsg, RequestPort, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX,
 };
+use crate::runtime::hosting::Readiness;
+use crate::runtime::latency::{latency_histogram, HistogramExchange};
+use crate::runtime::wait::Doorbell;
+use crate::runtime::{WaitStrategy, Waiter};
 use crate::wire::{
     self, DisconnectReason, LogonAccepted, LogonRejectReason, LogonRejected, Message, PriceBody,
     PriceKind, RejectReason, SubscribeResult, SubscribeStatus, PRICE_FRAME_LEN, SYMBOL_BY_NAME,
@@ -47,13 +48,13 @@ use crate::wire::{
 use hdrhistogram::Histogram;
 
 const WAKER: Token = Token(0);
-/// With hosted stages, their [`crate::pipeline::HostedTask::between`] runs
+/// With hosted stages, their [`crate::runtime::HostedTask::between`] runs
 /// after every this many connection writes or events in one loop turn, so
 /// a turn that writes to thousands of sessions (a reconnect herd) does not
 /// hold quotes and the other shards' prices for its whole length.
 const INTERLEAVE_EVERY: usize = 32;
 /// Tokens of hosted stages' sockets start here (see
-/// [`crate::pipeline::hosted::TASK_TOKENS`]). Connection tokens stay below
+/// [`crate::runtime::hosting::TASK_TOKENS`]). Connection tokens stay below
 /// (1 + at most 2^20 connections).
 const HOSTED_TOKEN_BASE: usize = 1 << 40;
 /// Timer sweep period.
@@ -213,9 +214,8 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name(format!("pw-shard{index}"))
         .spawn(move || {
-            let stage = crate::pipeline::Stage::Shard(index as u16);
-            if let Err(e) = crate::pipeline::affinity::place_current(stage, &shard.shared.cfg.cpus)
-            {
+            let stage = crate::runtime::Stage::Shard(index as u16);
+            if let Err(e) = crate::runtime::affinity::place_current(stage, &shard.shared.cfg.cpus) {
                 // Pinning or priority was asked for: running otherwise would
                 // lie to the operator about where latency comes from.
                 tracing::error!("{e}; exiting");
@@ -424,7 +424,7 @@ impl Shard {
                 .hosted
                 .next_timer_ns()
                 .map_or(self.next_sweep_ns, |t| t.min(self.next_sweep_ns));
-            timeout = crate::pipeline::wait::until_due(timeout, monotonic_ns(), due);
+            timeout = crate::runtime::wait::until_due(timeout, monotonic_ns(), due);
             sleeping = timeout != Some(Duration::ZERO);
         }
         let consumer = &self.input.consumer;

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::pipeline::counter::{Counter, Gauge};
+use crate::runtime::counter::{Counter, Gauge};
 
 /// Listener-wide session counters.
 #[derive(Debug, Default)]

@@ -13,12 +13,7 @@
 //! them abandoned, flushes and exits, dropping its shard producers; shards
 //! do the same.
 
-pub mod affinity;
-pub mod counter;
-pub mod feed_port;
-pub mod hosted;
 pub mod sink;
-pub mod wait;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,19 +21,18 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-pub use affinity::{CpuMap, RtPriority, Stage};
-pub use feed_port::{FeedPort, FeedStats};
-pub use hosted::{HostedTask, HostedTasks, Threading};
-pub use wait::{Doorbell, WaitStrategy, Waiter};
+use crate::runtime::affinity;
+use crate::runtime::{CpuMap, Doorbell, FeedPort, HostedTasks, Stage, Threading};
+use crate::runtime::{FeedStats, WaitStrategy, Waiter};
 
 use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{
-    Aggregator, EngineStage, EngineStats, FanoutStats, PriceTable, ProviderHealth, ShardPublisher,
-    SymbolInterest, TickHistory,
+    Aggregator, EngineStage, EngineStats, FanoutStats, PriceTable, ProviderHealth, ShardInput,
+    ShardPublisher, SymbolInterest, TickHistory,
 };
 use crate::feed::{SourcePoll, TickSource};
-use crate::model::{Price, Tick};
+use crate::model::Tick;
 
 /// Default feed → engine ring capacity, in ticks (power of two).
 pub const FEED_RING_DEFAULT: usize = 65_536;
@@ -120,13 +114,15 @@ impl PipelineConfig {
                 reason: format!("{}: must be 1..=64", self.shards),
             });
         }
-        if self.threading == Threading::Shared && self.feed_ring < hosted::SHARED_FEED_RING_MIN {
+        if self.threading == Threading::Shared
+            && self.feed_ring < crate::runtime::hosting::SHARED_FEED_RING_MIN
+        {
             return Err(PipelineError::Invalid {
                 flag: "--feed-ring",
                 reason: format!(
                     "{}: at least {} with --threading shared",
                     self.feed_ring,
-                    hosted::SHARED_FEED_RING_MIN
+                    crate::runtime::hosting::SHARED_FEED_RING_MIN
                 ),
             });
         }
@@ -167,22 +163,6 @@ pub enum StageEvent {
     },
 }
 
-/// The consumer side of one engine → shard ring, handed to a gateway shard
-/// or a [`sink::ShardSink`].
-pub struct ShardInput {
-    pub index: usize,
-    pub consumer: rtrb::Consumer<Price>,
-    pub doorbell: Arc<Doorbell>,
-    /// The symbols this shard wants from the engine; the shard keeps it.
-    pub interest: Arc<SymbolInterest>,
-    /// The engine's side of this shard's ring (prices it holds for a full
-    /// ring: a session is not moved off the shard while any are held).
-    pub fanout: Arc<FanoutStats>,
-    /// Stages this shard's thread runs besides its own (`--threading
-    /// shared`: the engine, and the ingest listener, on shard 0).
-    pub hosted: HostedTasks,
-}
-
 /// Shared read-only views of the running pipeline.
 #[derive(Clone)]
 pub struct PipelineHandles {
@@ -207,7 +187,7 @@ pub struct Pipeline {
     feeds: Vec<StageThread>,
     engine: Option<StageThread>,
     /// The engine hosted by shard 0 (`--threading shared`).
-    hosted_engine: Option<hosted::Dropped>,
+    hosted_engine: Option<crate::runtime::hosting::Dropped>,
     pub handles: PipelineHandles,
 }
 
@@ -269,13 +249,21 @@ impl Pipeline {
         let mut ports = Vec::new();
         let mut pending_sources = Vec::new();
         for (name, source) in sources {
-            let (port, consumer) = FeedPort::new(cfg, engine_doorbell.clone());
+            let (port, consumer) = FeedPort::new(
+                cfg.feed_ring,
+                cfg.feed_full_wait_us,
+                engine_doorbell.clone(),
+            );
             feed_stats.push((name.clone(), port.stats.clone()));
             inputs.push(consumer);
             pending_sources.push((name, source, port));
         }
         for name in external_ports {
-            let (port, consumer) = FeedPort::new(cfg, engine_doorbell.clone());
+            let (port, consumer) = FeedPort::new(
+                cfg.feed_ring,
+                cfg.feed_full_wait_us,
+                engine_doorbell.clone(),
+            );
             feed_stats.push((name, port.stats.clone()));
             inputs.push(consumer);
             ports.push(port);
@@ -301,7 +289,7 @@ impl Pipeline {
         let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
         stage.history = Some(history.clone());
         let (engine, hosted_engine) = if shared {
-            let (task, done) = hosted::HostedEngine::new(stage);
+            let (task, done) = crate::engine::hosted::HostedEngine::new(stage);
             shards[0].hosted.push(Box::new(task));
             (None, Some(done))
         } else {
@@ -386,10 +374,10 @@ impl Pipeline {
         if let Some(done) = self.hosted_engine.take() {
             // The host (shard 0) keeps turning the engine until its inputs
             // are drained; it is still running at this point of a stop.
-            if !done.wait(hosted::HOSTED_STOP_TIMEOUT) {
+            if !done.wait(crate::runtime::hosting::HOSTED_STOP_TIMEOUT) {
                 tracing::error!(
                     "the hosted engine did not finish within {:?}",
-                    hosted::HOSTED_STOP_TIMEOUT
+                    crate::runtime::hosting::HOSTED_STOP_TIMEOUT
                 );
             }
         }
@@ -547,6 +535,6 @@ pub fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
         stage.turn(monotonic_ns());
         // A short sleep, not `yield_now`: at real-time priority a yield
         // gives the core to no normal-priority thread, shards included.
-        std::thread::sleep(Duration::from_micros(wait::PARK_MIN_US));
+        std::thread::sleep(Duration::from_micros(crate::runtime::wait::PARK_MIN_US));
     }
 }

@@ -9,26 +9,14 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
 
-use super::counter::Counter;
-use super::wait::{WaitStrategy, Waiter};
-use super::ShardInput;
 use crate::clock::monotonic_ns;
+use crate::engine::ShardInput;
 use crate::model::{price_flags, Price};
-
-/// Lowest and highest latency the histograms track, in nanoseconds.
-pub const LATENCY_NS_MIN: u64 = 1;
-pub const LATENCY_NS_MAX: u64 = 60_000_000_000;
-/// Significant figures of every latency histogram.
-pub const LATENCY_SIGFIG: u8 = 3;
-
-/// A latency histogram with the project's fixed bounds.
-pub fn latency_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
-        .expect("static histogram bounds are valid")
-}
+use crate::runtime::counter::Counter;
+use crate::runtime::latency::{latency_histogram, HistogramExchange};
+use crate::runtime::wait::{WaitStrategy, Waiter};
 
 /// Counters of one sink.
 #[derive(Debug, Default)]
@@ -39,25 +27,6 @@ pub struct SinkStats {
     pub unexplained_gaps: Counter,
     /// Sequence jumps on conflated prices (expected under backpressure).
     pub conflated_gaps: Counter,
-}
-
-/// Where a sink sends full histograms and gets empty ones back.
-pub struct HistogramExchange {
-    pub full: Sender<Histogram<u64>>,
-    pub empty: Receiver<Histogram<u64>>,
-}
-
-impl HistogramExchange {
-    /// If the reporter asked (it sent an empty histogram), swaps `hist`
-    /// for the empty one and sends the full one back. Never allocates and
-    /// never waits: histograms ping-pong.
-    #[inline]
-    pub fn swap(&self, hist: &mut Histogram<u64>) {
-        if let Ok(empty) = self.empty.try_recv() {
-            let full = std::mem::replace(hist, empty);
-            let _ = self.full.try_send(full);
-        }
-    }
 }
 
 /// The measuring shard consumer.

@@ -19,8 +19,9 @@ use pricewire::feed::ingest::IngestConfig;
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use pricewire::feed::TickSource;
 use pricewire::gateway::{Gateway, GatewayConfig, GatewayStats, ShardStats};
-use pricewire::pipeline::{Pipeline, PipelineConfig, WaitStrategy};
+use pricewire::pipeline::{Pipeline, PipelineConfig};
 use pricewire::requests::stats::OverloadStats;
+use pricewire::runtime::WaitStrategy;
 use pricewire::service::{Service, ServiceConfig};
 use pricewire::wire::{self, OwnedMessage, SERVER_FRAME_LEN_MAX, TIER_ACCOUNT_DEFAULT};
 

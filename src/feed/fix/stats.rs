@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use crate::model::ProviderId;
-use crate::pipeline::counter::Counter;
 use crate::resilience::breaker::BreakerSnapshot;
 use crate::resilience::BreakerStats;
+use crate::runtime::counter::Counter;
 
 macro_rules! session_stats {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {

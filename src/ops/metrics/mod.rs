@@ -185,7 +185,7 @@ struct ThreadPriorities;
 impl Collect for ThreadPriorities {
     fn collect(&self, sink: &mut Sink) {
         let task_dir = std::path::Path::new("/proc/self/task");
-        for (name, _policy, priority) in crate::pipeline::affinity::thread_schedules(task_dir) {
+        for (name, _policy, priority) in crate::runtime::affinity::thread_schedules(task_dir) {
             if name.starts_with("pw-") {
                 sink.gauge_i64(
                     catalogue::THREAD_RT_PRIORITY,

@@ -242,7 +242,7 @@ fn thread_priorities_are_what_the_kernel_reports() {
     let t = std::thread::Builder::new()
         .name("pw-metric-rt".into())
         .spawn(move || {
-            let placed = crate::pipeline::affinity::set_current_fifo(7).is_ok();
+            let placed = crate::runtime::affinity::set_current_fifo(7).is_ok();
             ready_tx.send(placed).unwrap();
             let _ = done_rx.recv();
         })

@@ -7,7 +7,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread;
@@ -16,6 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use crate::runtime::sys::set_linger_zero;
 
 use super::{
     spawn_named, Shared, CHUNKS_IN_FLIGHT_MAX, CHUNK_BYTES_MAX, POLL_MS,
@@ -49,30 +50,6 @@ impl Conn {
             let _ = set_linger_zero(&self.upstream);
             shared.stats.resets.fetch_add(1, Relaxed);
         }
-    }
-}
-
-/// `SO_LINGER {on, 0}`: close() discards unsent data and sends RST.
-pub(crate) fn set_linger_zero(stream: &TcpStream) -> io::Result<()> {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: the fd is an open socket owned by `stream` for the whole call,
-    // and the option pointer/length describe a live, initialised `linger`.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast::<libc::c_void>(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

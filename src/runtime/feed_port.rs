@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use super::counter::{Counter, Gauge};
 use super::wait::Doorbell;
-use super::PipelineConfig;
 use crate::clock::monotonic_ns;
 use crate::model::Tick;
 
@@ -39,13 +38,19 @@ pub struct FeedPort {
 }
 
 impl FeedPort {
-    pub fn new(cfg: &PipelineConfig, doorbell: Arc<Doorbell>) -> (Self, rtrb::Consumer<Tick>) {
-        let (producer, consumer) = rtrb::RingBuffer::new(cfg.feed_ring);
+    /// A port onto a new ring of `ring_capacity` ticks; a push into a full
+    /// ring waits up to `full_wait_us` for room, then drops and counts.
+    pub fn new(
+        ring_capacity: usize,
+        full_wait_us: u64,
+        doorbell: Arc<Doorbell>,
+    ) -> (Self, rtrb::Consumer<Tick>) {
+        let (producer, consumer) = rtrb::RingBuffer::new(ring_capacity);
         (
             FeedPort {
                 producer,
                 doorbell,
-                full_wait_ns: cfg.feed_full_wait_us * 1_000,
+                full_wait_ns: full_wait_us * 1_000,
                 gave_up: false,
                 stats: Arc::new(FeedStats::default()),
             },

@@ -231,39 +231,7 @@ pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, String> {
     Ok(Placement { core, rt_priority })
 }
 
-/// Puts the calling thread in `SCHED_FIFO` at `priority`.
-pub fn set_current_fifo(priority: u8) -> Result<(), String> {
-    let param = libc::sched_param {
-        sched_priority: i32::from(priority),
-    };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param
-    // that outlives the call.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    let hint = match err.raw_os_error() {
-        Some(libc::EPERM) => {
-            " (needs CAP_SYS_NICE, or an RLIMIT_RTPRIO at least this high: \
-             `ulimit -r`, limits.conf `rtprio`, systemd `LimitRTPRIO=`)"
-        }
-        _ => "",
-    };
-    Err(format!("sched_setscheduler(SCHED_FIFO): {err}{hint}"))
-}
-
-/// The calling thread's scheduling policy and priority, as the kernel
-/// reports them.
-pub fn current_policy() -> (i32, i32) {
-    // SAFETY: pid 0 is the calling thread; `param` is written by the call.
-    unsafe {
-        let mut param = libc::sched_param { sched_priority: 0 };
-        let policy = libc::sched_getscheduler(0);
-        libc::sched_getparam(0, &mut param);
-        (policy, param.sched_priority)
-    }
-}
+pub use super::sys::{current_policy, set_current_fifo};
 
 /// (name, policy, rt_priority) of every thread under `task_dir`
 /// (`/proc/self/task`, `/proc/<pid>/task`), as the kernel reports them

@@ -1,0 +1,26 @@
+//! The floor every stage stands on: how a stage waits, where its thread
+//! runs, how it counts, how a feed hands ticks in, how one thread hosts
+//! another stage, and every call across the operating-system boundary.
+//!
+//! Contract: nothing here knows what a price, a provider or a subscriber
+//! is beyond the plain [`crate::model`] values it carries; stages import
+//! this module, never the other way round, and the pipeline
+//! ([`crate::pipeline`]) only assembles them. Everything on the hot path
+//! here (ring pushes, counters, doorbells, `swap` of a histogram) neither
+//! allocates nor takes a lock; the `libc` calls in [`sys`] run at start-up
+//! or on a stage's own thread at placement, never per tick.
+
+pub mod affinity;
+pub mod counter;
+pub mod feed_port;
+pub mod hosting;
+pub mod latency;
+pub mod source;
+pub mod sys;
+pub mod wait;
+
+pub use affinity::{CpuMap, RtPriority, Stage};
+pub use feed_port::{FeedPort, FeedStats};
+pub use hosting::{HostedTask, HostedTasks, Threading};
+pub use source::{SourcePoll, TickSource};
+pub use wait::{Doorbell, WaitStrategy, Waiter};
