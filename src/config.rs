@@ -46,7 +46,7 @@ pub struct ConfigFile {
     pub accounts: Option<Vec<AccountFile>>,
     /// `serve` flags (`synthetic-rate = 50000`, `shards = 2`, ...): applied
     /// as if given on the command line, unless the command line gives them.
-    /// See [`crate::cli::config_flags`].
+    /// See the `serve` flags (`cli::config_flags`).
     pub serve: Option<toml::Table>,
 }
 

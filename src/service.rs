@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::cli::report::{LatencyCollector, Totals};
+use crate::ops::report::{LatencyCollector, Totals};
 use crate::config::Config;
 use crate::feed::ingest::{self, IngestConfig, IngestHandle};
 use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};

@@ -20,7 +20,7 @@
 //!   self-contained, so the rest decode exactly) or ends the read with an
 //!   error. Nothing panics on bad bytes.
 //! - **Replay** ([`replay::ReplaySource`]) is a
-//!   [`TickSource`](crate::feed::TickSource) paced at `1x`, `Nx` or `max`
+//!   [`TickSource`](crate::runtime::TickSource) paced at `1x`, `Nx` or `max`
 //!   from the recorded receive times; it does not keep receive times (the
 //!   feed re-stamps them so latency is measured in the replaying process)
 //!   and keeps provider times as recorded.

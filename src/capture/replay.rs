@@ -24,8 +24,8 @@ use std::str::FromStr;
 
 use super::reader::{CaptureReader, ReaderOptions, StopPoint};
 use super::CaptureError;
-use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
+use crate::runtime::{SourcePoll, TickSource};
 
 /// A receive time this far before the pacing anchor starts a new anchor:
 /// it comes from another recording session (another process's clock).

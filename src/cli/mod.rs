@@ -6,7 +6,6 @@ pub mod config_flags;
 pub mod bench;
 pub mod gateway_args;
 pub mod replay;
-pub mod report;
 pub mod serve;
 pub mod watch;
 

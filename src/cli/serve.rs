@@ -17,7 +17,7 @@ use rand::SeedableRng;
 
 use super::gateway_args::GatewayArgs;
 use super::refuse;
-use super::report::line;
+use crate::ops::report::line;
 use crate::admission::RetryWindow;
 use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};

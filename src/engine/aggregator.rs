@@ -30,43 +30,18 @@
 //!    price; each publish increments the symbol's sequence number, shared by
 //!    all of its tiers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::stats::EngineStats;
 use crate::config::EngineConfig;
 use crate::model::instruments::TIERS_MAX;
-use crate::model::{price_flags, tick_flags, InstrumentTable, Mantissa, Price, Tick};
+use crate::model::{
+    price_flags, tick_flags, InstrumentTable, Mantissa, Price, ProviderHealth, Tick,
+};
 
 /// Largest accepted price mantissa: far above any real price at any digit
 /// count, and low enough that markups and mid arithmetic cannot overflow.
 pub const PRICE_MAX: Mantissa = i64::MAX / 4;
-
-/// Per-provider health, flipped by the operator or a breaker on another
-/// thread and read (Relaxed) by the engine on every aggregation.
-#[derive(Debug)]
-pub struct ProviderHealth {
-    healthy: Box<[AtomicBool]>,
-}
-
-impl ProviderHealth {
-    pub fn new(providers: usize) -> Arc<Self> {
-        Arc::new(ProviderHealth {
-            healthy: (0..providers).map(|_| AtomicBool::new(true)).collect(),
-        })
-    }
-    pub fn set(&self, provider: usize, healthy: bool) {
-        if let Some(h) = self.healthy.get(provider) {
-            h.store(healthy, Ordering::Relaxed);
-        }
-    }
-    #[inline]
-    pub fn is_healthy(&self, provider: usize) -> bool {
-        self.healthy
-            .get(provider)
-            .is_some_and(|h| h.load(Ordering::Relaxed))
-    }
-}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Quote {

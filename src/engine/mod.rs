@@ -15,7 +15,8 @@ pub mod stats;
 
 use std::sync::Arc;
 
-pub use aggregator::{Aggregator, ProviderHealth, TickOutcome};
+pub use crate::model::ProviderHealth;
+pub use aggregator::{Aggregator, TickOutcome};
 pub use fanout::{FanoutStats, ShardInput, ShardPublisher, SymbolInterest};
 pub use history::TickHistory;
 pub use price_table::PriceTable;

@@ -241,7 +241,7 @@ impl Gateway {
     }
 
     /// [`Gateway::start`], with one latency-histogram exchange per shard
-    /// (see [`crate::cli::report::LatencyCollector`]).
+    /// (see [`crate::ops::report::LatencyCollector`]).
     pub fn start_with_latency(
         cfg: GatewayConfig,
         config: Arc<Config>,

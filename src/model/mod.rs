@@ -1,12 +1,14 @@
 //! Domain types: fixed-point prices, inbound ticks, aggregated prices, and
-//! the instrument, tier and provider tables.
+//! the instrument, tier and provider tables, and provider health.
 
 pub mod aggregated;
+pub mod health;
 pub mod instruments;
 pub mod price;
 pub mod tick;
 
 pub use aggregated::{price_flags, Price, TierId};
+pub use health::ProviderHealth;
 pub use instruments::{Instrument, InstrumentTable, ProviderDef, ProviderKind, Tier};
 pub use price::{FixedPrice, Mantissa, NO_PRICE};
 pub use tick::{tick_flags, ProviderId, SymbolId, Tick};

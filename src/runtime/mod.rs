@@ -5,7 +5,7 @@
 //! Contract: nothing here knows what a price, a provider or a subscriber
 //! is beyond the plain [`crate::model`] values it carries; stages import
 //! this module, never the other way round, and the pipeline
-//! ([`crate::pipeline`]) only assembles them. Everything on the hot path
+//! (`pipeline/`) only assembles them. Everything on the hot path
 //! here (ring pushes, counters, doorbells, `swap` of a histogram) neither
 //! allocates nor takes a lock; the `libc` calls in [`sys`] run at start-up
 //! or on a stage's own thread at placement, never per tick.

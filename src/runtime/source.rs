@@ -1,6 +1,6 @@
 //! The interface a feed thread polls: a [`TickSource`] fills a caller-owned
 //! batch buffer, so polling allocates nothing. Synthetic feeds, FIX
-//! sessions and capture replay implement it; [`crate::pipeline`] turns them.
+//! sessions and capture replay implement it; the pipeline's feed threads turn them.
 
 use crate::model::Tick;
 

@@ -48,8 +48,8 @@ use super::codec::{self, Encoder, Fields, Header};
 use super::config::FixSessionConfig;
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
-use crate::engine::ProviderHealth;
 use crate::model::price::parse_price_bytes;
+use crate::model::ProviderHealth;
 use crate::model::{Mantissa, Tick, NO_PRICE};
 use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, Outcome};
 
