@@ -11,7 +11,7 @@ use pricewire::engine::{
     Aggregator, EngineStage, EngineStats, PriceTable, ProviderHealth, ShardPublisher,
 };
 use pricewire::feed::synthetic::{SyntheticConfig, SyntheticFeed};
-use pricewire::model::Tick;
+use pricewire::model::{Markups, Tick};
 use pricewire::runtime::Doorbell;
 
 fn ticks(config: &Config, n: usize) -> Vec<Tick> {
@@ -67,7 +67,7 @@ fn step(c: &mut Criterion) {
     for providers in [3usize, 8] {
         let config = Config::builtin(providers);
         let input = ticks(&config, 4096);
-        let (symbols, tiers) = (config.table.len(), config.table.tiers().len());
+        let symbols = config.table.len();
         let stats = Arc::new(EngineStats::default());
         let agg = Aggregator::new(
             &config.table,
@@ -76,8 +76,8 @@ fn step(c: &mut Criterion) {
             stats.clone(),
         );
         let (producer, mut consumer) = rtrb::RingBuffer::new(4096);
-        let shard = ShardPublisher::new(producer, symbols, tiers, Doorbell::new());
-        let table = Arc::new(PriceTable::with_markups(symbols, tiers, agg.markups()));
+        let shard = ShardPublisher::new(producer, symbols, Doorbell::new());
+        let table = Arc::new(PriceTable::with_markups(Markups::new(&config.table)));
         let mut stage = EngineStage::new(agg, table, vec![shard], Vec::new(), stats);
         let mut i = 0usize;
         g.bench_with_input(

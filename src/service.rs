@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::ops::report::{LatencyCollector, Totals};
 use crate::config::Config;
 use crate::feed::ingest::{self, IngestConfig, IngestHandle};
 use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use crate::feed::TickSource;
 use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
 use crate::ops::metrics::catalogue as m;
+use crate::ops::report::{LatencyCollector, Totals};
 use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};

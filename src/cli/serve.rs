@@ -17,7 +17,6 @@ use rand::SeedableRng;
 
 use super::gateway_args::GatewayArgs;
 use super::refuse;
-use crate::ops::report::line;
 use crate::admission::RetryWindow;
 use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
@@ -26,6 +25,7 @@ use crate::feed::fix::FixFeed;
 use crate::feed::synthetic::SyntheticConfig;
 use crate::ops::metrics::catalogue;
 use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
+use crate::ops::report::line;
 use crate::ops::shutdown::sleep_until;
 use crate::ops::{
     standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,

@@ -3,8 +3,9 @@
 //! For each symbol the aggregator keeps the latest quote of every provider.
 //! The aggregated price is the best bid and best ask across providers that
 //! are healthy (not excluded by the operator or a breaker) and fresh (quote
-//! younger than `max_quote_age`). Then, per tier, the tier's markup widens
-//! each side. All state is allocated in [`Aggregator::new`]; `on_tick` and
+//! younger than `max_quote_age`). The aggregator publishes that top of book
+//! without markup; each tier's price is derived where it is read
+//! ([`crate::model::Markups`]). All state is allocated in [`Aggregator::new`]; `on_tick` and
 //! `sweep_stale` only index and overwrite arrays.
 //!
 //! Rules, in the order they apply to a tick:
@@ -34,9 +35,8 @@ use std::sync::Arc;
 
 use super::stats::EngineStats;
 use crate::config::EngineConfig;
-use crate::model::instruments::TIERS_MAX;
 use crate::model::{
-    price_flags, tick_flags, InstrumentTable, Mantissa, Price, ProviderHealth, Tick,
+    price_flags, tick_flags, InstrumentTable, Mantissa, Price, ProviderHealth, Tick, TOP_OF_BOOK,
 };
 
 /// Largest accepted price mantissa: far above any real price at any digit
@@ -77,7 +77,7 @@ struct SymbolState {
 /// What happened to one tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TickOutcome {
-    /// A new aggregated price was produced for every tier.
+    /// A new aggregated top of book was produced ([`Aggregator::output`]).
     Published,
     /// Accepted, but the aggregated price did not change.
     Unchanged,
@@ -88,19 +88,17 @@ pub enum TickOutcome {
 /// The aggregation state for every symbol.
 pub struct Aggregator {
     providers: usize,
-    tiers: usize,
     max_quote_age_ns: u64,
     spike_bps: i128,
     spike_confirm: u32,
     /// `symbols * providers` latest quotes.
     quotes: Box<[Quote]>,
-    /// `symbols * tiers` markups in points per side.
-    markups: Box<[Mantissa]>,
     state: Box<[SymbolState]>,
     health: Arc<ProviderHealth>,
     stats: Arc<EngineStats>,
-    out: [Price; TIERS_MAX],
-    out_len: usize,
+    /// The top of book of the last publish, while `published` says so.
+    out: Price,
+    published: bool,
 }
 
 impl Aggregator {
@@ -110,19 +108,13 @@ impl Aggregator {
         health: Arc<ProviderHealth>,
         stats: Arc<EngineStats>,
     ) -> Self {
-        let (symbols, providers, tiers) =
-            (table.len(), table.providers().len(), table.tiers().len());
-        let markups = (0..symbols)
-            .flat_map(|s| table.tiers().iter().map(move |t| t.markup_for(s as u16)))
-            .collect();
+        let (symbols, providers) = (table.len(), table.providers().len());
         Aggregator {
             providers,
-            tiers,
             max_quote_age_ns: cfg.max_quote_age_ms * 1_000_000,
             spike_bps: i128::from(cfg.spike_bps),
             spike_confirm: cfg.spike_confirm,
             quotes: vec![Quote::default(); symbols * providers].into_boxed_slice(),
-            markups,
             state: vec![
                 SymbolState {
                     last_mid: 0,
@@ -135,35 +127,28 @@ impl Aggregator {
             .into_boxed_slice(),
             health,
             stats,
-            out: [Price::EMPTY; TIERS_MAX],
-            out_len: 0,
+            out: Price::EMPTY,
+            published: false,
         }
     }
 
-    /// Prices produced by the last call that returned `Published` (one per
-    /// tier), or by `sweep_stale` for one symbol.
+    /// The tier-less top of book (tier [`TOP_OF_BOOK`], no markup) produced
+    /// by the last call that returned `Published`; `None` after any other
+    /// outcome. Tiers are derived where they are read
+    /// ([`crate::model::Markups::apply`]).
     #[inline]
-    pub fn output(&self) -> &[Price] {
-        &self.out[..self.out_len]
+    pub fn output(&self) -> Option<&Price> {
+        self.published.then_some(&self.out)
     }
 
     pub fn symbols(&self) -> usize {
         self.state.len()
     }
 
-    /// Markups per (symbol, tier), points per side, for a price table.
-    pub fn markups(&self) -> Vec<Mantissa> {
-        self.markups.to_vec()
-    }
-
-    pub fn tiers(&self) -> usize {
-        self.tiers
-    }
-
     /// Applies one tick at engine time `now_ns` (monotonic).
     #[inline]
     pub fn on_tick(&mut self, t: &Tick, now_ns: u64) -> TickOutcome {
-        self.out_len = 0;
+        self.published = false;
         if !self.valid(t) {
             self.stats.invalid.inc();
             return TickOutcome::Invalid;
@@ -285,7 +270,7 @@ impl Aggregator {
         st.published = Some(top);
         st.seq += 1;
         let seq = st.seq;
-        self.fill_tiers(sym, &top, seq, provider_time_ns, receive_time_ns, now_ns);
+        self.fill_top(sym, &top, seq, provider_time_ns, receive_time_ns, now_ns);
         self.stats.published.inc();
         TickOutcome::Published
     }
@@ -303,12 +288,12 @@ impl Aggregator {
         st.published = Some(top);
         st.seq += 1;
         let seq = st.seq;
-        self.fill_tiers(sym, &top, seq, 0, now_ns, now_ns);
+        self.fill_top(sym, &top, seq, 0, now_ns, now_ns);
         self.stats.stale.inc();
         TickOutcome::Published
     }
 
-    fn fill_tiers(
+    fn fill_top(
         &mut self,
         sym: usize,
         top: &Top,
@@ -317,32 +302,29 @@ impl Aggregator {
         receive_time_ns: u64,
         now_ns: u64,
     ) {
-        for tier in 0..self.tiers {
-            let markup = self.markups[sym * self.tiers + tier];
-            self.out[tier] = Price {
-                bid: top.bid.saturating_sub(markup),
-                ask: top.ask.saturating_add(markup),
-                bid_size: top.bid_size,
-                ask_size: top.ask_size,
-                seq,
-                provider_time_ns,
-                engine_time_ns: now_ns,
-                receive_time_ns,
-                symbol: sym as u16,
-                tier: tier as u8,
-                flags: top.flags,
-                providers: top.providers,
-                _reserved: [0; 3],
-            };
-        }
-        self.out_len = self.tiers;
+        self.out = Price {
+            bid: top.bid,
+            ask: top.ask,
+            bid_size: top.bid_size,
+            ask_size: top.ask_size,
+            seq,
+            provider_time_ns,
+            engine_time_ns: now_ns,
+            receive_time_ns,
+            symbol: sym as u16,
+            tier: TOP_OF_BOOK,
+            flags: top.flags,
+            providers: top.providers,
+            _reserved: [0; 3],
+        };
+        self.published = true;
     }
 
     /// Re-evaluates symbol `sym` without a new tick (quotes may have aged
     /// out or a provider may have been marked unhealthy). Returns
     /// `Published` with the new prices in [`Aggregator::output`].
     pub fn reevaluate(&mut self, sym: usize, now_ns: u64) -> TickOutcome {
-        self.out_len = 0;
+        self.published = false;
         if self.state[sym].published.is_none() {
             return TickOutcome::Unchanged;
         }

@@ -136,7 +136,8 @@ impl SymbolInterest {
 /// The engine's producer side of one shard ring.
 pub struct ShardPublisher {
     producer: rtrb::Producer<Price>,
-    tiers: usize,
+    /// One slot per symbol: the engine publishes one tier-less top of book
+    /// per change, so the latest price per symbol is all a full ring keeps.
     parked: Box<[Price]>,
     is_parked: Box<[bool]>,
     /// Keys in the order they were first parked; capacity = every key, so
@@ -150,16 +151,10 @@ pub struct ShardPublisher {
 }
 
 impl ShardPublisher {
-    pub fn new(
-        producer: rtrb::Producer<Price>,
-        symbols: usize,
-        tiers: usize,
-        doorbell: Arc<Doorbell>,
-    ) -> Self {
-        let keys = symbols * tiers;
+    pub fn new(producer: rtrb::Producer<Price>, symbols: usize, doorbell: Arc<Doorbell>) -> Self {
+        let keys = symbols;
         ShardPublisher {
             producer,
-            tiers,
             parked: vec![Price::EMPTY; keys].into_boxed_slice(),
             is_parked: vec![false; keys].into_boxed_slice(),
             order: VecDeque::with_capacity(keys),
@@ -178,7 +173,8 @@ impl ShardPublisher {
 
     #[inline]
     fn key(&self, p: &Price) -> usize {
-        p.symbol as usize * self.tiers + p.tier as usize
+        debug_assert!((p.symbol as usize) < self.parked.len());
+        p.symbol as usize
     }
 
     /// Publishes one price: into the ring, or parked (conflating) if full.
@@ -284,7 +280,7 @@ mod tests {
         let interest = SymbolInterest::none(100);
         let bell = Doorbell::new();
         let mut publisher =
-            ShardPublisher::new(producer, 100, 1, bell.clone()).with_interest(interest.clone());
+            ShardPublisher::new(producer, 100, bell.clone()).with_interest(interest.clone());
         publisher.publish(&price(70, 0, 1));
         publisher.notify();
         assert!(consumer.is_empty(), "nobody wants symbol 70 yet");
@@ -326,13 +322,11 @@ mod tests {
     #[test]
     fn full_ring_conflates_and_keeps_the_latest_for_every_symbol() {
         let (producer, mut consumer) = rtrb::RingBuffer::new(4);
-        let mut publisher = ShardPublisher::new(producer, 10, 2, Doorbell::new());
-        // 50 rounds over 10 symbols x 2 tiers into a 4-slot ring nobody reads.
+        let mut publisher = ShardPublisher::new(producer, 20, Doorbell::new());
+        // 50 rounds over 20 symbols into a 4-slot ring nobody reads.
         for round in 1..=50u64 {
-            for s in 0..10u16 {
-                for t in 0..2u8 {
-                    publisher.publish(&price(s, t, round));
-                }
+            for s in 0..20u16 {
+                publisher.publish(&price(s, 0, round));
             }
         }
         // Keys 0..4 went into the ring in round 1, then parked in round 2;
@@ -344,7 +338,7 @@ mod tests {
         let mut conflated_seen = 0;
         let mut drain = |consumer: &mut rtrb::Consumer<Price>| {
             while let Ok(p) = consumer.pop() {
-                let k = p.symbol as usize * 2 + p.tier as usize;
+                let k = p.symbol as usize;
                 assert!(p.seq > latest[k], "key {k} went backwards");
                 latest[k] = p.seq;
                 if p.flags & price_flags::CONFLATED != 0 {
@@ -371,7 +365,7 @@ mod tests {
     #[test]
     fn no_overtaking_while_a_key_is_parked() {
         let (producer, mut consumer) = rtrb::RingBuffer::new(1);
-        let mut publisher = ShardPublisher::new(producer, 2, 1, Doorbell::new());
+        let mut publisher = ShardPublisher::new(producer, 2, Doorbell::new());
         publisher.publish(&price(0, 0, 1)); // fills the ring
         publisher.publish(&price(1, 0, 1)); // parked
         assert_eq!(consumer.pop().unwrap().seq, 1);

@@ -115,11 +115,7 @@ mod tests {
         let stats = Arc::new(EngineStats::default());
         let health = ProviderHealth::new(table.providers().len());
         let agg = Aggregator::new(table, &config.engine, health, stats.clone());
-        let prices = Arc::new(PriceTable::with_markups(
-            table.len(),
-            table.tiers().len(),
-            agg.markups(),
-        ));
+        let prices = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
         let (producer, consumer) = rtrb::RingBuffer::<crate::model::Tick>::new(8);
         let stage = EngineStage::new(agg, prices, Vec::new(), vec![consumer], stats);
         let (mut engine, _done) = HostedEngine::new(stage);

@@ -86,9 +86,10 @@ impl EngineStage {
 
     #[inline]
     fn fan_out(&mut self) {
-        // One table write and one ring push per change: the table and the
-        // shards derive every tier from the first by its markup.
-        let Some(first) = self.agg.output().first() else {
+        // One table write and one ring push per change, of the tier-less
+        // top of book: the table and the shards derive each tier by its
+        // markup where they read it.
+        let Some(first) = self.agg.output() else {
             return;
         };
         self.table.write(first);

@@ -22,15 +22,14 @@
 //! The slot is padded to whole cache lines so readers of one symbol do not
 //! slow the writer of another.
 //!
-//! One slot per symbol, not per (symbol, tier): every tier of a symbol is
-//! the same top of book widened by a fixed markup, so the engine writes one
-//! slot per change and `read` applies the tier's markup (stored as the
-//! difference to tier 0's). That is one seqlock write per publish instead of
-//! one per tier.
+//! One slot per symbol, not per (symbol, tier): the engine writes the
+//! tier-less top of book once per change and `read` derives the tier's
+//! price with [`Markups::apply`], the one home of tier pricing. That is one
+//! seqlock write per publish instead of one per tier.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::model::{Price, SymbolId, TierId};
+use crate::model::{Markups, Price, SymbolId, TierId, TOP_OF_BOOK};
 
 const WORDS: usize = 9;
 
@@ -44,11 +43,9 @@ struct Slot {
 /// Lock-free table of the latest [`Price`] per (symbol, tier).
 #[derive(Debug)]
 pub struct PriceTable {
-    /// One per symbol, holding the tier-0 price.
+    /// One per symbol, holding the top of book.
     slots: Box<[Slot]>,
-    tiers: usize,
-    /// `symbols * tiers`: markup of the tier minus markup of tier 0, points.
-    deltas: Box<[i64]>,
+    markups: Markups,
 }
 
 fn pack(p: &Price) -> [u64; WORDS] {
@@ -91,21 +88,14 @@ fn unpack(w: &[u64; WORDS]) -> Price {
 impl PriceTable {
     /// A table for `symbols` x `tiers`, all empty, every tier the same price.
     pub fn new(symbols: usize, tiers: usize) -> Self {
-        Self::with_markups(symbols, tiers, vec![0; symbols * tiers])
+        Self::with_markups(Markups::none(symbols, tiers))
     }
 
-    /// A table whose tiers differ by `markups` (`symbols * tiers`, points
-    /// per side, as the engine applies them).
-    pub fn with_markups(symbols: usize, tiers: usize, markups: Vec<i64>) -> Self {
-        assert!(symbols > 0 && tiers > 0 && markups.len() == symbols * tiers);
-        let deltas = markups
-            .chunks(tiers)
-            .flat_map(|m| m.iter().map(move |&x| x - m[0]))
-            .collect();
+    /// A table whose tiers are derived by `markups`.
+    pub fn with_markups(markups: Markups) -> Self {
         PriceTable {
-            slots: (0..symbols).map(|_| Slot::default()).collect(),
-            tiers,
-            deltas,
+            slots: (0..markups.symbols()).map(|_| Slot::default()).collect(),
+            markups,
         }
     }
 
@@ -114,43 +104,34 @@ impl PriceTable {
     }
 
     pub fn tiers(&self) -> usize {
-        self.tiers
+        self.markups.tiers()
     }
 
-    #[inline]
-    fn delta(&self, symbol: SymbolId, tier: TierId) -> i64 {
-        let i = symbol as usize * self.tiers + tier as usize;
-        debug_assert!((tier as usize) < self.tiers && i < self.deltas.len());
-        self.deltas[i]
+    /// The markups every tier's price is derived by.
+    pub fn markups(&self) -> &Markups {
+        &self.markups
     }
 
-    /// `price` (any tier of its symbol) as tier `tier` sees it.
+    /// `top` (a tier-less top of book, as the engine publishes it) as tier
+    /// `tier` sees it.
     #[inline]
-    pub fn for_tier(&self, price: &Price, tier: TierId) -> Price {
-        let d = self.delta(price.symbol, tier) - self.delta(price.symbol, price.tier);
-        let mut p = *price;
-        p.tier = tier;
-        p.bid = p.bid.saturating_sub(d);
-        p.ask = p.ask.saturating_add(d);
-        p
+    pub fn for_tier(&self, top: &Price, tier: TierId) -> Price {
+        self.markups.apply(top, tier)
     }
 
-    /// Stores `price` (any tier of its symbol; all tiers follow). Only one
-    /// thread (the engine) may write; concurrent writers would corrupt the
-    /// sequence.
+    /// Stores `top`, the tier-less top of book of its symbol (every tier
+    /// follows). Only one thread (the engine) may write; concurrent writers
+    /// would corrupt the sequence.
     #[inline]
-    pub fn write(&self, price: &Price) {
-        let d = self.delta(price.symbol, price.tier);
-        let mut base = *price;
-        base.tier = 0;
-        base.bid = base.bid.saturating_add(d);
-        base.ask = base.ask.saturating_sub(d);
-        let slot = &self.slots[price.symbol as usize];
+    pub fn write(&self, top: &Price) {
+        debug_assert_eq!(top.tier, TOP_OF_BOOK, "the table stores tops of book");
+        debug_assert!((top.symbol as usize) < self.slots.len());
+        let slot = &self.slots[top.symbol as usize];
         let s = slot.seq.load(Ordering::Relaxed);
         debug_assert!(s % 2 == 0, "concurrent price-table writers");
         slot.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        for (w, v) in slot.words.iter().zip(pack(&base)) {
+        for (w, v) in slot.words.iter().zip(pack(top)) {
             w.store(v, Ordering::Relaxed);
         }
         slot.seq.store(s.wrapping_add(2), Ordering::Release);
@@ -162,7 +143,7 @@ impl PriceTable {
     /// the length of nine loads.
     #[inline]
     pub fn read(&self, symbol: SymbolId, tier: TierId) -> Option<Price> {
-        if symbol as usize >= self.symbols() || tier as usize >= self.tiers {
+        if symbol as usize >= self.symbols() || tier as usize >= self.tiers() {
             return None;
         }
         let slot = &self.slots[symbol as usize];
@@ -181,12 +162,7 @@ impl PriceTable {
             }
             fence(Ordering::Acquire);
             if slot.seq.load(Ordering::Relaxed) == s1 {
-                let mut p = unpack(&words);
-                let d = self.delta(symbol, tier);
-                p.tier = tier;
-                p.bid = p.bid.saturating_sub(d);
-                p.ask = p.ask.saturating_add(d);
-                return Some(p);
+                return Some(self.markups.apply(&unpack(&words), tier));
             }
         }
     }
@@ -221,8 +197,8 @@ mod tests {
     fn empty_until_written_then_latest() {
         let t = PriceTable::new(4, 2);
         assert_eq!(t.read(1, 1), None);
-        t.write(&price(5, 1, 1));
-        t.write(&price(6, 1, 1));
+        t.write(&price(5, 1, 0));
+        t.write(&price(6, 1, 0));
         assert_eq!(t.read(1, 1), Some(price(6, 1, 1)));
         assert_eq!(
             t.read(1, 0),
@@ -237,10 +213,10 @@ mod tests {
     #[test]
     fn every_tier_reads_its_own_markup() {
         // Two symbols, three tiers with markups 0 / 5 / 12 (symbol 1: 0 / 20 / 40).
-        let t = PriceTable::with_markups(2, 3, vec![0, 5, 12, 0, 20, 40]);
-        let mut p = price(1, 1, 2); // written as tier 2 of symbol 1
-        p.bid = 1_000;
-        p.ask = 1_100;
+        let t = PriceTable::with_markups(Markups::from_points(3, vec![0, 5, 12, 0, 20, 40]));
+        let mut p = price(1, 1, TOP_OF_BOOK);
+        p.bid = 1_040;
+        p.ask = 1_060;
         t.write(&p);
         let r = |tier| t.read(1, tier).map(|p| (p.tier, p.bid, p.ask));
         assert_eq!(r(2), Some((2, 1_000, 1_100)));

@@ -80,7 +80,7 @@ impl Rig {
         self.agg.on_tick(&t, t.receive_time_ns)
     }
     fn raw(&self) -> Price {
-        self.agg.output()[0]
+        *self.agg.output().expect("the last tick published")
     }
 }
 
@@ -202,14 +202,15 @@ fn invalid_ticks_are_refused_and_counted() {
 #[test]
 fn tiers_widen_each_side_with_per_symbol_overrides() {
     let mut r = rig(1);
+    let markups = crate::model::Markups::new(&table(1));
     r.apply(tick(0, 0, 100_000, 100_010, 1));
-    let out = r.agg.output();
-    assert_eq!(out.len(), 2);
-    assert_eq!((out[0].bid, out[0].ask, out[0].tier), (100_000, 100_010, 0));
-    assert_eq!((out[1].bid, out[1].ask, out[1].tier), (99_997, 100_013, 1));
+    let top = r.raw();
+    assert_eq!((top.bid, top.ask, top.tier), (100_000, 100_010, 0));
+    let p = markups.apply(&top, 1);
+    assert_eq!((p.bid, p.ask, p.tier), (99_997, 100_013, 1));
     r.apply(tick(1, 0, 100_000, 100_010, 2)); // symbol 1 overrides to 50
-    let out = r.agg.output();
-    assert_eq!((out[1].bid, out[1].ask), (99_950, 100_060));
+    let p = markups.apply(&r.raw(), 1);
+    assert_eq!((p.bid, p.ask), (99_950, 100_060));
 }
 
 #[test]
@@ -221,7 +222,6 @@ fn sequence_numbers_are_per_symbol_shared_by_tiers_and_skip_unchanged() {
     assert_eq!(r.raw().seq, 1, "symbol 1 has its own sequence");
     r.apply(tick(0, 1, 99_990, 100_030, 2)); // worse on both sides: size/providers change
     assert_eq!(r.raw().seq, 2);
-    assert!(r.agg.output().iter().all(|p| p.seq == 2));
     // Re-sending the identical quote changes nothing: no publish, no seq.
     assert_eq!(
         r.apply(tick(0, 1, 99_990, 100_030, 3)),
@@ -252,18 +252,16 @@ fn the_table_serves_every_tier_from_one_write_per_change() {
         ProviderHealth::new(2),
         stats.clone(),
     );
-    let prices = Arc::new(PriceTable::with_markups(
-        t.len(),
-        t.tiers().len(),
-        agg.markups(),
-    ));
+    let markups = crate::model::Markups::new(&t);
+    let prices = Arc::new(PriceTable::with_markups(markups.clone()));
     let mut stage = EngineStage::new(agg, prices.clone(), Vec::new(), Vec::new(), stats);
     for sym in 0..2u16 {
         stage.process(&tick(sym, 0, 100_000, 100_010, 1), MS);
-        for (tier, want) in stage.agg.output().to_vec().into_iter().enumerate() {
+        let top = *stage.agg.output().expect("published");
+        for tier in 0..t.tiers().len() as u8 {
             assert_eq!(
-                prices.read(sym, tier as u8),
-                Some(want),
+                prices.read(sym, tier),
+                Some(markups.apply(&top, tier)),
                 "symbol {sym} tier {tier}"
             );
         }

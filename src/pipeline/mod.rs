@@ -224,9 +224,8 @@ impl Pipeline {
             let doorbell = Doorbell::new();
             // Nothing until the shard's first subscription (sinks: all).
             let interest = SymbolInterest::none(table.len());
-            let publisher =
-                ShardPublisher::new(producer, table.len(), table.tiers().len(), doorbell.clone())
-                    .with_interest(interest.clone());
+            let publisher = ShardPublisher::new(producer, table.len(), doorbell.clone())
+                .with_interest(interest.clone());
             shards.push(ShardInput {
                 index,
                 consumer,
@@ -273,11 +272,7 @@ impl Pipeline {
         let engine_stats = Arc::new(EngineStats::default());
         let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
         let agg = Aggregator::new(table, &config.engine, health.clone(), engine_stats.clone());
-        let price_table = Arc::new(PriceTable::with_markups(
-            table.len(),
-            table.tiers().len(),
-            agg.markups(),
-        ));
+        let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
         let mut stage = EngineStage::new(
             agg,
             price_table.clone(),
