@@ -7,6 +7,7 @@
 
 use std::io::{self, Read};
 
+use super::conn::Conn;
 use super::session::{Ctx, Session, Step, Timer};
 use super::shard::{Shard, INTERLEAVE_EVERY};
 use super::GatewayStats;
@@ -23,7 +24,7 @@ impl Shard {
     /// Connection `i`'s session and a context for a call at `now`; call
     /// [`Shard::settle`] after it.
     pub(super) fn session_ctx(&mut self, i: usize, now: u64) -> Option<(&mut Session, Ctx<'_>)> {
-        let conn = self.conns.get_mut(i)?.as_mut()?;
+        let conn = self.slab.conns.get_mut(i)?.as_mut()?;
         let ctx = Ctx {
             now_ns: now,
             cfg: &self.session_cfg,
@@ -51,7 +52,7 @@ impl Shard {
     /// Carries out what connection `i`'s session asked for: a write, and
     /// if it ended, its subscriptions and account slot dropped.
     pub(super) fn settle(&mut self, i: usize) {
-        let Some(conn) = self.conns[i].as_mut() else {
+        let Some(conn) = self.slab.conns[i].as_mut() else {
             return;
         };
         let fx = conn.session.take_effects();
@@ -113,10 +114,10 @@ impl Shard {
     // ---- writes -------------------------------------------------------
 
     pub(super) fn flush_writes(&mut self, now: u64) {
-        let mut list = std::mem::take(&mut self.write_list);
+        let mut list = std::mem::take(&mut self.slab.write_list);
         let hosting = !self.input.hosted.is_empty();
         for (k, &i) in list.iter().enumerate() {
-            if let Some(c) = self.conns[i as usize].as_mut() {
+            if let Some(c) = self.slab.conns[i as usize].as_mut() {
                 c.in_write_list = false;
             }
             self.write_conn(i as usize, now);
@@ -126,11 +127,11 @@ impl Shard {
             }
         }
         list.clear();
-        self.write_list = list;
+        self.slab.write_list = list;
     }
 
     pub(super) fn write_conn(&mut self, i: usize, now: u64) {
-        let Some(conn) = self.conns[i].as_mut() else {
+        let Some(conn) = self.slab.conns[i].as_mut() else {
             return;
         };
         for _ in 0..2 {
@@ -147,8 +148,7 @@ impl Shard {
             // overflow while writing through: send the latest of each.
             let drained = conn.out.update_flow(now);
             if (drained || !conn.out.is_conflating()) && conn.dirty_subs > 0 {
-                let (shared, tiers) = (&self.shared, self.tiers);
-                super::fanout::resync(conn, shared, tiers, &self.digits, &self.stats, now);
+                self.fanout.resync(conn, &self.stats, now);
                 continue;
             }
             break;
@@ -164,12 +164,7 @@ impl Shard {
     }
 
     pub(super) fn queue_write(&mut self, i: usize) {
-        if let Some(c) = self.conns[i].as_mut() {
-            if !c.in_write_list {
-                c.in_write_list = true;
-                self.write_list.push(i as u32);
-            }
-        }
+        self.slab.queue_write(i);
     }
 
     // ---- reads --------------------------------------------------------
@@ -179,7 +174,7 @@ impl Shard {
         // keep the shard from its prices and its other connections; the
         // rest is read next turn (edge-triggered: remembered here).
         for _ in 0..READS_PER_TURN {
-            let Some(conn) = self.conns[i].as_mut() else {
+            let Some(conn) = self.slab.conns[i].as_mut() else {
                 return;
             };
             let buf = conn.session.read_buf();
@@ -205,27 +200,22 @@ impl Shard {
             }
             self.process_frames(i, now);
         }
-        if let Some(conn) = self.conns[i].as_mut() {
-            if !conn.in_read_list {
-                conn.in_read_list = true;
-                self.read_list.push(i as u32);
-            }
-        }
+        self.slab.queue_read(i);
     }
 
     /// Continues reading connections that used up last turn's budget.
     pub(super) fn read_again(&mut self) {
-        let mut list = std::mem::take(&mut self.read_list);
+        let mut list = std::mem::take(&mut self.slab.read_list);
         for &i in &list {
-            if let Some(c) = self.conns[i as usize].as_mut() {
+            if let Some(c) = self.slab.conns[i as usize].as_mut() {
                 c.in_read_list = false;
             }
             self.on_readable(i as usize, monotonic_ns());
         }
         list.clear();
         // Entries pushed while reading went to the (empty) replacement.
-        list.append(&mut self.read_list);
-        self.read_list = list;
+        list.append(&mut self.slab.read_list);
+        self.slab.read_list = list;
     }
 
     /// Hands every complete frame read so far to the session, and what it
@@ -246,7 +236,7 @@ impl Shard {
 
     fn on_event(&mut self, i: usize, ev: super::session::Event<'_>, now: u64) {
         use super::session::Event;
-        let account = self.conns[i].as_ref().and_then(|c| c.account());
+        let account = self.slab.conns[i].as_ref().and_then(|c| c.account());
         match (ev, account) {
             (Event::Logon(l), _) => self.on_logon(i, &l, now),
             (Event::Subscribe(s), _) => self.on_subscribe(i, &s, now),
@@ -265,18 +255,18 @@ impl Shard {
 
     /// Removes the connection's subscriptions from the shard.
     fn drop_subs(&mut self, i: usize) {
-        while let Some(last) = self.conns[i]
+        while let Some(last) = self.slab.conns[i]
             .as_ref()
             .and_then(|c| c.subs.len().checked_sub(1))
         {
-            self.remove_sub(i, last);
+            self.fanout.remove(&mut self.slab, i, last);
         }
     }
 
     /// Removes subscriptions and releases the session's account slot.
     fn drop_session(&mut self, i: usize) {
         self.drop_subs(i);
-        let Some(conn) = self.conns[i].as_mut() else {
+        let Some(conn) = self.slab.conns[i].as_mut() else {
             return;
         };
         if let Some(account) = conn.session.end() {
@@ -305,6 +295,15 @@ impl Shard {
         GatewayStats::sub(&self.shared.stats.open, 1);
     }
 
+    /// Takes connection `i` out of the poller and the slab, still open.
+    pub(super) fn release_slot(&mut self, i: usize) -> Option<Conn> {
+        let mut conn = self.slab.take(i)?;
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.give_room();
+        self.stats.connections.set(self.slab.in_use() as u64);
+        Some(conn)
+    }
+
     pub(super) fn disconnect_all(&mut self) {
         // Sessions in this shard's lane are told too (on adoption), and
         // shard 0 sends no more.
@@ -312,8 +311,8 @@ impl Shard {
         self.close_moves();
         self.adopt();
         let now = monotonic_ns();
-        for i in 0..self.conns.len() {
-            let open = self.conns[i]
+        for i in 0..self.slab.conns.len() {
+            let open = self.slab.conns[i]
                 .as_ref()
                 .is_some_and(|c| !c.session.is_closing());
             if open {
@@ -328,8 +327,8 @@ impl Shard {
     pub(super) fn close_all(&mut self) {
         self.close_moves();
         self.adopt();
-        for i in 0..self.conns.len() {
-            if self.conns[i].is_some() {
+        for i in 0..self.slab.conns.len() {
+            if self.slab.conns[i].is_some() {
                 self.write_conn(i, monotonic_ns());
                 self.close_now(i);
             }
@@ -342,8 +341,8 @@ impl Shard {
     /// the outbound gauges.
     pub(super) fn sweep(&mut self, now: u64) {
         let (mut conflating, mut queued) = (0u64, 0u64);
-        for i in 0..self.live_end {
-            let Some(conn) = self.conns[i].as_ref() else {
+        for i in 0..self.slab.live_end {
+            let Some(conn) = self.slab.conns[i].as_ref() else {
                 continue;
             };
             conflating += u64::from(conn.out.is_conflating());

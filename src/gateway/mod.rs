@@ -14,12 +14,14 @@ pub mod acceptor;
 pub mod conn;
 mod conns;
 mod fanout;
+mod lanes;
 mod logon;
 mod moves;
 pub mod outbound;
 mod queries;
 pub mod session;
 pub mod shard;
+mod slab;
 pub mod spill;
 pub mod stats;
 pub mod subs;
@@ -229,7 +231,7 @@ pub struct Gateway {
     requests: Option<RequestService>,
     shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
     pub shard_stats: Vec<Arc<ShardStats>>,
-    peers: Arc<[moves::Peer]>,
+    peers: Arc<[lanes::Peer]>,
 }
 
 impl Gateway {
@@ -317,7 +319,7 @@ impl Gateway {
         let (request_service, ports) =
             RequestService::start(deps.requests, sources, bells, shared.overload.clone())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mut lanes = moves::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
+        let mut lanes = lanes::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
             let s = shard::spawn(shared.clone(), input, exchange, requests, &mut lanes)?;

@@ -1,115 +1,18 @@
-//! Moving sessions between shards (see `spill.rs` for the policy): each
-//! shard's [`Peer`] and hand-over lane, and the steps of a move on the
-//! shard that runs the engine and on the shard that adopts the session.
+//! Moving sessions between shards (see `spill.rs` for the policy): the
+//! steps of a move on the shard that runs the engine and on the shard
+//! that adopts the session, over the lanes of `lanes.rs`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use crossbeam_channel::{Receiver, Sender};
 use mio::{Interest, Token};
 
 use super::conn::{Conn, ANSWER_WAIT_NS};
+use super::lanes::release_symbols;
 use super::shard::Shard;
 use super::spill::{self, ShardLoad};
-use super::subs::Subscriber;
-use super::{GatewayStats, ShardStats};
+use super::GatewayStats;
 use crate::clock::monotonic_ns;
-use crate::engine::SymbolInterest;
-use crate::pipeline::wait::Doorbell;
-use crate::pipeline::ShardInput;
 use crate::wire::DisconnectReason;
-
-/// Sessions in transit to one shard (moved off a busy shard 0).
-const ADOPT_SLOTS: usize = 64;
-
-/// What another shard needs to hand this shard a session.
-pub struct Peer {
-    pub(super) adopt: Sender<Conn>,
-    pub(super) doorbell: Arc<Doorbell>,
-    pub(super) interest: Arc<SymbolInterest>,
-    pub(super) stats: Arc<ShardStats>,
-    /// Slab slots neither in use nor promised to a session in this
-    /// shard's lane. Taken before a slot is used or promised, by the shard
-    /// itself (accept) or by shard 0 (a move), so a moved session always
-    /// finds its slot; given back when a slot is freed or a promise is not
-    /// kept.
-    pub(super) room: AtomicU64,
-}
-
-impl Peer {
-    /// One slot, if there is room.
-    pub(super) fn take_room(&self) -> bool {
-        self.room
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
-            .is_ok()
-    }
-
-    pub(super) fn give_room(&self) {
-        self.room.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Holds on `symbol` in this shard's interest (tests, diagnostics).
-    pub fn symbol_holds(&self, symbol: u16) -> u32 {
-        self.interest.holds(symbol)
-    }
-}
-
-/// Each shard's [`Peer`] and its end of the hand-over lane, made before
-/// any shard starts so every shard knows the others.
-pub struct Lanes {
-    pub peers: Arc<[Peer]>,
-    inboxes: Vec<Receiver<Conn>>,
-    /// True while shard 0 may still send sessions: the other shards do not
-    /// exit on an empty slab before it is false and their lane is empty.
-    pub(super) moves_open: Arc<AtomicBool>,
-}
-
-impl Lanes {
-    /// `slots`: each shard's slab size (`max_connections_per_shard`).
-    pub fn new(inputs: &[ShardInput], slots: usize) -> Lanes {
-        // Only a shard 0 that runs the engine moves sessions.
-        let moves = inputs.len() >= 2 && !inputs[0].hosted.is_empty();
-        let (peers, inboxes): (Vec<Peer>, Vec<Receiver<Conn>>) = inputs
-            .iter()
-            .map(|input| {
-                let (tx, rx) = crossbeam_channel::bounded(ADOPT_SLOTS);
-                let peer = Peer {
-                    adopt: tx,
-                    doorbell: input.doorbell.clone(),
-                    interest: input.interest.clone(),
-                    stats: Arc::new(ShardStats::default()),
-                    room: AtomicU64::new(slots as u64),
-                };
-                (peer, rx)
-            })
-            .unzip();
-        Lanes {
-            peers: peers.into(),
-            inboxes,
-            moves_open: Arc::new(AtomicBool::new(moves)),
-        }
-    }
-
-    /// Shard `index`'s inbox (taken once).
-    pub(super) fn take_inbox(&mut self, index: usize) -> Receiver<Conn> {
-        std::mem::replace(&mut self.inboxes[index], crossbeam_channel::never())
-    }
-}
-
-/// Clears [`Lanes`]' `moves_open` when shard 0's thread ends, however it
-/// ends.
-pub(super) struct MovesClosedOnExit {
-    pub(super) open: Arc<AtomicBool>,
-    pub(super) sender: bool,
-}
-
-impl Drop for MovesClosedOnExit {
-    fn drop(&mut self) {
-        if self.sender {
-            self.open.store(false, Ordering::SeqCst);
-        }
-    }
-}
 
 impl Shard {
     // ---- moving sessions between shards (see `spill.rs`) --------------
@@ -199,7 +102,7 @@ impl Shard {
     /// fan-out work), the highest slot on a tie.
     pub(super) fn pick_mover(&self, now: u64) -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
-        for (i, c) in self.conns[..self.live_end].iter().enumerate() {
+        for (i, c) in self.slab.conns[..self.slab.live_end].iter().enumerate() {
             let Some(c) = c else { continue };
             let awaited =
                 c.requests_out > 0 && now.saturating_sub(c.last_request_ns) < ANSWER_WAIT_NS;
@@ -238,8 +141,8 @@ impl Shard {
         };
         let peers = self.peers.clone();
         let peer = &peers[to];
-        let tiers = self.tiers;
-        let Some(conn) = self.conns[i].as_ref() else {
+        let tiers = self.fanout.tiers;
+        let Some(conn) = self.slab.conns[i].as_ref() else {
             return false;
         };
         if peer.adopt.is_full() || !peer.take_room() {
@@ -249,10 +152,10 @@ impl Shard {
             peer.interest.hold((sub.key as usize / tiers) as u16);
         }
         for slot in 0..conn.subs.len() {
-            self.unindex(i, slot);
+            self.fanout.unindex(&mut self.slab, i, slot);
         }
-        self.write_list.retain(|&k| k as usize != i);
-        self.read_list.retain(|&k| k as usize != i);
+        self.slab.write_list.retain(|&k| k as usize != i);
+        self.slab.read_list.retain(|&k| k as usize != i);
         let Some(mut conn) = self.release_slot(i) else {
             unreachable!("slot {i} was checked above");
         };
@@ -286,21 +189,6 @@ impl Shard {
         }
     }
 
-    /// Takes connection `i` out of the poller and the slab, still open.
-    pub(super) fn release_slot(&mut self, i: usize) -> Option<Conn> {
-        let mut conn = self.conns[i].take()?;
-        let _ = self.poll.registry().deregister(&mut conn.stream);
-        self.free.push(i as u32);
-        self.give_room();
-        while self.live_end > 0 && self.conns[self.live_end - 1].is_none() {
-            self.live_end -= 1;
-        }
-        self.stats
-            .connections
-            .set((self.conns.len() - self.free.len()) as u64);
-        Some(conn)
-    }
-
     /// Puts a session that comes from another shard into this one: slab,
     /// poller (a socket with input or room waiting reports it at once),
     /// index and interest. The caller took this shard's room for it; on
@@ -309,7 +197,7 @@ impl Shard {
     // rather than through a heap box.
     #[allow(clippy::result_large_err)]
     pub(super) fn attach(&mut self, mut conn: Conn) -> Result<usize, Conn> {
-        let Some(i) = self.free.pop() else {
+        let Some(i) = self.slab.free.pop() else {
             self.give_room();
             return Err(conn);
         };
@@ -321,31 +209,14 @@ impl Shard {
             Interest::READABLE | Interest::WRITABLE,
         );
         if registered.is_err() {
-            self.free.push(i as u32);
+            self.slab.free.push(i as u32);
             self.give_room();
             return Err(conn);
         }
-        for (k, sub) in conn.subs.iter_mut().enumerate() {
-            let key = sub.key as usize;
-            sub.pos = self.index.add(
-                key,
-                Subscriber {
-                    conn: i as u32,
-                    slot: k as u32,
-                },
-            );
-            let symbol = key / self.tiers;
-            self.sym_subs[symbol] += 1;
-            if self.sym_subs[symbol] == 1 {
-                self.input.interest.hold(symbol as u16);
-            }
-        }
+        self.fanout.index_conn(&mut conn, i);
         let owes = !conn.out.is_empty() || conn.dirty_subs > 0;
-        self.conns[i] = Some(conn);
-        self.live_end = self.live_end.max(i + 1);
-        self.stats
-            .connections
-            .set((self.conns.len() - self.free.len()) as u64);
+        self.slab.put(i, conn);
+        self.stats.connections.set(self.slab.in_use() as u64);
         if owes {
             self.queue_write(i);
         }
@@ -359,8 +230,8 @@ impl Shard {
             match self.attach(conn) {
                 Ok(i) => {
                     // This shard's own holds are in place: the mover's go.
-                    if let Some(c) = self.conns[i].as_ref() {
-                        release_symbols(&self.input.interest, c, self.tiers);
+                    if let Some(c) = self.slab.conns[i].as_ref() {
+                        release_symbols(self.fanout.interest(), c, self.fanout.tiers);
                     }
                     self.stats.sessions_moved_in.inc();
                     if self.disconnecting || self.stopping.is_some() {
@@ -372,7 +243,7 @@ impl Shard {
                     }
                 }
                 Err(conn) => {
-                    release_symbols(&self.input.interest, &conn, self.tiers);
+                    release_symbols(self.fanout.interest(), &conn, self.fanout.tiers);
                     self.refuse_adoption(conn);
                 }
             }
@@ -410,12 +281,5 @@ impl Shard {
             let retry = self.jitter(self.shared.cfg.admission.retry_after);
             super::acceptor::refuse_busy(conn.stream, retry, &self.shared.stats);
         }
-    }
-}
-
-/// Lets go of one hold per subscription of `conn` (a moved session's).
-pub(super) fn release_symbols(interest: &SymbolInterest, conn: &Conn, tiers: usize) {
-    for sub in &conn.subs {
-        interest.release((sub.key as usize / tiers) as u16);
     }
 }

@@ -88,9 +88,9 @@ impl Shard {
 
     /// The tier a request names (or the session default), if entitled.
     pub(super) fn entitled_tier(&self, i: usize, tier: u8) -> Option<u8> {
-        let conn = self.conns[i].as_ref()?;
+        let conn = self.slab.conns[i].as_ref()?;
         let tier = conn.session.tier(tier);
-        let ok = (tier as usize) < self.tiers && conn.session.acct()?.entitled_tier(tier);
+        let ok = (tier as usize) < self.fanout.tiers && conn.session.acct()?.entitled_tier(tier);
         ok.then_some(tier)
     }
 
@@ -98,7 +98,7 @@ impl Shard {
         if self.shared.config.table.get(id).is_none() {
             return Err(RejectReason::UNKNOWN_SYMBOL);
         }
-        let entitled = self.conns[i]
+        let entitled = self.slab.conns[i]
             .as_ref()
             .and_then(|c| c.session.acct())
             .is_some_and(|a| a.entitled_symbol(id));
@@ -117,7 +117,7 @@ impl Shard {
         kind: RequestKind,
         now: u64,
     ) -> RequestMsg {
-        let conn = self.conns[i].as_ref();
+        let conn = self.slab.conns[i].as_ref();
         let mut m = RequestMsg {
             shard: self.input.index as u16,
             conn: i as u32,
@@ -151,7 +151,7 @@ impl Shard {
     pub(super) fn enqueue(&mut self, i: usize, m: RequestMsg) {
         let pushed = self.requests.requests.push(m).is_ok();
         if pushed {
-            if let Some(c) = self.conns[i].as_mut() {
+            if let Some(c) = self.slab.conns[i].as_mut() {
                 c.requests_out += 1;
                 c.last_request_ns = monotonic_ns();
             }
@@ -183,6 +183,7 @@ impl Shard {
                 n += 1;
                 let i = a.conn as usize;
                 let live = self
+                    .slab
                     .conns
                     .get(i)
                     .and_then(Option::as_ref)
@@ -192,7 +193,7 @@ impl Shard {
                     continue;
                 }
                 let bytes = &a.bytes[..a.len as usize];
-                if let Some(conn) = self.conns[i].as_mut() {
+                if let Some(conn) = self.slab.conns[i].as_mut() {
                     conn.requests_out = conn.requests_out.saturating_sub(1);
                     if conn.out.append(bytes) == Append::Overflow {
                         self.stats.answers_orphaned.inc();

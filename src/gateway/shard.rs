@@ -23,11 +23,12 @@ use rand::{Rng, SeedableRng};
 
 use super::acceptor::Handoff;
 use super::conn::Conn;
-use super::moves::{Lanes, MovesClosedOnExit, Peer};
+use super::fanout::Fanout;
+use super::lanes::{Lanes, MovesClosedOnExit, Peer};
 use super::outbound::OutBuf;
 use super::session::{Session, SessionConfig};
+use super::slab::Slab;
 use super::spill::{BusyMeter, ShardLoad, SpillPolicy};
-use super::subs::SubIndex;
 use super::{GatewayStats, ShardControl, ShardStats, Shared};
 use crate::admission::RetryWindow;
 use crate::clock::monotonic_ns;
@@ -35,7 +36,7 @@ use crate::pipeline::hosted::Readiness;
 use crate::pipeline::sink::{latency_histogram, HistogramExchange};
 use crate::pipeline::{ShardInput, WaitStrategy, Waiter};
 use crate::requests::service::RequestPort;
-use crate::wire::{SubscribeResult, PRICE_FRAME_LEN};
+use crate::wire::SubscribeResult;
 use hdrhistogram::Histogram;
 
 const WAKER: Token = Token(0);
@@ -50,6 +51,9 @@ pub(super) const INTERLEAVE_EVERY: usize = 32;
 const HOSTED_TOKEN_BASE: usize = 1 << 40;
 /// Timer sweep period.
 pub const SWEEP_NS: u64 = 50_000_000;
+/// Most prices taken from the engine ring per turn, so sockets are polled
+/// regularly even under a flood of prices.
+pub const PRICE_BATCH: usize = 4096;
 /// Most new connections taken from the inbox per turn.
 const ACCEPT_BATCH: usize = 256;
 
@@ -135,21 +139,10 @@ pub(super) struct Shard {
     /// This turn's events (readable includes closed).
     pub(super) ready: Vec<(usize, Readiness)>,
     pub(super) input: ShardInput,
-    pub(super) conns: Vec<Option<Conn>>,
-    pub(super) free: Vec<u32>,
-    /// Subscriptions per symbol (all tiers): the first and the last one
-    /// switch the symbol in `input.interest`.
-    pub(super) sym_subs: Box<[u32]>,
-    /// One past the highest slot in use: the timer sweep walks
-    /// `conns[..live_end]`, not every slot of the (large) slab.
-    pub(super) live_end: usize,
-    pub(super) index: SubIndex,
-    pub(super) write_list: Vec<u32>,
-    /// Connections with unread input left after their per-turn budget.
-    pub(super) read_list: Vec<u32>,
-    pub(super) tiers: usize,
-    pub(super) digits: Box<[u8]>,
-    pub(super) scratch: [u8; PRICE_FRAME_LEN],
+    /// Connections and this turn's write and read lists.
+    pub(super) slab: Slab,
+    /// Subscriptions and the price path.
+    pub(super) fanout: Fanout,
     pub(super) frame: Box<[u8]>,
     pub(super) results: Vec<SubscribeResult>,
     pub(super) new_keys: Vec<u32>,
@@ -198,10 +191,7 @@ impl Shard {
         stats: Arc<ShardStats>,
         requests: RequestPort,
     ) -> Self {
-        let table = &shared.config.table;
         let cap = shared.cfg.max_connections_per_shard;
-        let tiers = table.tiers().len();
-        let digits = table.instruments().iter().map(|i| i.digits).collect();
         let max_entries = shared.cfg.max_frame_bytes / 18 + 1;
         let mut waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
         let shared_spill = shared.cfg.shard0_spill_permille;
@@ -211,18 +201,15 @@ impl Shard {
         // `poll_once`.)
         waiter.set_retrying(false);
         Shard {
-            index: SubIndex::new(table.len() * tiers),
-            conns: (0..cap).map(|_| None).collect(),
-            free: (0..cap as u32).rev().collect(),
-            live_end: 0,
-            sym_subs: vec![0; table.len()].into_boxed_slice(),
-            write_list: Vec::with_capacity(cap),
-            read_list: Vec::with_capacity(cap),
+            slab: Slab::new(cap),
+            fanout: Fanout::new(
+                &shared.config,
+                shared.table.clone(),
+                input.interest.clone(),
+                shared.wall_offset_ns,
+            ),
             ready: Vec::with_capacity(1024),
             events: Events::with_capacity(1024),
-            tiers,
-            digits,
-            scratch: [0; PRICE_FRAME_LEN],
             frame: vec![0u8; shared.cfg.max_frame_bytes].into_boxed_slice(),
             results: Vec::with_capacity(max_entries),
             new_keys: Vec::with_capacity(max_entries),
@@ -258,7 +245,7 @@ impl Shard {
     fn run(&mut self) {
         let mut busy = false;
         loop {
-            self.poll_once(busy || !self.read_list.is_empty());
+            self.poll_once(busy || !self.slab.read_list.is_empty());
             let woke = monotonic_ns();
             self.handle_events();
             self.read_again();
@@ -298,7 +285,7 @@ impl Shard {
         // must retry something nothing will wake it for (the engine's
         // prices parked for another shard's full ring; no tasks: false).
         self.waiter.set_retrying(self.input.hosted.retry_pending());
-        let mut timeout = if busy || !self.write_list.is_empty() {
+        let mut timeout = if busy || !self.slab.write_list.is_empty() {
             Some(Duration::ZERO)
         } else {
             self.waiter.poll_timeout()
@@ -344,7 +331,7 @@ impl Shard {
             self.waiter.reset();
         }
         // Reads left over from last turn's budget are input too.
-        self.had_input = input || !self.read_list.is_empty();
+        self.had_input = input || !self.slab.read_list.is_empty();
         self.ready.clear();
         if res.is_ok() {
             for e in self.events.iter() {
@@ -390,7 +377,7 @@ impl Shard {
             None => false,
             Some(deadline) => {
                 now >= deadline
-                    || (self.free.len() == self.conns.len()
+                    || (self.slab.is_empty()
                         && !self.moves_open.load(Ordering::SeqCst)
                         && self.adopt_rx.is_empty())
             }
@@ -424,7 +411,7 @@ impl Shard {
     fn accept(&mut self, mut stream: TcpStream, peer: SocketAddr) {
         // No slot while every free one is promised to a moving session.
         let slot = if self.take_room() {
-            self.free.pop()
+            self.slab.free.pop()
         } else {
             None
         };
@@ -442,15 +429,14 @@ impl Shard {
             .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
             .is_err()
         {
-            self.free.push(i as u32);
+            self.slab.free.push(i as u32);
             self.give_room();
             self.release_ip(peer);
             return;
         }
         let cfg = &self.shared.cfg;
         let now = monotonic_ns();
-        self.live_end = self.live_end.max(i + 1);
-        self.conns[i] = Some(Conn {
+        let conn = Conn {
             stream,
             peer,
             session: Session::new(&self.session_cfg, now),
@@ -462,11 +448,39 @@ impl Shard {
             in_read_list: false,
             requests_out: 0,
             last_request_ns: 0,
-        });
+        };
+        self.slab.put(i, conn);
         GatewayStats::add(&self.shared.stats.open, 1);
-        self.stats
-            .connections
-            .set((self.conns.len() - self.free.len()) as u64);
+        self.stats.connections.set(self.slab.in_use() as u64);
+    }
+
+    // ---- prices -------------------------------------------------------
+
+    pub(super) fn drain_prices(&mut self, now: u64) -> usize {
+        let n = self.input.consumer.slots().min(PRICE_BATCH);
+        // After reading the ring's fill: a session handed over before the
+        // first price published after its hand-over is attached before that
+        // price is delivered (the push that made it visible came after the
+        // send into the lane).
+        self.adopt();
+        for _ in 0..n {
+            if let Ok(p) = self.input.consumer.pop() {
+                self.hist
+                    .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
+                self.fanout.on_price(&p, &mut self.slab, &self.stats, now);
+            }
+        }
+        if n > 0 {
+            self.swap_histogram();
+        }
+        n
+    }
+
+    /// Hands the histogram to the reporter when it asked.
+    fn swap_histogram(&mut self) {
+        if let Some(x) = &self.exchange {
+            x.swap(&mut self.hist);
+        }
     }
 
     pub(super) fn release_ip(&self, peer: SocketAddr) {
