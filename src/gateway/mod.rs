@@ -9,6 +9,17 @@
 //! buffer of every subscribed connection. Nothing on the fan-out path
 //! allocates or locks. Control (stop accepting, disconnect all, stop)
 //! arrives over crossbeam channels with a mio waker.
+//!
+//! Where things are: `session.rs` is the sans-IO protocol state of one
+//! connection (framing, logon gate, rate limit, heartbeats, timeouts,
+//! rejects and disconnects; bytes and time in, frames and events out).
+//! The shard owns the I/O and the shared state around it: `shard.rs` (the
+//! loop: poll, accept, control, prices off the ring), `conns.rs` (socket
+//! reads and writes, session calls, closing, the timer sweep), `slab.rs`
+//! (the connections), `fanout.rs` (subscription index and the price
+//! path), `subscribe.rs`, `queries.rs` (the request path) and `logon.rs`
+//! (admission and credentials), `lanes.rs` and `moves.rs` (moving
+//! sessions between shards, policy in `spill.rs`).
 
 pub mod acceptor;
 pub mod conn;

@@ -198,3 +198,72 @@ fn a_shard_disconnect_ends_the_session_with_its_reason() {
     // Ending again (the shard closing the socket) finds no account.
     assert_eq!(r.s.end(), None);
 }
+
+type Counter = fn(&GatewayStats) -> &std::sync::atomic::AtomicU64;
+
+#[test]
+fn every_disconnect_reason_closes_and_counts_where_it_has_a_counter() {
+    let reasons: [(DisconnectReason, Option<Counter>); 7] = [
+        (
+            DisconnectReason::SLOW_CONSUMER,
+            Some(|s| &s.disconnects_slow_consumer),
+        ),
+        (
+            DisconnectReason::SHUTDOWN,
+            Some(|s| &s.disconnects_shutdown),
+        ),
+        (
+            DisconnectReason::PROTOCOL_ERROR,
+            Some(|s| &s.disconnects_protocol_error),
+        ),
+        (
+            DisconnectReason::IDLE_TIMEOUT,
+            Some(|s| &s.disconnects_idle),
+        ),
+        (DisconnectReason::AUTH, None),
+        (DisconnectReason::BUSY, None),
+        (DisconnectReason::LOGOUT, Some(|s| &s.disconnects_logout)),
+    ];
+    let total = |st: &GatewayStats| {
+        [
+            &st.disconnects_slow_consumer,
+            &st.disconnects_shutdown,
+            &st.disconnects_protocol_error,
+            &st.disconnects_idle,
+            &st.disconnects_logout,
+        ]
+        .iter()
+        .map(|c| GatewayStats::get(c))
+        .sum::<u64>()
+    };
+    for (reason, counter) in reasons {
+        let mut r = Rig::new().logged_on();
+        r.at_ms(1).call(|s, ctx| s.disconnect(ctx, reason, 7, "x"));
+        let want = Sent::Disconnect {
+            reason,
+            retry_ms: 7,
+            text: "x".into(),
+        };
+        assert_eq!(r.sent(), vec![want]);
+        assert_eq!(r.s.closing_reason(), Some(reason));
+        assert_eq!(r.s.take_effects().ended, Some(Ended { account: Some(3) }));
+        // The counter of this reason and no other.
+        assert_eq!(total(&r.stats), u64::from(counter.is_some()), "{reason:?}");
+        if let Some(c) = counter {
+            assert_eq!(GatewayStats::get(c(&r.stats)), 1, "{reason:?}");
+        }
+    }
+}
+
+#[test]
+fn a_logon_decision_after_the_session_closed_does_not_revive_it() {
+    let mut r = Rig::new();
+    r.feed(&logon(0));
+    r.call(|s, ctx| s.disconnect(ctx, DisconnectReason::SHUTDOWN, 0, ""));
+    r.sent();
+    let a = admitted();
+    r.call(|s, ctx| s.logon_accepted(a, 0, ctx));
+    assert!(r.s.is_closing());
+    assert!(r.sent().is_empty());
+    assert_eq!(GatewayStats::get(&r.stats.logged_on), 0);
+}

@@ -151,3 +151,28 @@ fn a_session_that_has_not_logged_on_gets_no_heartbeats() {
     r.at_ms(4_000).call(|s, ctx| s.on_timer(ctx));
     assert!(r.sent().is_empty());
 }
+
+#[test]
+fn every_logon_refusal_carries_its_reason_and_retry_after() {
+    let reasons = [
+        LogonRejectReason::AUTH,
+        LogonRejectReason::BUSY,
+        LogonRejectReason::RATE_LIMITED,
+        LogonRejectReason::SHUTTING_DOWN,
+        LogonRejectReason::SESSION_LIMIT,
+        LogonRejectReason::NOT_ENTITLED,
+    ];
+    for (k, reason) in reasons.into_iter().enumerate() {
+        let mut r = Rig::new();
+        r.feed(&logon(0));
+        let retry = k as u32 * 100;
+        r.call(|s, ctx| s.logon_rejected(reason, retry, ctx));
+        let want = LogonRejected {
+            reason,
+            retry_after_ms: retry,
+        };
+        assert_eq!(r.sent(), vec![Sent::Rejected(want)], "{reason:?}");
+        assert!(r.s.is_closing());
+        assert_eq!(r.s.account(), None);
+    }
+}
