@@ -6,7 +6,9 @@
 //! drained until `WouldBlock`, spurious events tolerated), write every
 //! connection that got bytes this turn, and every [`SWEEP_NS`] run the
 //! timers (heartbeats, dead peers, logon and frame timeouts, slow
-//! consumers, closing connections). The fan-out path allocates nothing.
+//! consumers, closing connections), which each connection's
+//! [`Session`] judges from the time it is given. The fan-out path
+//! allocates nothing.
 
 use std::io;
 use std::net::SocketAddr;
