@@ -57,7 +57,7 @@ pub struct FanoutStats {
 /// Which symbols a shard wants: a count of holds per symbol, taken by the
 /// shard for each symbol its sessions subscribe to, and by a session on
 /// its way to the shard from another one (one hold per subscription, see
-/// `gateway::shard`'s spill) until the shard has attached it. Written on
+/// `gateway::moves`) until the shard has attached it. Written on
 /// subscribe, unsubscribe and session moves; read by the engine on every
 /// publish.
 ///

@@ -1,25 +1,14 @@
-//! One subscriber connection: socket, buffers, session state and its
-//! subscriptions. Everything is allocated when the connection is accepted.
+//! One subscriber connection: socket, outbound buffer, protocol session
+//! and subscriptions. Everything is allocated when the connection is accepted.
 
 use std::net::SocketAddr;
 
 use mio::net::TcpStream;
 
 use super::outbound::OutBuf;
-use crate::admission::TokenBucket;
-use crate::wire::DisconnectReason;
+use super::session::Session;
 
-/// Where a session is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionState {
-    /// Connected; only Logon is accepted.
-    AwaitingLogon,
-    /// Logged on as account `account` (index in the config's accounts).
-    Active { account: u32 },
-    /// A Disconnect (or LogonRejected) was queued; flushing until
-    /// `deadline_ns`, then closed. Reads are ignored.
-    Closing { deadline_ns: u64 },
-}
+pub use super::session::SessionState;
 
 /// One subscription of a connection.
 #[derive(Debug, Clone, Copy)]
@@ -38,35 +27,18 @@ pub struct Sub {
 pub struct Conn {
     pub stream: TcpStream,
     pub peer: SocketAddr,
-    pub state: SessionState,
-    pub session_id: u64,
-    pub inbuf: Box<[u8]>,
-    pub in_len: usize,
+    /// The protocol state (logon, timers, inbound framing).
+    pub session: Session,
     pub out: OutBuf,
     pub subs: Vec<Sub>,
     /// Subscriptions with `dirty` set.
     pub dirty_subs: u32,
-    pub default_tier: u8,
-    pub heartbeat_ns: u64,
-    pub connected_ns: u64,
-    pub last_rx_ns: u64,
-    pub last_tx_ns: u64,
-    /// When the oldest incomplete frame in `inbuf` started arriving.
-    pub partial_since_ns: Option<u64>,
-    pub msg_bucket: TokenBucket,
-    /// Consecutive rate-limited messages.
-    pub flood_strikes: u32,
-    pub first_subscribe_done: bool,
     /// Queued for a write this loop turn.
     pub in_write_list: bool,
-    /// Why the server is closing it (for counters), if it is.
-    pub closing_reason: Option<DisconnectReason>,
     /// Closing and flushed: our FIN was sent; waiting for the peer's.
     pub fin_sent: bool,
     /// Queued to read again next turn (its read budget ran out).
     pub in_read_list: bool,
-    /// The logged-on account (entitlements), from the config or Redis.
-    pub acct: Option<std::sync::Arc<crate::config::Account>>,
     /// Requests handed to the request path and not answered yet: a
     /// session with answers on their way to this shard is not moved to
     /// another (see `gateway::spill`).
@@ -83,13 +55,10 @@ pub const ANSWER_WAIT_NS: u64 = 30_000_000_000;
 
 impl Conn {
     pub fn is_active(&self) -> bool {
-        matches!(self.state, SessionState::Active { .. })
+        self.session.is_active()
     }
 
     pub fn account(&self) -> Option<u32> {
-        match self.state {
-            SessionState::Active { account } => Some(account),
-            _ => None,
-        }
+        self.session.account()
     }
 }

@@ -9,14 +9,34 @@
 //! buffer of every subscribed connection. Nothing on the fan-out path
 //! allocates or locks. Control (stop accepting, disconnect all, stop)
 //! arrives over crossbeam channels with a mio waker.
+//!
+//! Where things are: `session.rs` is the sans-IO protocol state of one
+//! connection (framing, logon gate, rate limit, heartbeats, timeouts,
+//! rejects and disconnects; bytes and time in, frames and events out).
+//! The shard owns the I/O and the shared state around it: `shard.rs` (the
+//! loop: poll, accept, control, prices off the ring), `conns.rs` (socket
+//! reads and writes, session calls, closing, the timer sweep), `slab.rs`
+//! (the connections), `fanout.rs` (subscription index and the price
+//! path), `subscribe.rs`, `queries.rs` (the request path) and `logon.rs`
+//! (admission and credentials), `lanes.rs` and `moves.rs` (moving
+//! sessions between shards, policy in `spill.rs`).
 
 pub mod acceptor;
 pub mod conn;
+mod conns;
+mod fanout;
+mod lanes;
+mod logon;
+mod moves;
 pub mod outbound;
+mod queries;
+pub mod session;
 pub mod shard;
+mod slab;
 pub mod spill;
 pub mod stats;
 pub mod subs;
+mod subscribe;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -223,7 +243,7 @@ pub struct Gateway {
     requests: Option<RequestService>,
     shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
     pub shard_stats: Vec<Arc<ShardStats>>,
-    peers: Arc<[shard::Peer]>,
+    peers: Arc<[lanes::Peer]>,
 }
 
 impl Gateway {
@@ -311,7 +331,7 @@ impl Gateway {
         let (request_service, ports) =
             RequestService::start(deps.requests, sources, bells, shared.overload.clone())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mut lanes = shard::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
+        let mut lanes = lanes::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
             let s = shard::spawn(shared.clone(), input, exchange, requests, &mut lanes)?;

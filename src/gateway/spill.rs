@@ -20,7 +20,7 @@
 //! session nothing it can see, but moving back and forth on a load that
 //! swings around the mark would.
 //!
-//! The move itself (`shard.rs`, `Shard::spill` and `Shard::adopt`) keeps
+//! The move itself (`moves.rs`, `Shard::spill_one` and `Shard::adopt`) keeps
 //! every update in sequence: the receiving shard's [`SymbolInterest`]
 //! holds the session's symbols before shard 0 lets go of it, shard 0
 //! drains its own ring first, and the receiver attaches the session before

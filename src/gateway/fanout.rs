@@ -1,0 +1,303 @@
+//! Fan-out: prices from the engine ring, encoded once per (symbol, tier)
+//! and copied into the outbound buffer of every subscribed connection;
+//! the shard's subscription index and symbol interest kept in step;
+//! conflation bookkeeping and the snapshots that resync a connection.
+//! Nothing on the price path allocates (index lists grow only when a
+//! subscription is added).
+
+use std::sync::Arc;
+
+use super::conn::{Conn, Sub};
+use super::outbound::Append;
+use super::slab::Slab;
+use super::subs::{SubIndex, Subscriber};
+use super::ShardStats;
+use crate::engine::{PriceTable, SymbolInterest};
+use crate::model::{price_flags, Price};
+use crate::wire::{self, PriceBody, PriceKind, SubscribeStatus, PRICE_FRAME_LEN};
+
+/// Offset of the SBE templateId in a frame (after the 6-byte SOFH and the
+/// 2-byte blockLength).
+const TEMPLATE_ID_OFFSET: usize = 8;
+
+/// A shard's fan-out state: who subscribes to what, and what it needs to
+/// encode a price.
+pub(super) struct Fanout {
+    index: SubIndex,
+    /// Subscriptions per symbol (all tiers): the first and the last one
+    /// switch the symbol in `interest`.
+    sym_subs: Box<[u32]>,
+    /// The symbols the engine sends this shard.
+    interest: Arc<SymbolInterest>,
+    pub(super) tiers: usize,
+    digits: Box<[u8]>,
+    scratch: [u8; PRICE_FRAME_LEN],
+    table: Arc<PriceTable>,
+    /// UTC = monotonic + this (see `Shared::wall_offset_ns`).
+    wall_offset_ns: i64,
+}
+
+impl Fanout {
+    pub(super) fn new(
+        config: &crate::config::Config,
+        table: Arc<PriceTable>,
+        interest: Arc<SymbolInterest>,
+        wall_offset_ns: i64,
+    ) -> Fanout {
+        let symbols = &config.table;
+        let tiers = symbols.tiers().len();
+        Fanout {
+            index: SubIndex::new(symbols.len() * tiers),
+            sym_subs: vec![0; symbols.len()].into_boxed_slice(),
+            interest,
+            tiers,
+            digits: symbols.instruments().iter().map(|i| i.digits).collect(),
+            scratch: [0; PRICE_FRAME_LEN],
+            table,
+            wall_offset_ns,
+        }
+    }
+
+    // ---- prices -------------------------------------------------------
+
+    /// Encodes `p` once per tier and copies it to every subscriber.
+    #[inline]
+    pub(super) fn on_price(&mut self, p: &Price, slab: &mut Slab, stats: &ShardStats, now: u64) {
+        stats.prices_in.inc();
+        // The engine sends one price per symbol change (its first tier);
+        // every tier is the same top of book with its own markup.
+        for tier in 0..self.tiers as u8 {
+            let tp = self.table.for_tier(p, tier);
+            self.fan_out_tier(&tp, slab, stats, now);
+        }
+    }
+
+    /// Encodes one (symbol, tier) price once and copies it to every
+    /// subscriber of that key.
+    #[inline]
+    fn fan_out_tier(&mut self, p: &Price, slab: &mut Slab, stats: &ShardStats, now: u64) {
+        let key = p.symbol as usize * self.tiers + p.tier as usize;
+        let subscribers = self.index.subscribers(key);
+        if subscribers.is_empty() {
+            return;
+        }
+        // The engine conflated this key: send a resync point, not a delta.
+        let kind = if p.flags & price_flags::CONFLATED != 0 {
+            PriceKind::Snapshot
+        } else {
+            PriceKind::Update
+        };
+        let digits = self.digits[p.symbol as usize];
+        let n = wire::encode_model_price(&mut self.scratch, kind, p, digits, self.wall_offset_ns);
+        let bytes = &self.scratch[..n];
+        for s in subscribers {
+            if let Some(conn) = slab.conns[s.conn as usize].as_mut() {
+                if deliver(conn, s.slot, p.seq, bytes, now, stats) && !conn.in_write_list {
+                    conn.in_write_list = true;
+                    slab.write_list.push(s.conn);
+                }
+            }
+        }
+    }
+
+    // ---- subscriptions ------------------------------------------------
+
+    /// Subscribes connection `i` to `key` (at most `max` subscriptions);
+    /// a new key is pushed to `new_keys` (its snapshot is owed).
+    pub(super) fn add(
+        &mut self,
+        slab: &mut Slab,
+        i: usize,
+        key: usize,
+        max: usize,
+        new_keys: &mut Vec<u32>,
+    ) -> SubscribeStatus {
+        let Some(conn) = slab.conns[i].as_mut() else {
+            return SubscribeStatus::LIMIT_REACHED;
+        };
+        if conn.subs.iter().any(|s| s.key as usize == key) {
+            return SubscribeStatus::OK;
+        }
+        if conn.subs.len() >= max {
+            return SubscribeStatus::LIMIT_REACHED;
+        }
+        let slot = conn.subs.len() as u32;
+        let pos = self.index.add(
+            key,
+            Subscriber {
+                conn: i as u32,
+                slot,
+            },
+        );
+        conn.subs.push(Sub {
+            key: key as u32,
+            pos,
+            last_seq: 0,
+            dirty: false,
+        });
+        // Before the snapshot is read (send_snapshots): see SymbolInterest.
+        self.hold(key / self.tiers);
+        new_keys.push(key as u32);
+        SubscribeStatus::OK
+    }
+
+    /// Removes subscription `slot` of connection `i`.
+    pub(super) fn remove(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.unindex(slab, i, slot);
+        let Some(conn) = slab.conns[i].as_mut() else {
+            return;
+        };
+        let sub = conn.subs.swap_remove(slot);
+        if sub.dirty {
+            conn.dirty_subs -= 1;
+        }
+        if slot < conn.subs.len() {
+            let m = conn.subs[slot];
+            self.index.set_slot(m.key as usize, m.pos, slot as u32);
+        }
+    }
+
+    /// Takes subscription `slot` of connection `i` out of this shard's
+    /// index (and the symbol out of its interest if it was the last),
+    /// leaving the connection's own list as it is.
+    pub(super) fn unindex(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        let Some(sub) = slab.conns[i].as_ref().map(|c| c.subs[slot]) else {
+            return;
+        };
+        if let Some(moved) = self.index.remove(sub.key as usize, sub.pos) {
+            if let Some(other) = slab.conns[moved.conn as usize].as_mut() {
+                other.subs[moved.slot as usize].pos = sub.pos;
+            }
+        }
+        let symbol = sub.key as usize / self.tiers;
+        self.sym_subs[symbol] -= 1;
+        if self.sym_subs[symbol] == 0 {
+            self.interest.release(symbol as u16);
+        }
+    }
+
+    /// Indexes every subscription of `conn` (a session moved here) as
+    /// connection `i`.
+    pub(super) fn index_conn(&mut self, conn: &mut Conn, i: usize) {
+        for (k, sub) in conn.subs.iter_mut().enumerate() {
+            let key = sub.key as usize;
+            let s = Subscriber {
+                conn: i as u32,
+                slot: k as u32,
+            };
+            sub.pos = self.index.add(key, s);
+            self.hold(key / self.tiers);
+        }
+    }
+
+    fn hold(&mut self, symbol: usize) {
+        self.sym_subs[symbol] += 1;
+        if self.sym_subs[symbol] == 1 {
+            self.interest.hold(symbol as u16);
+        }
+    }
+
+    /// This shard's symbol interest (see `lanes::release_symbols`).
+    pub(super) fn interest(&self) -> &SymbolInterest {
+        &self.interest
+    }
+
+    // ---- resync -------------------------------------------------------
+
+    /// After draining below low: the latest price of every owed key, as a
+    /// snapshot flagged conflated.
+    pub(super) fn resync(&self, conn: &mut Conn, stats: &ShardStats, now: u64) {
+        let n = self.send_owed(conn, price_flags::CONFLATED, now);
+        stats.resync_snapshots.add(n);
+    }
+
+    /// Initial snapshots after a subscribe (not flagged conflated).
+    pub(super) fn resync_fresh(&self, conn: &mut Conn, now: u64) {
+        self.send_owed(conn, 0, now);
+    }
+
+    fn send_owed(&self, conn: &mut Conn, flag: u8, now: u64) -> u64 {
+        let tiers = self.tiers;
+        let mut sent = 0;
+        for sub in conn.subs.iter_mut().filter(|s| s.dirty) {
+            let (symbol, tier) = (
+                (sub.key as usize / tiers) as u16,
+                (sub.key as usize % tiers) as u8,
+            );
+            if let Some(mut p) = self.table.read(symbol, tier) {
+                if p.seq > sub.last_seq {
+                    p.flags |= flag;
+                    let digits = self.digits[symbol as usize];
+                    let body = PriceBody::from_price(&p, digits, self.wall_offset_ns);
+                    let r = conn.out.append_with(PRICE_FRAME_LEN, |b| {
+                        wire::try_encode_price(b, PriceKind::Snapshot, &body).unwrap_or(0)
+                    });
+                    if r == Append::Overflow {
+                        break;
+                    }
+                    sub.last_seq = p.seq;
+                    sent += 1;
+                }
+            }
+            sub.dirty = false;
+            conn.dirty_subs -= 1;
+        }
+        if sent > 0 {
+            conn.session.note_sent(now);
+        }
+        conn.out.update_flow(now);
+        sent
+    }
+}
+
+/// Copies one encoded price to one connection, or marks it owed if the
+/// connection is conflating. Returns true if bytes were appended.
+#[inline]
+fn deliver(
+    conn: &mut Conn,
+    slot: u32,
+    seq: u64,
+    bytes: &[u8],
+    now: u64,
+    stats: &ShardStats,
+) -> bool {
+    let Some(sub) = conn.subs.get_mut(slot as usize) else {
+        return false;
+    };
+    if seq <= sub.last_seq {
+        stats.superseded.inc();
+        return false;
+    }
+    if conn.out.is_conflating() {
+        if !sub.dirty {
+            sub.dirty = true;
+            conn.dirty_subs += 1;
+        }
+        stats.conflated.inc();
+        return false;
+    }
+    // The first price a subscription gets is a snapshot (a resync point),
+    // even when the table had no price yet at subscribe time: same body,
+    // only the template id in the SBE header differs.
+    let first = sub.last_seq == 0;
+    let appended = conn.out.append_with(bytes.len(), |b| {
+        b[..bytes.len()].copy_from_slice(bytes);
+        if first {
+            b[TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2]
+                .copy_from_slice(&wire::template::PRICE_SNAPSHOT.to_le_bytes());
+        }
+        bytes.len()
+    });
+    if appended == Append::Overflow {
+        if !sub.dirty {
+            sub.dirty = true;
+            conn.dirty_subs += 1;
+        }
+        return false;
+    }
+    sub.last_seq = seq;
+    conn.session.note_sent(now);
+    stats.prices_out.inc();
+    conn.out.update_flow(now);
+    true
+}

@@ -1,0 +1,113 @@
+//! The hand-over lanes between shards: each shard's [`Peer`] (its lane,
+//! doorbell, symbol interest and slot room) made before any shard starts,
+//! so a busy shard 0 can move a session to any other (see `moves.rs`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::conn::Conn;
+use super::ShardStats;
+use crate::engine::ShardInput;
+use crate::engine::SymbolInterest;
+use crate::runtime::wait::Doorbell;
+
+/// Sessions in transit to one shard (moved off a busy shard 0).
+const ADOPT_SLOTS: usize = 64;
+
+/// What another shard needs to hand this shard a session.
+pub struct Peer {
+    pub(super) adopt: Sender<Conn>,
+    pub(super) doorbell: Arc<Doorbell>,
+    pub(super) interest: Arc<SymbolInterest>,
+    pub(super) stats: Arc<ShardStats>,
+    /// Slab slots neither in use nor promised to a session in this
+    /// shard's lane. Taken before a slot is used or promised, by the shard
+    /// itself (accept) or by shard 0 (a move), so a moved session always
+    /// finds its slot; given back when a slot is freed or a promise is not
+    /// kept.
+    pub(super) room: AtomicU64,
+}
+
+impl Peer {
+    /// One slot, if there is room.
+    pub(super) fn take_room(&self) -> bool {
+        self.room
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
+            .is_ok()
+    }
+
+    pub(super) fn give_room(&self) {
+        self.room.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Holds on `symbol` in this shard's interest (tests, diagnostics).
+    pub fn symbol_holds(&self, symbol: u16) -> u32 {
+        self.interest.holds(symbol)
+    }
+}
+
+/// Each shard's [`Peer`] and its end of the hand-over lane, made before
+/// any shard starts so every shard knows the others.
+pub struct Lanes {
+    pub peers: Arc<[Peer]>,
+    inboxes: Vec<Receiver<Conn>>,
+    /// True while shard 0 may still send sessions: the other shards do not
+    /// exit on an empty slab before it is false and their lane is empty.
+    pub(super) moves_open: Arc<AtomicBool>,
+}
+
+impl Lanes {
+    /// `slots`: each shard's slab size (`max_connections_per_shard`).
+    pub fn new(inputs: &[ShardInput], slots: usize) -> Lanes {
+        // Only a shard 0 that runs the engine moves sessions.
+        let moves = inputs.len() >= 2 && !inputs[0].hosted.is_empty();
+        let (peers, inboxes): (Vec<Peer>, Vec<Receiver<Conn>>) = inputs
+            .iter()
+            .map(|input| {
+                let (tx, rx) = crossbeam_channel::bounded(ADOPT_SLOTS);
+                let peer = Peer {
+                    adopt: tx,
+                    doorbell: input.doorbell.clone(),
+                    interest: input.interest.clone(),
+                    stats: Arc::new(ShardStats::default()),
+                    room: AtomicU64::new(slots as u64),
+                };
+                (peer, rx)
+            })
+            .unzip();
+        Lanes {
+            peers: peers.into(),
+            inboxes,
+            moves_open: Arc::new(AtomicBool::new(moves)),
+        }
+    }
+
+    /// Shard `index`'s inbox (taken once).
+    pub(super) fn take_inbox(&mut self, index: usize) -> Receiver<Conn> {
+        std::mem::replace(&mut self.inboxes[index], crossbeam_channel::never())
+    }
+}
+
+/// Clears [`Lanes`]' `moves_open` when shard 0's thread ends, however it
+/// ends.
+pub(super) struct MovesClosedOnExit {
+    pub(super) open: Arc<AtomicBool>,
+    pub(super) sender: bool,
+}
+
+impl Drop for MovesClosedOnExit {
+    fn drop(&mut self) {
+        if self.sender {
+            self.open.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Lets go of one hold per subscription of `conn` (a moved session's).
+pub(super) fn release_symbols(interest: &SymbolInterest, conn: &Conn, tiers: usize) {
+    for sub in &conn.subs {
+        interest.release((sub.key as usize / tiers) as u16);
+    }
+}

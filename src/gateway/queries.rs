@@ -1,0 +1,208 @@
+//! Requests on the shard (SymbolListRequest, SnapshotRequest,
+//! HistoryRequest): entitlement checks, the hand-off to the request path
+//! (a full ring is an immediate Reject(overloaded), never a wait) and the
+//! answers copied back into their connections.
+
+use super::outbound::Append;
+use super::shard::Shard;
+use crate::clock::monotonic_ns;
+use crate::requests::service::{RequestKind, RequestMsg, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX};
+use crate::wire::{self, RejectReason};
+
+/// Most ticks one HistoryRequest may ask for (the answer fits one
+/// request-path answer frame).
+pub const HISTORY_COUNT_MAX: u16 = 190;
+
+impl Shard {
+    pub(super) fn on_symbol_list(&mut self, i: usize, account: u32, request_id: u64, now: u64) {
+        let t = wire::template::SYMBOL_LIST_REQUEST;
+        let staged = self
+            .shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_symbol_list(now);
+        if let Err(r) = staged {
+            return self.reject(
+                i,
+                request_id,
+                t,
+                RejectReason::RATE_LIMITED,
+                r.retry_after_ms,
+                "",
+            );
+        }
+        let mut m = self.request_msg(i, account, request_id, RequestKind::SymbolList, now);
+        m.budget_us = 0;
+        self.enqueue(i, m);
+    }
+
+    pub(super) fn on_snapshot_request(
+        &mut self,
+        i: usize,
+        account: u32,
+        r: &wire::SnapshotRequest<'_>,
+        now: u64,
+    ) {
+        let t = wire::template::SNAPSHOT_REQUEST;
+        let Some(tier) = self.entitled_tier(i, r.tier) else {
+            return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "tier");
+        };
+        if r.symbols.len() > SNAPSHOT_SYMBOLS_MAX {
+            let text = "too many symbols in one request";
+            return self.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, text);
+        }
+        let mut m = self.request_msg(i, account, r.request_id, RequestKind::Snapshot, now);
+        for id in r.symbols.clone() {
+            if let Err(reason) = self.entitled_symbol(i, id) {
+                return self.reject(i, r.request_id, t, reason, 0, "");
+            }
+            m.symbols[m.nsym as usize] = id;
+            m.nsym += 1;
+        }
+        m.tier = tier;
+        m.budget_us = r.budget_us;
+        m.critical = r.critical;
+        self.enqueue(i, m);
+    }
+
+    pub(super) fn on_history_request(
+        &mut self,
+        i: usize,
+        account: u32,
+        r: &wire::HistoryRequest,
+        now: u64,
+    ) {
+        let t = wire::template::HISTORY_REQUEST;
+        if let Err(reason) = self.entitled_symbol(i, r.symbol_id) {
+            return self.reject(i, r.request_id, t, reason, 0, "");
+        }
+        let mut m = self.request_msg(i, account, r.request_id, RequestKind::History, now);
+        m.symbols[0] = r.symbol_id;
+        m.nsym = 1;
+        m.count = r.count.min(HISTORY_COUNT_MAX);
+        m.budget_us = r.budget_us;
+        m.critical = r.critical;
+        self.enqueue(i, m);
+    }
+
+    /// The tier a request names (or the session default), if entitled.
+    pub(super) fn entitled_tier(&self, i: usize, tier: u8) -> Option<u8> {
+        let conn = self.slab.conns[i].as_ref()?;
+        let tier = conn.session.tier(tier);
+        let ok = (tier as usize) < self.fanout.tiers && conn.session.acct()?.entitled_tier(tier);
+        ok.then_some(tier)
+    }
+
+    pub(super) fn entitled_symbol(&self, i: usize, id: u16) -> Result<(), RejectReason> {
+        if self.shared.config.table.get(id).is_none() {
+            return Err(RejectReason::UNKNOWN_SYMBOL);
+        }
+        let entitled = self.slab.conns[i]
+            .as_ref()
+            .and_then(|c| c.session.acct())
+            .is_some_and(|a| a.entitled_symbol(id));
+        if entitled {
+            Ok(())
+        } else {
+            Err(RejectReason::NOT_ENTITLED)
+        }
+    }
+
+    pub(super) fn request_msg(
+        &self,
+        i: usize,
+        account: u32,
+        request_id: u64,
+        kind: RequestKind,
+        now: u64,
+    ) -> RequestMsg {
+        let conn = self.slab.conns[i].as_ref();
+        let mut m = RequestMsg {
+            shard: self.input.index as u16,
+            conn: i as u32,
+            session: conn.map_or(0, |c| c.session.session_id()),
+            account,
+            request_id,
+            kind,
+            tier: 0,
+            symbols: [0; SNAPSHOT_SYMBOLS_MAX],
+            nsym: 0,
+            count: 0,
+            budget_us: 0,
+            critical: false,
+            critical_entitled: conn
+                .and_then(|c| c.session.acct())
+                .is_some_and(|a| a.critical),
+            arrival_ns: now,
+            account_name: [0; ACCOUNT_NAME_MAX],
+            account_name_len: 0,
+        };
+        if let Some(a) = conn.and_then(|c| c.session.acct()) {
+            let n = a.name.len().min(ACCOUNT_NAME_MAX);
+            m.account_name[..n].copy_from_slice(&a.name.as_bytes()[..n]);
+            m.account_name_len = n as u8;
+        }
+        m
+    }
+
+    /// Hands a request to the request path; a full ring is an immediate
+    /// Reject(overloaded) with a jittered retry-after, never a wait.
+    pub(super) fn enqueue(&mut self, i: usize, m: RequestMsg) {
+        let pushed = self.requests.requests.push(m).is_ok();
+        if pushed {
+            if let Some(c) = self.slab.conns[i].as_mut() {
+                c.requests_out += 1;
+                c.last_request_ns = monotonic_ns();
+            }
+            self.requests.dispatcher.ring();
+            return;
+        }
+        self.stats.requests_refused.inc();
+        let retry = self.jitter(self.shared.cfg.error_retry);
+        let t = match m.kind {
+            RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
+            RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
+            RequestKind::History => wire::template::HISTORY_REQUEST,
+        };
+        self.reject(
+            i,
+            m.request_id,
+            t,
+            RejectReason::OVERLOADED,
+            retry,
+            "request path full",
+        );
+    }
+
+    /// Copies answers from the request workers into their connections.
+    pub(super) fn drain_answers(&mut self) -> usize {
+        let mut n = 0;
+        for r in 0..self.requests.answers.len() {
+            while let Ok(a) = self.requests.answers[r].pop() {
+                n += 1;
+                let i = a.conn as usize;
+                let live = self
+                    .slab
+                    .conns
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|c| c.session.session_id() == a.session && c.is_active());
+                if !live {
+                    self.stats.answers_orphaned.inc();
+                    continue;
+                }
+                let bytes = &a.bytes[..a.len as usize];
+                if let Some(conn) = self.slab.conns[i].as_mut() {
+                    conn.requests_out = conn.requests_out.saturating_sub(1);
+                    if conn.out.append(bytes) == Append::Overflow {
+                        self.stats.answers_orphaned.inc();
+                    }
+                    conn.session.note_sent(monotonic_ns());
+                }
+                self.queue_write(i);
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,77 @@
+//! Read access to a [`Session`] and the few notes the shard makes in it.
+
+use std::sync::Arc;
+
+use super::{Session, SessionState};
+use crate::config::Account;
+use crate::wire::{DisconnectReason, TIER_ACCOUNT_DEFAULT};
+
+impl Session {
+    pub fn state(&self) -> SessionState {
+        self.state
+    }
+
+    pub fn is_active(&self) -> bool {
+        matches!(self.state, SessionState::Active { .. })
+    }
+
+    pub fn is_closing(&self) -> bool {
+        matches!(self.state, SessionState::Closing { .. })
+    }
+
+    /// The logged-on account's index, if logged on.
+    pub fn account(&self) -> Option<u32> {
+        match self.state {
+            SessionState::Active { account } => Some(account),
+            _ => None,
+        }
+    }
+
+    /// The logged-on account (entitlements), from the config or Redis.
+    pub fn acct(&self) -> Option<&Arc<Account>> {
+        self.acct.as_ref()
+    }
+
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    pub fn default_tier(&self) -> u8 {
+        self.default_tier
+    }
+
+    /// `tier` as a request names it: the session's default for
+    /// [`TIER_ACCOUNT_DEFAULT`].
+    pub fn tier(&self, tier: u8) -> u8 {
+        if tier == TIER_ACCOUNT_DEFAULT {
+            self.default_tier
+        } else {
+            tier
+        }
+    }
+
+    pub fn heartbeat_ns(&self) -> u64 {
+        self.heartbeat_ns
+    }
+
+    /// Why the server is closing it, if it is.
+    pub fn closing_reason(&self) -> Option<DisconnectReason> {
+        self.closing_reason
+    }
+
+    /// Whether the session's first Subscribe has passed admission.
+    pub fn first_subscribe_done(&self) -> bool {
+        self.first_subscribe_done
+    }
+
+    pub fn set_first_subscribe_done(&mut self) {
+        self.first_subscribe_done = true;
+    }
+
+    /// The shard queued bytes (prices, answers) at `now_ns`: the heartbeat
+    /// timer restarts.
+    #[inline]
+    pub fn note_sent(&mut self, now_ns: u64) {
+        self.last_tx_ns = now_ns;
+    }
+}

@@ -1,0 +1,155 @@
+//! Subscribe and Unsubscribe on the shard: symbol references resolved
+//! against the table and the account's entitlements, the shard's
+//! subscription index and symbol interest kept in step, the initial
+//! snapshots queued.
+
+use super::shard::Shard;
+use crate::wire::{self, RejectReason, SubscribeResult, SubscribeStatus, SYMBOL_BY_NAME};
+
+impl Shard {
+    pub(super) fn on_subscribe(&mut self, i: usize, s: &wire::Subscribe<'_>, now: u64) {
+        let shared = self.shared.clone();
+        if !self.slab.conns[i]
+            .as_ref()
+            .is_some_and(|c| c.session.first_subscribe_done())
+        {
+            let ok = shared
+                .admission
+                .lock()
+                .expect("admission lock")
+                .on_first_subscribe(now);
+            if let Err(r) = ok {
+                let t = wire::template::SUBSCRIBE;
+                return self.reject(
+                    i,
+                    s.request_id,
+                    t,
+                    RejectReason::RATE_LIMITED,
+                    r.retry_after_ms,
+                    "",
+                );
+            }
+        }
+        let Some(acct) = self.slab.conns[i]
+            .as_ref()
+            .and_then(|c| c.session.acct().cloned())
+        else {
+            return;
+        };
+        let acct = &*acct;
+        let Some(conn) = self.slab.conns[i].as_mut() else {
+            return;
+        };
+        conn.session.set_first_subscribe_done();
+        let tier = conn.session.tier(s.tier);
+        self.results.clear();
+        self.new_keys.clear();
+        for entry in s.entries.clone() {
+            let (id, status) = self.resolve(acct, tier, &entry);
+            let status = if status == SubscribeStatus::OK {
+                let key = id as usize * self.fanout.tiers + tier as usize;
+                let max = self.shared.cfg.max_subscriptions;
+                let new = &mut self.new_keys;
+                self.fanout.add(&mut self.slab, i, key, max, new)
+            } else {
+                status
+            };
+            self.results.push(SubscribeResult {
+                symbol_id: id,
+                name: entry.name,
+                status,
+            });
+        }
+        self.send_subscribe_response(i, s.request_id);
+        self.send_snapshots(i, now);
+    }
+
+    /// Sends the per-symbol results collected in `self.results`.
+    pub(super) fn send_subscribe_response(&mut self, i: usize, request_id: u64) {
+        let results = std::mem::take(&mut self.results);
+        self.send(i, |b| {
+            wire::encode_subscribe_response(b, request_id, results.iter())
+        });
+        self.results = results;
+    }
+
+    /// Resolves a symbol reference against the table and entitlements.
+    pub(super) fn resolve(
+        &self,
+        acct: &crate::config::Account,
+        tier: u8,
+        entry: &wire::SymbolRef,
+    ) -> (u16, SubscribeStatus) {
+        let table = &self.shared.config.table;
+        let id = if entry.symbol_id == SYMBOL_BY_NAME {
+            entry
+                .name
+                .as_str()
+                .and_then(|n| table.by_name(n))
+                .map(|i| i.id)
+        } else {
+            table.get(entry.symbol_id).map(|i| i.id)
+        };
+        let Some(id) = id else {
+            return (entry.symbol_id, SubscribeStatus::UNKNOWN_SYMBOL);
+        };
+        if (tier as usize) >= self.fanout.tiers || !acct.entitled_tier(tier) {
+            return (id, SubscribeStatus::TIER_NOT_ENTITLED);
+        }
+        if !acct.entitled_symbol(id) {
+            return (id, SubscribeStatus::NOT_ENTITLED);
+        }
+        (id, SubscribeStatus::OK)
+    }
+
+    /// Sends a PriceSnapshot for every key subscribed by the last request.
+    pub(super) fn send_snapshots(&mut self, i: usize, now: u64) {
+        let Some(conn) = self.slab.conns[i].as_mut() else {
+            return;
+        };
+        for &key in &self.new_keys {
+            let slot = conn.subs.iter().position(|s| s.key == key);
+            if let Some(slot) = slot {
+                conn.subs[slot].dirty = true;
+                conn.dirty_subs += 1;
+            }
+        }
+        if !conn.out.is_conflating() {
+            self.fanout.resync_fresh(conn, now);
+        }
+        self.queue_write(i);
+    }
+
+    pub(super) fn on_unsubscribe(&mut self, i: usize, s: &wire::Subscribe<'_>) {
+        let Some(acct) = self.slab.conns[i]
+            .as_ref()
+            .and_then(|c| c.session.acct().cloned())
+        else {
+            return;
+        };
+        let acct = &*acct;
+        let tier = self.slab.conns[i]
+            .as_ref()
+            .map_or(s.tier, |c| c.session.tier(s.tier));
+        self.results.clear();
+        for entry in s.entries.clone() {
+            let (id, mut status) = self.resolve(acct, tier, &entry);
+            if status == SubscribeStatus::OK {
+                let key = (id as usize * self.fanout.tiers + tier as usize) as u32;
+                let slot = self.slab.conns[i]
+                    .as_ref()
+                    .and_then(|c| c.subs.iter().position(|s| s.key == key));
+                match slot {
+                    Some(slot) => self.fanout.remove(&mut self.slab, i, slot),
+                    None => status = SubscribeStatus::NOT_SUBSCRIBED,
+                }
+            }
+            self.results.push(SubscribeResult {
+                symbol_id: id,
+                name: entry.name,
+                status,
+            });
+        }
+        self.send_subscribe_response(i, s.request_id);
+    }
+}
