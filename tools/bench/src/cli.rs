@@ -1,7 +1,8 @@
-//! `pricewire bench`: one target, one scenario, an open-loop generator
-//! acting as providers and subscribers (see [`crate::bench`]). Prints a
-//! progress line every second on stderr and writes result rows (JSON +
-//! CSV) and percentile distributions to `--out`.
+//! `pricewire-bench` (also reached as `pricewire bench`): one target, one
+//! scenario, an open-loop generator acting as providers and subscribers
+//! (see the [crate] docs). Prints a progress line every second on stderr
+//! and writes result rows (JSON + CSV) and percentile distributions to
+//! `--out`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,11 +10,11 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 
-use crate::bench::herd::{self, HerdHook, HerdSpec};
-use crate::bench::hist::summarize;
-use crate::bench::relay::{self, RelayConfig};
-use crate::bench::run::{self, RunOutcome, RunSpec};
-use crate::bench::{report, Target};
+use crate::herd::{self, HerdHook, HerdSpec};
+use crate::hist::summarize;
+use crate::relay::{self, RelayConfig};
+use crate::run::{self, RunOutcome, RunSpec};
+use crate::{report, Target};
 
 /// Which scenario to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -27,7 +28,7 @@ pub enum Scenario {
     Herd,
 }
 
-/// Flags of `pricewire bench`.
+/// Flags of `pricewire-bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Server under test.
@@ -113,7 +114,7 @@ pub struct BenchArgs {
     /// send lag is reported either way). Needs CAP_SYS_NICE or
     /// RLIMIT_RTPRIO; the run fails at once without. Off by default.
     #[arg(long, value_name = "N")]
-    pub rt_priority: Option<crate::pipeline::RtPriority>,
+    pub rt_priority: Option<pricewire::pipeline::RtPriority>,
     /// Label of the scenario in the result rows (default: its name).
     #[arg(long)]
     pub label: Option<String>,
@@ -124,7 +125,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quiet: bool,
     /// Only draw the percentile plots of the distributions in DIR
-    /// (needs the `plot` feature).
+    /// (needs the `plot` feature, on by default).
     #[arg(long, value_name = "DIR")]
     pub plot_from: Option<PathBuf>,
     /// Only summarise the repeated rounds in DIR (runs labelled
@@ -142,7 +143,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub provider: u16,
     /// pricewire ingest token.
-    #[arg(long, default_value = crate::feed::ingest::INGEST_TOKEN_DEFAULT)]
+    #[arg(long, default_value = pricewire::feed::ingest::INGEST_TOKEN_DEFAULT)]
     pub token: String,
     /// The target's name in result rows and file names (default: the
     /// target's), e.g. `pricewire_shared` for a second pricewire
@@ -151,7 +152,7 @@ pub struct BenchArgs {
     pub name: Option<String>,
 }
 
-/// Runs `pricewire bench`; returns the exit code.
+/// Runs `pricewire-bench`; returns the exit code.
 pub fn run(args: BenchArgs) -> i32 {
     match run_inner(&args) {
         Ok(()) => 0,
@@ -174,7 +175,7 @@ fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
         };
         print!(
             "{}",
-            crate::bench::rounds::summarize_dirs(&args.rounds_from, &out)?
+            crate::rounds::summarize_dirs(&args.rounds_from, &out)?
         );
         return Ok(());
     }
@@ -225,7 +226,7 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
         bail!("--herd-symbol applies to --scenario herd only");
     }
     if let Some(p) = args.rt_priority {
-        crate::pipeline::affinity::probe_rt_priority(p.get())
+        pricewire::pipeline::affinity::probe_rt_priority(p.get())
             .map_err(|e| anyhow::anyhow!("--rt-priority: {e}"))?;
     }
     if let Some(a) = args
@@ -439,7 +440,7 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
 
 #[cfg(feature = "plot")]
 fn plot(dir: &std::path::Path) -> anyhow::Result<()> {
-    for png in crate::bench::plot::plot_dir(dir)? {
+    for png in crate::plot::plot_dir(dir)? {
         println!("wrote {}", png.display());
     }
     Ok(())
@@ -447,5 +448,5 @@ fn plot(dir: &std::path::Path) -> anyhow::Result<()> {
 
 #[cfg(not(feature = "plot"))]
 fn plot(_: &std::path::Path) -> anyhow::Result<()> {
-    bail!("this build has no plotting: rebuild with `--features plot`")
+    bail!("this build has no plotting: rebuild without `--no-default-features`")
 }

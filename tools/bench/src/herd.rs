@@ -22,7 +22,7 @@ use super::run::DuringRun;
 use super::send::Window;
 use super::target::{self, Event, Target};
 use super::BenchClock;
-use crate::clock::monotonic_ns;
+use pricewire::clock::monotonic_ns;
 
 pub const BACKOFF_BASE_MS: u64 = 50;
 pub const BACKOFF_CAP_MS: u64 = 2_000;

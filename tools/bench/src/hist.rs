@@ -10,7 +10,7 @@
 
 use hdrhistogram::Histogram;
 
-pub use crate::pipeline::sink::latency_histogram;
+pub use pricewire::pipeline::sink::latency_histogram;
 
 /// The percentiles every result row reports.
 pub const REPORTED_PERCENTILES: [f64; 5] = [50.0, 90.0, 99.0, 99.9, 99.99];

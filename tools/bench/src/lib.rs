@@ -1,6 +1,24 @@
-//! Latency benchmarking: an open-loop load generator that acts as price
-//! providers and subscribers at once, against pricewire and its peers
-//! (Redis pub/sub, NATS core, and a bare relay that marks the floor).
+//! pricewire-bench: the benchmark lab. An open-loop load generator that
+//! acts as price providers and subscribers at once, against pricewire and
+//! its peers (Redis pub/sub, NATS core, and a bare relay that marks the
+//! floor), plus the round summaries and plots the write-ups cite.
+//!
+//! # Why a crate of its own
+//!
+//! The lab is a client of the service, not part of it: it depends on the
+//! `pricewire` library (wire codec, clock, instrument table) and carries
+//! its own dependencies (serde_json for result rows, plotters for the
+//! percentile plots), so none of them is compiled into the service binary.
+//! It builds two binaries: `pricewire-bench` (the generator, flags in
+//! [`cli::BenchArgs`]) and `relay` (the floor).
+//!
+//! `pricewire bench ARGS` stays as a thin subcommand of the service
+//! binary: it runs the `pricewire-bench` found next to the running
+//! `pricewire` (else on `PATH`) with the same arguments and exits with its
+//! code, or says how to build it (`cargo build --release -p
+//! pricewire-bench`) and exits 2. The command people and scripts already
+//! type keeps working, and the service carries no bench code or bench
+//! dependency; a pass-through costs one `exec`.
 //!
 //! # Contract
 //!
@@ -17,6 +35,7 @@
 //! - The generator's own cost is reported: the lag between a tick's
 //!   scheduled and actual send time ([`send::SendResult::lag`]).
 
+pub mod cli;
 pub mod herd;
 pub mod hist;
 #[cfg(feature = "plot")]
@@ -31,7 +50,7 @@ pub mod target;
 
 pub use target::Target;
 
-use crate::clock::{monotonic_ns, wall_ns};
+use pricewire::clock::{monotonic_ns, wall_ns};
 
 /// Monotonic time mapped onto UTC once at start-up, so scheduled send
 /// times travel as UTC ns (the protocol's `provider_time_ns`) while every

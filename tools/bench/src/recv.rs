@@ -20,10 +20,10 @@ use mio::{Events, Interest, Poll, Token};
 use super::hist::{latency_histogram, record_latency, summarize};
 use super::target::{self, Event, Target};
 use super::BenchClock;
-use crate::clock::monotonic_ns;
+use pricewire::clock::monotonic_ns;
 
 /// Inbound buffer per subscriber connection (the largest server frame).
-pub const IN_BYTES: usize = crate::wire::SERVER_FRAME_LEN_MAX;
+pub const IN_BYTES: usize = pricewire::wire::SERVER_FRAME_LEN_MAX;
 /// Phases a run records separately (herd: before, during, after).
 pub const PHASES: usize = 3;
 /// Interval of the subscribers' heartbeats (pricewire's default interval

@@ -28,7 +28,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::wire;
+use pricewire::wire;
 
 /// Inbound buffer per connection.
 pub const IN_BYTES: usize = 64 * 1024;
@@ -408,7 +408,7 @@ mod tests {
         }
         let mut publisher = connect();
         publisher.write_all(b"P").unwrap();
-        let tick = |symbol, seq| crate::bench::target::BenchTick {
+        let tick = |symbol, seq| crate::target::BenchTick {
             symbol,
             seq,
             bid: 1,
@@ -423,7 +423,7 @@ mod tests {
         let mut seen = false;
         for seq in 1..=100 {
             publisher
-                .write_all(&crate::bench::target::payload(&tick(7, seq)))
+                .write_all(&crate::target::payload(&tick(7, seq)))
                 .unwrap();
             if sub7.read_exact(&mut buf).is_ok() {
                 seen = true;

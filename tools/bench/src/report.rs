@@ -1,4 +1,4 @@
-//! Result files of `pricewire bench --out DIR`: one JSON line per run in
+//! Result files of `pricewire-bench --out DIR`: one JSON line per run in
 //! `results.jsonl`, the same row in `results.csv`, and the percentile
 //! distribution of each run in `hdr-<scenario>-<target>.txt` (the
 //! HdrHistogram text format, microseconds) with its exact bucket counts

@@ -1114,10 +1114,10 @@ mod sweep_tests {
         // Steady-run summaries skip every row whose label starts with
         // `sweep`, which every sweep step's does.
         for label in ["sweep", "sweep-r2", "x10"] {
-            assert!(crate::bench::run::sweep_label(label).starts_with("sweep"));
+            assert!(crate::run::sweep_label(label).starts_with("sweep"));
         }
-        assert_eq!(crate::bench::run::sweep_label("sweep-r2"), "sweep-r2");
-        assert_eq!(crate::bench::run::sweep_label("x10"), "sweep-x10");
+        assert_eq!(crate::run::sweep_label("sweep-r2"), "sweep-r2");
+        assert_eq!(crate::run::sweep_label("x10"), "sweep-x10");
         let rows = read_rows(
             &serde_json::json!({
                 "name": "floor", "scenario": "sweep-r2-10000",

@@ -15,7 +15,7 @@ use super::hist::{summarize, Schedule, Summary};
 use super::recv::{self, RecvPlan, RecvResult, RecvShared};
 use super::send::{self, Publisher, SendPlan, SendResult, Window};
 use super::{process_cpu_s, symbols_of, BenchClock, Target};
-use crate::clock::monotonic_ns;
+use pricewire::clock::monotonic_ns;
 
 /// Longest wait for every subscriber to be ready, in ms.
 pub const READY_TIMEOUT_MS: u64 = 20_000;
@@ -42,7 +42,7 @@ pub struct RunSpec {
     pub batch_max: usize,
     pub server_pid: Option<u32>,
     /// `SCHED_FIFO` priority of the sender and receiver threads.
-    pub rt_priority: Option<crate::pipeline::RtPriority>,
+    pub rt_priority: Option<pricewire::pipeline::RtPriority>,
     pub scenario: String,
     pub progress: bool,
     pub provider: u16,
@@ -204,7 +204,7 @@ pub fn run_with(spec: &RunSpec, hook: &mut dyn DuringRun) -> anyhow::Result<RunO
 fn generator_priority(spec: &RunSpec) -> std::io::Result<()> {
     match spec.rt_priority {
         Some(p) => {
-            crate::pipeline::affinity::set_current_fifo(p.get()).map_err(std::io::Error::other)
+            pricewire::pipeline::affinity::set_current_fifo(p.get()).map_err(std::io::Error::other)
         }
         None => Ok(()),
     }

@@ -20,8 +20,8 @@ use hdrhistogram::Histogram;
 use super::hist::{latency_histogram, record_latency, Schedule};
 use super::target::{self, BenchTick, Target};
 use super::BenchClock;
-use crate::clock::monotonic_ns;
-use crate::model::instruments::default_instruments;
+use pricewire::clock::monotonic_ns;
+use pricewire::model::instruments::default_instruments;
 
 /// Connect and logon timeout of the sender.
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -75,7 +75,7 @@ impl Publisher {
         stream.write_all(&hello)?;
         if wait {
             let mut buf = vec![0u8; 4096];
-            let n = crate::feed::bridge::read_frame(&mut stream, &mut buf)?;
+            let n = pricewire::feed::bridge::read_frame(&mut stream, &mut buf)?;
             match target::parse(plan.target, &buf[..n]) {
                 Ok(Some((target::Event::LoggedOn, _))) => {}
                 other => {
@@ -104,7 +104,7 @@ impl Publisher {
     pub fn close(mut self) {
         if self.target == Target::Pricewire {
             let mut buf = [0u8; 32];
-            if let Ok(n) = crate::wire::encode_logout(&mut buf) {
+            if let Ok(n) = pricewire::wire::encode_logout(&mut buf) {
                 let _ = self.stream.write_all(&buf[..n]);
             }
         }

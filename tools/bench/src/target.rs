@@ -10,7 +10,9 @@
 //! verbatim inside their own framing. Parsers never allocate: they borrow
 //! the caller's receive buffer and report how many bytes they consumed.
 
-use crate::wire::{self, Message, PriceBody, PriceKind, QuoteEntry, SymbolRef, PRICE_FRAME_LEN};
+use pricewire::wire::{
+    self, Message, PriceBody, PriceKind, QuoteEntry, SymbolRef, PRICE_FRAME_LEN,
+};
 
 /// Bytes of the payload every target delivers (a PriceUpdate frame).
 pub const PAYLOAD_LEN: usize = PRICE_FRAME_LEN;

@@ -1,26 +1,44 @@
-//! Smoke test of `pricewire bench`: a short, tiny-rate floor run against a
+//! Smoke test of `pricewire-bench`: a short, tiny-rate floor run against a
 //! relay running in this test process, checking the shape of the output
 //! (progress line, summary line, JSON + CSV rows, percentile and counts
 //! files), a saturation sweep, a Redis run against a real redis-server,
-//! and a small herd against the real pricewire binary.
+//! a small herd against the real pricewire binary, and `pricewire bench`
+//! passing its arguments and exit code through.
+//!
+//! The pricewire binary is the one beside `pricewire-bench` in the target
+//! directory: `cargo test --workspace` builds both.
 
-#[path = "util/net.rs"]
+#[path = "../../../tests/util/net.rs"]
 mod net;
-#[path = "util/redis.rs"]
+#[path = "../../../tests/util/redis.rs"]
 mod redis;
-#[path = "util/wait.rs"]
+#[path = "../../../tests/util/wait.rs"]
 mod wait;
 
+use std::path::PathBuf;
 use std::process::Command;
 
-use pricewire::bench::relay::{self, RelayConfig};
+use pricewire_bench::relay::{self, RelayConfig};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_pricewire-bench");
+
+/// The service binary built beside `pricewire-bench`.
+fn service_bin() -> PathBuf {
+    let bin = std::path::Path::new(BENCH).with_file_name("pricewire");
+    assert!(
+        bin.is_file(),
+        "{} missing: run `cargo test --workspace` (or `cargo build -p pricewire` first)",
+        bin.display()
+    );
+    bin
+}
 
 #[test]
 fn floor_run_writes_rows_and_distribution() {
     let relay = relay::spawn(RelayConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args(["bench", "--target", "floor", "--connect"])
+    let output = Command::new(BENCH)
+        .args(["--target", "floor", "--connect"])
         .arg(relay.local_addr.to_string())
         .args([
             "--rate",
@@ -85,8 +103,8 @@ fn floor_run_writes_rows_and_distribution() {
 fn redis_run_delivers_everything_without_publish_replies() {
     let server = redis::RedisServer::start();
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args(["bench", "--target", "redis", "--connect"])
+    let output = Command::new(BENCH)
+        .args(["--target", "redis", "--connect"])
         .arg(server.addr().to_string())
         .args(["--rate", "500", "--subscribers", "4"])
         .args(["--symbols-per-subscriber", "2", "--quiet"])
@@ -126,19 +144,22 @@ fn redis_run_delivers_everything_without_publish_replies() {
     assert!(line("publish").contains("failed_calls=0"), "{stats}");
 }
 
+/// Refusals, the first through `pricewire bench`: the service binary runs
+/// the `pricewire-bench` beside it with the same arguments, and its
+/// message and exit code (1: a refused run) come through unchanged.
 #[test]
 fn peer_target_without_address_is_refused() {
-    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+    let output = Command::new(service_bin())
         .args(["bench", "--target", "redis", "--duration-s", "1"])
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("--connect is required"));
-    let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args(["bench", "--target", "floor", "--herd-symbol", "3"])
+    let output = Command::new(BENCH)
+        .args(["--target", "floor", "--herd-symbol", "3"])
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr)
         .contains("--herd-symbol applies to --scenario herd only"));
 }
@@ -151,15 +172,8 @@ fn peer_target_without_address_is_refused() {
 fn floor_sweep_climbs_and_reports_its_steps() {
     let relay = relay::spawn(RelayConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
     let sweep = |threshold_us: &str, out: &std::path::Path| {
-        let output = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-            .args([
-                "bench",
-                "--target",
-                "floor",
-                "--scenario",
-                "sweep",
-                "--connect",
-            ])
+        let output = Command::new(BENCH)
+            .args(["--target", "floor", "--scenario", "sweep", "--connect"])
             .arg(relay.local_addr.to_string())
             .args([
                 "--rate",
@@ -240,7 +254,7 @@ fn floor_sweep_climbs_and_reports_its_steps() {
 #[test]
 fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
     let (listen, feed, ops) = (net::free_addr(), net::free_addr(), net::free_addr());
-    let mut server = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+    let mut server = Command::new(service_bin())
         .args(["serve", "--no-synthetic", "--drain-delay-ms", "0"])
         .args(["--listen", &listen.to_string()])
         .args(["--feed-listen", &feed.to_string()])
@@ -254,8 +268,8 @@ fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
     });
     let out = tempfile::tempdir().unwrap();
     let output = up.then(|| {
-        Command::new(env!("CARGO_BIN_EXE_pricewire"))
-            .args(["bench", "--target", "pricewire", "--scenario", "herd"])
+        Command::new(BENCH)
+            .args(["--target", "pricewire", "--scenario", "herd"])
             .args([
                 "--connect",
                 &listen.to_string(),

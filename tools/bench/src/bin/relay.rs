@@ -1,13 +1,13 @@
 //! `relay`: the floor of the peer benchmarks. Copies each inbound frame
 //! to the subscribers of its symbol and nothing else (see
-//! `pricewire::bench::relay` for the protocol).
+//! `pricewire_bench::relay` for the protocol).
 //!
 //! Usage: `relay [--listen 127.0.0.1:PORT] [--duration-s S]`.
 
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
-use pricewire::bench::relay::{self, RelayConfig};
+use pricewire_bench::relay::{self, RelayConfig};
 
 fn main() -> anyhow::Result<()> {
     let mut listen: SocketAddr = "127.0.0.1:7300".parse()?;
