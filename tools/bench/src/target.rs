@@ -27,7 +27,7 @@ pub enum Target {
     Redis,
     /// NATS core: PUB / SUB, one subject per symbol.
     Nats,
-    /// The floor: tools/relay copies each inbound frame to its subscribers.
+    /// The floor: the `relay` binary copies each inbound frame to its subscribers.
     Floor,
 }
 
@@ -221,7 +221,7 @@ pub fn publisher_hello(target: Target, provider: u16, token: &str, out: &mut Vec
         // reply per PUBLISH is write work and a wake-up of the generator
         // that no other target's publisher gets. Measured both ways at
         // 10k ticks/s: Redis's CPU 35 → 26 s per million updates, p50
-        // 91 → 74 µs (BENCHMARKS-PEERS.md, run 12).
+        // 91 → 74 µs (BENCHMARKS.md, run 12).
         Target::Redis => {
             out.extend_from_slice(REDIS_REPLY_OFF);
             false
