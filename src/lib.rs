@@ -12,7 +12,6 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod admission;
-pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod client;

@@ -39,7 +39,8 @@ pub enum Command {
     /// Live terminal view of prices from a running server.
     Watch(watch::WatchArgs),
 
-    /// Latency benchmark against pricewire or a peer (Redis, NATS, relay).
+    /// Latency benchmark against pricewire or a peer (Redis, NATS, relay):
+    /// runs the pricewire-bench binary (tools/bench) with these arguments.
     Bench(bench::BenchArgs),
 }
 

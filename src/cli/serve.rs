@@ -109,7 +109,7 @@ pub struct ServeArgs {
     /// `shared`: the engine and the provider ingest listener run inside
     /// shard 0's thread (same rings, one thread): a quote reaches the
     /// subscribers' sockets with one wake-up instead of three. Best where
-    /// cores are fewer than stages (docs/design.md, BENCHMARKS-PEERS.md).
+    /// cores are fewer than stages (docs/design.md, BENCHMARKS.md).
     #[arg(long, value_enum, default_value_t = Threading::Shared)]
     pub threading: Threading,
 
@@ -460,7 +460,7 @@ pub fn run(args: ServeArgs) -> i32 {
 const SHARD0_FILL_SHARED: u64 = 16;
 
 /// `--shard0-spill-pct` with shared threading: see `gateway::spill` and
-/// BENCHMARKS-PEERS.md (run 27).
+/// BENCHMARKS.md (run 27).
 const SHARD0_SPILL_PCT_SHARED: u32 = 50;
 
 /// Everything validated before anything starts.

@@ -324,7 +324,7 @@ impl Shard {
         }
         // Only input counts as activity: every write produces a writable
         // edge, and resetting on those kept a busy shard from ever parking
-        // (an epoll_wait(0) per turn; see BENCHMARKS-PEERS.md).
+        // (an epoll_wait(0) per turn; see BENCHMARKS.md).
         let input = self
             .events
             .iter()

@@ -6,7 +6,7 @@
 //! ticks/s that is worth a few per cent of p50. Under a heavy feed the
 //! same thread becomes the bottleneck while the other shard idles: the
 //! saturation sweep reached 706k ticks/s with the fill against 1.23M with
-//! sessions spread from the first (BENCHMARKS-PEERS.md, run 24).
+//! sessions spread from the first (BENCHMARKS.md, run 24).
 //!
 //! A session's placement is decided at accept, before anyone knows the
 //! load, so the fill alone cannot be right for both. Each shard measures
@@ -101,7 +101,7 @@ impl SpillPolicy {
     ///
     /// A busy shard 0 evens its sessions out with the others: the layout
     /// `--shard0-fill 0` gives from the start, which measured best under
-    /// heavy feeds (BENCHMARKS-PEERS.md, runs 24 and 26). Emptying shard 0
+    /// heavy feeds (BENCHMARKS.md, runs 24 and 26). Emptying shard 0
     /// instead would leave one shard carrying every session and a
     /// cross-thread wake-up per price.
     pub fn target(&self, busy0: u32, sessions0: u64, others: &[ShardLoad]) -> Option<usize> {

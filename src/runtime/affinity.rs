@@ -13,7 +13,7 @@
 //! provider ingest with `--threading shared`). A woken stage then preempts
 //! any normal-priority thread at once instead of queueing behind it; on a
 //! kernel without preemption and a 250 Hz tick that queueing is what the
-//! millisecond tail is made of (BENCHMARKS-PEERS.md, run 16). The request workers and dispatcher, the recorder, the
+//! millisecond tail is made of (BENCHMARKS.md, run 16). The request workers and dispatcher, the recorder, the
 //! acceptor and the ops endpoints stay at normal priority: answering
 //! requests and accepting connections must not take CPU from the price
 //! stream at real-time priority. (Sessions' logons and subscriptions are

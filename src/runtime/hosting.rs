@@ -5,7 +5,7 @@
 //! sleeps, a wake-up: a futex or eventfd write, a context switch and the
 //! scheduler's say on when the next stage runs. On a machine with fewer
 //! cores than stages those wake-ups are most of a tick's latency (the peer
-//! benchmark in BENCHMARKS-PEERS.md measured them).
+//! benchmark in BENCHMARKS.md measured them).
 //!
 //! With `--threading shared` (the `serve` default) the engine, and with a
 //! subscriber gateway the provider ingest listener, run as tasks inside
