@@ -69,8 +69,14 @@ class SeqTracker:
 class Connection:
     """One framed TCP connection with bounded waits and idle heartbeats."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(
+        self, host: str, port: int, timeout_s: float = 5.0, rcvbuf: int | None = None
+    ) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:  # before connect, so the window is negotiated with it
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout_s)
+        self.sock.connect((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = FrameReader()
         self.heartbeat_ms = 0
@@ -169,8 +175,10 @@ class Connection:
 class Session(Connection):
     """A subscriber session: logon, requests, subscriptions with sequence checking."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 5.0) -> None:
-        super().__init__(host, port, timeout_s)
+    def __init__(
+        self, host: str, port: int, timeout_s: float = 5.0, rcvbuf: int | None = None
+    ) -> None:
+        super().__init__(host, port, timeout_s, rcvbuf)
         self.tracker = SeqTracker()
         self.next_request_id = 1
         self.resync_ids: set[int] = set()
