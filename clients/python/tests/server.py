@@ -73,6 +73,7 @@ class Server:
         self.ops_port = free_port()
         config = tmp / f"pricewire-{self.port}.toml"
         config.write_text(CONFIG_TOML)
+        self.terminated = False
         self.log_path = tmp / f"pricewire-{self.port}.log"
         args = [
             str(binary()), "serve", "--no-synthetic", "--config", str(config),
@@ -121,7 +122,8 @@ class Server:
 
     def signal_term(self) -> None:
         """Send SIGTERM (starts the graceful shutdown)."""
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and not self.terminated:
+            self.terminated = True  # a second SIGTERM would exit at once with 130
             self.proc.send_signal(signal.SIGTERM)
 
     def stop(self) -> int:
