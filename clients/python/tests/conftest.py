@@ -30,6 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         Path(tmp_path_factory.mktemp("pricewire")),
         [
             "--max-subscriptions", "64",
+            "--logon-timeout-ms", "1500",
             "--slow-consumer-ms", "1000",
             "--ip-connect-burst", "1000",
             "--ip-connect-rate-per-s", "1000",

@@ -67,7 +67,9 @@ def free_port() -> int:
 class Server:
     """One running pricewire process with a subscriber, ingest and ops port."""
 
-    def __init__(self, tmp: Path, extra: list[str] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, extra: list[str] | None = None, drain_delay_ms: int = 0
+    ) -> None:
         self.port = free_port()
         self.feed_port = free_port()
         self.ops_port = free_port()
@@ -80,7 +82,8 @@ class Server:
             "--listen", f"127.0.0.1:{self.port}",
             "--feed-listen", f"127.0.0.1:{self.feed_port}",
             "--ops-listen", f"127.0.0.1:{self.ops_port}",
-            "--drain-delay-ms", "0", "--grace-ms", "3000",
+            "--drain-delay-ms", str(drain_delay_ms),
+            "--grace-ms", str(drain_delay_ms + 3000),
             "--report-interval-ms", "60000",
         ] + (extra or [])  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}

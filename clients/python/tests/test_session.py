@@ -3,6 +3,7 @@ against the real server (built-in symbols: EURUSD 0, GBPUSD 1, USDJPY 2, ...).""
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
@@ -20,8 +21,10 @@ from pricewire_client import (
     SubscribeStatus,
     messages,
     decode,
+    encode,
     schema,
 )
+from pricewire_client.codec import raw_frame
 from server import Server
 
 USDJPY, USDCHF, AUDUSD, USDCAD = 2, 3, 4, 5
@@ -248,6 +251,44 @@ def test_unsubscribe_stops_updates(session: Session, provider: ProviderSession) 
     assert late is None
 
 
+@pytest.mark.xfail(strict=True, reason="#17 item 8: a repeated Subscribe gets no snapshot")
+def test_subscribing_twice_sends_a_snapshot_again(
+    session: Session, provider: ProviderSession
+) -> None:
+    """§3 SubscribeResponse: for every entry with status ok a PriceSnapshot follows."""
+    provider.quote([Quote(USDCAD, 135_000, 135_010)])
+    for _ in range(2):
+        assert session.subscribe([USDCAD], 1).groups["results"][0]["status"] == 0
+        next_named(session, "PriceSnapshot", timeout_s=1.0)
+
+
+def test_unsubscribe_by_name_and_unknown_tier(session: Session) -> None:
+    assert session.subscribe(["USDCAD"], 2).groups["results"][0]["status"] == 0
+    res = session.unsubscribe(["USDCAD"], 2).groups["results"][0]
+    assert (res["symbolId"], res["name"], res["status"]) == (USDCAD, "USDCAD", 0)
+    res = session.subscribe([USDCAD], 9).groups["results"][0]
+    assert res["status"] == SubscribeStatus.TIER_NOT_ENTITLED
+
+
+def test_newer_client_blocks_are_skipped_by_blocklength(session: Session) -> None:
+    """§2: the receiver uses the header's blockLength; a newer version may append fields."""
+    body = encode(messages.symbol_list_request(77))[14:] + b"\xee" * 7
+    session.send(raw_frame(10, body, 20, version=2))
+    assert next_named(session, "SymbolDirectory").int("requestId") == 77
+    body = struct.pack("<QB", 78, 0) + struct.pack("<HH", 20, 1)
+    body += struct.pack("<H16s", USDCAD, b"") + b"\xee\xee"
+    session.send(raw_frame(12, body, 9))
+    res = next_named(session, "SubscribeResponse")
+    assert res.int("requestId") == 78 and res.groups["results"][0]["symbolId"] == USDCAD
+
+
+def test_connection_without_logon_is_closed(server: Server) -> None:
+    sess = connect(server)  # the suite's server: --logon-timeout-ms 1500
+    start = time.monotonic()
+    until_closed(sess, timeout_s=4)
+    assert time.monotonic() - start >= 1.0
+
+
 def test_snapshot_request_carries_the_stream_seq(
     session: Session, provider: ProviderSession
 ) -> None:
@@ -277,17 +318,59 @@ def test_snapshot_request_with_an_unknown_symbol_only(session: Session) -> None:
         assert resp.int("reason") == RejectReason.UNKNOWN_SYMBOL
 
 
-def test_snapshot_of_unentitled_symbol(server: Server) -> None:
+@pytest.mark.xfail(strict=True, reason="not in #17, like item 5: unentitled symbol rejects all")
+def test_snapshot_leaves_unentitled_symbols_out(server: Server) -> None:
+    """§3 SnapshotResponse: symbols without a price or not entitled are left out."""
+    sess = connect(server)
+    sess.logon("narrow", "n1")
+    try:
+        resp = sess.snapshot([0, USDJPY])
+        assert resp.name == "SnapshotResponse", resp
+        assert USDJPY not in [p["symbolId"] for p in resp.groups["prices"]]
+    finally:
+        sess.logout()
+
+
+def test_snapshot_of_unentitled_symbol_is_not_served(server: Server) -> None:
     sess = connect(server)
     sess.logon("narrow", "n1")
     try:
         resp = sess.snapshot([USDJPY])
-        if resp.name == "SnapshotResponse":  # §3: not entitled symbols are left out
+        if resp.name == "SnapshotResponse":
             assert resp.groups["prices"] == []
         else:
             assert resp.int("reason") == RejectReason.NOT_ENTITLED
     finally:
         sess.logout()
+
+
+@pytest.mark.xfail(strict=True, reason="not in #17: SnapshotRequest >32 symbols: limit_reached")
+def test_snapshot_of_every_symbol_twice_is_served(session: Session) -> None:
+    """No limit on symbols per SnapshotRequest is documented below the frame limit."""
+    resp = session.snapshot(list(range(25)) * 2)
+    assert resp.name == "SnapshotResponse", resp
+
+
+def test_too_many_symbols_in_a_snapshot_is_limit_reached(session: Session) -> None:
+    resp = session.snapshot([0] * 5000)
+    assert resp.name == "Reject" and resp.int("reason") == RejectReason.LIMIT_REACHED
+
+
+@pytest.mark.usefixtures("feeder")
+def test_snapshot_at_the_default_tier(session: Session) -> None:
+    deadline = time.monotonic() + 3
+    while True:  # EURUSD: the background feed quotes it from its start
+        resp = session.snapshot([0])
+        assert resp.name == "SnapshotResponse"
+        if resp.groups["prices"] or time.monotonic() > deadline:
+            break
+    default_tier = session.accepted.int("defaultTier")  # type: ignore[union-attr]
+    assert [p["tier"] for p in resp.groups["prices"]] == [default_tier]
+
+
+def test_snapshot_of_an_unknown_tier_is_not_entitled(session: Session) -> None:
+    resp = session.snapshot([0], tier=9)
+    assert resp.name == "Reject" and resp.int("reason") == RejectReason.NOT_ENTITLED
 
 
 def test_history_oldest_first_at_most_count(session: Session, provider: ProviderSession) -> None:
