@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Union
 
 from . import schema
 from .schema import Field, MessageSpec
 
-Value = Union[int, str]
+Value = int | str
 
 
 class CodecError(Exception):
@@ -58,6 +57,11 @@ class Message:
     version: int = schema.SCHEMA_VERSION
     schema_id: int = schema.SCHEMA_ID
 
+    @property
+    def template_id(self) -> int:
+        """The schema's template id of this message."""
+        return schema.spec(self.name).template_id
+
     def __getitem__(self, key: str) -> Value:
         return self.fields[key]
 
@@ -74,11 +78,6 @@ class Message:
     def text(self, key: str) -> str:
         """A var data field decoded as UTF-8 (errors replaced)."""
         return self.data.get(key, b"").decode("utf-8", "replace")
-
-    @property
-    def template_id(self) -> int:
-        """The schema's template id of this message."""
-        return schema.spec(self.name).template_id
 
 
 def _put(buf: bytearray, base: int, fld: Field, value: Value) -> None:

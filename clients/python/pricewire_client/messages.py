@@ -6,6 +6,7 @@ in Subscribe/Unsubscribe are given as ``int`` (by id) or ``str`` (by name, id 0x
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import schema
@@ -41,7 +42,7 @@ def symbol_list_request(request_id: int, budget_us: int = 0, critical: bool = Fa
     )
 
 
-def _entries(symbols: list[SymbolRef]) -> list[dict[str, Value]]:
+def _entries(symbols: Sequence[SymbolRef]) -> list[dict[str, Value]]:
     out: list[dict[str, Value]] = []
     for sym in symbols:
         if isinstance(sym, str):
@@ -52,7 +53,7 @@ def _entries(symbols: list[SymbolRef]) -> list[dict[str, Value]]:
 
 
 def subscribe(
-    request_id: int, symbols: list[SymbolRef], tier: int = schema.DEFAULT_TIER
+    request_id: int, symbols: Sequence[SymbolRef], tier: int = schema.DEFAULT_TIER
 ) -> Message:
     """Subscribe to symbols (by id or by name) at one tier (0xFF = account default)."""
     return Message(
@@ -61,7 +62,7 @@ def subscribe(
 
 
 def unsubscribe(
-    request_id: int, symbols: list[SymbolRef], tier: int = schema.DEFAULT_TIER
+    request_id: int, symbols: Sequence[SymbolRef], tier: int = schema.DEFAULT_TIER
 ) -> Message:
     """Unsubscribe from symbols at one tier."""
     return Message(
@@ -71,7 +72,7 @@ def unsubscribe(
 
 def snapshot_request(
     request_id: int,
-    symbols: list[int],
+    symbols: Sequence[int],
     tier: int = schema.DEFAULT_TIER,
     budget_us: int = 0,
     critical: bool = False,

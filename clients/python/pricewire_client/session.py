@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from . import messages, schema
@@ -100,7 +100,7 @@ class Connection:
         self.sock.settimeout(max(wait, 0.001))
         try:
             data = self.sock.recv(1 << 16)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return False
         except (ConnectionResetError, BrokenPipeError) as err:
             self.closed = True
@@ -192,7 +192,11 @@ class Session(Connection):
         return rid
 
     def logon(
-        self, account: str = "demo", token: str = "demo", heartbeat_ms: int = 0, timeout_s: float = 5.0
+        self,
+        account: str = "demo",
+        token: str = "demo",
+        heartbeat_ms: int = 0,
+        timeout_s: float = 5.0,
     ) -> Message:
         """Log on; the LogonAccepted, or :class:`LogonRefused`."""
         self.send(messages.logon(account, token, heartbeat_ms))
@@ -229,10 +233,12 @@ class Session(Connection):
         rid = self.request_id()
         self.send(build(rid))
         answer = self.wait_for(
-            lambda m: m.name != "PriceUpdate"
-            and m.name != "PriceSnapshot"
-            and m.get("requestId", -1) == rid
-            or m.name == "Disconnect",
+            lambda m: (
+                m.name != "PriceUpdate"
+                and m.name != "PriceSnapshot"
+                and m.get("requestId", -1) == rid
+                or m.name == "Disconnect"
+            ),
             timeout_s,
         )
         if answer is None:
@@ -244,20 +250,20 @@ class Session(Connection):
         return self.request(lambda rid: messages.symbol_list_request(rid, budget_us))
 
     def subscribe(
-        self, symbols: list[messages.SymbolRef], tier: int = schema.DEFAULT_TIER
+        self, symbols: Sequence[messages.SymbolRef], tier: int = schema.DEFAULT_TIER
     ) -> Message:
         """Subscribe; the SubscribeResponse (or Reject)."""
         return self.request(lambda rid: messages.subscribe(rid, symbols, tier))
 
     def unsubscribe(
-        self, symbols: list[messages.SymbolRef], tier: int = schema.DEFAULT_TIER
+        self, symbols: Sequence[messages.SymbolRef], tier: int = schema.DEFAULT_TIER
     ) -> Message:
         """Unsubscribe; the SubscribeResponse (or Reject)."""
         return self.request(lambda rid: messages.unsubscribe(rid, symbols, tier))
 
     def snapshot(
         self,
-        symbols: list[int],
+        symbols: Sequence[int],
         tier: int = schema.DEFAULT_TIER,
         budget_us: int = 0,
         critical: bool = False,

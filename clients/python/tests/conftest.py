@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pricewire_client import ConnectionClosed, ProviderSession, Quote, Session
+
 from server import Server
 
 FEED_TOKEN = "demo-feed"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from pricewire_client import Message, ProviderSession, Quote, Session
 from pricewire_client.session import Connection
+
 from server import Server
 
 ANSWER_TIMEOUT_S = 3.0
@@ -50,7 +51,9 @@ def quote_until(
 ) -> Message:
     """Send ``quote`` and wait for the first ``want`` price of its symbol on ``sess``."""
     prov.quote([quote])
-    msg = sess.wait_for(lambda m: m.name == want and m.int("symbolId") == quote.symbol_id, timeout_s)
+    msg = sess.wait_for(
+        lambda m: m.name == want and m.int("symbolId") == quote.symbol_id, timeout_s
+    )
     assert msg is not None, f"no {want} for symbol {quote.symbol_id}"
     return msg
 

@@ -67,9 +67,7 @@ def free_port() -> int:
 class Server:
     """One running pricewire process with a subscriber, ingest and ops port."""
 
-    def __init__(
-        self, tmp: Path, extra: list[str] | None = None, drain_delay_ms: int = 0
-    ) -> None:
+    def __init__(self, tmp: Path, extra: list[str] | None = None, drain_delay_ms: int = 0) -> None:
         self.port = free_port()
         self.feed_port = free_port()
         self.ops_port = free_port()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import connect, until_closed
 from pricewire_client import DisconnectReason, LogonRefused, LogonRejectReason, Session
+
+from helpers import connect, until_closed
 from server import Server
 
 
@@ -41,7 +42,9 @@ def test_connection_capacity_refuses_busy_with_a_floor(small_server: Server) -> 
     assert answer.int("retryAfterMs") > 0
 
 
-@pytest.mark.xfail(strict=True, reason="not in #17: capacity is Disconnect(busy), not LogonRejected")
+@pytest.mark.xfail(
+    strict=True, reason="not in #17: capacity is Disconnect(busy), not LogonRejected"
+)
 def test_connection_capacity_is_logon_rejected_busy(small_server: Server) -> None:
     answer = third_logon(small_server).answer
     assert answer.name == "LogonRejected" and answer.int("reason") == LogonRejectReason.BUSY

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import struct
 import threading
-import time
 
 import pytest
 
-from conftest import FEED_TOKEN, GoodSubscriber
-from helpers import connect, deadline_poll, logged_on, next_named, until_closed
 from pricewire_client import (
     DisconnectReason,
     Message,
@@ -25,6 +22,9 @@ from pricewire_client import (
     messages,
 )
 from pricewire_client.codec import raw_frame, sofh
+
+from conftest import FEED_TOKEN, GoodSubscriber
+from helpers import connect, deadline_poll, logged_on, next_named, until_closed
 from server import Server
 
 pytestmark = pytest.mark.usefixtures("alongside")
@@ -117,7 +117,9 @@ def test_bad_schema_or_version_is_rejected(server: Server, header: dict[str, int
     body = encode(messages.symbol_list_request(7))[14:]
     sess.send(raw_frame(10, body, 13, **header))
     rej = next_named(sess, "Reject")
-    want = RejectReason.UNKNOWN_SCHEMA if "schema_id" in header else RejectReason.UNSUPPORTED_VERSION
+    want = (
+        RejectReason.UNKNOWN_SCHEMA if "schema_id" in header else RejectReason.UNSUPPORTED_VERSION
+    )
     assert rej.int("reason") == want
 
 
@@ -325,7 +327,7 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
     finally:
         feed.stop_event.set()
         feed.join(5)
-    flagged = sess.wait_for(lambda m: m.name == "PriceSnapshot" and m.int("flags") & 0x01, 5)
+    flagged = sess.wait_for(lambda m: m.name == "PriceSnapshot" and bool(m.int("flags") & 0x01), 5)
     assert flagged is not None, "no conflated resync snapshot"
     assert sess.tracker.gaps == []
     sess.close()

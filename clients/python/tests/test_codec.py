@@ -11,6 +11,7 @@ import pytest
 
 from pricewire_client import FrameReader, SeqTracker, decode, encode, schema
 from pricewire_client.codec import FramingError, MalformedError, Message, raw_frame
+
 from server import REPO_ROOT
 
 DOC = (REPO_ROOT / "docs" / "protocol.md").read_text()

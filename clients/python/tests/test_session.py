@@ -8,23 +8,25 @@ import time
 
 import pytest
 
-from helpers import connect, logged_on, next_named, quote_until, until_closed
 from pricewire_client import (
     DisconnectReason,
     LogonRefused,
     LogonRejectReason,
+    Message,
     PriceFlags,
     ProviderSession,
     Quote,
     RejectReason,
     Session,
     SubscribeStatus,
-    messages,
     decode,
     encode,
+    messages,
     schema,
 )
 from pricewire_client.codec import raw_frame
+
+from helpers import connect, logged_on, next_named, quote_until, until_closed
 from server import Server
 
 USDJPY, USDCHF, AUDUSD, USDCAD = 2, 3, 4, 5
@@ -247,7 +249,9 @@ def test_unsubscribe_stops_updates(session: Session, provider: ProviderSession) 
     provider.quote([Quote(USDCAD, 135_001, 135_010)])
     marker = session.symbols()  # answered after the quote had time to fan out
     assert marker.name == "SymbolDirectory"
-    late = session.wait_for(lambda m: m.name.startswith("Price") and m.int("symbolId") == USDCAD, 0.3)
+    late = session.wait_for(
+        lambda m: m.name.startswith("Price") and m.int("symbolId") == USDCAD, 0.3
+    )
     assert late is None
 
 
@@ -409,9 +413,7 @@ def test_symbol_list_honours_its_budget(session: Session) -> None:
 
 
 def test_history_honours_its_budget(session: Session) -> None:
-    rejects = sum(
-        session.history(0, 5, budget_us=1).name == "Reject" for _ in range(20)
-    )
+    rejects = sum(session.history(0, 5, budget_us=1).name == "Reject" for _ in range(20))
     assert rejects >= 15
 
 
@@ -419,7 +421,7 @@ def test_account_request_rate_is_rejected_rate_limited(server: Server) -> None:
     sess = logged_on(server)
     for _ in range(300):  # --account-request-burst 200
         sess.send(messages.snapshot_request(sess.request_id(), [0]))
-    answers = []
+    answers: list[Message] = []
     while len(answers) < 300:
         msg = sess.wait_for(lambda m: m.name in ("SnapshotResponse", "Reject", "Disconnect"), 3)
         assert msg is not None and msg.name != "Disconnect", msg
@@ -438,7 +440,7 @@ def test_worked_examples_agree_with_the_server(session: Session) -> None:
     server the doc describes: same symbol ids, and the snapshot at the default tier."""
     from test_codec import EXAMPLES, parse_dump
 
-    def example(name: str) -> messages.Message:
+    def example(name: str) -> Message:
         return decode(parse_dump(EXAMPLES[name])[0])
 
     syms = {s["name"]: s["symbolId"] for s in session.symbols().groups["symbols"]}

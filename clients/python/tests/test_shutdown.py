@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import logged_on, until_closed
 from pricewire_client import DisconnectReason
+
+from helpers import logged_on, until_closed
 from server import Server
 
 

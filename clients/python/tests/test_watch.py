@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pricewire_client
+
 from conftest import Feeder
 from server import Server
-
-import pricewire_client
 
 # The directory holding the package this test process imports (installed or source), so
 # the subprocess runs the same copy.
