@@ -140,6 +140,7 @@ def session(server: Server) -> Iterator[Session]:
     sess.logon()
     yield sess
     sess.close()
+    assert sess.tracker.gaps == [], "sequence gap on a test's session"
 
 
 @pytest.fixture

@@ -165,6 +165,14 @@ def test_short_root_block_is_malformed(server: Server) -> None:
     assert rej.int("reason") == RejectReason.MALFORMED and rej.int("refTemplateId") == 12
 
 
+def test_group_entry_shorter_than_the_schema_is_malformed(server: Server) -> None:
+    sess = logged_on(server)
+    body = struct.pack("<QB", 8, 0xFF) + struct.pack("<HH", 10, 1) + b"\0" * 10
+    sess.send(raw_frame(12, body, 9))
+    rej = next_named(sess, "Reject")
+    assert rej.int("reason") == RejectReason.MALFORMED and rej.int("refTemplateId") == 12
+
+
 def test_truncated_var_data_in_logon_is_malformed(server: Server) -> None:
     sess = connect(server)
     body = struct.pack("<I", 0) + b"\x04demo\x09dem"  # token says 9 bytes, has 3

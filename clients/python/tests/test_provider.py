@@ -170,6 +170,24 @@ def test_feed_port_framing_error_ends_with_disconnect(server: Server, payload: b
     assert seen[-1].int("reason") == DisconnectReason.PROTOCOL_ERROR
 
 
+def test_feed_port_takes_frames_up_to_64_kib(server: Server, provider: ProviderSession) -> None:
+    """§2: 64 KiB on the provider ingest listener (the subscriber listener's 16 KiB is lower)."""
+    sess = subscribed(server, GBPJPY)
+    quotes = [Quote(999, 1, 2)] * 1000 + [Quote(GBPJPY, 190_000, 190_012)]  # 43 KB
+    provider.quote(quotes)
+    got = sess.wait_for(lambda m: m.name.startswith("Price") and m.int("ask") == 190_012, 3)
+    assert got is not None and got.int("symbolId") == GBPJPY, "the 43 KB batch was not read"
+
+
+def test_feed_port_frame_above_64_kib_is_frame_too_large(server: Server) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    prov.send(raw_frame(31, b"", 0, length=65537))
+    seen = until_closed(prov)
+    assert seen and seen[0].name == "Reject", seen
+    assert seen[0].int("reason") == RejectReason.FRAME_TOO_LARGE
+
+
 def test_feed_port_framing_error_is_rejected_and_closed(server: Server) -> None:
     prov = feed(server)
     prov.logon(2, FEED_TOKEN)
