@@ -8,6 +8,7 @@ is stopped with SIGTERM, then SIGKILL after a bounded wait. Readiness is polled 
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -87,6 +88,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        atexit.register(self.kill_if_running)  # an interrupted run leaves no server behind
         self.wait_ready()
 
     def http(self, path: str) -> tuple[int, str]:
@@ -126,6 +128,12 @@ class Server:
         if self.proc.poll() is None and not self.terminated:
             self.terminated = True  # a second SIGTERM would exit at once with 130
             self.proc.send_signal(signal.SIGTERM)
+
+    def kill_if_running(self) -> None:
+        """SIGKILL the process if it still runs (last resort at interpreter exit)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT_S)
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if still running after the bounded wait; the exit code."""
