@@ -58,6 +58,21 @@ def test_provider_logon_accepted(server: Server) -> None:
     assert acc.name == "LogonAccepted" and acc.int("heartbeatIntervalMs") > 0
 
 
+@pytest.mark.xfail(strict=True, reason="#17 item 10: two sessions hold one providerId at once")
+def test_one_session_per_provider_id(server: Server) -> None:
+    """A providerId names one feed: a second session with it is refused or replaces the
+    first (which is then told with a Disconnect)."""
+    first = feed(server)
+    first.logon(2, FEED_TOKEN)
+    second = feed(server)
+    try:
+        second.logon(2, FEED_TOKEN)
+    except LogonRefused:
+        return
+    told = first.wait_for(lambda m: m.name == "Disconnect", 1.0)
+    assert told is not None, "both sessions hold provider 2"
+
+
 @pytest.mark.parametrize("provider_id,token", [(1, "wrong"), (500, FEED_TOKEN)])
 def test_provider_logon_refused_auth(server: Server, provider_id: int, token: str) -> None:
     prov = feed(server)
