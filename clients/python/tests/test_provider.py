@@ -1,0 +1,270 @@
+"""Conformance of the provider ingest side (protocol.md §7), seen by a provider session and
+by a subscriber that receives the resulting prices."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from pricewire_client import (
+    DisconnectReason,
+    LogonRefused,
+    LogonRejectReason,
+    Message,
+    PriceFlags,
+    ProviderSession,
+    Quote,
+    RejectReason,
+    Session,
+    encode,
+    messages,
+    schema,
+)
+from pricewire_client.codec import raw_frame
+
+from conftest import FEED_TOKEN
+from helpers import logged_on, next_named, until_closed
+from server import Server
+
+pytestmark = pytest.mark.usefixtures("alongside")
+
+EURGBP, GBPJPY, EURCHF, AUDJPY, USDSGD, USDMXN, XAGUSD = 7, 9, 10, 11, 12, 13, 15
+
+
+def feed(srv: Server) -> ProviderSession:
+    """A provider connection, not logged on."""
+    return ProviderSession("127.0.0.1", srv.feed_port)
+
+
+def subscribed(srv: Server, symbol: int, tier: int = 0) -> Session:
+    sess = logged_on(srv)
+    assert sess.subscribe([symbol], tier).groups["results"][0]["status"] == 0
+    return sess
+
+
+def price_of(sess: Session, symbol: int, timeout_s: float = 3.0) -> Message:
+    msg = sess.wait_for(
+        lambda m: m.name.startswith("Price") and m.int("symbolId") == symbol, timeout_s
+    )
+    assert msg is not None, f"no price of symbol {symbol}"
+    return msg
+
+
+def test_provider_logon_accepted(server: Server) -> None:
+    prov = feed(server)
+    acc = prov.logon(2, FEED_TOKEN)
+    assert acc.name == "LogonAccepted" and acc.int("heartbeatIntervalMs") > 0
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: two sessions hold one providerId at once")
+def test_one_session_per_provider_id(server: Server) -> None:
+    """A providerId names one feed: a second session with it is refused or replaces the
+    first (which is then told with a Disconnect)."""
+    first = feed(server)
+    first.logon(2, FEED_TOKEN)
+    second = feed(server)
+    try:
+        second.logon(2, FEED_TOKEN)
+    except LogonRefused:
+        return
+    told = first.wait_for(lambda m: m.name == "Disconnect", 1.0)
+    assert told is not None, "both sessions hold provider 2"
+
+
+@pytest.mark.parametrize("provider_id,token", [(1, "wrong"), (500, FEED_TOKEN)])
+def test_provider_logon_refused_auth(server: Server, provider_id: int, token: str) -> None:
+    prov = feed(server)
+    with pytest.raises(LogonRefused) as err:
+        prov.logon(provider_id, token)
+    assert err.value.answer.name == "LogonRejected"
+    assert err.value.answer.int("reason") == LogonRejectReason.AUTH
+    until_closed(prov)
+
+
+def test_quotes_become_prices_with_provider_count(
+    server: Server, provider: ProviderSession
+) -> None:
+    sess = subscribed(server, EURGBP)
+    provider.quote([Quote(EURGBP, 85_000, 85_010)])
+    first = price_of(sess, EURGBP)
+    assert first.int("providers") == 1 and first.int("flags") & PriceFlags.SINGLE_PROVIDER
+    other = feed(server)
+    other.logon(2, FEED_TOKEN)
+    other.quote([Quote(EURGBP, 85_001, 85_009)])
+    both = sess.wait_for(lambda m: m.name == "PriceUpdate" and m.int("providers") == 2, 3)
+    assert both is not None, "second provider never counted"
+    assert not both.int("flags") & PriceFlags.SINGLE_PROVIDER
+    assert both.int("bid") == 85_001 and both.int("ask") == 85_009  # best of both, raw tier
+
+
+def test_indicative_quote_gives_an_indicative_price(
+    server: Server, provider: ProviderSession
+) -> None:
+    sess = subscribed(server, XAGUSD)
+    provider.quote([Quote(XAGUSD, 24_000, 24_010, indicative=True)])
+    assert price_of(sess, XAGUSD).int("flags") & PriceFlags.INDICATIVE
+
+
+def test_unknown_symbol_quotes_are_ignored(server: Server, provider: ProviderSession) -> None:
+    sess = subscribed(server, GBPJPY)
+    provider.quote([Quote(999, 1, 2), Quote(GBPJPY, 190_000, 190_010)])
+    assert price_of(sess, GBPJPY).int("bid") == 190_000
+
+
+def test_quote_without_a_fresh_requote_goes_stale(server: Server) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    sess = subscribed(server, USDMXN)
+    prov.quote([Quote(USDMXN, 1_700_000, 1_700_100, provider_time_ns=time.time_ns())])
+    assert not price_of(sess, USDMXN).int("flags") & PriceFlags.STALE
+    stale = sess.wait_for(  # --max-quote-age-ms defaults to 2000
+        lambda m: m.name.startswith("Price") and bool(m.int("flags") & PriceFlags.STALE), 5
+    )
+    assert stale is not None, "price never flagged stale"
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: one-sided quotes vanish")
+def test_one_sided_quote_gives_a_one_sided_price(server: Server, provider: ProviderSession) -> None:
+    sess = subscribed(server, EURCHF)
+    provider.quote([Quote(EURCHF, schema.NO_PRICE, 95_010)])
+    msg = price_of(sess, EURCHF, 2)
+    assert msg.int("bid") == schema.NO_PRICE and msg.int("ask") == 95_010
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: crossed quotes vanish unannounced")
+def test_crossed_quote_is_published_indicative_or_refused(
+    server: Server, provider: ProviderSession
+) -> None:
+    """§5: a crossed book is resolved by rule and flagged indicative; else the provider
+    must be told (a Reject)."""
+    sess = subscribed(server, AUDJPY)
+    provider.quote([Quote(AUDJPY, 100_010, 100_000)])
+    price = sess.wait_for(lambda m: m.name.startswith("Price") and m.int("symbolId") == AUDJPY, 1.5)
+    told = provider.wait_for(lambda m: m.name == "Reject", 0.1)
+    assert (price is not None and price.int("flags") & PriceFlags.INDICATIVE) or told is not None
+
+
+def test_malformed_quote_is_rejected(server: Server, provider: ProviderSession) -> None:
+    provider.send(raw_frame(31, struct.pack("<HH", 43, 2) + b"\0" * 43, 0))
+    rej = next_named(provider, "Reject")
+    assert rej.int("reason") == RejectReason.MALFORMED
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 on the feed port")
+def test_malformed_quote_reject_names_the_template(
+    server: Server, provider: ProviderSession
+) -> None:
+    provider.send(raw_frame(31, struct.pack("<HH", 43, 2) + b"\0" * 43, 0))
+    assert next_named(provider, "Reject").int("refTemplateId") == 31
+
+
+def test_quote_before_logon_is_rejected_not_logged_on(server: Server) -> None:
+    prov = feed(server)
+    prov.quote([Quote(USDSGD, 134_000, 134_010)])
+    rej = next_named(prov, "Reject")
+    assert rej.int("reason") == RejectReason.NOT_LOGGED_ON
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 for a quote before logon")
+def test_quote_before_logon_reject_names_the_template(server: Server) -> None:
+    prov = feed(server)
+    prov.quote([Quote(USDSGD, 134_000, 134_010)])
+    assert next_named(prov, "Reject").int("refTemplateId") == 31
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: feed port closes without Disconnect")
+@pytest.mark.parametrize("payload", [b"\xff\xff\xff\xff", b"GET / HTTP/1.1\r\n\r\n"])
+def test_feed_port_framing_error_ends_with_disconnect(server: Server, payload: bytes) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    prov.send(payload)
+    seen = until_closed(prov)
+    assert [m.name for m in seen][-2:] == ["Reject", "Disconnect"], seen
+    assert seen[-1].int("reason") == DisconnectReason.PROTOCOL_ERROR
+
+
+def test_feed_port_takes_frames_up_to_64_kib(server: Server, provider: ProviderSession) -> None:
+    """§2: 64 KiB on the provider ingest listener (the subscriber listener's 16 KiB is lower)."""
+    sess = subscribed(server, GBPJPY)
+    quotes = [Quote(999, 1, 2)] * 1000 + [Quote(GBPJPY, 190_000, 190_012)]  # 43 KB
+    provider.quote(quotes)
+    got = sess.wait_for(lambda m: m.name.startswith("Price") and m.int("ask") == 190_012, 3)
+    assert got is not None and got.int("symbolId") == GBPJPY, "the 43 KB batch was not read"
+
+
+def test_feed_port_frame_above_64_kib_is_frame_too_large(server: Server) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    prov.send(raw_frame(31, b"", 0, length=65537))
+    seen = until_closed(prov)
+    assert seen and seen[0].name == "Reject", seen
+    assert seen[0].int("reason") == RejectReason.FRAME_TOO_LARGE
+
+
+def test_feed_port_framing_error_is_rejected_and_closed(server: Server) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    prov.send(b"\xff\xff\xff\xff")
+    seen = until_closed(prov)
+    rejects = [m for m in seen if m.name == "Reject"]
+    assert rejects and rejects[0].int("reason") == RejectReason.FRAME_TOO_LARGE, seen
+
+
+def test_subscriber_message_on_the_feed_port_is_unexpected(server: Server) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    prov.send(encode(messages.subscribe(5, [0])))
+    rej = next_named(prov, "Reject")
+    assert rej.int("reason") == RejectReason.UNEXPECTED_MESSAGE
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 on the feed port")
+def test_subscriber_logon_on_the_feed_port_reject_names_the_template(server: Server) -> None:
+    prov = feed(server)
+    prov.logon(2, FEED_TOKEN)
+    prov.send(encode(messages.logon("demo", "demo")))
+    rej = next_named(prov, "Reject")
+    assert rej.int("reason") == RejectReason.UNEXPECTED_MESSAGE
+    assert rej.int("refTemplateId") == 1
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: wrong-port logon gets not_logged_on")
+def test_subscriber_logon_on_the_feed_port_is_unexpected(server: Server) -> None:
+    prov = feed(server)
+    prov.send(encode(messages.logon("demo", "demo")))
+    assert next_named(prov, "Reject").int("reason") == RejectReason.UNEXPECTED_MESSAGE
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: wrong-port logon gets not_logged_on")
+def test_provider_logon_on_the_subscriber_port_is_unexpected(server: Server) -> None:
+    sess = Session("127.0.0.1", server.port)
+    sess.send(messages.provider_logon(1, FEED_TOKEN))
+    assert next_named(sess, "Reject").int("reason") == RejectReason.UNEXPECTED_MESSAGE
+
+
+def test_provider_logon_on_a_logged_on_subscriber_is_unexpected(server: Server) -> None:
+    sess = logged_on(server)
+    sess.send(messages.provider_logon(1, FEED_TOKEN))
+    rej = next_named(sess, "Reject")
+    assert rej.int("reason") == RejectReason.UNEXPECTED_MESSAGE
+    assert rej.int("refTemplateId") == 30
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 1: Heartbeat before ProviderLogon refused")
+def test_heartbeat_before_provider_logon_is_allowed(server: Server) -> None:
+    prov = feed(server)
+    prov.send(messages.heartbeat())
+    assert prov.logon(2, FEED_TOKEN).name == "LogonAccepted"
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 10: providers get no heartbeat, no idle drop")
+def test_silent_provider_is_heartbeated_then_dropped(server: Server) -> None:
+    prov = feed(server)
+    interval_s = prov.logon(2, FEED_TOKEN).int("heartbeatIntervalMs") / 1000
+    prov.heartbeat_ms = 0  # the provider falls silent
+    first = prov.wait_for(lambda m: m.name in ("Heartbeat", "Disconnect"), interval_s * 1.6)
+    assert first is not None and first.name == "Heartbeat", first
+    disc = prov.wait_for(lambda m: m.name == "Disconnect", interval_s * 2.5)
+    assert disc is not None and disc.int("reason") == DisconnectReason.IDLE_TIMEOUT

@@ -1,0 +1,449 @@
+"""Conformance: every subscriber message type and the outcomes protocol.md promises for it,
+against the real server (built-in symbols: EURUSD 0, GBPUSD 1, USDJPY 2, ...)."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from pricewire_client import (
+    DisconnectReason,
+    LogonRefused,
+    LogonRejectReason,
+    Message,
+    PriceFlags,
+    ProviderSession,
+    Quote,
+    RejectReason,
+    Session,
+    SubscribeStatus,
+    decode,
+    encode,
+    messages,
+    schema,
+)
+from pricewire_client.codec import raw_frame
+
+from helpers import connect, logged_on, next_named, quote_until, until_closed
+from server import Server
+
+USDJPY, USDCHF, AUDUSD, USDCAD = 2, 3, 4, 5
+
+
+def test_logon_accepted_fields(server: Server) -> None:
+    sess = connect(server)
+    before = time.time_ns()
+    acc = sess.logon(heartbeat_ms=0)
+    assert acc.int("heartbeatIntervalMs") == 1000  # 0 asks for the server default
+    assert acc.int("sessionId") > 0 or acc.int("sessionId") == 0
+    assert abs(acc.int("serverTimeNs") - before) < 60 * 10**9
+    assert acc.int("defaultTier") == 1  # the account's first tier, "standard"
+    second = connect(server).logon()
+    assert second.int("sessionId") != acc.int("sessionId")
+
+
+def test_logon_with_a_bad_token_is_rejected_auth_without_floor(server: Server) -> None:
+    sess = connect(server)
+    with pytest.raises(LogonRefused) as err:
+        sess.logon("demo", "wrong")
+    assert err.value.answer.name == "LogonRejected"
+    assert err.value.answer.int("reason") == LogonRejectReason.AUTH
+    assert err.value.answer.int("retryAfterMs") == 0
+    until_closed(sess)
+
+
+def test_logon_of_an_unknown_account_is_rejected_auth(server: Server) -> None:
+    with pytest.raises(LogonRefused) as err:
+        connect(server).logon("nobody", "x")
+    assert err.value.answer.int("reason") == LogonRejectReason.AUTH
+
+
+def test_session_limit_rejects_with_a_retry_floor(server: Server) -> None:
+    first = connect(server)
+    first.logon("narrow", "n1")
+    try:
+        with pytest.raises(LogonRefused) as err:
+            connect(server).logon("narrow", "n1")
+        assert err.value.answer.int("reason") == LogonRejectReason.SESSION_LIMIT
+        assert err.value.answer.int("retryAfterMs") > 0
+    finally:
+        first.logout()
+
+
+def test_second_logon_is_rejected_already_logged_on(session: Session) -> None:
+    session.send(messages.logon("demo", "demo"))
+    rej = next_named(session, "Reject")
+    assert rej.int("reason") == RejectReason.ALREADY_LOGGED_ON
+    assert rej.int("refTemplateId") == 1
+    assert session.symbols().name == "SymbolDirectory"  # the session goes on
+
+
+def test_request_before_logon_is_rejected_not_logged_on(server: Server) -> None:
+    sess = connect(server)
+    sess.send(messages.symbol_list_request(11))
+    rej = next_named(sess, "Reject")
+    assert rej.int("reason") == RejectReason.NOT_LOGGED_ON
+    assert rej.int("refTemplateId") == 10
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 3: requestId 0 in Reject(not_logged_on)")
+def test_reject_not_logged_on_echoes_the_request_id(server: Server) -> None:
+    sess = connect(server)
+    sess.send(messages.subscribe(12, [0]))
+    rej = next_named(sess, "Reject")
+    assert rej.int("reason") == RejectReason.NOT_LOGGED_ON
+    assert rej.int("requestId") == 12
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 1: Heartbeat before Logon is refused")
+def test_heartbeat_before_logon_is_allowed(server: Server) -> None:
+    sess = connect(server)
+    sess.send(messages.heartbeat())
+    acc = sess.logon()
+    assert acc.name == "LogonAccepted"
+
+
+def test_logout_is_answered_disconnect_logout(session: Session) -> None:
+    disc = session.logout()
+    assert disc is not None and disc.name == "Disconnect"
+    assert disc.int("reason") == DisconnectReason.LOGOUT
+    assert disc.int("retryAfterMs") == 0
+    until_closed(session)
+
+
+def test_server_heartbeats_when_idle(server: Server) -> None:
+    sess = logged_on(server, heartbeat_ms=300)
+    interval = sess.heartbeat_ms
+    assert 0 < interval <= 1000
+    start = time.monotonic()
+    next_named(sess, "Heartbeat", timeout_s=interval / 1000 * 2.5)
+    assert time.monotonic() - start >= interval / 1000 * 0.5
+
+
+def test_silent_client_is_disconnected_idle_timeout(server: Server) -> None:
+    sess = logged_on(server, heartbeat_ms=200)
+    interval_s = sess.heartbeat_ms / 1000
+    sess.heartbeat_ms = 0  # stop heartbeating: the client falls silent
+    start = time.monotonic()
+    seen = until_closed(sess, timeout_s=interval_s * 3 + 3)
+    disc = [m for m in seen if m.name == "Disconnect"]
+    assert disc and disc[-1].int("reason") == DisconnectReason.IDLE_TIMEOUT, seen
+    assert time.monotonic() - start >= interval_s * 3 * 0.9
+
+
+def test_symbol_directory(session: Session) -> None:
+    d = session.symbols()
+    assert d.name == "SymbolDirectory"
+    syms = {s["name"]: s for s in d.groups["symbols"]}
+    assert syms["EURUSD"]["digits"] == 5 and syms["EURUSD"]["symbolId"] == 0
+    assert syms["USDJPY"]["digits"] == 3
+    assert [t["name"] for t in d.groups["tiers"]] == ["raw", "standard", "retail"]
+
+
+def test_symbol_directory_is_limited_to_the_account(server: Server) -> None:
+    sess = connect(server)
+    sess.logon("narrow", "n1")
+    try:
+        d = sess.symbols()
+        assert [s["name"] for s in d.groups["symbols"]] == ["EURUSD", "GBPUSD"]
+        assert [t["tierId"] for t in d.groups["tiers"]] == [2]
+    finally:
+        sess.logout()
+
+
+def test_subscribe_answers_in_order_then_snapshot_then_updates(
+    session: Session, provider: ProviderSession
+) -> None:
+    provider.quote([Quote(USDJPY, 150_100, 150_110)])
+    resp = session.subscribe(["USDJPY", 99, "NOPE"], tier=0)
+    assert resp.name == "SubscribeResponse"
+    res = resp.groups["results"]
+    assert [(r["symbolId"], r["status"]) for r in res] == [
+        (USDJPY, SubscribeStatus.OK),
+        (99, SubscribeStatus.UNKNOWN_SYMBOL),
+        (schema.BY_NAME, SubscribeStatus.UNKNOWN_SYMBOL),
+    ]
+    assert res[0]["name"] == "USDJPY" and res[2]["name"] == "NOPE"
+    snap = next_named(session, "PriceSnapshot", "PriceUpdate")
+    assert snap.name == "PriceSnapshot" and snap.int("tier") == 0 and snap.int("digits") == 3
+    assert snap.int("seq") >= 1
+    upd = quote_until(session, provider, Quote(USDJPY, 150_101, 150_110), "PriceUpdate")
+    assert upd.int("seq") == snap.int("seq") + 1
+    assert upd.int("bid") == 150_101 and upd.int("ask") == 150_110
+    assert upd.int("flags") & PriceFlags.SINGLE_PROVIDER
+    assert session.tracker.gaps == []
+
+
+def test_default_tier_subscription_delivers_the_default_tier(
+    session: Session, provider: ProviderSession
+) -> None:
+    provider.quote([Quote(USDCHF, 90_000, 90_010)])
+    assert session.subscribe([USDCHF]).groups["results"][0]["status"] == SubscribeStatus.OK
+    snap = next_named(session, "PriceSnapshot")
+    assert snap.int("tier") == session.accepted.int("defaultTier")  # type: ignore[union-attr]
+
+
+def test_all_tiers_share_one_sequence(session: Session, provider: ProviderSession) -> None:
+    provider.quote([Quote(AUDUSD, 65_000, 65_010)])
+    for tier in (0, 1, 2):
+        assert session.subscribe([AUDUSD], tier).groups["results"][0]["status"] == 0
+    provider.quote([Quote(AUDUSD, 65_001, 65_010)])
+    seqs: dict[int, int] = {}
+    deadline = time.monotonic() + 3
+    while len(seqs) < 3 and time.monotonic() < deadline:
+        msg = session.recv(0.5)
+        if msg is not None and msg.name == "PriceUpdate" and msg.int("symbolId") == AUDUSD:
+            seqs[msg.int("tier")] = msg.int("seq")
+    assert len(set(seqs.values())) == 1 and len(seqs) == 3, seqs
+
+
+def test_subscribe_unentitled_symbol_and_tier(server: Server) -> None:
+    sess = connect(server)
+    sess.logon("narrow", "n1")
+    try:
+        res = sess.subscribe(["EURUSD", "USDJPY"]).groups["results"]
+        assert [r["status"] for r in res] == [SubscribeStatus.OK, SubscribeStatus.NOT_ENTITLED]
+        res = sess.subscribe(["EURUSD"], tier=0).groups["results"]
+        assert res[0]["status"] == SubscribeStatus.TIER_NOT_ENTITLED
+    finally:
+        sess.logout()
+
+
+def test_subscription_limit_reached(server: Server) -> None:
+    sess = logged_on(server)
+    statuses = []
+    for tier in (0, 1, 2):  # 25 symbols x 3 tiers = 75 > --max-subscriptions 64
+        resp = sess.subscribe(list(range(25)), tier)
+        statuses += [r["status"] for r in resp.groups["results"]]
+    assert statuses.count(SubscribeStatus.LIMIT_REACHED) == 75 - 64
+    assert statuses.count(SubscribeStatus.OK) == 64
+    sess.close()
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 7: entries by id come back with name ''")
+def test_subscribe_by_id_echoes_the_resolved_name(session: Session) -> None:
+    res = session.subscribe([USDJPY]).groups["results"]
+    assert res[0]["name"] == "USDJPY"
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 7: id 0 with name GBPUSD subscribes id 0")
+def test_subscribe_with_mismatched_id_and_name_is_refused(session: Session) -> None:
+    msg = messages.subscribe(77, [0])
+    msg.groups["entries"][0]["name"] = "GBPUSD"
+    session.send(msg)
+    resp = next_named(session, "SubscribeResponse")
+    assert resp.groups["results"][0]["status"] != SubscribeStatus.OK
+
+
+def test_unsubscribe_stops_updates(session: Session, provider: ProviderSession) -> None:
+    provider.quote([Quote(USDCAD, 135_000, 135_010)])
+    session.subscribe([USDCAD], 0)
+    next_named(session, "PriceSnapshot")
+    resp = session.unsubscribe([USDCAD], 0)
+    assert resp.name == "SubscribeResponse"
+    assert resp.groups["results"][0]["status"] == SubscribeStatus.OK
+    again = session.unsubscribe([USDCAD], 0)
+    assert again.groups["results"][0]["status"] == SubscribeStatus.NOT_SUBSCRIBED
+    provider.quote([Quote(USDCAD, 135_001, 135_010)])
+    marker = session.symbols()  # answered after the quote had time to fan out
+    assert marker.name == "SymbolDirectory"
+    late = session.wait_for(
+        lambda m: m.name.startswith("Price") and m.int("symbolId") == USDCAD, 0.3
+    )
+    assert late is None
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 8: a repeated Subscribe gets no snapshot")
+def test_subscribing_twice_sends_a_snapshot_again(
+    session: Session, provider: ProviderSession
+) -> None:
+    """§3 SubscribeResponse: for every entry with status ok a PriceSnapshot follows."""
+    provider.quote([Quote(USDCAD, 135_000, 135_010)])
+    for _ in range(2):
+        assert session.subscribe([USDCAD], 1).groups["results"][0]["status"] == 0
+        next_named(session, "PriceSnapshot", timeout_s=1.0)
+
+
+def test_unsubscribe_by_name_and_unknown_tier(session: Session) -> None:
+    assert session.subscribe(["USDCAD"], 2).groups["results"][0]["status"] == 0
+    res = session.unsubscribe(["USDCAD"], 2).groups["results"][0]
+    assert (res["symbolId"], res["name"], res["status"]) == (USDCAD, "USDCAD", 0)
+    res = session.subscribe([USDCAD], 9).groups["results"][0]
+    assert res["status"] == SubscribeStatus.TIER_NOT_ENTITLED
+
+
+def test_newer_client_blocks_are_skipped_by_blocklength(session: Session) -> None:
+    """§2: the receiver uses the header's blockLength; a newer version may append fields."""
+    body = encode(messages.symbol_list_request(77))[14:] + b"\xee" * 7
+    session.send(raw_frame(10, body, 20, version=2))
+    assert next_named(session, "SymbolDirectory").int("requestId") == 77
+    body = struct.pack("<QB", 78, 0) + struct.pack("<HH", 20, 1)
+    body += struct.pack("<H16s", USDCAD, b"") + b"\xee\xee"
+    session.send(raw_frame(12, body, 9))
+    res = next_named(session, "SubscribeResponse")
+    assert res.int("requestId") == 78 and res.groups["results"][0]["symbolId"] == USDCAD
+
+
+def test_connection_without_logon_is_closed(server: Server) -> None:
+    sess = connect(server)  # the suite's server: --logon-timeout-ms 1500
+    start = time.monotonic()
+    until_closed(sess, timeout_s=4)
+    assert time.monotonic() - start >= 1.0
+
+
+def test_snapshot_request_carries_the_stream_seq(
+    session: Session, provider: ProviderSession
+) -> None:
+    provider.quote([Quote(6, 60_000, 60_010)])
+    session.subscribe([6], 2)
+    snap = next_named(session, "PriceSnapshot")
+    resp = session.snapshot([6, 14], tier=2, budget_us=1_000_000)
+    assert resp.name == "SnapshotResponse"
+    prices = resp.groups["prices"]
+    assert [p["symbolId"] for p in prices] == [6]  # symbol 14 is never quoted: left out
+    assert prices[0]["seq"] == snap.int("seq") and prices[0]["tier"] == 2
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 5: one unknown id rejects the whole request")
+def test_snapshot_request_leaves_unknown_symbols_out(session: Session) -> None:
+    resp = session.snapshot([0, 999])
+    assert resp.name == "SnapshotResponse"
+    assert [p["symbolId"] for p in resp.groups["prices"]] == [0]
+
+
+def test_snapshot_request_with_an_unknown_symbol_only(session: Session) -> None:
+    resp = session.snapshot([999])
+    assert resp.name in ("SnapshotResponse", "Reject")
+    if resp.name == "SnapshotResponse":
+        assert resp.groups["prices"] == []
+    else:
+        assert resp.int("reason") == RejectReason.UNKNOWN_SYMBOL
+
+
+@pytest.mark.xfail(strict=True, reason="not in #17, like item 5: unentitled symbol rejects all")
+def test_snapshot_leaves_unentitled_symbols_out(server: Server) -> None:
+    """§3 SnapshotResponse: symbols without a price or not entitled are left out."""
+    sess = connect(server)
+    sess.logon("narrow", "n1")
+    try:
+        resp = sess.snapshot([0, USDJPY])
+        assert resp.name == "SnapshotResponse", resp
+        assert USDJPY not in [p["symbolId"] for p in resp.groups["prices"]]
+    finally:
+        sess.logout()
+
+
+def test_snapshot_of_unentitled_symbol_is_not_served(server: Server) -> None:
+    sess = connect(server)
+    sess.logon("narrow", "n1")
+    try:
+        resp = sess.snapshot([USDJPY])
+        if resp.name == "SnapshotResponse":
+            assert resp.groups["prices"] == []
+        else:
+            assert resp.int("reason") == RejectReason.NOT_ENTITLED
+    finally:
+        sess.logout()
+
+
+@pytest.mark.xfail(strict=True, reason="not in #17: SnapshotRequest >32 symbols: limit_reached")
+def test_snapshot_of_every_symbol_twice_is_served(session: Session) -> None:
+    """No limit on symbols per SnapshotRequest is documented below the frame limit."""
+    resp = session.snapshot(list(range(25)) * 2)
+    assert resp.name == "SnapshotResponse", resp
+
+
+def test_too_many_symbols_in_a_snapshot_is_limit_reached(session: Session) -> None:
+    resp = session.snapshot([0] * 5000)
+    assert resp.name == "Reject" and resp.int("reason") == RejectReason.LIMIT_REACHED
+
+
+@pytest.mark.usefixtures("feeder")
+def test_snapshot_at_the_default_tier(session: Session) -> None:
+    deadline = time.monotonic() + 3
+    while True:  # EURUSD: the background feed quotes it from its start
+        resp = session.snapshot([0])
+        assert resp.name == "SnapshotResponse"
+        if resp.groups["prices"] or time.monotonic() > deadline:
+            break
+    default_tier = session.accepted.int("defaultTier")  # type: ignore[union-attr]
+    assert [p["tier"] for p in resp.groups["prices"]] == [default_tier]
+
+
+def test_snapshot_of_an_unknown_tier_is_not_entitled(session: Session) -> None:
+    resp = session.snapshot([0], tier=9)
+    assert resp.name == "Reject" and resp.int("reason") == RejectReason.NOT_ENTITLED
+
+
+def test_history_oldest_first_at_most_count(session: Session, provider: ProviderSession) -> None:
+    base = 7_000
+    provider.quote([Quote(8, 160_000 + i, 160_020, provider_time_ns=base + i) for i in range(1)])
+    for i in range(1, 5):
+        provider.quote([Quote(8, 160_000 + i, 160_020, provider_time_ns=base + i)])
+    marker = session.snapshot([8])  # the feed is processed in order before the answer
+    assert marker.name == "SnapshotResponse"
+    resp = session.history(8, 3)
+    assert resp.name == "HistoryResponse"
+    assert resp.int("symbolId") == 8 and resp.int("digits") == 3
+    ticks = resp.groups["ticks"]
+    assert [t["bid"] for t in ticks] == [160_002, 160_003, 160_004]
+    assert all(t["provider"] == 1 for t in ticks)
+
+
+def test_history_of_an_unknown_symbol_is_rejected(session: Session) -> None:
+    rej = session.history(999, 5)
+    assert rej.name == "Reject" and rej.int("reason") == RejectReason.UNKNOWN_SYMBOL
+    assert rej.int("refTemplateId") == 19
+
+
+def test_expired_budget_is_rejected_deadline_expired(session: Session) -> None:
+    rejects = 0
+    for _ in range(20):  # a 1 us budget runs out before any worker can serve it
+        resp = session.snapshot([0], budget_us=1)
+        rejects += resp.name == "Reject" and resp.int("reason") == RejectReason.DEADLINE_EXPIRED
+    assert rejects >= 15
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 6: SymbolListRequest ignores budgetUs")
+def test_symbol_list_honours_its_budget(session: Session) -> None:
+    resp = session.symbols(budget_us=1)
+    assert resp.name == "Reject" and resp.int("reason") == RejectReason.DEADLINE_EXPIRED
+
+
+def test_history_honours_its_budget(session: Session) -> None:
+    rejects = sum(session.history(0, 5, budget_us=1).name == "Reject" for _ in range(20))
+    assert rejects >= 15
+
+
+def test_account_request_rate_is_rejected_rate_limited(server: Server) -> None:
+    sess = logged_on(server)
+    for _ in range(300):  # --account-request-burst 200
+        sess.send(messages.snapshot_request(sess.request_id(), [0]))
+    answers: list[Message] = []
+    while len(answers) < 300:
+        msg = sess.wait_for(lambda m: m.name in ("SnapshotResponse", "Reject", "Disconnect"), 3)
+        assert msg is not None and msg.name != "Disconnect", msg
+        answers.append(msg)
+    limited = [m for m in answers if m.name == "Reject"]
+    assert limited, "no Reject(rate_limited) after 300 requests"
+    assert all(m.int("reason") == RejectReason.RATE_LIMITED for m in limited)
+    assert all(m.int("retryAfterMs") > 0 for m in limited)
+    assert {m.int("requestId") for m in answers} == set(range(1, 301))
+    sess.close()
+
+
+@pytest.mark.xfail(strict=True, reason="#17 item 9: examples say EURUSD 1 and tier 0")
+def test_worked_examples_agree_with_the_server(session: Session) -> None:
+    """The §8 story (subscribe at the default tier, EURUSD ok, its snapshot) holds on the
+    server the doc describes: same symbol ids, and the snapshot at the default tier."""
+    from test_codec import EXAMPLES, parse_dump
+
+    def example(name: str) -> Message:
+        return decode(parse_dump(EXAMPLES[name])[0])
+
+    syms = {s["name"]: s["symbolId"] for s in session.symbols().groups["symbols"]}
+    for entry in example("subscribe_response").groups["results"]:
+        assert syms[str(entry["name"])] == entry["symbolId"], entry
+    assert example("price_snapshot").int("tier") == example("logon_accepted").int("defaultTier")

@@ -1,0 +1,29 @@
+"""Conformance of the server's shutdown as a subscriber sees it (protocol.md §4.1 and §4.2):
+SIGTERM ends every session with Disconnect(shutdown) and a jittered retry floor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pricewire_client import DisconnectReason
+
+from helpers import logged_on, until_closed
+from server import Server
+
+
+def test_sigterm_disconnects_subscribers_with_shutdown(tmp_path: Path) -> None:
+    srv = Server(tmp_path)
+    try:
+        sessions = [logged_on(srv) for _ in range(3)]
+        srv.signal_term()
+        floors = []
+        for sess in sessions:
+            seen = until_closed(sess, timeout_s=8)
+            disc = [m for m in seen if m.name == "Disconnect"]
+            assert disc and disc[-1].int("reason") == DisconnectReason.SHUTDOWN, seen
+            floors.append(disc[-1].int("retryAfterMs"))
+        assert all(f > 0 for f in floors), floors  # shutdown carries a floor...
+        assert len(set(floors)) > 1, floors  # ...jittered per session
+    finally:
+        code = srv.stop()
+    assert code == 0
