@@ -26,11 +26,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use super::codec;
-use super::config::FixSessionConfig;
 use super::session::{FixSession, HealthSlot, Io};
 use super::stats::{FixFeedStats, FixProviderStats};
 use super::FixError;
 use crate::clock::{wall_ns, Clock};
+use crate::config::fix::FixSessionConfig;
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
 use crate::resilience::BreakerState;

@@ -45,9 +45,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::codec::{self, Encoder, Fields, Header};
-use super::config::FixSessionConfig;
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
+use crate::config::fix::FixSessionConfig;
 use crate::engine::ProviderHealth;
 use crate::model::price::parse_price_bytes;
 use crate::model::{Mantissa, Tick, NO_PRICE};

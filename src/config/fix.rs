@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use super::ConfigError;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
 use crate::resilience::{Backoff, BreakerConfig};
@@ -300,7 +300,7 @@ pub fn resolve(
 /// Resolves the FIX tables of every provider: a `kind = "fix"` provider
 /// must have one, any other kind must not.
 pub fn resolve_all(
-    providers: &[crate::config::ProviderFile],
+    providers: &[super::ProviderFile],
     instruments: &[Instrument],
 ) -> Result<Vec<FixSessionConfig>, ConfigError> {
     let mut out = Vec::new();
