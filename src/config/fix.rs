@@ -48,6 +48,16 @@ pub const QUOTE_SAMPLE_MS_DEFAULT: u64 = 100;
 pub const BREAKER_WINDOW_S_DEFAULT: u32 = 10;
 pub const BREAKER_MINIMUM_CALLS_DEFAULT: u32 = 5;
 pub const BREAKER_OPEN_WAIT_MS_DEFAULT: u64 = 10_000;
+/// Garbled messages (bad CheckSum, BodyLength or framing) are ignored and
+/// counted; this many within `garbled_window_ms` tear the session down.
+pub const GARBLED_MAX_DEFAULT: u32 = 10;
+pub const GARBLED_WINDOW_MS_DEFAULT: u64 = 10_000;
+/// Most garbled messages a window may be set to hold.
+pub const GARBLED_MAX_LIMIT: u32 = 1_000;
+/// Logout sent (shutdown, gap policy) -> the peer's Logout awaited.
+pub const LOGOUT_MS_DEFAULT: u64 = 2_000;
+/// Longest Username (553) or Password (554).
+pub const CREDENTIAL_LEN_MAX: usize = 128;
 /// Most symbols one session subscribes.
 pub const SYMBOLS_MAX: usize = 1_024;
 /// Longest provider symbol or CompID accepted.
@@ -78,6 +88,37 @@ pub struct FixProviderFile {
     pub breaker_open_wait_ms: Option<u64>,
     pub breaker_failure_rate_pct: Option<u32>,
     pub breaker_slow_rate_pct: Option<u32>,
+    pub garbled_max: Option<u32>,
+    pub garbled_window_ms: Option<u64>,
+    pub logout_ms: Option<u64>,
+    /// Logon Username (553).
+    pub username: Option<String>,
+    /// Name of the environment variable that holds the Logon Password
+    /// (554); never the password itself.
+    pub password_env: Option<String>,
+    /// A file whose content (one trailing newline removed) is the Logon
+    /// Password (554).
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+/// A credential that never prints: `Debug` shows `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+    /// The clear text, for the Logon message only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 /// One subscribed symbol: what the provider calls it and what we do.
@@ -108,6 +149,11 @@ pub struct FixSessionConfig {
     pub gaps_before_logout: u32,
     pub quote_sample_ms: u64,
     pub breaker: BreakerConfig,
+    pub garbled_max: u32,
+    pub garbled_window_ms: u64,
+    pub logout_timeout_ms: u64,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
 }
 
 impl FixSessionConfig {
@@ -139,6 +185,11 @@ impl FixSessionConfig {
                 BREAKER_MINIMUM_CALLS_DEFAULT,
                 BREAKER_OPEN_WAIT_MS_DEFAULT,
             ),
+            garbled_max: GARBLED_MAX_DEFAULT,
+            garbled_window_ms: GARBLED_WINDOW_MS_DEFAULT,
+            logout_timeout_ms: LOGOUT_MS_DEFAULT,
+            username: None,
+            password: None,
         }
     }
 
@@ -184,6 +235,21 @@ impl FixSessionConfig {
         if self.gaps_before_logout == 0 {
             return Err("gaps_before_logout: must be at least 1".into());
         }
+        if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
+            return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
+        }
+        if self.garbled_window_ms == 0 || self.logout_timeout_ms == 0 {
+            return Err("garbled_window_ms and logout_ms must be at least 1".into());
+        }
+        let user = self.username.as_deref();
+        let pass = self.password.as_ref().map(Secret::expose);
+        for (what, v) in [("username", user), ("password", pass)] {
+            if v.is_some_and(|v| !credential_ok(v)) {
+                return Err(format!(
+                    "{what}: must be 1..={CREDENTIAL_LEN_MAX} printable ASCII"
+                ));
+            }
+        }
         for id in [&self.sender_comp_id, &self.target_comp_id] {
             if id.is_empty() || id.len() > ID_LEN_MAX || !id.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(format!("comp ids must be 1..={ID_LEN_MAX} printable ASCII"));
@@ -210,6 +276,43 @@ pub fn breaker_config(
         open_wait_ms,
         half_open_max_wait_ms: read_timeout_ms.max(BreakerConfig::default().half_open_max_wait_ms),
         ..BreakerConfig::default()
+    }
+}
+
+fn credential_ok(v: &str) -> bool {
+    !v.is_empty() && v.len() <= CREDENTIAL_LEN_MAX && v.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The Logon Password from `password_env` or `password_file` (at most one);
+/// errors name the variable or the file, never a value.
+fn read_password(
+    f: &FixProviderFile,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Option<Secret>, ConfigError> {
+    match (&f.password_env, &f.password_file) {
+        (Some(_), Some(_)) => Err(invalid(
+            key("password_env"),
+            "set password_env or password_file, not both",
+        )),
+        (Some(var), None) => match std::env::var(var) {
+            Ok(v) => Ok(Some(Secret::new(v))),
+            Err(_) => Err(invalid(
+                key("password_env"),
+                format!("environment variable {var} is not set (or not UTF-8)"),
+            )),
+        },
+        (None, Some(path)) => match std::fs::read_to_string(path) {
+            Ok(v) => {
+                let v = v.strip_suffix('\n').unwrap_or(&v);
+                let v = v.strip_suffix('\r').unwrap_or(v);
+                Ok(Some(Secret::new(v)))
+            }
+            Err(e) => Err(invalid(
+                key("password_file"),
+                format!("cannot read {}: {}", path.display(), e.kind()),
+            )),
+        },
+        (None, None) => Ok(None),
     }
 }
 
@@ -291,6 +394,11 @@ pub fn resolve(
         gaps_before_logout: f.gaps_before_logout.unwrap_or(GAPS_BEFORE_LOGOUT_DEFAULT),
         quote_sample_ms: f.quote_sample_ms.unwrap_or(QUOTE_SAMPLE_MS_DEFAULT),
         breaker,
+        garbled_max: f.garbled_max.unwrap_or(GARBLED_MAX_DEFAULT),
+        garbled_window_ms: f.garbled_window_ms.unwrap_or(GARBLED_WINDOW_MS_DEFAULT),
+        logout_timeout_ms: f.logout_ms.unwrap_or(LOGOUT_MS_DEFAULT),
+        username: f.username.clone(),
+        password: read_password(f, &key)?,
     };
     cfg.validate()
         .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;

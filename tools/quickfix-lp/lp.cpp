@@ -21,7 +21,7 @@
 //   silent-after-logon on|off  answer Logon, then send nothing at all
 //   garble <n>         send n Heartbeats with a wrong CheckSum
 //   gap <n>            skip n outgoing sequence numbers once
-//   resend <n>         send a ResendRequest for our last n received
+//   resend <n>         forget the last n messages received, ask for them
 //   logout             initiate a Logout
 //   auth <user> <password> | auth off   require Username/Password
 //   rate <per_s>       incrementals per second per subscription
@@ -307,11 +307,15 @@ class Lp : public FIX::Application {
     if (s->m_pResponder) s->m_pResponder->send(raw);
   }
 
+  // As an LP that lost our last `back` messages: expect them again and
+  // ask for them (BeginSeqNo = that number, EndSeqNo = 0, infinity).
   void resend(int back) {
     FIX::Session* s = session();
     if (!s) return;
     int begin = s->getExpectedTargetNum() - back;
-    FIX44::ResendRequest rr(FIX::BeginSeqNo(begin < 1 ? 1 : begin), FIX::EndSeqNo(0));
+    if (begin < 1) begin = 1;
+    s->setNextTargetMsgSeqNum(begin);
+    FIX44::ResendRequest rr(FIX::BeginSeqNo(begin), FIX::EndSeqNo(0));
     FIX::Session::sendToTarget(rr, sid_);
   }
 
@@ -362,7 +366,12 @@ static bool command(Lp& lp, const std::string& line) {
   if (cmd == "gap" && !a.empty()) { lp.gap(std::stoi(a)); return true; }
   if (cmd == "resend" && !a.empty()) { lp.resend(std::stoi(a)); return true; }
   if (cmd == "logout") {
-    if (FIX::Session* s = lp.session()) s->logout("quickfix-lp: logout requested");
+    // Session::logout() would also disable the session (no logon until
+    // re-enabled); an LP that logs a session out takes it back later.
+    if (FIX::Session* s = lp.session()) {
+      FIX::Locker l(s->m_mutex);
+      if (s->isLoggedOn()) s->generateLogout("quickfix-lp: logout requested");
+    }
     return true;
   }
   if (cmd == "auth") {

@@ -19,6 +19,7 @@
 
 pub mod codec;
 pub mod feed;
+pub mod garble;
 pub mod session;
 pub mod sim;
 pub mod stats;

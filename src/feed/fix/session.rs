@@ -24,9 +24,18 @@
 //! reconnects instead. A MsgSeqNum below the expected one (without
 //! PossDupFlag) means the peer lost its state: failure, Logout, reconnect.
 //!
+//! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
+//! ignored and counted, as FIX says; `garbled_max` garbled messages within
+//! `garbled_window_ms` tear the session down (see [`super::garble`]).
+//!
+//! **ResendRequest** is answered by one SequenceReset-GapFill: nothing we
+//! send is worth resending (session messages never are; a
+//! MarketDataRequest's subscription is renewed by reconnect or gap policy).
+//!
 //! **Breaker mapping.** Failures: connect refused/failed, connect timeout,
-//! logon timeout, disconnect by the peer, decode and checksum errors, read
-//! (heartbeat) timeout, sequence gaps, a Logout we did not ask for.
+//! logon timeout, disconnect by the peer, wrong CompIDs, too many garbled
+//! messages, read (heartbeat) timeout, sequence gaps, a Logout we did not
+//! ask for.
 //! Successes: quotes, whose duration is their provider→receive latency
 //! (SendingTime/MDEntryTime to our wall clock), so quotes older than
 //! `slow_quote_ms` are slow calls. Business errors (MarketDataRequestReject
@@ -45,6 +54,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::codec::{self, Encoder, Fields, Header};
+use super::garble::GarbleWindow;
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
 use crate::config::fix::FixSessionConfig;
@@ -109,6 +119,8 @@ pub enum Failure {
     SeqTooLow,
     UnexpectedLogout,
     OutboundFull,
+    /// `garbled_max` garbled messages within `garbled_window_ms`.
+    Garbled,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +178,9 @@ struct MsgHeader<'a> {
     gap_fill: bool,
     sender_comp_id: Option<&'a [u8]>,
     target_comp_id: Option<&'a [u8]>,
+    /// BeginSeqNo (7) / EndSeqNo (16) of a ResendRequest.
+    begin_seq_no: Option<u64>,
+    end_seq_no: Option<u64>,
 }
 
 /// One FIX market-data session (see the module docs).
@@ -203,6 +218,7 @@ pub struct FixSession {
     health: HealthSlot,
     stats: Arc<FixSessionStats>,
     rng: SmallRng,
+    garbled: GarbleWindow,
 }
 
 impl FixSession {
@@ -260,6 +276,7 @@ impl FixSession {
             health,
             stats: Arc::new(FixSessionStats::default()),
             rng,
+            garbled: GarbleWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
             cfg,
         }
     }
@@ -357,13 +374,24 @@ impl FixSession {
         self.in_seq = 1;
         self.gaps_this_connection = 0;
         self.test_req_pending = false;
+        self.garbled.clear();
         self.outbound.clear();
         let hb = u64::from(self.cfg.heartbeat_s);
+        // Taken out for the call and put back: `send` borrows self.
+        let user = self.cfg.username.take();
+        let pass = self.cfg.password.take();
         self.send(b"A", now_ns, wall_ns, |e| {
             e.uint(98, 0);
             e.uint(108, hb);
             e.bytes(141, b"Y");
+            if let Some(u) = &user {
+                e.bytes(553, u.as_bytes());
+            }
+            if let Some(p) = &pass {
+                e.bytes(554, p.expose().as_bytes());
+            }
         });
+        (self.cfg.username, self.cfg.password) = (user, pass);
         self.take_io(now_ns)
     }
 
@@ -385,6 +413,32 @@ impl FixSession {
         }
         self.finish_close(now_ns);
         Io::Nothing
+    }
+
+    /// A garbled message (bad CheckSum, BodyLength or framing; the driver
+    /// has skipped to the next BeginString): ignored and counted, as FIX
+    /// says; only `garbled_max` of them within `garbled_window_ms` tear
+    /// the session down (a breaker failure then).
+    pub fn on_garbled(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
+        self.note_garbled(err, now_ns);
+        self.take_io(now_ns)
+    }
+
+    fn note_garbled(&mut self, err: codec::DecodeError, now_ns: u64) {
+        self.stats.garbled_ignored.inc();
+        if matches!(err, codec::DecodeError::BadChecksum { .. }) {
+            self.stats.checksum_errors.inc();
+        } else {
+            self.stats.decode_errors.inc();
+        }
+        if self.garbled.record(now_ns) {
+            tracing::warn!(provider = %self.cfg.name, %err, max = self.cfg.garbled_max,
+                window_ms = self.cfg.garbled_window_ms, "FIX garbled input: session torn down");
+            self.stats.garbled_teardowns.inc();
+            self.fail(Failure::Garbled, now_ns);
+        } else {
+            tracing::debug!(provider = %self.cfg.name, %err, "FIX garbled message ignored");
+        }
     }
 
     /// The receive buffer holds bytes that are not FIX.
@@ -429,13 +483,15 @@ impl FixSession {
         self.test_req_pending = false;
         self.stats.messages_received.inc();
         let mut fields = Fields::of_frame(frame);
+        // A frame whose CheckSum holds but whose fields do not parse is
+        // garbled too (FIX: 35 must be the third field): ignored, counted.
         let msg_type = match fields.next() {
             Some(Ok((35, t))) => t,
-            _ => return self.on_decode_error(codec::DecodeError::MissingMsgType, now_ns),
+            _ => return self.on_garbled(codec::DecodeError::MissingMsgType, now_ns),
         };
         let (hdr, body) = match read_header(fields.clone()) {
             Ok(h) => (h, fields),
-            Err(e) => return self.on_decode_error(e, now_ns),
+            Err(e) => return self.on_garbled(e, now_ns),
         };
         if !self.addressed_to_us(&hdr) {
             self.stats.comp_id_mismatches.inc();
@@ -465,6 +521,7 @@ impl FixSession {
                 self.send(b"0", now_ns, wall_ns, |e| e.bytes(112, id));
             }
             b"5" => self.on_logout(now_ns, wall_ns),
+            b"2" => self.on_resend_request(hdr, now_ns, wall_ns),
             b"3" => {
                 // A session-level Reject of one of our messages: our own
                 // fault, so a business error for the breaker.
@@ -563,8 +620,41 @@ impl FixSession {
             return;
         }
         self.stats.logouts_received.inc();
+        self.stats.logouts_sent.inc();
         self.send(b"5", now_ns, wall_ns, |_| {});
         self.fail(Failure::UnexpectedLogout, now_ns);
+    }
+
+    /// A ResendRequest (35=2). Nothing we send is worth resending: our
+    /// messages are session-level (never resent, by FIX) or
+    /// MarketDataRequests of a subscription that the reconnect or gap
+    /// policy has already renewed. So the whole range is answered with one
+    /// SequenceReset-GapFill: MsgSeqNum = BeginSeqNo, PossDupFlag=Y,
+    /// OrigSendingTime, NewSeqNo = EndSeqNo + 1, or our next number when
+    /// EndSeqNo is 0 (infinity) or beyond it. It does not use a number.
+    fn on_resend_request(&mut self, hdr: &MsgHeader<'_>, now_ns: u64, wall_ns: u64) {
+        self.stats.resend_requests.inc();
+        let next = self.out_seq;
+        let begin = hdr.begin_seq_no.unwrap_or(0).max(1);
+        if begin >= next {
+            // Asks for messages we have not sent: nothing to fill.
+            self.stats.messages_ignored.inc();
+            return;
+        }
+        let new_seq = match hdr.end_seq_no {
+            Some(end) if end != 0 && end + 1 < next => end + 1,
+            _ => next,
+        };
+        tracing::info!(provider = %self.cfg.name, begin, new_seq, "FIX ResendRequest answered by GapFill");
+        self.stats.gap_fills_sent.inc();
+        self.out_seq = begin;
+        self.send(b"4", now_ns, wall_ns, |e| {
+            e.bytes(43, b"Y");
+            e.timestamp(122, wall_ns);
+            e.bytes(123, b"Y");
+            e.uint(36, new_seq);
+        });
+        self.out_seq = next;
     }
 
     fn on_md_reject(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) {
@@ -618,6 +708,10 @@ impl FixSession {
                 e.fmt(262, format_args!("{gen}-{i}"));
                 e.uint(263, 2);
                 e.uint(264, 1);
+                // FIX44.xml requires NoMDEntryTypes on every request.
+                e.uint(267, 2);
+                e.uint(269, 0);
+                e.uint(269, 1);
                 e.uint(146, 1);
                 e.bytes(55, sym.as_bytes());
             });
@@ -631,9 +725,10 @@ impl FixSession {
         if self.state == SessionState::LoggingOut {
             return;
         }
+        self.stats.logouts_sent.inc();
         self.send(b"5", now_ns, wall_ns, |_| {});
         self.state = SessionState::LoggingOut;
-        self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
+        self.deadline_ns = now_ns + self.cfg.logout_timeout_ms * NS_PER_MS;
     }
 
     fn fail_and_logout(&mut self, why: Failure, now_ns: u64, wall_ns: u64) {
@@ -655,8 +750,9 @@ impl FixSession {
         let mut in_group = false;
         for field in body {
             let Ok((tag, value)) = field else {
-                self.stats.decode_errors.inc();
-                self.fail(Failure::Decode, now_ns);
+                // The rest of the message is unreadable: garbled (the
+                // entries before it stand, as any later update would).
+                self.note_garbled(codec::DecodeError::MalformedField, now_ns);
                 return;
             };
             match tag {
@@ -894,6 +990,8 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
             112 => return Err(codec::DecodeError::MalformedField),
             36 => h.new_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             123 => h.gap_fill = v == b"Y",
+            7 => h.begin_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
+            16 => h.end_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             49 => h.sender_comp_id = Some(v),
             56 => h.target_comp_id = Some(v),
             268 => break, // the repeating group: entries are read later

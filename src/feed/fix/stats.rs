@@ -89,6 +89,16 @@ session_stats! {
     outbound_full,
     /// Flips of the provider's health flag by the breaker.
     health_changes,
+    /// Garbled messages (bad CheckSum, BodyLength or framing) ignored.
+    garbled_ignored,
+    /// Sessions torn down for `garbled_max` garbled messages in a window.
+    garbled_teardowns,
+    /// ResendRequests received from the provider.
+    resend_requests,
+    /// SequenceReset-GapFills sent in answer.
+    gap_fills_sent,
+    /// Logouts we sent (shutdown, gap policy, sequence too low).
+    logouts_sent,
 }
 
 /// Counters of one provider's session and feed breaker.
