@@ -43,9 +43,14 @@ fn config(port: u16) -> FixSessionConfig {
     c.reconnect = Backoff::new(10, 50);
     c.quote_sample_ms = 0;
     c.breaker.minimum_calls = 5;
-    c.breaker.window = WindowKind::Time { window_s: 10 };
+    // 5 failures at one per up to 2.05 s (read timeout + backoff cap) fit
+    // 11 s: the config check refuses a window they cannot fit.
+    c.breaker.window = WindowKind::Time { window_s: 11 };
     c.breaker.open_wait_ms = 1_000;
     c.breaker.half_open_permitted_calls = 3;
+    // These tests are about the window rule: the consecutive-failures rule
+    // is off (tests/fix_quickfix.rs and fix_session.rs cover it).
+    c.breaker_consecutive_failures = 0;
     c.with_read_timeout_ms(2_000)
 }
 
@@ -257,6 +262,9 @@ fn failures_older_than_the_window_no_longer_count() {
     cfg.breaker.window = WindowKind::Time { window_s: 5 };
     cfg.logon_timeout_ms = 8_000;
     cfg.heartbeat_s = 3;
+    // A 5-s window cannot hold 5 failures 8 s apart, so the config check
+    // wants the consecutive rule on; it is set out of reach here.
+    cfg.breaker_consecutive_failures = 1_000;
     let mut d = Drive::new(cfg.with_read_timeout_ms(8_000));
     proxy.set_toxic(Toxic::Reset);
     assert!(d.until(20, |d| d.failed() == 4));

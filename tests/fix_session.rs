@@ -6,6 +6,7 @@ use std::sync::Arc;
 use pricewire::config::fix::Secret;
 use pricewire::engine::ProviderHealth;
 use pricewire::feed::fix::codec::{self, Encoder, Fields, Header};
+use pricewire::feed::fix::health::ProviderState;
 use pricewire::feed::fix::{bound_slot, FixSession, FixSessionConfig, Io, SessionState};
 use pricewire::model::{InstrumentTable, Tick};
 use pricewire::resilience::BreakerState;
@@ -377,6 +378,7 @@ fn garbled_messages_are_ignored_until_too_many_in_the_window() {
     let mut cfg = config();
     cfg.garbled_max = 3;
     cfg.garbled_window_ms = 10_000;
+    cfg.quote_silence_ms = 0; // no quotes in this test: no silence failures
     let mut r = Rig::active_with(cfg);
     let mut frame = build(r.peer_seq, r.wall(), b"0", |_| {});
     let i = frame.len() - 2;
@@ -478,6 +480,22 @@ fn breaker_opens_marks_unhealthy_goes_half_open_and_closes_on_quotes() {
     r.snapshot("USD/JPY", "149.870", "149.880");
     r.ticks();
     assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
+    // Flap damping: healthy again only after the probation (10 quotes
+    // and 1 s since the logon by default).
+    r.poll();
+    assert!(!r.health.is_healthy(0), "probation");
+    assert_eq!(r.s.provider_state(), ProviderState::Probation);
+    for i in 0..8 {
+        r.now += 150 * MS;
+        r.snapshot(
+            "EUR/USD",
+            "1.08120",
+            if i % 2 == 0 { "1.08129" } else { "1.08128" },
+        );
+        r.ticks();
+    }
+    r.poll();
+    assert_eq!(r.s.provider_state(), ProviderState::Streaming);
     assert!(r.health.is_healthy(0));
 }
 

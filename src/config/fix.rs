@@ -56,6 +56,17 @@ pub const GARBLED_WINDOW_MS_DEFAULT: u64 = 10_000;
 pub const GARBLED_MAX_LIMIT: u32 = 1_000;
 /// Logout sent (shutdown, gap policy) -> the peer's Logout awaited.
 pub const LOGOUT_MS_DEFAULT: u64 = 2_000;
+/// No quote on any subscribed symbol for this long while logged on: the
+/// provider is `silent` (unhealthy) and each such interval is a breaker
+/// failure. 0 turns the rule off.
+pub const QUOTE_SILENCE_MS_DEFAULT: u64 = 5_000;
+/// Flap damping: after a logon the provider rejoins the best price only
+/// after this many quotes and this long.
+pub const PROBATION_QUOTES_DEFAULT: u32 = 10;
+pub const PROBATION_MS_DEFAULT: u64 = 1_000;
+/// This many failures in a row (no quote between) open the feed breaker,
+/// whatever its window says. 0 turns the rule off.
+pub const BREAKER_CONSECUTIVE_FAILURES_DEFAULT: u32 = 3;
 /// Longest Username (553) or Password (554).
 pub const CREDENTIAL_LEN_MAX: usize = 128;
 /// Most symbols one session subscribes.
@@ -91,6 +102,10 @@ pub struct FixProviderFile {
     pub garbled_max: Option<u32>,
     pub garbled_window_ms: Option<u64>,
     pub logout_ms: Option<u64>,
+    pub quote_silence_ms: Option<u64>,
+    pub probation_quotes: Option<u32>,
+    pub probation_ms: Option<u64>,
+    pub breaker_consecutive_failures: Option<u32>,
     /// Logon Username (553).
     pub username: Option<String>,
     /// Name of the environment variable that holds the Logon Password
@@ -154,6 +169,11 @@ pub struct FixSessionConfig {
     pub logout_timeout_ms: u64,
     pub username: Option<String>,
     pub password: Option<Secret>,
+    pub quote_silence_ms: u64,
+    pub probation_quotes: u32,
+    pub probation_ms: u64,
+    /// Failures in a row that open the breaker (0: off).
+    pub breaker_consecutive_failures: u32,
 }
 
 impl FixSessionConfig {
@@ -190,6 +210,10 @@ impl FixSessionConfig {
             logout_timeout_ms: LOGOUT_MS_DEFAULT,
             username: None,
             password: None,
+            quote_silence_ms: QUOTE_SILENCE_MS_DEFAULT,
+            probation_quotes: PROBATION_QUOTES_DEFAULT,
+            probation_ms: PROBATION_MS_DEFAULT,
+            breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
         }
     }
 
@@ -255,7 +279,72 @@ impl FixSessionConfig {
                 return Err(format!("comp ids must be 1..={ID_LEN_MAX} printable ASCII"));
             }
         }
-        self.breaker.validate().map_err(|e| e.to_string())
+        self.breaker.validate().map_err(|e| e.to_string())?;
+        self.check_breaker_can_open()
+    }
+
+    /// Longest wait for the first failure of a hung provider that was
+    /// streaming: the quote silence, or the read timeout when the silence
+    /// rule is off or longer.
+    fn first_failure_ms(&self) -> u64 {
+        match self.quote_silence_ms {
+            0 => self.read_timeout_ms,
+            q => q.min(self.read_timeout_ms),
+        }
+    }
+
+    /// Longest time from one failure of a hung provider to the next, when
+    /// the reconnect before it waited `backoff_ms`: a connect or logon
+    /// timeout, or the silence / read timeout of a session that logs on
+    /// and then says nothing.
+    fn next_failure_ms(&self, backoff_ms: u64) -> u64 {
+        let attempt = self.connect_timeout_ms + self.logon_timeout_ms;
+        backoff_ms + attempt.max(self.first_failure_ms())
+    }
+
+    /// The worst case, from the moment a streaming provider hangs, until
+    /// the consecutive-failures rule opens the breaker (every failure at
+    /// its latest, every backoff at its longest); `None` when the rule is
+    /// off. docs/fix.md: "Hung provider".
+    pub fn hung_open_bound_ms(&self) -> Option<u64> {
+        let k = self.breaker_consecutive_failures;
+        if k == 0 {
+            return None;
+        }
+        let mut t = self.first_failure_ms();
+        for attempt in 0..k.saturating_sub(1) {
+            let backoff = self
+                .reconnect
+                .base_ms
+                .saturating_mul(1u64 << attempt.min(32));
+            t += self.next_failure_ms(backoff.min(self.reconnect.cap_ms));
+        }
+        Some(t)
+    }
+
+    /// Refuses a breaker that a hung provider could never open: without the
+    /// consecutive-failures rule, `minimum_calls` failures, one per cycle
+    /// at the slowest (backoff cap plus the longest timeout), must fit the
+    /// time window; older successes only make it harder.
+    fn check_breaker_can_open(&self) -> Result<(), String> {
+        if self.breaker_consecutive_failures > 0 {
+            return Ok(());
+        }
+        let WindowKind::Time { window_s } = self.breaker.window else {
+            return Ok(()); // a count window holds the last N calls, however slow
+        };
+        let cycle_ms = self.next_failure_ms(self.reconnect.cap_ms);
+        let need_ms = u64::from(self.breaker.minimum_calls).saturating_mul(cycle_ms);
+        if need_ms > u64::from(window_s) * 1_000 {
+            return Err(format!(
+                "breaker can never open on a hung provider: breaker_minimum_calls {} failures \
+                 at one per up to {cycle_ms} ms (reconnect_cap_ms + the longest timeout) need \
+                 {need_ms} ms, more than breaker_window_s {window_s}; set \
+                 breaker_consecutive_failures or widen the window",
+                self.breaker.minimum_calls
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -399,6 +488,12 @@ pub fn resolve(
         logout_timeout_ms: f.logout_ms.unwrap_or(LOGOUT_MS_DEFAULT),
         username: f.username.clone(),
         password: read_password(f, &key)?,
+        quote_silence_ms: f.quote_silence_ms.unwrap_or(QUOTE_SILENCE_MS_DEFAULT),
+        probation_quotes: f.probation_quotes.unwrap_or(PROBATION_QUOTES_DEFAULT),
+        probation_ms: f.probation_ms.unwrap_or(PROBATION_MS_DEFAULT),
+        breaker_consecutive_failures: f
+            .breaker_consecutive_failures
+            .unwrap_or(BREAKER_CONSECUTIVE_FAILURES_DEFAULT),
     };
     cfg.validate()
         .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;

@@ -103,6 +103,7 @@ impl FixFeed {
                 name: cfg.name.clone(),
                 session: session.stats(),
                 breaker: session.breaker_stats(),
+                health: session.health_gauges(),
             });
             conns.push(Conn {
                 session,

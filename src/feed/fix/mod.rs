@@ -20,6 +20,7 @@
 pub mod codec;
 pub mod feed;
 pub mod garble;
+pub mod health;
 pub mod session;
 pub mod sim;
 pub mod stats;

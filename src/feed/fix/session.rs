@@ -44,9 +44,15 @@
 //! `quote_sample_ms`: at thousands of quotes per second a per-quote record
 //! would drown the handful of failures a dying session produces, and a
 //! systematic sample still estimates the share of slow quotes. In HalfOpen
-//! every quote is a trial. While the breaker is not Closed the provider is
-//! marked unhealthy in [`ProviderHealth`], so the engine aggregates
-//! without it; its quotes still flow so its book is fresh when it closes.
+//! every quote is a trial. A quote silence of `quote_silence_ms` while
+//! logged on is a failure per interval, and `breaker_consecutive_failures`
+//! failures with no quote between open the breaker (a hung LP opens it on
+//! defaults; docs/fix.md "Hung provider").
+//!
+//! **Health.** The provider is healthy in [`ProviderHealth`] only in state
+//! `streaming` of [`super::health`] (breaker Closed, logged on, quoting,
+//! past the probation after a logon); otherwise the engine aggregates
+//! without it. Its quotes still flow so its book is fresh when it returns.
 
 use std::sync::Arc;
 
@@ -55,6 +61,7 @@ use rand::{Rng, SeedableRng};
 
 use super::codec::{self, Encoder, Fields, Header};
 use super::garble::GarbleWindow;
+use super::health::{HealthConfig, HealthGauges, Inputs, ProviderHealthMachine, ProviderState};
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
 use crate::config::fix::FixSessionConfig;
@@ -121,6 +128,8 @@ pub enum Failure {
     OutboundFull,
     /// `garbled_max` garbled messages within `garbled_window_ms`.
     Garbled,
+    /// Logged on, but no quote for `quote_silence_ms` (the session stays).
+    QuoteSilence,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +221,17 @@ pub struct FixSession {
     close: Option<Failure>,
     close_quietly: bool,
     breaker: CircuitBreaker,
-    healthy: bool,
+    /// Provider health (see [`super::health`]) and its gauges.
+    machine: ProviderHealthMachine,
+    gauges: Arc<HealthGauges>,
+    /// Failures since the last quote; `breaker_consecutive_failures` of
+    /// them open the breaker.
+    consecutive_failures: u32,
+    /// Start of the current quote-silence interval.
+    silence_mark_ns: u64,
+    /// Rate limit of the failure log line: last line, lines held back.
+    fail_logged_ns: Option<u64>,
+    fail_log_held: u32,
     /// What was last written to the provider's health flag.
     published: Option<bool>,
     health: HealthSlot,
@@ -271,7 +290,16 @@ impl FixSession {
             close: None,
             close_quietly: false,
             breaker,
-            healthy: true,
+            machine: ProviderHealthMachine::new(HealthConfig {
+                quote_silence_ms: cfg.quote_silence_ms,
+                probation_quotes: cfg.probation_quotes,
+                probation_ms: cfg.probation_ms,
+            }),
+            gauges: Arc::new(HealthGauges::default()),
+            consecutive_failures: 0,
+            silence_mark_ns: 0,
+            fail_logged_ns: None,
+            fail_log_held: 0,
             published: None,
             health,
             stats: Arc::new(FixSessionStats::default()),
@@ -292,6 +320,14 @@ impl FixSession {
     }
     pub fn breaker_stats(&self) -> Arc<BreakerStats> {
         self.breaker.stats()
+    }
+    /// The provider-health state and last quote time, for metrics.
+    pub fn health_gauges(&self) -> Arc<HealthGauges> {
+        Arc::clone(&self.gauges)
+    }
+    /// The provider-health state as of the last poll.
+    pub fn provider_state(&self) -> ProviderState {
+        self.machine.state()
     }
     /// The breaker's state at `now_ns` (applies its timers).
     pub fn breaker_state(&mut self, now_ns: u64) -> BreakerState {
@@ -350,6 +386,7 @@ impl FixSession {
         if self.state != SessionState::Active {
             return;
         }
+        self.check_quote_silence(now_ns);
         if silent_ns >= hb_ns * TEST_REQUEST_AFTER_PCT / 100 && !self.test_req_pending {
             self.test_req_pending = true;
             self.test_req_id += 1;
@@ -361,6 +398,19 @@ impl FixSession {
         } else if now_ns.saturating_sub(self.last_sent_ns) >= hb_ns {
             self.stats.heartbeats_sent.inc();
             self.send(b"0", now_ns, wall_ns, |_| {});
+        }
+    }
+
+    /// Logged on and no quote for `quote_silence_ms`: one failure per
+    /// silent interval (a hung LP that still heartbeats opens the breaker
+    /// by the consecutive rule); the session stays up.
+    fn check_quote_silence(&mut self, now_ns: u64) {
+        let interval_ns = self.cfg.quote_silence_ms * NS_PER_MS;
+        if self.machine.silent(now_ns) && now_ns.saturating_sub(self.silence_mark_ns) >= interval_ns
+        {
+            self.silence_mark_ns = now_ns;
+            self.stats.quote_silences.inc();
+            self.note_failure(Failure::QuoteSilence, now_ns);
         }
     }
 
@@ -609,6 +659,8 @@ impl FixSession {
             return;
         }
         self.state = SessionState::Active;
+        self.machine.on_session_up(now_ns);
+        self.silence_mark_ns = now_ns;
         self.stats.logons.inc();
         tracing::info!(provider = %self.cfg.name, "FIX logon accepted");
         self.subscribe(now_ns, wall_ns);
@@ -845,6 +897,9 @@ impl FixSession {
     fn on_quote(&mut self, provider_time_ns: u64, now_ns: u64, wall_ns: u64) {
         self.stats.quotes.inc();
         self.attempt = 0;
+        self.consecutive_failures = 0;
+        self.machine.on_quote(now_ns);
+        self.gauges.set_last_quote_wall_ns(wall_ns);
         let latency_ns = wall_ns.saturating_sub(provider_time_ns);
         if latency_ns > self.cfg.slow_quote_ms * NS_PER_MS {
             self.stats.slow_quotes.inc();
@@ -901,11 +956,26 @@ impl FixSession {
 
     /// Records a failure and asks the driver to close.
     fn fail(&mut self, why: Failure, now_ns: u64) {
-        tracing::debug!(provider = %self.cfg.name, ?why, "FIX session failure");
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        self.note_failure(why, now_ns);
         if self.close.is_none() {
             self.close = Some(why);
         }
+    }
+
+    /// A breaker failure with a log line, at most one a second per
+    /// session (the lines held back are counted in the next).
+    fn note_failure(&mut self, why: Failure, now_ns: u64) {
+        let due = self
+            .fail_logged_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= FAIL_LOG_EVERY_NS);
+        if due {
+            let held_back = std::mem::take(&mut self.fail_log_held);
+            tracing::warn!(provider = %self.cfg.name, ?why, held_back, "FIX session failure");
+            self.fail_logged_ns = Some(now_ns);
+        } else {
+            self.fail_log_held += 1;
+        }
+        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
     }
 
     fn close_quietly(&mut self) {
@@ -938,6 +1008,7 @@ impl FixSession {
         self.pending.clear();
         self.pending_pos = 0;
         self.books.fill(EMPTY_BOOK);
+        self.machine.on_session_down();
         let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
         self.attempt = self.attempt.saturating_add(1);
         self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
@@ -949,20 +1020,37 @@ impl FixSession {
         if let Ok(permit) = self.breaker.try_acquire(now_ns) {
             self.breaker.record(permit, outcome, now_ns);
         }
+        if matches!(outcome, Outcome::Failure { .. }) {
+            self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+            let k = self.cfg.breaker_consecutive_failures;
+            if k > 0 && self.consecutive_failures >= k && self.breaker.trip(now_ns) {
+                self.stats.breaker_trips.inc();
+                tracing::warn!(provider = %self.cfg.name, failures = k,
+                    "FIX feed breaker opened: consecutive failures");
+            }
+        }
         self.update_health(now_ns);
     }
 
-    /// Healthy exactly while the breaker is Closed (or Disabled).
+    /// Evaluates the provider-health machine; publishes `healthy` (state
+    /// `streaming`) to the engine and the state to the gauges.
     fn update_health(&mut self, now_ns: u64) {
-        let healthy = matches!(
-            self.breaker.state(now_ns),
-            BreakerState::Closed | BreakerState::Disabled
-        );
-        if healthy != self.healthy {
-            self.healthy = healthy;
-            self.stats.health_changes.inc();
-            tracing::warn!(provider = %self.cfg.name, healthy, "FIX provider health changed");
+        let inputs = Inputs {
+            breaker_closed: matches!(
+                self.breaker.state(now_ns),
+                BreakerState::Closed | BreakerState::Disabled
+            ),
+            session_up: self.state == SessionState::Active,
+        };
+        if let Some((from, to)) = self.machine.evaluate(now_ns, inputs) {
+            self.gauges.set_state(to);
+            if from.healthy() != to.healthy() {
+                self.stats.health_changes.inc();
+            }
+            tracing::warn!(provider = %self.cfg.name, from = from.name(), to = to.name(),
+                healthy = to.healthy(), "FIX provider state changed");
         }
+        let healthy = self.machine.state().healthy();
         if self.published != Some(healthy) {
             if let Some(h) = self.health.get() {
                 h.set(usize::from(self.cfg.provider), healthy);
@@ -1025,6 +1113,8 @@ fn read_entry_field<'a>(e: &mut Entry<'a>, tag: u32, v: &'a [u8]) {
 }
 
 const NS_PER_DAY: u64 = 86_400_000_000_000;
+/// At most one failure log line a second per session.
+const FAIL_LOG_EVERY_NS: u64 = 1_000 * NS_PER_MS;
 /// Largest MsgSeqNum / NewSeqNo accepted.
 const SEQ_MAX: u64 = u32::MAX as u64;
 /// Longest TestReqID (112) echoed back.

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::health::HealthGauges;
 use crate::model::ProviderId;
 use crate::pipeline::counter::Counter;
 use crate::resilience::breaker::BreakerSnapshot;
@@ -99,6 +100,10 @@ session_stats! {
     gap_fills_sent,
     /// Logouts we sent (shutdown, gap policy, sequence too low).
     logouts_sent,
+    /// Intervals of `quote_silence_ms` without a quote while logged on.
+    quote_silences,
+    /// Breaker opened by the consecutive-failures rule.
+    breaker_trips,
 }
 
 /// Counters of one provider's session and feed breaker.
@@ -108,6 +113,7 @@ pub struct FixProviderStats {
     pub name: String,
     pub session: Arc<FixSessionStats>,
     pub breaker: Arc<BreakerStats>,
+    pub health: Arc<HealthGauges>,
 }
 
 /// Every FIX provider's counters, shared with the metrics endpoint.
