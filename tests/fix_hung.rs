@@ -38,6 +38,9 @@ enum Lp {
     NoTestRequestReply,
     /// Heartbeats and answers TestRequests, never quotes.
     HeartbeatsOnly,
+    /// Logon answered, one snapshot per subscription, then nothing: the
+    /// flapping LP (its snapshot must not reset the run of failures).
+    SnapshotThenSilence,
 }
 
 struct Rig {
@@ -92,7 +95,11 @@ impl Rig {
     /// process drop the current connection first.
     fn hang(&mut self, lp: Lp) {
         self.lp = lp;
-        if matches!(lp, Lp::NoLogonReply | Lp::SilentAfterLogon) && self.connected {
+        let restart = matches!(
+            lp,
+            Lp::NoLogonReply | Lp::SilentAfterLogon | Lp::SnapshotThenSilence
+        );
+        if restart && self.connected {
             self.connected = false;
             let io = self.s.on_disconnected(self.now);
             self.apply(io);
@@ -182,8 +189,33 @@ impl Rig {
                 e.uint(108, 5);
                 e.bytes(141, b"Y");
             }),
-            (b"V", _) if get(263).as_deref() == Some(b"1") => {
-                self.subscribed.push(get(55).unwrap_or_default())
+            (b"V", lp) if get(263).as_deref() == Some(b"1") => {
+                let sym = get(55).unwrap_or_default();
+                if lp == Lp::SnapshotThenSilence {
+                    self.send(b"W", |e| {
+                        e.bytes(55, &sym);
+                        e.uint(268, 2);
+                        e.uint(269, 0);
+                        e.bytes(
+                            270,
+                            if sym == b"EUR/USD" {
+                                b"1.08120"
+                            } else {
+                                b"149.870"
+                            },
+                        );
+                        e.uint(269, 1);
+                        e.bytes(
+                            270,
+                            if sym == b"EUR/USD" {
+                                b"1.08128"
+                            } else {
+                                b"149.880"
+                            },
+                        );
+                    });
+                }
+                self.subscribed.push(sym)
             }
             (b"1", Lp::Healthy | Lp::HeartbeatsOnly) => {
                 let id = get(112).unwrap_or_default();
@@ -347,4 +379,18 @@ fn the_default_bound_of_the_consecutive_rule_is_within_30_s() {
     off.breaker_consecutive_failures = 0;
     let e = off.validate().unwrap_err();
     assert!(e.contains("can never open"), "{e}");
+}
+
+#[test]
+fn a_snapshot_then_silence_after_each_logon_opens_the_breaker_on_defaults() {
+    let (unhealthy, open, r) = hang_and_measure(Lp::SnapshotThenSilence);
+    assert!(unhealthy <= 10, "down at once: {unhealthy} ms");
+    assert!(open <= OPEN_WITHIN / MS, "{open} ms");
+    let s = r.s.stats().snapshot();
+    assert!(s.quotes >= 4, "snapshots came: {s:?}");
+    assert_eq!(
+        s.health_changes, 2,
+        "never healthy again after the hang: {s:?}"
+    );
+    recovers(r);
 }

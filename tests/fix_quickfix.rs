@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 
 use pricewire::clock::{monotonic_ns, MonotonicClock};
 use pricewire::config::fix::Secret;
+use pricewire::feed::fix::health::ProviderState;
 use pricewire::feed::fix::session::SessionState;
 use pricewire::feed::fix::stats::FixSessionSnapshot;
 use pricewire::feed::fix::{FixFeed, FixSessionConfig};
 use pricewire::feed::{SourcePoll, TickSource};
 use pricewire::model::{InstrumentTable, Tick};
-use pricewire::resilience::Backoff;
+use pricewire::resilience::{Backoff, BreakerState};
 use quickfix::QuickFixLp;
 
 /// Bound of every wait.
@@ -196,4 +197,106 @@ fn a_wrong_password_is_refused_by_the_lp() {
     assert!(d.until(|d| d.session().logouts_received >= 1 || d.session().disconnects >= 1));
     assert_eq!(d.session().logons, 0);
     assert!(lp.count(|l| l.contains("logon refused")) >= 1);
+}
+
+/// The defaults with every time divided by 5 (heartbeat 5 s -> 1 s, read
+/// timeout 10 -> 2 s, logon 5 -> 1 s, connect 2 -> 0.4 s, quote silence
+/// 5 -> 1 s, backoff 0.5..30 -> 0.1..6 s, open wait 10 -> 2 s, probation
+/// 1 -> 0.2 s): the same rule, so the same shape, and the 30-s promise
+/// becomes 6 s.
+fn scaled(lp: &QuickFixLp) -> FixSessionConfig {
+    let mut c = config(lp);
+    c.connect_timeout_ms = 400;
+    c.logon_timeout_ms = 1_000;
+    c.logout_timeout_ms = 400;
+    c.quote_silence_ms = 1_000;
+    c.probation_ms = 200;
+    c.reconnect = Backoff::new(100, 6_000);
+    c.breaker.window = pricewire::resilience::breaker::WindowKind::Time { window_s: 2 };
+    c.breaker.open_wait_ms = 2_000;
+    let c = c.with_read_timeout_ms(2_000);
+    assert_eq!(c.hung_open_bound_ms(), Some(4_100), "20.5 s / 5");
+    c
+}
+
+const SCALED_OPEN_WITHIN: Duration = Duration::from_secs(6);
+
+/// Streams, hangs the LP with `hang`, measures the time to Open, then
+/// undoes it with `recover` and waits for Closed and healthy again.
+fn hung_lp_opens_and_recovers(hang: &[&str], recover: &[&str]) {
+    let mut lp = lp(&["--rate", "50"]);
+    let mut d = Drive::new(scaled(&lp));
+    let now = monotonic_ns;
+    assert!(d.until(|d| d.feed.session(0).provider_state() == ProviderState::Streaming));
+    for c in hang {
+        lp.cmd(c);
+    }
+    let onset = Instant::now();
+    assert!(d.until(|d| d.feed.breaker_state(0, now()) == BreakerState::Open));
+    let took = onset.elapsed();
+    eprintln!("{hang:?}: breaker open after {} ms", took.as_millis());
+    assert!(
+        took <= SCALED_OPEN_WITHIN,
+        "{hang:?}: {took:?} {:?}",
+        d.session()
+    );
+    assert_eq!(
+        d.feed.session(0).provider_state(),
+        ProviderState::BreakerOpen
+    );
+    for c in recover {
+        lp.cmd(c);
+    }
+    let back = d.until(|d| {
+        d.feed.breaker_state(0, now()) == BreakerState::Closed
+            && d.feed.session(0).provider_state() == ProviderState::Streaming
+    });
+    let b = d.feed.stats().providers[0].breaker.snapshot();
+    assert!(back, "{hang:?}: no recovery: {b:?} {:?}", d.session());
+    assert!(
+        b.transitions[BreakerState::HalfOpen as usize] >= 1,
+        "through half-open"
+    );
+    no_complaints(&lp);
+}
+
+#[test]
+fn hung_blackhole_after_logon_opens_and_recovers() {
+    hung_lp_opens_and_recovers(&["silent on"], &["silent off"]);
+}
+
+#[test]
+fn hung_logon_never_answered_opens_and_recovers() {
+    hung_lp_opens_and_recovers(&["logon-reply off", "disconnect"], &["logon-reply on"]);
+}
+
+#[test]
+fn hung_logon_answered_then_silence_opens_and_recovers() {
+    hung_lp_opens_and_recovers(
+        &["silent-after-logon on", "disconnect"],
+        &["silent-after-logon off"],
+    );
+}
+
+#[test]
+fn hung_test_request_never_answered_opens_and_recovers() {
+    hung_lp_opens_and_recovers(
+        &["data off", "heartbeats off", "test-reply off"],
+        &["data on", "heartbeats on", "test-reply on"],
+    );
+}
+
+#[test]
+fn a_heartbeating_lp_without_quotes_is_silent_within_the_threshold() {
+    let mut lp = lp(&["--rate", "50"]);
+    let mut d = Drive::new(scaled(&lp));
+    assert!(d.until(|d| d.feed.session(0).provider_state() == ProviderState::Streaming));
+    lp.cmd("data off");
+    let onset = Instant::now();
+    assert!(d.until(|d| d.feed.session(0).provider_state() == ProviderState::Silent));
+    let took = onset.elapsed();
+    // quote_silence_ms 1000, plus the quotes already in flight.
+    assert!(took <= Duration::from_millis(1_500), "{took:?}");
+    assert_eq!(d.state(), SessionState::Active, "heartbeats keep it up");
+    no_complaints(&lp);
 }

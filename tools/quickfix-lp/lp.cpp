@@ -13,7 +13,7 @@
 //   OK <command> / ERR <text>     answers to stdin commands
 //
 // Commands (stdin, one per line; the same names as the flags):
-//   data on|off        stream X incrementals (after the W snapshot)
+//   data on|off        market data at all: the W snapshot and X stream
 //   heartbeats on|off  send our own Heartbeats
 //   test-reply on|off  answer TestRequests
 //   logon-reply on|off answer Logon (off: the connection stays silent)
@@ -23,6 +23,7 @@
 //   gap <n>            skip n outgoing sequence numbers once
 //   resend <n>         forget the last n messages received, ask for them
 //   logout             initiate a Logout
+//   disconnect         drop the connection (as a restarted LP would)
 //   auth <user> <password> | auth off   require Username/Password
 //   rate <per_s>       incrementals per second per subscription
 //   status             counters
@@ -234,7 +235,7 @@ class Lp : public FIX::Application {
       FIX::Session::sendToTarget(rej, id);
       return;
     }
-    send_snapshot(req, sym, found->second, id);
+    if (sw.data) send_snapshot(req, sym, found->second, id);
     if (kind == '1') {
       std::lock_guard<std::mutex> l(subs_mutex_);
       subs_.push_back(Sub{req, sym, found->second});
@@ -379,6 +380,10 @@ static bool command(Lp& lp, const std::string& line) {
     sw.user = a == "off" ? "" : a;
     sw.password = a == "off" ? "" : b;
     return a == "off" || !b.empty();
+  }
+  if (cmd == "disconnect") {
+    if (FIX::Session* s = lp.session()) s->disconnect();
+    return true;
   }
   if (cmd == "status") { say("STATUS " + lp.status()); return true; }
   return false;

@@ -160,7 +160,9 @@ impl ProviderHealthMachine {
         (prev != next).then_some((prev, next))
     }
 
-    fn in_probation(&self, now_ns: u64) -> bool {
+    /// True until the session has been up `probation_ms` and brought
+    /// `probation_quotes` quotes (also while down).
+    pub fn in_probation(&self, now_ns: u64) -> bool {
         let up = self.up_since_ns.unwrap_or(now_ns);
         self.quotes_since_up < self.cfg.probation_quotes
             || now_ns.saturating_sub(up) < self.cfg.probation_ms * NS_PER_MS

@@ -897,8 +897,13 @@ impl FixSession {
     fn on_quote(&mut self, provider_time_ns: u64, now_ns: u64, wall_ns: u64) {
         self.stats.quotes.inc();
         self.attempt = 0;
-        self.consecutive_failures = 0;
         self.machine.on_quote(now_ns);
+        // Only a provider past its probation has shown it works: an LP
+        // that sends its snapshot after each logon and then nothing must
+        // not reset the run of failures every cycle.
+        if !self.machine.in_probation(now_ns) {
+            self.consecutive_failures = 0;
+        }
         self.gauges.set_last_quote_wall_ns(wall_ns);
         let latency_ns = wall_ns.saturating_sub(provider_time_ns);
         if latency_ns > self.cfg.slow_quote_ms * NS_PER_MS {
