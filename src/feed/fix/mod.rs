@@ -21,6 +21,7 @@ pub mod codec;
 pub mod feed;
 pub mod garble;
 pub mod health;
+pub mod metrics;
 pub mod session;
 pub mod sim;
 pub mod stats;

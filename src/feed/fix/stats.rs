@@ -144,47 +144,6 @@ impl FixFeedStats {
             .collect()
     }
 
-    /// Appends Prometheus text: every session counter as
-    /// `pricewire_fix_<name>_total{provider="..."}`, and per provider the
-    /// breaker's `pricewire_fix_breaker_state` (0 closed, 1 open,
-    /// 2 half-open, 3 forced open, 4 disabled) and call counters.
-    pub fn render_prometheus(&self, out: &mut String) {
-        use std::fmt::Write;
-        for p in self.snapshot() {
-            let label = format!("{{provider=\"{}\"}}", p.name);
-            for (name, v) in p.session.fields() {
-                let _ = writeln!(out, "pricewire_fix_{name}_total{label} {v}");
-            }
-            let b = &p.breaker;
-            let _ = writeln!(out, "pricewire_fix_breaker_state{label} {}", b.state as u8);
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_successful_calls_total{label} {}",
-                b.successful_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_failed_calls_total{label} {}",
-                b.failed_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_slow_calls_total{label} {}",
-                b.slow_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_ignored_calls_total{label} {}",
-                b.ignored_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_not_permitted_calls_total{label} {}",
-                b.not_permitted_calls
-            );
-        }
-    }
-
     /// The stats of one provider by name.
     pub fn by_name(&self, name: &str) -> Option<&FixProviderStats> {
         self.providers.iter().find(|p| p.name == name)
