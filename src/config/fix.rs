@@ -412,6 +412,33 @@ fn invalid(key: String, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The `symbols` table: provider symbol -> a known instrument.
+fn resolve_symbols(
+    f: &FixProviderFile,
+    instruments: &[Instrument],
+    key: &dyn Fn(&str) -> String,
+) -> Result<Vec<SymbolMapping>, ConfigError> {
+    let mut symbols = Vec::with_capacity(f.symbols.len());
+    for (theirs, ours) in &f.symbols {
+        let inst = instruments
+            .iter()
+            .find(|i| &i.name == ours)
+            .ok_or_else(|| invalid(key("symbols"), format!("unknown instrument {ours}")))?;
+        if theirs.is_empty() || theirs.len() > ID_LEN_MAX || theirs.bytes().any(|b| b < 0x20) {
+            return Err(invalid(
+                key("symbols"),
+                format!("bad provider symbol {theirs:?}"),
+            ));
+        }
+        symbols.push(SymbolMapping {
+            provider_symbol: theirs.clone(),
+            symbol: inst.id,
+            digits: inst.digits,
+        });
+    }
+    Ok(symbols)
+}
+
 /// Resolves one `[providers.fix]` table of provider `index` against the
 /// instrument list.
 pub fn resolve(
@@ -441,24 +468,7 @@ pub fn resolve(
     if let Some(p) = f.breaker_slow_rate_pct {
         breaker.slow_call_rate_threshold_pct = p;
     }
-    let mut symbols = Vec::with_capacity(f.symbols.len());
-    for (theirs, ours) in &f.symbols {
-        let inst = instruments
-            .iter()
-            .find(|i| &i.name == ours)
-            .ok_or_else(|| invalid(key("symbols"), format!("unknown instrument {ours}")))?;
-        if theirs.is_empty() || theirs.len() > ID_LEN_MAX || theirs.bytes().any(|b| b < 0x20) {
-            return Err(invalid(
-                key("symbols"),
-                format!("bad provider symbol {theirs:?}"),
-            ));
-        }
-        symbols.push(SymbolMapping {
-            provider_symbol: theirs.clone(),
-            symbol: inst.id,
-            digits: inst.digits,
-        });
-    }
+    let symbols = resolve_symbols(f, instruments, &key)?;
     if f.host.is_empty() {
         return Err(invalid(key("host"), "must not be empty"));
     }
