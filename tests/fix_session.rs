@@ -713,3 +713,27 @@ fn a_requested_logout_waits_logout_ms_for_the_peer() {
     assert_eq!(r.peer(b"5", |_| {}), Io::Close, "the peer's Logout ends it");
     assert_eq!(r.s.stats().snapshot().logouts_sent, 1);
 }
+
+#[test]
+fn half_open_probes_at_once_instead_of_waiting_out_the_backoff() {
+    let mut cfg = config();
+    cfg.reconnect = pricewire::resilience::Backoff::new(20_000, 30_000);
+    let mut r = Rig::active_with(cfg);
+    // Three failures in a row open the breaker (consecutive rule).
+    r.s.on_disconnected(r.now);
+    for _ in 0..2 {
+        r.now = r.s.next_connect_ns().max(r.now);
+        assert_eq!(r.poll(), Io::Connect);
+        r.s.on_connect_failed(r.now);
+    }
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::Open);
+    r.now += 1_000 * MS; // open_wait_ms
+    let due = r.s.next_connect_ns();
+    assert!(
+        due > r.now + 1_000 * MS,
+        "the backoff would wait: due {due}, now {}",
+        r.now
+    );
+    assert_eq!(r.poll(), Io::Connect, "half-open: the probe connects now");
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
+}

@@ -47,7 +47,7 @@ impl FixSession {
         self.stats.seq_gaps.inc();
         self.in_seq = seq + 1;
         self.gaps_this_connection += 1;
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        self.note_failure(Failure::SeqGap, now_ns);
         if self.gaps_this_connection >= self.cfg.gaps_before_logout {
             self.stats.logouts_for_gaps.inc();
             self.logout(now_ns, wall_ns);
@@ -159,6 +159,8 @@ impl FixSession {
     /// Gap recovery: unsubscribe the old generation, subscribe afresh.
     pub(super) fn resubscribe(&mut self, now_ns: u64, wall_ns: u64) {
         self.stats.resubscribes.inc();
+        tracing::info!(provider = %self.cfg.name, gaps = self.gaps_this_connection,
+            "FIX sequence gap: resubscribing with fresh MarketDataRequests");
         let gen = self.req_gen;
         for i in 0..self.cfg.symbols.len() {
             let sym = std::mem::take(&mut self.cfg.symbols[i].provider_symbol);
@@ -190,7 +192,7 @@ impl FixSession {
     }
 
     pub(super) fn fail_and_logout(&mut self, why: Failure, now_ns: u64, wall_ns: u64) {
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        self.note_failure(why, now_ns);
         tracing::warn!(provider = %self.cfg.name, ?why, "FIX session logging out");
         self.logout(now_ns, wall_ns);
     }

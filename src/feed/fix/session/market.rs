@@ -2,7 +2,7 @@
 //! into ticks, and each quote's verdict for the breaker and the provider
 //! health. Part of [`super::FixSession`]; allocation-free.
 
-use super::{FixSession, MsgHeader};
+use super::{Failure, FixSession, MsgHeader};
 use crate::clock::NS_PER_MS;
 use crate::feed::fix::codec::{self, Fields};
 use crate::model::price::parse_price_bytes;
@@ -104,7 +104,7 @@ impl FixSession {
                     // skipped and the provider charged a failure, but the
                     // stream itself is intact, so the session stays up.
                     self.stats.bad_prices.inc();
-                    self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+                    self.note_failure(Failure::BadPrice, now_ns);
                     return;
                 }
             }

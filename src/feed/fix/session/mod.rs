@@ -134,6 +134,8 @@ pub enum Failure {
     Garbled,
     /// Logged on, but no quote for `quote_silence_ms` (the session stays).
     QuoteSilence,
+    /// A bad price or size in an entry (the entry is skipped).
+    BadPrice,
 }
 
 /// Header fields of the message being handled.
@@ -314,6 +316,15 @@ impl FixSession {
     /// follows Open -> HalfOpen with no traffic.
     pub fn poll(&mut self, now_ns: u64, wall_ns: u64) -> Io {
         self.update_health(now_ns);
+        // Half-open is the time to probe: connect now instead of at the end
+        // of a long backoff, so the trial calls come before the breaker's
+        // half_open_max_wait_ms (the read timeout) ends it without a verdict.
+        if self.state == SessionState::Waiting
+            && self.next_connect_ns > now_ns
+            && self.breaker.state(now_ns) == BreakerState::HalfOpen
+        {
+            self.next_connect_ns = now_ns;
+        }
         match self.state {
             SessionState::Waiting if now_ns >= self.next_connect_ns => {
                 self.state = SessionState::Connecting;
