@@ -159,3 +159,26 @@ fn garbled_and_logout_settings_resolve_and_are_checked() {
         "providers[0].fix"
     );
 }
+
+#[test]
+fn a_breaker_that_a_hung_provider_could_never_open_is_refused() {
+    // Without the consecutive rule, 5 failures at one per up to 35 s
+    // (backoff cap 30 s + the 5-s quote silence, longer than connect 1.5 s
+    // + logon 3 s) cannot fit the 10-s window.
+    let off = FIX.replace(
+        "heartbeat_s = 10",
+        "heartbeat_s = 10\nbreaker_consecutive_failures = 0",
+    );
+    let e = Config::parse(&off, 1).unwrap_err();
+    assert!(e.to_string().contains("can never open"), "{e}");
+    assert_eq!(key_of(e), "providers[0].fix");
+    // A window that holds them is accepted.
+    let wide = off.replace(
+        "breaker_consecutive_failures = 0",
+        "breaker_consecutive_failures = 0\nbreaker_window_s = 300",
+    );
+    assert!(Config::parse(&wide, 1).is_ok());
+    let c = Config::parse(FIX, 1).unwrap();
+    assert_eq!(c.fix[0].breaker_consecutive_failures, 3);
+    assert!(c.fix[0].hung_open_bound_ms().unwrap() <= 30_000);
+}
