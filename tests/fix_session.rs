@@ -737,3 +737,35 @@ fn half_open_probes_at_once_instead_of_waiting_out_the_backoff() {
     assert_eq!(r.poll(), Io::Connect, "half-open: the probe connects now");
     assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
 }
+
+/// A W whose entries carry MDEntryDate/MDEntryTime `age_ms` before now.
+fn aged_snapshot(r: &mut Rig, age_ms: u64) -> usize {
+    let mut ts = Vec::new();
+    codec::write_utc_timestamp(&mut ts, r.wall() - age_ms * MS).unwrap();
+    let (date, time) = (ts[..8].to_vec(), ts[9..].to_vec());
+    r.peer(b"W", |e| {
+        e.bytes(55, b"EUR/USD");
+        e.uint(268, 2);
+        for (side, px) in [(0, &b"1.08120"[..]), (1, &b"1.08128"[..])] {
+            e.uint(269, side);
+            e.bytes(270, px);
+            e.bytes(272, &date);
+            e.bytes(273, &time);
+        }
+    });
+    r.ticks().len()
+}
+
+#[test]
+fn a_quote_old_by_its_provider_time_never_enters_the_price() {
+    let mut r = Rig::active();
+    // provider_age_max_ms 2000 + clock_skew_ms 500 by default.
+    assert_eq!(aged_snapshot(&mut r, 2_400), 1, "within limit + skew");
+    assert_eq!(aged_snapshot(&mut r, 3_000), 0, "stamped 3 s ago: dropped");
+    let s = r.s.stats().snapshot();
+    assert_eq!((s.stale_quotes, s.quotes), (1, 2), "still a (slow) quote");
+    let mut cfg = config();
+    cfg.provider_age_max_ms = 0;
+    let mut r = Rig::active_with(cfg);
+    assert_eq!(aged_snapshot(&mut r, 3_000), 1, "rule off");
+}

@@ -23,6 +23,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::clock::NS_PER_MS;
+
 use super::ConfigError;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
@@ -67,6 +69,11 @@ pub const PROBATION_MS_DEFAULT: u64 = 1_000;
 /// This many failures in a row (no quote between) open the feed breaker,
 /// whatever its window says. 0 turns the rule off.
 pub const BREAKER_CONSECUTIVE_FAILURES_DEFAULT: u32 = 3;
+/// Quote age by provider time: a quote older than this by its own stamp
+/// (plus the skew allowance) never enters the price. 0 turns it off.
+pub const PROVIDER_AGE_MAX_MS_DEFAULT: u64 = 2_000;
+/// Allowed difference between the provider's clock and ours.
+pub const CLOCK_SKEW_MS_DEFAULT: u64 = 500;
 /// Longest Username (553) or Password (554).
 pub const CREDENTIAL_LEN_MAX: usize = 128;
 /// Most symbols one session subscribes.
@@ -106,6 +113,8 @@ pub struct FixProviderFile {
     pub probation_quotes: Option<u32>,
     pub probation_ms: Option<u64>,
     pub breaker_consecutive_failures: Option<u32>,
+    pub provider_age_max_ms: Option<u64>,
+    pub clock_skew_ms: Option<u64>,
     /// Logon Username (553).
     pub username: Option<String>,
     /// Name of the environment variable that holds the Logon Password
@@ -174,6 +183,9 @@ pub struct FixSessionConfig {
     pub probation_ms: u64,
     /// Failures in a row that open the breaker (0: off).
     pub breaker_consecutive_failures: u32,
+    /// Quote age limit by provider time (0: off) and the skew allowance.
+    pub provider_age_max_ms: u64,
+    pub clock_skew_ms: u64,
 }
 
 impl FixSessionConfig {
@@ -214,6 +226,8 @@ impl FixSessionConfig {
             probation_quotes: PROBATION_QUOTES_DEFAULT,
             probation_ms: PROBATION_MS_DEFAULT,
             breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
+            provider_age_max_ms: PROVIDER_AGE_MAX_MS_DEFAULT,
+            clock_skew_ms: CLOCK_SKEW_MS_DEFAULT,
         }
     }
 
@@ -261,6 +275,10 @@ impl FixSessionConfig {
         }
         if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
             return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
+        }
+        let ms_max = u64::MAX / NS_PER_MS / 4;
+        if self.provider_age_max_ms > ms_max || self.clock_skew_ms > ms_max {
+            return Err("provider_age_max_ms and clock_skew_ms: out of range".into());
         }
         if self.garbled_window_ms == 0 || self.logout_timeout_ms == 0 {
             return Err("garbled_window_ms and logout_ms must be at least 1".into());
@@ -504,6 +522,8 @@ pub fn resolve(
         breaker_consecutive_failures: f
             .breaker_consecutive_failures
             .unwrap_or(BREAKER_CONSECUTIVE_FAILURES_DEFAULT),
+        provider_age_max_ms: f.provider_age_max_ms.unwrap_or(PROVIDER_AGE_MAX_MS_DEFAULT),
+        clock_skew_ms: f.clock_skew_ms.unwrap_or(CLOCK_SKEW_MS_DEFAULT),
     };
     cfg.validate()
         .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;

@@ -104,6 +104,9 @@ session_stats! {
     quote_silences,
     /// Breaker opened by the consecutive-failures rule.
     breaker_trips,
+    /// Quotes older than provider_age_max_ms + clock_skew_ms by their
+    /// provider time: not delivered.
+    stale_quotes,
 }
 
 /// Counters of one provider's session and feed breaker.

@@ -136,6 +136,13 @@ impl FixSession {
             if b.bid == NO_PRICE || b.ask == NO_PRICE {
                 continue; // one side only (after a delete or a gap): not a quote
             }
+            if self.stale_on_arrival(b.provider_time_ns, wall_ns) {
+                // Old by the provider's own stamp: it never enters the
+                // price; still a (slow) quote for the breaker and health.
+                self.stats.stale_quotes.inc();
+                self.on_quote(b.provider_time_ns, now_ns, wall_ns);
+                continue;
+            }
             self.feed_seq += 1;
             self.pending.push(Tick {
                 bid: b.bid,
@@ -151,6 +158,18 @@ impl FixSession {
             });
             self.on_quote(b.provider_time_ns, now_ns, wall_ns);
         }
+    }
+
+    /// Quote age by provider time: older than `provider_age_max_ms` plus
+    /// the `clock_skew_ms` allowance (both clocks are UTC, but not the same
+    /// clock). Off when the limit is 0 or the quote carries no time.
+    fn stale_on_arrival(&self, provider_time_ns: u64, wall_ns: u64) -> bool {
+        let limit_ms = self.cfg.provider_age_max_ms;
+        if limit_ms == 0 || provider_time_ns == 0 {
+            return false;
+        }
+        let allowed_ns = (limit_ms + self.cfg.clock_skew_ms) * NS_PER_MS;
+        wall_ns.saturating_sub(provider_time_ns) > allowed_ns
     }
 
     /// A good quote: breaker success (slow when late), sampled while Closed.
