@@ -4,7 +4,7 @@
 //! `feed::fix::metrics::FAMILIES`, labelled with the configured provider
 //! name, and the provider turns healthy. SIGTERM logs the provider out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -43,19 +43,45 @@ fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// The `pricewire_...` names in the first column of the table under
-/// docs/fix.md's "## Metrics".
-fn documented() -> BTreeSet<String> {
+type Families = BTreeMap<String, BTreeSet<String>>;
+
+/// The table under docs/fix.md's "## Metrics": family name (first column)
+/// -> the backticked label values of its last column.
+fn documented() -> Families {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fix.md");
     let doc = std::fs::read_to_string(path).unwrap();
     let section = doc.split("## Metrics").nth(1).unwrap();
     let section = section.split("\n## ").next().unwrap();
-    section
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `"))
-        .filter_map(|l| l.split('`').next())
-        .map(str::to_string)
-        .collect()
+    let mut out = Families::new();
+    for row in section.lines().filter(|l| l.starts_with("| `pricewire_")) {
+        let cols: Vec<&str> = row.split('|').collect();
+        let name = cols[1].trim().trim_matches('`').to_string();
+        let meaning = cols[cols.len() - 2];
+        let values = meaning.split('`').skip(1).step_by(2).map(str::to_string);
+        out.insert(name, values.collect());
+    }
+    out
+}
+
+/// The FIX families of a scrape for provider `lp-a`: family -> values of
+/// the label after `provider` (empty when there is none).
+fn scraped(body: &str) -> Families {
+    let mut out = Families::new();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let labels = rest.split('}').next().unwrap_or("");
+        let mut it = labels.split(',');
+        if it.next() != Some("provider=\"lp-a\"") {
+            continue;
+        }
+        let values = out.entry(name.to_string()).or_default();
+        if let Some((_, v)) = it.next().and_then(|l| l.split_once('=')) {
+            values.insert(v.trim_matches('"').to_string());
+        }
+    }
+    out
 }
 
 struct Killed(Child);
@@ -70,9 +96,10 @@ impl Drop for Killed {
 #[test]
 fn fix_metrics_of_the_binary_match_the_docs_and_shutdown_logs_out() {
     let families: BTreeSet<String> = FAMILIES.iter().map(|s| s.to_string()).collect();
+    let doc = documented();
+    let doc_names: BTreeSet<String> = doc.keys().cloned().collect();
     assert_eq!(
-        documented(),
-        families,
+        doc_names, families,
         "docs/fix.md's table vs metrics::FAMILIES"
     );
 
@@ -112,13 +139,11 @@ fn fix_metrics_of_the_binary_match_the_docs_and_shutdown_logs_out() {
         body.contains(healthy)
     });
     assert!(up, "{healthy} never appeared:\n{body}");
-    let on_metrics: BTreeSet<String> = body
-        .lines()
-        .filter(|l| !l.starts_with('#') && l.contains("provider=\"lp-a\""))
-        .filter_map(|l| l.split('{').next())
-        .map(str::to_string)
-        .collect();
-    assert_eq!(on_metrics, families, "/metrics vs metrics::FAMILIES");
+    let on_metrics = scraped(&body);
+    assert_eq!(
+        on_metrics, doc,
+        "/metrics vs docs/fix.md, label values included"
+    );
     assert!(body.contains("pricewire_breaker_state{dependency=\"fix_lp-a\",state=\"closed\"} 1"));
 
     let logouts = sim.shared().logouts.load(Ordering::Relaxed);
