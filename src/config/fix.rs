@@ -23,8 +23,6 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::clock::NS_PER_MS;
-
 use super::ConfigError;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
@@ -276,9 +274,19 @@ impl FixSessionConfig {
         if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
             return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
         }
-        let ms_max = u64::MAX / NS_PER_MS / 4;
-        if self.provider_age_max_ms > ms_max || self.clock_skew_ms > ms_max {
-            return Err("provider_age_max_ms and clock_skew_ms: out of range".into());
+        // Times are turned into ns (and some added): keep them far from
+        // overflow. A day is longer than any sane setting.
+        let ms_max = 86_400_000;
+        let times = [
+            ("provider_age_max_ms", self.provider_age_max_ms),
+            ("clock_skew_ms", self.clock_skew_ms),
+            ("garbled_window_ms", self.garbled_window_ms),
+            ("logout_ms", self.logout_timeout_ms),
+            ("quote_silence_ms", self.quote_silence_ms),
+            ("probation_ms", self.probation_ms),
+        ];
+        if let Some((key, _)) = times.iter().find(|(_, v)| *v > ms_max) {
+            return Err(format!("{key}: at most {ms_max} (a day)"));
         }
         if self.garbled_window_ms == 0 || self.logout_timeout_ms == 0 {
             return Err("garbled_window_ms and logout_ms must be at least 1".into());

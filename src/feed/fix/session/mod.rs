@@ -698,8 +698,15 @@ impl FixSession {
             if from.healthy() != to.healthy() {
                 self.stats.health_changes.inc();
             }
-            tracing::warn!(provider = %self.cfg.name, from = from.name(), to = to.name(),
-                healthy = to.healthy(), "FIX provider state changed");
+            let (provider, from, to_name) = (&self.cfg.name, from.name(), to.name());
+            match to {
+                ProviderState::Streaming | ProviderState::Probation => {
+                    tracing::info!(%provider, from, to = to_name, healthy = to.healthy(),
+                        "FIX provider state changed")
+                }
+                _ => tracing::warn!(%provider, from, to = to_name, healthy = to.healthy(),
+                    "FIX provider state changed"),
+            }
         }
         let healthy = self.machine.state().healthy();
         if self.published != Some(healthy) {
