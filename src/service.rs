@@ -257,20 +257,9 @@ impl Service {
         if let Some(fix) = &self.fix {
             for p in &fix.providers {
                 register_breaker(r, &format!("fix_{}", p.name), p.breaker.clone())?;
-                let s = p.session.clone();
-                r.register_counter_fn(
-                    m::FEED_DECODE_ERRORS,
-                    &[("provider", &p.name), ("reason", "decode")],
-                    move || {
-                        s.snapshot()
-                            .fields()
-                            .into_iter()
-                            .filter(|(n, _)| n.contains("error"))
-                            .map(|(_, v)| v)
-                            .sum()
-                    },
-                )?;
             }
+            let wall = Arc::new(crate::feed::fix::WallClock);
+            crate::feed::fix::metrics::register(r, fix, wall)?;
         }
         register_overload(r, &self.overload)
     }

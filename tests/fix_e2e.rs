@@ -100,12 +100,17 @@ fn a_stalled_provider_is_excluded_and_prices_continue_single_provider() {
     let lpa = stats.by_name("lpa").unwrap();
     assert_eq!(lpa.breaker.state(), BreakerState::Closed);
     assert!(lpa.session.quotes.get() > 0);
-    let mut metrics = String::new();
-    stats.render_prometheus(&mut metrics);
-    assert!(
-        metrics.contains("pricewire_fix_breaker_state{provider=\"lpb\"} 1"),
-        "{metrics}"
-    );
+    let registry = pricewire::ops::Registry::new();
+    let wall = std::sync::Arc::new(pricewire::feed::fix::WallClock);
+    pricewire::feed::fix::metrics::register(&registry, &stats, wall).unwrap();
+    let metrics = registry.scrape();
+    for line in [
+        "pricewire_provider_healthy{provider=\"lpb\"} 0",
+        "pricewire_provider_state{provider=\"lpb\",state=\"breaker_open\"} 1",
+        "pricewire_provider_healthy{provider=\"lpa\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
     assert!(metrics.contains("pricewire_fix_quotes_total{provider=\"lpa\"}"));
     pipeline.stop();
 }

@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+use pricewire::config::fix::Secret;
 use pricewire::engine::ProviderHealth;
 use pricewire::feed::fix::codec::{self, Encoder, Fields, Header};
+use pricewire::feed::fix::health::ProviderState;
 use pricewire::feed::fix::{bound_slot, FixSession, FixSessionConfig, Io, SessionState};
 use pricewire::model::{InstrumentTable, Tick};
 use pricewire::resilience::BreakerState;
@@ -65,7 +67,11 @@ impl Rig {
 
     /// Connect + Logon exchanged; outbound drained.
     fn active() -> Rig {
-        let mut r = Rig::new(config());
+        Rig::active_with(config())
+    }
+
+    fn active_with(cfg: FixSessionConfig) -> Rig {
+        let mut r = Rig::new(cfg);
         assert_eq!(r.poll(), Io::Connect);
         assert_eq!(r.s.on_connected(r.now, r.wall()), Io::Nothing);
         r.sent();
@@ -368,15 +374,40 @@ fn a_market_data_reject_is_a_business_error() {
 }
 
 #[test]
-fn checksum_and_decode_failures_close_the_session() {
-    let mut r = Rig::active();
+fn garbled_messages_are_ignored_until_too_many_in_the_window() {
+    let mut cfg = config();
+    cfg.garbled_max = 3;
+    cfg.garbled_window_ms = 10_000;
+    cfg.quote_silence_ms = 0; // no quotes in this test: no silence failures
+    let mut r = Rig::active_with(cfg);
     let mut frame = build(r.peer_seq, r.wall(), b"0", |_| {});
     let i = frame.len() - 2;
     frame[i] = if frame[i] == b'0' { b'1' } else { b'0' };
     let err = codec::frame_len(&frame).unwrap_err();
     assert!(matches!(err, codec::DecodeError::BadChecksum { .. }));
-    assert_eq!(r.s.on_decode_error(err, r.now), Io::Close);
-    assert_eq!(r.s.stats().snapshot().checksum_errors, 1);
+    assert_eq!(r.s.on_garbled(err, r.now), Io::Nothing, "FIX: ignore it");
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 0);
+    let quiet_ms = |r: &mut Rig, ms: u64| {
+        for _ in 0..ms / 1_000 {
+            assert_eq!(r.advance_ms(1_000), Io::Nothing);
+            r.peer(b"0", |_| {}); // heartbeats keep the read timeout away
+        }
+    };
+    quiet_ms(&mut r, 6_000);
+    assert_eq!(r.s.on_garbled(err, r.now), Io::Nothing);
+    quiet_ms(&mut r, 5_000);
+    assert_eq!(
+        r.s.on_garbled(err, r.now),
+        Io::Nothing,
+        "the first fell out of the 10-s window"
+    );
+    quiet_ms(&mut r, 1_000);
+    assert_eq!(r.s.on_garbled(err, r.now), Io::Close, "3 within 10 s");
+    let st = r.s.stats().snapshot();
+    assert_eq!(
+        (st.checksum_errors, st.garbled_ignored, st.garbled_teardowns),
+        (4, 4, 1)
+    );
     assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 1);
 }
 
@@ -449,6 +480,22 @@ fn breaker_opens_marks_unhealthy_goes_half_open_and_closes_on_quotes() {
     r.snapshot("USD/JPY", "149.870", "149.880");
     r.ticks();
     assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
+    // Flap damping: healthy again only after the probation (10 quotes
+    // and 1 s since the logon by default).
+    r.poll();
+    assert!(!r.health.is_healthy(0), "probation");
+    assert_eq!(r.s.provider_state(), ProviderState::Probation);
+    for i in 0..8 {
+        r.now += 150 * MS;
+        r.snapshot(
+            "EUR/USD",
+            "1.08120",
+            if i % 2 == 0 { "1.08129" } else { "1.08128" },
+        );
+        r.ticks();
+    }
+    r.poll();
+    assert_eq!(r.s.provider_state(), ProviderState::Streaming);
     assert!(r.health.is_healthy(0));
 }
 
@@ -565,7 +612,160 @@ fn hostile_numbers_and_oversize_test_request_ids_do_not_panic() {
     let ticks = r.ticks();
     assert_eq!(ticks.len(), 1);
     assert!(ticks[0].provider_time_ns > 0);
-    // A TestReqID longer than we echo is a decode failure, not a panic.
+    // A TestReqID longer than we echo makes the message garbled (ignored,
+    // counted), not a panic.
     let long = vec![b'A'; 600];
-    assert_eq!(r.peer(b"1", |e| e.bytes(112, &long)), Io::Close);
+    assert_eq!(r.peer(b"1", |e| e.bytes(112, &long)), Io::Nothing);
+    assert_eq!(r.s.stats().snapshot().garbled_ignored, 1);
+}
+
+#[test]
+fn a_resend_request_is_answered_by_one_gap_fill() {
+    let mut r = Rig::active();
+    // Logon (1) and two MarketDataRequests (2, 3) went out: next is 4.
+    assert_eq!(
+        r.peer(b"2", |e| {
+            e.uint(7, 2);
+            e.uint(16, 0);
+        }),
+        Io::Nothing
+    );
+    let sent = r.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let (t, f) = &sent[0];
+    assert_eq!(t, b"4");
+    assert_eq!(field(f, 34), vec![b"2"], "MsgSeqNum = BeginSeqNo");
+    assert_eq!(field(f, 43), vec![b"Y"]);
+    assert_eq!(field(f, 122).len(), 1, "OrigSendingTime");
+    assert_eq!(field(f, 123), vec![b"Y"], "GapFill");
+    assert_eq!(field(f, 36), vec![b"4"], "NewSeqNo = our next number");
+    // The GapFill used no number: the next message is 4.
+    r.advance_ms(1_000);
+    let hb = r.sent();
+    assert_eq!(field(&hb[0].1, 34), vec![b"4"]);
+    // A bounded range ends at EndSeqNo + 1; a range we never sent is ignored.
+    r.peer(b"2", |e| {
+        e.uint(7, 1);
+        e.uint(16, 2);
+    });
+    assert_eq!(field(&r.sent()[0].1, 36), vec![b"3"]);
+    r.peer(b"2", |e| {
+        e.uint(7, 99);
+        e.uint(16, 0);
+    });
+    assert!(r.sent().is_empty());
+    let st = r.s.stats().snapshot();
+    assert_eq!((st.resend_requests, st.gap_fills_sent), (3, 2));
+}
+
+#[test]
+fn the_unsubscribe_request_names_the_entry_types() {
+    let mut r = Rig::active();
+    let seq = r.peer_seq + 2;
+    r.peer_seq = seq + 1;
+    r.peer_seq_n(seq, b"0", |_| {});
+    let unsub: Vec<_> = r
+        .sent()
+        .into_iter()
+        .filter(|(t, f)| t == b"V" && field(f, 263) == vec![b"2"])
+        .collect();
+    assert_eq!(unsub.len(), 2, "one per symbol");
+    for (_, f) in &unsub {
+        assert_eq!(
+            field(f, 267),
+            vec![b"2"],
+            "FIX44.xml: NoMDEntryTypes required"
+        );
+        assert_eq!(field(f, 269), vec![b"0", b"1"]);
+    }
+}
+
+#[test]
+fn logon_carries_username_and_password_that_never_print() {
+    let mut cfg = config();
+    cfg.username = Some("pw-user".into());
+    cfg.password = Some(Secret::new("s3cret"));
+    assert!(!format!("{cfg:?}").contains("s3cret"), "Debug masks it");
+    let mut r = Rig::new(cfg);
+    assert_eq!(r.poll(), Io::Connect);
+    r.s.on_connected(r.now, r.wall());
+    let sent = r.sent();
+    let (t, f) = &sent[0];
+    assert_eq!(t, b"A");
+    assert_eq!(field(f, 553), vec![b"pw-user"]);
+    assert_eq!(field(f, 554), vec![b"s3cret"]);
+    assert_eq!(field(f, 141), vec![b"Y"], "ResetSeqNumFlag on every Logon");
+}
+
+#[test]
+fn a_requested_logout_waits_logout_ms_for_the_peer() {
+    let mut cfg = config();
+    cfg.logout_timeout_ms = 500;
+    let mut r = Rig::active_with(cfg);
+    assert_eq!(r.s.request_logout(r.now, r.wall()), Io::Nothing);
+    assert_eq!(r.sent()[0].0, b"5");
+    assert_eq!(r.s.state(), SessionState::LoggingOut);
+    assert_eq!(r.advance_ms(499), Io::Nothing);
+    assert_eq!(r.advance_ms(1), Io::Close, "no answer in logout_ms: close");
+    assert_eq!(r.s.breaker_stats().snapshot().failed_calls, 0);
+    let mut r = Rig::active();
+    r.s.request_logout(r.now, r.wall());
+    assert_eq!(r.peer(b"5", |_| {}), Io::Close, "the peer's Logout ends it");
+    assert_eq!(r.s.stats().snapshot().logouts_sent, 1);
+}
+
+#[test]
+fn half_open_probes_at_once_instead_of_waiting_out_the_backoff() {
+    let mut cfg = config();
+    cfg.reconnect = pricewire::resilience::Backoff::new(20_000, 30_000);
+    let mut r = Rig::active_with(cfg);
+    // Three failures in a row open the breaker (consecutive rule).
+    r.s.on_disconnected(r.now);
+    for _ in 0..2 {
+        r.now = r.s.next_connect_ns().max(r.now);
+        assert_eq!(r.poll(), Io::Connect);
+        r.s.on_connect_failed(r.now);
+    }
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::Open);
+    r.now += 1_000 * MS; // open_wait_ms
+    let due = r.s.next_connect_ns();
+    assert!(
+        due > r.now + 1_000 * MS,
+        "the backoff would wait: due {due}, now {}",
+        r.now
+    );
+    assert_eq!(r.poll(), Io::Connect, "half-open: the probe connects now");
+    assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
+}
+
+/// A W whose entries carry MDEntryDate/MDEntryTime `age_ms` before now.
+fn aged_snapshot(r: &mut Rig, age_ms: u64) -> usize {
+    let mut ts = Vec::new();
+    codec::write_utc_timestamp(&mut ts, r.wall() - age_ms * MS).unwrap();
+    let (date, time) = (ts[..8].to_vec(), ts[9..].to_vec());
+    r.peer(b"W", |e| {
+        e.bytes(55, b"EUR/USD");
+        e.uint(268, 2);
+        for (side, px) in [(0, &b"1.08120"[..]), (1, &b"1.08128"[..])] {
+            e.uint(269, side);
+            e.bytes(270, px);
+            e.bytes(272, &date);
+            e.bytes(273, &time);
+        }
+    });
+    r.ticks().len()
+}
+
+#[test]
+fn a_quote_old_by_its_provider_time_never_enters_the_price() {
+    let mut r = Rig::active();
+    // provider_age_max_ms 2000 + clock_skew_ms 500 by default.
+    assert_eq!(aged_snapshot(&mut r, 2_400), 1, "within limit + skew");
+    assert_eq!(aged_snapshot(&mut r, 3_000), 0, "stamped 3 s ago: dropped");
+    let s = r.s.stats().snapshot();
+    assert_eq!((s.stale_quotes, s.quotes), (1, 2), "still a (slow) quote");
+    let mut cfg = config();
+    cfg.provider_age_max_ms = 0;
+    let mut r = Rig::active_with(cfg);
+    assert_eq!(aged_snapshot(&mut r, 3_000), 1, "rule off");
 }

@@ -438,6 +438,19 @@ impl CircuitBreaker {
         }
     }
 
+    /// Opens a Closed breaker now, as its own rate rule would: for a caller
+    /// with an extra rule of its own (the FIX feed opens on consecutive
+    /// failures). Open then runs its course (HalfOpen after `open_wait_ms`).
+    /// Returns whether it opened; no effect in any other state.
+    pub fn trip(&mut self, now_ns: u64) -> bool {
+        self.apply_timers(now_ns);
+        if self.state != BreakerState::Closed {
+            return false;
+        }
+        self.transition(BreakerState::Open, now_ns);
+        true
+    }
+
     /// Operator: refuse every call until [`CircuitBreaker::reset`].
     pub fn force_open(&mut self, now_ns: u64) {
         self.transition(BreakerState::ForcedOpen, now_ns);

@@ -2,7 +2,7 @@
 //!
 //! [`Bucket`] is the arithmetic every token bucket in pricewire shares —
 //! 32 bytes of plain `Copy` state, embedded by the gateway's per-connection
-//! and per-address limiters ([`crate::admission::TokenBucket`]);
+//! and per-address limiters (the gateway's admission buckets);
 //! [`TokenBucket`] adds validated configuration and counters.
 //!
 //! The level is kept in nano-tokens (1e-9 token): one nanosecond of elapsed

@@ -78,6 +78,25 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, DecodeError> {
     Ok(Some(total))
 }
 
+/// After a framing error at the start of `buf`: how many bytes to drop so
+/// that `buf` starts at the next `8=FIX.4.4<SOH>` (searched from offset 1),
+/// or, when there is none, everything but a trailing partial prefix of it.
+/// Always at least 1 for a non-empty `buf`, so resyncing makes progress.
+pub fn resync(buf: &[u8]) -> usize {
+    if buf.is_empty() {
+        return 0;
+    }
+    let n = BEGIN_STRING.len();
+    for start in 1..buf.len() {
+        let tail = &buf[start..];
+        let m = tail.len().min(n);
+        if tail[..m] == BEGIN_STRING[..m] {
+            return start;
+        }
+    }
+    buf.len()
+}
+
 /// Parses `9=<digits><SOH>`; returns the value and the field's length.
 fn body_length(rest: &[u8]) -> Result<Option<(usize, usize)>, DecodeError> {
     let head = rest.len().min(2);
@@ -357,6 +376,13 @@ impl Encoder {
         self.body.push(SOH);
     }
 
+    /// A UTCTimestamp field (millisecond precision).
+    pub fn timestamp(&mut self, tag: u32, utc_ns: u64) {
+        let _ = write!(self.body, "{tag}=");
+        let _ = write_utc_timestamp(&mut self.body, utc_ns);
+        self.body.push(SOH);
+    }
+
     /// Appends raw `tag=value<SOH>` text (tests and the simulator use it
     /// to build deliberately odd messages).
     pub fn raw(&mut self, text: &[u8]) {
@@ -406,6 +432,18 @@ mod tests {
         assert_eq!(parse_utc_timestamp(b"20241301-00:00:00"), None);
         assert_eq!(parse_time_only(b"00:00:01.000000001"), Some(1_000_000_001));
         assert_eq!(parse_time_only(b"24:00:00"), None);
+    }
+
+    #[test]
+    fn resync_finds_the_next_message_or_keeps_a_partial_prefix() {
+        let mut buf = b"8=FIX.4.4\x019=5\x01junk".to_vec();
+        let next = buf.len();
+        buf.extend_from_slice(b"8=FIX.4.4\x019=");
+        assert_eq!(resync(&buf), next);
+        assert_eq!(resync(b"xx8=FI"), 2, "a partial prefix is kept");
+        assert_eq!(resync(b"xyz"), 3);
+        assert_eq!(resync(b"8=FIX.4.4\x01"), 10, "the broken frame itself goes");
+        assert_eq!(resync(b""), 0);
     }
 
     #[test]

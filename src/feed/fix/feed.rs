@@ -26,11 +26,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use super::codec;
-use super::config::FixSessionConfig;
-use super::session::{FixSession, HealthSlot, Io};
+use super::session::{FixSession, HealthSlot, Io, SessionState};
 use super::stats::{FixFeedStats, FixProviderStats};
 use super::FixError;
-use crate::clock::{wall_ns, Clock};
+use crate::clock::{wall_ns, Clock, MonotonicClock, NS_PER_MS};
+use crate::config::fix::FixSessionConfig;
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
 use crate::resilience::BreakerState;
@@ -67,6 +67,7 @@ pub struct FixFeed {
     stats: Arc<FixFeedStats>,
     health: HealthSlot,
     next: usize,
+    shut: bool,
 }
 
 impl FixFeed {
@@ -102,6 +103,7 @@ impl FixFeed {
                 name: cfg.name.clone(),
                 session: session.stats(),
                 breaker: session.breaker_stats(),
+                health: session.health_gauges(),
             });
             conns.push(Conn {
                 session,
@@ -118,6 +120,7 @@ impl FixFeed {
             stats: Arc::new(stats),
             health,
             next: 0,
+            shut: false,
         })
     }
 
@@ -156,6 +159,52 @@ impl FixFeed {
             let io = c.session.request_logout(now_ns, wall);
             c.apply(io, now_ns);
         }
+    }
+}
+
+impl FixFeed {
+    /// Shutdown: every Active session sends Logout; the feed then keeps
+    /// turning the sessions that are logging out until each has the peer's
+    /// Logout or its `logout_ms` has passed (time from `clock`), and closes
+    /// every connection. Runs once; `Drop` calls it with the monotonic
+    /// clock, so a stopped pipeline logs its providers out.
+    pub fn shutdown(&mut self, clock: &dyn Clock) {
+        if std::mem::replace(&mut self.shut, true) {
+            return;
+        }
+        let start = clock.now_ns();
+        self.logout_all(start);
+        let longest_ms = self
+            .conns
+            .iter()
+            .map(|c| c.session.config().logout_timeout_ms);
+        let deadline = start + longest_ms.max().unwrap_or(0) * NS_PER_MS;
+        let mut scratch = [Tick::EMPTY; 16];
+        loop {
+            let (now, wall) = (clock.now_ns(), self.wall.now_ns());
+            let mut waiting = false;
+            for c in &mut self.conns {
+                if c.session.state() == SessionState::LoggingOut && c.stream.is_some() {
+                    waiting = true;
+                    c.turn(now, wall, &mut scratch);
+                }
+            }
+            if !waiting || now >= deadline {
+                break;
+            }
+            // Between polls of a socket, not a synchronisation.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        for c in &mut self.conns {
+            c.write_out();
+            c.drop_stream();
+        }
+    }
+}
+
+impl Drop for FixFeed {
+    fn drop(&mut self) {
+        self.shutdown(&MonotonicClock);
     }
 }
 
@@ -289,9 +338,11 @@ impl Conn {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    let io = self.session.on_decode_error(e, now_ns);
+                    // Garbled: skip to the next BeginString and go on;
+                    // the session decides whether the line is beyond use.
+                    start += codec::resync(&self.rx[start..self.rx_len]);
+                    let io = self.session.on_garbled(e, now_ns);
                     self.apply(io, now_ns);
-                    return n;
                 }
             }
         }

@@ -18,13 +18,15 @@
 //! See `docs/fix.md` for the supported subset and the operating rules.
 
 pub mod codec;
-pub mod config;
 pub mod feed;
+pub mod garble;
+pub mod health;
+pub mod metrics;
 pub mod session;
 pub mod sim;
 pub mod stats;
 
-pub use config::{FixProviderFile, FixSessionConfig, SymbolMapping};
+pub use crate::config::fix::{FixProviderFile, FixSessionConfig, SymbolMapping};
 pub use feed::{FixFeed, WallClock};
 pub use session::{bound_slot, FixSession, HealthSlot, Io, SessionState};
 pub use stats::{FixFeedStats, FixProviderStats, FixSessionStats};

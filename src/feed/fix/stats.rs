@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::health::HealthGauges;
 use crate::model::ProviderId;
 use crate::resilience::breaker::BreakerSnapshot;
 use crate::resilience::BreakerStats;
@@ -89,6 +90,23 @@ session_stats! {
     outbound_full,
     /// Flips of the provider's health flag by the breaker.
     health_changes,
+    /// Garbled messages (bad CheckSum, BodyLength or framing) ignored.
+    garbled_ignored,
+    /// Sessions torn down for `garbled_max` garbled messages in a window.
+    garbled_teardowns,
+    /// ResendRequests received from the provider.
+    resend_requests,
+    /// SequenceReset-GapFills sent in answer.
+    gap_fills_sent,
+    /// Logouts we sent (shutdown, gap policy, sequence too low).
+    logouts_sent,
+    /// Intervals of `quote_silence_ms` without a quote while logged on.
+    quote_silences,
+    /// Breaker opened by the consecutive-failures rule.
+    breaker_trips,
+    /// Quotes older than provider_age_max_ms + clock_skew_ms by their
+    /// provider time: not delivered.
+    stale_quotes,
 }
 
 /// Counters of one provider's session and feed breaker.
@@ -98,6 +116,7 @@ pub struct FixProviderStats {
     pub name: String,
     pub session: Arc<FixSessionStats>,
     pub breaker: Arc<BreakerStats>,
+    pub health: Arc<HealthGauges>,
 }
 
 /// Every FIX provider's counters, shared with the metrics endpoint.
@@ -126,47 +145,6 @@ impl FixFeedStats {
                 breaker: p.breaker.snapshot(),
             })
             .collect()
-    }
-
-    /// Appends Prometheus text: every session counter as
-    /// `pricewire_fix_<name>_total{provider="..."}`, and per provider the
-    /// breaker's `pricewire_fix_breaker_state` (0 closed, 1 open,
-    /// 2 half-open, 3 forced open, 4 disabled) and call counters.
-    pub fn render_prometheus(&self, out: &mut String) {
-        use std::fmt::Write;
-        for p in self.snapshot() {
-            let label = format!("{{provider=\"{}\"}}", p.name);
-            for (name, v) in p.session.fields() {
-                let _ = writeln!(out, "pricewire_fix_{name}_total{label} {v}");
-            }
-            let b = &p.breaker;
-            let _ = writeln!(out, "pricewire_fix_breaker_state{label} {}", b.state as u8);
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_successful_calls_total{label} {}",
-                b.successful_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_failed_calls_total{label} {}",
-                b.failed_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_slow_calls_total{label} {}",
-                b.slow_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_ignored_calls_total{label} {}",
-                b.ignored_calls
-            );
-            let _ = writeln!(
-                out,
-                "pricewire_fix_breaker_not_permitted_calls_total{label} {}",
-                b.not_permitted_calls
-            );
-        }
     }
 
     /// The stats of one provider by name.

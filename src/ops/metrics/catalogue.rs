@@ -101,6 +101,17 @@ const fn histogram(
 // Family names as constants so owners refer to them without typos.
 pub const TICKS_RECEIVED: &str = "pricewire_ticks_received_total";
 pub const FEED_DECODE_ERRORS: &str = "pricewire_feed_decode_errors_total";
+pub const PROVIDER_HEALTHY: &str = "pricewire_provider_healthy";
+pub const PROVIDER_STATE: &str = "pricewire_provider_state";
+pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
+pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
+pub const FIX_CONNECTS: &str = "pricewire_fix_connects_total";
+pub const FIX_TIMEOUTS: &str = "pricewire_fix_timeouts_total";
+pub const FIX_DISCONNECTS: &str = "pricewire_fix_disconnects_total";
+pub const FIX_SEQ_GAPS: &str = "pricewire_fix_seq_gaps_total";
+pub const FIX_RESUBSCRIBES: &str = "pricewire_fix_resubscribes_total";
+pub const FIX_REJECTS: &str = "pricewire_fix_rejects_total";
+pub const FIX_LAST_QUOTE_AGE: &str = "pricewire_fix_last_quote_age_seconds";
 pub const PRICES_PUBLISHED: &str = "pricewire_prices_published_total";
 pub const TICK_TO_PUBLISH_LATENCY: &str = "pricewire_tick_to_publish_latency_seconds";
 pub const RING_OCCUPANCY: &str = "pricewire_ring_occupancy";
@@ -143,6 +154,29 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Ticks decoded from a provider feed and offered to the engine ring"),
     counter(FEED_DECODE_ERRORS, &["provider", "reason"], "messages", "feed",
         "Provider messages rejected by the decoder, by reason code"),
+    // FIX providers (src/feed/fix/metrics.rs; provider = the configured name)
+    gauge(PROVIDER_HEALTHY, &["provider"], "boolean", "fix",
+        "1 while the provider is in the best price (provider state streaming), else 0"),
+    gauge(PROVIDER_STATE, &["provider", "state"], "boolean", "fix",
+        "1 for the provider's health state (down, probation, streaming, silent, breaker_open), 0 for the others"),
+    counter(FIX_QUOTES, &["provider"], "ticks", "fix",
+        "Quotes (ticks) a FIX provider delivered"),
+    counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
+        "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
+    counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",
+        "FIX connects by result: attempted, failed (refused or unreachable), logged_on"),
+    counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
+        "FIX timeouts by kind: connect, logon, read, quote_silence"),
+    counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
+        "FIX sessions closed, by reason (peer_closed, peer_logout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, outbound_full)"),
+    counter(FIX_SEQ_GAPS, &["provider"], "events", "fix",
+        "MsgSeqNum gaps from a FIX provider"),
+    counter(FIX_RESUBSCRIBES, &["provider"], "events", "fix",
+        "Gap recoveries by fresh MarketDataRequests"),
+    counter(FIX_REJECTS, &["provider", "kind"], "messages", "fix",
+        "Rejects from a FIX provider: market_data_request (35=Y), session (35=3)"),
+    gauge(FIX_LAST_QUOTE_AGE, &["provider"], "seconds", "fix",
+        "Seconds since the provider's last quote was received; -1 before any"),
     // engine
     counter(PRICES_PUBLISHED, &[], "prices", "engine",
         "Aggregated prices published by the engine to the price table and shard rings"),

@@ -484,3 +484,22 @@ fn stats_are_readable_from_another_thread() {
     assert_eq!(seen.state, BreakerState::Open);
     assert_eq!(seen.failed_calls, 4);
 }
+
+#[test]
+fn trip_opens_only_a_closed_breaker_and_recovery_runs_its_course() {
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    assert!(b.trip(0), "closed: opens");
+    assert_eq!(b.state(0), BreakerState::Open);
+    assert!(!b.trip(10 * MS), "already open");
+    assert_eq!(b.state(S), BreakerState::HalfOpen, "after open_wait_ms");
+    assert!(!b.trip(S), "half-open: the trials decide");
+    for _ in 0..2 {
+        let p = b.try_acquire(S).unwrap();
+        b.record(p, ok(1), S);
+    }
+    assert_eq!(b.state(S), BreakerState::Closed);
+    assert_eq!(
+        b.stats().snapshot().transitions[BreakerState::Open as usize],
+        1
+    );
+}

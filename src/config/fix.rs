@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use super::ConfigError;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
 use crate::resilience::{Backoff, BreakerConfig};
@@ -48,6 +48,32 @@ pub const QUOTE_SAMPLE_MS_DEFAULT: u64 = 100;
 pub const BREAKER_WINDOW_S_DEFAULT: u32 = 10;
 pub const BREAKER_MINIMUM_CALLS_DEFAULT: u32 = 5;
 pub const BREAKER_OPEN_WAIT_MS_DEFAULT: u64 = 10_000;
+/// Garbled messages (bad CheckSum, BodyLength or framing) are ignored and
+/// counted; this many within `garbled_window_ms` tear the session down.
+pub const GARBLED_MAX_DEFAULT: u32 = 10;
+pub const GARBLED_WINDOW_MS_DEFAULT: u64 = 10_000;
+/// Most garbled messages a window may be set to hold.
+pub const GARBLED_MAX_LIMIT: u32 = 1_000;
+/// Logout sent (shutdown, gap policy) -> the peer's Logout awaited.
+pub const LOGOUT_MS_DEFAULT: u64 = 2_000;
+/// No quote on any subscribed symbol for this long while logged on: the
+/// provider is `silent` (unhealthy) and each such interval is a breaker
+/// failure. 0 turns the rule off.
+pub const QUOTE_SILENCE_MS_DEFAULT: u64 = 5_000;
+/// Flap damping: after a logon the provider rejoins the best price only
+/// after this many quotes and this long.
+pub const PROBATION_QUOTES_DEFAULT: u32 = 10;
+pub const PROBATION_MS_DEFAULT: u64 = 1_000;
+/// This many failures in a row (no quote between) open the feed breaker,
+/// whatever its window says. 0 turns the rule off.
+pub const BREAKER_CONSECUTIVE_FAILURES_DEFAULT: u32 = 3;
+/// Quote age by provider time: a quote older than this by its own stamp
+/// (plus the skew allowance) never enters the price. 0 turns it off.
+pub const PROVIDER_AGE_MAX_MS_DEFAULT: u64 = 2_000;
+/// Allowed difference between the provider's clock and ours.
+pub const CLOCK_SKEW_MS_DEFAULT: u64 = 500;
+/// Longest Username (553) or Password (554).
+pub const CREDENTIAL_LEN_MAX: usize = 128;
 /// Most symbols one session subscribes.
 pub const SYMBOLS_MAX: usize = 1_024;
 /// Longest provider symbol or CompID accepted.
@@ -78,6 +104,43 @@ pub struct FixProviderFile {
     pub breaker_open_wait_ms: Option<u64>,
     pub breaker_failure_rate_pct: Option<u32>,
     pub breaker_slow_rate_pct: Option<u32>,
+    pub garbled_max: Option<u32>,
+    pub garbled_window_ms: Option<u64>,
+    pub logout_ms: Option<u64>,
+    pub quote_silence_ms: Option<u64>,
+    pub probation_quotes: Option<u32>,
+    pub probation_ms: Option<u64>,
+    pub breaker_consecutive_failures: Option<u32>,
+    pub provider_age_max_ms: Option<u64>,
+    pub clock_skew_ms: Option<u64>,
+    /// Logon Username (553).
+    pub username: Option<String>,
+    /// Name of the environment variable that holds the Logon Password
+    /// (554); never the password itself.
+    pub password_env: Option<String>,
+    /// A file whose content (one trailing newline removed) is the Logon
+    /// Password (554).
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+/// A credential that never prints: `Debug` shows `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+    /// The clear text, for the Logon message only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 /// One subscribed symbol: what the provider calls it and what we do.
@@ -108,6 +171,19 @@ pub struct FixSessionConfig {
     pub gaps_before_logout: u32,
     pub quote_sample_ms: u64,
     pub breaker: BreakerConfig,
+    pub garbled_max: u32,
+    pub garbled_window_ms: u64,
+    pub logout_timeout_ms: u64,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    pub quote_silence_ms: u64,
+    pub probation_quotes: u32,
+    pub probation_ms: u64,
+    /// Failures in a row that open the breaker (0: off).
+    pub breaker_consecutive_failures: u32,
+    /// Quote age limit by provider time (0: off) and the skew allowance.
+    pub provider_age_max_ms: u64,
+    pub clock_skew_ms: u64,
 }
 
 impl FixSessionConfig {
@@ -139,6 +215,17 @@ impl FixSessionConfig {
                 BREAKER_MINIMUM_CALLS_DEFAULT,
                 BREAKER_OPEN_WAIT_MS_DEFAULT,
             ),
+            garbled_max: GARBLED_MAX_DEFAULT,
+            garbled_window_ms: GARBLED_WINDOW_MS_DEFAULT,
+            logout_timeout_ms: LOGOUT_MS_DEFAULT,
+            username: None,
+            password: None,
+            quote_silence_ms: QUOTE_SILENCE_MS_DEFAULT,
+            probation_quotes: PROBATION_QUOTES_DEFAULT,
+            probation_ms: PROBATION_MS_DEFAULT,
+            breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
+            provider_age_max_ms: PROVIDER_AGE_MAX_MS_DEFAULT,
+            clock_skew_ms: CLOCK_SKEW_MS_DEFAULT,
         }
     }
 
@@ -184,12 +271,106 @@ impl FixSessionConfig {
         if self.gaps_before_logout == 0 {
             return Err("gaps_before_logout: must be at least 1".into());
         }
+        if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
+            return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
+        }
+        // Times are turned into ns (and some added): keep them far from
+        // overflow. A day is longer than any sane setting.
+        let ms_max = 86_400_000;
+        let times = [
+            ("provider_age_max_ms", self.provider_age_max_ms),
+            ("clock_skew_ms", self.clock_skew_ms),
+            ("garbled_window_ms", self.garbled_window_ms),
+            ("logout_ms", self.logout_timeout_ms),
+            ("quote_silence_ms", self.quote_silence_ms),
+            ("probation_ms", self.probation_ms),
+        ];
+        if let Some((key, _)) = times.iter().find(|(_, v)| *v > ms_max) {
+            return Err(format!("{key}: at most {ms_max} (a day)"));
+        }
+        if self.garbled_window_ms == 0 || self.logout_timeout_ms == 0 {
+            return Err("garbled_window_ms and logout_ms must be at least 1".into());
+        }
+        let user = self.username.as_deref();
+        let pass = self.password.as_ref().map(Secret::expose);
+        for (what, v) in [("username", user), ("password", pass)] {
+            if v.is_some_and(|v| !credential_ok(v)) {
+                return Err(format!(
+                    "{what}: must be 1..={CREDENTIAL_LEN_MAX} printable ASCII"
+                ));
+            }
+        }
         for id in [&self.sender_comp_id, &self.target_comp_id] {
             if id.is_empty() || id.len() > ID_LEN_MAX || !id.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(format!("comp ids must be 1..={ID_LEN_MAX} printable ASCII"));
             }
         }
-        self.breaker.validate().map_err(|e| e.to_string())
+        self.breaker.validate().map_err(|e| e.to_string())?;
+        self.check_breaker_can_open()
+    }
+
+    /// Longest wait for the first failure of a hung provider that was
+    /// streaming: the quote silence, or the read timeout when the silence
+    /// rule is off or longer.
+    fn first_failure_ms(&self) -> u64 {
+        match self.quote_silence_ms {
+            0 => self.read_timeout_ms,
+            q => q.min(self.read_timeout_ms),
+        }
+    }
+
+    /// Longest time from one failure of a hung provider to the next, when
+    /// the reconnect before it waited `backoff_ms`: a connect or logon
+    /// timeout, or the silence / read timeout of a session that logs on
+    /// and then says nothing.
+    fn next_failure_ms(&self, backoff_ms: u64) -> u64 {
+        let attempt = self.connect_timeout_ms + self.logon_timeout_ms;
+        backoff_ms + attempt.max(self.first_failure_ms())
+    }
+
+    /// The worst case, from the moment a streaming provider hangs, until
+    /// the consecutive-failures rule opens the breaker (every failure at
+    /// its latest, every backoff at its longest); `None` when the rule is
+    /// off. docs/fix.md: "Hung provider".
+    pub fn hung_open_bound_ms(&self) -> Option<u64> {
+        let k = self.breaker_consecutive_failures;
+        if k == 0 {
+            return None;
+        }
+        let mut t = self.first_failure_ms();
+        for attempt in 0..k.saturating_sub(1) {
+            let backoff = self
+                .reconnect
+                .base_ms
+                .saturating_mul(1u64 << attempt.min(32));
+            t += self.next_failure_ms(backoff.min(self.reconnect.cap_ms));
+        }
+        Some(t)
+    }
+
+    /// Refuses a breaker that a hung provider could never open: without the
+    /// consecutive-failures rule, `minimum_calls` failures, one per cycle
+    /// at the slowest (backoff cap plus the longest timeout), must fit the
+    /// time window; older successes only make it harder.
+    fn check_breaker_can_open(&self) -> Result<(), String> {
+        if self.breaker_consecutive_failures > 0 {
+            return Ok(());
+        }
+        let WindowKind::Time { window_s } = self.breaker.window else {
+            return Ok(()); // a count window holds the last N calls, however slow
+        };
+        let cycle_ms = self.next_failure_ms(self.reconnect.cap_ms);
+        let need_ms = u64::from(self.breaker.minimum_calls).saturating_mul(cycle_ms);
+        if need_ms > u64::from(window_s) * 1_000 {
+            return Err(format!(
+                "breaker can never open on a hung provider: breaker_minimum_calls {} failures \
+                 at one per up to {cycle_ms} ms (reconnect_cap_ms + the longest timeout) need \
+                 {need_ms} ms, more than breaker_window_s {window_s}; set \
+                 breaker_consecutive_failures or widen the window",
+                self.breaker.minimum_calls
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -213,11 +394,75 @@ pub fn breaker_config(
     }
 }
 
+fn credential_ok(v: &str) -> bool {
+    !v.is_empty() && v.len() <= CREDENTIAL_LEN_MAX && v.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The Logon Password from `password_env` or `password_file` (at most one);
+/// errors name the variable or the file, never a value.
+fn read_password(
+    f: &FixProviderFile,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Option<Secret>, ConfigError> {
+    match (&f.password_env, &f.password_file) {
+        (Some(_), Some(_)) => Err(invalid(
+            key("password_env"),
+            "set password_env or password_file, not both",
+        )),
+        (Some(var), None) => match std::env::var(var) {
+            Ok(v) => Ok(Some(Secret::new(v))),
+            Err(_) => Err(invalid(
+                key("password_env"),
+                format!("environment variable {var} is not set (or not UTF-8)"),
+            )),
+        },
+        (None, Some(path)) => match std::fs::read_to_string(path) {
+            Ok(v) => {
+                let v = v.strip_suffix('\n').unwrap_or(&v);
+                let v = v.strip_suffix('\r').unwrap_or(v);
+                Ok(Some(Secret::new(v)))
+            }
+            Err(e) => Err(invalid(
+                key("password_file"),
+                format!("cannot read {}: {}", path.display(), e.kind()),
+            )),
+        },
+        (None, None) => Ok(None),
+    }
+}
+
 fn invalid(key: String, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key,
         reason: reason.into(),
     }
+}
+
+/// The `symbols` table: provider symbol -> a known instrument.
+fn resolve_symbols(
+    f: &FixProviderFile,
+    instruments: &[Instrument],
+    key: &dyn Fn(&str) -> String,
+) -> Result<Vec<SymbolMapping>, ConfigError> {
+    let mut symbols = Vec::with_capacity(f.symbols.len());
+    for (theirs, ours) in &f.symbols {
+        let inst = instruments
+            .iter()
+            .find(|i| &i.name == ours)
+            .ok_or_else(|| invalid(key("symbols"), format!("unknown instrument {ours}")))?;
+        if theirs.is_empty() || theirs.len() > ID_LEN_MAX || theirs.bytes().any(|b| b < 0x20) {
+            return Err(invalid(
+                key("symbols"),
+                format!("bad provider symbol {theirs:?}"),
+            ));
+        }
+        symbols.push(SymbolMapping {
+            provider_symbol: theirs.clone(),
+            symbol: inst.id,
+            digits: inst.digits,
+        });
+    }
+    Ok(symbols)
 }
 
 /// Resolves one `[providers.fix]` table of provider `index` against the
@@ -249,24 +494,7 @@ pub fn resolve(
     if let Some(p) = f.breaker_slow_rate_pct {
         breaker.slow_call_rate_threshold_pct = p;
     }
-    let mut symbols = Vec::with_capacity(f.symbols.len());
-    for (theirs, ours) in &f.symbols {
-        let inst = instruments
-            .iter()
-            .find(|i| &i.name == ours)
-            .ok_or_else(|| invalid(key("symbols"), format!("unknown instrument {ours}")))?;
-        if theirs.is_empty() || theirs.len() > ID_LEN_MAX || theirs.bytes().any(|b| b < 0x20) {
-            return Err(invalid(
-                key("symbols"),
-                format!("bad provider symbol {theirs:?}"),
-            ));
-        }
-        symbols.push(SymbolMapping {
-            provider_symbol: theirs.clone(),
-            symbol: inst.id,
-            digits: inst.digits,
-        });
-    }
+    let symbols = resolve_symbols(f, instruments, &key)?;
     if f.host.is_empty() {
         return Err(invalid(key("host"), "must not be empty"));
     }
@@ -291,6 +519,19 @@ pub fn resolve(
         gaps_before_logout: f.gaps_before_logout.unwrap_or(GAPS_BEFORE_LOGOUT_DEFAULT),
         quote_sample_ms: f.quote_sample_ms.unwrap_or(QUOTE_SAMPLE_MS_DEFAULT),
         breaker,
+        garbled_max: f.garbled_max.unwrap_or(GARBLED_MAX_DEFAULT),
+        garbled_window_ms: f.garbled_window_ms.unwrap_or(GARBLED_WINDOW_MS_DEFAULT),
+        logout_timeout_ms: f.logout_ms.unwrap_or(LOGOUT_MS_DEFAULT),
+        username: f.username.clone(),
+        password: read_password(f, &key)?,
+        quote_silence_ms: f.quote_silence_ms.unwrap_or(QUOTE_SILENCE_MS_DEFAULT),
+        probation_quotes: f.probation_quotes.unwrap_or(PROBATION_QUOTES_DEFAULT),
+        probation_ms: f.probation_ms.unwrap_or(PROBATION_MS_DEFAULT),
+        breaker_consecutive_failures: f
+            .breaker_consecutive_failures
+            .unwrap_or(BREAKER_CONSECUTIVE_FAILURES_DEFAULT),
+        provider_age_max_ms: f.provider_age_max_ms.unwrap_or(PROVIDER_AGE_MAX_MS_DEFAULT),
+        clock_skew_ms: f.clock_skew_ms.unwrap_or(CLOCK_SKEW_MS_DEFAULT),
     };
     cfg.validate()
         .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;
@@ -300,7 +541,7 @@ pub fn resolve(
 /// Resolves the FIX tables of every provider: a `kind = "fix"` provider
 /// must have one, any other kind must not.
 pub fn resolve_all(
-    providers: &[crate::config::ProviderFile],
+    providers: &[super::ProviderFile],
     instruments: &[Instrument],
 ) -> Result<Vec<FixSessionConfig>, ConfigError> {
     let mut out = Vec::new();

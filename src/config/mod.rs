@@ -4,6 +4,8 @@
 //!
 //! Errors name the offending key (`instruments[3].digits`) and the reason.
 
+pub mod fix;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -88,7 +90,7 @@ pub struct ProviderFile {
     pub token: String,
     /// Connection settings of a `kind = "fix"` provider.
     #[serde(default)]
-    pub fix: Option<crate::feed::fix::FixProviderFile>,
+    pub fix: Option<fix::FixProviderFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,7 +175,7 @@ pub struct Config {
     pub engine: EngineConfig,
     pub accounts: Vec<Account>,
     /// One resolved session per `kind = "fix"` provider.
-    pub fix: Vec<crate::feed::fix::FixSessionConfig>,
+    pub fix: Vec<fix::FixSessionConfig>,
 }
 
 impl Config {
@@ -234,7 +236,7 @@ impl ConfigFile {
                 crate::model::instruments::synthetic_providers(synthetic_providers)
             }
             Some(list) => {
-                fix = crate::feed::fix::config::resolve_all(&list, &instruments)?;
+                fix = fix::resolve_all(&list, &instruments)?;
                 resolve_providers(list)?
             }
         };

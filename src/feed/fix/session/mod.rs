@@ -24,9 +24,18 @@
 //! reconnects instead. A MsgSeqNum below the expected one (without
 //! PossDupFlag) means the peer lost its state: failure, Logout, reconnect.
 //!
+//! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
+//! ignored and counted, as FIX says; `garbled_max` garbled messages within
+//! `garbled_window_ms` tear the session down (see [`super::garble`]).
+//!
+//! **ResendRequest** is answered by one SequenceReset-GapFill: nothing we
+//! send is worth resending (session messages never are; a
+//! MarketDataRequest's subscription is renewed by reconnect or gap policy).
+//!
 //! **Breaker mapping.** Failures: connect refused/failed, connect timeout,
-//! logon timeout, disconnect by the peer, decode and checksum errors, read
-//! (heartbeat) timeout, sequence gaps, a Logout we did not ask for.
+//! logon timeout, disconnect by the peer, wrong CompIDs, too many garbled
+//! messages, read (heartbeat) timeout, sequence gaps, a Logout we did not
+//! ask for.
 //! Successes: quotes, whose duration is their provider→receive latency
 //! (SendingTime/MDEntryTime to our wall clock), so quotes older than
 //! `slow_quote_ms` are slow calls. Business errors (MarketDataRequestReject
@@ -35,9 +44,15 @@
 //! `quote_sample_ms`: at thousands of quotes per second a per-quote record
 //! would drown the handful of failures a dying session produces, and a
 //! systematic sample still estimates the share of slow quotes. In HalfOpen
-//! every quote is a trial. While the breaker is not Closed the provider is
-//! marked unhealthy in [`ProviderHealth`], so the engine aggregates
-//! without it; its quotes still flow so its book is fresh when it closes.
+//! every quote is a trial. A quote silence of `quote_silence_ms` while
+//! logged on is a failure per interval, and `breaker_consecutive_failures`
+//! failures with no quote between open the breaker (a hung LP opens it on
+//! defaults; docs/fix.md "Hung provider").
+//!
+//! **Health.** The provider is healthy in [`ProviderHealth`] only in state
+//! `streaming` of [`super::health`] (breaker Closed, logged on, quoting,
+//! past the probation after a logon); otherwise the engine aggregates
+//! without it. Its quotes still flow so its book is fresh when it returns.
 
 use std::sync::Arc;
 
@@ -45,13 +60,19 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::codec::{self, Encoder, Fields, Header};
-use super::config::FixSessionConfig;
+use super::garble::GarbleWindow;
+use super::health::{HealthConfig, HealthGauges, Inputs, ProviderHealthMachine, ProviderState};
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
-use crate::model::price::parse_price_bytes;
+use crate::config::fix::FixSessionConfig;
 use crate::model::ProviderHealth;
-use crate::model::{Mantissa, Tick, NO_PRICE};
+use crate::model::Tick;
 use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, Outcome};
+
+mod admin;
+mod market;
+
+use market::{Book, EMPTY_BOOK};
 
 /// Where a session publishes its provider's health: filled once the
 /// engine's [`ProviderHealth`] exists (the pipeline creates it after the
@@ -109,47 +130,12 @@ pub enum Failure {
     SeqTooLow,
     UnexpectedLogout,
     OutboundFull,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Bid,
-    Offer,
-}
-
-/// Top of book of one subscribed symbol.
-#[derive(Debug, Clone, Copy)]
-struct Book {
-    bid: Mantissa,
-    ask: Mantissa,
-    bid_size: u64,
-    ask_size: u64,
-    provider_time_ns: u64,
-    touched: bool,
-    rejected: bool,
-}
-
-const EMPTY_BOOK: Book = Book {
-    bid: NO_PRICE,
-    ask: NO_PRICE,
-    bid_size: 0,
-    ask_size: 0,
-    provider_time_ns: 0,
-    touched: false,
-    rejected: false,
-};
-
-/// One MDEntry being read.
-#[derive(Debug, Clone, Copy, Default)]
-struct Entry<'a> {
-    started: bool,
-    action: u8,
-    side: Option<Side>,
-    symbol: Option<&'a [u8]>,
-    price: Option<&'a [u8]>,
-    size: Option<&'a [u8]>,
-    date_days: Option<u64>,
-    time_ns: Option<u64>,
+    /// `garbled_max` garbled messages within `garbled_window_ms`.
+    Garbled,
+    /// Logged on, but no quote for `quote_silence_ms` (the session stays).
+    QuoteSilence,
+    /// A bad price or size in an entry (the entry is skipped).
+    BadPrice,
 }
 
 /// Header fields of the message being handled.
@@ -166,6 +152,9 @@ struct MsgHeader<'a> {
     gap_fill: bool,
     sender_comp_id: Option<&'a [u8]>,
     target_comp_id: Option<&'a [u8]>,
+    /// BeginSeqNo (7) / EndSeqNo (16) of a ResendRequest.
+    begin_seq_no: Option<u64>,
+    end_seq_no: Option<u64>,
 }
 
 /// One FIX market-data session (see the module docs).
@@ -197,12 +186,23 @@ pub struct FixSession {
     close: Option<Failure>,
     close_quietly: bool,
     breaker: CircuitBreaker,
-    healthy: bool,
+    /// Provider health (see [`super::health`]) and its gauges.
+    machine: ProviderHealthMachine,
+    gauges: Arc<HealthGauges>,
+    /// Failures since the last quote; `breaker_consecutive_failures` of
+    /// them open the breaker.
+    consecutive_failures: u32,
+    /// Start of the current quote-silence interval.
+    silence_mark_ns: u64,
+    /// Rate limit of the failure log line: last line, lines held back.
+    fail_logged_ns: Option<u64>,
+    fail_log_held: u32,
     /// What was last written to the provider's health flag.
     published: Option<bool>,
     health: HealthSlot,
     stats: Arc<FixSessionStats>,
     rng: SmallRng,
+    garbled: GarbleWindow,
 }
 
 impl FixSession {
@@ -255,11 +255,21 @@ impl FixSession {
             close: None,
             close_quietly: false,
             breaker,
-            healthy: true,
+            machine: ProviderHealthMachine::new(HealthConfig {
+                quote_silence_ms: cfg.quote_silence_ms,
+                probation_quotes: cfg.probation_quotes,
+                probation_ms: cfg.probation_ms,
+            }),
+            gauges: Arc::new(HealthGauges::default()),
+            consecutive_failures: 0,
+            silence_mark_ns: 0,
+            fail_logged_ns: None,
+            fail_log_held: 0,
             published: None,
             health,
             stats: Arc::new(FixSessionStats::default()),
             rng,
+            garbled: GarbleWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
             cfg,
         }
     }
@@ -275,6 +285,14 @@ impl FixSession {
     }
     pub fn breaker_stats(&self) -> Arc<BreakerStats> {
         self.breaker.stats()
+    }
+    /// The provider-health state and last quote time, for metrics.
+    pub fn health_gauges(&self) -> Arc<HealthGauges> {
+        Arc::clone(&self.gauges)
+    }
+    /// The provider-health state as of the last poll.
+    pub fn provider_state(&self) -> ProviderState {
+        self.machine.state()
     }
     /// The breaker's state at `now_ns` (applies its timers).
     pub fn breaker_state(&mut self, now_ns: u64) -> BreakerState {
@@ -298,6 +316,15 @@ impl FixSession {
     /// follows Open -> HalfOpen with no traffic.
     pub fn poll(&mut self, now_ns: u64, wall_ns: u64) -> Io {
         self.update_health(now_ns);
+        // Half-open is the time to probe: connect now instead of at the end
+        // of a long backoff, so the trial calls come before the breaker's
+        // half_open_max_wait_ms (the read timeout) ends it without a verdict.
+        if self.state == SessionState::Waiting
+            && self.next_connect_ns > now_ns
+            && self.breaker.state(now_ns) == BreakerState::HalfOpen
+        {
+            self.next_connect_ns = now_ns;
+        }
         match self.state {
             SessionState::Waiting if now_ns >= self.next_connect_ns => {
                 self.state = SessionState::Connecting;
@@ -333,6 +360,7 @@ impl FixSession {
         if self.state != SessionState::Active {
             return;
         }
+        self.check_quote_silence(now_ns);
         if silent_ns >= hb_ns * TEST_REQUEST_AFTER_PCT / 100 && !self.test_req_pending {
             self.test_req_pending = true;
             self.test_req_id += 1;
@@ -347,6 +375,19 @@ impl FixSession {
         }
     }
 
+    /// Logged on and no quote for `quote_silence_ms`: one failure per
+    /// silent interval (a hung LP that still heartbeats opens the breaker
+    /// by the consecutive rule); the session stays up.
+    fn check_quote_silence(&mut self, now_ns: u64) {
+        let interval_ns = self.cfg.quote_silence_ms * NS_PER_MS;
+        if self.machine.silent(now_ns) && now_ns.saturating_sub(self.silence_mark_ns) >= interval_ns
+        {
+            self.silence_mark_ns = now_ns;
+            self.stats.quote_silences.inc();
+            self.note_failure(Failure::QuoteSilence, now_ns);
+        }
+    }
+
     /// The TCP connection is up: send Logon.
     pub fn on_connected(&mut self, now_ns: u64, wall_ns: u64) -> Io {
         debug_assert_eq!(self.state, SessionState::Connecting);
@@ -357,13 +398,24 @@ impl FixSession {
         self.in_seq = 1;
         self.gaps_this_connection = 0;
         self.test_req_pending = false;
+        self.garbled.clear();
         self.outbound.clear();
         let hb = u64::from(self.cfg.heartbeat_s);
+        // Taken out for the call and put back: `send` borrows self.
+        let user = self.cfg.username.take();
+        let pass = self.cfg.password.take();
         self.send(b"A", now_ns, wall_ns, |e| {
             e.uint(98, 0);
             e.uint(108, hb);
             e.bytes(141, b"Y");
+            if let Some(u) = &user {
+                e.bytes(553, u.as_bytes());
+            }
+            if let Some(p) = &pass {
+                e.bytes(554, p.expose().as_bytes());
+            }
         });
+        (self.cfg.username, self.cfg.password) = (user, pass);
         self.take_io(now_ns)
     }
 
@@ -385,6 +437,32 @@ impl FixSession {
         }
         self.finish_close(now_ns);
         Io::Nothing
+    }
+
+    /// A garbled message (bad CheckSum, BodyLength or framing; the driver
+    /// has skipped to the next BeginString): ignored and counted, as FIX
+    /// says; only `garbled_max` of them within `garbled_window_ms` tear
+    /// the session down (a breaker failure then).
+    pub fn on_garbled(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
+        self.note_garbled(err, now_ns);
+        self.take_io(now_ns)
+    }
+
+    fn note_garbled(&mut self, err: codec::DecodeError, now_ns: u64) {
+        self.stats.garbled_ignored.inc();
+        if matches!(err, codec::DecodeError::BadChecksum { .. }) {
+            self.stats.checksum_errors.inc();
+        } else {
+            self.stats.decode_errors.inc();
+        }
+        if self.garbled.record(now_ns) {
+            tracing::warn!(provider = %self.cfg.name, %err, max = self.cfg.garbled_max,
+                window_ms = self.cfg.garbled_window_ms, "FIX garbled input: session torn down");
+            self.stats.garbled_teardowns.inc();
+            self.fail(Failure::Garbled, now_ns);
+        } else {
+            tracing::debug!(provider = %self.cfg.name, %err, "FIX garbled message ignored");
+        }
     }
 
     /// The receive buffer holds bytes that are not FIX.
@@ -429,13 +507,15 @@ impl FixSession {
         self.test_req_pending = false;
         self.stats.messages_received.inc();
         let mut fields = Fields::of_frame(frame);
+        // A frame whose CheckSum holds but whose fields do not parse is
+        // garbled too (FIX: 35 must be the third field): ignored, counted.
         let msg_type = match fields.next() {
             Some(Ok((35, t))) => t,
-            _ => return self.on_decode_error(codec::DecodeError::MissingMsgType, now_ns),
+            _ => return self.on_garbled(codec::DecodeError::MissingMsgType, now_ns),
         };
         let (hdr, body) = match read_header(fields.clone()) {
             Ok(h) => (h, fields),
-            Err(e) => return self.on_decode_error(e, now_ns),
+            Err(e) => return self.on_garbled(e, now_ns),
         };
         if !self.addressed_to_us(&hdr) {
             self.stats.comp_id_mismatches.inc();
@@ -465,6 +545,7 @@ impl FixSession {
                 self.send(b"0", now_ns, wall_ns, |e| e.bytes(112, id));
             }
             b"5" => self.on_logout(now_ns, wall_ns),
+            b"2" => self.on_resend_request(hdr, now_ns, wall_ns),
             b"3" => {
                 // A session-level Reject of one of our messages: our own
                 // fault, so a business error for the breaker.
@@ -492,285 +573,6 @@ impl FixSession {
     fn addressed_to_us(&self, hdr: &MsgHeader<'_>) -> bool {
         hdr.sender_comp_id == Some(self.cfg.target_comp_id.as_bytes())
             && hdr.target_comp_id == Some(self.cfg.sender_comp_id.as_bytes())
-    }
-
-    /// MsgSeqNum check and gap policy; false when the message must not be
-    /// processed further.
-    fn check_seq(
-        &mut self,
-        msg_type: &[u8],
-        hdr: &MsgHeader<'_>,
-        now_ns: u64,
-        wall_ns: u64,
-    ) -> bool {
-        let Some(seq) = hdr.seq else {
-            self.stats.decode_errors.inc();
-            self.fail(Failure::Decode, now_ns);
-            return false;
-        };
-        // A SequenceReset-Reset (no GapFill) is not sequenced itself; a
-        // GapFill is, like any other message.
-        if msg_type == b"4" && !hdr.gap_fill {
-            return true;
-        }
-        if seq == self.in_seq {
-            self.in_seq += 1;
-            return true;
-        }
-        if seq < self.in_seq {
-            if hdr.poss_dup {
-                self.stats.messages_ignored.inc();
-                return false;
-            }
-            self.stats.seq_too_low.inc();
-            self.fail_and_logout(Failure::SeqTooLow, now_ns, wall_ns);
-            return false;
-        }
-        if self.state != SessionState::Active {
-            // Logging on or out: no gap recovery, just follow the number.
-            self.in_seq = seq + 1;
-            return true;
-        }
-        self.stats.seq_gaps.inc();
-        self.in_seq = seq + 1;
-        self.gaps_this_connection += 1;
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
-        if self.gaps_this_connection >= self.cfg.gaps_before_logout {
-            self.stats.logouts_for_gaps.inc();
-            self.logout(now_ns, wall_ns);
-            return false;
-        }
-        // The message after the gap is still handled (a Logout or a fresh
-        // snapshot is valid); only the books are suspect.
-        self.resubscribe(now_ns, wall_ns);
-        true
-    }
-
-    fn on_logon(&mut self, now_ns: u64, wall_ns: u64) {
-        if self.state != SessionState::LogonSent {
-            self.stats.messages_ignored.inc();
-            return;
-        }
-        self.state = SessionState::Active;
-        self.stats.logons.inc();
-        tracing::info!(provider = %self.cfg.name, "FIX logon accepted");
-        self.subscribe(now_ns, wall_ns);
-    }
-
-    fn on_logout(&mut self, now_ns: u64, wall_ns: u64) {
-        if self.state == SessionState::LoggingOut {
-            self.close_quietly();
-            return;
-        }
-        self.stats.logouts_received.inc();
-        self.send(b"5", now_ns, wall_ns, |_| {});
-        self.fail(Failure::UnexpectedLogout, now_ns);
-    }
-
-    fn on_md_reject(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) {
-        self.stats.md_rejects.inc();
-        if let Some(i) = hdr.req_id.and_then(|id| self.req_index(id)) {
-            self.books[i].rejected = true;
-            tracing::warn!(provider = %self.cfg.name, symbol = %self.cfg.symbols[i].provider_symbol,
-                "MarketDataRequest rejected");
-        }
-        self.record(Outcome::Ignored, now_ns);
-    }
-
-    /// Index of the symbol of one of our current MDReqIDs (`<gen>-<index>`).
-    fn req_index(&self, id: &[u8]) -> Option<usize> {
-        let dash = id.iter().position(|&b| b == b'-')?;
-        let gen = codec::parse_u64(&id[..dash])?;
-        let i = codec::parse_u64(&id[dash + 1..])? as usize;
-        (gen == self.req_gen && i < self.books.len()).then_some(i)
-    }
-
-    /// One MarketDataRequest per symbol, so a reject for one symbol leaves
-    /// the others streaming.
-    fn subscribe(&mut self, now_ns: u64, wall_ns: u64) {
-        self.req_gen += 1;
-        let gen = self.req_gen;
-        for i in 0..self.cfg.symbols.len() {
-            self.books[i] = EMPTY_BOOK;
-            let sym = std::mem::take(&mut self.cfg.symbols[i].provider_symbol);
-            self.send(b"V", now_ns, wall_ns, |e| {
-                e.fmt(262, format_args!("{gen}-{i}"));
-                e.uint(263, 1);
-                e.uint(264, 1);
-                e.uint(265, 1);
-                e.uint(267, 2);
-                e.uint(269, 0);
-                e.uint(269, 1);
-                e.uint(146, 1);
-                e.bytes(55, sym.as_bytes());
-            });
-            self.cfg.symbols[i].provider_symbol = sym;
-        }
-    }
-
-    /// Gap recovery: unsubscribe the old generation, subscribe afresh.
-    fn resubscribe(&mut self, now_ns: u64, wall_ns: u64) {
-        self.stats.resubscribes.inc();
-        let gen = self.req_gen;
-        for i in 0..self.cfg.symbols.len() {
-            let sym = std::mem::take(&mut self.cfg.symbols[i].provider_symbol);
-            self.send(b"V", now_ns, wall_ns, |e| {
-                e.fmt(262, format_args!("{gen}-{i}"));
-                e.uint(263, 2);
-                e.uint(264, 1);
-                e.uint(146, 1);
-                e.bytes(55, sym.as_bytes());
-            });
-            self.cfg.symbols[i].provider_symbol = sym;
-        }
-        self.subscribe(now_ns, wall_ns);
-    }
-
-    fn logout(&mut self, now_ns: u64, wall_ns: u64) {
-        // Once: a peer that keeps sending must not push the deadline out.
-        if self.state == SessionState::LoggingOut {
-            return;
-        }
-        self.send(b"5", now_ns, wall_ns, |_| {});
-        self.state = SessionState::LoggingOut;
-        self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
-    }
-
-    fn fail_and_logout(&mut self, why: Failure, now_ns: u64, wall_ns: u64) {
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
-        tracing::warn!(provider = %self.cfg.name, ?why, "FIX session logging out");
-        self.logout(now_ns, wall_ns);
-    }
-
-    /// Operator or shutdown: log out politely.
-    pub fn request_logout(&mut self, now_ns: u64, wall_ns: u64) -> Io {
-        if self.state == SessionState::Active {
-            self.logout(now_ns, wall_ns);
-        }
-        self.take_io(now_ns)
-    }
-
-    fn on_market_data(&mut self, hdr: &MsgHeader<'_>, body: Fields<'_>, now_ns: u64, wall_ns: u64) {
-        let mut entry = Entry::default();
-        let mut in_group = false;
-        for field in body {
-            let Ok((tag, value)) = field else {
-                self.stats.decode_errors.inc();
-                self.fail(Failure::Decode, now_ns);
-                return;
-            };
-            match tag {
-                268 => in_group = true,
-                279 | 269 if in_group && entry.started && (tag == 279 || entry.side.is_some()) => {
-                    self.apply_entry(&entry, hdr, now_ns);
-                    entry = Entry::default();
-                }
-                _ => {}
-            }
-            if in_group {
-                read_entry_field(&mut entry, tag, value);
-            }
-        }
-        if entry.started {
-            self.apply_entry(&entry, hdr, now_ns);
-        }
-        self.emit_touched(now_ns, wall_ns);
-    }
-
-    fn apply_entry(&mut self, e: &Entry<'_>, hdr: &MsgHeader<'_>, now_ns: u64) {
-        let Some(i) = e.symbol.or(hdr.symbol).and_then(|s| self.symbol_index(s)) else {
-            self.stats.unknown_symbols.inc();
-            return;
-        };
-        let Some(side) = e.side else { return };
-        let digits = self.cfg.symbols[i].digits;
-        let (price, size) = if e.action == b'2' {
-            (NO_PRICE, 0)
-        } else {
-            let price = e.price.map(|p| parse_price_bytes(p, digits));
-            let size = e.size.map_or(Some(0), codec::parse_size);
-            match (price, size) {
-                (Some(Ok(p)), Some(s)) if p > 0 => (p, s),
-                _ => {
-                    // A bad value in a well-framed message: the entry is
-                    // skipped and the provider charged a failure, but the
-                    // stream itself is intact, so the session stays up.
-                    self.stats.bad_prices.inc();
-                    self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
-                    return;
-                }
-            }
-        };
-        let time_ns = entry_time(e, hdr).unwrap_or(0);
-        let book = &mut self.books[i];
-        match side {
-            Side::Bid => (book.bid, book.bid_size) = (price, size),
-            Side::Offer => (book.ask, book.ask_size) = (price, size),
-        }
-        book.provider_time_ns = time_ns;
-        book.touched = true;
-    }
-
-    fn symbol_index(&self, provider_symbol: &[u8]) -> Option<usize> {
-        self.index
-            .binary_search_by(|(s, _)| (**s).cmp(provider_symbol))
-            .ok()
-            .map(|k| usize::from(self.index[k].1))
-    }
-
-    fn emit_touched(&mut self, now_ns: u64, wall_ns: u64) {
-        for i in 0..self.books.len() {
-            let b = self.books[i];
-            if !b.touched {
-                continue;
-            }
-            self.books[i].touched = false;
-            if b.bid == NO_PRICE || b.ask == NO_PRICE {
-                continue; // one side only (after a delete or a gap): not a quote
-            }
-            self.feed_seq += 1;
-            self.pending.push(Tick {
-                bid: b.bid,
-                ask: b.ask,
-                bid_size: b.bid_size,
-                ask_size: b.ask_size,
-                provider_time_ns: b.provider_time_ns,
-                receive_time_ns: now_ns,
-                feed_seq: self.feed_seq,
-                symbol: self.cfg.symbols[i].symbol,
-                provider: self.cfg.provider,
-                flags: 0,
-            });
-            self.on_quote(b.provider_time_ns, now_ns, wall_ns);
-        }
-    }
-
-    /// A good quote: breaker success (slow when late), sampled while Closed.
-    fn on_quote(&mut self, provider_time_ns: u64, now_ns: u64, wall_ns: u64) {
-        self.stats.quotes.inc();
-        self.attempt = 0;
-        let latency_ns = wall_ns.saturating_sub(provider_time_ns);
-        if latency_ns > self.cfg.slow_quote_ms * NS_PER_MS {
-            self.stats.slow_quotes.inc();
-        }
-        let state = self.breaker.state(now_ns);
-        let due = self
-            .last_sample_ns
-            .is_none_or(|t| now_ns.saturating_sub(t) >= self.cfg.quote_sample_ms * NS_PER_MS);
-        let record = match state {
-            BreakerState::Closed => due,
-            BreakerState::HalfOpen => true,
-            _ => false,
-        };
-        if record {
-            self.last_sample_ns = Some(now_ns);
-            self.record(
-                Outcome::Success {
-                    duration_ns: latency_ns,
-                },
-                now_ns,
-            );
-        }
     }
 
     /// Queues one outgoing message; a full outbound buffer is a failure.
@@ -805,11 +607,26 @@ impl FixSession {
 
     /// Records a failure and asks the driver to close.
     fn fail(&mut self, why: Failure, now_ns: u64) {
-        tracing::debug!(provider = %self.cfg.name, ?why, "FIX session failure");
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+        self.note_failure(why, now_ns);
         if self.close.is_none() {
             self.close = Some(why);
         }
+    }
+
+    /// A breaker failure with a log line, at most one a second per
+    /// session (the lines held back are counted in the next).
+    fn note_failure(&mut self, why: Failure, now_ns: u64) {
+        let due = self
+            .fail_logged_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= FAIL_LOG_EVERY_NS);
+        if due {
+            let held_back = std::mem::take(&mut self.fail_log_held);
+            tracing::warn!(provider = %self.cfg.name, ?why, held_back, "FIX session failure");
+            self.fail_logged_ns = Some(now_ns);
+        } else {
+            self.fail_log_held += 1;
+        }
+        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
     }
 
     fn close_quietly(&mut self) {
@@ -842,6 +659,7 @@ impl FixSession {
         self.pending.clear();
         self.pending_pos = 0;
         self.books.fill(EMPTY_BOOK);
+        self.machine.on_session_down();
         let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
         self.attempt = self.attempt.saturating_add(1);
         self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
@@ -853,20 +671,44 @@ impl FixSession {
         if let Ok(permit) = self.breaker.try_acquire(now_ns) {
             self.breaker.record(permit, outcome, now_ns);
         }
+        if matches!(outcome, Outcome::Failure { .. }) {
+            self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+            let k = self.cfg.breaker_consecutive_failures;
+            if k > 0 && self.consecutive_failures >= k && self.breaker.trip(now_ns) {
+                self.stats.breaker_trips.inc();
+                tracing::warn!(provider = %self.cfg.name, failures = k,
+                    "FIX feed breaker opened: consecutive failures");
+            }
+        }
         self.update_health(now_ns);
     }
 
-    /// Healthy exactly while the breaker is Closed (or Disabled).
+    /// Evaluates the provider-health machine; publishes `healthy` (state
+    /// `streaming`) to the engine and the state to the gauges.
     fn update_health(&mut self, now_ns: u64) {
-        let healthy = matches!(
-            self.breaker.state(now_ns),
-            BreakerState::Closed | BreakerState::Disabled
-        );
-        if healthy != self.healthy {
-            self.healthy = healthy;
-            self.stats.health_changes.inc();
-            tracing::warn!(provider = %self.cfg.name, healthy, "FIX provider health changed");
+        let inputs = Inputs {
+            breaker_closed: matches!(
+                self.breaker.state(now_ns),
+                BreakerState::Closed | BreakerState::Disabled
+            ),
+            session_up: self.state == SessionState::Active,
+        };
+        if let Some((from, to)) = self.machine.evaluate(now_ns, inputs) {
+            self.gauges.set_state(to);
+            if from.healthy() != to.healthy() {
+                self.stats.health_changes.inc();
+            }
+            let (provider, from, to_name) = (&self.cfg.name, from.name(), to.name());
+            match to {
+                ProviderState::Streaming | ProviderState::Probation => {
+                    tracing::info!(%provider, from, to = to_name, healthy = to.healthy(),
+                        "FIX provider state changed")
+                }
+                _ => tracing::warn!(%provider, from, to = to_name, healthy = to.healthy(),
+                    "FIX provider state changed"),
+            }
         }
+        let healthy = self.machine.state().healthy();
         if self.published != Some(healthy) {
             if let Some(h) = self.health.get() {
                 h.set(usize::from(self.cfg.provider), healthy);
@@ -894,6 +736,8 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
             112 => return Err(codec::DecodeError::MalformedField),
             36 => h.new_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             123 => h.gap_fill = v == b"Y",
+            7 => h.begin_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
+            16 => h.end_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             49 => h.sender_comp_id = Some(v),
             56 => h.target_comp_id = Some(v),
             268 => break, // the repeating group: entries are read later
@@ -903,44 +747,9 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
     Ok(h)
 }
 
-fn read_entry_field<'a>(e: &mut Entry<'a>, tag: u32, v: &'a [u8]) {
-    match tag {
-        279 => {
-            e.started = true;
-            e.action = v.first().copied().unwrap_or(b'0');
-        }
-        269 => {
-            e.started = true;
-            e.side = match v {
-                b"0" => Some(Side::Bid),
-                b"1" => Some(Side::Offer),
-                _ => None,
-            };
-        }
-        55 => e.symbol = Some(v),
-        270 => e.price = Some(v),
-        271 => e.size = Some(v),
-        272 => e.date_days = codec::parse_date(v),
-        273 => e.time_ns = codec::parse_time_only(v),
-        _ => {}
-    }
-}
-
-const NS_PER_DAY: u64 = 86_400_000_000_000;
+/// At most one failure log line a second per session.
+const FAIL_LOG_EVERY_NS: u64 = 1_000 * NS_PER_MS;
 /// Largest MsgSeqNum / NewSeqNo accepted.
 const SEQ_MAX: u64 = u32::MAX as u64;
 /// Longest TestReqID (112) echoed back.
 const TEST_REQ_ID_MAX: usize = 64;
-
-/// MDEntryTime (273) on MDEntryDate (272) or SendingTime's date; else
-/// SendingTime (52).
-fn entry_time(e: &Entry<'_>, hdr: &MsgHeader<'_>) -> Option<u64> {
-    let day = e
-        .date_days
-        .map(|d| d.checked_mul(NS_PER_DAY))
-        .unwrap_or(hdr.sending_time_ns.map(|t| t - t % NS_PER_DAY));
-    match (e.time_ns, day) {
-        (Some(t), Some(d)) => d.checked_add(t).or(hdr.sending_time_ns),
-        _ => hdr.sending_time_ns,
-    }
-}

@@ -1,0 +1,74 @@
+//! Garbled input: FIX says a garbled message (bad CheckSum or BodyLength,
+//! broken framing) is ignored, not a reason to drop the session. A line
+//! that produces nothing but garbage must still be dropped, so a
+//! [`GarbleWindow`] remembers the times of the last `max` garbled messages
+//! and says when `max` of them fall within `window_ns`.
+//!
+//! Allocation: the ring is allocated in [`GarbleWindow::new`]; recording
+//! allocates nothing. Time is the caller's monotonic `now_ns`.
+
+/// The last `max` garbled-message times of one session.
+#[derive(Debug, Clone)]
+pub struct GarbleWindow {
+    times: Box<[u64]>,
+    next: usize,
+    len: usize,
+    window_ns: u64,
+}
+
+impl GarbleWindow {
+    /// `max` at least 1 (a config rule); 0 is taken as 1.
+    pub fn new(max: u32, window_ns: u64) -> GarbleWindow {
+        GarbleWindow {
+            times: vec![0; max.max(1) as usize].into_boxed_slice(),
+            next: 0,
+            len: 0,
+            window_ns,
+        }
+    }
+
+    /// Records one garbled message at `now_ns`; true when it is the
+    /// `max`-th within the window (the session must be torn down).
+    pub fn record(&mut self, now_ns: u64) -> bool {
+        let cap = self.times.len();
+        self.times[self.next] = now_ns;
+        self.next = (self.next + 1) % cap;
+        self.len = (self.len + 1).min(cap);
+        // With the ring full, `next` is the oldest of the last `cap`.
+        self.len == cap && now_ns.saturating_sub(self.times[self.next % cap]) < self.window_ns
+    }
+
+    /// Forgets everything (a new connection).
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn tears_down_only_at_max_within_the_window() {
+        let mut w = GarbleWindow::new(3, 10 * S);
+        assert!(!w.record(0));
+        assert!(!w.record(S));
+        assert!(w.record(2 * S), "third within 10 s");
+        let mut w = GarbleWindow::new(3, 10 * S);
+        assert!(!w.record(0));
+        assert!(!w.record(6 * S));
+        assert!(!w.record(11 * S), "the first fell out of the window");
+        assert!(w.record(12 * S), "6, 11, 12 are within 10 s");
+        w.clear();
+        assert!(!w.record(13 * S));
+    }
+
+    #[test]
+    fn max_one_tears_down_at_once() {
+        let mut w = GarbleWindow::new(1, S);
+        assert!(w.record(5));
+    }
+}

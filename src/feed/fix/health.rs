@@ -1,0 +1,314 @@
+//! Provider health: whether one FIX provider belongs in the best price now.
+//!
+//! A per-provider state machine, decided from the caller's `now_ns`
+//! (monotonic) on every session poll. One state at a time, in this order of
+//! precedence:
+//!
+//! | State | When | Healthy |
+//! |---|---|---|
+//! | `breaker_open` | the feed breaker is not Closed (Open, HalfOpen, ForcedOpen) | no |
+//! | `down` | the session is not logged on (waiting, connecting, logging on or out) — so every connect, logon and read timeout makes the provider unhealthy at once | no |
+//! | `silent` | logged on, but no quote on any subscribed symbol for `quote_silence_ms` | no |
+//! | `probation` | logged on, quoting, but fewer than `probation_quotes` quotes or less than `probation_ms` since the session came up | no |
+//! | `streaming` | none of the above | yes |
+//!
+//! Probation is the flap damping: after a reconnect the provider's snapshot
+//! alone does not put it back into the best price; it rejoins only once it
+//! has kept quoting for a while. A Disabled breaker (operator) counts as
+//! Closed.
+//!
+//! Allocation: none after construction. [`HealthGauges`] (atomics) carry
+//! the state to the metrics endpoint.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+
+use crate::clock::NS_PER_MS;
+
+/// The states (discriminants are the metric's stable numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ProviderState {
+    Down = 0,
+    Probation = 1,
+    Streaming = 2,
+    Silent = 3,
+    BreakerOpen = 4,
+}
+
+impl ProviderState {
+    pub const ALL: [ProviderState; 5] = [
+        ProviderState::Down,
+        ProviderState::Probation,
+        ProviderState::Streaming,
+        ProviderState::Silent,
+        ProviderState::BreakerOpen,
+    ];
+
+    /// Lower-case name for logs and the `state` metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderState::Down => "down",
+            ProviderState::Probation => "probation",
+            ProviderState::Streaming => "streaming",
+            ProviderState::Silent => "silent",
+            ProviderState::BreakerOpen => "breaker_open",
+        }
+    }
+
+    pub fn healthy(self) -> bool {
+        self == ProviderState::Streaming
+    }
+
+    fn from_u8(v: u8) -> ProviderState {
+        Self::ALL
+            .get(usize::from(v))
+            .copied()
+            .unwrap_or(ProviderState::Down)
+    }
+}
+
+/// Settings of the machine (from the session config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// 0: never silent.
+    pub quote_silence_ms: u64,
+    pub probation_quotes: u32,
+    pub probation_ms: u64,
+}
+
+/// What the machine is told on every evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inputs {
+    pub breaker_closed: bool,
+    pub session_up: bool,
+}
+
+/// The state machine of one provider.
+#[derive(Debug, Clone)]
+pub struct ProviderHealthMachine {
+    cfg: HealthConfig,
+    state: ProviderState,
+    up_since_ns: Option<u64>,
+    last_quote_ns: Option<u64>,
+    quotes_since_up: u32,
+}
+
+impl ProviderHealthMachine {
+    pub fn new(cfg: HealthConfig) -> Self {
+        ProviderHealthMachine {
+            cfg,
+            state: ProviderState::Down,
+            up_since_ns: None,
+            last_quote_ns: None,
+            quotes_since_up: 0,
+        }
+    }
+
+    pub fn state(&self) -> ProviderState {
+        self.state
+    }
+
+    /// The session logged on at `now_ns`: probation starts.
+    pub fn on_session_up(&mut self, now_ns: u64) {
+        self.up_since_ns = Some(now_ns);
+        self.quotes_since_up = 0;
+    }
+
+    /// The session closed.
+    pub fn on_session_down(&mut self) {
+        self.up_since_ns = None;
+        self.quotes_since_up = 0;
+    }
+
+    pub fn on_quote(&mut self, now_ns: u64) {
+        self.last_quote_ns = Some(now_ns);
+        self.quotes_since_up = self.quotes_since_up.saturating_add(1);
+    }
+
+    /// True while logged on with no quote for `quote_silence_ms` (counted
+    /// from the logon when no quote has come since).
+    pub fn silent(&self, now_ns: u64) -> bool {
+        let Some(up) = self.up_since_ns else {
+            return false;
+        };
+        if self.cfg.quote_silence_ms == 0 {
+            return false;
+        }
+        let from = self.last_quote_ns.map_or(up, |q| q.max(up));
+        now_ns.saturating_sub(from) >= self.cfg.quote_silence_ms * NS_PER_MS
+    }
+
+    /// Decides the state at `now_ns`; returns `Some((from, to))` when it
+    /// changed.
+    pub fn evaluate(
+        &mut self,
+        now_ns: u64,
+        inputs: Inputs,
+    ) -> Option<(ProviderState, ProviderState)> {
+        let next = if !inputs.breaker_closed {
+            ProviderState::BreakerOpen
+        } else if !inputs.session_up || self.up_since_ns.is_none() {
+            ProviderState::Down
+        } else if self.silent(now_ns) {
+            ProviderState::Silent
+        } else if self.in_probation(now_ns) {
+            ProviderState::Probation
+        } else {
+            ProviderState::Streaming
+        };
+        let prev = std::mem::replace(&mut self.state, next);
+        (prev != next).then_some((prev, next))
+    }
+
+    /// True until the session has been up `probation_ms` and brought
+    /// `probation_quotes` quotes (also while down).
+    pub fn in_probation(&self, now_ns: u64) -> bool {
+        let up = self.up_since_ns.unwrap_or(now_ns);
+        self.quotes_since_up < self.cfg.probation_quotes
+            || now_ns.saturating_sub(up) < self.cfg.probation_ms * NS_PER_MS
+    }
+}
+
+/// The machine's state and the last quote's time, for the metrics thread.
+#[derive(Debug, Default)]
+pub struct HealthGauges {
+    state: AtomicU8,
+    /// Wall-clock (UTC ns) receive time of the last quote; 0 before any.
+    last_quote_wall_ns: AtomicU64,
+}
+
+impl HealthGauges {
+    pub fn set_state(&self, s: ProviderState) {
+        self.state.store(s as u8, Relaxed);
+    }
+    pub fn state(&self) -> ProviderState {
+        ProviderState::from_u8(self.state.load(Relaxed))
+    }
+    pub fn set_last_quote_wall_ns(&self, wall_ns: u64) {
+        self.last_quote_wall_ns.store(wall_ns, Relaxed);
+    }
+    /// Seconds since the last quote at `wall_now_ns`; -1 before any quote.
+    pub fn last_quote_age_s(&self, wall_now_ns: u64) -> f64 {
+        match self.last_quote_wall_ns.load(Relaxed) {
+            0 => -1.0,
+            t => wall_now_ns.saturating_sub(t) as f64 / 1e9,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = NS_PER_MS;
+    const UP: Inputs = Inputs {
+        breaker_closed: true,
+        session_up: true,
+    };
+
+    fn machine() -> ProviderHealthMachine {
+        ProviderHealthMachine::new(HealthConfig {
+            quote_silence_ms: 5_000,
+            probation_quotes: 3,
+            probation_ms: 1_000,
+        })
+    }
+
+    #[test]
+    fn probation_then_streaming_then_silent() {
+        let mut m = machine();
+        assert_eq!(m.evaluate(0, UP), None, "never up: down");
+        m.on_session_up(0);
+        assert_eq!(
+            m.evaluate(0, UP),
+            Some((ProviderState::Down, ProviderState::Probation))
+        );
+        for t in [10, 20, 30] {
+            m.on_quote(t * MS);
+        }
+        assert_eq!(
+            m.evaluate(999 * MS, UP),
+            None,
+            "3 quotes, 999 ms: probation"
+        );
+        assert_eq!(
+            m.evaluate(1_000 * MS, UP),
+            Some((ProviderState::Probation, ProviderState::Streaming))
+        );
+        assert!(m.state().healthy());
+        assert_eq!(m.evaluate(5_029 * MS, UP), None);
+        assert_eq!(
+            m.evaluate(5_030 * MS, UP),
+            Some((ProviderState::Streaming, ProviderState::Silent)),
+            "5 s after the last quote"
+        );
+        m.on_quote(5_100 * MS);
+        assert_eq!(
+            m.evaluate(5_100 * MS, UP).map(|c| c.1),
+            Some(ProviderState::Streaming)
+        );
+    }
+
+    #[test]
+    fn a_snapshot_after_a_reconnect_does_not_rejoin() {
+        let mut m = machine();
+        m.on_session_up(0);
+        for t in 0..10 {
+            m.on_quote(t * 10 * MS);
+        }
+        m.evaluate(2_000 * MS, UP);
+        assert!(m.state().healthy());
+        m.on_session_down();
+        let down = Inputs {
+            breaker_closed: true,
+            session_up: false,
+        };
+        assert_eq!(
+            m.evaluate(2_001 * MS, down).map(|c| c.1),
+            Some(ProviderState::Down)
+        );
+        m.on_session_up(3_000 * MS);
+        m.on_quote(3_000 * MS);
+        m.on_quote(3_001 * MS); // the snapshot
+        assert_eq!(
+            m.evaluate(4_500 * MS, UP).map(|c| c.1),
+            Some(ProviderState::Probation)
+        );
+        assert_eq!(
+            m.evaluate(8_001 * MS, UP).map(|c| c.1),
+            Some(ProviderState::Silent),
+            "the snapshot and then nothing: silent, never streaming"
+        );
+    }
+
+    #[test]
+    fn a_logon_with_no_quote_is_silent_after_the_threshold() {
+        let mut m = machine();
+        m.on_session_up(100 * MS);
+        m.evaluate(100 * MS, UP);
+        assert_eq!(m.evaluate(5_099 * MS, UP), None);
+        assert_eq!(
+            m.evaluate(5_100 * MS, UP).map(|c| c.1),
+            Some(ProviderState::Silent)
+        );
+        let open = Inputs {
+            breaker_closed: false,
+            session_up: true,
+        };
+        assert_eq!(
+            m.evaluate(5_200 * MS, open).map(|c| c.1),
+            Some(ProviderState::BreakerOpen)
+        );
+    }
+
+    #[test]
+    fn gauges_report_state_and_age() {
+        let g = HealthGauges::default();
+        assert_eq!(g.state(), ProviderState::Down);
+        assert_eq!(g.last_quote_age_s(5), -1.0);
+        g.set_state(ProviderState::Silent);
+        g.set_last_quote_wall_ns(1_000_000_000);
+        assert_eq!(g.state(), ProviderState::Silent);
+        assert_eq!(g.last_quote_age_s(3_500_000_000), 2.5);
+    }
+}
