@@ -33,7 +33,9 @@
 //! may be answered with Reject(deadline expired) or dropped silently.
 
 pub mod adaptive;
+mod codel;
 mod heaviest;
+mod rotation;
 pub mod queue;
 pub mod service;
 pub mod stats;

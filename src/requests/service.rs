@@ -299,8 +299,11 @@ struct Dispatcher {
 impl Dispatcher {
     fn run(&mut self, mut waiter: Waiter) {
         while !self.stop.load(Ordering::Relaxed) {
-            let now = monotonic_ns();
             let admitted = self.admit_all();
+            // Read after admission: the requests just admitted were stamped
+            // by their shards, and a sojourn measured against an older
+            // `now` would read short (or 0).
+            let now = monotonic_ns();
             let dispatched = self.dispatch(now);
             self.queue.poll(now);
             if admitted + dispatched > 0 {
