@@ -39,7 +39,12 @@ pub(crate) struct Codel {
 }
 
 impl Codel {
-    pub(crate) fn new(target_ns: u64, interval_ns: u64, histogram: Histogram<u64>, now: u64) -> Self {
+    pub(crate) fn new(
+        target_ns: u64,
+        interval_ns: u64,
+        histogram: Histogram<u64>,
+        now: u64,
+    ) -> Self {
         Codel {
             target_ns,
             interval_ns,

@@ -33,10 +33,12 @@
 //! may be answered with Reject(deadline expired) or dropped silently.
 
 pub mod adaptive;
+pub mod answers;
 mod codel;
 mod heaviest;
-mod rotation;
+pub mod hops;
 pub mod queue;
+mod rotation;
 pub mod service;
 pub mod stats;
 

@@ -25,7 +25,11 @@ use bumpalo::Bump;
 use crossbeam_channel::{Receiver, Sender};
 use rand::SeedableRng;
 
-use super::{AdaptiveConfig, AdaptiveLimit, Arrival, QueueConfig, RequestQueue, Shed, ShedReason};
+use super::answers::{shed_reject, template_of, AnswerRx, PendingReject, ShardCredit};
+use super::hops::{Hop, HopRecorder, HopStats};
+#[cfg(test)]
+use super::ShedReason;
+use super::{AdaptiveConfig, AdaptiveLimit, Arrival, QueueConfig, RequestQueue, Shed};
 use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{PriceTable, TickHistory};
@@ -33,6 +37,7 @@ use crate::pipeline::counter::Counter;
 use crate::pipeline::{Doorbell, WaitStrategy, Waiter};
 use crate::requests::stats::OverloadStats;
 use crate::wire::{self, HistoryTick, Name16, PriceBody, RejectReason, SymbolInfo, TierInfo};
+use std::collections::VecDeque;
 
 /// Most symbols one SnapshotRequest may name.
 pub const SNAPSHOT_SYMBOLS_MAX: usize = 32;
@@ -93,6 +98,9 @@ pub struct Answer {
     pub conn: u32,
     pub session: u64,
     pub len: u32,
+    /// When it was pushed to its ring (monotonic ns), for the
+    /// `answer_ring` hop.
+    pub sent_ns: u64,
     pub bytes: [u8; ANSWER_BYTES_MAX],
 }
 
@@ -100,7 +108,8 @@ pub struct Answer {
 pub struct RequestPort {
     pub requests: rtrb::Producer<RequestMsg>,
     pub dispatcher: Arc<Doorbell>,
-    pub answers: Vec<rtrb::Consumer<Answer>>,
+    /// The dispatcher's ring first, then one per worker.
+    pub answers: Vec<AnswerRx>,
 }
 
 /// Counters of the request path not kept by the queue itself.
@@ -111,8 +120,15 @@ pub struct RequestStats {
     pub history_served: Counter,
     /// Expired between dequeue and service (also dropped before work).
     pub expired_at_worker: Counter,
-    /// Answers that did not fit an answer ring (the shard was stuck).
+    /// Answers that did not fit an answer ring. Every answer's slot is
+    /// reserved before the work is dispatched, so this stays 0; anything
+    /// else is a bug in that reservation.
     pub answers_dropped: Counter,
+    /// Rejects that waited in the dispatcher's pending list because the
+    /// shard's ring was full (delivered later, not lost).
+    pub rejects_deferred: Counter,
+    /// Latency per hop of the request path.
+    pub hops: HopStats,
     /// Answers whose frame did not fit [`ANSWER_BYTES_MAX`].
     pub answers_too_large: Counter,
 }
@@ -199,19 +215,25 @@ impl RequestService {
                 answers: Vec::new(),
             });
         }
+        let stats = Arc::new(RequestStats::default());
+        let credits: Vec<Arc<ShardCredit>> = (0..shards)
+            .map(|_| ShardCredit::new(bell.clone()))
+            .collect();
         // One answer ring per (producer thread, shard): dispatcher first.
+        // Worker rings carry the shard's credit: popping gives a slot back.
         let mut answer_tx: Vec<AnswerTx> = Vec::new();
-        for _ in 0..=cfg.workers {
+        for producer in 0..=cfg.workers {
             let mut row = Vec::with_capacity(shards);
-            for port in ports.iter_mut() {
+            for (s, port) in ports.iter_mut().enumerate() {
                 let (tx, rx) = rtrb::RingBuffer::new(ANSWER_RING);
                 row.push(tx);
-                port.answers.push(rx);
+                let credit = (producer > 0).then(|| credits[s].clone());
+                let hop = stats.hops.recorder(Hop::AnswerRing);
+                port.answers.push(AnswerRx::new(rx, credit, hop));
             }
             answer_tx.push(row);
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(RequestStats::default());
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(cfg.adaptive.limit_max as usize + 1);
         let mut threads = Vec::new();
         let mut rows = answer_tx.into_iter();
@@ -225,12 +247,8 @@ impl RequestService {
                 limit: limit.clone(),
                 stats: stats.clone(),
                 arena: Bump::with_capacity(64 * 1024),
-                answer: Box::new(Answer {
-                    conn: 0,
-                    session: 0,
-                    len: 0,
-                    bytes: [0; ANSWER_BYTES_MAX],
-                }),
+                answer: empty_answer(),
+                service: stats.hops.recorder(Hop::Service),
             };
             let rx = jobs_rx.clone();
             threads.push(
@@ -248,6 +266,11 @@ impl RequestService {
             bells: shard_bells,
             jobs: jobs_tx,
             sheds: Vec::with_capacity(cfg.queue.shed_per_pop_max as usize + 8),
+            credits,
+            pending: VecDeque::with_capacity(2 * cfg.queue.capacity),
+            pending_of: vec![0; shards],
+            scratch: empty_answer(),
+            queue_wait: stats.hops.recorder(Hop::QueueWait),
             stop: stop.clone(),
             stats: stats.clone(),
         };
@@ -292,13 +315,33 @@ struct Dispatcher {
     bells: Vec<Arc<Doorbell>>,
     jobs: Sender<Job>,
     sheds: Vec<Shed<RequestMsg>>,
+    /// Per shard: worker answers owed (a job is dispatched only with room).
+    credits: Vec<Arc<ShardCredit>>,
+    /// Rejects waiting for room on the dispatcher's ring to their shard;
+    /// preallocated to twice the queue's capacity (see `room_to_admit`).
+    pending: VecDeque<PendingReject>,
+    /// Pending rejects per shard.
+    pending_of: Vec<u32>,
+    scratch: Box<Answer>,
+    queue_wait: HopRecorder,
     stop: Arc<AtomicBool>,
     stats: Arc<RequestStats>,
+}
+
+fn empty_answer() -> Box<Answer> {
+    Box::new(Answer {
+        conn: 0,
+        session: 0,
+        len: 0,
+        sent_ns: 0,
+        bytes: [0; ANSWER_BYTES_MAX],
+    })
 }
 
 impl Dispatcher {
     fn run(&mut self, mut waiter: Waiter) {
         while !self.stop.load(Ordering::Relaxed) {
+            let flushed = self.flush_pending();
             let admitted = self.admit_all();
             // Read after admission: the requests just admitted were stamped
             // by their shards, and a sojourn measured against an older
@@ -306,33 +349,46 @@ impl Dispatcher {
             let now = monotonic_ns();
             let dispatched = self.dispatch(now);
             self.queue.poll(now);
-            if admitted + dispatched > 0 {
+            if flushed + admitted + dispatched > 0 {
                 waiter.reset();
                 continue;
             }
-            // Idle, or waiting for a worker slot: workers ring the doorbell
-            // when they release one, shards when they push a request.
+            // Idle, or waiting for a worker slot or answer room: workers
+            // ring the doorbell when they release a slot, shards when they
+            // push a request or give back a full shard's answer credit.
             let inbound = &self.inbound;
             let limit = &self.limit;
+            let credits = &self.credits;
             let queued = !self.queue.is_empty();
-            // Queued requests have deadlines and CoDel intervals to keep;
-            // an empty queue has no timer, and every input rings.
-            waiter.set_retrying(queued);
+            // Queued requests have deadlines and CoDel intervals to keep,
+            // pending rejects wait for ring room (no doorbell for that); an
+            // empty queue has no timer, and every input rings.
+            waiter.set_retrying(queued || !self.pending.is_empty());
             waiter.idle(|| {
                 inbound.iter().any(|r| !r.is_empty())
-                    || (queued && limit.inflight() < limit.limit())
+                    || (queued
+                        && limit.inflight() < limit.limit()
+                        && credits.iter().all(|c| c.has_room()))
             });
         }
+    }
+
+    /// Whether one more request may be admitted: only while fewer rejects
+    /// than the queue's capacity wait. An admission adds at most one
+    /// request to queue + pending, and pops only move requests from the
+    /// queue to the pending list or a worker, so queue + pending never
+    /// exceeds twice the capacity: the pending list (preallocated to that)
+    /// always has room for a reject, and a full queue still evicts.
+    fn room_to_admit(&self) -> bool {
+        self.pending.len() < self.queue.capacity()
     }
 
     fn admit_all(&mut self) -> usize {
         let mut n = 0;
         for i in 0..self.inbound.len() {
-            // Each admitted request may need one reject on this shard's
-            // answer ring: admit only while there is room for it, so a
-            // reject is never dropped. Requests left in the inbound ring
-            // back up to the shard, which refuses new ones itself.
-            while self.answers[i].slots() > 0 {
+            // Requests left in the inbound ring back up to the shard, which
+            // refuses new ones itself (Reject(overloaded)) when it is full.
+            while self.room_to_admit() {
                 let Ok(m) = self.inbound[i].pop() else { break };
                 n += 1;
                 let budget = if m.budget_us == 0 {
@@ -358,7 +414,12 @@ impl Dispatcher {
 
     fn dispatch(&mut self, now: u64) -> usize {
         let mut n = 0;
-        while !self.queue.is_empty() && self.limit.try_acquire() {
+        // A popped job may be for any shard: pop only while every shard has
+        // an answer slot to give it.
+        while !self.queue.is_empty()
+            && self.credits.iter().all(|c| c.has_room())
+            && self.limit.try_acquire()
+        {
             let sheds = &mut self.sheds;
             let popped = self.queue.pop(now, |s| sheds.push(s));
             // Drained in place: the vector keeps its capacity (no allocation).
@@ -370,6 +431,11 @@ impl Dispatcher {
                 break;
             };
             n += 1;
+            self.queue_wait.record(d.sojourn_ns, now);
+            let credit = self.credits.get(usize::from(d.request.shard)).cloned();
+            if let Some(c) = &credit {
+                c.take();
+            }
             let job = Job {
                 msg: d.request,
                 deadline_ns: d.deadline_ns,
@@ -377,6 +443,9 @@ impl Dispatcher {
             if let Err(e) = self.jobs.try_send(job) {
                 // Cannot happen while the channel holds limit_max jobs.
                 self.limit.release();
+                if let Some(c) = &credit {
+                    c.give();
+                }
                 let job = e.into_inner();
                 self.reject(&job.msg, RejectReason::OVERLOADED, 1_000, "workers busy");
             }
@@ -385,40 +454,72 @@ impl Dispatcher {
     }
 
     fn reject_shed(&mut self, s: Shed<RequestMsg>) {
-        let (reason, text) = match s.reason {
-            ShedReason::Overloaded => (RejectReason::OVERLOADED, "overloaded"),
-            ShedReason::QueueFull => (RejectReason::OVERLOADED, "queue full"),
-            ShedReason::RateLimited => (RejectReason::RATE_LIMITED, "account rate"),
-            ShedReason::Expired => (RejectReason::DEADLINE_EXPIRED, "deadline expired"),
-            ShedReason::BadAccount => (RejectReason::INTERNAL, "account"),
-        };
+        let (reason, text) = shed_reject(s.reason);
         self.reject(&s.request, reason, s.retry_after_ms, text);
     }
 
-    fn reject(&mut self, m: &RequestMsg, reason: RejectReason, retry_after_ms: u32, text: &str) {
-        let mut a = Answer {
-            conn: m.conn,
-            session: m.session,
-            len: 0,
-            bytes: [0; ANSWER_BYTES_MAX],
-        };
-        let r = wire::Reject {
-            request_id: m.request_id,
-            ref_template_id: template_of(m.kind),
-            reason,
-            retry_after_ms,
-            text: text.as_bytes(),
-        };
-        a.len = wire::encode_reject(&mut a.bytes, &r).unwrap_or(0) as u32;
-        send(&mut self.answers, &self.bells, m.shard, a, &self.stats);
+    fn reject(
+        &mut self,
+        m: &RequestMsg,
+        reason: RejectReason,
+        retry_after_ms: u32,
+        text: &'static str,
+    ) {
+        let p = PendingReject::new(m, reason, retry_after_ms, text);
+        // Behind rejects already waiting for this shard, or when its ring
+        // is full: wait in the pending list (bounded, see `room_to_admit`).
+        let s = usize::from(p.shard);
+        let waiting = self.pending_of.get(s).is_some_and(|&n| n > 0);
+        if waiting || !self.try_send_reject(&p) {
+            debug_assert!(self.pending.len() < self.pending.capacity());
+            self.stats.rejects_deferred.inc();
+            if let Some(n) = self.pending_of.get_mut(s) {
+                *n += 1;
+            }
+            self.pending.push_back(p);
+        }
     }
-}
 
-fn template_of(kind: RequestKind) -> u16 {
-    match kind {
-        RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
-        RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
-        RequestKind::History => wire::template::HISTORY_REQUEST,
+    /// Puts `p` on the dispatcher's ring to its shard if there is room.
+    fn try_send_reject(&mut self, p: &PendingReject) -> bool {
+        let s = usize::from(p.shard);
+        let Some(ring) = self.answers.get_mut(s) else {
+            return true; // no such shard: nobody to answer
+        };
+        if ring.slots() == 0 {
+            return false;
+        }
+        p.encode_into(&mut self.scratch);
+        self.scratch.sent_ns = monotonic_ns();
+        let pushed = ring.push(*self.scratch).is_ok();
+        if let Some(b) = self.bells.get(s) {
+            b.ring();
+        }
+        pushed
+    }
+
+    /// Sends waiting rejects that now fit, in order per shard: one turn of
+    /// the list, each entry sent or put back at the end (order kept).
+    fn flush_pending(&mut self) -> usize {
+        let mut sent = 0;
+        let mut blocked = [false; 64];
+        for _ in 0..self.pending.len() {
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            let s = usize::from(p.shard);
+            let b = &mut blocked[s % 64];
+            if !*b && self.try_send_reject(&p) {
+                if let Some(n) = self.pending_of.get_mut(s) {
+                    *n -= 1;
+                }
+                sent += 1;
+            } else {
+                blocked[s % 64] = true;
+                self.pending.push_back(p);
+            }
+        }
+        sent
     }
 }
 
@@ -432,6 +533,7 @@ fn send(
     let s = shard as usize;
     let Some(ring) = rings.get_mut(s) else { return };
     if ring.push(a).is_err() {
+        debug_assert!(false, "answer slot was reserved at dispatch");
         stats.answers_dropped.inc();
     }
     if let Some(b) = bells.get(s) {
@@ -448,6 +550,7 @@ struct Worker {
     stats: Arc<RequestStats>,
     arena: Bump,
     answer: Box<Answer>,
+    service: HopRecorder,
 }
 
 impl Worker {
@@ -483,6 +586,9 @@ impl Worker {
             }
         };
         self.answer.len = n as u32;
+        let built = monotonic_ns();
+        self.service.record(built - start, built);
+        self.answer.sent_ns = built;
         send(
             &mut self.answers,
             &self.bells,
@@ -579,3 +685,6 @@ fn reject_into(out: &mut [u8], m: &RequestMsg, reason: RejectReason) -> Option<u
     };
     wire::encode_reject(out, &r).ok()
 }
+
+#[cfg(test)]
+mod tests;
