@@ -20,7 +20,7 @@ use crate::pipeline::{
     Pipeline, PipelineConfig, PipelineError, RecorderTap, Stage, Threading, WaitStrategy,
 };
 use crate::refdata::RefData;
-use crate::requests::service::RequestConfig;
+use crate::requests::service::{RequestConfig, RequestStats};
 use crate::requests::stats::OverloadStats;
 
 /// What to start.
@@ -431,7 +431,7 @@ fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             _ => s.history_served.get(),
         })?;
     }
-    let (a, b) = (st.clone(), st);
+    let (a, b, st2) = (st.clone(), st.clone(), st);
     r.register_counter_fn(
         m::DROPS,
         &[("reason", "request_answer_ring_full")],
@@ -440,7 +440,37 @@ fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     r.register_counter_fn(m::SHEDS, &[("reason", "expired_at_worker")], move || {
         b.expired_at_worker.get()
     })?;
-    Ok(())
+    register_request_path(r, st2)
+}
+
+/// The request path's own refusals, hop latencies and queue size.
+fn register_request_path(r: &Registry, st: Arc<RequestStats>) -> Result<(), OpsError> {
+    use crate::ops::metrics::LATENCY_BUCKETS_S;
+    use crate::requests::hops::Hop;
+    let (a, b, c, d) = (st.clone(), st.clone(), st.clone(), st.clone());
+    r.register_counter_fn(m::SHEDS, &[("reason", "request_path_full")], move || {
+        a.refused_path_full.get()
+    })?;
+    r.register_counter_fn(m::SHEDS, &[("reason", "conn_rate_limited")], move || {
+        b.refused_conn_rate.get()
+    })?;
+    r.register_counter_fn(m::REQUEST_REJECTS_DEFERRED, &[], move || {
+        c.rejects_deferred.get()
+    })?;
+    r.register_gauge_fn(m::REQUEST_QUEUE_CAPACITY, &[], move || {
+        d.queue_capacity.get() as f64
+    })?;
+    for hop in Hop::ALL {
+        let shared = st.hops.shared(hop);
+        r.register_hdr_ns(
+            m::REQUEST_HOP,
+            &[("hop", hop.name())],
+            shared,
+            LATENCY_BUCKETS_S,
+        )?;
+    }
+    let queue_wait = st.hops.shared(Hop::QueueWait);
+    r.register_hdr_ns(m::REQUEST_QUEUE_SOJOURN, &[], queue_wait, LATENCY_BUCKETS_S)
 }
 
 fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {

@@ -956,7 +956,10 @@ impl Shard {
                 now,
             );
         } else {
-            let retry = 1_000 / self.shared.cfg.msg_rate_per_s.max(1) + 1;
+            // [requests hunk 1/2] jittered, counted (requests::port).
+            let retry = self
+                .requests
+                .conn_rate_retry_ms(self.shared.cfg.msg_rate_per_s);
             let rid = msg.request_id().unwrap_or(0);
             self.reject(
                 i,
@@ -1398,7 +1401,8 @@ impl Shard {
             return;
         }
         self.stats.requests_refused.inc();
-        let retry = self.jitter(self.shared.cfg.error_retry);
+        // [requests hunk 2/2] the queue's shed window, counted (requests::port).
+        let retry = self.requests.path_full_retry_ms();
         let t = match m.kind {
             RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
             RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,

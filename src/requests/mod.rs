@@ -37,6 +37,7 @@ pub mod answers;
 mod codel;
 mod heaviest;
 pub mod hops;
+pub mod port;
 pub mod queue;
 mod rotation;
 pub mod service;

@@ -104,13 +104,7 @@ pub struct Answer {
     pub bytes: [u8; ANSWER_BYTES_MAX],
 }
 
-/// A shard's end of the request path.
-pub struct RequestPort {
-    pub requests: rtrb::Producer<RequestMsg>,
-    pub dispatcher: Arc<Doorbell>,
-    /// The dispatcher's ring first, then one per worker.
-    pub answers: Vec<AnswerRx>,
-}
+pub use super::port::RequestPort;
 
 /// Counters of the request path not kept by the queue itself.
 #[derive(Debug, Default)]
@@ -127,8 +121,16 @@ pub struct RequestStats {
     /// Rejects that waited in the dispatcher's pending list because the
     /// shard's ring was full (delivered later, not lost).
     pub rejects_deferred: Counter,
+    /// Requests the shard refused because the ring to the dispatcher was
+    /// full (Reject(overloaded) with the queue's retry-after window).
+    pub refused_path_full: Counter,
+    /// Messages the per-connection message limit refused
+    /// (Reject(rate_limited)).
+    pub refused_conn_rate: Counter,
     /// Latency per hop of the request path.
     pub hops: HopStats,
+    /// The queue's configured capacity (a constant, for the gauge).
+    pub queue_capacity: Counter,
     /// Answers whose frame did not fit [`ANSWER_BYTES_MAX`].
     pub answers_too_large: Counter,
 }
@@ -206,16 +208,14 @@ impl RequestService {
         let bell = Doorbell::new();
         let mut ports: Vec<RequestPort> = Vec::with_capacity(shards);
         let mut inbound = Vec::with_capacity(shards);
+        let stats = Arc::new(RequestStats::default());
+        stats.queue_capacity.add(cfg.queue.capacity as u64);
         for _ in 0..shards {
             let (tx, rx) = rtrb::RingBuffer::new(REQUEST_RING);
             inbound.push(rx);
-            ports.push(RequestPort {
-                requests: tx,
-                dispatcher: bell.clone(),
-                answers: Vec::new(),
-            });
+            let window = cfg.queue.retry_after;
+            ports.push(RequestPort::new(tx, bell.clone(), window, stats.clone()));
         }
-        let stats = Arc::new(RequestStats::default());
         let credits: Vec<Arc<ShardCredit>> = (0..shards)
             .map(|_| ShardCredit::new(bell.clone()))
             .collect();
@@ -271,6 +271,7 @@ impl RequestService {
             pending_of: vec![0; shards],
             scratch: empty_answer(),
             queue_wait: stats.hops.recorder(Hop::QueueWait),
+            rng: rand::rngs::SmallRng::from_entropy(),
             stop: stop.clone(),
             stats: stats.clone(),
         };
@@ -324,6 +325,8 @@ struct Dispatcher {
     pending_of: Vec<u32>,
     scratch: Box<Answer>,
     queue_wait: HopRecorder,
+    /// Retry-after draws of the dispatcher's own rejects (entropy-seeded).
+    rng: rand::rngs::SmallRng,
     stop: Arc<AtomicBool>,
     stats: Arc<RequestStats>,
 }
@@ -447,7 +450,8 @@ impl Dispatcher {
                     c.give();
                 }
                 let job = e.into_inner();
-                self.reject(&job.msg, RejectReason::OVERLOADED, 1_000, "workers busy");
+                let retry = self.queue.config().retry_after.draw(&mut self.rng);
+                self.reject(&job.msg, RejectReason::OVERLOADED, retry, "workers busy");
             }
         }
         n
