@@ -956,7 +956,7 @@ impl Shard {
                 now,
             );
         } else {
-            // [requests hunk 1/2] jittered, counted (requests::port).
+            // [requests hunk 1/4] jittered, counted (requests::port).
             let retry = self
                 .requests
                 .conn_rate_retry_ms(self.shared.cfg.msg_rate_per_s);
@@ -1391,7 +1391,8 @@ impl Shard {
     /// Hands a request to the request path; a full ring is an immediate
     /// Reject(overloaded) with a jittered retry-after, never a wait.
     fn enqueue(&mut self, i: usize, m: RequestMsg) {
-        let pushed = self.requests.requests.push(m).is_ok();
+        // [requests hunk 4/4] the port keeps one account from filling the ring.
+        let pushed = self.requests.push(m).is_ok();
         if pushed {
             if let Some(c) = self.conns[i].as_mut() {
                 c.requests_out += 1;
@@ -1401,7 +1402,7 @@ impl Shard {
             return;
         }
         self.stats.requests_refused.inc();
-        // [requests hunk 2/2] the queue's shed window, counted (requests::port).
+        // [requests hunk 2/4] the queue's shed window, counted (requests::port).
         let retry = self.requests.path_full_retry_ms();
         let t = match m.kind {
             RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
@@ -1435,14 +1436,23 @@ impl Shard {
                     continue;
                 }
                 let bytes = &a.bytes[..a.len as usize];
+                let mut lost = false;
                 if let Some(conn) = self.conns[i].as_mut() {
                     conn.requests_out = conn.requests_out.saturating_sub(1);
                     if conn.out.append(bytes) == Append::Overflow {
                         self.stats.answers_orphaned.inc();
+                        lost = true;
                     }
                     conn.last_tx_ns = monotonic_ns();
                 }
                 self.queue_write(i);
+                // [requests hunk 3/4] an answer that does not fit is never
+                // lost silently: the client is not reading, close it as a
+                // slow consumer (it learns its open requests are gone).
+                if lost {
+                    GatewayStats::add(&self.shared.stats.disconnects_slow_consumer, 1);
+                    self.begin_close(i, Some(DisconnectReason::SLOW_CONSUMER), monotonic_ns());
+                }
             }
         }
         n

@@ -471,7 +471,9 @@ impl<T, R: Rng> RequestQueue<T, R> {
             let slot = &self.slots[idx as usize];
             let reason = if now_ns >= slot.deadline_ns {
                 ShedReason::Expired
-            } else if !slot.critical && self.codel.overdue(slot.arrival_ns, now_ns) {
+            } else if !slot.critical
+                && self.shed_for_overload(slot.account, slot.arrival_ns, now_ns)
+            {
                 ShedReason::Overloaded
             } else {
                 return Some(self.serve(idx, now_ns));
@@ -677,6 +679,24 @@ impl<T, R: Rng> RequestQueue<T, R> {
         })
     }
 
+    /// Whether a normal request of `account` that arrived at `arrival_ns`
+    /// is shed for overload now: overdue (see `Codel::overdue`), unless it
+    /// is the only request its account has queued while another account
+    /// holds more. A tenant with one request waiting is not part of the
+    /// standing queue a flooding neighbour built: it is served in its turn
+    /// (its deadline still applies). When every account holds one, all are
+    /// shed alike.
+    fn shed_for_overload(&self, account: u32, arrival_ns: u64, now_ns: u64) -> bool {
+        if !self.codel.overdue(arrival_ns, now_ns) {
+            return false;
+        }
+        let top = self
+            .heaviest
+            .heaviest()
+            .map_or(0, |a| self.heaviest.count(a));
+        self.heaviest.count(account) > 1 || top <= 1
+    }
+
     /// Removes, from the old end of the lanes, requests past their deadline
     /// and (under overload) normal requests past twice the target — at most
     /// `shed_per_pop_max` per call. Under LIFO the old end is never walked by
@@ -694,7 +714,9 @@ impl<T, R: Rng> RequestQueue<T, R> {
                 let slot = &self.slots[head as usize];
                 let reason = if now_ns >= slot.deadline_ns {
                     ShedReason::Expired
-                } else if lane == NORMAL && self.codel.overdue(slot.arrival_ns, now_ns) {
+                } else if lane == NORMAL
+                    && self.shed_for_overload(slot.account, slot.arrival_ns, now_ns)
+                {
                     ShedReason::Overloaded
                 } else {
                     break;

@@ -105,6 +105,7 @@ pub struct Answer {
 }
 
 pub use super::port::RequestPort;
+use super::port::RingShares;
 
 /// Counters of the request path not kept by the queue itself.
 #[derive(Debug, Default)]
@@ -212,9 +213,11 @@ impl RequestService {
         stats.queue_capacity.add(cfg.queue.capacity as u64);
         for _ in 0..shards {
             let (tx, rx) = rtrb::RingBuffer::new(REQUEST_RING);
-            inbound.push(rx);
+            let shares = RingShares::new();
+            inbound.push((rx, shares.clone()));
             let window = cfg.queue.retry_after;
-            ports.push(RequestPort::new(tx, bell.clone(), window, stats.clone()));
+            let port = RequestPort::new(tx, bell.clone(), shares, window, stats.clone());
+            ports.push(port);
         }
         let credits: Vec<Arc<ShardCredit>> = (0..shards)
             .map(|_| ShardCredit::new(bell.clone()))
@@ -265,6 +268,7 @@ impl RequestService {
             answers: dispatcher_row,
             bells: shard_bells,
             jobs: jobs_tx,
+            handoff_max: 2 * cfg.workers,
             sheds: Vec::with_capacity(cfg.queue.shed_per_pop_max as usize + 8),
             credits,
             pending: VecDeque::with_capacity(2 * cfg.queue.capacity),
@@ -311,10 +315,15 @@ impl RequestService {
 struct Dispatcher {
     queue: RequestQueue<RequestMsg>,
     limit: Arc<AdaptiveLimit>,
-    inbound: Vec<rtrb::Consumer<RequestMsg>>,
+    /// Per shard: its request ring and the per-account share counters.
+    inbound: Vec<(rtrb::Consumer<RequestMsg>, Arc<RingShares>)>,
     answers: Vec<rtrb::Producer<Answer>>,
     bells: Vec<Arc<Doorbell>>,
     jobs: Sender<Job>,
+    /// At most this many jobs wait in the hand-off (two per worker: one
+    /// to take next while the dispatcher wakes), so the queue (rotation,
+    /// LIFO) decides the order, not a FIFO channel.
+    handoff_max: usize,
     sheds: Vec<Shed<RequestMsg>>,
     /// Per shard: worker answers owed (a job is dispatched only with room).
     credits: Vec<Arc<ShardCredit>>,
@@ -362,14 +371,16 @@ impl Dispatcher {
             let inbound = &self.inbound;
             let limit = &self.limit;
             let credits = &self.credits;
+            let (jobs, handoff_max) = (&self.jobs, self.handoff_max);
             let queued = !self.queue.is_empty();
             // Queued requests have deadlines and CoDel intervals to keep,
             // pending rejects wait for ring room (no doorbell for that); an
             // empty queue has no timer, and every input rings.
             waiter.set_retrying(queued || !self.pending.is_empty());
             waiter.idle(|| {
-                inbound.iter().any(|r| !r.is_empty())
+                inbound.iter().any(|(r, _)| !r.is_empty())
                     || (queued
+                        && jobs.len() < handoff_max
                         && limit.inflight() < limit.limit()
                         && credits.iter().all(|c| c.has_room()))
             });
@@ -392,7 +403,9 @@ impl Dispatcher {
             // Requests left in the inbound ring back up to the shard, which
             // refuses new ones itself (Reject(overloaded)) when it is full.
             while self.room_to_admit() {
-                let Ok(m) = self.inbound[i].pop() else { break };
+                let (ring, shares) = &mut self.inbound[i];
+                let Ok(m) = ring.pop() else { break };
+                shares.release(m.account);
                 n += 1;
                 let budget = if m.budget_us == 0 {
                     BUDGET_DEFAULT_US
@@ -420,6 +433,7 @@ impl Dispatcher {
         // A popped job may be for any shard: pop only while every shard has
         // an answer slot to give it.
         while !self.queue.is_empty()
+            && self.jobs.len() < self.handoff_max
             && self.credits.iter().all(|c| c.has_room())
             && self.limit.try_acquire()
         {
