@@ -1392,7 +1392,7 @@ impl Shard {
     /// Reject(overloaded) with a jittered retry-after, never a wait.
     fn enqueue(&mut self, i: usize, m: RequestMsg) {
         // [requests hunk 4/4] the port keeps one account from filling the ring.
-        let pushed = self.requests.push(m).is_ok();
+        let pushed = self.requests.push(m);
         if pushed {
             if let Some(c) = self.conns[i].as_mut() {
                 c.requests_out += 1;

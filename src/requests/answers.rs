@@ -64,9 +64,18 @@ impl ShardCredit {
     }
 }
 
+/// Answers one ring hands its shard in a row before it reports itself
+/// empty once: the shard's loop drains answer rings with `while let
+/// Ok(a) = pop()`, and a flood of answers must not hold it away from the
+/// price stream for a whole burst. The shard comes back on its next turn
+/// (`is_empty` still says false, so it does not sleep).
+pub const ANSWER_BATCH_MAX: u32 = 32;
+
 /// A shard's end of one answer ring (the dispatcher's or a worker's).
 pub struct AnswerRx {
     ring: rtrb::Consumer<Answer>,
+    /// Answers handed over since the ring last reported empty.
+    in_a_row: u32,
     /// Set on worker rings: popping an answer gives its slot back.
     credit: Option<Arc<ShardCredit>>,
     hop: HopRecorder,
@@ -78,12 +87,24 @@ impl AnswerRx {
         credit: Option<Arc<ShardCredit>>,
         hop: HopRecorder,
     ) -> AnswerRx {
-        AnswerRx { ring, credit, hop }
+        AnswerRx {
+            ring,
+            in_a_row: 0,
+            credit,
+            hop,
+        }
     }
 
-    /// The next answer, if any; records its time on the ring.
+    /// The next answer, if any; records its time on the ring. After
+    /// [`ANSWER_BATCH_MAX`] in a row it reports empty once, ending the
+    /// shard's batch for this loop turn.
     pub fn pop(&mut self) -> Result<Answer, rtrb::PopError> {
-        let a = self.ring.pop()?;
+        if self.in_a_row >= ANSWER_BATCH_MAX {
+            self.in_a_row = 0;
+            return Err(rtrb::PopError::Empty);
+        }
+        let a = self.ring.pop().inspect_err(|_| self.in_a_row = 0)?;
+        self.in_a_row += 1;
         if let Some(c) = &self.credit {
             c.give();
         }

@@ -90,23 +90,24 @@ impl RequestPort {
         }
     }
 
-    /// Hands a request to the dispatcher, or gives it back (`Err`) when the
+    /// Hands a request to the dispatcher (true), or refuses it (false) when the
     /// ring is full — or more than an eighth full while this account
     /// already holds an eighth of it. Every account of the shard shares the
     /// ring: a flooding account is refused here, by the shard, before it
     /// fills the ring (the cheapest refusal there is: no dispatcher work),
     /// so a quiet account's request still finds a slot and a short line.
-    pub fn push(&mut self, m: RequestMsg) -> Result<(), RequestMsg> {
+    pub fn push(&mut self, m: RequestMsg) -> bool {
         let held = self.shares.slot(m.account);
         let crowded = self.requests.slots() < REQUEST_RING - REQUEST_RING / 8;
         if crowded && held.load(Ordering::Acquire) >= (REQUEST_RING / 8) as u32 {
-            return Err(m);
+            return false;
         }
         held.fetch_add(1, Ordering::AcqRel);
-        self.requests.push(m).map_err(|rtrb::PushError::Full(m)| {
+        let pushed = self.requests.push(m).is_ok();
+        if !pushed {
             self.shares.release(m.account);
-            m
-        })
+        }
+        pushed
     }
 
     /// The shard refuses a request because the ring to the dispatcher is
@@ -196,18 +197,18 @@ mod share_tests {
         let window = RetryWindow::new(2000, 5000);
         let mut port = RequestPort::new(tx, Doorbell::new(), shares.clone(), window, stats);
         let mut flood_in = 0;
-        while port.push(msg(7)).is_ok() {
+        while port.push(msg(7)) {
             flood_in += 1;
         }
         // It had the ring to itself until an eighth full, then no more.
         assert_eq!(flood_in, REQUEST_RING / 8 + 1);
         for _ in 0..100 {
-            assert!(port.push(msg(8)).is_ok(), "the quiet account was refused");
+            assert!(port.push(msg(8)), "the quiet account was refused");
         }
         // The dispatcher drains: the flood's share frees up again.
         while let Ok(m) = rx.pop() {
             shares.release(m.account);
         }
-        assert!(port.push(msg(7)).is_ok());
+        assert!(port.push(msg(7)));
     }
 }

@@ -45,8 +45,10 @@ fn snapshot(id: u64, account: u32) -> RequestMsg {
 
 #[test]
 fn a_shard_that_stalls_still_gets_one_answer_or_reject_per_request() {
-    let mut cfg = RequestConfig::default();
-    cfg.workers = 2;
+    let mut cfg = RequestConfig {
+        workers: 2,
+        ..RequestConfig::default()
+    };
     cfg.queue.capacity = 64;
     cfg.queue.account_rate_per_s = 1_000_000;
     cfg.queue.account_burst = 1_000_000;
