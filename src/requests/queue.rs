@@ -81,6 +81,9 @@ use crate::requests::codel::Codel;
 use crate::requests::heaviest::Heaviest;
 use crate::requests::rotation::Rotation;
 use crate::requests::stats::{inc, set, OverloadStats};
+use slab::{push_back, unlink, Chain, Links, List, Slot, EMPTY_LIST, UNLINKED};
+
+mod slab;
 
 /// Default queue capacity: a few seconds of request work at the rates one
 /// instance serves, small enough that a full queue is still fresh.
@@ -271,88 +274,6 @@ impl<T> Dequeued<T> {
     pub fn remaining_budget_us(&self, now_ns: u64) -> u64 {
         self.deadline_ns.saturating_sub(now_ns) / NS_PER_US
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Links {
-    prev: u32,
-    next: u32,
-}
-
-const UNLINKED: Links = Links {
-    prev: NIL,
-    next: NIL,
-};
-
-/// Head (oldest) and tail (newest) of one intrusive chain.
-#[derive(Debug, Clone, Copy)]
-struct List {
-    head: u32,
-    tail: u32,
-    len: u32,
-}
-
-const EMPTY_LIST: List = List {
-    head: NIL,
-    tail: NIL,
-    len: 0,
-};
-
-#[derive(Debug, Clone, Copy)]
-enum Chain {
-    Lane,
-    Account,
-}
-
-struct Slot<T> {
-    request: Option<T>,
-    account: u32,
-    critical: bool,
-    arrival_ns: u64,
-    deadline_ns: u64,
-    /// Lane chain; also the free-list link (`next`) while the slot is free.
-    lane: Links,
-    account_lane: Links,
-}
-
-fn links<T>(slot: &mut Slot<T>, chain: Chain) -> &mut Links {
-    match chain {
-        Chain::Lane => &mut slot.lane,
-        Chain::Account => &mut slot.account_lane,
-    }
-}
-
-fn push_back<T>(slots: &mut [Slot<T>], list: &mut List, idx: u32, chain: Chain) {
-    let tail = list.tail;
-    *links(&mut slots[idx as usize], chain) = Links {
-        prev: tail,
-        next: NIL,
-    };
-    if tail == NIL {
-        list.head = idx;
-    } else {
-        links(&mut slots[tail as usize], chain).next = idx;
-    }
-    list.tail = idx;
-    list.len += 1;
-}
-
-fn unlink<T>(slots: &mut [Slot<T>], list: &mut List, idx: u32, chain: Chain) {
-    let Links { prev, next } = *links(&mut slots[idx as usize], chain);
-    if prev == NIL {
-        debug_assert_eq!(list.head, idx);
-        list.head = next;
-    } else {
-        links(&mut slots[prev as usize], chain).next = next;
-    }
-    if next == NIL {
-        debug_assert_eq!(list.tail, idx);
-        list.tail = prev;
-    } else {
-        links(&mut slots[next as usize], chain).prev = prev;
-    }
-    *links(&mut slots[idx as usize], chain) = UNLINKED;
-    list.len -= 1;
 }
 
 /// The bounded request queue. `T` is the caller's request (moved in and

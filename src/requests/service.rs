@@ -195,52 +195,21 @@ impl RequestService {
         if cfg.workers == 0 || cfg.workers > 64 {
             return Err("--request-workers: 1..=64".into());
         }
-        let queue = RequestQueue::new(
-            cfg.queue.clone(),
-            rand::rngs::SmallRng::from_entropy(),
-            overload.clone(),
-            monotonic_ns(),
-        )
-        .map_err(|e| e.to_string())?;
-        let limit = Arc::new(
-            AdaptiveLimit::new(cfg.adaptive.clone(), overload).map_err(|e| e.to_string())?,
-        );
+        let (queue, limit) = controls(&cfg, overload)?;
         let shards = shard_bells.len();
         let bell = Doorbell::new();
-        let mut ports: Vec<RequestPort> = Vec::with_capacity(shards);
-        let mut inbound = Vec::with_capacity(shards);
         let stats = Arc::new(RequestStats::default());
         stats.queue_capacity.add(cfg.queue.capacity as u64);
-        for _ in 0..shards {
-            let (tx, rx) = rtrb::RingBuffer::new(REQUEST_RING);
-            let shares = RingShares::new();
-            inbound.push((rx, shares.clone()));
-            let window = cfg.queue.retry_after;
-            let port = RequestPort::new(tx, bell.clone(), shares, window, stats.clone());
-            ports.push(port);
-        }
+        let (mut ports, inbound) = request_rings(shards, &bell, &cfg, &stats);
         let credits: Vec<Arc<ShardCredit>> = (0..shards)
             .map(|_| ShardCredit::new(bell.clone()))
             .collect();
-        // One answer ring per (producer thread, shard): dispatcher first.
-        // Worker rings carry the shard's credit: popping gives a slot back.
-        let mut answer_tx: Vec<AnswerTx> = Vec::new();
-        for producer in 0..=cfg.workers {
-            let mut row = Vec::with_capacity(shards);
-            for (s, port) in ports.iter_mut().enumerate() {
-                let (tx, rx) = rtrb::RingBuffer::new(ANSWER_RING);
-                row.push(tx);
-                let credit = (producer > 0).then(|| credits[s].clone());
-                let hop = stats.hops.recorder(Hop::AnswerRing);
-                port.answers.push(AnswerRx::new(rx, credit, hop));
-            }
-            answer_tx.push(row);
-        }
+        let answer_tx = answer_rings(cfg.workers, &mut ports, &credits, &stats);
         let stop = Arc::new(AtomicBool::new(false));
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(cfg.adaptive.limit_max as usize + 1);
-        let mut threads = Vec::new();
         let mut rows = answer_tx.into_iter();
         let dispatcher_row = rows.next().expect("dispatcher answer rings");
+        let mut threads = Vec::new();
         for (w, row) in rows.enumerate() {
             let worker = Worker {
                 sources: sources.clone(),
@@ -253,13 +222,7 @@ impl RequestService {
                 answer: empty_answer(),
                 service: stats.hops.recorder(Hop::Service),
             };
-            let rx = jobs_rx.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("pw-request{w}"))
-                    .spawn(move || worker.run(rx))
-                    .map_err(|e| e.to_string())?,
-            );
+            threads.push(spawn_worker(w, worker, jobs_rx.clone())?);
         }
         let dispatcher = Dispatcher {
             queue,
@@ -279,17 +242,7 @@ impl RequestService {
             stop: stop.clone(),
             stats: stats.clone(),
         };
-        let (b2, wait) = (bell.clone(), cfg.wait);
-        threads.push(
-            std::thread::Builder::new()
-                .name("pw-dispatch".into())
-                .spawn(move || {
-                    b2.bind_current_thread();
-                    let mut d = dispatcher;
-                    d.run(Waiter::new(wait, b2));
-                })
-                .map_err(|e| e.to_string())?,
-        );
+        threads.push(spawn_dispatcher(dispatcher, bell.clone(), cfg.wait)?);
         Ok((
             RequestService {
                 stop,
@@ -312,11 +265,98 @@ impl RequestService {
     }
 }
 
+/// The queue (its jitter seeded from OS entropy) and the adaptive limit.
+fn controls(
+    cfg: &RequestConfig,
+    overload: Arc<OverloadStats>,
+) -> Result<(RequestQueue<RequestMsg>, Arc<AdaptiveLimit>), String> {
+    let queue = RequestQueue::new(
+        cfg.queue.clone(),
+        rand::rngs::SmallRng::from_entropy(),
+        overload.clone(),
+        monotonic_ns(),
+    )
+    .map_err(|e| e.to_string())?;
+    let limit = AdaptiveLimit::new(cfg.adaptive.clone(), overload).map_err(|e| e.to_string())?;
+    Ok((queue, Arc::new(limit)))
+}
+
+fn spawn_dispatcher(
+    mut d: Dispatcher,
+    bell: Arc<Doorbell>,
+    wait: WaitStrategy,
+) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name("pw-dispatch".into())
+        .spawn(move || {
+            bell.bind_current_thread();
+            d.run(Waiter::new(wait, bell));
+        })
+        .map_err(|e| e.to_string())
+}
+
+fn spawn_worker(w: usize, worker: Worker, jobs: Receiver<Job>) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name(format!("pw-request{w}"))
+        .spawn(move || worker.run(jobs))
+        .map_err(|e| e.to_string())
+}
+
+type Inbound = Vec<(rtrb::Consumer<RequestMsg>, Arc<RingShares>)>;
+
+/// One request ring per shard, with its per-account share counters.
+fn request_rings(
+    shards: usize,
+    bell: &Arc<Doorbell>,
+    cfg: &RequestConfig,
+    stats: &Arc<RequestStats>,
+) -> (Vec<RequestPort>, Inbound) {
+    let mut ports = Vec::with_capacity(shards);
+    let mut inbound = Vec::with_capacity(shards);
+    for _ in 0..shards {
+        let (tx, rx) = rtrb::RingBuffer::new(REQUEST_RING);
+        let shares = RingShares::new();
+        inbound.push((rx, shares.clone()));
+        let window = cfg.queue.retry_after;
+        ports.push(RequestPort::new(
+            tx,
+            bell.clone(),
+            shares,
+            window,
+            stats.clone(),
+        ));
+    }
+    (ports, inbound)
+}
+
+/// One answer ring per (producer thread, shard), the dispatcher's first.
+/// Worker rings carry their shard's credit: popping gives a slot back.
+fn answer_rings(
+    workers: usize,
+    ports: &mut [RequestPort],
+    credits: &[Arc<ShardCredit>],
+    stats: &RequestStats,
+) -> Vec<AnswerTx> {
+    let mut answer_tx = Vec::with_capacity(workers + 1);
+    for producer in 0..=workers {
+        let mut row = Vec::with_capacity(ports.len());
+        for (s, port) in ports.iter_mut().enumerate() {
+            let (tx, rx) = rtrb::RingBuffer::new(ANSWER_RING);
+            row.push(tx);
+            let credit = (producer > 0).then(|| credits[s].clone());
+            let hop = stats.hops.recorder(Hop::AnswerRing);
+            port.answers.push(AnswerRx::new(rx, credit, hop));
+        }
+        answer_tx.push(row);
+    }
+    answer_tx
+}
+
 struct Dispatcher {
     queue: RequestQueue<RequestMsg>,
     limit: Arc<AdaptiveLimit>,
     /// Per shard: its request ring and the per-account share counters.
-    inbound: Vec<(rtrb::Consumer<RequestMsg>, Arc<RingShares>)>,
+    inbound: Inbound,
     answers: Vec<rtrb::Producer<Answer>>,
     bells: Vec<Arc<Doorbell>>,
     jobs: Sender<Job>,
@@ -559,150 +599,8 @@ fn send(
     }
 }
 
-struct Worker {
-    sources: Sources,
-    dispatcher: Arc<Doorbell>,
-    answers: Vec<rtrb::Producer<Answer>>,
-    bells: Vec<Arc<Doorbell>>,
-    limit: Arc<AdaptiveLimit>,
-    stats: Arc<RequestStats>,
-    arena: Bump,
-    answer: Box<Answer>,
-    service: HopRecorder,
-}
-
-impl Worker {
-    fn run(mut self, jobs: Receiver<Job>) {
-        loop {
-            match jobs.recv_timeout(Duration::from_millis(200)) {
-                Ok(job) => self.serve(job),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-            }
-        }
-    }
-
-    fn serve(&mut self, job: Job) {
-        let start = monotonic_ns();
-        let m = job.msg;
-        self.answer.conn = m.conn;
-        self.answer.session = m.session;
-        let n = if start >= job.deadline_ns {
-            // Dropped before the work: the reject costs less than the answer.
-            self.stats.expired_at_worker.inc();
-            reject_into(&mut self.answer.bytes, &m, RejectReason::DEADLINE_EXPIRED)
-        } else {
-            let n = self.build(&m);
-            self.arena.reset();
-            n
-        };
-        let n = match n {
-            Some(n) => n,
-            None => {
-                self.stats.answers_too_large.inc();
-                reject_into(&mut self.answer.bytes, &m, RejectReason::LIMIT_REACHED).unwrap_or(0)
-            }
-        };
-        self.answer.len = n as u32;
-        let built = monotonic_ns();
-        self.service.record(built - start, built);
-        self.answer.sent_ns = built;
-        send(
-            &mut self.answers,
-            &self.bells,
-            m.shard,
-            *self.answer,
-            &self.stats,
-        );
-        let end = monotonic_ns();
-        let inflight = self.limit.inflight();
-        self.limit.release();
-        self.limit.on_sample(end - start, inflight, end);
-        // A slot is free: the dispatcher may be waiting for one.
-        self.dispatcher.ring();
-    }
-
-    fn build(&mut self, m: &RequestMsg) -> Option<usize> {
-        let out = &mut self.answer.bytes;
-        let s = &self.sources;
-        match m.kind {
-            RequestKind::Snapshot => {
-                self.stats.snapshot_served.inc();
-                let mut prices =
-                    bumpalo::collections::Vec::with_capacity_in(m.nsym as usize, &self.arena);
-                for &id in &m.symbols[..m.nsym as usize] {
-                    if let Some(p) = s.table.read(id, m.tier) {
-                        prices.push(PriceBody::from_price(
-                            &p,
-                            s.config.table.digits(id),
-                            s.wall_offset_ns,
-                        ));
-                    }
-                }
-                wire::encode_snapshot_response(out, m.request_id, prices.iter()).ok()
-            }
-            RequestKind::History => {
-                self.stats.history_served.inc();
-                let sym = m.symbols[0];
-                let mut ticks =
-                    bumpalo::collections::Vec::with_capacity_in(m.count as usize, &self.arena);
-                s.history.last(sym, m.count as usize, |t| {
-                    ticks.push(HistoryTick {
-                        provider: t.provider,
-                        bid: t.bid,
-                        ask: t.ask,
-                        bid_size: t.bid_size,
-                        ask_size: t.ask_size,
-                        provider_time_ns: t.provider_time_ns,
-                    })
-                });
-                let digits = s.config.table.digits(sym);
-                wire::encode_history_response(out, m.request_id, sym, digits, ticks.iter()).ok()
-            }
-            RequestKind::SymbolList => {
-                self.stats.symbol_list_served.inc();
-                let crate::refdata::Lookup::Found(acct) =
-                    s.refdata.lookup(m.account_name(), monotonic_ns())
-                else {
-                    return None;
-                };
-                let symbols = s
-                    .config
-                    .table
-                    .instruments()
-                    .iter()
-                    .filter(|i| acct.entitled_symbol(i.id))
-                    .map(|i| SymbolInfo {
-                        symbol_id: i.id,
-                        digits: i.digits,
-                        name: Name16::new(&i.name).unwrap_or_default(),
-                    });
-                let tiers = s
-                    .config
-                    .table
-                    .tiers()
-                    .iter()
-                    .filter(|t| acct.entitled_tier(t.id))
-                    .map(|t| TierInfo {
-                        tier_id: t.id,
-                        name: Name16::new(&t.name).unwrap_or_default(),
-                    });
-                wire::encode_symbol_directory(out, m.request_id, symbols, tiers).ok()
-            }
-        }
-    }
-}
-
-fn reject_into(out: &mut [u8], m: &RequestMsg, reason: RejectReason) -> Option<usize> {
-    let r = wire::Reject {
-        request_id: m.request_id,
-        ref_template_id: template_of(m.kind),
-        reason,
-        retry_after_ms: 0,
-        text: b"",
-    };
-    wire::encode_reject(out, &r).ok()
-}
+mod worker;
+use worker::Worker;
 
 #[cfg(test)]
 mod tests;
