@@ -134,6 +134,14 @@ fn gauge(text: &str, name: &str) -> Option<f64> {
 }
 
 fn start_server(config: &std::path::Path) -> (Server, SocketAddr, SocketAddr) {
+    // The per-connection limit out of the way of the flood.
+    start_server_with(
+        config,
+        &["--msg-rate-per-s", "1000000", "--msg-burst", "1000000"],
+    )
+}
+
+fn start_server_with(config: &std::path::Path, extra: &[&str]) -> (Server, SocketAddr, SocketAddr) {
     let (addr, ops) = (net::free_addr(), net::free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args([
@@ -158,11 +166,10 @@ fn start_server(config: &std::path::Path) -> (Server, SocketAddr, SocketAddr) {
             "--request-workers",
             "1",
         ])
-        // The flooding account's bucket raised (the drill's premise) ...
+        // The flooding account's bucket raised (the drill's premise).
         .args(["--account-request-rate-per-s", "1000000"])
         .args(["--account-request-burst", "1000000"])
-        // ... and the per-connection limit out of the way of the flood.
-        .args(["--msg-rate-per-s", "1000000", "--msg-burst", "1000000"])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -558,8 +565,13 @@ fn drill(addr: SocketAddr, ops: SocketAddr, symbol: u16, all: Vec<u16>) -> Outco
     }
 }
 
+/// The tests of this file start servers: one at a time, so the drill's
+/// latencies are not another test's load.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
 fn tenant_storm_overload_engages_every_request_answered_quiet_tenant_kept_whole() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("accounts.toml");
     std::fs::write(&path, ACCOUNTS).unwrap();
@@ -619,4 +631,69 @@ fn tenant_storm_overload_engages_every_request_answered_quiet_tenant_kept_whole(
     assert!(o
         .metrics
         .contains("pricewire_drops_total{reason=\"request_answer_ring_full\"} 0"));
+}
+
+/// Retry-after values of the per-connection message limit's rejects for a
+/// burst of `n` requests sent at once on one connection.
+fn conn_limit_retries(addr: SocketAddr, symbol: u16, n: u64) -> Vec<u32> {
+    let mut raw = Raw::logon(addr, "quiet", "quiet-token", 30_000);
+    let mut burst = Vec::new();
+    let mut buf = [0u8; 256];
+    for id in 0..n {
+        let k = snapshot_frame(&mut buf, id, &[symbol]);
+        burst.extend_from_slice(&buf[..k]);
+    }
+    raw.send(&burst);
+    let mut retries = Vec::new();
+    let mut answered = 0;
+    while answered < n {
+        match raw.next(Duration::from_secs(5)) {
+            server::RawRead::Msg(OwnedMessage::Reject {
+                reason,
+                retry_after_ms,
+                ..
+            }) => {
+                answered += 1;
+                if reason == RejectReason::RATE_LIMITED {
+                    retries.push(retry_after_ms);
+                }
+            }
+            server::RawRead::Msg(OwnedMessage::SnapshotResponse { .. }) => answered += 1,
+            server::RawRead::Msg(_) => {}
+            other => panic!("connection ended after {answered} answers: {other:?}"),
+        }
+    }
+    retries
+}
+
+#[test]
+fn two_processes_draw_different_retry_after_values() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("accounts.toml");
+    std::fs::write(&path, ACCOUNTS).unwrap();
+    let config = Config::parse(ACCOUNTS, 3).unwrap();
+    let symbol = config.table.by_name("EURUSD").unwrap().id;
+    let mut seqs = Vec::new();
+    for _ in 0..2 {
+        let (_server, addr, ops) = start_server_with(&path, &["--msg-rate-per-s", "200"]);
+        // The default burst is 400 messages: 60 more are refused.
+        let retries = conn_limit_retries(addr, symbol, 460);
+        assert!(retries.len() >= 40, "only {} refused", retries.len());
+        assert!(retries.iter().all(|r| (6..=24).contains(r)), "{retries:?}");
+        let metrics = http_get(ops, "/metrics").unwrap_or_default();
+        let counted = metrics
+            .lines()
+            .find(|l| l.starts_with("pricewire_sheds_total{reason=\"conn_rate_limited\"}"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<u64>().ok());
+        assert_eq!(counted, Some(retries.len() as u64), "refusals counted");
+        seqs.push(retries);
+    }
+    let n = seqs[0].len().min(seqs[1].len());
+    assert_ne!(
+        seqs[0][..n],
+        seqs[1][..n],
+        "two processes drew the same retry-after sequence"
+    );
 }
