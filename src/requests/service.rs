@@ -48,6 +48,11 @@ pub const REQUEST_RING: usize = 1024;
 /// Slots of each answer ring: at least the adaptive limit's maximum, so a
 /// worker's answer always finds room while its shard keeps draining.
 pub const ANSWER_RING: usize = 256;
+/// Jobs that may wait in the hand-off per worker: enough that a worker
+/// never idles while the dispatcher wakes up to refill it (a wake-up on a
+/// busy host costs tens of µs; a snapshot job a few), few enough that a
+/// quiet tenant's job waits behind at most this many of a flood's.
+pub const HANDOFF_PER_WORKER: usize = 16;
 /// Budget applied when a client sends 0 ("server default"), µs.
 pub const BUDGET_DEFAULT_US: u32 = 1_000_000;
 
@@ -231,7 +236,7 @@ impl RequestService {
             answers: dispatcher_row,
             bells: shard_bells,
             jobs: jobs_tx,
-            handoff_max: 2 * cfg.workers,
+            handoff_max: HANDOFF_PER_WORKER * cfg.workers,
             sheds: Vec::with_capacity(cfg.queue.shed_per_pop_max as usize + 8),
             credits,
             pending: VecDeque::with_capacity(2 * cfg.queue.capacity),
@@ -360,9 +365,10 @@ struct Dispatcher {
     answers: Vec<rtrb::Producer<Answer>>,
     bells: Vec<Arc<Doorbell>>,
     jobs: Sender<Job>,
-    /// At most this many jobs wait in the hand-off (two per worker: one
-    /// to take next while the dispatcher wakes), so the queue (rotation,
-    /// LIFO) decides the order, not a FIFO channel.
+    /// At most this many jobs wait in the hand-off
+    /// ([`HANDOFF_PER_WORKER`] per worker), so the queue's order (rotation,
+    /// LIFO) decides what is served next, not a FIFO channel filled to the
+    /// concurrency limit.
     handoff_max: usize,
     sheds: Vec<Shed<RequestMsg>>,
     /// Per shard: worker answers owed (a job is dispatched only with room).
