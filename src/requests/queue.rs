@@ -44,8 +44,10 @@
 //!   `2 * target_ns` with [`ShedReason::Overloaded`] and a retry-after drawn
 //!   uniformly from `retry_after`. The first request served in each interval
 //!   is never shed, so the queue always makes progress and yields a fresh
-//!   sample. LIFO ends (FIFO again) once the queue has been empty within the
-//!   last interval; an empty queue also clears the overloaded verdict at once.
+//!   sample. The only request an account has queued is not shed for
+//!   overload while another account holds more. LIFO ends (FIFO again) once
+//!   the queue has been empty within the last interval; a worker finding it
+//!   empty also clears the overloaded verdict at once.
 //! - **Critical lane**: a request is critical only if the client flagged it
 //!   *and* the caller says the account is entitled. Critical requests are
 //!   served before any normal one, are never shed for overload, and are evicted
