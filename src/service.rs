@@ -18,7 +18,7 @@ use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
 use crate::refdata::RefData;
-use crate::requests::service::RequestConfig;
+use crate::requests::service::{RequestConfig, RequestStats};
 use crate::requests::stats::OverloadStats;
 use crate::runtime::{Stage, Threading, WaitStrategy};
 
@@ -419,7 +419,7 @@ fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             _ => s.history_served.get(),
         })?;
     }
-    let (a, b) = (st.clone(), st);
+    let (a, b, st2) = (st.clone(), st.clone(), st);
     r.register_counter_fn(
         m::DROPS,
         &[("reason", "request_answer_ring_full")],
@@ -428,7 +428,43 @@ fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     r.register_counter_fn(m::SHEDS, &[("reason", "expired_at_worker")], move || {
         b.expired_at_worker.get()
     })?;
-    Ok(())
+    register_request_path(r, st2, g.shared.stats.clone())
+}
+
+/// The request path's own refusals, hop latencies and queue size.
+fn register_request_path(
+    r: &Registry,
+    st: Arc<RequestStats>,
+    gw: Arc<crate::gateway::GatewayStats>,
+) -> Result<(), OpsError> {
+    use crate::ops::metrics::LATENCY_BUCKETS_S;
+    use crate::requests::hops::Hop;
+    let (a, b, c, d) = (st.clone(), st.clone(), st.clone(), st.clone());
+    r.register_counter_fn(m::SHEDS, &[("reason", "request_path_full")], move || {
+        a.refused_path_full.get()
+    })?;
+    // The per-connection message limit lives in the sans-IO session, which
+    // counts its refusals with the gateway's counters.
+    r.register_counter_fn(m::SHEDS, &[("reason", "conn_rate_limited")], move || {
+        crate::gateway::GatewayStats::get(&gw.rejects_rate_limited) + b.refused_conn_rate.get()
+    })?;
+    r.register_counter_fn(m::REQUEST_REJECTS_DEFERRED, &[], move || {
+        c.rejects_deferred.get()
+    })?;
+    r.register_gauge_fn(m::REQUEST_QUEUE_CAPACITY, &[], move || {
+        d.queue_capacity.get() as f64
+    })?;
+    for hop in Hop::ALL {
+        let shared = st.hops.shared(hop);
+        r.register_hdr_ns(
+            m::REQUEST_HOP,
+            &[("hop", hop.name())],
+            shared,
+            LATENCY_BUCKETS_S,
+        )?;
+    }
+    let queue_wait = st.hops.shared(Hop::QueueWait);
+    r.register_hdr_ns(m::REQUEST_QUEUE_SOJOURN, &[], queue_wait, LATENCY_BUCKETS_S)
 }
 
 fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {

@@ -31,7 +31,9 @@ use crate::ops::{
     standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,
     SignalWatcher, StepResult, DEFAULT_LIVENESS_STALE_MS,
 };
-use crate::pipeline::{PipelineConfig, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT, SHARD_RING_DEFAULT};
+use crate::pipeline::{
+    PipelineConfig, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT, SHARD_RING_DEFAULT,
+};
 use crate::refdata::{RefData, RefDataConfig};
 use crate::requests::service::RequestConfig;
 use crate::requests::QueueConfig;

@@ -149,7 +149,8 @@ impl Shard {
     /// Hands a request to the request path; a full ring is an immediate
     /// Reject(overloaded) with a jittered retry-after, never a wait.
     pub(super) fn enqueue(&mut self, i: usize, m: RequestMsg) {
-        let pushed = self.requests.requests.push(m).is_ok();
+        // The port keeps one account from filling the ring.
+        let pushed = self.requests.push(m);
         if pushed {
             if let Some(c) = self.slab.conns[i].as_mut() {
                 c.requests_out += 1;
@@ -159,7 +160,8 @@ impl Shard {
             return;
         }
         self.stats.requests_refused.inc();
-        let retry = self.jitter(self.shared.cfg.error_retry);
+        // The queue's shed window, counted (requests::port).
+        let retry = self.requests.path_full_retry_ms();
         let t = match m.kind {
             RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
             RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
@@ -193,14 +195,24 @@ impl Shard {
                     continue;
                 }
                 let bytes = &a.bytes[..a.len as usize];
+                let mut lost = false;
                 if let Some(conn) = self.slab.conns[i].as_mut() {
                     conn.requests_out = conn.requests_out.saturating_sub(1);
                     if conn.out.append(bytes) == Append::Overflow {
                         self.stats.answers_orphaned.inc();
+                        lost = true;
                     }
                     conn.session.note_sent(monotonic_ns());
                 }
                 self.queue_write(i);
+                // An answer that does not fit is never lost silently: the
+                // client is not reading, so it is closed as a slow consumer
+                // (and learns its open requests are gone).
+                if lost {
+                    let retry = self.jitter(self.shared.cfg.error_retry);
+                    let reason = wire::DisconnectReason::SLOW_CONSUMER;
+                    self.disconnect(i, reason, retry, "answer did not fit", monotonic_ns());
+                }
             }
         }
         n

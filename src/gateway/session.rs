@@ -347,7 +347,11 @@ impl Session {
             let reason = DisconnectReason::PROTOCOL_ERROR;
             self.disconnect(ctx, reason, retry, "message flood");
         } else {
-            let retry = 1_000 / ctx.cfg.msg_rate_per_s.max(1) + 1;
+            // Jittered over one to four refill periods, counted
+            // (`pricewire_sheds_total{reason="conn_rate_limited"}`).
+            GatewayStats::add(&ctx.stats.rejects_rate_limited, 1);
+            let window = crate::requests::port::conn_rate_retry_window(ctx.cfg.msg_rate_per_s);
+            let retry = ctx.jitter(window);
             let rid = msg.request_id().unwrap_or(0);
             let t = msg.template_id();
             self.reject(ctx, rid, t, RejectReason::RATE_LIMITED, retry, "");

@@ -27,6 +27,9 @@ pub struct GatewayStats {
     /// Peers that closed or reset on their own.
     pub peer_closed: AtomicU64,
     pub rejects_sent: AtomicU64,
+    /// Messages refused by the per-connection message limit
+    /// (Reject(rate_limited)).
+    pub rejects_rate_limited: AtomicU64,
 }
 
 impl GatewayStats {

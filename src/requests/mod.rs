@@ -33,8 +33,13 @@
 //! may be answered with Reject(deadline expired) or dropped silently.
 
 pub mod adaptive;
+pub mod answers;
+mod codel;
 mod heaviest;
+pub mod hops;
+pub mod port;
 pub mod queue;
+mod rotation;
 pub mod service;
 pub mod stats;
 

@@ -27,33 +27,40 @@
 //!   with `now_ns >= deadline_ns`: those go to `on_shed` with
 //!   [`ShedReason::Expired`] (counted as expired, not as a failure; no
 //!   retry-after, since the client's own deadline has passed).
-//! - **Overload (CoDel)**: at every `pop` the queue samples its *standing
-//!   delay* — the wait of the oldest queued request, or 0 when empty — and
-//!   keeps the minimum per interval. In FIFO order this is exactly CoDel's
-//!   sojourn of the dequeued request; measuring the oldest rather than the one
-//!   served keeps the signal honest once LIFO serves the newest first. At the
-//!   end of an interval the queue is *overloaded* iff that minimum exceeds
-//!   `target_ns`. A burst that drains within an interval leaves a sample of 0
-//!   and never trips it; a standing backlog does, within two intervals. An
-//!   interval with no pop keeps the previous verdict (no evidence either way)
-//!   unless the queue is empty.
-//! - **Under overload**: dequeue LIFO (newest first: those still have budget
-//!   left), and shed non-critical requests that waited more than
+//! - **Overload (CoDel)**: every request that leaves the queue in `pop`
+//!   (served, or shed on the way) is a sample: its sojourn, or the wait of
+//!   the oldest request still queued if that is longer (in FIFO order the
+//!   same thing; under LIFO or account rotation the oldest keeps the signal
+//!   honest). At the end of an interval the queue is *overloaded* iff the
+//!   interval's minimum sample exceeds `target_ns`, or a push found the
+//!   queue full and no worker found it empty in the interval. A worker
+//!   finding the queue empty samples 0, so a burst that drains within an
+//!   interval never trips it; a standing backlog (or a full queue under a
+//!   steady flood) does within two intervals. An interval without any
+//!   sample keeps the previous verdict unless the queue is empty
+//!   (`requests::codel`).
+//! - **Under overload**: dequeue LIFO (each account's newest first: those
+//!   still have budget left), and shed non-critical requests that waited more than
 //!   `2 * target_ns` with [`ShedReason::Overloaded`] and a retry-after drawn
 //!   uniformly from `retry_after`. The first request served in each interval
 //!   is never shed, so the queue always makes progress and yields a fresh
-//!   sample. LIFO ends (FIFO again) once the queue has been empty within the
-//!   last interval; an empty queue also clears the overloaded verdict at once.
+//!   sample. The only request an account has queued is not shed for
+//!   overload while another account holds more. LIFO ends (FIFO again) once
+//!   the queue has been empty within the last interval; a worker finding it
+//!   empty also clears the overloaded verdict at once.
 //! - **Critical lane**: a request is critical only if the client flagged it
 //!   *and* the caller says the account is entitled. Critical requests are
 //!   served before any normal one, are never shed for overload, and are evicted
 //!   only from an account that has no normal entries left.
 //! - **Fairness**: each account has a token bucket (`account_rate_per_s`,
 //!   `account_burst`); a push over budget is refused with
-//!   [`ShedReason::RateLimited`]. When the queue is full, the account holding
-//!   the most entries (the pusher itself on a tie) loses its oldest entry
-//!   ([`ShedReason::QueueFull`]); a quiet account is never the victim while a
-//!   noisy one holds more.
+//!   [`ShedReason::RateLimited`]. Within a lane, accounts with queued
+//!   requests are served in turn (`requests::rotation`), one request each
+//!   per round, so a quiet account waits for one request of each other
+//!   account, not for a flooding account's backlog. When the queue is
+//!   full, the account holding the most entries (the pusher itself on a
+//!   tie) loses its oldest entry ([`ShedReason::QueueFull`]); a quiet
+//!   account is never the victim while a noisy one holds more.
 //!
 //! # Data structure
 //!
@@ -72,8 +79,13 @@ use rand::Rng;
 
 use crate::admission::{RetryWindow, TokenBucket};
 use crate::clock::{NS_PER_MS, NS_PER_US};
+use crate::requests::codel::Codel;
 use crate::requests::heaviest::Heaviest;
+use crate::requests::rotation::Rotation;
 use crate::requests::stats::{inc, set, OverloadStats};
+use slab::{push_back, unlink, Chain, Links, List, Slot, EMPTY_LIST, UNLINKED};
+
+mod slab;
 
 /// Default queue capacity: a few seconds of request work at the rates one
 /// instance serves, small enough that a full queue is still fresh.
@@ -266,88 +278,6 @@ impl<T> Dequeued<T> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Links {
-    prev: u32,
-    next: u32,
-}
-
-const UNLINKED: Links = Links {
-    prev: NIL,
-    next: NIL,
-};
-
-/// Head (oldest) and tail (newest) of one intrusive chain.
-#[derive(Debug, Clone, Copy)]
-struct List {
-    head: u32,
-    tail: u32,
-    len: u32,
-}
-
-const EMPTY_LIST: List = List {
-    head: NIL,
-    tail: NIL,
-    len: 0,
-};
-
-#[derive(Debug, Clone, Copy)]
-enum Chain {
-    Lane,
-    Account,
-}
-
-struct Slot<T> {
-    request: Option<T>,
-    account: u32,
-    critical: bool,
-    arrival_ns: u64,
-    deadline_ns: u64,
-    /// Lane chain; also the free-list link (`next`) while the slot is free.
-    lane: Links,
-    account_lane: Links,
-}
-
-fn links<T>(slot: &mut Slot<T>, chain: Chain) -> &mut Links {
-    match chain {
-        Chain::Lane => &mut slot.lane,
-        Chain::Account => &mut slot.account_lane,
-    }
-}
-
-fn push_back<T>(slots: &mut [Slot<T>], list: &mut List, idx: u32, chain: Chain) {
-    let tail = list.tail;
-    *links(&mut slots[idx as usize], chain) = Links {
-        prev: tail,
-        next: NIL,
-    };
-    if tail == NIL {
-        list.head = idx;
-    } else {
-        links(&mut slots[tail as usize], chain).next = idx;
-    }
-    list.tail = idx;
-    list.len += 1;
-}
-
-fn unlink<T>(slots: &mut [Slot<T>], list: &mut List, idx: u32, chain: Chain) {
-    let Links { prev, next } = *links(&mut slots[idx as usize], chain);
-    if prev == NIL {
-        debug_assert_eq!(list.head, idx);
-        list.head = next;
-    } else {
-        links(&mut slots[prev as usize], chain).next = next;
-    }
-    if next == NIL {
-        debug_assert_eq!(list.tail, idx);
-        list.tail = prev;
-    } else {
-        links(&mut slots[next as usize], chain).prev = prev;
-    }
-    *links(&mut slots[idx as usize], chain) = UNLINKED;
-    list.len -= 1;
-}
-
 /// The bounded request queue. `T` is the caller's request (moved in and
 /// out, never cloned); `R` draws the retry-after jitter.
 pub struct RequestQueue<T, R: Rng = SmallRng> {
@@ -358,18 +288,12 @@ pub struct RequestQueue<T, R: Rng = SmallRng> {
     lanes: [List; 2],
     account_lanes: Box<[[List; 2]]>,
     heaviest: Heaviest,
+    /// Per lane: the accounts with entries, served in turn.
+    rotations: [Rotation; 2],
     account_buckets: Box<[TokenBucket]>,
     rng: R,
     stats: Arc<OverloadStats>,
-    /// Sojourn of requests served in the current interval, µs.
-    sojourn_us: Histogram<u64>,
-    interval_start_ns: u64,
-    /// Minimum standing delay sampled this interval; `u64::MAX` = no sample.
-    interval_min_ns: u64,
-    served_in_interval: bool,
-    overloaded: bool,
-    lifo: bool,
-    last_empty_ns: u64,
+    codel: Codel,
 }
 
 impl<T, R: Rng> RequestQueue<T, R> {
@@ -411,16 +335,14 @@ impl<T, R: Rng> RequestQueue<T, R> {
             lanes: [EMPTY_LIST; 2],
             account_lanes: vec![[EMPTY_LIST; 2]; cfg.accounts_max].into_boxed_slice(),
             heaviest: Heaviest::new(cfg.accounts_max, cfg.capacity),
+            rotations: [
+                Rotation::new(cfg.accounts_max),
+                Rotation::new(cfg.accounts_max),
+            ],
             account_buckets: vec![bucket; cfg.accounts_max].into_boxed_slice(),
             rng,
             stats,
-            sojourn_us,
-            interval_start_ns: now_ns,
-            interval_min_ns: u64::MAX,
-            served_in_interval: false,
-            overloaded: false,
-            lifo: false,
-            last_empty_ns: now_ns,
+            codel: Codel::new(cfg.target_ns, cfg.interval_ns, sojourn_us, now_ns),
             cfg,
         })
     }
@@ -446,7 +368,11 @@ impl<T, R: Rng> RequestQueue<T, R> {
         if !self.account_buckets[account as usize].try_take(now_ns) {
             return Err(self.refuse(request, account, ShedReason::RateLimited));
         }
-        let evicted = (self.free_head == NIL).then(|| self.evict_for(account));
+        let full = self.free_head == NIL;
+        if full {
+            self.codel.on_full();
+        }
+        let evicted = full.then(|| self.evict_for(account));
         let critical = arrival.critical && arrival.critical_entitled;
         let deadline_ns = now_ns.saturating_add(arrival.budget_us.saturating_mul(NS_PER_US));
         self.insert(request, account, critical, now_ns, deadline_ns);
@@ -459,19 +385,25 @@ impl<T, R: Rng> RequestQueue<T, R> {
     /// returned request is never past its deadline.
     pub fn pop(&mut self, now_ns: u64, mut on_shed: impl FnMut(Shed<T>)) -> Option<Dequeued<T>> {
         self.roll_interval(now_ns);
-        self.sample_standing_delay(now_ns);
+        if self.len == 0 {
+            self.codel.on_idle(now_ns, &self.stats);
+            return None;
+        }
         self.purge_old_end(now_ns, &mut on_shed);
         while let Some(idx) = self.next_candidate() {
             let slot = &self.slots[idx as usize];
-            if now_ns >= slot.deadline_ns {
-                on_shed(self.shed(idx, ShedReason::Expired));
-            } else if !slot.critical && self.overdue(slot.arrival_ns, now_ns) {
-                on_shed(self.shed(idx, ShedReason::Overloaded));
+            let reason = if now_ns >= slot.deadline_ns {
+                ShedReason::Expired
+            } else if !slot.critical
+                && self.shed_for_overload(slot.account, slot.arrival_ns, now_ns)
+            {
+                ShedReason::Overloaded
             } else {
                 return Some(self.serve(idx, now_ns));
-            }
+            };
+            let shed = self.shed_dequeued(idx, reason, now_ns);
+            on_shed(shed);
         }
-        self.mark_empty(now_ns);
         None
     }
 
@@ -506,12 +438,12 @@ impl<T, R: Rng> RequestQueue<T, R> {
 
     /// Whether the last completed interval found a standing queue.
     pub fn is_overloaded(&self) -> bool {
-        self.overloaded
+        self.codel.overloaded()
     }
 
     /// Whether `pop` serves newest first.
     pub fn is_lifo(&self) -> bool {
-        self.lifo
+        self.codel.lifo()
     }
 
     pub fn config(&self) -> &QueueConfig {
@@ -537,6 +469,9 @@ impl<T, R: Rng> RequestQueue<T, R> {
         push_back(&mut self.slots, &mut self.lanes[lane], idx, Chain::Lane);
         let account_lane = &mut self.account_lanes[account as usize][lane];
         push_back(&mut self.slots, account_lane, idx, Chain::Account);
+        if account_lane.len == 1 {
+            self.rotations[lane].add(account);
+        }
         self.heaviest.inc(account);
         self.len += 1;
         inc(&self.stats.enqueued);
@@ -552,6 +487,9 @@ impl<T, R: Rng> RequestQueue<T, R> {
         unlink(&mut self.slots, &mut self.lanes[lane], idx, Chain::Lane);
         let account_lane = &mut self.account_lanes[account as usize][lane];
         unlink(&mut self.slots, account_lane, idx, Chain::Account);
+        if account_lane.len == 0 {
+            self.rotations[lane].remove(account);
+        }
         self.heaviest.dec(account);
         let slot = &mut self.slots[idx as usize];
         slot.lane.next = self.free_head;
@@ -559,6 +497,31 @@ impl<T, R: Rng> RequestQueue<T, R> {
         self.len -= 1;
         set(&self.stats.queue_depth, u64::from(self.len));
         slot.request.take().expect("a linked slot holds a request")
+    }
+
+    /// Sheds slot `idx` from `pop`: the request was dequeued, so its wait
+    /// is a CoDel sample like a served one's.
+    fn shed_dequeued(&mut self, idx: u32, reason: ShedReason, now_ns: u64) -> Shed<T> {
+        let arrival_ns = self.slots[idx as usize].arrival_ns;
+        let shed = self.shed(idx, reason);
+        self.sample(now_ns.saturating_sub(arrival_ns), now_ns);
+        shed
+    }
+
+    /// CoDel sample of one dequeue: the larger of the dequeued request's
+    /// sojourn and the wait of the oldest request still queued.
+    fn sample(&mut self, sojourn_ns: u64, now_ns: u64) {
+        let oldest_ns = [NORMAL, CRITICAL]
+            .into_iter()
+            .map(|lane| self.lanes[lane].head)
+            .filter(|&idx| idx != NIL)
+            .map(|idx| self.slots[idx as usize].arrival_ns)
+            .min();
+        let waiting_ns = oldest_ns.map_or(0, |arrival| now_ns.saturating_sub(arrival));
+        self.codel.on_dequeue(sojourn_ns.max(waiting_ns));
+        if self.len == 0 {
+            self.codel.on_emptied(now_ns);
+        }
     }
 
     fn shed(&mut self, idx: u32, reason: ShedReason) -> Shed<T> {
@@ -586,13 +549,11 @@ impl<T, R: Rng> RequestQueue<T, R> {
         let (account, critical) = (slot.account, slot.critical);
         let (arrival_ns, deadline_ns) = (slot.arrival_ns, slot.deadline_ns);
         let request = self.remove(idx);
+        self.rotations[usize::from(critical)].served(account);
         let sojourn_ns = now_ns.saturating_sub(arrival_ns);
-        self.sojourn_us.saturating_record(sojourn_ns / NS_PER_US);
-        self.served_in_interval = true;
+        self.codel.on_served(sojourn_ns);
+        self.sample(sojourn_ns, now_ns);
         inc(&self.stats.served);
-        if self.len == 0 {
-            self.mark_empty(now_ns);
-        }
         Dequeued {
             request,
             account,
@@ -626,21 +587,37 @@ impl<T, R: Rng> RequestQueue<T, R> {
         self.shed(idx, ShedReason::QueueFull)
     }
 
-    /// Critical lane first; within a lane newest first under LIFO.
+    /// Critical lane first; within a lane the account whose turn it is, and
+    /// of its requests the newest under LIFO, the oldest otherwise.
     fn next_candidate(&self) -> Option<u32> {
-        [CRITICAL, NORMAL]
+        let lane = [CRITICAL, NORMAL]
             .into_iter()
-            .map(|lane| self.lanes[lane])
-            .find(|list| list.len > 0)
-            .map(|list| if self.lifo { list.tail } else { list.head })
+            .find(|&lane| self.lanes[lane].len > 0)?;
+        let account = self.rotations[lane].current()?;
+        let list = self.account_lanes[account as usize][lane];
+        Some(if self.codel.lifo() {
+            list.tail
+        } else {
+            list.head
+        })
     }
 
-    /// Whether a normal request that arrived at `arrival_ns` is shed now:
-    /// only under overload, never before the interval's first service.
-    fn overdue(&self, arrival_ns: u64, now_ns: u64) -> bool {
-        self.overloaded
-            && self.served_in_interval
-            && now_ns.saturating_sub(arrival_ns) > 2 * self.cfg.target_ns
+    /// Whether a normal request of `account` that arrived at `arrival_ns`
+    /// is shed for overload now: overdue (see `Codel::overdue`), unless it
+    /// is the only request its account has queued while another account
+    /// holds more. A tenant with one request waiting is not part of the
+    /// standing queue a flooding neighbour built: it is served in its turn
+    /// (its deadline still applies). When every account holds one, all are
+    /// shed alike.
+    fn shed_for_overload(&self, account: u32, arrival_ns: u64, now_ns: u64) -> bool {
+        if !self.codel.overdue(arrival_ns, now_ns) {
+            return false;
+        }
+        let top = self
+            .heaviest
+            .heaviest()
+            .map_or(0, |a| self.heaviest.count(a));
+        self.heaviest.count(account) > 1 || top <= 1
     }
 
     /// Removes, from the old end of the lanes, requests past their deadline
@@ -660,74 +637,23 @@ impl<T, R: Rng> RequestQueue<T, R> {
                 let slot = &self.slots[head as usize];
                 let reason = if now_ns >= slot.deadline_ns {
                     ShedReason::Expired
-                } else if lane == NORMAL && self.overdue(slot.arrival_ns, now_ns) {
+                } else if lane == NORMAL
+                    && self.shed_for_overload(slot.account, slot.arrival_ns, now_ns)
+                {
                     ShedReason::Overloaded
                 } else {
                     break;
                 };
-                on_shed(self.shed(head, reason));
+                let shed = self.shed_dequeued(head, reason, now_ns);
+                on_shed(shed);
                 budget -= 1;
             }
         }
     }
 
-    /// CoDel sample: the wait of the oldest queued request (0 if empty).
-    fn sample_standing_delay(&mut self, now_ns: u64) {
-        let oldest_ns = [NORMAL, CRITICAL]
-            .into_iter()
-            .map(|lane| self.lanes[lane].head)
-            .filter(|&idx| idx != NIL)
-            .map(|idx| self.slots[idx as usize].arrival_ns)
-            .min();
-        let delay_ns = oldest_ns.map_or(0, |arrival| now_ns.saturating_sub(arrival));
-        self.interval_min_ns = self.interval_min_ns.min(delay_ns);
-    }
-
-    /// The queue was seen empty: no standing delay, FIFO from now on.
-    fn mark_empty(&mut self, now_ns: u64) {
-        self.last_empty_ns = now_ns;
-        self.interval_min_ns = 0;
-        self.set_mode(false, false);
-    }
-
-    fn set_mode(&mut self, overloaded: bool, lifo: bool) {
-        if overloaded && !self.overloaded {
-            inc(&self.stats.overload_episodes);
-        }
-        self.overloaded = overloaded;
-        self.lifo = lifo;
-        set(&self.stats.overloaded, u64::from(overloaded));
-        set(&self.stats.lifo, u64::from(lifo));
-    }
-
-    /// Closes the interval if `interval_ns` has passed: decides overload from
-    /// the interval's minimum, publishes the sojourn figures, starts anew.
+    /// Closes the current CoDel interval if it is due.
     fn roll_interval(&mut self, now_ns: u64) {
-        if now_ns.saturating_sub(self.interval_start_ns) < self.cfg.interval_ns {
-            return;
-        }
-        let min_ns = self.interval_min_ns;
-        let overloaded = match min_ns {
-            u64::MAX => self.overloaded && self.len > 0,
-            min => min > self.cfg.target_ns,
-        };
-        let emptied_recently = now_ns.saturating_sub(self.last_empty_ns) <= self.cfg.interval_ns;
-        let lifo = overloaded || (self.lifo && !emptied_recently);
-        self.set_mode(overloaded, lifo);
-        self.publish_interval(if min_ns == u64::MAX { 0 } else { min_ns });
-        self.interval_start_ns = now_ns;
-        self.interval_min_ns = u64::MAX;
-        self.served_in_interval = false;
-    }
-
-    fn publish_interval(&mut self, min_ns: u64) {
-        let stats = &self.stats;
-        set(&stats.sojourn_min_last_interval_ns, min_ns);
-        let p99_us = self.sojourn_us.value_at_quantile(0.99);
-        set(&stats.sojourn_p99_last_interval_ns, p99_us * NS_PER_US);
-        let max_us = self.sojourn_us.max();
-        set(&stats.sojourn_max_last_interval_ns, max_us * NS_PER_US);
-        self.sojourn_us.reset();
+        self.codel.roll(now_ns, self.len as usize, &self.stats);
     }
 }
 

@@ -175,7 +175,7 @@ impl OverloadSnapshot {
         f("pricewire_requests_served_total", None, self.served);
         for reason in ShedReason::ALL {
             f(
-                "pricewire_requests_shed_total",
+                crate::ops::metrics::catalogue::SHEDS,
                 Some(reason.name()),
                 self.shed_of(reason),
             );

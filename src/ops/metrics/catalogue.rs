@@ -132,6 +132,8 @@ pub const REQUEST_QUEUE_CAPACITY: &str = "pricewire_request_queue_capacity";
 pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds";
 pub const REQUEST_QUEUE_OVERLOADED: &str = "pricewire_request_queue_overloaded";
 pub const REQUESTS_SERVED: &str = "pricewire_requests_served_total";
+pub const REQUEST_HOP: &str = "pricewire_request_hop_seconds";
+pub const REQUEST_REJECTS_DEFERRED: &str = "pricewire_request_rejects_deferred_total";
 pub const BREAKER_STATE: &str = "pricewire_breaker_state";
 pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
 pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
@@ -221,6 +223,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "1 while the CoDel detector judges the request queue overloaded (LIFO and shedding on)"),
     counter(REQUESTS_SERVED, &["kind"], "requests", "requests",
         "Requests answered by the workers, by request kind"),
+    histogram(REQUEST_HOP, &["hop"], "requests",
+        "Time a request spent in one hop of the request path: queue_wait, service, answer_ring"),
+    counter(REQUEST_REJECTS_DEFERRED, &[], "rejects", "requests",
+        "Rejects that waited for room on the answer ring to their shard (sent later, never dropped)"),
     // resilience
     gauge(BREAKER_STATE, &["dependency", "state"], "boolean", "resilience",
         "1 for the circuit breaker's current state (closed, open, half_open), 0 for the others"),

@@ -119,21 +119,30 @@ fn messages_over_the_rate_are_rejected_then_a_flood_disconnects() {
         assert_eq!(r.feed(&heartbeat()), vec![Got::Handled, Got::Done]);
     }
     assert!(r.sent().is_empty());
-    // Three strikes are rejected with a retry-after of one token's time.
+    // Three strikes are rejected with a retry-after drawn from one to four
+    // refill periods (10/s: 101..=404 ms), and counted.
     for _ in 0..3 {
         assert_eq!(r.feed(&subscribe(9)), vec![Got::Handled, Got::Done]);
     }
     let sent = r.sent();
     assert_eq!(sent.len(), 3);
+    let window = crate::requests::port::conn_rate_retry_window(10);
     for s in &sent {
-        let want = Sent::Reject {
+        let Sent::Reject {
             request_id: 9,
             template: template::SUBSCRIBE,
             reason: RejectReason::RATE_LIMITED,
-            retry_ms: 1_000 / 10 + 1,
+            retry_ms,
+        } = *s
+        else {
+            panic!("not a rate-limited Reject of request 9: {s:?}");
         };
-        assert_eq!(*s, want);
+        assert!(
+            (window.min_ms..=window.max_ms).contains(&retry_ms),
+            "{retry_ms}"
+        );
     }
+    assert_eq!(GatewayStats::get(&r.stats.rejects_rate_limited), 3);
     // The fourth strike in a row is a flood.
     r.feed(&heartbeat());
     let sent = r.sent();
