@@ -98,7 +98,6 @@ def test_unknown_template_after_logon_keeps_the_session(server: Server) -> None:
     assert sess.symbols().name == "SymbolDirectory"
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 2: unknown-template frames never disconnect")
 def test_repeated_unknown_templates_are_bounded(server: Server) -> None:
     sess = logged_on(server)
     for _ in range(300):  # §6: the server may close if such frames repeat; #17: it must
@@ -123,7 +122,6 @@ def test_bad_schema_or_version_is_rejected(server: Server, header: dict[str, int
     assert rej.int("reason") == want
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 for unknown_schema")
 @pytest.mark.parametrize(
     "header", [{"schema_id": 0x1234}, {"version": 0}], ids=["unknown_schema", "version_0"]
 )
@@ -151,7 +149,6 @@ def test_truncated_group_is_malformed(server: Server) -> None:
     assert sess.symbols().name == "SymbolDirectory"  # nothing accepted is lost
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 3: requestId 0 in Reject(malformed)")
 def test_truncated_group_reject_echoes_the_request_id(server: Server) -> None:
     sess = logged_on(server)
     sess.send(truncated_subscribe(9))
@@ -249,7 +246,6 @@ def test_subscribe_burst_of_10000_is_rate_limited(server: Server) -> None:
     assert all(r.int("requestId") > 0 for r in rejects)
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 4: a flood ends Disconnect(protocol_error)")
 def test_subscribe_burst_is_not_called_a_protocol_error(server: Server) -> None:
     sess = logged_on(server)
     writer = burst(sess, 10_000)

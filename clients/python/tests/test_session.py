@@ -88,7 +88,6 @@ def test_request_before_logon_is_rejected_not_logged_on(server: Server) -> None:
     assert rej.int("refTemplateId") == 10
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 3: requestId 0 in Reject(not_logged_on)")
 def test_reject_not_logged_on_echoes_the_request_id(server: Server) -> None:
     sess = connect(server)
     sess.send(messages.subscribe(12, [0]))
@@ -97,7 +96,6 @@ def test_reject_not_logged_on_echoes_the_request_id(server: Server) -> None:
     assert rej.int("requestId") == 12
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 1: Heartbeat before Logon is refused")
 def test_heartbeat_before_logon_is_allowed(server: Server) -> None:
     sess = connect(server)
     sess.send(messages.heartbeat())
@@ -222,13 +220,11 @@ def test_subscription_limit_reached(server: Server) -> None:
     sess.close()
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 7: entries by id come back with name ''")
 def test_subscribe_by_id_echoes_the_resolved_name(session: Session) -> None:
     res = session.subscribe([USDJPY]).groups["results"]
     assert res[0]["name"] == "USDJPY"
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 7: id 0 with name GBPUSD subscribes id 0")
 def test_subscribe_with_mismatched_id_and_name_is_refused(session: Session) -> None:
     msg = messages.subscribe(77, [0])
     msg.groups["entries"][0]["name"] = "GBPUSD"
@@ -255,7 +251,6 @@ def test_unsubscribe_stops_updates(session: Session, provider: ProviderSession) 
     assert late is None
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 8: a repeated Subscribe gets no snapshot")
 def test_subscribing_twice_sends_a_snapshot_again(
     session: Session, provider: ProviderSession
 ) -> None:
@@ -306,7 +301,6 @@ def test_snapshot_request_carries_the_stream_seq(
     assert prices[0]["seq"] == snap.int("seq") and prices[0]["tier"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 5: one unknown id rejects the whole request")
 def test_snapshot_request_leaves_unknown_symbols_out(session: Session) -> None:
     resp = session.snapshot([0, 999])
     assert resp.name == "SnapshotResponse"
@@ -322,7 +316,6 @@ def test_snapshot_request_with_an_unknown_symbol_only(session: Session) -> None:
         assert resp.int("reason") == RejectReason.UNKNOWN_SYMBOL
 
 
-@pytest.mark.xfail(strict=True, reason="not in #17, like item 5: unentitled symbol rejects all")
 def test_snapshot_leaves_unentitled_symbols_out(server: Server) -> None:
     """§3 SnapshotResponse: symbols without a price or not entitled are left out."""
     sess = connect(server)
@@ -406,7 +399,6 @@ def test_expired_budget_is_rejected_deadline_expired(session: Session) -> None:
     assert rejects >= 15
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 6: SymbolListRequest ignores budgetUs")
 def test_symbol_list_honours_its_budget(session: Session) -> None:
     resp = session.symbols(budget_us=1)
     assert resp.name == "Reject" and resp.int("reason") == RejectReason.DEADLINE_EXPIRED
@@ -434,7 +426,6 @@ def test_account_request_rate_is_rejected_rate_limited(server: Server) -> None:
     sess.close()
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 9: examples say EURUSD 1 and tier 0")
 def test_worked_examples_agree_with_the_server(session: Session) -> None:
     """The §8 story (subscribe at the default tier, EURUSD ok, its snapshot) holds on the
     server the doc describes: same symbol ids, and the snapshot at the default tier."""
