@@ -104,6 +104,11 @@ def test_repeated_unknown_templates_are_bounded(server: Server) -> None:
         sess.send(raw_frame(99, b"", 0))
     seen = until_closed(sess)
     assert seen[-1].name == "Disconnect", [m.name for m in seen[-3:]]
+    rejects = [m for m in seen if m.name == "Reject"]
+    assert len(rejects) == 11  # §6: --bad-frame-limit 10 answered, the 11th disconnects
+    assert all(r.int("refTemplateId") == 99 for r in rejects)
+    assert seen[-1].int("reason") == DisconnectReason.PROTOCOL_ERROR
+    assert 1_000 <= seen[-1].int("retryAfterMs") <= 5_000  # §4.2
 
 
 @pytest.mark.parametrize(
@@ -242,7 +247,7 @@ def test_subscribe_burst_of_10000_is_rate_limited(server: Server) -> None:
     rejects = [m for m in seen if m.name == "Reject"]
     assert oks, "nothing of the burst was served"
     assert rejects and all(r.int("reason") == RejectReason.RATE_LIMITED for r in rejects)
-    assert all(r.int("retryAfterMs") > 0 for r in rejects)
+    assert all(250 <= r.int("retryAfterMs") <= 1_000 for r in rejects)  # §4.2
     assert all(r.int("requestId") > 0 for r in rejects)
 
 
@@ -252,7 +257,8 @@ def test_subscribe_burst_is_not_called_a_protocol_error(server: Server) -> None:
     seen = read_burst_answers(sess)
     writer.join(5)
     disc = [m for m in seen if m.name == "Disconnect"]
-    assert not disc or disc[0].int("reason") != DisconnectReason.PROTOCOL_ERROR
+    assert not disc or disc[0].int("reason") == DisconnectReason.MESSAGE_FLOOD
+    assert not disc or 1_000 <= disc[0].int("retryAfterMs") <= 5_000  # §4.2
 
 
 def test_one_byte_every_100ms_frame_is_served(server: Server) -> None:

@@ -284,8 +284,11 @@ def test_newer_client_blocks_are_skipped_by_blocklength(session: Session) -> Non
 def test_connection_without_logon_is_closed(server: Server) -> None:
     sess = connect(server)  # the suite's server: --logon-timeout-ms 1500
     start = time.monotonic()
-    until_closed(sess, timeout_s=4)
+    seen = until_closed(sess, timeout_s=4)
     assert time.monotonic() - start >= 1.0
+    disc = [m for m in seen if m.name == "Disconnect"]
+    assert disc and disc[-1].int("reason") == DisconnectReason.LOGON_TIMEOUT, seen
+    assert 1_000 <= disc[-1].int("retryAfterMs") <= 5_000  # §4.2
 
 
 def test_snapshot_request_carries_the_stream_seq(

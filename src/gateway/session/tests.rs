@@ -271,6 +271,7 @@ fn reject_of(s: &Sent) -> (u64, u16, RejectReason) {
 
 mod active;
 mod bad_frames;
+mod doc_limits;
 mod framing;
 mod logon;
 mod timers;
