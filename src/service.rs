@@ -439,14 +439,14 @@ fn register_request_path(
 ) -> Result<(), OpsError> {
     use crate::ops::metrics::LATENCY_BUCKETS_S;
     use crate::requests::hops::Hop;
-    let (a, b, c, d) = (st.clone(), st.clone(), st.clone(), st.clone());
+    let (a, c, d) = (st.clone(), st.clone(), st.clone());
     r.register_counter_fn(m::SHEDS, &[("reason", "request_path_full")], move || {
         a.refused_path_full.get()
     })?;
     // The per-connection message limit lives in the sans-IO session, which
     // counts its refusals with the gateway's counters.
     r.register_counter_fn(m::SHEDS, &[("reason", "conn_rate_limited")], move || {
-        crate::gateway::GatewayStats::get(&gw.rejects_rate_limited) + b.refused_conn_rate.get()
+        crate::gateway::GatewayStats::get(&gw.rejects_rate_limited)
     })?;
     r.register_counter_fn(m::REQUEST_REJECTS_DEFERRED, &[], move || {
         c.rejects_deferred.get()

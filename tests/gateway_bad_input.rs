@@ -224,11 +224,13 @@ fn subscribe_flood_is_rate_limited_then_disconnected() {
     assert_eq!(limited.len(), 3, "then rate-limited: {limited:?}");
     assert!(limited
         .iter()
-        .all(|&(r, ms)| r == RejectReason::RATE_LIMITED && ms > 0));
+        .all(|&(r, ms)| r == RejectReason::RATE_LIMITED && (250..=1_000).contains(&ms)));
+    // A flood has its own reason and a jittered floor (protocol.md §4.2).
     assert!(matches!(
         msgs.last(),
         Some(OwnedMessage::Disconnect {
-            reason: DisconnectReason::PROTOCOL_ERROR,
+            reason: DisconnectReason::MESSAGE_FLOOD,
+            retry_after_ms: 1_000..=5_000,
             ..
         })
     ));

@@ -698,7 +698,10 @@ fn two_processes_draw_different_retry_after_values() {
         // The default burst is 400 messages: 60 more are refused.
         let retries = conn_limit_retries(addr, symbol, 460);
         assert!(retries.len() >= 40, "only {} refused", retries.len());
-        assert!(retries.iter().all(|r| (6..=24).contains(r)), "{retries:?}");
+        assert!(
+            retries.iter().all(|r| (250..=1_000).contains(r)),
+            "{retries:?}"
+        );
         let metrics = http_get(ops, "/metrics").unwrap_or_default();
         let counted = metrics
             .lines()

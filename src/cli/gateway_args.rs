@@ -85,6 +85,17 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 400, value_name = "N")]
     pub msg_burst: u32,
 
+    /// Refused frames (bad body, unknown template, unexpected message) a
+    /// logged-on connection may send within --bad-frame-window-ms; one
+    /// more → Disconnect(protocol_error).
+    #[arg(long, default_value_t = crate::gateway::BAD_FRAME_LIMIT_DEFAULT, value_name = "N")]
+    pub bad_frame_limit: u32,
+
+    /// Window of --bad-frame-limit, from the first refused frame, in
+    /// milliseconds.
+    #[arg(long, default_value_t = crate::gateway::BAD_FRAME_WINDOW_MS_DEFAULT, value_name = "MS")]
+    pub bad_frame_window_ms: u64,
+
     /// Accepted connections per second (admission token bucket rate).
     #[arg(long, default_value_t = crate::admission::ACCEPT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub accept_rate_per_s: u32,
@@ -152,6 +163,8 @@ impl GatewayArgs {
             max_subscriptions: self.max_subscriptions,
             msg_rate_per_s: self.msg_rate_per_s,
             msg_burst: self.msg_burst,
+            bad_frame_limit: self.bad_frame_limit,
+            bad_frame_window_ms: self.bad_frame_window_ms,
             shard_wait,
             cpus: cpus.clone(),
             ..GatewayConfig::default()

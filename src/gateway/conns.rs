@@ -241,9 +241,7 @@ impl Shard {
             (Event::Logon(l), _) => self.on_logon(i, &l, now),
             (Event::Subscribe(s), _) => self.on_subscribe(i, &s, now),
             (Event::Unsubscribe(s), _) => self.on_unsubscribe(i, &s),
-            (Event::SymbolList { request_id }, Some(a)) => {
-                self.on_symbol_list(i, a, request_id, now)
-            }
+            (Event::SymbolList(r), Some(a)) => self.on_symbol_list(i, a, &r, now),
             (Event::Snapshot(r), Some(a)) => self.on_snapshot_request(i, a, &r, now),
             (Event::History(r), Some(a)) => self.on_history_request(i, a, &r, now),
             // Requests come only from a logged-on session.

@@ -115,7 +115,11 @@ impl Fanout {
         let Some(conn) = slab.conns[i].as_mut() else {
             return SubscribeStatus::LIMIT_REACHED;
         };
-        if conn.subs.iter().any(|s| s.key as usize == key) {
+        if let Some(sub) = conn.subs.iter_mut().find(|s| s.key as usize == key) {
+            // Subscribing again is a resync: the snapshot is sent again
+            // even if the connection already has the newest price.
+            sub.last_seq = 0;
+            new_keys.push(key as u32);
             return SubscribeStatus::OK;
         }
         if conn.subs.len() >= max {

@@ -62,6 +62,11 @@ use crate::runtime::WaitStrategy;
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
 
+/// Default of `--bad-frame-limit`.
+pub const BAD_FRAME_LIMIT_DEFAULT: u32 = 10;
+/// Default of `--bad-frame-window-ms`.
+pub const BAD_FRAME_WINDOW_MS_DEFAULT: u64 = 10_000;
+
 /// Gateway settings (flags of `serve`).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -99,6 +104,11 @@ pub struct GatewayConfig {
     /// Consecutive rate-limited messages after which the connection is
     /// closed as a flood.
     pub flood_disconnect_after: u32,
+    /// More than this many refused frames (bad body, unknown template,
+    /// unexpected message) within `bad_frame_window_ms` of the first →
+    /// Disconnect(protocol_error).
+    pub bad_frame_limit: u32,
+    pub bad_frame_window_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     pub shard_wait: WaitStrategy,
@@ -107,8 +117,12 @@ pub struct GatewayConfig {
     pub admission: AdmissionConfig,
     /// retryAfterMs window for Disconnect(shutdown).
     pub shutdown_retry: RetryWindow,
-    /// retryAfterMs window for Disconnect(slow consumer / protocol error).
+    /// retryAfterMs window for Disconnect(slow consumer / protocol error /
+    /// logon timeout / message flood).
     pub error_retry: RetryWindow,
+    /// retryAfterMs window for Reject(rate_limited) of the per-connection
+    /// message rate.
+    pub rate_limited_retry: RetryWindow,
 }
 
 impl Default for GatewayConfig {
@@ -133,12 +147,15 @@ impl Default for GatewayConfig {
             msg_rate_per_s: 200,
             msg_burst: 400,
             flood_disconnect_after: 100,
+            bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
+            bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
             cpus: crate::runtime::CpuMap::default(),
             admission: AdmissionConfig::default(),
             shutdown_retry: RetryWindow::new(1_000, 10_000),
             error_retry: RetryWindow::new(1_000, 5_000),
+            rate_limited_retry: RetryWindow::new(250, 1_000),
         }
     }
 }

@@ -14,7 +14,14 @@ use crate::wire::{self, RejectReason};
 pub const HISTORY_COUNT_MAX: u16 = 190;
 
 impl Shard {
-    pub(super) fn on_symbol_list(&mut self, i: usize, account: u32, request_id: u64, now: u64) {
+    pub(super) fn on_symbol_list(
+        &mut self,
+        i: usize,
+        account: u32,
+        r: &wire::SymbolListRequest,
+        now: u64,
+    ) {
+        let request_id = r.request_id;
         let t = wire::template::SYMBOL_LIST_REQUEST;
         let staged = self
             .shared
@@ -33,7 +40,8 @@ impl Shard {
             );
         }
         let mut m = self.request_msg(i, account, request_id, RequestKind::SymbolList, now);
-        m.budget_us = 0;
+        m.budget_us = r.budget_us;
+        m.critical = r.critical;
         self.enqueue(i, m);
     }
 
@@ -53,12 +61,22 @@ impl Shard {
             return self.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, text);
         }
         let mut m = self.request_msg(i, account, r.request_id, RequestKind::Snapshot, now);
+        // Unknown and not-entitled ids are left out of the answer; only a
+        // request with nothing answerable is refused (by its first refusal).
+        let mut refused = None;
         for id in r.symbols.clone() {
-            if let Err(reason) = self.entitled_symbol(i, id) {
-                return self.reject(i, r.request_id, t, reason, 0, "");
+            match self.entitled_symbol(i, id) {
+                Ok(()) => {
+                    m.symbols[m.nsym as usize] = id;
+                    m.nsym += 1;
+                }
+                Err(reason) => {
+                    refused.get_or_insert(reason);
+                }
             }
-            m.symbols[m.nsym as usize] = id;
-            m.nsym += 1;
+        }
+        if let (0, Some(reason)) = (m.nsym, refused) {
+            return self.reject(i, r.request_id, t, reason, 0, "");
         }
         m.tier = tier;
         m.budget_us = r.budget_us;

@@ -61,7 +61,10 @@ pub struct SessionConfig {
     pub msg_rate_per_s: u32,
     pub msg_burst: u32,
     pub flood_disconnect_after: u32,
+    pub bad_frame_limit: u32,
+    pub bad_frame_window_ms: u64,
     pub error_retry: RetryWindow,
+    pub rate_limited_retry: RetryWindow,
 }
 
 impl From<&GatewayConfig> for SessionConfig {
@@ -79,7 +82,10 @@ impl From<&GatewayConfig> for SessionConfig {
             msg_rate_per_s: c.msg_rate_per_s,
             msg_burst: c.msg_burst,
             flood_disconnect_after: c.flood_disconnect_after,
+            bad_frame_limit: c.bad_frame_limit,
+            bad_frame_window_ms: c.bad_frame_window_ms,
             error_retry: c.error_retry,
+            rate_limited_retry: c.rate_limited_retry,
         }
     }
 }
@@ -109,9 +115,7 @@ pub enum Event<'a> {
     Logon(wire::Logon<'a>),
     Subscribe(wire::Subscribe<'a>),
     Unsubscribe(wire::Subscribe<'a>),
-    SymbolList {
-        request_id: u64,
-    },
+    SymbolList(wire::SymbolListRequest),
     Snapshot(wire::SnapshotRequest<'a>),
     History(wire::HistoryRequest),
 }
@@ -181,6 +185,10 @@ pub struct Session {
     msg_bucket: TokenBucket,
     /// Consecutive rate-limited messages.
     flood_strikes: u32,
+    /// Bad frames (refused bodies) since `bad_since_ns`.
+    bad_frames: u32,
+    /// When the current bad-frame window opened.
+    bad_since_ns: u64,
     first_subscribe_done: bool,
     /// Why the server is closing it, if it is.
     closing_reason: Option<DisconnectReason>,
@@ -208,6 +216,8 @@ impl Session {
             partial_since_ns: None,
             msg_bucket: TokenBucket::new(cfg.msg_rate_per_s, cfg.msg_burst, now_ns),
             flood_strikes: 0,
+            bad_frames: 0,
+            bad_since_ns: now_ns,
             first_subscribe_done: false,
             closing_reason: None,
             effects: Effects::default(),
@@ -231,7 +241,8 @@ impl Session {
 
     /// The inbound buffer filled without holding a frame: abuse.
     pub fn on_buffer_full(&mut self, ctx: &mut Ctx<'_>) {
-        self.protocol_error(ctx, RejectReason::FRAME_TOO_LARGE, 0, "frame does not fit");
+        let reason = RejectReason::FRAME_TOO_LARGE;
+        self.protocol_error(ctx, reason, 0, 0, "frame does not fit");
     }
 
     /// Takes the next complete frame, copied into `frame` (one largest
@@ -250,7 +261,7 @@ impl Session {
             }
             Ok(Some(len)) => len,
             Err(e) => {
-                self.protocol_error(ctx, e.reason(), 0, "bad framing");
+                self.protocol_error(ctx, e.reason(), 0, 0, "bad framing");
                 return Step::Done;
             }
         };
@@ -277,11 +288,15 @@ impl Session {
         let msg = match wire::decode(frame) {
             Ok(m) => m,
             Err(e) => {
-                let tid = e.template_id();
+                // Echo what could be read (the header's template, the
+                // request's id) whatever went wrong after it.
+                let seen = wire::readable(frame);
+                let (rid, tid) = (seen.request_id.unwrap_or(0), seen.template_id);
                 if self.state == SessionState::AwaitingLogon {
-                    self.protocol_error(ctx, e.reason(), tid, "bad message before logon");
+                    let text = "bad message before logon";
+                    self.protocol_error(ctx, e.reason(), rid, tid, text);
                 } else {
-                    self.reject(ctx, 0, tid, e.reason(), 0, "bad message");
+                    self.bad_frame(ctx, rid, tid, e.reason(), "bad message");
                 }
                 return Step::Handled;
             }
@@ -289,9 +304,19 @@ impl Session {
         match self.state {
             SessionState::AwaitingLogon => match msg {
                 Message::Logon(l) => Step::Event(Event::Logon(l)),
+                // A client waiting long for LogonAccepted (a herd) may
+                // heartbeat: it only proves the peer alive.
+                Message::Heartbeat => Step::Handled,
                 other => {
-                    let t = other.template_id();
-                    self.protocol_error(ctx, RejectReason::NOT_LOGGED_ON, t, "logon first");
+                    let (rid, t) = (other.request_id().unwrap_or(0), other.template_id());
+                    // A subscriber's request is early; anything else (a
+                    // provider's or a server's message) is on the wrong port.
+                    let (reason, text) = if is_subscriber_request(&other) {
+                        (RejectReason::NOT_LOGGED_ON, "logon first")
+                    } else {
+                        (RejectReason::UNEXPECTED_MESSAGE, "not a subscriber message")
+                    };
+                    self.protocol_error(ctx, reason, rid, t, text);
                     Step::Handled
                 }
             },
@@ -319,15 +344,13 @@ impl Session {
             }
             Message::Subscribe(s) => Event::Subscribe(s),
             Message::Unsubscribe(s) => Event::Unsubscribe(s),
-            Message::SymbolListRequest(r) => Event::SymbolList {
-                request_id: r.request_id,
-            },
+            Message::SymbolListRequest(r) => Event::SymbolList(r),
             Message::SnapshotRequest(r) => Event::Snapshot(r),
             Message::HistoryRequest(r) => Event::History(r),
             other => {
                 let rid = other.request_id().unwrap_or(0);
                 let t = other.template_id();
-                self.reject(ctx, rid, t, RejectReason::UNEXPECTED_MESSAGE, 0, "");
+                self.bad_frame(ctx, rid, t, RejectReason::UNEXPECTED_MESSAGE, "");
                 return Step::Handled;
             }
         };
@@ -344,19 +367,43 @@ impl Session {
         if self.flood_strikes > ctx.cfg.flood_disconnect_after {
             GatewayStats::add(&ctx.stats.disconnects_flood, 1);
             let retry = ctx.jitter(ctx.cfg.error_retry);
-            let reason = DisconnectReason::PROTOCOL_ERROR;
+            let reason = DisconnectReason::MESSAGE_FLOOD;
             self.disconnect(ctx, reason, retry, "message flood");
         } else {
-            // Jittered over one to four refill periods, counted
-            // (`pricewire_sheds_total{reason="conn_rate_limited"}`).
+            // A floor a client can back off by (not the bucket's next
+            // token, which only invites the next refused message); counted
+            // as `pricewire_sheds_total{reason="conn_rate_limited"}`.
             GatewayStats::add(&ctx.stats.rejects_rate_limited, 1);
-            let window = crate::requests::port::conn_rate_retry_window(ctx.cfg.msg_rate_per_s);
-            let retry = ctx.jitter(window);
+            let retry = ctx.jitter(ctx.cfg.rate_limited_retry);
             let rid = msg.request_id().unwrap_or(0);
             let t = msg.template_id();
             self.reject(ctx, rid, t, RejectReason::RATE_LIMITED, retry, "");
         }
         false
+    }
+
+    /// A logged-on session's frame with a bad body (unknown template,
+    /// malformed, unexpected): Reject; more than `bad_frame_limit` of them
+    /// within `bad_frame_window_ms` of the first → protocol error.
+    fn bad_frame(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        request_id: u64,
+        template: u16,
+        reason: RejectReason,
+        text: &str,
+    ) {
+        let window = ctx.cfg.bad_frame_window_ms * MS;
+        if self.bad_frames == 0 || ctx.now_ns.saturating_sub(self.bad_since_ns) > window {
+            self.bad_frames = 0;
+            self.bad_since_ns = ctx.now_ns;
+        }
+        self.bad_frames += 1;
+        if self.bad_frames > ctx.cfg.bad_frame_limit {
+            self.protocol_error(ctx, reason, request_id, template, "too many bad frames");
+        } else {
+            self.reject(ctx, request_id, template, reason, 0, text);
+        }
     }
 
     // ---- logon --------------------------------------------------------
@@ -454,10 +501,11 @@ impl Session {
         &mut self,
         ctx: &mut Ctx<'_>,
         reason: RejectReason,
+        request_id: u64,
         template: u16,
         text: &str,
     ) {
-        self.reject(ctx, 0, template, reason, 0, text);
+        self.reject(ctx, request_id, template, reason, 0, text);
         let retry = ctx.jitter(ctx.cfg.error_retry);
         self.disconnect(ctx, DisconnectReason::PROTOCOL_ERROR, retry, text);
     }
@@ -474,7 +522,9 @@ impl Session {
         let counter = match reason {
             DisconnectReason::SLOW_CONSUMER => Some(&s.disconnects_slow_consumer),
             DisconnectReason::PROTOCOL_ERROR => Some(&s.disconnects_protocol_error),
-            DisconnectReason::IDLE_TIMEOUT => Some(&s.disconnects_idle),
+            DisconnectReason::IDLE_TIMEOUT | DisconnectReason::LOGON_TIMEOUT => {
+                Some(&s.disconnects_idle)
+            }
             DisconnectReason::SHUTDOWN => Some(&s.disconnects_shutdown),
             DisconnectReason::LOGOUT => Some(&s.disconnects_logout),
             _ => None,
@@ -535,11 +585,11 @@ impl Session {
             .is_some_and(|t| late(t, cfg.frame_timeout_ms))
         {
             let reason = RejectReason::MALFORMED;
-            self.protocol_error(ctx, reason, 0, "incomplete frame timed out");
+            self.protocol_error(ctx, reason, 0, 0, "incomplete frame timed out");
         } else if self.state == SessionState::AwaitingLogon {
             if late(self.connected_ns, cfg.logon_timeout_ms) {
                 let retry = ctx.jitter(cfg.error_retry);
-                let reason = DisconnectReason::IDLE_TIMEOUT;
+                let reason = DisconnectReason::LOGON_TIMEOUT;
                 self.disconnect(ctx, reason, retry, "no logon");
             }
         } else if ctx
@@ -559,6 +609,19 @@ impl Session {
         }
         Timer::Idle
     }
+}
+
+/// Messages a logged-on subscriber may send (besides Logon and Heartbeat).
+fn is_subscriber_request(m: &Message<'_>) -> bool {
+    matches!(
+        m,
+        Message::Logout
+            | Message::SymbolListRequest(_)
+            | Message::Subscribe(_)
+            | Message::Unsubscribe(_)
+            | Message::SnapshotRequest(_)
+            | Message::HistoryRequest(_)
+    )
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! snapshots queued.
 
 use super::shard::Shard;
-use crate::wire::{self, RejectReason, SubscribeResult, SubscribeStatus, SYMBOL_BY_NAME};
+use crate::wire::{self, Name16, RejectReason, SubscribeResult, SubscribeStatus, SYMBOL_BY_NAME};
 
 impl Shard {
     pub(super) fn on_subscribe(&mut self, i: usize, s: &wire::Subscribe<'_>, now: u64) {
@@ -54,9 +54,10 @@ impl Shard {
             } else {
                 status
             };
+            let name = self.answer_name(id, status, &entry);
             self.results.push(SubscribeResult {
                 symbol_id: id,
-                name: entry.name,
+                name,
                 status,
             });
         }
@@ -88,7 +89,12 @@ impl Shard {
                 .and_then(|n| table.by_name(n))
                 .map(|i| i.id)
         } else {
-            table.get(entry.symbol_id).map(|i| i.id)
+            // An entry with both an id and a name must name one symbol.
+            let name = entry.name;
+            table
+                .get(entry.symbol_id)
+                .filter(|i| name.is_empty() || name.as_bytes() == i.name.as_bytes())
+                .map(|i| i.id)
         };
         let Some(id) = id else {
             return (entry.symbol_id, SubscribeStatus::UNKNOWN_SYMBOL);
@@ -109,7 +115,7 @@ impl Shard {
         };
         for &key in &self.new_keys {
             let slot = conn.subs.iter().position(|s| s.key == key);
-            if let Some(slot) = slot {
+            if let Some(slot) = slot.filter(|&s| !conn.subs[s].dirty) {
                 conn.subs[slot].dirty = true;
                 conn.dirty_subs += 1;
             }
@@ -144,12 +150,26 @@ impl Shard {
                     None => status = SubscribeStatus::NOT_SUBSCRIBED,
                 }
             }
+            let name = self.answer_name(id, status, &entry);
             self.results.push(SubscribeResult {
                 symbol_id: id,
-                name: entry.name,
+                name,
                 status,
             });
         }
         self.send_subscribe_response(i, s.request_id);
+    }
+
+    /// The name a SubscribeResponse entry carries: the symbol's own name
+    /// once resolved (also for entries by id), else the name as sent.
+    fn answer_name(&self, id: u16, status: SubscribeStatus, entry: &wire::SymbolRef) -> Name16 {
+        if status == SubscribeStatus::UNKNOWN_SYMBOL {
+            return entry.name;
+        }
+        let table = &self.shared.config.table;
+        table
+            .get(id)
+            .and_then(|i| Name16::new(&i.name).ok())
+            .unwrap_or(entry.name)
     }
 }

@@ -1,7 +1,8 @@
 //! A shard's end of the request path: the ring it hands requests over on,
-//! the answer rings it drains, and the retry-after of the two refusals the
-//! shard itself writes (so every Reject a client should back off from
-//! carries a jittered value from a documented window, and is counted).
+//! the answer rings it drains, and the retry-after of the refusal the
+//! shard itself writes when that ring is full (jittered from a documented
+//! window, and counted). The per-connection message limit's refusal is the
+//! session's (`gateway::session`, `rate_limited_retry`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -13,18 +14,6 @@ use crate::admission::RetryWindow;
 use crate::requests::answers::AnswerRx;
 use crate::requests::service::{RequestMsg, RequestStats, REQUEST_RING};
 use crate::runtime::Doorbell;
-
-/// Per-connection message limit: a refused client waits between one and
-/// this many refill periods (`1000 / rate` ms each) before sending again.
-pub const CONN_RATE_RETRY_PERIODS_MAX: u32 = 4;
-
-/// The retry-after window of a Reject(rate_limited) from the per-connection
-/// message limit at `rate_per_s`: `[p, 4 p]` ms with `p = 1000 / rate + 1`,
-/// at least one token's refill.
-pub fn conn_rate_retry_window(rate_per_s: u32) -> RetryWindow {
-    let period = 1_000 / rate_per_s.max(1) + 1;
-    RetryWindow::new(period, period * CONN_RATE_RETRY_PERIODS_MAX)
-}
 
 /// Counters of the per-account share of a shard's request ring (the
 /// shard adds, the dispatcher subtracts). Accounts are hashed onto
@@ -116,25 +105,11 @@ impl RequestPort {
         self.stats.refused_path_full.inc();
         self.path_full_retry.draw(&mut self.rng)
     }
-
-    /// The per-connection message limit refused a message: counts it and
-    /// draws its retry-after from [`conn_rate_retry_window`].
-    pub fn conn_rate_retry_ms(&mut self, rate_per_s: u32) -> u32 {
-        self.stats.refused_conn_rate.inc();
-        conn_rate_retry_window(rate_per_s).draw(&mut self.rng)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn conn_rate_window_covers_one_to_four_refill_periods() {
-        assert_eq!(conn_rate_retry_window(200), RetryWindow::new(6, 24));
-        assert_eq!(conn_rate_retry_window(0), RetryWindow::new(1001, 4004));
-        assert!(conn_rate_retry_window(5000).is_valid());
-    }
 
     #[test]
     fn two_ports_draw_different_retry_sequences() {
@@ -157,9 +132,6 @@ mod tests {
         assert!(da.iter().chain(&db).all(|d| (2000..=5000).contains(d)));
         assert_ne!(da, db, "entropy-seeded ports drew the same sequence");
         assert_eq!(stats.refused_path_full.get(), 32);
-        let d = a.conn_rate_retry_ms(200);
-        assert!((6..=24).contains(&d));
-        assert_eq!(stats.refused_conn_rate.get(), 1);
     }
 }
 

@@ -130,9 +130,6 @@ pub struct RequestStats {
     /// Requests the shard refused because the ring to the dispatcher was
     /// full (Reject(overloaded) with the queue's retry-after window).
     pub refused_path_full: Counter,
-    /// Messages the per-connection message limit refused
-    /// (Reject(rate_limited)).
-    pub refused_conn_rate: Counter,
     /// Latency per hop of the request path.
     pub hops: HopStats,
     /// The queue's configured capacity (a constant, for the gauge).

@@ -128,7 +128,7 @@ wire_block! {
     pub(crate) struct SubscribeRoot [9] {
         /// Client-chosen id echoed in the SubscribeResponse or Reject.
         pub request_id: u64,
-        /// Tier to subscribe at (0xFF = the account's default tier).
+        /// Tier the entries are subscribed at, or unsubscribed from (0xFF = the account's default tier).
         pub tier: u8,
     }
 }
@@ -139,7 +139,7 @@ wire_block! {
     pub struct SymbolRef [18] {
         /// Symbol id, or 0xFFFF to look the symbol up by name.
         pub symbol_id: u16,
-        /// Symbol name, NUL-padded (all NUL when referring by id).
+        /// Symbol name, NUL-padded: all NUL when referring by id (an id with a name must name that symbol).
         pub name: Name16,
     }
 }
@@ -149,7 +149,7 @@ wire_block! {
     pub struct SubscribeResult [19] {
         /// Resolved symbol id (0xFFFF if the name is unknown).
         pub symbol_id: u16,
-        /// The name as the client sent it, or the symbol's name.
+        /// The symbol's name once resolved (also for an entry by id); for an unknown symbol, the name as sent.
         pub name: Name16,
         /// Outcome (SubscribeStatus).
         pub status: SubscribeStatus,

@@ -176,6 +176,10 @@ open_enum! {
         BUSY = 6 => "busy",
         /// Reply to the client's Logout.
         LOGOUT = 7 => "logout",
+        /// The connection did not log on within the logon timeout.
+        LOGON_TIMEOUT = 8 => "logon_timeout",
+        /// The client kept sending faster than its message rate after being told `rate_limited`.
+        MESSAGE_FLOOD = 9 => "message_flood",
     }
 }
 

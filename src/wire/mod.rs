@@ -91,6 +91,7 @@ pub mod encode;
 pub mod field;
 pub mod frame;
 pub mod owned;
+pub mod peek;
 pub mod spec;
 pub mod stats;
 
@@ -118,12 +119,13 @@ pub use frame::{
     HEADER_LEN, SERVER_FRAME_LEN_MAX,
 };
 pub use owned::OwnedMessage;
+pub use peek::{readable, Readable};
 pub use spec::Sender;
 pub use stats::{WireStats, WireStatsSnapshot};
 
 /// SBE schema id of pricewire ("PW").
 pub const SCHEMA_ID: u16 = 0x5057;
 /// Schema version this build encodes.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Lowest schema version this build decodes.
 pub const VERSION_MIN: u16 = 1;

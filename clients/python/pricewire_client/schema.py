@@ -1,6 +1,6 @@
 """The pricewire SBE schema as data, transcribed from schema/pricewire-sbe.xml.
 
-Every message of schema 0x5057 version 1 is described here once: its template id,
+Every message of schema 0x5057 version 2 is described here once: its template id,
 root block length, root fields (name, offset, primitive), repeating groups and var
 data, in wire order. The codec (``codec.py``) is driven by these tables only, so
 adding a message is adding a row. Nothing here allocates after import.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
 SCHEMA_ID = 0x5057
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SBE_ENCODING = 0xEB50
 SOFH_LEN = 6
 HEADER_LEN = 8
@@ -115,6 +115,8 @@ class DisconnectReason(IntEnum):
     AUTH = 5
     BUSY = 6
     LOGOUT = 7
+    LOGON_TIMEOUT = 8
+    MESSAGE_FLOOD = 9
 
 
 class SubscribeStatus(IntEnum):

@@ -79,7 +79,7 @@ def test_worked_example_round_trips(name: str) -> None:
             continue
         assert decoded_value(msg, field) == expected_value(msg, field, value), field
         checked += 1
-    assert checked > 0 or msg.name == "Heartbeat"
+    assert checked > 0 or msg.name in ("Heartbeat", "Logout")  # no fields to check
 
 
 def test_every_message_encodes_and_decodes() -> None:

@@ -99,7 +99,6 @@ def test_full_request_queue_is_rejected_overloaded(small_queue: Server) -> None:
     assert len({m.int("retryAfterMs") for m in shed}) > 1  # jittered
 
 
-@pytest.mark.xfail(strict=True, reason="not in #17: answers dropped when the answer ring is full")
 def test_every_pipelined_request_is_answered(default_queue: Server) -> None:
     """§6: every request's id is echoed in its response or Reject."""
     answers, closed_silently = pipelined_answers(default_queue, 2000)

@@ -237,7 +237,6 @@ def test_subscriber_logon_on_the_feed_port_is_unexpected(server: Server) -> None
     assert next_named(prov, "Reject").int("reason") == RejectReason.UNEXPECTED_MESSAGE
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 10: wrong-port logon gets not_logged_on")
 def test_provider_logon_on_the_subscriber_port_is_unexpected(server: Server) -> None:
     sess = Session("127.0.0.1", server.port)
     sess.send(messages.provider_logon(1, FEED_TOKEN))

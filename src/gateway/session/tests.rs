@@ -28,7 +28,10 @@ fn cfg() -> SessionConfig {
         msg_rate_per_s: 10,
         msg_burst: 4,
         flood_disconnect_after: 3,
+        bad_frame_limit: 3,
+        bad_frame_window_ms: 1_000,
         error_retry: RetryWindow::new(1_000, 5_000),
+        rate_limited_retry: RetryWindow::new(250, 1_000),
     }
 }
 
@@ -180,7 +183,7 @@ fn owned(e: Event<'_>) -> Got {
         },
         Event::Subscribe(s) => Got::Subscribe(s.request_id),
         Event::Unsubscribe(s) => Got::Unsubscribe(s.request_id),
-        Event::SymbolList { request_id } => Got::SymbolList(request_id),
+        Event::SymbolList(r) => Got::SymbolList(r.request_id),
         Event::Snapshot(r) => Got::Snapshot(r.request_id),
         Event::History(r) => Got::History(r.request_id),
     }
@@ -267,6 +270,8 @@ fn reject_of(s: &Sent) -> (u64, u16, RejectReason) {
 }
 
 mod active;
+mod bad_frames;
+mod doc_limits;
 mod framing;
 mod logon;
 mod timers;

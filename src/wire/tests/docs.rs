@@ -27,178 +27,212 @@ fn name(s: &str) -> Name16 {
 const T0_NS: u64 = 1_764_410_400_000_000_000;
 
 /// The worked examples of the protocol document, from the real encoders.
+/// They tell one story on the built-in configuration (`pricewire serve`
+/// without `--config`): account `demo`, EURUSD = 0, USDJPY = 2, default
+/// tier 1 (`standard`, ±5 points on the raw price). The Python suite
+/// checks the story against the running server.
 pub(crate) fn examples() -> Vec<(&'static str, Vec<u8>)> {
-    let eurusd = PriceBody {
-        symbol_id: 1,
-        tier: 0,
+    let mut v = session_examples();
+    v.extend(request_examples());
+    v
+}
+
+/// EURUSD at tier 1 (standard): raw 1.08123/1.08126 widened by 5 points.
+fn eurusd() -> PriceBody {
+    PriceBody {
+        symbol_id: 0,
+        tier: 1,
         flags: price_flags::SINGLE_PROVIDER,
         digits: 5,
         providers: 1,
         seq: 1,
-        bid: 108_123,
-        ask: 108_126,
+        bid: 108_118,
+        ask: 108_131,
         bid_size: 1_000_000,
         ask_size: 500_000,
         provider_time_ns: T0_NS,
         engine_time_ns: T0_NS + 35_000,
+    }
+}
+
+fn session_examples() -> Vec<(&'static str, Vec<u8>)> {
+    let logon = Logon {
+        heartbeat_interval_ms: 1000,
+        account: b"demo",
+        token: b"demo",
     };
+    let accepted = LogonAccepted {
+        session_id: 77,
+        heartbeat_interval_ms: 1000,
+        server_time_ns: T0_NS,
+        default_tier: 1,
+    };
+    let rejected = LogonRejected {
+        reason: LogonRejectReason::BUSY,
+        retry_after_ms: 2_350,
+    };
+    let disconnect =
+        |b: &mut [u8]| encode_disconnect_reason(b, DisconnectReason::SHUTDOWN, 4_200, "restart");
     vec![
-        (
-            "logon",
-            frame(|b| {
-                encode_logon(
-                    b,
-                    &Logon {
-                        heartbeat_interval_ms: 1000,
-                        account: b"acme",
-                        token: b"s3cret",
-                    },
-                )
-            }),
-        ),
+        ("logon", frame(|b| encode_logon(b, &logon))),
         (
             "logon_accepted",
-            frame(|b| {
-                encode_logon_accepted(
-                    b,
-                    &LogonAccepted {
-                        session_id: 77,
-                        heartbeat_interval_ms: 1000,
-                        server_time_ns: T0_NS,
-                        default_tier: 1,
-                    },
-                )
-            }),
+            frame(|b| encode_logon_accepted(b, &accepted)),
         ),
         (
             "logon_rejected",
-            frame(|b| {
-                encode_logon_rejected(
-                    b,
-                    &LogonRejected {
-                        reason: LogonRejectReason::BUSY,
-                        retry_after_ms: 2_350,
-                    },
-                )
-            }),
+            frame(|b| encode_logon_rejected(b, &rejected)),
         ),
         ("heartbeat", frame(encode_heartbeat)),
+        ("logout", frame(encode_logout)),
+        ("disconnect", frame(disconnect)),
+    ]
+}
+
+fn subscribe_examples() -> Vec<(&'static str, Vec<u8>)> {
+    let by_name = SymbolRef::by_name("EURUSD").expect("name");
+    let refs = [by_name, SymbolRef::by_id(2), SymbolRef::by_id(99)];
+    let result = |symbol_id, n: &str, status| SubscribeResult {
+        symbol_id,
+        name: name(n),
+        status,
+    };
+    let results = [
+        result(0, "EURUSD", SubscribeStatus::OK),
+        result(2, "USDJPY", SubscribeStatus::OK),
+        result(99, "", SubscribeStatus::UNKNOWN_SYMBOL),
+    ];
+    let update = PriceBody {
+        seq: 2,
+        bid: 108_119,
+        provider_time_ns: T0_NS + 250_000_000,
+        engine_time_ns: T0_NS + 250_031_000,
+        ..eurusd()
+    };
+    let unsub = [SymbolRef::by_id(2)];
+    vec![
         (
             "subscribe",
-            frame(|b| {
-                encode_subscribe(
-                    b,
-                    2,
-                    TIER_ACCOUNT_DEFAULT,
-                    [SymbolRef::by_name("EURUSD").unwrap(), SymbolRef::by_id(2)],
-                )
-            }),
+            frame(|b| encode_subscribe(b, 2, TIER_ACCOUNT_DEFAULT, refs)),
         ),
         (
             "subscribe_response",
-            frame(|b| {
-                encode_subscribe_response(
-                    b,
-                    2,
-                    [
-                        SubscribeResult {
-                            symbol_id: 1,
-                            name: name("EURUSD"),
-                            status: SubscribeStatus::OK,
-                        },
-                        SubscribeResult {
-                            symbol_id: 2,
-                            name: name("XAUUSD"),
-                            status: SubscribeStatus::NOT_ENTITLED,
-                        },
-                    ],
-                )
-            }),
+            frame(|b| encode_subscribe_response(b, 2, results)),
         ),
         (
             "price_snapshot",
-            frame(|b| try_encode_price(b, PriceKind::Snapshot, &eurusd)),
+            frame(|b| try_encode_price(b, PriceKind::Snapshot, &eurusd())),
         ),
         (
             "price_update",
-            frame(|b| {
-                let update = PriceBody {
-                    seq: 2,
-                    bid: 108_124,
-                    flags: price_flags::SINGLE_PROVIDER,
-                    provider_time_ns: T0_NS + 250_000_000,
-                    engine_time_ns: T0_NS + 250_031_000,
-                    ..eurusd
-                };
-                try_encode_price(b, PriceKind::Update, &update)
-            }),
+            frame(|b| try_encode_price(b, PriceKind::Update, &update)),
+        ),
+        (
+            "unsubscribe",
+            frame(|b| encode_unsubscribe(b, 4, TIER_ACCOUNT_DEFAULT, unsub)),
+        ),
+        (
+            "unsubscribe_response",
+            frame(|b| encode_subscribe_response(b, 4, [result(2, "USDJPY", SubscribeStatus::OK)])),
+        ),
+    ]
+}
+
+fn request_examples() -> Vec<(&'static str, Vec<u8>)> {
+    let list = SymbolListRequest {
+        request_id: 1,
+        budget_us: 0,
+        critical: false,
+    };
+    let info = |symbol_id, digits, n: &str| SymbolInfo {
+        symbol_id,
+        digits,
+        name: name(n),
+    };
+    let tier = |tier_id, n: &str| TierInfo {
+        tier_id,
+        name: name(n),
+    };
+    let symbols = [
+        info(0, 5, "EURUSD"),
+        info(2, 3, "USDJPY"),
+        info(14, 2, "XAUUSD"),
+    ];
+    let tiers = [tier(0, "raw"), tier(1, "standard"), tier(2, "retail")];
+    let shed = Reject {
+        request_id: 3,
+        ref_template_id: template::SNAPSHOT_REQUEST,
+        reason: RejectReason::OVERLOADED,
+        retry_after_ms: 180,
+        text: b"shed",
+    };
+    let mut v = subscribe_examples();
+    v.extend([
+        (
+            "symbol_list_request",
+            frame(|b| encode_symbol_list_request(b, &list)),
         ),
         (
             "symbol_directory",
-            frame(|b| {
-                encode_symbol_directory(
-                    b,
-                    1,
-                    [
-                        SymbolInfo {
-                            symbol_id: 1,
-                            digits: 5,
-                            name: name("EURUSD"),
-                        },
-                        SymbolInfo {
-                            symbol_id: 2,
-                            digits: 2,
-                            name: name("XAUUSD"),
-                        },
-                    ],
-                    [TierInfo {
-                        tier_id: 1,
-                        name: name("retail"),
-                    }],
-                )
-            }),
+            frame(|b| encode_symbol_directory(b, 1, symbols, tiers)),
         ),
         (
             "snapshot_request",
             frame(|b| {
-                encode_snapshot_request(b, 3, 20_000, false, TIER_ACCOUNT_DEFAULT, [1u16, 2])
+                encode_snapshot_request(b, 3, 20_000, false, TIER_ACCOUNT_DEFAULT, [0u16, 99])
             }),
         ),
         (
-            "reject",
-            frame(|b| {
-                encode_reject(
-                    b,
-                    &Reject {
-                        request_id: 3,
-                        ref_template_id: template::SNAPSHOT_REQUEST,
-                        reason: RejectReason::OVERLOADED,
-                        retry_after_ms: 180,
-                        text: b"shed",
-                    },
-                )
-            }),
+            "snapshot_response",
+            frame(|b| encode_snapshot_response(b, 3, [eurusd()])),
+        ),
+        ("reject", frame(|b| encode_reject(b, &shed))),
+    ]);
+    v.extend(history_examples());
+    v
+}
+
+fn history_examples() -> Vec<(&'static str, Vec<u8>)> {
+    let req = HistoryRequest {
+        request_id: 5,
+        budget_us: 50_000,
+        critical: false,
+        symbol_id: 0,
+        count: 2,
+    };
+    let tick = |bid, ask, ns| HistoryTick {
+        provider: 1,
+        bid,
+        ask,
+        bid_size: 1_000_000,
+        ask_size: 1_000_000,
+        provider_time_ns: ns,
+    };
+    let ticks = [
+        tick(108_123, 108_126, T0_NS),
+        tick(108_124, 108_126, T0_NS + 250_000_000),
+    ];
+    let quote = QuoteEntry {
+        symbol_id: 0,
+        flags: 0,
+        bid: 108_121,
+        ask: 108_127,
+        bid_size: 2_000_000,
+        ask_size: 1_000_000,
+        provider_time_ns: T0_NS,
+    };
+    vec![
+        (
+            "history_request",
+            frame(|b| encode_history_request(b, &req)),
         ),
         (
-            "disconnect",
-            frame(|b| encode_disconnect_reason(b, DisconnectReason::SHUTDOWN, 4_200, "restart")),
+            "history_response",
+            frame(|b| encode_history_response(b, 5, 0, 5, ticks)),
         ),
         (
             "provider_quote",
-            frame(|b| {
-                encode_provider_quote(
-                    b,
-                    [QuoteEntry {
-                        symbol_id: 1,
-                        flags: 0,
-                        bid: 108_121,
-                        ask: 108_127,
-                        bid_size: 2_000_000,
-                        ask_size: 1_000_000,
-                        provider_time_ns: T0_NS,
-                    }],
-                )
-            }),
+            frame(|b| encode_provider_quote(b, [quote])),
         ),
     ]
 }

@@ -119,37 +119,39 @@ fn messages_over_the_rate_are_rejected_then_a_flood_disconnects() {
         assert_eq!(r.feed(&heartbeat()), vec![Got::Handled, Got::Done]);
     }
     assert!(r.sent().is_empty());
-    // Three strikes are rejected with a retry-after drawn from one to four
-    // refill periods (10/s: 101..=404 ms), and counted.
+    // Three strikes are rejected with a retry-after jittered in the
+    // rate_limited_retry window (250..=1000 ms here).
     for _ in 0..3 {
         assert_eq!(r.feed(&subscribe(9)), vec![Got::Handled, Got::Done]);
     }
     let sent = r.sent();
     assert_eq!(sent.len(), 3);
-    let window = crate::requests::port::conn_rate_retry_window(10);
+    let mut floors = Vec::new();
     for s in &sent {
-        let Sent::Reject {
-            request_id: 9,
-            template: template::SUBSCRIBE,
-            reason: RejectReason::RATE_LIMITED,
-            retry_ms,
-        } = *s
-        else {
-            panic!("not a rate-limited Reject of request 9: {s:?}");
-        };
-        assert!(
-            (window.min_ms..=window.max_ms).contains(&retry_ms),
-            "{retry_ms}"
+        let (rid, t, reason) = reject_of(s);
+        assert_eq!(
+            (rid, t, reason),
+            (9, template::SUBSCRIBE, RejectReason::RATE_LIMITED)
         );
+        if let Sent::Reject { retry_ms, .. } = s {
+            assert!((250..=1_000).contains(retry_ms), "{retry_ms}");
+            floors.push(*retry_ms);
+        }
     }
+    assert!(
+        floors.windows(2).any(|w| w[0] != w[1]),
+        "jittered: {floors:?}"
+    );
     assert_eq!(GatewayStats::get(&r.stats.rejects_rate_limited), 3);
-    // The fourth strike in a row is a flood.
+    // The fourth strike in a row is a flood: its own reason, a jittered
+    // floor from the error window.
     r.feed(&heartbeat());
     let sent = r.sent();
-    assert!(disconnect(
-        DisconnectReason::PROTOCOL_ERROR,
-        "message flood"
-    )(&sent[0]));
+    assert!(disconnect(DisconnectReason::MESSAGE_FLOOD, "message flood")(&sent[0]));
+    match &sent[0] {
+        Sent::Disconnect { retry_ms, .. } => assert!((1_000..=5_000).contains(retry_ms)),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(GatewayStats::get(&r.stats.disconnects_flood), 1);
     assert!(r.s.is_closing());
 }

@@ -82,9 +82,10 @@ fn a_request_before_logon_is_refused_and_disconnects() {
     let mut r = Rig::new();
     assert_eq!(r.feed(&subscribe(5)), vec![Got::Handled, Got::Done]);
     let sent = r.sent();
+    // The request's id is echoed (§6 "Echo").
     assert_eq!(
         reject_of(&sent[0]),
-        (0, template::SUBSCRIBE, RejectReason::NOT_LOGGED_ON)
+        (5, template::SUBSCRIBE, RejectReason::NOT_LOGGED_ON)
     );
     assert!(disconnect(DisconnectReason::PROTOCOL_ERROR, "logon first")(
         &sent[1]
@@ -93,17 +94,49 @@ fn a_request_before_logon_is_refused_and_disconnects() {
 }
 
 #[test]
-fn a_heartbeat_before_logon_is_refused_like_any_other_message() {
-    // docs/protocol.md §4.1 lists Heartbeat beside Logon as allowed before
-    // logon; the server has always refused it (kept here as it is).
+fn a_heartbeat_before_logon_is_accepted_silently_and_proves_the_peer_alive() {
+    // §4.1: Heartbeat is allowed beside Logon while waiting to log on.
     let mut r = Rig::new();
-    r.feed(&heartbeat());
+    r.at_ms(4_000);
+    assert_eq!(r.feed(&heartbeat()), vec![Got::Handled, Got::Done]);
+    assert!(r.sent().is_empty());
+    assert!(!r.s.is_closing());
+    assert_eq!(r.feed(&logon(0)), vec![logon_event(0), Got::Done]);
+}
+
+#[test]
+fn a_provider_logon_on_the_subscriber_port_is_unexpected() {
+    let mut r = Rig::new();
+    let m = wire::ProviderLogon {
+        provider_id: 1,
+        token: b"t",
+    };
+    r.feed(&encode(|b| wire::encode_provider_logon(b, &m)));
     let sent = r.sent();
-    let t = template::HEARTBEAT;
-    assert_eq!(reject_of(&sent[0]), (0, t, RejectReason::NOT_LOGGED_ON));
-    assert!(disconnect(DisconnectReason::PROTOCOL_ERROR, "logon first")(
-        &sent[1]
-    ));
+    let want = (
+        0,
+        template::PROVIDER_LOGON,
+        RejectReason::UNEXPECTED_MESSAGE,
+    );
+    assert_eq!(reject_of(&sent[0]), want);
+    let text = "not a subscriber message";
+    assert!(disconnect(DisconnectReason::PROTOCOL_ERROR, text)(&sent[1]));
+}
+
+#[test]
+fn a_bad_body_before_logon_echoes_what_was_readable() {
+    let mut r = Rig::new();
+    let mut f = subscribe(12);
+    let n = f.len();
+    f.truncate(n - 4); // the group is cut short; the root block is whole
+    let len = (f.len() as u32).to_be_bytes();
+    f[..4].copy_from_slice(&len);
+    r.feed(&f);
+    let sent = r.sent();
+    let want = (12, template::SUBSCRIBE, RejectReason::MALFORMED);
+    assert_eq!(reject_of(&sent[0]), want);
+    let text = "bad message before logon";
+    assert!(disconnect(DisconnectReason::PROTOCOL_ERROR, text)(&sent[1]));
 }
 
 #[test]
@@ -114,14 +147,15 @@ fn a_bad_body_before_logon_disconnects() {
     f[13] = 0;
     r.feed(&f);
     let sent = r.sent();
-    let (_, _, reason) = reject_of(&sent[0]);
-    assert_eq!(reason, RejectReason::UNSUPPORTED_VERSION);
+    // The header named the template: it is echoed.
+    let want = (0, template::LOGON, RejectReason::UNSUPPORTED_VERSION);
+    assert_eq!(reject_of(&sent[0]), want);
     let text = "bad message before logon";
     assert!(disconnect(DisconnectReason::PROTOCOL_ERROR, text)(&sent[1]));
 }
 
 #[test]
-fn no_logon_in_time_is_an_idle_timeout() {
+fn no_logon_in_time_is_a_logon_timeout_with_a_jittered_floor() {
     let mut r = Rig::new();
     r.at_ms(5_000);
     assert_eq!(r.call(|s, ctx| s.on_timer(ctx)), Timer::Idle);
@@ -134,12 +168,12 @@ fn no_logon_in_time_is_an_idle_timeout() {
         Sent::Disconnect {
             reason, retry_ms, ..
         } => {
-            assert_eq!(*reason, DisconnectReason::IDLE_TIMEOUT);
+            assert_eq!(*reason, DisconnectReason::LOGON_TIMEOUT);
             assert!((1_000..=5_000).contains(retry_ms), "jittered: {retry_ms}");
         }
         other => panic!("{other:?}"),
     }
-    assert!(disconnect(DisconnectReason::IDLE_TIMEOUT, "no logon")(
+    assert!(disconnect(DisconnectReason::LOGON_TIMEOUT, "no logon")(
         &sent[0]
     ));
     assert_eq!(GatewayStats::get(&r.stats.disconnects_idle), 1);

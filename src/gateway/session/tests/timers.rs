@@ -82,7 +82,13 @@ fn a_connection_above_the_high_mark_too_long_is_a_slow_consumer() {
     r.out.write_to(&mut bytes).expect("vec write");
     let tail = &bytes[4_000..];
     let m = wire::decode(tail).expect("the Disconnect after the filler");
-    assert!(disconnect(DisconnectReason::SLOW_CONSUMER, "slow consumer")(&sent(m)));
+    let m = sent(m);
+    assert!(disconnect(DisconnectReason::SLOW_CONSUMER, "slow consumer")(&m));
+    // §4.2: a jittered floor from the error window.
+    match m {
+        Sent::Disconnect { retry_ms, .. } => assert!((1_000..=5_000).contains(&retry_ms)),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
