@@ -22,6 +22,7 @@ pub mod feed;
 pub mod gateway;
 pub mod model;
 pub mod ops;
+pub mod overload;
 pub mod pipeline;
 pub mod refdata;
 pub mod requests;

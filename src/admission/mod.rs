@@ -59,58 +59,10 @@ pub use bucket::{RetryWindow, TokenBucket};
 pub use ip_table::ip_key;
 
 use crate::config::ACCOUNT_SESSIONS_DEFAULT;
-use crate::requests::stats::{inc, set, OverloadStats};
+use crate::overload::stats::{inc, set};
+use crate::overload::OverloadStats;
+pub use crate::overload::Stage;
 use ip_table::IpTable;
-
-/// Which check refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Stage {
-    /// Listener-wide accept-rate bucket.
-    Accept = 0,
-    /// Too many concurrent connections from one address.
-    IpConnections = 1,
-    /// Too many connection attempts per second from one address.
-    IpRate = 2,
-    /// The IP table was full and the shared overflow bucket was empty.
-    IpOverflow = 3,
-    /// Logons per second.
-    Logon = 4,
-    /// First subscriptions per second.
-    FirstSubscribe = 5,
-    /// Symbol-list requests per second.
-    SymbolList = 6,
-    /// The account has its maximum of concurrent sessions (or is unknown).
-    AccountSessions = 7,
-}
-
-impl Stage {
-    pub const COUNT: usize = 8;
-    pub const ALL: [Stage; Stage::COUNT] = [
-        Stage::Accept,
-        Stage::IpConnections,
-        Stage::IpRate,
-        Stage::IpOverflow,
-        Stage::Logon,
-        Stage::FirstSubscribe,
-        Stage::SymbolList,
-        Stage::AccountSessions,
-    ];
-
-    /// Stable label for metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Accept => "accept",
-            Stage::IpConnections => "ip_connections",
-            Stage::IpRate => "ip_rate",
-            Stage::IpOverflow => "ip_overflow",
-            Stage::Logon => "logon",
-            Stage::FirstSubscribe => "first_subscribe",
-            Stage::SymbolList => "symbol_list",
-            Stage::AccountSessions => "account_sessions",
-        }
-    }
-}
 
 /// A refusal: where, and when the client may come back (jittered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,7 +25,6 @@ use crate::feed::fix::FixFeed;
 use crate::feed::synthetic::SyntheticConfig;
 use crate::ops::metrics::catalogue;
 use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
-use crate::ops::report::line;
 use crate::ops::shutdown::sleep_until;
 use crate::ops::{
     standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,
@@ -39,6 +38,7 @@ use crate::requests::service::RequestConfig;
 use crate::requests::QueueConfig;
 use crate::runtime::latency::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
+use crate::service::report::line;
 use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.

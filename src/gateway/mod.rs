@@ -53,9 +53,9 @@ use crate::config::Config;
 use crate::engine::PriceTable;
 use crate::engine::ShardInput;
 use crate::engine::TickHistory;
+use crate::overload::stats::OverloadStats;
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
-use crate::requests::stats::OverloadStats;
 use crate::runtime::latency::HistogramExchange;
 use crate::runtime::WaitStrategy;
 
@@ -278,7 +278,7 @@ impl Gateway {
     }
 
     /// [`Gateway::start`], with one latency-histogram exchange per shard
-    /// (see [`crate::ops::report::LatencyCollector`]).
+    /// (the service's periodic report collects them).
     pub fn start_with_latency(
         cfg: GatewayConfig,
         config: Arc<Config>,

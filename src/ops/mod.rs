@@ -73,7 +73,6 @@ pub mod config;
 pub mod health;
 pub mod http;
 pub mod metrics;
-pub mod report;
 pub mod shutdown;
 pub mod signals;
 pub mod stagger;

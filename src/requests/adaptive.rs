@@ -32,7 +32,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::requests::stats::{inc, set, OverloadStats};
+use crate::overload::stats::{inc, set, OverloadStats};
 
 /// An adaptive limit configuration problem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

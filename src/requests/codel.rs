@@ -17,7 +17,7 @@
 use hdrhistogram::Histogram;
 
 use crate::clock::NS_PER_US;
-use crate::requests::stats::{inc, set, OverloadStats};
+use crate::overload::stats::{inc, set, OverloadStats};
 
 /// Interval state and verdict.
 pub(crate) struct Codel {

@@ -5,13 +5,13 @@
 //!   detection, adaptive LIFO, shedding with jittered retry-after, a
 //!   critical lane and per-account fairness.
 //! - [`adaptive`]: the Gradient2-style [`AdaptiveLimit`] on in-flight work.
-//! - [`stats`]: [`OverloadStats`], every counter of the overload controls
-//!   (including [`crate::admission`]) in one struct of atomics.
+//! - counters: [`OverloadStats`] (in `overload/`, shared with admission),
+//!   every counter of the overload controls in one struct of atomics.
 //!
 //! Everything here is sans-IO: no clock reads (time is `now_ns`), no
 //! sockets, no threads, no allocation after construction. The gateway and
 //! worker threads own the instances and turn a [`Shed`] or a
-//! [`crate::admission::Reject`] into a reject frame.
+//! admission `Reject` into a reject frame.
 //!
 //! # How the threads use it
 //!
@@ -41,11 +41,10 @@ pub mod port;
 pub mod queue;
 mod rotation;
 pub mod service;
-pub mod stats;
 
+pub use crate::overload::{OverloadSnapshot, OverloadStats};
 pub use adaptive::{AdaptiveConfig, AdaptiveError, AdaptiveLimit};
 pub use queue::{
     Arrival, Dequeued, QueueConfig, RequestQueue, RequestsError, Shed, ShedReason,
     NO_DEADLINE_BUDGET_US,
 };
-pub use stats::{OverloadSnapshot, OverloadStats};

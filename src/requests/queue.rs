@@ -79,10 +79,12 @@ use rand::Rng;
 
 use crate::admission::{RetryWindow, TokenBucket};
 use crate::clock::{NS_PER_MS, NS_PER_US};
+use crate::overload::stats::{inc, set};
+use crate::overload::OverloadStats;
+pub use crate::overload::ShedReason;
 use crate::requests::codel::Codel;
 use crate::requests::heaviest::Heaviest;
 use crate::requests::rotation::Rotation;
-use crate::requests::stats::{inc, set, OverloadStats};
 use slab::{push_back, unlink, Chain, Links, List, Slot, EMPTY_LIST, UNLINKED};
 
 mod slab;
@@ -207,44 +209,6 @@ pub struct Arrival {
     /// The account is entitled to critical requests (from its config);
     /// without it the flag is ignored.
     pub critical_entitled: bool,
-}
-
-/// Why a request left the queue without being served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ShedReason {
-    /// Waited more than twice the target while the queue was overloaded.
-    Overloaded = 0,
-    /// Evicted from a full queue (oldest entry of the heaviest account).
-    QueueFull = 1,
-    /// The account exceeded its request rate; refused at push.
-    RateLimited = 2,
-    /// Its deadline passed before a worker could take it.
-    Expired = 3,
-    /// The account index is outside the table; refused at push.
-    BadAccount = 4,
-}
-
-impl ShedReason {
-    pub const COUNT: usize = 5;
-    pub const ALL: [ShedReason; ShedReason::COUNT] = [
-        ShedReason::Overloaded,
-        ShedReason::QueueFull,
-        ShedReason::RateLimited,
-        ShedReason::Expired,
-        ShedReason::BadAccount,
-    ];
-
-    /// Stable label for metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            ShedReason::Overloaded => "overloaded",
-            ShedReason::QueueFull => "queue_full",
-            ShedReason::RateLimited => "rate_limited",
-            ShedReason::Expired => "expired",
-            ShedReason::BadAccount => "bad_account",
-        }
-    }
 }
 
 /// A request removed or refused without service; the caller rejects it.

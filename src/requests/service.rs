@@ -33,7 +33,7 @@ use super::{AdaptiveConfig, AdaptiveLimit, Arrival, QueueConfig, RequestQueue, S
 use crate::clock::monotonic_ns;
 use crate::config::Config;
 use crate::engine::{PriceTable, TickHistory};
-use crate::requests::stats::OverloadStats;
+use crate::overload::stats::OverloadStats;
 use crate::runtime::counter::Counter;
 use crate::runtime::{Doorbell, WaitStrategy, Waiter};
 use crate::wire::{self, HistoryTick, Name16, PriceBody, RejectReason, SymbolInfo, TierInfo};

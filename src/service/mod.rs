@@ -4,6 +4,8 @@
 //! `pricewire serve`, the integration tests and the bench tool all start
 //! the service through [`Service::start`], so they run the same wiring.
 
+pub mod report;
+
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -13,14 +15,14 @@ use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use crate::feed::TickSource;
 use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
 use crate::ops::metrics::catalogue as m;
-use crate::ops::report::{LatencyCollector, Totals};
 use crate::ops::{OpsError, Registry};
+use crate::overload::stats::OverloadStats;
 use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestStats};
-use crate::requests::stats::OverloadStats;
 use crate::runtime::{Stage, Threading, WaitStrategy};
+use report::{LatencyCollector, Totals};
 
 /// What to start.
 pub struct ServiceConfig {

@@ -11,8 +11,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::admission::Stage;
-use crate::requests::queue::ShedReason;
+use super::reasons::{ShedReason, Stage};
 
 /// Counters (monotonic) and gauges (last value) of the overload controls.
 /// Units are in the names; every field is documented in `docs/overload.md`.
