@@ -276,6 +276,16 @@ impl Service {
     }
 
     fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
+        if let Some(i) = &self.ingest {
+            for why in ingest::quotes::Refusal::ALL {
+                let s = i.stats.clone();
+                r.register_counter_fn(
+                    m::DROPS,
+                    &[("reason", &format!("{}_quote_ingest", why.name()))],
+                    move || s.refused(why).load(std::sync::atomic::Ordering::Relaxed),
+                )?;
+            }
+        }
         let h = &self.pipeline.handles;
         for (name, f) in &h.feeds {
             let (a, b, c) = (f.clone(), f.clone(), f.clone());

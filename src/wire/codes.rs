@@ -138,6 +138,8 @@ open_enum! {
         INTERNAL = 17 => "internal",
         /// The message is valid but not allowed in this direction or role.
         UNEXPECTED_MESSAGE = 18 => "unexpected_message",
+        /// A provider quote entry has no price on a side (i64::MIN), is crossed (bid above ask) or is out of range; the entry was not used.
+        INVALID_QUOTE = 19 => "invalid_quote",
     }
 }
 

@@ -8,10 +8,11 @@ use std::time::Duration;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
 
-use super::frames::{encode_reject, handle};
+use super::frames::{handle, push_disconnect, push_reject, reply, Ctx, Peer, Readable};
+use super::keepalive::{Due, Keepalive, CHECK_EVERY_NS};
 use super::{Bridge, Ingest, IN_BYTES, LISTENER, OUT_BYTES, READ_ROOM, WAKER};
 use crate::runtime::WaitStrategy;
-use crate::wire;
+use crate::wire::{self, DisconnectReason};
 
 /// Readiness events taken per poll.
 const EVENTS_CAPACITY: usize = 256;
@@ -21,7 +22,7 @@ impl Ingest {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let timeout = match self.cfg.wait {
             WaitStrategy::Spin => Duration::ZERO,
-            _ => Duration::from_millis(100),
+            _ => Duration::from_nanos(CHECK_EVERY_NS),
         };
         let Some(mut poll) = self.poll.take() else {
             return;
@@ -33,7 +34,55 @@ impl Ingest {
             for e in events.iter() {
                 self.on_token(e.token().0, e.is_read_closed() || e.is_error());
             }
+            self.check_timers();
         }
+    }
+
+    /// When the bridges' timers are next due, if any bridge is connected.
+    pub(super) fn next_timer_ns(&self) -> Option<u64> {
+        self.bridges
+            .iter()
+            .any(Option::is_some)
+            .then_some(self.next_check_ns)
+    }
+
+    /// Every [`CHECK_EVERY_NS`]: heartbeats bridges the listener sent
+    /// nothing to for an interval, drops those silent for
+    /// [`IDLE_INTERVALS`](super::keepalive::IDLE_INTERVALS). Returns the
+    /// bridges acted on.
+    pub(super) fn check_timers(&mut self) -> usize {
+        let now = self.clock.now_ns();
+        if now < self.next_check_ns {
+            return 0;
+        }
+        self.next_check_ns = now + CHECK_EVERY_NS;
+        let mut n = 0;
+        for i in 0..self.bridges.len() {
+            let Some(b) = self.bridges[i].as_mut() else {
+                continue;
+            };
+            if b.closing {
+                continue;
+            }
+            match b.keep.due(now) {
+                Due::Nothing => continue,
+                Due::Heartbeat => reply(&mut b.out, wire::encode_heartbeat),
+                Due::Drop => {
+                    let text = if b.provider.is_some() {
+                        "idle"
+                    } else {
+                        "no ProviderLogon"
+                    };
+                    push_disconnect(&mut b.out, DisconnectReason::IDLE_TIMEOUT, text);
+                    b.closing = true;
+                    self.stats.idle_disconnects.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            b.keep.sent(now);
+            n += 1;
+            self.flush(i);
+        }
+        n
     }
 
     /// Reads the bridges held back by a full ring, once it has room.
@@ -94,6 +143,7 @@ impl Ingest {
             in_len: 0,
             out: Vec::with_capacity(OUT_BYTES),
             closing: false,
+            keep: Keepalive::new(self.clock.now_ns()),
             active: false,
         });
     }
@@ -125,6 +175,7 @@ impl Ingest {
                 Ok(n) => {
                     b.in_len += n;
                     b.active = true;
+                    b.keep.received(self.clock.now_ns());
                     n < asked
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -157,16 +208,21 @@ impl Ingest {
                 Ok(Some(len)) => {
                     let frame = &b.inbuf[off..off + len];
                     off += len;
-                    let close = handle(
-                        frame,
-                        &mut b.provider,
-                        &self.table,
-                        &self.cfg,
-                        &mut self.port,
-                        &mut self.batch,
-                        &self.stats,
-                        &mut b.out,
-                    );
+                    let peer = Peer {
+                        provider: &mut b.provider,
+                        keep: &mut b.keep,
+                        out: &mut b.out,
+                    };
+                    let mut cx = Ctx {
+                        table: &self.table,
+                        cfg: &self.cfg,
+                        port: &mut self.port,
+                        batch: &mut self.batch,
+                        stats: &self.stats,
+                        held: &mut self.held_providers,
+                        now_ns: self.clock.now_ns(),
+                    };
+                    let close = handle(frame, peer, &mut cx);
                     // A bridge that never reads its replies (or an
                     // unauthenticated flood) cannot grow our buffer.
                     if close || b.out.len() > OUT_BYTES {
@@ -174,10 +230,10 @@ impl Ingest {
                     }
                 }
                 Err(e) => {
-                    let mut buf = [0u8; 128];
-                    if let Ok(n) = encode_reject(&mut buf, e.reason(), "bad framing") {
-                        b.out.extend_from_slice(&buf[..n]);
-                    }
+                    // The framing is lost: nothing more of the frame is readable.
+                    push_reject(&mut b.out, Readable::default(), e.reason(), "bad framing");
+                    let text = "bad framing";
+                    push_disconnect(&mut b.out, DisconnectReason::PROTOCOL_ERROR, text);
                     self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
                     b.closing = true;
                     b.in_len = 0;
@@ -201,6 +257,7 @@ impl Ingest {
                 Ok(0) => break,
                 Ok(n) => {
                     b.out.drain(..n);
+                    b.keep.sent(self.clock.now_ns());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => return self.close(i),
@@ -217,6 +274,12 @@ impl Ingest {
     fn close(&mut self, i: usize) {
         if let Some(mut b) = self.bridges[i].take() {
             let _ = self.registry.deregister(&mut b.stream);
+            if let Some(held) = b
+                .provider
+                .and_then(|p| self.held_providers.get_mut(usize::from(p)))
+            {
+                *held = false;
+            }
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
         }
     }

@@ -43,10 +43,18 @@ impl HostedTask for HostedIngest {
     }
 
     fn turn(&mut self, _now_ns: u64) -> usize {
-        if self.finished() || self.ingest.held.is_empty() {
+        if self.finished() {
             return 0;
         }
-        self.ingest.resume_held()
+        let timers = self.ingest.check_timers();
+        if self.ingest.held.is_empty() {
+            return timers;
+        }
+        timers + self.ingest.resume_held()
+    }
+
+    fn next_timer_ns(&self) -> Option<u64> {
+        self.ingest.next_timer_ns()
     }
 
     fn between(&mut self, _now_ns: u64) -> usize {

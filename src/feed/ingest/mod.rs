@@ -14,6 +14,8 @@
 mod conn;
 mod frames;
 mod hosted;
+pub mod keepalive;
+pub mod quotes;
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,6 +27,7 @@ use std::thread::JoinHandle;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Poll, Registry, Token, Waker};
 
+use crate::clock::{Clock, MonotonicClock};
 use crate::model::{InstrumentTable, Tick};
 use crate::runtime::hosting::{drop_signal, Dropped, HOSTED_STOP_TIMEOUT};
 use crate::runtime::{Doorbell, FeedPort, HostedTask, WaitStrategy};
@@ -52,6 +55,27 @@ pub struct IngestStats {
     pub logons_rejected: AtomicU64,
     pub quotes: AtomicU64,
     pub frames_rejected: AtomicU64,
+    /// ProviderLogons refused because another session holds the provider id.
+    pub logons_duplicate: AtomicU64,
+    /// Quote entries refused, by [`quotes::Refusal`].
+    pub quotes_one_sided: AtomicU64,
+    pub quotes_crossed: AtomicU64,
+    pub quotes_out_of_range: AtomicU64,
+    /// Batches with refused entries not answered (the per-second Reject limit).
+    pub quote_rejects_unsent: AtomicU64,
+    /// Bridges dropped with `Disconnect(idle_timeout)`.
+    pub idle_disconnects: AtomicU64,
+}
+
+impl IngestStats {
+    /// The counter of one kind of refused quote entry.
+    pub fn refused(&self, why: quotes::Refusal) -> &AtomicU64 {
+        match why {
+            quotes::Refusal::OneSided => &self.quotes_one_sided,
+            quotes::Refusal::Crossed => &self.quotes_crossed,
+            quotes::Refusal::OutOfRange => &self.quotes_out_of_range,
+        }
+    }
 }
 
 /// Settings of the ingest listener.
@@ -74,6 +98,8 @@ struct Bridge {
     in_len: usize,
     out: Vec<u8>,
     closing: bool,
+    /// Heartbeat, dead-peer and Reject-limit timers.
+    keep: keepalive::Keepalive,
     /// The last read returned data: [`HostedTask::between`] reads this
     /// bridge again without waiting for the poller (idle bridges cost
     /// nothing there).
@@ -195,6 +221,7 @@ fn bind(
     let registry = poll.registry().try_clone()?;
     let stats = Arc::new(IngestStats::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let held_providers = vec![false; table.providers().len()];
     let ingest = Ingest {
         cfg,
         table,
@@ -207,6 +234,9 @@ fn bind(
         stats: stats.clone(),
         stop: stop.clone(),
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
+        held_providers,
+        clock: Arc::new(MonotonicClock),
+        next_check_ns: 0,
         hold_when_full: false,
         held: VecDeque::with_capacity(BRIDGES_MAX),
     };
@@ -237,6 +267,12 @@ struct Ingest {
     stats: Arc<IngestStats>,
     stop: Arc<AtomicBool>,
     batch: Vec<Tick>,
+    /// Provider ids held by a logged-on bridge, indexed by id.
+    held_providers: Vec<bool>,
+    /// Time of every timer decision.
+    clock: Arc<dyn Clock>,
+    /// When the bridges' timers are next checked.
+    next_check_ns: u64,
     /// Hosted on the engine's thread: instead of waiting for ring room
     /// (which only this thread can make), stop reading a bridge while the
     /// ring could not take a full read buffer of quotes. The bridge's

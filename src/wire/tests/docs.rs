@@ -184,6 +184,18 @@ pub(crate) fn examples() -> Vec<(&'static str, Vec<u8>)> {
             frame(|b| encode_disconnect_reason(b, DisconnectReason::SHUTDOWN, 4_200, "restart")),
         ),
         (
+            "provider_logon",
+            frame(|b| {
+                encode_provider_logon(
+                    b,
+                    &ProviderLogon {
+                        provider_id: 2,
+                        token: b"demo-feed",
+                    },
+                )
+            }),
+        ),
+        (
             "provider_quote",
             frame(|b| {
                 encode_provider_quote(
