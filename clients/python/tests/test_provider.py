@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,7 +26,7 @@ from pricewire_client import (
 from pricewire_client.codec import raw_frame
 
 from conftest import FEED_TOKEN
-from helpers import logged_on, next_named, until_closed
+from helpers import logged_on, next_named, release, until_closed
 from server import Server
 
 pytestmark = pytest.mark.usefixtures("alongside")
@@ -33,9 +34,22 @@ pytestmark = pytest.mark.usefixtures("alongside")
 EURGBP, GBPJPY, EURCHF, AUDJPY, USDSGD, USDMXN, XAGUSD = 7, 9, 10, 11, 12, 13, 15
 
 
+_opened: list[ProviderSession] = []
+
+
 def feed(srv: Server) -> ProviderSession:
-    """A provider connection, not logged on."""
-    return ProviderSession("127.0.0.1", srv.feed_port)
+    """A provider connection, not logged on; logged out after the test."""
+    prov = ProviderSession("127.0.0.1", srv.feed_port)
+    _opened.append(prov)
+    return prov
+
+
+@pytest.fixture(autouse=True)
+def _release_provider_ids() -> Iterator[None]:
+    """One session per provider id (§7): free every id a test held before the next one."""
+    yield
+    while _opened:
+        release(_opened.pop())
 
 
 def subscribed(srv: Server, symbol: int, tier: int = 0) -> Session:
