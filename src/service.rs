@@ -13,7 +13,7 @@ use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use crate::feed::TickSource;
 use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
 use crate::ops::metrics::catalogue as m;
-use crate::ops::report::{LatencyCollector, Totals};
+use crate::ops::report::LatencyCollector;
 use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
@@ -197,14 +197,6 @@ impl Service {
     }
 
     /// Counters for the periodic report.
-    pub fn totals(&self) -> Totals {
-        let out: u64 = self
-            .gateway
-            .as_ref()
-            .map_or(0, |g| g.shard_stats.iter().map(|s| s.prices_in.get()).sum());
-        Totals::read(&self.pipeline.handles, &self.sink_stats, out)
-    }
-
     /// Stops accepting subscribers and bridges; live sessions go on.
     pub fn stop_accepting(&mut self) {
         if let Some(g) = self.gateway.as_mut() {
