@@ -154,7 +154,7 @@ open_enum! {
         RATE_LIMITED = 3 => "rate_limited",
         /// The server is shutting down.
         SHUTTING_DOWN = 4 => "shutting_down",
-        /// The account already has its maximum number of sessions.
+        /// The account already has its maximum number of sessions; on the ingest listener, another session holds this providerId.
         SESSION_LIMIT = 5 => "session_limit",
         /// The account is disabled or has no market-data entitlement.
         NOT_ENTITLED = 6 => "not_entitled",
