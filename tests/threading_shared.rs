@@ -17,8 +17,10 @@ use pricewire::feed::bridge::Bridge;
 use pricewire::feed::synthetic::SyntheticConfig;
 use pricewire::gateway::GatewayStats;
 use pricewire::model::{price_flags, Tick};
+use pricewire::ops::Registry;
 use pricewire::pipeline::PipelineConfig;
 use pricewire::runtime::{CpuMap, Threading, WaitStrategy};
+use pricewire::service::report::Totals;
 use pricewire::service::{Service, ServiceConfig};
 
 const CONFIG: &str = r#"
@@ -178,9 +180,11 @@ fn headless_shared_threading_turns_the_engine_in_the_sink() {
     });
     cfg.pipeline = shared_pipeline(2);
     let svc = Service::start(cfg).unwrap();
+    let registry = Registry::new();
+    svc.register_metrics(&registry).unwrap();
     assert!(!thread_names().iter().any(|n| n == "pw-engine"));
     assert!(server::wait_until(Duration::from_secs(10), || {
-        let t = svc.totals();
+        let t = Totals::read(&registry.series());
         svc.sink_stats.iter().all(|s| s.prices.get() > 1_000) && t.ticks_in > 1_000
     }));
     for s in &svc.sink_stats {

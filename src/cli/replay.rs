@@ -164,6 +164,11 @@ fn print_summary(
     }
 }
 
+/// Keeps every bridge alive through a pause in the replayed ticks.
+fn keepalive(bridges: &mut [Option<Bridge>]) -> std::io::Result<()> {
+    bridges.iter_mut().flatten().try_for_each(Bridge::keepalive)
+}
+
 fn to_server(mut source: ReplaySource, addr: std::net::SocketAddr, token: &str) -> i32 {
     let mut bridges: Vec<Option<Bridge>> = Vec::new();
     let mut batch = vec![Tick::EMPTY; 512];
@@ -191,8 +196,18 @@ fn to_server(mut source: ReplaySource, addr: std::net::SocketAddr, token: &str) 
                     }
                 }
                 sent += n as u64;
+                if let Err(e) = keepalive(&mut bridges) {
+                    eprintln!("error: sending to {addr}: {e}");
+                    return 1;
+                }
             }
-            SourcePoll::Idle => std::thread::yield_now(),
+            SourcePoll::Idle => {
+                if let Err(e) = keepalive(&mut bridges) {
+                    eprintln!("error: sending to {addr}: {e}");
+                    return 1;
+                }
+                std::thread::yield_now()
+            }
             SourcePoll::Done => break,
         }
     }

@@ -38,7 +38,7 @@ use crate::requests::service::RequestConfig;
 use crate::requests::QueueConfig;
 use crate::runtime::latency::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
-use crate::service::report::line;
+use crate::service::report::{line, Totals};
 use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.
@@ -443,7 +443,7 @@ pub fn run(args: ServeArgs) -> i32 {
     health.set_serving();
     tracing::info!(ops = %ops_server.local_addr(), "serving");
     let service = Arc::new(Mutex::new(Some(service)));
-    report_loop(&args, &service, &health, &latency, &begin_rx);
+    report_loop(&args, &service, &registry, &health, &latency, &begin_rx);
     let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
     if let Some(s) = service.lock().expect("service lock").take() {
         s.stop();
@@ -660,6 +660,7 @@ fn stagger(args: &ServeArgs, plan: &Plan, clock: &dyn Clock, begin: &Receiver<()
 fn report_loop(
     args: &ServeArgs,
     service: &Mutex<Option<Service>>,
+    registry: &Registry,
     health: &Health,
     latency: &SharedHistogram,
     begin: &Receiver<()>,
@@ -668,7 +669,7 @@ fn report_loop(
     let interval = Duration::from_millis(args.report_interval_ms);
     let mut guard = service.lock().expect("service lock");
     let Some(svc) = guard.as_mut() else { return };
-    let mut prev = svc.totals();
+    let mut prev = Totals::read(&registry.series());
     let mut last = Instant::now();
     let mut hist = latency_histogram();
     svc.latency.request();
@@ -690,7 +691,7 @@ fn report_loop(
             continue;
         }
         svc.latency.collect(&mut hist, Duration::from_millis(100));
-        let now = svc.totals();
+        let now = Totals::read(&registry.series());
         println!("{}", line(&prev, &now, &hist, last.elapsed().as_secs_f64()));
         let _ = latency.try_merge_from(&mut hist);
         hist.reset();

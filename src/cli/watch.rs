@@ -1,10 +1,13 @@
 //! `pricewire watch EURUSD GBPUSD ...`: a live terminal view of prices,
 //! built on the client SDK.
 //!
-//! One row per symbol — bid, ask, spread in points, age of the last update
-//! and updates per second — redrawn a few times a second with plain ANSI
-//! escapes (no TUI library). `--once` prints one plain table as soon as
-//! every symbol has a price, for scripts and tests. The SDK reconnects on
+//! One row per symbol — bid, ask, spread in points, age of the last update,
+//! updates per second and the price flags (`stale`, `single_provider`,
+//! `indicative` of the last update; `conflated` if any update since the
+//! last redraw was) — redrawn a few times a second with plain ANSI escapes
+//! (no TUI library). The rate is shown once a whole second was measured,
+//! `-` before. `--once` prints one plain table as soon as every symbol has
+//! a price, for scripts and tests. The SDK reconnects on
 //! its own; the status line says so. An unreachable server or a refused
 //! logon ends the command with a clear message and exit code 1.
 
@@ -16,6 +19,8 @@ use clap::Args;
 
 use crate::client::{Client, ClientConfig, ClientError, Event};
 use crate::model::price::{FixedPrice, NO_PRICE};
+use crate::model::price_flags;
+use crate::wire::codes::PRICE_FLAG_NAMES;
 use crate::wire::{SubscribeStatus, TIER_ACCOUNT_DEFAULT};
 
 /// Exit code when the server is unreachable, refuses us or a symbol.
@@ -102,10 +107,14 @@ struct Row {
     bid: i64,
     ask: i64,
     last_update: Option<Instant>,
-    /// Updates since `window_start`, and the rate of the last window.
+    /// PriceFlags of the last update, with `conflated` kept until the next
+    /// redraw if any update since the last one carried it.
+    flags: u8,
+    /// Updates since `window_start`, and the rate of the last whole window
+    /// (None until one second was measured).
     window_count: u32,
     window_start: Instant,
-    rate_per_s: f64,
+    rate_per_s: Option<f64>,
 }
 
 impl Row {
@@ -118,9 +127,10 @@ impl Row {
             bid: NO_PRICE,
             ask: NO_PRICE,
             last_update: None,
+            flags: 0,
             window_count: 0,
             window_start: now,
-            rate_per_s: 0.0,
+            rate_per_s: None,
         }
     }
 
@@ -132,23 +142,40 @@ impl Row {
     fn roll_rate(&mut self, now: Instant) {
         let elapsed = now.duration_since(self.window_start);
         if elapsed >= Duration::from_secs(1) {
-            self.rate_per_s = f64::from(self.window_count) / elapsed.as_secs_f64();
+            self.rate_per_s = Some(f64::from(self.window_count) / elapsed.as_secs_f64());
             self.window_count = 0;
             self.window_start = now;
         }
     }
 
-    /// The last full window's rate, or the running one before the first
-    /// window closes.
-    fn display_rate(&self, now: Instant) -> f64 {
-        if self.rate_per_s > 0.0 {
-            return self.rate_per_s;
-        }
-        let elapsed = now.duration_since(self.window_start).as_secs_f64();
-        if elapsed > 0.0 {
-            f64::from(self.window_count) / elapsed
+    /// The last whole window's rate; `-` before one second was measured
+    /// (a rate over the first microseconds says nothing).
+    fn rate_text(&self) -> String {
+        self.rate_per_s
+            .map_or_else(|| "-".into(), |r| format!("{r:.0}"))
+    }
+
+    /// Takes one update.
+    fn update(&mut self, bid: i64, ask: i64, digits: u8, flags: u8, now: Instant) {
+        self.bid = bid;
+        self.ask = ask;
+        self.digits = digits;
+        self.flags = flags | (self.flags & price_flags::CONFLATED);
+        self.last_update = Some(now);
+        self.window_count += 1;
+    }
+
+    /// The flags' names, comma-separated; `-` for none.
+    fn flags_text(&self) -> String {
+        let names: Vec<&str> = PRICE_FLAG_NAMES
+            .iter()
+            .filter(|(bit, _)| self.flags & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        if names.is_empty() {
+            "-".into()
         } else {
-            0.0
+            names.join(",")
         }
     }
 }
@@ -256,11 +283,8 @@ fn apply(rows: &mut [Row], ev: Event, status: &mut String) {
                 .iter_mut()
                 .find(|r| r.symbol_id == Some(p.body.symbol_id))
             {
-                row.bid = p.body.bid;
-                row.ask = p.body.ask;
-                row.digits = p.body.digits;
-                row.last_update = Some(now);
-                row.window_count += 1;
+                let b = &p.body;
+                row.update(b.bid, b.ask, b.digits, b.flags, now);
             }
         }
         Event::LoggedOn(info) => *status = format!("connected (reconnect {})", info.reconnects),
@@ -290,12 +314,14 @@ fn draw(
     }
     writeln!(
         out,
-        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}",
+        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}  FLAGS",
         "SYMBOL", "BID", "ASK", "SPREAD", "AGE_MS", "UPD/S"
     )?;
     for row in rows.iter_mut() {
         row.roll_rate(now);
         write_row(out, row, now)?;
+        // `conflated` is shown for the updates since the last redraw.
+        row.flags &= !price_flags::CONFLATED;
     }
     if let Some(s) = status {
         writeln!(out, "\n{s}")?;
@@ -314,12 +340,56 @@ fn write_row(out: &mut dyn Write, r: &Row, now: Instant) -> std::io::Result<()> 
     };
     writeln!(
         out,
-        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9.0}",
+        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}  {}",
         r.name,
         FixedPrice(r.bid, r.digits).to_string(),
         FixedPrice(r.ask, r.digits).to_string(),
         spread,
         now.duration_since(at).as_millis(),
-        r.display_rate(now)
+        r.rate_text(),
+        r.flags_text()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(rows: &mut [Row], now: Instant) -> String {
+        let mut out = Vec::new();
+        draw(&mut out, rows, now, None).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_rate_is_shown_once_a_whole_second_was_measured() {
+        let t0 = Instant::now();
+        let mut rows = [Row::new("EURUSD", t0)];
+        rows[0].update(108_121, 108_127, 5, 0, t0 + Duration::from_micros(3));
+        // --once draws right after the first update: no rate yet, not 1/3µs.
+        let first = table(&mut rows, t0 + Duration::from_micros(4));
+        assert!(first.lines().nth(1).unwrap().contains(" - "), "{first}");
+        for i in 0..49 {
+            rows[0].update(108_121, 108_127, 5, 0, t0 + Duration::from_millis(20 * i));
+        }
+        let later = table(&mut rows, t0 + Duration::from_secs(1));
+        let cols: Vec<&str> = later.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(cols[5], "50", "{later}");
+    }
+
+    #[test]
+    fn flags_are_named_and_conflated_lasts_until_the_next_redraw() {
+        let t0 = Instant::now();
+        let mut rows = [Row::new("EURUSD", t0)];
+        let f = price_flags::STALE | price_flags::SINGLE_PROVIDER | price_flags::INDICATIVE;
+        rows[0].update(1, 2, 5, price_flags::CONFLATED, t0);
+        rows[0].update(1, 2, 5, f, t0);
+        let first = table(&mut rows, t0);
+        let want = "conflated,stale,single_provider,indicative";
+        assert!(first.lines().nth(1).unwrap().ends_with(want), "{first}");
+        rows[0].update(1, 2, 5, 0, t0);
+        let next = table(&mut rows, t0);
+        assert!(next.lines().nth(1).unwrap().ends_with("  -"), "{next}");
+        assert!(next.lines().next().unwrap().ends_with("FLAGS"));
+    }
 }

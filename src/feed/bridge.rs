@@ -2,12 +2,15 @@
 //! pushes quote batches. Used by `replay --to`, the bench tool and tests.
 //!
 //! Blocking std TCP with timeouts; the encode buffer is allocated once per
-//! bridge, so sending a batch allocates nothing.
+//! bridge, so sending a batch allocates nothing. The server drops a bridge
+//! that sends nothing for 3 heartbeat intervals: a caller that may pause
+//! calls [`Bridge::keepalive`] while it waits.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::clock::monotonic_ns;
 use crate::model::Tick;
 use crate::wire::{self, Message, QuoteEntry};
 
@@ -20,6 +23,10 @@ pub struct Bridge {
     stream: TcpStream,
     buf: Vec<u8>,
     pub provider: u16,
+    /// The server's heartbeat interval (LogonAccepted), in nanoseconds.
+    heartbeat_ns: u64,
+    /// When this bridge last sent a frame ([`monotonic_ns`]).
+    last_sent_ns: u64,
 }
 
 impl Bridge {
@@ -43,10 +50,12 @@ impl Bridge {
         stream.write_all(&buf[..n])?;
         let reply = read_frame(&mut stream, &mut buf)?;
         match wire::decode(&buf[..reply]) {
-            Ok(Message::LogonAccepted(_)) => Ok(Bridge {
+            Ok(Message::LogonAccepted(a)) => Ok(Bridge {
                 stream,
                 buf,
                 provider,
+                heartbeat_ns: u64::from(a.heartbeat_interval_ms.max(1)) * 1_000_000,
+                last_sent_ns: monotonic_ns(),
             }),
             Ok(Message::LogonRejected(r)) => Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -75,7 +84,37 @@ impl Bridge {
             let n = wire::encode_provider_quote(&mut self.buf, quotes).map_err(io::Error::other)?;
             self.stream.write_all(&self.buf[..n])?;
         }
+        self.last_sent_ns = monotonic_ns();
         Ok(())
+    }
+
+    /// Sends a Heartbeat when nothing was sent for half the server's
+    /// interval, and discards what the server sent meanwhile (its own
+    /// heartbeats; replies to quotes), so neither side's buffers fill.
+    pub fn keepalive(&mut self) -> io::Result<()> {
+        if monotonic_ns().saturating_sub(self.last_sent_ns) < self.heartbeat_ns / 2 {
+            return Ok(());
+        }
+        self.discard_input()?;
+        let n = wire::encode_heartbeat(&mut self.buf).map_err(io::Error::other)?;
+        self.stream.write_all(&self.buf[..n])?;
+        self.last_sent_ns = monotonic_ns();
+        Ok(())
+    }
+
+    fn discard_input(&mut self) -> io::Result<()> {
+        self.stream.set_nonblocking(true)?;
+        let read = loop {
+            match self.stream.read(&mut self.buf) {
+                Ok(0) => break Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.stream.set_nonblocking(false)?;
+        read
     }
 
     /// Logs out and closes.

@@ -56,8 +56,10 @@ impl Default for OpsServerConfig {
     }
 }
 
-const PATHS: [&str; 5] = ["/livez", "/readyz", "/startupz", "/metrics", "other"];
-const CODES: [u16; 6] = [200, 400, 404, 405, 431, 503];
+/// Paths the ops listener counts answers for (`path` label of `pricewire_ops_http_requests_total`).
+pub const PATHS: [&str; 5] = ["/livez", "/readyz", "/startupz", "/metrics", "other"];
+/// Status codes it answers with (`code` label).
+pub const CODES: [u16; 6] = [200, 400, 404, 405, 431, 503];
 
 /// Counters of the ops listener itself.
 #[derive(Debug, Default)]

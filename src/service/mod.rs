@@ -22,7 +22,7 @@ use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestStats};
 use crate::runtime::{Stage, Threading, WaitStrategy};
-use report::{LatencyCollector, Totals};
+use report::LatencyCollector;
 
 /// What to start.
 pub struct ServiceConfig {
@@ -199,14 +199,6 @@ impl Service {
     }
 
     /// Counters for the periodic report.
-    pub fn totals(&self) -> Totals {
-        let out: u64 = self
-            .gateway
-            .as_ref()
-            .map_or(0, |g| g.shard_stats.iter().map(|s| s.prices_in.get()).sum());
-        Totals::read(&self.pipeline.handles, &self.sink_stats, out)
-    }
-
     /// Stops accepting subscribers and bridges; live sessions go on.
     pub fn stop_accepting(&mut self) {
         if let Some(g) = self.gateway.as_mut() {
@@ -267,6 +259,16 @@ impl Service {
     }
 
     fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
+        if let Some(i) = &self.ingest {
+            for why in ingest::quotes::Refusal::ALL {
+                let s = i.stats.clone();
+                r.register_counter_fn(
+                    m::DROPS,
+                    &[("reason", &format!("{}_quote_ingest", why.name()))],
+                    move || s.refused(why).load(std::sync::atomic::Ordering::Relaxed),
+                )?;
+            }
+        }
         let h = &self.pipeline.handles;
         for (name, f) in &h.feeds {
             let (a, b, c) = (f.clone(), f.clone(), f.clone());

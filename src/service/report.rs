@@ -7,33 +7,55 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
 
-use crate::pipeline::sink::SinkStats;
-use crate::pipeline::PipelineHandles;
+use crate::ops::metrics::catalogue as m;
+use crate::ops::metrics::{sum_of, Series};
 use crate::runtime::latency::{latency_histogram, HistogramExchange};
-use std::sync::Arc;
 
-/// Totals the reporter diffs between lines.
+/// Totals the reporter diffs between lines, read from the metrics
+/// registry ([`Registry::series`]) so the line and `/metrics` always agree:
+/// each is the sum of one family's series (drops split by reason).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Totals {
+    /// `pricewire_ticks_received_total`.
     pub ticks_in: u64,
-    pub prices_out: u64,
+    /// `pricewire_prices_published_total`.
+    pub published: u64,
+    /// `pricewire_price_updates_sent_total` (0 without a gateway).
+    pub updates_sent: u64,
+    /// `pricewire_conflations_total`, every reason.
     pub conflated: u64,
+    /// `pricewire_drops_total{reason="spike_rejected"}`.
     pub spikes: u64,
-    pub dropped: u64,
-    pub invalid: u64,
+    /// `pricewire_drops_total{reason="stale_republish"}`.
     pub stale: u64,
+    /// `pricewire_drops_total{reason="invalid_tick"}`.
+    pub invalid: u64,
+    /// `pricewire_drops_total`, every other reason (full rings, refused
+    /// provider quotes, answers without room).
+    pub dropped: u64,
+    /// `pricewire_sheds_total`, every reason.
+    pub shed: u64,
 }
 
 impl Totals {
-    pub fn read(h: &PipelineHandles, sinks: &[Arc<SinkStats>], prices_out_extra: u64) -> Totals {
+    pub fn read(series: &[Series]) -> Totals {
+        let all = |family: &str| sum_of(series, family, |_| true) as u64;
+        let drop = |reason: &str| sum_of(series, m::DROPS, |s| s.label("reason") == reason) as u64;
+        let (spikes, stale, invalid) = (
+            drop("spike_rejected"),
+            drop("stale_republish"),
+            drop("invalid_tick"),
+        );
         Totals {
-            ticks_in: h.engine.ticks.get(),
-            prices_out: sinks.iter().map(|s| s.prices.get()).sum::<u64>() + prices_out_extra,
-            conflated: h.fanout.iter().map(|f| f.conflated.get()).sum(),
-            spikes: h.engine.spikes_rejected.get(),
-            dropped: h.feeds.iter().map(|(_, f)| f.dropped.get()).sum(),
-            invalid: h.engine.invalid.get(),
-            stale: h.engine.stale.get(),
+            ticks_in: all(m::TICKS_RECEIVED),
+            published: all(m::PRICES_PUBLISHED),
+            updates_sent: all(m::PRICE_UPDATES_SENT),
+            conflated: all(m::CONFLATIONS),
+            spikes,
+            stale,
+            invalid,
+            dropped: all(m::DROPS).saturating_sub(spikes + stale + invalid),
+            shed: all(m::SHEDS),
         }
     }
 }
@@ -102,12 +124,13 @@ fn us(ns: u64) -> String {
 /// Formats one report line from two totals and the interval histogram.
 pub fn line(prev: &Totals, now: &Totals, hist: &Histogram<u64>, secs: f64) -> String {
     let rate = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / secs.max(1e-9);
-    let mut s = String::with_capacity(200);
+    let mut s = String::with_capacity(240);
     let _ = write!(
         s,
-        "ticks/s in {:.0} | prices/s out {:.0} | ",
+        "ticks/s in {:.0} | prices/s published {:.0} | updates/s sent {:.0} | ",
         rate(prev.ticks_in, now.ticks_in),
-        rate(prev.prices_out, now.prices_out)
+        rate(prev.published, now.published),
+        rate(prev.updates_sent, now.updates_sent)
     );
     if hist.is_empty() {
         s.push_str("latency - | ");
@@ -121,14 +144,16 @@ pub fn line(prev: &Totals, now: &Totals, hist: &Histogram<u64>, secs: f64) -> St
             us(hist.max())
         );
     }
+    let d = |a: u64, b: u64| b.saturating_sub(a);
     let _ = write!(
         s,
-        "conflated {} | spikes {} | dropped {} | invalid {} | stale {}",
-        now.conflated - prev.conflated,
-        now.spikes - prev.spikes,
-        now.dropped - prev.dropped,
-        now.invalid - prev.invalid,
-        now.stale - prev.stale
+        "conflated {} | spikes {} | stale {} | invalid {} | dropped {} | shed {}",
+        d(prev.conflated, now.conflated),
+        d(prev.spikes, now.spikes),
+        d(prev.stale, now.stale),
+        d(prev.invalid, now.invalid),
+        d(prev.dropped, now.dropped),
+        d(prev.shed, now.shed)
     );
     s
 }
@@ -136,13 +161,46 @@ pub fn line(prev: &Totals, now: &Totals, hist: &Histogram<u64>, secs: f64) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::metrics::Registry;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    #[test]
+    fn totals_are_the_registry_series_the_scrape_shows() {
+        let r = Registry::new();
+        let n = |v: u64| Arc::new(AtomicU64::new(v));
+        let reason = |v: &'static str| [("reason", v)];
+        r.register_counter(m::CONFLATIONS, &reason("engine_ring_full_shard0"), n(5))
+            .unwrap();
+        r.register_counter(
+            m::CONFLATIONS,
+            &reason("slow_subscriber_shard1"),
+            n(161_285),
+        )
+        .unwrap();
+        r.register_counter(m::DROPS, &reason("spike_rejected"), n(2))
+            .unwrap();
+        r.register_counter(m::DROPS, &reason("feed_ring_full_ingest"), n(7))
+            .unwrap();
+        r.register_counter(m::DROPS, &reason("crossed_quote_ingest"), n(1))
+            .unwrap();
+        let t = Totals::read(&r.series());
+        assert_eq!((t.conflated, t.spikes, t.dropped), (161_290, 2, 8));
+        let scraped = r.scrape();
+        assert!(
+            scraped.contains("reason=\"slow_subscriber_shard1\"} 161285"),
+            "{scraped}"
+        );
+        let l = line(&Totals::default(), &t, &latency_histogram(), 1.0);
+        assert!(l.contains("conflated 161290 | spikes 2 |"), "{l}");
+    }
 
     #[test]
     fn line_reports_deltas_and_percentiles() {
         let prev = Totals::default();
         let now = Totals {
             ticks_in: 2_000,
-            prices_out: 1_000,
+            published: 1_000,
             conflated: 3,
             ..Totals::default()
         };
@@ -151,7 +209,10 @@ mod tests {
             h.record(v * 1_000).unwrap();
         }
         let l = line(&prev, &now, &h, 2.0);
-        assert!(l.starts_with("ticks/s in 1000 | prices/s out 500 |"), "{l}");
+        assert!(
+            l.starts_with("ticks/s in 1000 | prices/s published 500 |"),
+            "{l}"
+        );
         assert!(l.contains("p50 500.") && l.contains("conflated 3"), "{l}");
     }
 }

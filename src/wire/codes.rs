@@ -138,6 +138,8 @@ open_enum! {
         INTERNAL = 17 => "internal",
         /// The message is valid but not allowed in this direction or role.
         UNEXPECTED_MESSAGE = 18 => "unexpected_message",
+        /// A provider quote entry has no price on a side (i64::MIN), is crossed (bid above ask) or is out of range; the entry was not used.
+        INVALID_QUOTE = 19 => "invalid_quote",
     }
 }
 
@@ -152,7 +154,7 @@ open_enum! {
         RATE_LIMITED = 3 => "rate_limited",
         /// The server is shutting down.
         SHUTTING_DOWN = 4 => "shutting_down",
-        /// The account already has its maximum number of sessions.
+        /// The account already has its maximum number of sessions; on the ingest listener, another session holds this providerId.
         SESSION_LIMIT = 5 => "session_limit",
         /// The account is disabled or has no market-data entitlement.
         NOT_ENTITLED = 6 => "not_entitled",

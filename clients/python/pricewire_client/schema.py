@@ -92,6 +92,7 @@ class RejectReason(IntEnum):
     SHUTTING_DOWN = 16
     INTERNAL = 17
     UNEXPECTED_MESSAGE = 18
+    INVALID_QUOTE = 19
 
 
 class LogonRejectReason(IntEnum):

@@ -17,6 +17,7 @@ import pytest
 
 from pricewire_client import ConnectionClosed, ProviderSession, Quote, Session
 
+from helpers import release
 from server import Server
 
 FEED_TOKEN = "demo-feed"
@@ -149,4 +150,4 @@ def provider(server: Server) -> Iterator[ProviderSession]:
     prov = ProviderSession("127.0.0.1", server.feed_port)
     prov.logon(1, FEED_TOKEN)
     yield prov
-    prov.close()
+    release(prov)

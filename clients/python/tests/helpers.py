@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pricewire_client import Message, ProviderSession, Quote, Session
+from pricewire_client import ConnectionClosed, Message, ProviderSession, Quote, Session, messages
 from pricewire_client.session import Connection
 
 from server import Server
@@ -23,6 +23,19 @@ def logged_on(srv: Server, heartbeat_ms: int = 0) -> Session:
     sess = connect(srv)
     sess.logon(heartbeat_ms=heartbeat_ms)
     return sess
+
+
+def release(conn: Connection, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    """Log out and wait until the server closes: a provider id is free again for the next
+    test only once the server has ended the session holding it (§7: one session per id)."""
+    if conn.closed:
+        return
+    try:
+        conn.send(messages.logout())
+        conn.wait_closed(timeout_s)
+    except (OSError, ConnectionClosed, TimeoutError):
+        pass
+    conn.close()
 
 
 def next_named(conn: Connection, *names: str, timeout_s: float = ANSWER_TIMEOUT_S) -> Message:

@@ -24,7 +24,7 @@ from pricewire_client import (
 from pricewire_client.codec import raw_frame, sofh
 
 from conftest import FEED_TOKEN, GoodSubscriber
-from helpers import connect, deadline_poll, logged_on, next_named, until_closed
+from helpers import connect, deadline_poll, logged_on, next_named, release, until_closed
 from server import Server
 
 pytestmark = pytest.mark.usefixtures("alongside")
@@ -293,6 +293,7 @@ class HeavyFeed(threading.Thread):
             self.provider.quote(quotes)
             self.provider.recv(0)
             n += 1
+        release(self.provider)
 
 
 def test_subscriber_that_never_reads(server: Server, good_subscriber: GoodSubscriber) -> None:

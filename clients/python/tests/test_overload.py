@@ -24,6 +24,7 @@ from pricewire_client import (
 )
 
 from conftest import FEED_TOKEN
+from helpers import release
 from server import Server
 
 UNLIMITED = [
@@ -44,7 +45,7 @@ def priced(srv: Server) -> Server:
     while len(sess.snapshot(list(range(25))).groups.get("prices", [])) < 25:
         assert time.monotonic() < deadline, "quotes never priced"
     sess.close()
-    prov.close()
+    release(prov)
     return srv
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,7 +26,7 @@ from pricewire_client import (
 from pricewire_client.codec import raw_frame
 
 from conftest import FEED_TOKEN
-from helpers import logged_on, next_named, until_closed
+from helpers import logged_on, next_named, release, until_closed
 from server import Server
 
 pytestmark = pytest.mark.usefixtures("alongside")
@@ -33,9 +34,22 @@ pytestmark = pytest.mark.usefixtures("alongside")
 EURGBP, GBPJPY, EURCHF, AUDJPY, USDSGD, USDMXN, XAGUSD = 7, 9, 10, 11, 12, 13, 15
 
 
+_opened: list[ProviderSession] = []
+
+
 def feed(srv: Server) -> ProviderSession:
-    """A provider connection, not logged on."""
-    return ProviderSession("127.0.0.1", srv.feed_port)
+    """A provider connection, not logged on; logged out after the test."""
+    prov = ProviderSession("127.0.0.1", srv.feed_port)
+    _opened.append(prov)
+    return prov
+
+
+@pytest.fixture(autouse=True)
+def _release_provider_ids() -> Iterator[None]:
+    """One session per provider id (§7): free every id a test held before the next one."""
+    yield
+    while _opened:
+        release(_opened.pop())
 
 
 def subscribed(srv: Server, symbol: int, tier: int = 0) -> Session:
@@ -58,19 +72,20 @@ def test_provider_logon_accepted(server: Server) -> None:
     assert acc.name == "LogonAccepted" and acc.int("heartbeatIntervalMs") > 0
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 10: two sessions hold one providerId at once")
 def test_one_session_per_provider_id(server: Server) -> None:
-    """A providerId names one feed: a second session with it is refused or replaces the
-    first (which is then told with a Disconnect)."""
+    """§7: a providerId names one feed; a second session with it is refused
+    LogonRejected(session_limit) while the first holds it, and accepted once it is gone."""
     first = feed(server)
     first.logon(2, FEED_TOKEN)
     second = feed(server)
-    try:
+    with pytest.raises(LogonRefused) as err:
         second.logon(2, FEED_TOKEN)
-    except LogonRefused:
-        return
-    told = first.wait_for(lambda m: m.name == "Disconnect", 1.0)
-    assert told is not None, "both sessions hold provider 2"
+    assert err.value.answer.int("reason") == LogonRejectReason.SESSION_LIMIT
+    until_closed(second)
+    first.send(messages.logout())
+    until_closed(first)
+    third = feed(server)
+    assert third.logon(2, FEED_TOKEN).name == "LogonAccepted"
 
 
 @pytest.mark.parametrize("provider_id,token", [(1, "wrong"), (500, FEED_TOKEN)])
@@ -125,25 +140,39 @@ def test_quote_without_a_fresh_requote_goes_stale(server: Server) -> None:
     assert stale is not None, "price never flagged stale"
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 10: one-sided quotes vanish")
-def test_one_sided_quote_gives_a_one_sided_price(server: Server, provider: ProviderSession) -> None:
-    sess = subscribed(server, EURCHF)
-    provider.quote([Quote(EURCHF, schema.NO_PRICE, 95_010)])
-    msg = price_of(sess, EURCHF, 2)
-    assert msg.int("bid") == schema.NO_PRICE and msg.int("ask") == 95_010
-
-
-@pytest.mark.xfail(strict=True, reason="#17 item 10: crossed quotes vanish unannounced")
-def test_crossed_quote_is_published_indicative_or_refused(
+def test_one_sided_quote_is_refused_with_invalid_quote(
     server: Server, provider: ProviderSession
 ) -> None:
-    """§5: a crossed book is resolved by rule and flagged indicative; else the provider
-    must be told (a Reject)."""
+    """§7: the engine prices two-sided books only; a one-sided entry is refused and the
+    provider told, while the batch's good entries are used."""
+    sess = subscribed(server, EURCHF)
+    provider.quote([Quote(EURCHF, schema.NO_PRICE, 95_010), Quote(EURCHF, 95_000, 95_012)])
+    rej = next_named(provider, "Reject")
+    assert rej.int("reason") == RejectReason.INVALID_QUOTE
+    assert rej.int("refTemplateId") == 31 and "one_sided" in rej.text("text"), rej
+    assert price_of(sess, EURCHF).int("ask") == 95_012
+
+
+def test_crossed_quote_is_refused_with_invalid_quote(
+    server: Server, provider: ProviderSession
+) -> None:
+    """§7: a crossed entry (bid above ask) is refused, counted and the provider told."""
     sess = subscribed(server, AUDJPY)
     provider.quote([Quote(AUDJPY, 100_010, 100_000)])
-    price = sess.wait_for(lambda m: m.name.startswith("Price") and m.int("symbolId") == AUDJPY, 1.5)
-    told = provider.wait_for(lambda m: m.name == "Reject", 0.1)
-    assert (price is not None and price.int("flags") & PriceFlags.INDICATIVE) or told is not None
+    rej = next_named(provider, "Reject")
+    assert rej.int("reason") == RejectReason.INVALID_QUOTE and "crossed" in rej.text("text")
+    assert sess.wait_for(lambda m: m.name.startswith("Price") and m.int("symbolId") == AUDJPY, 0.3) is None
+
+
+def test_quote_rejects_are_limited_per_second(server: Server, provider: ProviderSession) -> None:
+    """§7: at most 10 invalid_quote Rejects a second per session, however many bad batches."""
+    for _ in range(40):
+        provider.quote([Quote(AUDJPY, 100_010, 100_000)])
+    provider.heartbeat_ms = 0
+    seen = []
+    while (m := provider.wait_for(lambda m: m.name == "Reject", 0.3)) is not None:
+        seen.append(m)
+    assert 1 <= len(seen) <= 10, len(seen)
 
 
 def test_malformed_quote_is_rejected(server: Server, provider: ProviderSession) -> None:
@@ -152,7 +181,6 @@ def test_malformed_quote_is_rejected(server: Server, provider: ProviderSession) 
     assert rej.int("reason") == RejectReason.MALFORMED
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 on the feed port")
 def test_malformed_quote_reject_names_the_template(
     server: Server, provider: ProviderSession
 ) -> None:
@@ -167,14 +195,12 @@ def test_quote_before_logon_is_rejected_not_logged_on(server: Server) -> None:
     assert rej.int("reason") == RejectReason.NOT_LOGGED_ON
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 for a quote before logon")
 def test_quote_before_logon_reject_names_the_template(server: Server) -> None:
     prov = feed(server)
     prov.quote([Quote(USDSGD, 134_000, 134_010)])
     assert next_named(prov, "Reject").int("refTemplateId") == 31
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 10: feed port closes without Disconnect")
 @pytest.mark.parametrize("payload", [b"\xff\xff\xff\xff", b"GET / HTTP/1.1\r\n\r\n"])
 def test_feed_port_framing_error_ends_with_disconnect(server: Server, payload: bytes) -> None:
     prov = feed(server)
@@ -220,7 +246,6 @@ def test_subscriber_message_on_the_feed_port_is_unexpected(server: Server) -> No
     assert rej.int("reason") == RejectReason.UNEXPECTED_MESSAGE
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 3: refTemplateId 0 on the feed port")
 def test_subscriber_logon_on_the_feed_port_reject_names_the_template(server: Server) -> None:
     prov = feed(server)
     prov.logon(2, FEED_TOKEN)
@@ -230,7 +255,6 @@ def test_subscriber_logon_on_the_feed_port_reject_names_the_template(server: Ser
     assert rej.int("refTemplateId") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 10: wrong-port logon gets not_logged_on")
 def test_subscriber_logon_on_the_feed_port_is_unexpected(server: Server) -> None:
     prov = feed(server)
     prov.send(encode(messages.logon("demo", "demo")))
@@ -251,14 +275,12 @@ def test_provider_logon_on_a_logged_on_subscriber_is_unexpected(server: Server) 
     assert rej.int("refTemplateId") == 30
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 1: Heartbeat before ProviderLogon refused")
 def test_heartbeat_before_provider_logon_is_allowed(server: Server) -> None:
     prov = feed(server)
     prov.send(messages.heartbeat())
     assert prov.logon(2, FEED_TOKEN).name == "LogonAccepted"
 
 
-@pytest.mark.xfail(strict=True, reason="#17 item 10: providers get no heartbeat, no idle drop")
 def test_silent_provider_is_heartbeated_then_dropped(server: Server) -> None:
     prov = feed(server)
     interval_s = prov.logon(2, FEED_TOKEN).int("heartbeatIntervalMs") / 1000

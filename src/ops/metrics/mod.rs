@@ -44,6 +44,38 @@ pub trait Collect: Send + Sync + 'static {
     fn collect(&self, sink: &mut Sink);
 }
 
+/// One series as the readers behind `/metrics` give it at this instant
+/// ([`Registry::series`]): what the status line and the generated metrics
+/// catalogue read, so neither can disagree with a scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub family: &'static str,
+    pub kind: MetricKind,
+    /// Label names and values, in the family's documented order.
+    pub labels: Vec<(&'static str, String)>,
+    /// A counter's or gauge's value; a histogram's count.
+    pub value: f64,
+}
+
+impl Series {
+    /// The value of label `name` ("" if the family has no such label).
+    pub fn label(&self, name: &str) -> &str {
+        self.labels
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+}
+
+/// The sum of `family`'s series that pass `keep`.
+pub fn sum_of(series: &[Series], family: &str, keep: impl Fn(&Series) -> bool) -> f64 {
+    series
+        .iter()
+        .filter(|s| s.family == family && keep(s))
+        .map(|s| s.value)
+        .sum()
+}
+
 /// Label names and values of one series, in the family's documented order.
 type LabelSet = Vec<(&'static str, String)>;
 
@@ -433,15 +465,44 @@ impl Registry {
         self.inner.rejected_samples.load(Ordering::Relaxed)
     }
 
-    /// Runs every collector and returns the Prometheus text exposition.
-    /// Families without samples are left out.
-    pub fn scrape(&self) -> String {
+    /// Every registered series with its current value, read by the same
+    /// readers as [`Registry::scrape`].
+    pub fn series(&self) -> Vec<Series> {
+        let sink = self.collect_all();
+        let mut out = Vec::new();
+        for (f, samples) in sink.families.iter().zip(&sink.samples) {
+            for s in samples {
+                let value = match &s.value {
+                    SampleValue::Counter(v) => *v as f64,
+                    SampleValue::Gauge(v) => *v,
+                    SampleValue::GaugeInt(v) => *v as f64,
+                    SampleValue::Histogram(h) => h.count as f64,
+                };
+                out.push(Series {
+                    family: f.name,
+                    kind: f.kind,
+                    labels: s.labels.clone(),
+                    value,
+                });
+            }
+        }
+        out
+    }
+
+    fn collect_all(&self) -> Sink {
         let families = lock(&self.inner.families).clone();
         let sources = lock(&self.inner.sources).clone();
         let mut sink = Sink::new(families);
         for source in &sources {
             source.collect(&mut sink);
         }
+        sink
+    }
+
+    /// Runs every collector and returns the Prometheus text exposition.
+    /// Families without samples are left out.
+    pub fn scrape(&self) -> String {
+        let mut sink = self.collect_all();
         // Written last, so it includes this scrape's own refusals; a
         // collector's sample for this family is itself a refusal.
         if let Some(i) = sink

@@ -231,6 +231,18 @@ fn history_examples() -> Vec<(&'static str, Vec<u8>)> {
             frame(|b| encode_history_response(b, 5, 0, 5, ticks)),
         ),
         (
+            "provider_logon",
+            frame(|b| {
+                encode_provider_logon(
+                    b,
+                    &ProviderLogon {
+                        provider_id: 2,
+                        token: b"demo-feed",
+                    },
+                )
+            }),
+        ),
+        (
             "provider_quote",
             frame(|b| encode_provider_quote(b, [quote])),
         ),

@@ -1,0 +1,286 @@
+//! The listener's event loop: accepting bridges, reading and splitting
+//! their frames, writing replies, closing.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Token};
+
+use super::frames::{handle, push_disconnect, push_reject, reply, Ctx, Peer, Readable};
+use super::keepalive::{Due, Keepalive, CHECK_EVERY_NS};
+use super::{Bridge, Ingest, IN_BYTES, LISTENER, OUT_BYTES, READ_ROOM, WAKER};
+use crate::runtime::WaitStrategy;
+use crate::wire::{self, DisconnectReason};
+
+/// Readiness events taken per poll.
+const EVENTS_CAPACITY: usize = 256;
+
+impl Ingest {
+    pub(super) fn run(&mut self) {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        let timeout = match self.cfg.wait {
+            WaitStrategy::Spin => Duration::ZERO,
+            _ => Duration::from_nanos(CHECK_EVERY_NS),
+        };
+        let Some(mut poll) = self.poll.take() else {
+            return;
+        };
+        while !self.stop.load(Ordering::Relaxed) {
+            if poll.poll(&mut events, Some(timeout)).is_err() {
+                continue;
+            }
+            for e in events.iter() {
+                self.on_token(e.token().0, e.is_read_closed() || e.is_error());
+            }
+            self.check_timers();
+        }
+    }
+
+    /// When the bridges' timers are next due, if any bridge is connected.
+    pub(super) fn next_timer_ns(&self) -> Option<u64> {
+        self.bridges
+            .iter()
+            .any(Option::is_some)
+            .then_some(self.next_check_ns)
+    }
+
+    /// Every [`CHECK_EVERY_NS`]: heartbeats bridges the listener sent
+    /// nothing to for an interval, drops those silent for
+    /// [`IDLE_INTERVALS`](super::keepalive::IDLE_INTERVALS). Returns the
+    /// bridges acted on.
+    pub(super) fn check_timers(&mut self) -> usize {
+        let now = self.clock.now_ns();
+        if now < self.next_check_ns {
+            return 0;
+        }
+        self.next_check_ns = now + CHECK_EVERY_NS;
+        let mut n = 0;
+        for i in 0..self.bridges.len() {
+            let Some(b) = self.bridges[i].as_mut() else {
+                continue;
+            };
+            if b.closing {
+                continue;
+            }
+            match b.keep.due(now) {
+                Due::Nothing => continue,
+                Due::Heartbeat => reply(&mut b.out, wire::encode_heartbeat),
+                Due::Drop => {
+                    let text = if b.provider.is_some() {
+                        "idle"
+                    } else {
+                        "no ProviderLogon"
+                    };
+                    push_disconnect(&mut b.out, DisconnectReason::IDLE_TIMEOUT, text);
+                    b.closing = true;
+                    self.stats.idle_disconnects.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            b.keep.sent(now);
+            n += 1;
+            self.flush(i);
+        }
+        n
+    }
+
+    /// Reads the bridges held back by a full ring, once it has room.
+    /// Returns how many were resumed.
+    pub(super) fn resume_held(&mut self) -> usize {
+        let mut n = 0;
+        while self.port.room() >= READ_ROOM {
+            let Some(i) = self.held.pop_front() else {
+                break;
+            };
+            self.on_ready(i, false);
+            n += 1;
+        }
+        n
+    }
+
+    /// Handles one readiness event (token relative to `token_base`);
+    /// `closed`: the peer closed or the socket has an error.
+    pub(super) fn on_token(&mut self, token: usize, closed: bool) {
+        match Token(token) {
+            LISTENER => self.accept_all(),
+            WAKER => {}
+            Token(t) => self.on_ready(t - 2, !closed),
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.add(stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ingest accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, mut stream: TcpStream) {
+        let Some(i) = self.bridges.iter().position(Option::is_none) else {
+            return; // at capacity: dropping the stream closes it
+        };
+        let _ = stream.set_nodelay(true);
+        let token = Token(self.token_base + i + 2);
+        if self
+            .registry
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            return;
+        }
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
+        self.bridges[i] = Some(Bridge {
+            stream,
+            provider: None,
+            inbuf: vec![0u8; IN_BYTES].into_boxed_slice(),
+            in_len: 0,
+            out: Vec::with_capacity(OUT_BYTES),
+            closing: false,
+            keep: Keepalive::new(self.clock.now_ns()),
+            active: false,
+        });
+    }
+
+    /// Reads bridge `i` until the socket is drained. With `short_drains`, a
+    /// read that returns less than asked means drained (a later arrival
+    /// raises a new edge), which saves the `EAGAIN` read — one syscall per
+    /// quote batch at low rates (nginx's `ngx_unix_recv` does the same).
+    /// Without it (the peer closed, or resuming a held bridge) it reads
+    /// until `WouldBlock` or the end.
+    pub(super) fn on_ready(&mut self, i: usize, short_drains: bool) {
+        if i >= self.bridges.len() {
+            return;
+        }
+        loop {
+            if self.hold_when_full && self.port.room() < READ_ROOM {
+                if !self.held.contains(&i) {
+                    self.held.push_back(i);
+                }
+                break;
+            }
+            let Some(b) = self.bridges[i].as_mut() else {
+                return;
+            };
+            let asked = b.inbuf.len() - b.in_len;
+            let r = b.stream.read(&mut b.inbuf[b.in_len..]);
+            let short = match r {
+                Ok(0) => return self.close(i),
+                Ok(n) => {
+                    b.in_len += n;
+                    b.active = true;
+                    b.keep.received(self.clock.now_ns());
+                    n < asked
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    b.active = false;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return self.close(i),
+            };
+            self.frames(i);
+            if short && short_drains {
+                break;
+            }
+        }
+        self.flush(i);
+    }
+
+    fn frames(&mut self, i: usize) {
+        let mut off = 0;
+        loop {
+            let Some(b) = self.bridges[i].as_mut() else {
+                return;
+            };
+            if b.closing {
+                b.in_len = 0;
+                return;
+            }
+            match wire::split(&b.inbuf[off..b.in_len]) {
+                Ok(None) => break,
+                Ok(Some(len)) => {
+                    let frame = &b.inbuf[off..off + len];
+                    off += len;
+                    let peer = Peer {
+                        provider: &mut b.provider,
+                        keep: &mut b.keep,
+                        out: &mut b.out,
+                    };
+                    let mut cx = Ctx {
+                        table: &self.table,
+                        cfg: &self.cfg,
+                        port: &mut self.port,
+                        batch: &mut self.batch,
+                        stats: &self.stats,
+                        held: &mut self.held_providers,
+                        now_ns: self.clock.now_ns(),
+                    };
+                    let close = handle(frame, peer, &mut cx);
+                    // A bridge that never reads its replies (or an
+                    // unauthenticated flood) cannot grow our buffer.
+                    if close || b.out.len() > OUT_BYTES {
+                        b.closing = true;
+                    }
+                }
+                Err(e) => {
+                    // The framing is lost: nothing more of the frame is readable.
+                    push_reject(&mut b.out, Readable::default(), e.reason(), "bad framing");
+                    let text = "bad framing";
+                    push_disconnect(&mut b.out, DisconnectReason::PROTOCOL_ERROR, text);
+                    self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    b.closing = true;
+                    b.in_len = 0;
+                    return;
+                }
+            }
+        }
+        if let Some(b) = self.bridges[i].as_mut() {
+            b.inbuf.copy_within(off..b.in_len, 0);
+            b.in_len -= off;
+        }
+        self.port.notify();
+    }
+
+    fn flush(&mut self, i: usize) {
+        let Some(b) = self.bridges[i].as_mut() else {
+            return;
+        };
+        while !b.out.is_empty() {
+            match b.stream.write(&b.out) {
+                Ok(0) => break,
+                Ok(n) => {
+                    b.out.drain(..n);
+                    b.keep.sent(self.clock.now_ns());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return self.close(i),
+            }
+        }
+        let close = b.closing && b.out.is_empty();
+        // A bridge that never reads its acks cannot grow our buffer.
+        let overflow = b.out.len() > OUT_BYTES;
+        if close || overflow {
+            self.close(i);
+        }
+    }
+
+    fn close(&mut self, i: usize) {
+        if let Some(mut b) = self.bridges[i].take() {
+            let _ = self.registry.deregister(&mut b.stream);
+            if let Some(held) = b
+                .provider
+                .and_then(|p| self.held_providers.get_mut(usize::from(p)))
+            {
+                *held = false;
+            }
+            self.stats.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}

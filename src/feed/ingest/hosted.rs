@@ -1,0 +1,83 @@
+//! The ingest listener as a task of a host thread (`--threading shared`:
+//! gateway shard 0), which registers its sockets in its own poller.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use mio::{Interest, Registry, Token};
+
+use super::{Ingest, LISTENER};
+use crate::runtime::hosting::{DropSignal, Readiness};
+use crate::runtime::HostedTask;
+
+/// The ingest listener as a task of a host thread.
+pub(super) struct HostedIngest {
+    pub(super) ingest: Ingest,
+    /// Dropped with the task: ends [`IngestHandle::stop`]'s wait.
+    pub(super) _dropped: DropSignal,
+}
+
+impl HostedTask for HostedIngest {
+    fn name(&self) -> &'static str {
+        "ingest"
+    }
+
+    fn register(&mut self, registry: &Registry, token_base: usize) -> io::Result<()> {
+        let i = &mut self.ingest;
+        // Move the listener from the poller made at bind to the host's.
+        i.registry.deregister(&mut i.listener)?;
+        i.poll = None;
+        i.registry = registry.try_clone()?;
+        i.token_base = token_base;
+        i.registry.register(
+            &mut i.listener,
+            Token(token_base + LISTENER.0),
+            Interest::READABLE,
+        )
+    }
+
+    fn on_event(&mut self, token: usize, ready: Readiness) {
+        if !self.finished() {
+            self.ingest.on_token(token, ready.closed);
+        }
+    }
+
+    fn turn(&mut self, _now_ns: u64) -> usize {
+        if self.finished() {
+            return 0;
+        }
+        let timers = self.ingest.check_timers();
+        if self.ingest.held.is_empty() {
+            return timers;
+        }
+        timers + self.ingest.resume_held()
+    }
+
+    fn next_timer_ns(&self) -> Option<u64> {
+        self.ingest.next_timer_ns()
+    }
+
+    fn between(&mut self, _now_ns: u64) -> usize {
+        if self.finished() {
+            return 0;
+        }
+        // Read what streaming bridges sent since this turn's poll; a bridge
+        // found empty costs one EAGAIN read and is left to the poller.
+        let mut n = 0;
+        for i in 0..self.ingest.bridges.len() {
+            if self.ingest.bridges[i].as_ref().is_some_and(|b| b.active) {
+                self.ingest.on_ready(i, true);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn has_work(&self) -> bool {
+        !self.ingest.held.is_empty() || self.finished()
+    }
+
+    fn finished(&self) -> bool {
+        self.ingest.stop.load(Ordering::Relaxed)
+    }
+}
