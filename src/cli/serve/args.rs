@@ -1,45 +1,20 @@
-//! `pricewire serve`: the price service.
-//!
-//! With no arguments it runs the built-in synthetic feed over the default
-//! instruments, so a newcomer sees prices at once.
+//! The flags of `pricewire serve` and the settings derived from them.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-use crossbeam_channel::Receiver;
-use rand::SeedableRng;
-
-use super::gateway_args::GatewayArgs;
-use super::refuse;
+use super::super::gateway_args::GatewayArgs;
 use crate::admission::RetryWindow;
-use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
-use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
+use crate::clock::NS_PER_MS;
 use crate::config::Config;
-use crate::feed::fix::FixFeed;
-use crate::feed::synthetic::SyntheticConfig;
-use crate::ops::metrics::catalogue;
-use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
-use crate::ops::report::line;
-use crate::ops::shutdown::sleep_until;
-use crate::ops::{
-    standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,
-    SignalWatcher, StepResult, DEFAULT_LIVENESS_STALE_MS,
-};
+use crate::ops::OpsArgs;
 use crate::pipeline::{
     PipelineConfig, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT, SHARD_RING_DEFAULT,
 };
-use crate::refdata::{RefData, RefDataConfig};
 use crate::requests::service::RequestConfig;
 use crate::requests::QueueConfig;
-use crate::runtime::latency::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
-use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
@@ -312,7 +287,7 @@ impl ServeArgs {
     }
 
     /// `--cpus` and `--rt-priority`: where and how the stage threads run.
-    fn placement(&self) -> CpuMap {
+    pub(super) fn placement(&self) -> CpuMap {
         self.cpus.clone().with_rt_priority(self.rt_priority)
     }
 
@@ -323,7 +298,7 @@ impl ServeArgs {
     /// includes `spin-park`, whose spin and yield phases never end while
     /// input arrives faster than they last (a 100k ticks/s synthetic feed
     /// kept a core 98 % busy at real-time priority). Real-time stages park.
-    fn check_rt_waits(&self) -> Result<(), String> {
+    pub(super) fn check_rt_waits(&self) -> Result<(), String> {
         let Some(p) = self.rt_priority else {
             return Ok(());
         };
@@ -349,7 +324,7 @@ impl ServeArgs {
         Ok(())
     }
 
-    fn pipeline_config(&self) -> PipelineConfig {
+    pub(super) fn pipeline_config(&self) -> PipelineConfig {
         PipelineConfig {
             feed_ring: self.feed_ring,
             shard_ring: self.shard_ring,
@@ -390,70 +365,6 @@ impl ServeArgs {
     }
 }
 
-/// Runs the service; returns the exit code.
-pub fn run(args: ServeArgs) -> i32 {
-    let plan = match Plan::from_args(&args) {
-        Ok(p) => p,
-        Err(e) => return refuse(e),
-    };
-    let clock = Arc::new(MonotonicClock);
-    let health = Health::new(clock.clone(), DEFAULT_LIVENESS_STALE_MS);
-    let registry = Registry::new();
-    let ops_server = match OpsServer::spawn(plan.ops.listen, health.clone(), registry.clone()) {
-        Ok(s) => s,
-        Err(e) => return refuse(e),
-    };
-    let (begin_tx, begin_rx) = crossbeam_channel::bounded::<()>(1);
-    let forced = Arc::new(AtomicBool::new(false));
-    let _signals = match watch_signals(&health, begin_tx, forced.clone()) {
-        Ok(s) => s,
-        Err(e) => return refuse(e),
-    };
-    if !stagger(&args, &plan, &*clock, &begin_rx) {
-        return 0;
-    }
-    let (recorder, tap) = match start_recorder(&args, &plan.config) {
-        Ok(r) => r,
-        Err(e) => return refuse(e),
-    };
-    let service = match start_service(&args, plan.config.clone(), tap) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 1;
-        }
-    };
-    let latency = Arc::new(
-        SharedHistogram::new(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
-            .expect("static histogram bounds"),
-    );
-    let registered = service.register_metrics(&registry).and_then(|_| {
-        registry.register_hdr_ns(
-            catalogue::TICK_TO_PUBLISH_LATENCY,
-            &[],
-            latency.clone(),
-            LATENCY_BUCKETS_S,
-        )
-    });
-    let registered = registered.and_then(|_| register_recorder(&registry, recorder.as_ref()));
-    if let Err(e) = registered {
-        tracing::error!(error = %e, "metrics registration failed");
-    }
-    let recorder = Arc::new(Mutex::new(recorder));
-    health.set_serving();
-    tracing::info!(ops = %ops_server.local_addr(), "serving");
-    let service = Arc::new(Mutex::new(Some(service)));
-    report_loop(&args, &service, &health, &latency, &begin_rx);
-    let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
-    if let Some(s) = service.lock().expect("service lock").take() {
-        s.stop();
-    }
-    health.set_stopped();
-    ops_server.stop();
-    tracing::info!(exit_code = code, "stopped");
-    code
-}
-
 /// `--shard0-fill` with shared threading: a shard-0 turn that writes to 16
 /// sessions costs tens of µs; past that, spreading over cores pays more
 /// than the cross-thread wake-up (~7 µs here; docs/design.md).
@@ -462,322 +373,6 @@ const SHARD0_FILL_SHARED: u64 = 16;
 /// `--shard0-spill-pct` with shared threading: see `gateway::spill` and
 /// BENCHMARKS.md (run 27).
 const SHARD0_SPILL_PCT_SHARED: u32 = 50;
-
-/// Everything validated before anything starts.
-struct Plan {
-    config: Arc<Config>,
-    ops: crate::ops::OpsConfig,
-}
-
-impl Plan {
-    fn from_args(args: &ServeArgs) -> Result<Plan, String> {
-        let config = args.load_config()?;
-        args.check_rt_waits()?;
-        args.pipeline_config()
-            .validate()
-            .map_err(|e| e.to_string())?;
-        args.gateway_config()?;
-        args.request_config()?;
-        let ops = args.ops.validate().map_err(|e| e.to_string())?;
-        Ok(Plan {
-            config: Arc::new(config),
-            ops,
-        })
-    }
-}
-
-fn start_recorder(
-    args: &ServeArgs,
-    config: &Config,
-) -> Result<(Option<RecorderHandle>, Option<RecorderTap>), String> {
-    let Some(dir) = &args.record else {
-        return Ok((None, None));
-    };
-    if args.record_segment_mib == 0 {
-        return Err("--record-segment-mib: at least 1".into());
-    }
-    let cfg = RecorderConfig {
-        ring_capacity: args.record_ring,
-        segment_bytes_max: args.record_segment_mib << 20,
-        source: format!("pricewire serve (seed {})", args.seed),
-        ..RecorderConfig::default()
-    };
-    let (handle, tap) = Recorder::spawn(dir, &config.table, cfg)
-        .map_err(|e| format!("--record {}: {e}", dir.display()))?;
-    tracing::info!(dir = %dir.display(), "recording every inbound tick");
-    Ok((Some(handle), Some(tap)))
-}
-
-fn register_recorder(
-    r: &Registry,
-    rec: Option<&RecorderHandle>,
-) -> Result<(), crate::ops::OpsError> {
-    let Some(rec) = rec else { return Ok(()) };
-    let (a, b, c) = (
-        rec.stats().clone(),
-        rec.stats().clone(),
-        rec.stats().clone(),
-    );
-    r.register_counter_fn(catalogue::RECORDER_WRITTEN_TICKS, &[], move || {
-        a.recorded.load(Ordering::Relaxed)
-    })?;
-    r.register_counter_fn(catalogue::RECORDER_LOST_TICKS, &[], move || {
-        b.lost.load(Ordering::Relaxed) + b.dropped_io.load(Ordering::Relaxed)
-    })?;
-    // Lag in seconds: ticks waiting in the recorder ring divided by the
-    // recording rate measured between two scrapes.
-    let last = Mutex::new((crate::clock::monotonic_ns(), 0u64));
-    r.register_gauge_fn(catalogue::RECORDER_LAG, &[], move || {
-        let now = crate::clock::monotonic_ns();
-        let recorded = c.recorded.load(Ordering::Relaxed);
-        let mut l = last.lock().expect("lag lock");
-        let rate = (recorded - l.1) as f64 / ((now - l.0) as f64 / 1e9).max(1e-3);
-        *l = (now, recorded);
-        c.lag.load(Ordering::Relaxed) as f64 / rate.max(1.0)
-    })
-}
-
-fn start_service(
-    args: &ServeArgs,
-    config: Arc<Config>,
-    recorder: Option<RecorderTap>,
-) -> Result<Service, String> {
-    let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
-        rate_per_s: args.synthetic_rate,
-        seed: args.seed,
-        ..SyntheticConfig::default()
-    });
-    tracing::info!(
-        instruments = config.table.len(),
-        tiers = config.table.tiers().len(),
-        providers = config.table.providers().len(),
-        synthetic_rate = args.synthetic_rate,
-        shards = args.shard_count(),
-        threading = ?args.threading,
-        "starting pricewire"
-    );
-    let cfg_config = config.clone();
-    let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
-    let mut fix = None;
-    if !config.fix.is_empty() {
-        let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), args.seed)
-            .map_err(|e| format!("FIX providers: {e}"))?;
-        fix = Some((feed.health_slot(), feed.stats()));
-        tracing::info!(
-            sessions = config.fix.len(),
-            "FIX market-data sessions configured"
-        );
-        sources.push(("fix".into(), Box::new(feed)));
-    }
-    let cfg = ServiceConfig {
-        config,
-        pipeline: args.pipeline_config(),
-        synthetic,
-        sources,
-        gateway: args.gateway_config()?,
-        ingest: args
-            .gateway
-            .ingest_config(args.feed_wait(), &args.placement()),
-        shard_wait: args.shard_wait(),
-        recorder,
-        requests: args.request_config()?,
-        refdata: start_refdata(args, &cfg_config)?,
-    };
-    let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
-    if let Some((slot, stats)) = fix {
-        // Breakers flip provider health in the engine from here on.
-        let _ = slot.set(service.pipeline.handles.health.clone());
-        service.fix = Some(stats);
-    }
-    Ok(service)
-}
-
-fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
-    let Some(url) = &args.redis else {
-        return Ok(None);
-    };
-    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {url}: {e}"))?;
-    let rd = RefData::start_redis(
-        &cfg,
-        config.table.clone(),
-        Arc::new(MonotonicClock),
-        args.seed,
-    )
-    .map_err(|e| format!("--redis {url}: {e}"))?;
-    tracing::info!(url = %url, "accounts from Redis");
-    Ok(Some(Arc::new(rd)))
-}
-
-fn watch_signals(
-    health: &Arc<Health>,
-    begin: crossbeam_channel::Sender<()>,
-    forced: Arc<AtomicBool>,
-) -> Result<SignalWatcher, crate::ops::OpsError> {
-    let h = health.clone();
-    SignalWatcher::spawn(SignalCallbacks {
-        on_first: Box::new(move |sig| {
-            tracing::info!(signal = sig, "shutdown requested: readiness now fails");
-            h.begin_draining();
-            let _ = begin.try_send(());
-        }),
-        on_second: Box::new(move |sig| {
-            forced.store(true, Ordering::Release);
-            eprintln!("second signal {sig}: exiting at once");
-            std::process::exit(crate::ops::shutdown::EXIT_FORCED);
-        }),
-    })
-}
-
-/// Staggered start-up. Applies in Kubernetes (KUBERNETES_SERVICE_HOST set)
-/// or when `--ordinal` / `--pod-name` is given; a developer's `serve`
-/// starts at once. Returns false if a signal arrived while waiting.
-fn stagger(args: &ServeArgs, plan: &Plan, clock: &dyn Clock, begin: &Receiver<()>) -> bool {
-    let explicit = args.ops.ordinal.is_some() || args.ops.pod_name.is_some();
-    if !explicit && std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-        return true;
-    }
-    let mut rng = rand::rngs::SmallRng::from_entropy();
-    let p = crate::ops::stagger::plan(
-        &plan.ops.stagger,
-        plan.ops.ordinal,
-        plan.ops.pod_name.as_deref(),
-        &mut rng,
-    );
-    tracing::info!(delay_ms = p.delay_ms(), "staggered start-up: waiting");
-    let until = clock.now_ns() + p.delay_ms() * NS_PER_MS;
-    while clock.now_ns() < until {
-        let left = Duration::from_nanos(until.saturating_sub(clock.now_ns()));
-        if begin
-            .recv_timeout(left.min(Duration::from_millis(100)))
-            .is_ok()
-        {
-            return false;
-        }
-    }
-    true
-}
-
-fn report_loop(
-    args: &ServeArgs,
-    service: &Mutex<Option<Service>>,
-    health: &Health,
-    latency: &SharedHistogram,
-    begin: &Receiver<()>,
-) {
-    let start = Instant::now();
-    let interval = Duration::from_millis(args.report_interval_ms);
-    let mut guard = service.lock().expect("service lock");
-    let Some(svc) = guard.as_mut() else { return };
-    let mut prev = svc.totals();
-    let mut last = Instant::now();
-    let mut hist = latency_histogram();
-    svc.latency.request();
-    drop(guard);
-    loop {
-        health.beat();
-        if args.duration_s > 0 && start.elapsed() >= Duration::from_secs(args.duration_s) {
-            break;
-        }
-        if begin.recv_timeout(Duration::from_millis(100)).is_ok() {
-            break;
-        }
-        let mut guard = service.lock().expect("service lock");
-        let Some(svc) = guard.as_mut() else { return };
-        if svc.pipeline.feeds_finished() && !args.no_synthetic {
-            break;
-        }
-        if last.elapsed() < interval {
-            continue;
-        }
-        svc.latency.collect(&mut hist, Duration::from_millis(100));
-        let now = svc.totals();
-        println!("{}", line(&prev, &now, &hist, last.elapsed().as_secs_f64()));
-        let _ = latency.try_merge_from(&mut hist);
-        hist.reset();
-        svc.latency.request();
-        prev = now;
-        last = Instant::now();
-    }
-}
-
-/// Stops the feeds and the engine (so nothing more reaches the recorder
-/// ring), then drains, flushes and fsyncs the capture.
-fn close_recorder(
-    service: Arc<Mutex<Option<Service>>>,
-    recorder: Arc<Mutex<Option<RecorderHandle>>>,
-) -> crate::ops::shutdown::StepFn {
-    Box::new(move |_d: u64, _n: u64| {
-        let Some(rec) = recorder.lock().expect("recorder lock").take() else {
-            return StepResult::Done;
-        };
-        if let Some(svc) = service.lock().expect("service lock").as_mut() {
-            svc.stop_feeds();
-        }
-        let totals = rec.stop();
-        tracing::info!(
-            recorded = totals.stats.recorded,
-            lost = totals.stats.lost,
-            segments = totals.paths.len(),
-            error = ?totals.error,
-            "capture closed"
-        );
-        StepResult::Done
-    })
-}
-
-/// The graceful shutdown, in order (see docs/operations.md).
-fn shutdown(
-    plan: &Plan,
-    health: &Arc<Health>,
-    service: &Arc<Mutex<Option<Service>>>,
-    recorder: &Arc<Mutex<Option<RecorderHandle>>>,
-    clock: &dyn Clock,
-    forced: &AtomicBool,
-) -> i32 {
-    let with = |f: fn(&mut Service) -> bool| -> crate::ops::shutdown::StepFn {
-        let s = service.clone();
-        Box::new(move |_deadline: u64, _now: u64| {
-            let mut g = s.lock().expect("service lock");
-            match g.as_mut().map(f) {
-                Some(false) => StepResult::NotYet,
-                _ => StepResult::Done,
-            }
-        })
-    };
-    let mut disconnect_sent = false;
-    let s = service.clone();
-    let disconnect: crate::ops::shutdown::StepFn = Box::new(move |_d: u64, _n: u64| {
-        let g = s.lock().expect("service lock");
-        let Some(svc) = g.as_ref() else {
-            return StepResult::Done;
-        };
-        if !disconnect_sent {
-            svc.disconnect_all();
-            disconnect_sent = true;
-        }
-        if svc.open_connections() == 0 {
-            StepResult::Done
-        } else {
-            StepResult::NotYet
-        }
-    });
-    let hooks = ShutdownHooks {
-        stop_accepting: with(|svc| {
-            svc.stop_accepting();
-            true
-        }),
-        finish_in_flight: with(|svc| svc.requests_in_flight() == 0),
-        flush_outbound: with(|svc| svc.outbound_bytes() == 0),
-        disconnect_subscribers: disconnect,
-        close_recorder: close_recorder(service.clone(), recorder.clone()),
-    };
-    let plan = standard_plan(health.clone(), plan.ops.budgets, hooks);
-    let report = Shutdown::run(plan, clock, &mut sleep_until(MonotonicClock), forced);
-    for cut in report.cut() {
-        tracing::warn!(step = cut, "shutdown step cut: budget exhausted");
-    }
-    report.exit_code
-}
 
 #[cfg(test)]
 mod tests {
