@@ -28,8 +28,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub providers: usize,
 
-    /// Synthetic feed rate in ticks per second across all symbols
-    /// (0 = as fast as the pipeline takes them).
+    /// Synthetic feed rate in ticks per second across all symbols, at most
+    /// 50000000 (0 = as fast as the pipeline takes them).
     #[arg(long, default_value_t = 100_000, value_name = "TICKS_PER_S")]
     pub synthetic_rate: u64,
 
@@ -182,7 +182,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub shed_retry_max_ms: u32,
 
-    /// Requests per second per account (fairness).
+    /// Requests per second per account (fairness). 1..=1000000; 0 is
+    /// refused (the account could never send a request).
     #[arg(long, default_value_t = crate::requests::queue::ACCOUNT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub account_request_rate_per_s: u32,
 
@@ -194,6 +195,12 @@ pub struct ServeArgs {
     /// (redis://HOST:PORT[/DB]); the config file stays the fallback.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+
+    /// Accept-queue length of every listening socket (subscribers,
+    /// provider ingest, ops), 1..=1048576. The kernel caps it at
+    /// `net.core.somaxconn`; start-up logs when it does.
+    #[arg(long, default_value_t = crate::runtime::listen::BACKLOG_DEFAULT, value_name = "N")]
+    pub listen_backlog: u32,
 
     #[command(flatten)]
     pub gateway: GatewayArgs,
@@ -338,6 +345,32 @@ impl ServeArgs {
         }
     }
 
+    /// Ranges clap's types do not express: rates (what 0 means, or its
+    /// refusal) and absurd sizes.
+    pub(super) fn check_numbers(&self) -> Result<(), String> {
+        use super::super::gateway_args::check_rate;
+        if self.synthetic_rate > SYNTHETIC_RATE_MAX {
+            return Err(format!(
+                "--synthetic-rate {}: at most {SYNTHETIC_RATE_MAX} ticks per second \
+                 (0 = as fast as the pipeline takes them)",
+                self.synthetic_rate
+            ));
+        }
+        check_rate(
+            "--account-request-rate-per-s",
+            u64::from(self.account_request_rate_per_s),
+            1_000_000,
+        )?;
+        let max = crate::runtime::listen::BACKLOG_MAX;
+        if self.listen_backlog == 0 || self.listen_backlog > max {
+            return Err(format!(
+                "--listen-backlog {}: must be 1..={max}",
+                self.listen_backlog
+            ));
+        }
+        Ok(())
+    }
+
     /// Loads the config file (or the built-in default) and applies the
     /// flags that override it.
     pub fn load_config(&self) -> Result<Config, String> {
@@ -358,12 +391,16 @@ impl ServeArgs {
             }
             config.engine.spike_bps = bps;
         }
+        self.check_numbers()?;
         if self.report_interval_ms == 0 {
             return Err("--report-interval-ms: must be at least 1".into());
         }
         Ok(config)
     }
 }
+
+/// Largest `--synthetic-rate`: well above what one feed thread produces.
+pub const SYNTHETIC_RATE_MAX: u64 = 50_000_000;
 
 /// `--shard0-fill` with shared threading: a shard-0 turn that writes to 16
 /// sessions costs tens of µs; past that, spreading over cores pays more

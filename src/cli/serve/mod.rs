@@ -41,6 +41,10 @@ pub fn run(args: ServeArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return refuse(e),
     };
+    if let Err(e) = bind_listeners(&args, &plan) {
+        crate::runtime::listen::release_prebound();
+        return refuse(e);
+    }
     let clock = Arc::new(MonotonicClock);
     let health = Health::new(clock.clone(), DEFAULT_LIVENESS_STALE_MS);
     let registry = Registry::new();
@@ -97,6 +101,27 @@ pub fn run(args: ServeArgs) -> i32 {
     ops_server.stop();
     tracing::info!(exit_code = code, "stopped");
     code
+}
+
+/// Binds every listener (subscribers, provider ingest, ops) before any
+/// stage starts, so a port in use stops start-up with the flag named and
+/// nothing else begun; the stages then take these sockets.
+fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), String> {
+    use crate::runtime::listen;
+    let granted = listen::set_backlog(args.listen_backlog);
+    let mut wanted = Vec::new();
+    if !args.gateway.no_listen {
+        wanted.push(("--listen", args.gateway.listen));
+    }
+    if let Some(a) = args.gateway.feed_listen {
+        wanted.push(("--feed-listen", a));
+    }
+    wanted.push(("--ops-listen", plan.ops.listen));
+    let locals = listen::prebind(&wanted)?;
+    for ((flag, _), local) in wanted.iter().zip(locals) {
+        tracing::info!(flag, %local, backlog = granted, "listening");
+    }
+    Ok(())
 }
 
 /// Everything validated before anything starts.
