@@ -152,6 +152,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1 << 20, value_name = "TICKS")]
     pub record_ring: usize,
 
+    /// Longest a recorded tick waits in the write buffer before it is
+    /// handed to the kernel, in milliseconds (1..=10000): what a kill of
+    /// the process can lose at most, plus one batch.
+    #[arg(long, default_value_t = crate::capture::recorder::FLUSH_INTERVAL_MS_DEFAULT, value_name = "MS")]
+    pub record_flush_ms: u64,
+
+    /// Wait for the disk (fdatasync) at every flush of the capture, so a
+    /// power loss loses no more than a kill. Costs a disk write per flush.
+    #[arg(long)]
+    pub record_fsync: bool,
+
     /// Capture segment size before rolling, in MiB.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub record_segment_mib: u64,

@@ -20,9 +20,18 @@ pub(super) fn start_recorder(
     if args.record_segment_mib == 0 {
         return Err("--record-segment-mib: at least 1".into());
     }
+    let max = crate::capture::recorder::FLUSH_INTERVAL_MS_MAX;
+    if args.record_flush_ms == 0 || args.record_flush_ms > max {
+        return Err(format!(
+            "--record-flush-ms {}: must be 1..={max}",
+            args.record_flush_ms
+        ));
+    }
     let cfg = RecorderConfig {
         ring_capacity: args.record_ring,
         segment_bytes_max: args.record_segment_mib << 20,
+        flush_interval_ms: args.record_flush_ms,
+        fsync: args.record_fsync,
         source: format!("pricewire serve (seed {})", args.seed),
         ..RecorderConfig::default()
     };
@@ -44,6 +53,10 @@ pub(super) fn register_recorder(
     );
     r.register_counter_fn(catalogue::RECORDER_WRITTEN_TICKS, &[], move || {
         a.recorded.load(Ordering::Relaxed)
+    })?;
+    let d = rec.stats().clone();
+    r.register_gauge_fn(catalogue::RECORDER_BUFFERED_TICKS, &[], move || {
+        d.buffered.load(Ordering::Relaxed) as f64
     })?;
     r.register_counter_fn(catalogue::RECORDER_LOST_TICKS, &[], move || {
         b.lost.load(Ordering::Relaxed) + b.dropped_io.load(Ordering::Relaxed)
