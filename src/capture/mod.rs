@@ -95,6 +95,7 @@
 //! ```
 
 pub mod cli;
+pub mod determ;
 pub mod format;
 pub mod import;
 pub mod inspect;

@@ -138,6 +138,8 @@ pub struct ReplaySource {
     done: bool,
     released: u64,
     error: Option<String>,
+    /// Keep each tick's recorded receive time instead of re-stamping it.
+    keep_recorded: bool,
 }
 
 impl ReplaySource {
@@ -159,7 +161,14 @@ impl ReplaySource {
             done: false,
             released: 0,
             error: None,
+            keep_recorded: false,
         }
+    }
+
+    /// Releases ticks with their recorded receive times (for a consumer
+    /// that drives its own time from them, [`super::determ`]).
+    pub fn keep_recorded_times(&mut self) {
+        self.keep_recorded = true;
     }
 
     /// The reader (for its headers).
@@ -240,7 +249,9 @@ impl TickSource for ReplaySource {
                 self.pending = Some(t);
                 break;
             }
-            t.receive_time_ns = now_ns;
+            if !self.keep_recorded {
+                t.receive_time_ns = now_ns;
+            }
             out[n] = t;
             n += 1;
         }
@@ -253,7 +264,7 @@ impl TickSource for ReplaySource {
     }
 
     fn keeps_receive_time(&self) -> bool {
-        false
+        self.keep_recorded
     }
 }
 
