@@ -161,6 +161,30 @@ fn replay_args_parse_speed_files_and_destination() {
 }
 
 #[test]
+fn a_later_session_starting_inside_the_previous_ones_range_is_paced_anew() {
+    // A restarted recorder whose receive times start 1 s after the first
+    // session's start, but 4 s before its end.
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = ticks(4);
+    for (t, recv) in input
+        .iter_mut()
+        .zip([10_000 * MS, 15_000 * MS, 11_000 * MS, 12_000 * MS])
+    {
+        t.receive_time_ns = recv;
+    }
+    write_capture(dir.path(), &input, 1 << 20);
+    let mut src = open(&dir, ReplaySpeed::REALTIME);
+    let mut buf = [Tick::EMPTY; 8];
+    assert_eq!(poll(&mut src, START, &mut buf), 1);
+    assert_eq!(src.poll(START + 5_000 * MS - 1, &mut buf), SourcePoll::Idle);
+    // The second is due; the third starts a new session, anchored here ...
+    assert_eq!(poll(&mut src, START + 5_000 * MS, &mut buf), 2);
+    // ... so the fourth keeps its 1 s gap to it instead of bursting out.
+    assert_eq!(src.poll(START + 6_000 * MS - 1, &mut buf), SourcePoll::Idle);
+    assert_eq!(poll(&mut src, START + 6_000 * MS, &mut buf), 1);
+}
+
+#[test]
 fn a_later_recording_session_is_paced_from_where_it_starts() {
     // Two sessions: receive times restart near zero after a process restart.
     let dir = tempfile::tempdir().unwrap();

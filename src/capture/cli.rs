@@ -2,7 +2,7 @@
 //! embed with `#[command(flatten)]` / `#[command(subcommand)]`:
 //! `pricewire import` ([`ImportArgs`]), `pricewire capture cat|stats`
 //! ([`CaptureCmd`]) and `pricewire replay` ([`ReplayArgs`]; the caller
-//! wires the [`ReplaySource`] into its pipeline).
+//! wires the [`ReplaySource`] into the engine or a server).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -158,7 +158,8 @@ pub struct ReplayArgs {
     #[arg(long, default_value = "1x")]
     pub speed: ReplaySpeed,
     /// Where replayed ticks go; interpreted by the caller (e.g. an ingest
-    /// address host:port). None: the in-process pipeline.
+    /// address host:port). None: the in-process, deterministic engine
+    /// replay (`pipeline::determ`).
     #[arg(long)]
     pub to: Option<String>,
     /// End the replay at the first damaged record instead of skipping it.

@@ -6,15 +6,19 @@
 //! write buffer and the header are allocated in [`Recorder::spawn`]; the
 //! recorder thread drains the ring in chunks, encodes into a stack array
 //! and copies into the preallocated buffer (no per-tick allocation). It
-//! flushes the buffer to the OS every `flush_interval_ms` when idle, rolls
-//! segments by size and by age (age read from the injected clock), and
-//! fsyncs each segment it closes. When idle it parks for at most
+//! hands the buffer to the kernel once it has held records for
+//! `flush_interval_ms` (default 5 ms), whether the thread is busy or idle,
+//! rolls segments by size and by age (age read from the injected clock),
+//! and fsyncs each segment it closes. When idle it parks for at most
 //! `idle_park_us`, so it costs little CPU on a 2-core machine.
 //!
-//! Durability: records reach the OS when the buffer fills or the thread
-//! goes idle past `flush_interval_ms`, and the disk when a segment closes.
-//! A crash of the process loses at most the unflushed buffer; the reader
-//! then replays each segment up to its last whole record.
+//! Durability (docs/capture-format.md): `recorded` counts ticks handed to
+//! the kernel, `buffered` those still in the write buffer. A kill of the
+//! process loses the buffered ticks — at most `flush_interval_ms` of ticks
+//! plus one chunk being encoded — and the ticks still in the ring; a power
+//! loss also loses what the kernel had not written back, unless `fsync`
+//! (`--record-fsync`) makes every flush wait for the disk. The reader
+//! replays each segment up to its last whole record.
 //!
 //! An I/O error (disk full) never reaches the feed: the recorder counts it,
 //! keeps the first message, and from then on drains and drops ticks
@@ -38,12 +42,16 @@ pub const RING_CAPACITY_DEFAULT: usize = 1 << 16;
 pub const RING_CAPACITY_MAX: usize = 1 << 20;
 /// Default segment age limit: one hour.
 pub const SEGMENT_DURATION_MS_DEFAULT: u64 = 3_600_000;
-/// Default interval between flushes of the write buffer while ticks trickle.
-pub const FLUSH_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// Default longest time a written tick stays in the write buffer before it
+/// is handed to the kernel: what a kill of the process can lose at most
+/// (plus one chunk of [`CHUNK_TICKS_MAX`] being encoded).
+pub const FLUSH_INTERVAL_MS_DEFAULT: u64 = 5;
+/// Largest flush interval accepted.
+pub const FLUSH_INTERVAL_MS_MAX: u64 = 10_000;
 /// Default longest park of the idle recorder thread.
 pub const IDLE_PARK_US_DEFAULT: u64 = 500;
 /// Ticks taken from the ring per chunk.
-const CHUNK_TICKS_MAX: usize = 4096;
+pub const CHUNK_TICKS_MAX: usize = 4096;
 
 /// Recorder settings.
 #[derive(Clone)]
@@ -55,6 +63,9 @@ pub struct RecorderConfig {
     pub segment_duration_ms: u64,
     pub write_buffer_bytes: usize,
     pub flush_interval_ms: u64,
+    /// `fdatasync` at every flush, so a power loss loses no more than a
+    /// kill (`--record-fsync`).
+    pub fsync: bool,
     pub idle_park_us: u64,
     /// Stored in every segment header (`source`).
     pub source: String,
@@ -69,6 +80,7 @@ impl Default for RecorderConfig {
             segment_duration_ms: SEGMENT_DURATION_MS_DEFAULT,
             write_buffer_bytes: WRITE_BUFFER_BYTES_DEFAULT,
             flush_interval_ms: FLUSH_INTERVAL_MS_DEFAULT,
+            fsync: false,
             idle_park_us: IDLE_PARK_US_DEFAULT,
             source: "pricewire recorder".to_string(),
             clock: Arc::new(MonotonicClock),
@@ -84,6 +96,7 @@ impl std::fmt::Debug for RecorderConfig {
             .field("segment_duration_ms", &self.segment_duration_ms)
             .field("write_buffer_bytes", &self.write_buffer_bytes)
             .field("flush_interval_ms", &self.flush_interval_ms)
+            .field("fsync", &self.fsync)
             .field("idle_park_us", &self.idle_park_us)
             .field("source", &self.source)
             .finish_non_exhaustive()
@@ -93,8 +106,12 @@ impl std::fmt::Debug for RecorderConfig {
 /// Recorder counters (Relaxed atomics, read by the metrics endpoint).
 #[derive(Debug, Default)]
 pub struct RecorderStats {
-    /// Ticks written to the capture.
+    /// Ticks handed to the kernel (written to the capture file): a kill of
+    /// the process no longer loses them.
     pub recorded: AtomicU64,
+    /// Ticks encoded into the write buffer but not yet handed to the
+    /// kernel: what a kill of the process would lose now.
+    pub buffered: AtomicU64,
     /// Ticks the feed could not push because the ring was full.
     pub lost: AtomicU64,
     /// Ticks drained but not written because writing had failed.
@@ -113,6 +130,7 @@ pub struct RecorderStats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecorderSnapshot {
     pub recorded: u64,
+    pub buffered: u64,
     pub lost: u64,
     pub dropped_io: u64,
     pub bytes: u64,
@@ -125,6 +143,7 @@ impl RecorderStats {
     pub fn snapshot(&self) -> RecorderSnapshot {
         RecorderSnapshot {
             recorded: self.recorded.load(Relaxed),
+            buffered: self.buffered.load(Relaxed),
             lost: self.lost.load(Relaxed),
             dropped_io: self.dropped_io.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
@@ -213,14 +232,21 @@ impl Recorder {
                 cfg.ring_capacity
             )));
         }
+        if cfg.flush_interval_ms == 0 || cfg.flush_interval_ms > FLUSH_INTERVAL_MS_MAX {
+            return Err(CaptureError::Config(format!(
+                "flush interval {} ms outside 1..={FLUSH_INTERVAL_MS_MAX}",
+                cfg.flush_interval_ms
+            )));
+        }
         if cfg.segment_duration_ms == 0 {
             return Err(CaptureError::Config(
                 "segment duration must be > 0 ms".into(),
             ));
         }
         let header = CaptureHeader::for_table(table, &cfg.source);
-        let writer =
+        let mut writer =
             CaptureWriter::create(dir, header, cfg.segment_bytes_max, cfg.write_buffer_bytes)?;
+        writer.set_sync_on_flush(cfg.fsync);
         let (producer, consumer) = rtrb::RingBuffer::new(cfg.ring_capacity);
         let stats = Arc::new(RecorderStats::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -235,7 +261,6 @@ impl Recorder {
             segment_opened_ns: 0,
             segments_seen: 0,
             last_flush_ns: cfg.clock.now_ns(),
-            dirty: false,
             cfg,
         };
         let thread = std::thread::Builder::new()
@@ -309,7 +334,6 @@ struct Worker {
     segment_opened_ns: u64,
     segments_seen: u64,
     last_flush_ns: u64,
-    dirty: bool,
     cfg: RecorderConfig,
 }
 
@@ -335,6 +359,8 @@ impl Worker {
         }
         let result = self.close();
         self.stats.lag.store(0, Relaxed);
+        self.stats.recorded.store(self.writer.handed(), Relaxed);
+        self.stats.buffered.store(self.writer.buffered(), Relaxed);
         result
     }
 
@@ -363,21 +389,38 @@ impl Worker {
         if let Some(e) = error {
             self.fail(e);
         }
-        self.account(recorded, dropped, now_ns);
+        self.account(dropped, now_ns);
     }
 
-    fn account(&mut self, recorded: u64, dropped: u64, now_ns: u64) {
+    fn account(&mut self, dropped: u64, now_ns: u64) {
         let segments = self.writer.segments();
         if segments != self.segments_seen {
             self.segment_opened_ns = now_ns;
             self.segments_seen = segments;
             self.stats.segments.store(segments, Relaxed);
         }
-        // One writer thread: storing the writer's own total is exact.
+        self.maybe_flush(now_ns);
+        // One writer thread: storing the writer's own totals is exact.
         self.stats.bytes.store(self.writer.totals().bytes, Relaxed);
-        self.stats.recorded.fetch_add(recorded, Relaxed);
+        self.stats.recorded.store(self.writer.handed(), Relaxed);
+        self.stats.buffered.store(self.writer.buffered(), Relaxed);
         self.stats.dropped_io.fetch_add(dropped, Relaxed);
-        self.dirty |= recorded > 0;
+    }
+
+    /// Hands the buffer to the kernel once its oldest record may be
+    /// `flush_interval_ms` old, busy or idle: a kill loses at most that.
+    fn maybe_flush(&mut self, now_ns: u64) {
+        let due =
+            now_ns.saturating_sub(self.last_flush_ns) >= self.cfg.flush_interval_ms * NS_PER_MS;
+        if self.writer.buffered() == 0 {
+            // Nothing waits: the next record starts a fresh interval.
+            self.last_flush_ns = now_ns;
+        } else if due && !self.failed {
+            if let Err(e) = self.writer.flush() {
+                self.fail(e);
+            }
+            self.last_flush_ns = now_ns;
+        }
     }
 
     fn maybe_rotate_by_age(&mut self, now_ns: u64) {
@@ -394,15 +437,9 @@ impl Worker {
 
     fn idle(&mut self) {
         let now_ns = self.cfg.clock.now_ns();
-        let flush_due =
-            now_ns.saturating_sub(self.last_flush_ns) >= self.cfg.flush_interval_ms * NS_PER_MS;
-        if self.dirty && flush_due && !self.failed {
-            if let Err(e) = self.writer.flush() {
-                self.fail(e);
-            }
-            self.dirty = false;
-            self.last_flush_ns = now_ns;
-        }
+        self.maybe_flush(now_ns);
+        self.stats.recorded.store(self.writer.handed(), Relaxed);
+        self.stats.buffered.store(self.writer.buffered(), Relaxed);
         std::thread::park_timeout(Duration::from_micros(self.cfg.idle_park_us));
     }
 

@@ -135,9 +135,13 @@ pub struct ReplaySource {
     pending: Option<Tick>,
     /// (replay time of the first release, its recorded receive time).
     anchor: Option<(u64, u64)>,
+    /// Highest recorded receive time since the anchor.
+    max_recv_ns: u64,
     done: bool,
     released: u64,
     error: Option<String>,
+    /// Keep each tick's recorded receive time instead of re-stamping it.
+    keep_recorded: bool,
 }
 
 impl ReplaySource {
@@ -156,10 +160,18 @@ impl ReplaySource {
             speed,
             pending: None,
             anchor: None,
+            max_recv_ns: 0,
             done: false,
             released: 0,
             error: None,
+            keep_recorded: false,
         }
+    }
+
+    /// Releases ticks with their recorded receive times (for a consumer
+    /// that drives its own time from them, [`super::determ`]).
+    pub fn keep_recorded_times(&mut self) {
+        self.keep_recorded = true;
     }
 
     /// The reader (for its headers).
@@ -211,13 +223,20 @@ impl ReplaySource {
 
     #[inline]
     fn due(&mut self, t: &Tick, now_ns: u64) -> bool {
-        if let Some((_, first_recv_ns)) = self.anchor {
-            if t.receive_time_ns.saturating_add(REANCHOR_BACKWARD_NS) < first_recv_ns {
-                // A later recording session (receive times are per-process
-                // monotonic): pace it from here instead of bursting it out.
-                self.anchor = None;
-            }
+        if self.anchor.is_some()
+            && t.receive_time_ns.saturating_add(REANCHOR_BACKWARD_NS) < self.max_recv_ns
+        {
+            // A later recording session (receive times are per-process
+            // monotonic): pace it from here instead of bursting it out.
+            // Compared with the highest receive time of the session, not
+            // its first: a restarted recorder's times may start inside the
+            // previous session's range.
+            self.anchor = None;
         }
+        if self.anchor.is_none() {
+            self.max_recv_ns = t.receive_time_ns;
+        }
+        self.max_recv_ns = self.max_recv_ns.max(t.receive_time_ns);
         let (start_ns, first_recv_ns) = *self.anchor.get_or_insert((now_ns, t.receive_time_ns));
         match self
             .speed
@@ -240,7 +259,9 @@ impl TickSource for ReplaySource {
                 self.pending = Some(t);
                 break;
             }
-            t.receive_time_ns = now_ns;
+            if !self.keep_recorded {
+                t.receive_time_ns = now_ns;
+            }
             out[n] = t;
             n += 1;
         }
@@ -253,7 +274,7 @@ impl TickSource for ReplaySource {
     }
 
     fn keeps_receive_time(&self) -> bool {
-        false
+        self.keep_recorded
     }
 }
 

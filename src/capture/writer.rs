@@ -63,6 +63,10 @@ pub struct CaptureWriter {
     current: Option<OpenSegment>,
     scratch: [u8; RECORD_LEN_MAX],
     totals: WriterTotals,
+    /// Records handed to the kernel (written out of `buf`).
+    handed: u64,
+    /// `fdatasync` after every flush (`--record-fsync`).
+    sync_on_flush: bool,
 }
 
 impl CaptureWriter {
@@ -90,6 +94,8 @@ impl CaptureWriter {
             current: None,
             scratch: [0; RECORD_LEN_MAX],
             totals: WriterTotals::default(),
+            handed: 0,
+            sync_on_flush: false,
         })
     }
 
@@ -159,13 +165,39 @@ impl CaptureWriter {
                 .map_err(|e| CaptureError::io(&seg.path, e))?;
         }
         self.buf.clear();
+        self.handed = self.totals.records;
         Ok(())
     }
 
-    /// Hands buffered records to the OS (no fsync): a crash of this
-    /// process then loses nothing already flushed.
+    /// With `on`, every [`CaptureWriter::flush`] also waits for the disk
+    /// (`fdatasync`): a power loss then loses no flushed record either.
+    pub fn set_sync_on_flush(&mut self, on: bool) {
+        self.sync_on_flush = on;
+    }
+
+    /// Hands buffered records to the OS: a crash of this process then
+    /// loses nothing already flushed. With sync on flush, also to the disk.
     pub fn flush(&mut self) -> Result<(), CaptureError> {
-        self.drain_buffer()
+        self.drain_buffer()?;
+        if self.sync_on_flush {
+            if let Some(seg) = &self.current {
+                seg.file
+                    .sync_data()
+                    .map_err(|e| CaptureError::io(&seg.path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records handed to the kernel so far: they survive a kill of this
+    /// process (and, with sync on flush, a power loss once flushed).
+    pub fn handed(&self) -> u64 {
+        self.handed
+    }
+
+    /// Records written but still in the buffer (lost if the process dies).
+    pub fn buffered(&self) -> u64 {
+        self.totals.records - self.handed
     }
 
     /// Closes the open segment: flush, fsync, close. The next record opens

@@ -78,6 +78,12 @@ fn append(
         }
         toml::Value::Boolean(false) => return Ok(()),
         toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) if *i < 0 => {
+            return Err(format!(
+                "config key `serve.{key}`: {i} is negative; every numeric flag is a count, \
+                 a size, a rate or a time"
+            ))
+        }
         toml::Value::Integer(i) => i.to_string(),
         toml::Value::Float(f) => f.to_string(),
         _ => {
@@ -155,5 +161,23 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(err.contains("serve.shards"), "{err}");
+    }
+
+    #[test]
+    fn a_negative_number_is_refused_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[serve]\nsynthetic-rate = -10\n").unwrap();
+        let err = merge(args(&[
+            "pricewire",
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_err();
+        assert!(
+            err.contains("serve.synthetic-rate") && err.contains("-10"),
+            "{err}"
+        );
     }
 }

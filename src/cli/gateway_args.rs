@@ -11,6 +11,20 @@ use crate::gateway::outbound::{
 use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
 use crate::runtime::WaitStrategy;
 
+/// Largest per-second rate accepted by the gateway's rate flags.
+pub const RATE_PER_S_MAX: u64 = 10_000_000;
+
+/// Refuses a rate of 0 (a bucket that never refills) or above `max`.
+pub fn check_rate(flag: &str, rate: u64, max: u64) -> Result<(), String> {
+    if rate == 0 || rate > max {
+        return Err(format!(
+            "{flag} {rate}: must be 1..={max} per second (0 would admit the burst and \
+             then nothing)"
+        ));
+    }
+    Ok(())
+}
+
 /// Gateway and ingest flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
 pub struct GatewayArgs {
@@ -77,7 +91,8 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 1_024, value_name = "N")]
     pub max_subscriptions: usize,
 
-    /// Inbound messages per second per connection.
+    /// Inbound messages per second per connection. 1..=10000000; 0 is
+    /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = 200, value_name = "PER_S")]
     pub msg_rate_per_s: u32,
 
@@ -96,7 +111,8 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::gateway::BAD_FRAME_WINDOW_MS_DEFAULT, value_name = "MS")]
     pub bad_frame_window_ms: u64,
 
-    /// Accepted connections per second (admission token bucket rate).
+    /// Accepted connections per second (admission token bucket rate). 1..=10000000; 0 is
+    /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::ACCEPT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub accept_rate_per_s: u32,
 
@@ -104,15 +120,18 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::admission::ACCEPT_BURST_DEFAULT, value_name = "N")]
     pub accept_burst: u32,
 
-    /// Logons per second.
+    /// Logons per second. 1..=10000000; 0 is
+    /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::LOGON_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub logon_rate_per_s: u32,
 
-    /// First subscriptions per second.
+    /// First subscriptions per second. 1..=10000000; 0 is
+    /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::FIRST_SUBSCRIBE_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub first_subscribe_rate_per_s: u32,
 
-    /// Symbol-list requests per second.
+    /// Symbol-list requests per second. 1..=10000000; 0 is
+    /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::SYMBOL_LIST_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub symbol_list_rate_per_s: u32,
 
@@ -133,7 +152,8 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::admission::ADMISSION_RETRY_WINDOW_DEFAULT.max_ms, value_name = "MS")]
     pub busy_retry_max_ms: u32,
 
-    /// Connection attempts per second per client IP.
+    /// Connection attempts per second per client IP. 1..=10000000; 0 is
+    /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::IP_CONNECT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub ip_connect_rate_per_s: u32,
 }
@@ -148,6 +168,7 @@ impl GatewayArgs {
         if self.no_listen {
             return Ok(None);
         }
+        self.check_rates()?;
         let mut c = GatewayConfig {
             listen: self.listen,
             low_water_bytes: self.low_water_bytes,
@@ -183,6 +204,27 @@ impl GatewayArgs {
         c.heartbeat_min_ms = c.heartbeat_min_ms.min(self.heartbeat_ms);
         c.validate()?;
         Ok(Some(c))
+    }
+
+    /// Every per-second rate: 0 would let the burst through and then
+    /// nothing ever again, so it is refused, as is a rate above
+    /// [`RATE_PER_S_MAX`] (no limit in effect; a typo).
+    pub fn check_rates(&self) -> Result<(), String> {
+        let rates = [
+            ("--msg-rate-per-s", self.msg_rate_per_s),
+            ("--accept-rate-per-s", self.accept_rate_per_s),
+            ("--logon-rate-per-s", self.logon_rate_per_s),
+            (
+                "--first-subscribe-rate-per-s",
+                self.first_subscribe_rate_per_s,
+            ),
+            ("--symbol-list-rate-per-s", self.symbol_list_rate_per_s),
+            ("--ip-connect-rate-per-s", self.ip_connect_rate_per_s),
+        ];
+        for (flag, rate) in rates {
+            check_rate(flag, u64::from(rate), RATE_PER_S_MAX)?;
+        }
+        Ok(())
     }
 
     pub fn ingest_config(

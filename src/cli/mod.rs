@@ -28,8 +28,12 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the price service (synthetic feed by default).
+    // Negative numbers reach the flag's parser, which refuses them naming
+    // the flag (instead of "unexpected argument '-1'").
+    #[command(allow_negative_numbers = true)]
     Serve(Box<serve::ServeArgs>),
     /// Replay captures through the pipeline, or into a server with --to.
+    #[command(allow_negative_numbers = true)]
     Replay(replay::ReplayCmd),
     /// Convert tick files (HistData, TrueFX, MT5, Dukascopy, CSV) into a capture.
     Import(ImportCmd),

@@ -1,9 +1,10 @@
-//! `pricewire replay`: feed captures through the full pipeline (headless,
-//! measuring end-to-end latency), or into a running server's provider
-//! ingest listener with `--to HOST:PORT`.
+//! `pricewire replay`: feed captures through the engine deterministically
+//! (engine time from the capture; prints a digest of the published price
+//! stream, the same on every run at every speed), or into a running
+//! server's provider ingest listener with `--to HOST:PORT`.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -11,16 +12,13 @@ use clap::Args;
 use super::refuse;
 use crate::capture::cli::ReplayArgs;
 use crate::capture::{ReplaySource, ReplaySummary};
-use crate::clock::monotonic_ns;
+use crate::clock::{monotonic_ns, MonotonicClock};
 use crate::config::Config;
 use crate::feed::bridge::Bridge;
 use crate::feed::ingest::INGEST_TOKEN_DEFAULT;
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
-use crate::pipeline::PipelineConfig;
-use crate::runtime::latency::latency_histogram;
-use crate::runtime::WaitStrategy;
-use crate::service::{Service, ServiceConfig};
+use crate::pipeline::determ;
 
 /// Flags of `pricewire replay`.
 #[derive(Debug, Clone, Args)]
@@ -41,25 +39,6 @@ pub struct ReplayCmd {
     pub token: String,
 }
 
-/// Keeps the replay's summary when it finishes on the feed thread.
-struct Summarizing {
-    inner: ReplaySource,
-    out: Arc<Mutex<Option<ReplaySummary>>>,
-}
-
-impl TickSource for Summarizing {
-    fn poll(&mut self, now_ns: u64, out: &mut [Tick]) -> SourcePoll {
-        let r = self.inner.poll(now_ns, out);
-        if r == SourcePoll::Done {
-            *self.out.lock().expect("summary lock") = Some(self.inner.summary());
-        }
-        r
-    }
-    fn keeps_receive_time(&self) -> bool {
-        self.inner.keeps_receive_time()
-    }
-}
-
 pub fn run(args: ReplayCmd) -> i32 {
     let config = match &args.config {
         Some(p) => Config::load(p, args.providers),
@@ -78,89 +57,64 @@ pub fn run(args: ReplayCmd) -> i32 {
             Ok(addr) => to_server(source, addr, &args.token),
             Err(_) => refuse(format!("--to {to}: expected HOST:PORT")),
         },
-        None => through_pipeline(source, config),
+        None => through_engine(source, config),
     }
 }
 
-fn through_pipeline(source: ReplaySource, config: Arc<Config>) -> i32 {
-    let summary = Arc::new(Mutex::new(None));
-    let src = Summarizing {
-        inner: source,
-        out: summary.clone(),
-    };
+/// The capture through the engine on this thread, engine time from the
+/// capture (see [`crate::pipeline::determ`]): the digest of the published
+/// stream is the same on every run at every speed.
+fn through_engine(mut source: ReplaySource, config: Arc<Config>) -> i32 {
     let started = Instant::now();
-    let cfg = ServiceConfig {
-        config,
-        pipeline: PipelineConfig {
-            feed_wait: WaitStrategy::SpinYield,
-            engine_wait: WaitStrategy::SpinYield,
-            ..PipelineConfig::default()
-        },
-        synthetic: None,
-        sources: vec![("replay".into(), Box::new(src))],
-        gateway: None,
-        ingest: None,
-        shard_wait: WaitStrategy::SpinYield,
-        recorder: None,
-        requests: Default::default(),
-        refdata: None,
-    };
-    let mut service = match Service::start(cfg) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 1;
-        }
-    };
-    let mut hist = latency_histogram();
-    service.latency.request();
-    while !service.pipeline.feeds_finished() {
-        std::thread::park_timeout(Duration::from_millis(100));
-        service
-            .latency
-            .collect(&mut hist, Duration::from_millis(10));
-        service.latency.request();
-    }
-    let engine = service.pipeline.handles.engine.clone();
-    service.pipeline.stop(); // drains the engine
+    let run = determ::run(&mut source, &config, &MonotonicClock);
     let secs = started.elapsed().as_secs_f64();
-    service
-        .latency
-        .collect(&mut hist, Duration::from_millis(200));
-    service.stop();
-    let s = summary.lock().expect("summary lock").take();
-    print_summary(s.as_ref(), engine.ticks.get(), secs, &hist);
-    i32::from(s.is_some_and(|s| s.error.is_some()))
+    let s = source.summary();
+    println!(
+        "replayed {} ticks in {secs:.3} s ({:.0} ticks/s)",
+        run.ticks,
+        run.ticks as f64 / secs.max(1e-9)
+    );
+    println!(
+        "capture span {:.3} s over {} recording session(s), damaged records skipped {}, \
+         cut short: {}",
+        run.timeline.span_ns() as f64 / 1e9,
+        run.timeline.sessions(),
+        s.corrupt_count,
+        s.stopped_at
+            .as_ref()
+            .map_or("no".to_string(), |p| format!("{p:?}"))
+    );
+    println!("published {} prices, digest {}", run.published, run.digest);
+    if let Some(e) = &s.error {
+        println!("stopped early: {e}");
+    }
+    print_latency("release->price latency (ns, pacing excluded)", &run.latency);
+    i32::from(s.error.is_some())
 }
 
-fn print_summary(
-    s: Option<&ReplaySummary>,
-    ticks: u64,
-    secs: f64,
-    hist: &hdrhistogram::Histogram<u64>,
-) {
+fn print_latency(title: &str, hist: &hdrhistogram::Histogram<u64>) {
+    if !hist.is_empty() {
+        println!("{title}:");
+        for q in [0.5, 0.9, 0.99, 0.999, 0.9999, 1.0] {
+            println!("  p{:<7} {}", q * 100.0, hist.value_at_quantile(q));
+        }
+    }
+}
+
+fn print_summary(s: &ReplaySummary, ticks: u64, secs: f64) {
     println!(
         "replayed {ticks} ticks in {secs:.3} s ({:.0} ticks/s)",
         ticks as f64 / secs.max(1e-9)
     );
-    if let Some(s) = s {
-        println!(
-            "capture span {:.3} s, damaged records skipped {}, cut short: {}",
-            s.span_ns as f64 / 1e9,
-            s.corrupt_count,
-            s.stopped_at
-                .as_ref()
-                .map_or("no".to_string(), |p| format!("{p:?}"))
-        );
-        if let Some(e) = &s.error {
-            println!("stopped early: {e}");
-        }
-    }
-    if !hist.is_empty() {
-        println!("feed->shard latency (ns):");
-        for q in [0.5, 0.9, 0.99, 0.999, 0.9999, 1.0] {
-            println!("  p{:<7} {}", q * 100.0, hist.value_at_quantile(q));
-        }
+    println!(
+        "damaged records skipped {}, cut short: {}",
+        s.corrupt_count,
+        s.stopped_at
+            .as_ref()
+            .map_or("no".to_string(), |p| format!("{p:?}"))
+    );
+    if let Some(e) = &s.error {
+        println!("stopped early: {e}");
     }
 }
 
@@ -217,6 +171,6 @@ fn to_server(mut source: ReplaySource, addr: std::net::SocketAddr, token: &str) 
     let secs = started.elapsed().as_secs_f64();
     println!("sent {sent} ticks to {addr} in {secs:.3} s");
     let s = source.summary();
-    print_summary(Some(&s), sent, secs, &latency_histogram());
+    print_summary(&s, sent, secs);
     0
 }

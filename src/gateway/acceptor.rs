@@ -75,7 +75,7 @@ pub fn spawn(
     shared: Arc<Shared>,
     shards: Vec<Handoff>,
 ) -> std::io::Result<(AcceptorHandle, SocketAddr)> {
-    let mut listener = TcpListener::bind(shared.cfg.listen)?;
+    let mut listener = TcpListener::from_std(crate::runtime::listen::bind(shared.cfg.listen)?);
     let local = listener.local_addr()?;
     let poll = Poll::new()?;
     poll.registry()

@@ -310,7 +310,7 @@ impl OpsServer {
             "ops server needs a worker and a queue"
         );
         let bind = |e| OpsError::Bind { addr, source: e };
-        let std_listener = std::net::TcpListener::bind(addr).map_err(bind)?;
+        let std_listener = crate::runtime::listen::bind(addr).map_err(bind)?;
         let local_addr = std_listener.local_addr().map_err(bind)?;
         std_listener.set_nonblocking(true).map_err(bind)?;
         let mut listener = mio::net::TcpListener::from_std(std_listener);

@@ -13,6 +13,7 @@
 //! them abandoned, flushes and exits, dropping its shard producers; shards
 //! do the same.
 
+pub mod determ;
 pub mod sink;
 
 use std::sync::Arc;

@@ -15,6 +15,7 @@ pub mod counter;
 pub mod feed_port;
 pub mod hosting;
 pub mod latency;
+pub mod listen;
 pub mod source;
 pub mod sys;
 pub mod wait;

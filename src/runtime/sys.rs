@@ -67,3 +67,98 @@ pub fn set_linger_zero(stream: &TcpStream) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// A TCP socket bound to `addr` (with `SO_REUSEADDR`, as std binds) but
+/// not yet listening: a connect to it is refused until [`listen_on`].
+pub fn bind_tcp(addr: std::net::SocketAddr) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket() takes no pointers; a non-negative result is a new fd
+    // that nothing else owns, so OwnedFd may take it.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: see above.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: `fd` is open; the pointer and length describe a live c_int.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: `storage` holds a sockaddr of `len` bytes for the family.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr>(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+fn sockaddr(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and suitably aligned.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// `listen(fd, backlog)`: starts (or, on a listening socket, resizes) the
+/// accept queue; the kernel caps it at `net.core.somaxconn`.
+pub fn listen_on(fd: &impl AsRawFd, backlog: u32) -> io::Result<()> {
+    let backlog = i32::try_from(backlog).unwrap_or(i32::MAX);
+    // SAFETY: the fd is an open, bound socket owned by the caller for the
+    // whole call; listen() takes no pointers.
+    let rc = unsafe { libc::listen(fd.as_raw_fd(), backlog) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -212,7 +212,7 @@ fn bind(
     table: Arc<InstrumentTable>,
     port: FeedPort,
 ) -> io::Result<(IngestHandle, Ingest)> {
-    let mut listener = TcpListener::bind(cfg.listen)?;
+    let mut listener = TcpListener::from_std(crate::runtime::listen::bind(cfg.listen)?);
     let local_addr = listener.local_addr()?;
     let poll = Poll::new()?;
     poll.registry()

@@ -142,6 +142,7 @@ pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
 pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
 pub const RECORDER_LOST_TICKS: &str = "pricewire_recorder_lost_ticks_total";
 pub const RECORDER_WRITTEN_TICKS: &str = "pricewire_recorder_written_ticks_total";
+pub const RECORDER_BUFFERED_TICKS: &str = "pricewire_recorder_buffered_ticks";
 pub const HEALTH_STATE: &str = "pricewire_health_state";
 pub const START_STAGGER: &str = "pricewire_start_stagger_seconds";
 pub const OPS_HTTP_REQUESTS: &str = "pricewire_ops_http_requests_total";
@@ -243,7 +244,9 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(RECORDER_LOST_TICKS, &[], "ticks", "capture",
         "Ticks not recorded because the recorder ring was full (the feed never waits)"),
     counter(RECORDER_WRITTEN_TICKS, &[], "ticks", "capture",
-        "Ticks written to the capture file"),
+        "Ticks handed to the kernel (written to the capture file; a kill of the process no longer loses them)"),
+    gauge(RECORDER_BUFFERED_TICKS, &[], "ticks", "capture",
+        "Ticks in the recorder's write buffer, not yet handed to the kernel (a kill would lose them)"),
     // ops
     gauge(HEALTH_STATE, &["state"], "boolean", "ops",
         "1 for the process lifecycle state (starting, serving, draining, stopped), 0 for the others"),

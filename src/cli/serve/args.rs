@@ -1,45 +1,20 @@
-//! `pricewire serve`: the price service.
-//!
-//! With no arguments it runs the built-in synthetic feed over the default
-//! instruments, so a newcomer sees prices at once.
+//! The flags of `pricewire serve` and the settings derived from them.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-use crossbeam_channel::Receiver;
-use rand::SeedableRng;
-
-use super::gateway_args::GatewayArgs;
-use super::refuse;
+use super::super::gateway_args::GatewayArgs;
 use crate::admission::RetryWindow;
-use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
-use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
+use crate::clock::NS_PER_MS;
 use crate::config::Config;
-use crate::feed::fix::FixFeed;
-use crate::feed::synthetic::SyntheticConfig;
-use crate::ops::metrics::catalogue;
-use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
-use crate::ops::shutdown::sleep_until;
-use crate::ops::{
-    standard_plan, Health, OpsArgs, OpsServer, Registry, Shutdown, ShutdownHooks, SignalCallbacks,
-    SignalWatcher, StepResult, DEFAULT_LIVENESS_STALE_MS,
-};
+use crate::ops::OpsArgs;
 use crate::pipeline::{
     PipelineConfig, FEED_FULL_WAIT_US_DEFAULT, FEED_RING_DEFAULT, SHARD_RING_DEFAULT,
 };
-use crate::refdata::{RefData, RefDataConfig};
 use crate::requests::service::RequestConfig;
 use crate::requests::QueueConfig;
-use crate::runtime::latency::{latency_histogram, LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
-use crate::service::report::{line, Totals};
-use crate::service::{Service, ServiceConfig};
 
 /// Flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
@@ -53,8 +28,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub providers: usize,
 
-    /// Synthetic feed rate in ticks per second across all symbols
-    /// (0 = as fast as the pipeline takes them).
+    /// Synthetic feed rate in ticks per second across all symbols, at most
+    /// 50000000 (0 = as fast as the pipeline takes them).
     #[arg(long, default_value_t = 100_000, value_name = "TICKS_PER_S")]
     pub synthetic_rate: u64,
 
@@ -177,6 +152,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1 << 20, value_name = "TICKS")]
     pub record_ring: usize,
 
+    /// Longest a recorded tick waits in the write buffer before it is
+    /// handed to the kernel, in milliseconds (1..=10000): what a kill of
+    /// the process can lose at most, plus one batch.
+    #[arg(long, default_value_t = crate::capture::recorder::FLUSH_INTERVAL_MS_DEFAULT, value_name = "MS")]
+    pub record_flush_ms: u64,
+
+    /// Wait for the disk (fdatasync) at every flush of the capture, so a
+    /// power loss loses no more than a kill. Costs a disk write per flush.
+    #[arg(long)]
+    pub record_fsync: bool,
+
     /// Capture segment size before rolling, in MiB.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub record_segment_mib: u64,
@@ -207,7 +193,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub shed_retry_max_ms: u32,
 
-    /// Requests per second per account (fairness).
+    /// Requests per second per account (fairness). 1..=1000000; 0 is
+    /// refused (the account could never send a request).
     #[arg(long, default_value_t = crate::requests::queue::ACCOUNT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub account_request_rate_per_s: u32,
 
@@ -219,6 +206,12 @@ pub struct ServeArgs {
     /// (redis://HOST:PORT[/DB]); the config file stays the fallback.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+
+    /// Accept-queue length of every listening socket (subscribers,
+    /// provider ingest, ops), 1..=1048576. The kernel caps it at
+    /// `net.core.somaxconn`; start-up logs when it does.
+    #[arg(long, default_value_t = crate::runtime::listen::BACKLOG_DEFAULT, value_name = "N")]
+    pub listen_backlog: u32,
 
     #[command(flatten)]
     pub gateway: GatewayArgs,
@@ -312,7 +305,7 @@ impl ServeArgs {
     }
 
     /// `--cpus` and `--rt-priority`: where and how the stage threads run.
-    fn placement(&self) -> CpuMap {
+    pub(super) fn placement(&self) -> CpuMap {
         self.cpus.clone().with_rt_priority(self.rt_priority)
     }
 
@@ -323,7 +316,7 @@ impl ServeArgs {
     /// includes `spin-park`, whose spin and yield phases never end while
     /// input arrives faster than they last (a 100k ticks/s synthetic feed
     /// kept a core 98 % busy at real-time priority). Real-time stages park.
-    fn check_rt_waits(&self) -> Result<(), String> {
+    pub(super) fn check_rt_waits(&self) -> Result<(), String> {
         let Some(p) = self.rt_priority else {
             return Ok(());
         };
@@ -349,7 +342,7 @@ impl ServeArgs {
         Ok(())
     }
 
-    fn pipeline_config(&self) -> PipelineConfig {
+    pub(super) fn pipeline_config(&self) -> PipelineConfig {
         PipelineConfig {
             feed_ring: self.feed_ring,
             shard_ring: self.shard_ring,
@@ -361,6 +354,32 @@ impl ServeArgs {
             history_depth: self.history_depth,
             threading: self.threading,
         }
+    }
+
+    /// Ranges clap's types do not express: rates (what 0 means, or its
+    /// refusal) and absurd sizes.
+    pub(super) fn check_numbers(&self) -> Result<(), String> {
+        use super::super::gateway_args::check_rate;
+        if self.synthetic_rate > SYNTHETIC_RATE_MAX {
+            return Err(format!(
+                "--synthetic-rate {}: at most {SYNTHETIC_RATE_MAX} ticks per second \
+                 (0 = as fast as the pipeline takes them)",
+                self.synthetic_rate
+            ));
+        }
+        check_rate(
+            "--account-request-rate-per-s",
+            u64::from(self.account_request_rate_per_s),
+            1_000_000,
+        )?;
+        let max = crate::runtime::listen::BACKLOG_MAX;
+        if self.listen_backlog == 0 || self.listen_backlog > max {
+            return Err(format!(
+                "--listen-backlog {}: must be 1..={max}",
+                self.listen_backlog
+            ));
+        }
+        Ok(())
     }
 
     /// Loads the config file (or the built-in default) and applies the
@@ -383,6 +402,7 @@ impl ServeArgs {
             }
             config.engine.spike_bps = bps;
         }
+        self.check_numbers()?;
         if self.report_interval_ms == 0 {
             return Err("--report-interval-ms: must be at least 1".into());
         }
@@ -390,69 +410,8 @@ impl ServeArgs {
     }
 }
 
-/// Runs the service; returns the exit code.
-pub fn run(args: ServeArgs) -> i32 {
-    let plan = match Plan::from_args(&args) {
-        Ok(p) => p,
-        Err(e) => return refuse(e),
-    };
-    let clock = Arc::new(MonotonicClock);
-    let health = Health::new(clock.clone(), DEFAULT_LIVENESS_STALE_MS);
-    let registry = Registry::new();
-    let ops_server = match OpsServer::spawn(plan.ops.listen, health.clone(), registry.clone()) {
-        Ok(s) => s,
-        Err(e) => return refuse(e),
-    };
-    let (begin_tx, begin_rx) = crossbeam_channel::bounded::<()>(1);
-    let forced = Arc::new(AtomicBool::new(false));
-    let _signals = match watch_signals(&health, begin_tx, forced.clone()) {
-        Ok(s) => s,
-        Err(e) => return refuse(e),
-    };
-    if !stagger(&args, &plan, &*clock, &begin_rx) {
-        return 0;
-    }
-    let (recorder, tap) = match start_recorder(&args, &plan.config) {
-        Ok(r) => r,
-        Err(e) => return refuse(e),
-    };
-    let service = match start_service(&args, plan.config.clone(), tap) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 1;
-        }
-    };
-    let latency = Arc::new(
-        SharedHistogram::new(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
-            .expect("static histogram bounds"),
-    );
-    let registered = service.register_metrics(&registry).and_then(|_| {
-        registry.register_hdr_ns(
-            catalogue::TICK_TO_PUBLISH_LATENCY,
-            &[],
-            latency.clone(),
-            LATENCY_BUCKETS_S,
-        )
-    });
-    let registered = registered.and_then(|_| register_recorder(&registry, recorder.as_ref()));
-    if let Err(e) = registered {
-        tracing::error!(error = %e, "metrics registration failed");
-    }
-    let recorder = Arc::new(Mutex::new(recorder));
-    health.set_serving();
-    tracing::info!(ops = %ops_server.local_addr(), "serving");
-    let service = Arc::new(Mutex::new(Some(service)));
-    report_loop(&args, &service, &registry, &health, &latency, &begin_rx);
-    let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
-    if let Some(s) = service.lock().expect("service lock").take() {
-        s.stop();
-    }
-    health.set_stopped();
-    ops_server.stop();
-    tracing::info!(exit_code = code, "stopped");
-    code
-}
+/// Largest `--synthetic-rate`: well above what one feed thread produces.
+pub const SYNTHETIC_RATE_MAX: u64 = 50_000_000;
 
 /// `--shard0-fill` with shared threading: a shard-0 turn that writes to 16
 /// sessions costs tens of µs; past that, spreading over cores pays more
@@ -462,323 +421,6 @@ const SHARD0_FILL_SHARED: u64 = 16;
 /// `--shard0-spill-pct` with shared threading: see `gateway::spill` and
 /// BENCHMARKS.md (run 27).
 const SHARD0_SPILL_PCT_SHARED: u32 = 50;
-
-/// Everything validated before anything starts.
-struct Plan {
-    config: Arc<Config>,
-    ops: crate::ops::OpsConfig,
-}
-
-impl Plan {
-    fn from_args(args: &ServeArgs) -> Result<Plan, String> {
-        let config = args.load_config()?;
-        args.check_rt_waits()?;
-        args.pipeline_config()
-            .validate()
-            .map_err(|e| e.to_string())?;
-        args.gateway_config()?;
-        args.request_config()?;
-        let ops = args.ops.validate().map_err(|e| e.to_string())?;
-        Ok(Plan {
-            config: Arc::new(config),
-            ops,
-        })
-    }
-}
-
-fn start_recorder(
-    args: &ServeArgs,
-    config: &Config,
-) -> Result<(Option<RecorderHandle>, Option<RecorderTap>), String> {
-    let Some(dir) = &args.record else {
-        return Ok((None, None));
-    };
-    if args.record_segment_mib == 0 {
-        return Err("--record-segment-mib: at least 1".into());
-    }
-    let cfg = RecorderConfig {
-        ring_capacity: args.record_ring,
-        segment_bytes_max: args.record_segment_mib << 20,
-        source: format!("pricewire serve (seed {})", args.seed),
-        ..RecorderConfig::default()
-    };
-    let (handle, tap) = Recorder::spawn(dir, &config.table, cfg)
-        .map_err(|e| format!("--record {}: {e}", dir.display()))?;
-    tracing::info!(dir = %dir.display(), "recording every inbound tick");
-    Ok((Some(handle), Some(tap)))
-}
-
-fn register_recorder(
-    r: &Registry,
-    rec: Option<&RecorderHandle>,
-) -> Result<(), crate::ops::OpsError> {
-    let Some(rec) = rec else { return Ok(()) };
-    let (a, b, c) = (
-        rec.stats().clone(),
-        rec.stats().clone(),
-        rec.stats().clone(),
-    );
-    r.register_counter_fn(catalogue::RECORDER_WRITTEN_TICKS, &[], move || {
-        a.recorded.load(Ordering::Relaxed)
-    })?;
-    r.register_counter_fn(catalogue::RECORDER_LOST_TICKS, &[], move || {
-        b.lost.load(Ordering::Relaxed) + b.dropped_io.load(Ordering::Relaxed)
-    })?;
-    // Lag in seconds: ticks waiting in the recorder ring divided by the
-    // recording rate measured between two scrapes.
-    let last = Mutex::new((crate::clock::monotonic_ns(), 0u64));
-    r.register_gauge_fn(catalogue::RECORDER_LAG, &[], move || {
-        let now = crate::clock::monotonic_ns();
-        let recorded = c.recorded.load(Ordering::Relaxed);
-        let mut l = last.lock().expect("lag lock");
-        let rate = (recorded - l.1) as f64 / ((now - l.0) as f64 / 1e9).max(1e-3);
-        *l = (now, recorded);
-        c.lag.load(Ordering::Relaxed) as f64 / rate.max(1.0)
-    })
-}
-
-fn start_service(
-    args: &ServeArgs,
-    config: Arc<Config>,
-    recorder: Option<RecorderTap>,
-) -> Result<Service, String> {
-    let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
-        rate_per_s: args.synthetic_rate,
-        seed: args.seed,
-        ..SyntheticConfig::default()
-    });
-    tracing::info!(
-        instruments = config.table.len(),
-        tiers = config.table.tiers().len(),
-        providers = config.table.providers().len(),
-        synthetic_rate = args.synthetic_rate,
-        shards = args.shard_count(),
-        threading = ?args.threading,
-        "starting pricewire"
-    );
-    let cfg_config = config.clone();
-    let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
-    let mut fix = None;
-    if !config.fix.is_empty() {
-        let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), args.seed)
-            .map_err(|e| format!("FIX providers: {e}"))?;
-        fix = Some((feed.health_slot(), feed.stats()));
-        tracing::info!(
-            sessions = config.fix.len(),
-            "FIX market-data sessions configured"
-        );
-        sources.push(("fix".into(), Box::new(feed)));
-    }
-    let cfg = ServiceConfig {
-        config,
-        pipeline: args.pipeline_config(),
-        synthetic,
-        sources,
-        gateway: args.gateway_config()?,
-        ingest: args
-            .gateway
-            .ingest_config(args.feed_wait(), &args.placement()),
-        shard_wait: args.shard_wait(),
-        recorder,
-        requests: args.request_config()?,
-        refdata: start_refdata(args, &cfg_config)?,
-    };
-    let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
-    if let Some((slot, stats)) = fix {
-        // Breakers flip provider health in the engine from here on.
-        let _ = slot.set(service.pipeline.handles.health.clone());
-        service.fix = Some(stats);
-    }
-    Ok(service)
-}
-
-fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
-    let Some(url) = &args.redis else {
-        return Ok(None);
-    };
-    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {url}: {e}"))?;
-    let rd = RefData::start_redis(
-        &cfg,
-        config.table.clone(),
-        Arc::new(MonotonicClock),
-        args.seed,
-    )
-    .map_err(|e| format!("--redis {url}: {e}"))?;
-    tracing::info!(url = %url, "accounts from Redis");
-    Ok(Some(Arc::new(rd)))
-}
-
-fn watch_signals(
-    health: &Arc<Health>,
-    begin: crossbeam_channel::Sender<()>,
-    forced: Arc<AtomicBool>,
-) -> Result<SignalWatcher, crate::ops::OpsError> {
-    let h = health.clone();
-    SignalWatcher::spawn(SignalCallbacks {
-        on_first: Box::new(move |sig| {
-            tracing::info!(signal = sig, "shutdown requested: readiness now fails");
-            h.begin_draining();
-            let _ = begin.try_send(());
-        }),
-        on_second: Box::new(move |sig| {
-            forced.store(true, Ordering::Release);
-            eprintln!("second signal {sig}: exiting at once");
-            std::process::exit(crate::ops::shutdown::EXIT_FORCED);
-        }),
-    })
-}
-
-/// Staggered start-up. Applies in Kubernetes (KUBERNETES_SERVICE_HOST set)
-/// or when `--ordinal` / `--pod-name` is given; a developer's `serve`
-/// starts at once. Returns false if a signal arrived while waiting.
-fn stagger(args: &ServeArgs, plan: &Plan, clock: &dyn Clock, begin: &Receiver<()>) -> bool {
-    let explicit = args.ops.ordinal.is_some() || args.ops.pod_name.is_some();
-    if !explicit && std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-        return true;
-    }
-    let mut rng = rand::rngs::SmallRng::from_entropy();
-    let p = crate::ops::stagger::plan(
-        &plan.ops.stagger,
-        plan.ops.ordinal,
-        plan.ops.pod_name.as_deref(),
-        &mut rng,
-    );
-    tracing::info!(delay_ms = p.delay_ms(), "staggered start-up: waiting");
-    let until = clock.now_ns() + p.delay_ms() * NS_PER_MS;
-    while clock.now_ns() < until {
-        let left = Duration::from_nanos(until.saturating_sub(clock.now_ns()));
-        if begin
-            .recv_timeout(left.min(Duration::from_millis(100)))
-            .is_ok()
-        {
-            return false;
-        }
-    }
-    true
-}
-
-fn report_loop(
-    args: &ServeArgs,
-    service: &Mutex<Option<Service>>,
-    registry: &Registry,
-    health: &Health,
-    latency: &SharedHistogram,
-    begin: &Receiver<()>,
-) {
-    let start = Instant::now();
-    let interval = Duration::from_millis(args.report_interval_ms);
-    let mut guard = service.lock().expect("service lock");
-    let Some(svc) = guard.as_mut() else { return };
-    let mut prev = Totals::read(&registry.series());
-    let mut last = Instant::now();
-    let mut hist = latency_histogram();
-    svc.latency.request();
-    drop(guard);
-    loop {
-        health.beat();
-        if args.duration_s > 0 && start.elapsed() >= Duration::from_secs(args.duration_s) {
-            break;
-        }
-        if begin.recv_timeout(Duration::from_millis(100)).is_ok() {
-            break;
-        }
-        let mut guard = service.lock().expect("service lock");
-        let Some(svc) = guard.as_mut() else { return };
-        if svc.pipeline.feeds_finished() && !args.no_synthetic {
-            break;
-        }
-        if last.elapsed() < interval {
-            continue;
-        }
-        svc.latency.collect(&mut hist, Duration::from_millis(100));
-        let now = Totals::read(&registry.series());
-        println!("{}", line(&prev, &now, &hist, last.elapsed().as_secs_f64()));
-        let _ = latency.try_merge_from(&mut hist);
-        hist.reset();
-        svc.latency.request();
-        prev = now;
-        last = Instant::now();
-    }
-}
-
-/// Stops the feeds and the engine (so nothing more reaches the recorder
-/// ring), then drains, flushes and fsyncs the capture.
-fn close_recorder(
-    service: Arc<Mutex<Option<Service>>>,
-    recorder: Arc<Mutex<Option<RecorderHandle>>>,
-) -> crate::ops::shutdown::StepFn {
-    Box::new(move |_d: u64, _n: u64| {
-        let Some(rec) = recorder.lock().expect("recorder lock").take() else {
-            return StepResult::Done;
-        };
-        if let Some(svc) = service.lock().expect("service lock").as_mut() {
-            svc.stop_feeds();
-        }
-        let totals = rec.stop();
-        tracing::info!(
-            recorded = totals.stats.recorded,
-            lost = totals.stats.lost,
-            segments = totals.paths.len(),
-            error = ?totals.error,
-            "capture closed"
-        );
-        StepResult::Done
-    })
-}
-
-/// The graceful shutdown, in order (see docs/operations.md).
-fn shutdown(
-    plan: &Plan,
-    health: &Arc<Health>,
-    service: &Arc<Mutex<Option<Service>>>,
-    recorder: &Arc<Mutex<Option<RecorderHandle>>>,
-    clock: &dyn Clock,
-    forced: &AtomicBool,
-) -> i32 {
-    let with = |f: fn(&mut Service) -> bool| -> crate::ops::shutdown::StepFn {
-        let s = service.clone();
-        Box::new(move |_deadline: u64, _now: u64| {
-            let mut g = s.lock().expect("service lock");
-            match g.as_mut().map(f) {
-                Some(false) => StepResult::NotYet,
-                _ => StepResult::Done,
-            }
-        })
-    };
-    let mut disconnect_sent = false;
-    let s = service.clone();
-    let disconnect: crate::ops::shutdown::StepFn = Box::new(move |_d: u64, _n: u64| {
-        let g = s.lock().expect("service lock");
-        let Some(svc) = g.as_ref() else {
-            return StepResult::Done;
-        };
-        if !disconnect_sent {
-            svc.disconnect_all();
-            disconnect_sent = true;
-        }
-        if svc.open_connections() == 0 {
-            StepResult::Done
-        } else {
-            StepResult::NotYet
-        }
-    });
-    let hooks = ShutdownHooks {
-        stop_accepting: with(|svc| {
-            svc.stop_accepting();
-            true
-        }),
-        finish_in_flight: with(|svc| svc.requests_in_flight() == 0),
-        flush_outbound: with(|svc| svc.outbound_bytes() == 0),
-        disconnect_subscribers: disconnect,
-        close_recorder: close_recorder(service.clone(), recorder.clone()),
-    };
-    let plan = standard_plan(health.clone(), plan.ops.budgets, hooks);
-    let report = Shutdown::run(plan, clock, &mut sleep_until(MonotonicClock), forced);
-    for cut in report.cut() {
-        tracing::warn!(step = cut, "shutdown step cut: budget exhausted");
-    }
-    report.exit_code
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,268 @@
+//! `pricewire serve`: the price service.
+//!
+//! With no arguments it runs the built-in synthetic feed over the default
+//! instruments, so a newcomer sees prices at once. The flags are in
+//! [`args`], the recorder wiring in `record`, the report loop and the
+//! graceful shutdown in `lifecycle`.
+
+mod args;
+mod lifecycle;
+mod record;
+
+pub use args::ServeArgs;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use rand::SeedableRng;
+
+use super::refuse;
+use crate::capture::RecorderTap;
+use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
+use crate::config::Config;
+use crate::feed::fix::FixFeed;
+use crate::feed::synthetic::SyntheticConfig;
+use crate::ops::metrics::catalogue;
+use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
+use crate::ops::{
+    Health, OpsServer, Registry, SignalCallbacks, SignalWatcher, DEFAULT_LIVENESS_STALE_MS,
+};
+use crate::refdata::{RefData, RefDataConfig};
+use crate::runtime::latency::{LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
+use crate::service::{Service, ServiceConfig};
+use lifecycle::{report_loop, shutdown};
+use record::{register_recorder, start_recorder};
+
+/// Runs the service; returns the exit code.
+pub fn run(args: ServeArgs) -> i32 {
+    let plan = match Plan::from_args(&args) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    if let Err(e) = bind_listeners(&args, &plan) {
+        crate::runtime::listen::release_prebound();
+        return refuse(e);
+    }
+    let clock = Arc::new(MonotonicClock);
+    let health = Health::new(clock.clone(), DEFAULT_LIVENESS_STALE_MS);
+    let registry = Registry::new();
+    let ops_server = match OpsServer::spawn(plan.ops.listen, health.clone(), registry.clone()) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let (begin_tx, begin_rx) = crossbeam_channel::bounded::<()>(1);
+    let forced = Arc::new(AtomicBool::new(false));
+    let _signals = match watch_signals(&health, begin_tx, forced.clone()) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    if !stagger(&args, &plan, &*clock, &begin_rx) {
+        return 0;
+    }
+    let (recorder, tap) = match start_recorder(&args, &plan.config) {
+        Ok(r) => r,
+        Err(e) => return refuse(e),
+    };
+    let service = match start_service(&args, plan.config.clone(), tap) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let latency = Arc::new(
+        SharedHistogram::new(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
+            .expect("static histogram bounds"),
+    );
+    let registered = service.register_metrics(&registry).and_then(|_| {
+        registry.register_hdr_ns(
+            catalogue::TICK_TO_PUBLISH_LATENCY,
+            &[],
+            latency.clone(),
+            LATENCY_BUCKETS_S,
+        )
+    });
+    let registered = registered.and_then(|_| register_recorder(&registry, recorder.as_ref()));
+    if let Err(e) = registered {
+        tracing::error!(error = %e, "metrics registration failed");
+    }
+    let recorder = Arc::new(Mutex::new(recorder));
+    health.set_serving();
+    tracing::info!(ops = %ops_server.local_addr(), "serving");
+    let service = Arc::new(Mutex::new(Some(service)));
+    report_loop(&args, &service, &registry, &health, &latency, &begin_rx);
+    let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
+    if let Some(s) = service.lock().expect("service lock").take() {
+        s.stop();
+    }
+    health.set_stopped();
+    ops_server.stop();
+    tracing::info!(exit_code = code, "stopped");
+    code
+}
+
+/// Binds every listener (subscribers, provider ingest, ops) before any
+/// stage starts, so a port in use stops start-up with the flag named and
+/// nothing else begun; the stages then take these sockets.
+fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), String> {
+    use crate::runtime::listen;
+    let granted = listen::set_backlog(args.listen_backlog);
+    let mut wanted = Vec::new();
+    if !args.gateway.no_listen {
+        wanted.push(("--listen", args.gateway.listen));
+    }
+    if let Some(a) = args.gateway.feed_listen {
+        wanted.push(("--feed-listen", a));
+    }
+    wanted.push(("--ops-listen", plan.ops.listen));
+    let locals = listen::prebind(&wanted)?;
+    for ((flag, _), local) in wanted.iter().zip(locals) {
+        tracing::info!(flag, %local, backlog = granted, "listening");
+    }
+    Ok(())
+}
+
+/// Everything validated before anything starts.
+struct Plan {
+    config: Arc<Config>,
+    ops: crate::ops::OpsConfig,
+}
+
+impl Plan {
+    fn from_args(args: &ServeArgs) -> Result<Plan, String> {
+        let config = args.load_config()?;
+        args.check_rt_waits()?;
+        args.pipeline_config()
+            .validate()
+            .map_err(|e| e.to_string())?;
+        args.gateway_config()?;
+        args.request_config()?;
+        let ops = args.ops.validate().map_err(|e| e.to_string())?;
+        Ok(Plan {
+            config: Arc::new(config),
+            ops,
+        })
+    }
+}
+
+fn start_service(
+    args: &ServeArgs,
+    config: Arc<Config>,
+    recorder: Option<RecorderTap>,
+) -> Result<Service, String> {
+    let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
+        rate_per_s: args.synthetic_rate,
+        seed: args.seed,
+        ..SyntheticConfig::default()
+    });
+    tracing::info!(
+        instruments = config.table.len(),
+        tiers = config.table.tiers().len(),
+        providers = config.table.providers().len(),
+        synthetic_rate = args.synthetic_rate,
+        shards = args.shard_count(),
+        threading = ?args.threading,
+        "starting pricewire"
+    );
+    let cfg_config = config.clone();
+    let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
+    let mut fix = None;
+    if !config.fix.is_empty() {
+        let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), args.seed)
+            .map_err(|e| format!("FIX providers: {e}"))?;
+        fix = Some((feed.health_slot(), feed.stats()));
+        tracing::info!(
+            sessions = config.fix.len(),
+            "FIX market-data sessions configured"
+        );
+        sources.push(("fix".into(), Box::new(feed)));
+    }
+    let cfg = ServiceConfig {
+        config,
+        pipeline: args.pipeline_config(),
+        synthetic,
+        sources,
+        gateway: args.gateway_config()?,
+        ingest: args
+            .gateway
+            .ingest_config(args.feed_wait(), &args.placement()),
+        shard_wait: args.shard_wait(),
+        recorder,
+        requests: args.request_config()?,
+        refdata: start_refdata(args, &cfg_config)?,
+    };
+    let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
+    if let Some((slot, stats)) = fix {
+        // Breakers flip provider health in the engine from here on.
+        let _ = slot.set(service.pipeline.handles.health.clone());
+        service.fix = Some(stats);
+    }
+    Ok(service)
+}
+
+fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
+    let Some(url) = &args.redis else {
+        return Ok(None);
+    };
+    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {url}: {e}"))?;
+    let rd = RefData::start_redis(
+        &cfg,
+        config.table.clone(),
+        Arc::new(MonotonicClock),
+        args.seed,
+    )
+    .map_err(|e| format!("--redis {url}: {e}"))?;
+    tracing::info!(url = %url, "accounts from Redis");
+    Ok(Some(Arc::new(rd)))
+}
+
+fn watch_signals(
+    health: &Arc<Health>,
+    begin: crossbeam_channel::Sender<()>,
+    forced: Arc<AtomicBool>,
+) -> Result<SignalWatcher, crate::ops::OpsError> {
+    let h = health.clone();
+    SignalWatcher::spawn(SignalCallbacks {
+        on_first: Box::new(move |sig| {
+            tracing::info!(signal = sig, "shutdown requested: readiness now fails");
+            h.begin_draining();
+            let _ = begin.try_send(());
+        }),
+        on_second: Box::new(move |sig| {
+            forced.store(true, Ordering::Release);
+            eprintln!("second signal {sig}: exiting at once");
+            std::process::exit(crate::ops::shutdown::EXIT_FORCED);
+        }),
+    })
+}
+
+/// Staggered start-up. Applies in Kubernetes (KUBERNETES_SERVICE_HOST set)
+/// or when `--ordinal` / `--pod-name` is given; a developer's `serve`
+/// starts at once. Returns false if a signal arrived while waiting.
+fn stagger(args: &ServeArgs, plan: &Plan, clock: &dyn Clock, begin: &Receiver<()>) -> bool {
+    let explicit = args.ops.ordinal.is_some() || args.ops.pod_name.is_some();
+    if !explicit && std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return true;
+    }
+    let mut rng = rand::rngs::SmallRng::from_entropy();
+    let p = crate::ops::stagger::plan(
+        &plan.ops.stagger,
+        plan.ops.ordinal,
+        plan.ops.pod_name.as_deref(),
+        &mut rng,
+    );
+    tracing::info!(delay_ms = p.delay_ms(), "staggered start-up: waiting");
+    let until = clock.now_ns() + p.delay_ms() * NS_PER_MS;
+    while clock.now_ns() < until {
+        let left = Duration::from_nanos(until.saturating_sub(clock.now_ns()));
+        if begin
+            .recv_timeout(left.min(Duration::from_millis(100)))
+            .is_ok()
+        {
+            return false;
+        }
+    }
+    true
+}
