@@ -13,10 +13,11 @@
 //! something: a shard with no session for a symbol costs the engine
 //! nothing for it, and sleeps through it.
 
+use crate::runtime::sync::{fence, AtomicU32, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use super::price_table::PriceTable;
 use crate::model::{price_flags, Price};
 use crate::runtime::counter::{Counter, Gauge};
 use crate::runtime::hosting::HostedTasks;
@@ -71,7 +72,8 @@ pub struct FanoutStats {
 /// their load (Dekker's pattern, as in the doorbell), so at least one sees
 /// the other: either the engine sees the hold and pushes the update, or the
 /// shard's snapshot read sees the table write. No first update after a
-/// subscription is lost.
+/// subscription is lost. The engine's side is [`publish_top`]; the loom
+/// model `engine::loom_models` checks the pair.
 #[derive(Debug)]
 pub struct SymbolInterest {
     holds: Box<[AtomicU32]>,
@@ -130,6 +132,21 @@ impl SymbolInterest {
         self.holds
             .get(symbol as usize)
             .is_some_and(|h| h.load(Ordering::Relaxed) != 0)
+    }
+}
+
+/// The engine's publish of one tier-less top of book: the price table
+/// first, then every shard that wants its symbol. The SeqCst fence between
+/// the table write and the shards' interest reads pairs with the one in
+/// [`SymbolInterest::hold`] (see there): a shard that takes a hold and then
+/// reads the table either finds `top` there or is pushed it. Checked by the
+/// loom model `engine::loom_models`.
+#[inline]
+pub fn publish_top(table: &PriceTable, shards: &mut [ShardPublisher], top: &Price) {
+    table.write(top);
+    fence(Ordering::SeqCst);
+    for shard in shards {
+        shard.publish(top);
     }
 }
 

@@ -15,7 +15,10 @@ pub mod counter;
 pub mod feed_port;
 pub mod hosting;
 pub mod latency;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod source;
+pub(crate) mod sync;
 pub mod sys;
 pub mod wait;
 
