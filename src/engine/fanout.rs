@@ -169,6 +169,10 @@ pub struct ShardPublisher {
 
 impl ShardPublisher {
     pub fn new(producer: rtrb::Producer<Price>, symbols: usize, doorbell: Arc<Doorbell>) -> Self {
+        assert!(
+            producer.buffer().capacity() > 0,
+            "a shard ring needs a non-zero capacity"
+        );
         let keys = symbols;
         ShardPublisher {
             producer,
@@ -218,6 +222,7 @@ impl ShardPublisher {
 
     #[cold]
     fn park(&mut self, key: usize, p: Price) {
+        debug_assert!(!self.is_parked[key], "key {key} parked twice");
         self.parked[key] = p;
         self.is_parked[key] = true;
         debug_assert!(self.order.len() < self.order.capacity());
@@ -241,6 +246,7 @@ impl ShardPublisher {
     pub fn flush(&mut self) -> usize {
         while let Some(&key) = self.order.front() {
             let key = key as usize;
+            debug_assert!(self.is_parked[key], "key {key} queued but not parked");
             if self.producer.push(self.parked[key]).is_err() {
                 break;
             }
