@@ -3,8 +3,11 @@
 //! Liquidity-provider feeds come in, a pinned-thread pipeline over bounded
 //! SPSC rings aggregates them into tradable prices, and a binary-protocol
 //! listener streams them to subscriber terminals. Modules follow the data
-//! flow: [`model`] → [`feed`] → [`engine`] → gateway, with [`pipeline`]
-//! holding the rings, threads and wait strategies that join them.
+//! flow: [`model`] → [`feed`] → [`engine`] → [`gateway`], standing on
+//! [`runtime`] (waits, pinning, counters, feed ports, hosting, every libc
+//! call), and [`pipeline`] and [`service`] assemble them. The layers and
+//! the data path are in `docs/design.md`; `tests/module_graph.rs` holds the
+//! graph free of cycles.
 //!
 //! The hot path (feed decode → engine → fan-out) allocates nothing, takes
 //! no lock and makes no blocking call once warmed up; `tests/zero_alloc_*`

@@ -82,6 +82,9 @@ impl IpTable {
     }
 
     pub(crate) fn find(&self, key: u128) -> Option<usize> {
+        // The probe ends at a free slot: there is always one (len <= cap,
+        // slots >= 2 * cap).
+        debug_assert!(self.len < self.slots.len());
         let mut i = self.home_of(key);
         loop {
             let slot = &self.slots[i];
@@ -132,6 +135,7 @@ impl IpTable {
             bucket,
         };
         self.len += 1;
+        debug_assert!(self.len <= self.capacity);
         Some((i, evicted))
     }
 

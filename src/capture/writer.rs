@@ -108,6 +108,7 @@ impl CaptureWriter {
             None => self.open(t)?,
         };
         let n = encode_record(t, &base, &mut self.scratch);
+        debug_assert!(n > 0 && n <= RECORD_LEN_MAX, "record of {n} bytes");
         let seg_bytes = self.current.as_ref().map_or(0, |s| s.bytes);
         let seg_records = self.current.as_ref().map_or(0, |s| s.records);
         // A segment is never rolled empty, so an oversize first record
@@ -119,6 +120,8 @@ impl CaptureWriter {
         if self.buf.len() + n > self.buf.capacity() {
             self.drain_buffer()?;
         }
+        // Never grows: the buffer holds at least 16 records from creation.
+        debug_assert!(self.buf.len() + n <= self.buf.capacity());
         self.buf.extend_from_slice(&self.scratch[..n]);
         if let Some(seg) = self.current.as_mut() {
             seg.bytes += n as u64;

@@ -60,6 +60,7 @@ impl Session {
 
     /// Bytes received but not yet consumed as frames.
     pub fn buffered(&self) -> usize {
+        debug_assert!(self.start <= self.end && self.end <= self.rx.len());
         self.end - self.start
     }
 
@@ -114,6 +115,7 @@ impl Session {
             let Some(len) = wire::split_with_max(buf, SERVER_FRAME_LEN_MAX)? else {
                 return Ok(None);
             };
+            debug_assert!(len > 0 && len <= buf.len(), "split past the buffered bytes");
             let frame_start = self.start;
             self.start += len;
             let frame = &self.rx[frame_start..frame_start + len];

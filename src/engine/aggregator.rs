@@ -39,9 +39,7 @@ use crate::model::{
     price_flags, tick_flags, InstrumentTable, Mantissa, Price, ProviderHealth, Tick, TOP_OF_BOOK,
 };
 
-/// Largest accepted price mantissa: far above any real price at any digit
-/// count, and low enough that markups and mid arithmetic cannot overflow.
-pub const PRICE_MAX: Mantissa = i64::MAX / 4;
+pub use crate::model::PRICE_MAX;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Quote {

@@ -13,10 +13,11 @@
 //! something: a shard with no session for a symbol costs the engine
 //! nothing for it, and sleeps through it.
 
+use crate::runtime::sync::{fence, AtomicU32, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use super::price_table::PriceTable;
 use crate::model::{price_flags, Price};
 use crate::runtime::counter::{Counter, Gauge};
 use crate::runtime::hosting::HostedTasks;
@@ -71,7 +72,8 @@ pub struct FanoutStats {
 /// their load (Dekker's pattern, as in the doorbell), so at least one sees
 /// the other: either the engine sees the hold and pushes the update, or the
 /// shard's snapshot read sees the table write. No first update after a
-/// subscription is lost.
+/// subscription is lost. The engine's side is [`publish_top`]; the loom
+/// model `engine::loom_models` checks the pair.
 #[derive(Debug)]
 pub struct SymbolInterest {
     holds: Box<[AtomicU32]>,
@@ -133,6 +135,21 @@ impl SymbolInterest {
     }
 }
 
+/// The engine's publish of one tier-less top of book: the price table
+/// first, then every shard that wants its symbol. The SeqCst fence between
+/// the table write and the shards' interest reads pairs with the one in
+/// [`SymbolInterest::hold`] (see there): a shard that takes a hold and then
+/// reads the table either finds `top` there or is pushed it. Checked by the
+/// loom model `engine::loom_models`.
+#[inline]
+pub fn publish_top(table: &PriceTable, shards: &mut [ShardPublisher], top: &Price) {
+    table.write(top);
+    fence(Ordering::SeqCst);
+    for shard in shards {
+        shard.publish(top);
+    }
+}
+
 /// The engine's producer side of one shard ring.
 pub struct ShardPublisher {
     producer: rtrb::Producer<Price>,
@@ -152,6 +169,10 @@ pub struct ShardPublisher {
 
 impl ShardPublisher {
     pub fn new(producer: rtrb::Producer<Price>, symbols: usize, doorbell: Arc<Doorbell>) -> Self {
+        assert!(
+            producer.buffer().capacity() > 0,
+            "a shard ring needs a non-zero capacity"
+        );
         let keys = symbols;
         ShardPublisher {
             producer,
@@ -201,6 +222,7 @@ impl ShardPublisher {
 
     #[cold]
     fn park(&mut self, key: usize, p: Price) {
+        debug_assert!(!self.is_parked[key], "key {key} parked twice");
         self.parked[key] = p;
         self.is_parked[key] = true;
         debug_assert!(self.order.len() < self.order.capacity());
@@ -224,6 +246,7 @@ impl ShardPublisher {
     pub fn flush(&mut self) -> usize {
         while let Some(&key) = self.order.front() {
             let key = key as usize;
+            debug_assert!(self.is_parked[key], "key {key} queued but not parked");
             if self.producer.push(self.parked[key]).is_err() {
                 break;
             }

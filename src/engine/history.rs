@@ -65,6 +65,7 @@ impl TickHistory {
         let h = head.load(Ordering::Relaxed);
         let e = &self.entries[sym * self.depth + (h as usize % self.depth)];
         let s = e.seq.load(Ordering::Relaxed);
+        debug_assert!(s % 2 == 0, "concurrent tick-history writers");
         e.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         let w = [

@@ -10,6 +10,8 @@ pub mod aggregator;
 pub mod fanout;
 pub mod history;
 pub mod hosted;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod price_table;
 pub mod stats;
 
@@ -92,12 +94,7 @@ impl EngineStage {
         let Some(first) = self.agg.output() else {
             return;
         };
-        self.table.write(first);
-        // Pairs with the fence in `SymbolInterest::set` (see there).
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        for shard in &mut self.shards {
-            shard.publish(first);
-        }
+        fanout::publish_top(&self.table, &mut self.shards, first);
     }
 
     /// One loop turn at `now_ns`. Returns how many ticks it processed.

@@ -19,6 +19,9 @@
 //!   the writer's Release fence, so if any word came from a later write the
 //!   reader's second load must see that write's odd (or later) sequence.
 //!
+//! The loom model `engine::loom_models` checks this on this type: no torn
+//! read, and no read older than an earlier one.
+//!
 //! The slot is padded to whole cache lines so readers of one symbol do not
 //! slow the writer of another.
 //!
@@ -27,7 +30,7 @@
 //! price with [`Markups::apply`], the one home of tier pricing. That is one
 //! seqlock write per publish instead of one per tier.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::runtime::sync::{fence, spin_loop, AtomicU64, Ordering};
 
 use crate::model::{Markups, Price, SymbolId, TierId, TOP_OF_BOOK};
 
@@ -153,7 +156,7 @@ impl PriceTable {
                 return None;
             }
             if s1 % 2 == 1 {
-                std::hint::spin_loop();
+                spin_loop();
                 continue;
             }
             let mut words = [0u64; WORDS];

@@ -68,6 +68,7 @@ impl OutBuf {
     /// Bytes waiting to be written.
     #[inline]
     pub fn len(&self) -> usize {
+        debug_assert!(self.start <= self.end && self.end <= self.buf.len());
         self.end - self.start
     }
 
@@ -108,15 +109,18 @@ impl OutBuf {
                 return Append::Overflow;
             }
         }
+        let free = self.buf.len() - self.end;
         let n = f(&mut self.buf[self.end..]);
         if n == 0 {
             return Append::Overflow;
         }
+        debug_assert!(n <= free, "encoder wrote {n} bytes into {free}");
         self.end += n;
         Append::Appended
     }
 
     fn compact(&mut self) {
+        debug_assert!(self.start <= self.end && self.end <= self.buf.len());
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -158,7 +162,10 @@ impl OutBuf {
         while self.start < self.end {
             match w.write(&self.buf[self.start..self.end]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.start += n,
+                Ok(n) => {
+                    debug_assert!(n <= self.end - self.start, "wrote more than given");
+                    self.start += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),

@@ -12,5 +12,5 @@ pub use aggregated::{price_flags, Price, TierId};
 pub use health::ProviderHealth;
 pub use instruments::{Instrument, InstrumentTable, ProviderDef, ProviderKind, Tier};
 pub use markups::{Markups, TOP_OF_BOOK};
-pub use price::{FixedPrice, Mantissa, NO_PRICE};
+pub use price::{FixedPrice, Mantissa, NO_PRICE, PRICE_MAX};
 pub use tick::{tick_flags, ProviderId, SymbolId, Tick};

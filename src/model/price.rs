@@ -13,6 +13,10 @@ pub type Mantissa = i64;
 /// Sentinel for "no bid" / "no ask": the side is absent.
 pub const NO_PRICE: Mantissa = i64::MIN;
 
+/// Largest accepted price mantissa: far above any real price at any digit
+/// count, and low enough that markups and mid arithmetic cannot overflow.
+pub const PRICE_MAX: Mantissa = i64::MAX / 4;
+
 /// Largest supported decimal exponent; `10^9` still leaves 9 integer digits
 /// of headroom in an `i64` mantissa.
 pub const DIGITS_MAX: u8 = 9;

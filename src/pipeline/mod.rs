@@ -220,6 +220,8 @@ impl Pipeline {
         let shared = cfg.threading == Threading::Shared;
         let mut publishers = Vec::new();
         let mut shards = Vec::new();
+        // `validate` checked the ring sizes (pair assertion).
+        debug_assert!(cfg.shard_ring.is_power_of_two() && cfg.feed_ring.is_power_of_two());
         for index in 0..cfg.shards {
             let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
             let doorbell = Doorbell::new();

@@ -45,6 +45,7 @@ impl FeedPort {
         full_wait_us: u64,
         doorbell: Arc<Doorbell>,
     ) -> (Self, rtrb::Consumer<Tick>) {
+        assert!(ring_capacity > 0, "a feed ring needs a non-zero capacity");
         let (producer, consumer) = rtrb::RingBuffer::new(ring_capacity);
         (
             FeedPort {

@@ -16,7 +16,10 @@ pub mod feed_port;
 pub mod hosting;
 pub mod latency;
 pub mod listen;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod source;
+pub(crate) mod sync;
 pub mod sys;
 pub mod wait;
 

@@ -8,10 +8,10 @@
 //! doubling timeout and is woken early by the producer through the
 //! [`Doorbell`]. Nothing here allocates after construction.
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::Thread;
 use std::time::Duration;
+
+use super::sync::{self, fence, AtomicBool, Ordering, Thread};
 
 /// How an idle stage waits for input. A CLI choice per stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -59,6 +59,7 @@ pub const IDLE_PARK_MAX_US: u64 = 20_000;
 /// of them sees the other: either the consumer sees the new item, or the
 /// producer sees `sleeping` and wakes it. A wake-up costs a syscall only
 /// when the consumer is really asleep, i.e. when the system is idle.
+/// The loom model `runtime::loom_models` checks that no wake-up is lost.
 #[derive(Debug, Default)]
 pub struct Doorbell {
     sleeping: AtomicBool,
@@ -73,7 +74,7 @@ impl Doorbell {
 
     /// Registers the current thread as the one to unpark.
     pub fn bind_current_thread(&self) {
-        let _ = self.thread.set(std::thread::current());
+        let _ = self.thread.set(sync::current());
     }
 
     /// Registers a mio waker (for consumers that sleep in `Poll::poll`).
@@ -207,7 +208,7 @@ impl Waiter {
     pub fn idle(&mut self, has_work: impl Fn() -> bool) {
         self.idle_turns = self.idle_turns.saturating_add(1);
         match self.strategy {
-            WaitStrategy::Spin => std::hint::spin_loop(),
+            WaitStrategy::Spin => sync::spin_loop(),
             WaitStrategy::SpinYield => self.spin_then_yield(),
             WaitStrategy::SpinPark => self.spin_yield_park(has_work),
             WaitStrategy::Park => self.park(has_work),
@@ -216,9 +217,9 @@ impl Waiter {
 
     fn spin_then_yield(&self) {
         if self.idle_turns < SPIN_TURNS {
-            std::hint::spin_loop();
+            sync::spin_loop();
         } else {
-            std::thread::yield_now();
+            sync::yield_now();
         }
     }
 
@@ -232,7 +233,7 @@ impl Waiter {
 
     fn park(&mut self, has_work: impl Fn() -> bool) {
         if self.doorbell.prepare_sleep(has_work) {
-            std::thread::park_timeout(Duration::from_micros(self.park_us));
+            sync::park_timeout(Duration::from_micros(self.park_us));
             self.doorbell.woke();
             self.park_us = (self.park_us * 2).min(self.park_max_us);
         }

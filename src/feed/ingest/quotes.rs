@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::frames::{push_reject, Ctx, Peer, Readable};
 use crate::clock::monotonic_ns;
-use crate::engine::aggregator::PRICE_MAX;
+use crate::model::PRICE_MAX;
 use crate::model::{Tick, NO_PRICE};
 use crate::wire::{self, RejectReason};
 

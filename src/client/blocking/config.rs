@@ -1,0 +1,104 @@
+//! The client's settings and their defaults.
+
+use std::net::SocketAddr;
+
+use super::ClientError;
+use crate::client::reconnect::{
+    RECONNECT_ATTEMPTS_MAX_DEFAULT, RECONNECT_BASE_MS_DEFAULT, RECONNECT_CAP_MS_DEFAULT,
+    STABLE_AFTER_MS_DEFAULT,
+};
+use crate::resilience::backoff::Backoff;
+
+/// Default connect timeout, in ms.
+pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+/// Default wait for LogonAccepted, in ms.
+pub const LOGON_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Default socket write timeout, in ms.
+pub const WRITE_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+/// Default silent heartbeat intervals after which the server is dead.
+pub const DEAD_AFTER_HEARTBEATS_DEFAULT: u32 = 3;
+/// Default bound on subscription entries (and tracked (symbol, tier) keys).
+pub const MAX_SUBSCRIPTIONS_DEFAULT: usize = 1_024;
+/// Default budget of a gap-resync snapshot request, in µs.
+pub const RESYNC_BUDGET_US_DEFAULT: u32 = 500_000;
+/// Default bound on events queued inside the client.
+pub const EVENTS_QUEUED_MAX_DEFAULT: usize = 4_096;
+/// Most entries in one Subscribe frame: 500 x 18 bytes stays under the
+/// gateway's default 16 KiB frame limit (`--max-frame-bytes`), not only
+/// the protocol's 64 KiB, so a resubscribe is never refused as oversize.
+pub const SUBSCRIBE_ENTRIES_MAX: usize = 500;
+/// Most symbols in one SnapshotRequest (2 bytes each; same frame bound).
+pub const SNAPSHOT_SYMBOLS_MAX: usize = 4_096;
+
+/// Client settings; [`ClientConfig::new`] fills the defaults.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub addr: SocketAddr,
+    pub account: String,
+    pub token: String,
+    /// Heartbeat interval to ask for (0 = the server's default).
+    pub heartbeat_ms: u32,
+    pub connect_timeout_ms: u64,
+    pub logon_timeout_ms: u64,
+    pub write_timeout_ms: u64,
+    /// The server is dead after this many silent heartbeat intervals.
+    pub dead_after_heartbeats: u32,
+    /// Reconnect backoff (full jitter): first window and cap.
+    pub backoff: Backoff,
+    /// Consecutive failed reconnects before the client gives up.
+    pub reconnect_attempts_max: u32,
+    /// A session that lasted this long resets the backoff.
+    pub stable_after_ms: u64,
+    pub max_subscriptions: usize,
+    /// Ask for a snapshot when a sequence gap shows.
+    pub auto_resync: bool,
+    pub resync_budget_us: u32,
+    pub events_queued_max: usize,
+    /// Seed of the backoff RNG (`None` = from entropy).
+    pub rng_seed: Option<u64>,
+}
+
+impl ClientConfig {
+    pub fn new(addr: SocketAddr, account: &str, token: &str) -> Self {
+        ClientConfig {
+            addr,
+            account: account.to_string(),
+            token: token.to_string(),
+            heartbeat_ms: 0,
+            connect_timeout_ms: CONNECT_TIMEOUT_MS_DEFAULT,
+            logon_timeout_ms: LOGON_TIMEOUT_MS_DEFAULT,
+            write_timeout_ms: WRITE_TIMEOUT_MS_DEFAULT,
+            dead_after_heartbeats: DEAD_AFTER_HEARTBEATS_DEFAULT,
+            backoff: Backoff::new(RECONNECT_BASE_MS_DEFAULT, RECONNECT_CAP_MS_DEFAULT),
+            reconnect_attempts_max: RECONNECT_ATTEMPTS_MAX_DEFAULT,
+            stable_after_ms: STABLE_AFTER_MS_DEFAULT,
+            max_subscriptions: MAX_SUBSCRIPTIONS_DEFAULT,
+            auto_resync: true,
+            resync_budget_us: RESYNC_BUDGET_US_DEFAULT,
+            events_queued_max: EVENTS_QUEUED_MAX_DEFAULT,
+            rng_seed: None,
+        }
+    }
+
+    /// Refuses settings the client cannot work with.
+    pub fn validate(&self) -> Result<(), ClientError> {
+        let bad = |m: &str| Err(ClientError::Config(m.to_string()));
+        if self.account.len() > 255 || self.token.len() > 255 {
+            return bad("account and token: at most 255 bytes");
+        }
+        if self.backoff.base_ms == 0 || self.backoff.base_ms > self.backoff.cap_ms {
+            return bad("backoff: 0 < base_ms <= cap_ms");
+        }
+        if self.dead_after_heartbeats < 2 {
+            return bad("dead_after_heartbeats: at least 2");
+        }
+        if self.connect_timeout_ms == 0 || self.logon_timeout_ms == 0 || self.write_timeout_ms == 0
+        {
+            return bad("timeouts: at least 1 ms");
+        }
+        if self.max_subscriptions == 0 || self.events_queued_max == 0 {
+            return bad("max_subscriptions and events_queued_max: at least 1");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,98 @@
+//! What the client returns when it cannot connect or log on, and the
+//! driver's own record of why opening a session failed.
+
+use std::io;
+use std::net::SocketAddr;
+
+use super::ClientConfig;
+use crate::client::event::DisconnectCause;
+use crate::client::session::SessionError;
+use crate::wire::{DisconnectReason, EncodeError, LogonRejectReason};
+
+/// Client failures returned to the caller. Connection losses after the
+/// first logon are not errors: they arrive as [`Event::Disconnected`].
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {addr}: {source}")]
+    Unreachable { addr: SocketAddr, source: io::Error },
+    #[error("logon rejected: {reason} (retry after {retry_after_ms} ms)")]
+    LogonRejected {
+        reason: LogonRejectReason,
+        retry_after_ms: u32,
+    },
+    #[error("server refused the session: {reason} {text:?} (retry after {retry_after_ms} ms)")]
+    Refused {
+        reason: DisconnectReason,
+        retry_after_ms: u32,
+        text: String,
+    },
+    #[error("no logon answer within {0} ms")]
+    LogonTimeout(u64),
+    #[error("connection lost during logon: {0}")]
+    Io(io::Error),
+    #[error("protocol error from the server: {0}")]
+    Protocol(#[from] SessionError),
+    #[error("client closed: {0}")]
+    Closed(String),
+    #[error("not connected")]
+    NotConnected,
+    #[error("at most {0} subscriptions")]
+    TooManySubscriptions(usize),
+    #[error("at most {0} entries per request; split it")]
+    TooManyEntries(usize),
+    #[error("cannot encode the request: {0}")]
+    Encode(#[from] EncodeError),
+    #[error("invalid client setting: {0}")]
+    Config(String),
+}
+
+/// Why opening a session failed.
+pub(super) enum OpenError {
+    Connect(io::Error),
+    Io(io::Error),
+    Rejected(LogonRejectReason, u32),
+    Refused(DisconnectReason, u32, String),
+    Timeout,
+    Protocol(SessionError),
+}
+
+impl OpenError {
+    pub(super) fn cause(&self) -> (DisconnectCause, u32) {
+        match self {
+            OpenError::Connect(e) | OpenError::Io(e) => (DisconnectCause::Io(e.kind()), 0),
+            OpenError::Rejected(r, ms) => (DisconnectCause::LogonRejected(*r), *ms),
+            OpenError::Refused(reason, ms, text) => (
+                DisconnectCause::Server {
+                    reason: *reason,
+                    text: text.clone(),
+                },
+                *ms,
+            ),
+            OpenError::Timeout => (DisconnectCause::LogonTimeout, 0),
+            OpenError::Protocol(SessionError::Framing(e)) => {
+                (DisconnectCause::Protocol((*e).into()), 0)
+            }
+        }
+    }
+
+    pub(super) fn into_error(self, cfg: &ClientConfig) -> ClientError {
+        match self {
+            OpenError::Connect(source) => ClientError::Unreachable {
+                addr: cfg.addr,
+                source,
+            },
+            OpenError::Io(e) => ClientError::Io(e),
+            OpenError::Rejected(reason, retry_after_ms) => ClientError::LogonRejected {
+                reason,
+                retry_after_ms,
+            },
+            OpenError::Refused(reason, retry_after_ms, text) => ClientError::Refused {
+                reason,
+                retry_after_ms,
+                text,
+            },
+            OpenError::Timeout => ClientError::LogonTimeout(cfg.logon_timeout_ms),
+            OpenError::Protocol(e) => ClientError::Protocol(e),
+        }
+    }
+}
