@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::bus::{BusConfig, BusError, BusHandle, BusPublisher, BusRole, BusSubscriber};
 use crate::config::Config;
 use crate::feed::ingest::{self, IngestConfig, IngestHandle};
 use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
@@ -16,7 +17,7 @@ use crate::ops::metrics::catalogue as m;
 use crate::ops::report::{LatencyCollector, Totals};
 use crate::ops::{OpsError, Registry};
 use crate::pipeline::sink::{ShardSink, SinkStats};
-use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
+use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, PipelineHandles, RecorderTap};
 use crate::refdata::RefData;
 use crate::requests::service::RequestConfig;
 use crate::requests::stats::OverloadStats;
@@ -42,6 +43,8 @@ pub struct ServiceConfig {
     pub requests: RequestConfig,
     /// Accounts from Redis instead of the config file.
     pub refdata: Option<Arc<RefData>>,
+    /// `--role core|edge`: the NATS bus side; `None` is standalone.
+    pub bus: Option<BusRole>,
 }
 
 impl ServiceConfig {
@@ -59,6 +62,7 @@ impl ServiceConfig {
             recorder: None,
             requests: RequestConfig::default(),
             refdata: None,
+            bus: None,
         }
     }
 }
@@ -72,6 +76,8 @@ pub enum ServiceError {
     Gateway(std::io::Error),
     #[error("provider ingest: {0}")]
     Ingest(std::io::Error),
+    #[error("bus: {0}")]
+    Bus(#[from] BusError),
 }
 
 /// A running service.
@@ -88,11 +94,16 @@ pub struct Service {
     pub latency: LatencyCollector,
     /// FIX sessions' counters and breakers, when FIX providers run.
     pub fix: Option<Arc<crate::feed::fix::FixFeedStats>>,
+    /// The NATS bus thread (`--role core|edge`).
+    pub bus: Option<BusHandle>,
     sinks: Vec<JoinHandle<()>>,
 }
 
 impl Service {
     pub fn start(mut cfg: ServiceConfig) -> Result<Service, ServiceError> {
+        if let Some(BusRole::Edge(bus)) = cfg.bus.clone() {
+            return Self::start_edge(cfg, &bus);
+        }
         let config = cfg.config.clone();
         let mut sources = std::mem::take(&mut cfg.sources);
         if let Some(s) = cfg.synthetic {
@@ -111,6 +122,18 @@ impl Service {
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
         let mut service_ingest = None;
         let mut shards = parts.shards;
+        let mut bus = None;
+        if let Some(BusRole::Core(b)) = cfg.bus.take() {
+            // The bus thread takes the first shard ring, like a sink.
+            match BusPublisher::start(&b, &config.table, shards.remove(0)) {
+                Ok(p) => bus = Some(BusHandle::Core(p)),
+                Err(e) => {
+                    drop(shards);
+                    pipeline.stop();
+                    return Err(e.into());
+                }
+            }
+        }
         if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
             let table = Arc::new(config.table.clone());
             // Shared threading with a gateway: shard 0 watches the ingest
@@ -145,6 +168,7 @@ impl Service {
             sink_stats: Vec::new(),
             latency,
             fix: None,
+            bus,
             sinks: Vec::new(),
         };
         match cfg.gateway {
@@ -162,6 +186,59 @@ impl Service {
                 service.gateway = Some(gw);
             }
             None => service.start_sinks(shards, exchanges, &cfg.pipeline, cfg.shard_wait),
+        }
+        Ok(service)
+    }
+
+    /// An edge: no feeds and no engine; the bus thread fills the price
+    /// table and the gateway shards' rings, and has loaded every last value
+    /// before the gateway accepts its first terminal.
+    fn start_edge(cfg: ServiceConfig, bus: &BusConfig) -> Result<Service, ServiceError> {
+        let config = cfg.config.clone();
+        let (shards, ring) = (cfg.pipeline.shards, cfg.pipeline.shard_ring);
+        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring)?;
+        let handles = PipelineHandles {
+            table: parts.table,
+            health: crate::model::ProviderHealth::new(config.table.providers().len()),
+            engine: Arc::default(),
+            fanout: parts.fanout,
+            feeds: Vec::new(),
+            engine_doorbell: crate::runtime::Doorbell::new(),
+            history: Arc::new(crate::engine::TickHistory::new(
+                config.table.len(),
+                cfg.pipeline.history_depth,
+            )),
+        };
+        let overload = Arc::new(OverloadStats::default());
+        let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
+        let mut service = Service {
+            config: config.clone(),
+            pipeline: Pipeline::without_stages(handles),
+            gateway: None,
+            ingest: None,
+            overload: overload.clone(),
+            sink_stats: Vec::new(),
+            latency,
+            fix: None,
+            bus: Some(BusHandle::Edge(sub)),
+            sinks: Vec::new(),
+        };
+        match cfg.gateway {
+            Some(gcfg) => {
+                let deps = GatewayDeps {
+                    config,
+                    table: service.pipeline.handles.table.clone(),
+                    overload,
+                    exchanges: exchanges.into_iter().map(Some).collect(),
+                    history: Some(service.pipeline.handles.history.clone()),
+                    requests: cfg.requests,
+                    refdata: cfg.refdata,
+                };
+                let gw =
+                    Gateway::start_with(gcfg, parts.shards, deps).map_err(ServiceError::Gateway)?;
+                service.gateway = Some(gw);
+            }
+            None => service.start_sinks(parts.shards, exchanges, &cfg.pipeline, cfg.shard_wait),
         }
         Ok(service)
     }
@@ -232,6 +309,10 @@ impl Service {
             i.stop();
         }
         self.pipeline.stop();
+        // After the engine: a core's bus thread publishes what it left.
+        if let Some(b) = self.bus.take() {
+            b.stop();
+        }
     }
 
     pub fn stop(mut self) {

@@ -104,6 +104,7 @@ fn through_pipeline(source: ReplaySource, config: Arc<Config>) -> i32 {
         recorder: None,
         requests: Default::default(),
         refdata: None,
+        bus: None,
     };
     let mut service = match Service::start(cfg) {
         Ok(s) => s,

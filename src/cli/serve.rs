@@ -224,10 +224,22 @@ pub struct ServeArgs {
     pub gateway: GatewayArgs,
 
     #[command(flatten)]
+    pub bus: super::bus_args::BusArgs,
+
+    #[command(flatten)]
     pub ops: OpsArgs,
 }
 
 impl ServeArgs {
+    /// `--role` and the bus flags, checked against the other flags.
+    pub fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, String> {
+        self.bus.bus_role(&super::bus_args::RoleFacts {
+            threading: self.threading,
+            listens: !self.gateway.no_listen,
+            feed_listen: self.gateway.feed_listen.is_some(),
+        })
+    }
+
     /// The request path's settings, validated.
     pub fn request_config(&self) -> Result<RequestConfig, String> {
         let queue = QueueConfig {
@@ -478,6 +490,7 @@ impl Plan {
             .map_err(|e| e.to_string())?;
         args.gateway_config()?;
         args.request_config()?;
+        args.bus_role()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         Ok(Plan {
             config: Arc::new(config),
@@ -569,7 +582,7 @@ fn start_service(
         );
         sources.push(("fix".into(), Box::new(feed)));
     }
-    let cfg = ServiceConfig {
+    let mut cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
         synthetic,
@@ -582,7 +595,9 @@ fn start_service(
         recorder,
         requests: args.request_config()?,
         refdata: start_refdata(args, &cfg_config)?,
+        bus: args.bus_role()?,
     };
+    super::bus_args::fit_role(&mut cfg);
     let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
     if let Some((slot, stats)) = fix {
         // Breakers flip provider health in the engine from here on.

@@ -1,0 +1,27 @@
+//! Counters of the bus thread (read by /metrics and the tests).
+
+use crate::runtime::counter::{Counter, Gauge};
+
+/// What one bus thread did. Every refusal is counted, none is silent.
+#[derive(Debug, Default)]
+pub struct BusStats {
+    /// Prices handed to the NATS client (core).
+    pub published: Counter,
+    /// Publishes the client refused (core; the price is lost to the bus,
+    /// the next one for its symbol carries the newer sequence).
+    pub publish_errors: Counter,
+    /// Prices taken off the bus and applied (edge).
+    pub received: Counter,
+    /// Last values loaded from the stream at start (edge).
+    pub last_values_loaded: Counter,
+    /// Prices at or below the symbol's last sequence, dropped (edge:
+    /// replays after a reconnect, or the overlap with the last values).
+    pub duplicates_dropped: Counter,
+    /// Prices that skipped sequence numbers; each is delivered flagged
+    /// CONFLATED so a terminal sees the gap (edge).
+    pub gaps_flagged: Counter,
+    /// Messages that were not a valid price for a configured symbol (edge).
+    pub decode_errors: Counter,
+    /// 1 while the client has a server connection.
+    pub connected: Gauge,
+}
