@@ -249,7 +249,14 @@ fn killing_a_nats_node_leaves_edges_delivering_with_every_gap_flagged() {
     s1.assert_ordered_and_gaps_flagged("edge 1");
     s2.assert_ordered_and_gaps_flagged("edge 2");
     let st = e1.bus.as_ref().unwrap().stats();
+    assert!(st.disconnects.get() >= 1, "edge 1 never lost its node");
     assert_eq!(st.connected.get(), 1, "edge 1 reconnected");
+    assert!(
+        wait_until(WAIT, || st.reloads.get() >= 1),
+        "edge 1 did not reload last values after reconnecting"
+    );
+    let st2 = e2.bus.as_ref().unwrap().stats();
+    assert_eq!(st2.disconnects.get(), 0, "edge 2's node was not killed");
     drop((c1, c2));
     e1.stop();
     e2.stop();

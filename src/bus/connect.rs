@@ -61,8 +61,14 @@ async fn client(cfg: &BusConfig, stats: &Arc<BusStats>) -> Result<async_nats::Cl
             let st = st.clone();
             async move {
                 match event {
-                    Event::Connected => st.connected.set(1),
-                    Event::Disconnected => st.connected.set(0),
+                    Event::Connected => {
+                        st.connected.set(1);
+                        st.mark_reconnected();
+                    }
+                    Event::Disconnected => {
+                        st.connected.set(0);
+                        st.disconnects.inc();
+                    }
                     _ => {}
                 }
             }

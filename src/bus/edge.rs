@@ -175,7 +175,7 @@ impl Inbox {
             return drop(ready.send(Err(e)));
         }
         let _ = ready.send(Ok(()));
-        self.live(&mut live, &stop).await;
+        self.live(&mut live, &cfg, &stream, &stop).await;
     }
 
     /// Loads every configured symbol's last value from the stream (a
@@ -213,9 +213,26 @@ impl Inbox {
         Ok(())
     }
 
-    async fn live(&mut self, live: &mut async_nats::Subscriber, stop: &AtomicBool) {
+    async fn live(
+        &mut self,
+        live: &mut async_nats::Subscriber,
+        cfg: &BusConfig,
+        stream: &async_nats::jetstream::stream::Stream,
+        stop: &AtomicBool,
+    ) {
         let poll = Duration::from_millis(POLL_MS);
+        // The first connect is not a reconnect.
+        self.stats.take_reconnected();
         while !stop.load(Ordering::Acquire) {
+            if self.stats.take_reconnected() {
+                // Prices published while this edge had no server: the
+                // newest of each symbol comes back from the stream (a
+                // skipped sequence is flagged like any gap).
+                self.stats.reloads.inc();
+                if let Err(e) = self.load(cfg, stream, stop).await {
+                    tracing::warn!(error = %e, "reloading last values after a reconnect");
+                }
+            }
             let wait = if self.parked() {
                 Duration::from_millis(1)
             } else {

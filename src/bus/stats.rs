@@ -1,5 +1,7 @@
 //! Counters of the bus thread (read by /metrics and the tests).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::runtime::counter::{Counter, Gauge};
 
 /// What one bus thread did. Every refusal is counted, none is silent.
@@ -22,6 +24,24 @@ pub struct BusStats {
     pub gaps_flagged: Counter,
     /// Messages that were not a valid price for a configured symbol (edge).
     pub decode_errors: Counter,
+    /// Connections to a server lost (the client then reconnects, to the
+    /// next listed server first, with jittered backoff).
+    pub disconnects: Counter,
+    /// Last-value reloads after a reconnect (edge).
+    pub reloads: Counter,
     /// 1 while the client has a server connection.
     pub connected: Gauge,
+    /// Set when the client reconnected: an edge reloads last values.
+    reconnected: AtomicBool,
+}
+
+impl BusStats {
+    pub(super) fn mark_reconnected(&self) {
+        self.reconnected.store(true, Ordering::Release);
+    }
+
+    /// True once after each reconnect.
+    pub(super) fn take_reconnected(&self) -> bool {
+        self.reconnected.swap(false, Ordering::AcqRel)
+    }
 }
