@@ -353,6 +353,9 @@ impl Service {
                 )?;
             }
         }
+        if let Some(b) = &self.bus {
+            register_bus(r, b.stats())?;
+        }
         register_overload(r, &self.overload)
     }
 
@@ -461,6 +464,28 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
     Ok(())
+}
+
+/// The bus thread's counters (`--role core|edge`).
+fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
+    use crate::bus::BusStats;
+    let events: [(&str, fn(&BusStats) -> u64); 9] = [
+        ("published", |s| s.published.get()),
+        ("publish_error", |s| s.publish_errors.get()),
+        ("received", |s| s.received.get()),
+        ("last_value_loaded", |s| s.last_values_loaded.get()),
+        ("duplicate_dropped", |s| s.duplicates_dropped.get()),
+        ("gap_flagged", |s| s.gaps_flagged.get()),
+        ("decode_error", |s| s.decode_errors.get()),
+        ("disconnect", |s| s.disconnects.get()),
+        ("reload", |s| s.reloads.get()),
+    ];
+    for (event, read) in events {
+        let s = stats.clone();
+        r.register_counter_fn(m::BUS_MESSAGES, &[("event", event)], move || read(&s))?;
+    }
+    let s = stats.clone();
+    r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
 }
 
 /// Exports one breaker as `dependency` (state one-hot, rates, refusals).

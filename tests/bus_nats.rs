@@ -21,6 +21,7 @@ use pricewire::config::Config;
 use pricewire::feed::synthetic::SyntheticConfig;
 use pricewire::gateway::GatewayConfig;
 use pricewire::model::price_flags;
+use pricewire::ops::Registry;
 use pricewire::pipeline::PipelineConfig;
 use pricewire::runtime::WaitStrategy;
 use pricewire::service::{Service, ServiceConfig};
@@ -171,6 +172,25 @@ fn subscribers_on_two_edges_receive_identical_streams() {
     assert!(published(&core) > 0);
     for e in [&e1, &e2] {
         assert_eq!(e.bus.as_ref().unwrap().stats().decode_errors.get(), 0);
+    }
+    // The bus counters are on /metrics, each under its documented family.
+    for (svc, event) in [(&core, "published"), (&e1, "received")] {
+        let r = Registry::new();
+        svc.register_metrics(&r).unwrap();
+        let text = r.scrape();
+        let line = format!("pricewire_bus_messages_total{{event=\"{event}\"}} ");
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("no {line} in {text}"));
+        assert!(value.trim().parse::<u64>().unwrap() > 0, "{line}{value}");
+        assert!(text.contains("pricewire_bus_connected 1"), "{text}");
+        // Every event once (the registry refuses a duplicate series).
+        let events = text
+            .lines()
+            .filter(|l| l.starts_with("pricewire_bus_messages_total{"))
+            .count();
+        assert_eq!(events, 9, "{text}");
     }
     drop((c1, c2));
     e1.stop();
