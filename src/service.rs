@@ -469,7 +469,8 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
 /// The bus thread's counters (`--role core|edge`).
 fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
     use crate::bus::BusStats;
-    let events: [(&str, fn(&BusStats) -> u64); 9] = [
+    type Read = fn(&BusStats) -> u64;
+    let events: [(&str, Read); 9] = [
         ("published", |s| s.published.get()),
         ("publish_error", |s| s.publish_errors.get()),
         ("received", |s| s.received.get()),
