@@ -470,7 +470,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
 fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
     use crate::bus::BusStats;
     type Read = fn(&BusStats) -> u64;
-    let events: [(&str, Read); 9] = [
+    let events: [(&str, Read); 13] = [
         ("published", |s| s.published.get()),
         ("publish_error", |s| s.publish_errors.get()),
         ("received", |s| s.received.get()),
@@ -480,6 +480,10 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
         ("decode_error", |s| s.decode_errors.get()),
         ("disconnect", |s| s.disconnects.get()),
         ("reload", |s| s.reloads.get()),
+        ("standby_discarded", |s| s.standby_discarded.get()),
+        ("lease_taken", |s| s.leases_taken.get()),
+        ("lease_lost", |s| s.leases_lost.get()),
+        ("stale_epoch_dropped", |s| s.stale_epoch_dropped.get()),
     ];
     for (event, read) in events {
         let s = stats.clone();

@@ -1,5 +1,8 @@
 //! A price on the bus: the protocol's own PriceUpdate frame (SOFH + SBE,
-//! 76 bytes, schema id and version in the header).
+//! 76 bytes, schema id and version in the header) followed by the
+//! publishing core's lease epoch, 8 bytes little-endian: 84 bytes. (In
+//! the payload rather than a NATS header, which would cost the client
+//! several allocations per message to build and to parse.)
 //!
 //! Encoding writes into a caller's fixed array and allocates nothing.
 //! Decoding checks the frame (length, schema, version, template), that
@@ -10,9 +13,14 @@
 use crate::model::{InstrumentTable, Price};
 use crate::wire::{self, Message, PriceKind, PRICE_FRAME_LEN};
 
+/// Length of a bus message: the price frame and the epoch.
+pub const BUS_MESSAGE_LEN: usize = PRICE_FRAME_LEN + 8;
+
 /// Why a bus message was refused (each is counted by the edge).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
+    #[error("{0} bytes, a bus price message has {BUS_MESSAGE_LEN}")]
+    Length(usize),
     #[error("frame: {0}")]
     Frame(String),
     #[error("template {0} is not a PriceUpdate")]
@@ -28,15 +36,28 @@ pub enum CodecError {
 }
 
 /// Encodes `price` (engine monotonic times turned to UTC by
-/// `wall_offset_ns`) into `out`.
+/// `wall_offset_ns`) and `epoch` into `out`.
 #[inline]
 pub fn encode(
-    out: &mut [u8; PRICE_FRAME_LEN],
+    out: &mut [u8; BUS_MESSAGE_LEN],
     price: &Price,
+    epoch: u64,
     digits: u8,
     wall_offset_ns: i64,
 ) -> usize {
-    wire::encode_model_price(out, PriceKind::Update, price, digits, wall_offset_ns)
+    let (frame, tail) = out.split_at_mut(PRICE_FRAME_LEN);
+    let frame: &mut [u8; PRICE_FRAME_LEN] = frame.try_into().expect("split at the frame length");
+    wire::encode_model_price(frame, PriceKind::Update, price, digits, wall_offset_ns);
+    tail.copy_from_slice(&epoch.to_le_bytes());
+    BUS_MESSAGE_LEN
+}
+
+/// The epoch of a bus message (0 if it is too short to carry one).
+pub fn epoch(message: &[u8]) -> u64 {
+    message
+        .get(PRICE_FRAME_LEN..BUS_MESSAGE_LEN)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
 }
 
 /// Decodes one bus message for `symbol` (the subject's last token). The
@@ -51,7 +72,10 @@ pub fn decode(
     wall_offset_ns: i64,
     receive_time_ns: u64,
 ) -> Result<Price, CodecError> {
-    let body = match wire::decode(frame) {
+    if frame.len() != BUS_MESSAGE_LEN {
+        return Err(CodecError::Length(frame.len()));
+    }
+    let body = match wire::decode(&frame[..PRICE_FRAME_LEN]) {
         Ok(Message::PriceUpdate(b)) => b,
         Ok(other) => return Err(CodecError::NotAPrice(other.template_id())),
         Err(e) => return Err(CodecError::Frame(e.to_string())),

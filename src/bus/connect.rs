@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream::{self, kv, stream};
 use async_nats::{ConnectOptions, Event, ServerAddr};
 use rand::Rng;
 
@@ -109,11 +109,54 @@ pub async fn last_value_stream(
         .map_err(|e| err(e.to_string()))
 }
 
-/// A core's connection, with the last-value stream in place.
-pub async fn core(cfg: &BusConfig, stats: &Arc<BusStats>) -> Result<async_nats::Client, BusError> {
+/// The lease bucket: one key, history 1, entries expire after the lease.
+pub async fn lease_bucket(
+    client: &async_nats::Client,
+    cfg: &BusConfig,
+) -> Result<kv::Store, BusError> {
+    let js = jetstream::new(client.clone());
+    let err = |reason: String| BusError::Stream {
+        stream: cfg.lease_bucket(),
+        reason,
+    };
+    if let Ok(store) = js.get_key_value(cfg.lease_bucket()).await {
+        return Ok(store);
+    }
+    // The bucket's stream by the KV conventions, created directly: the
+    // client's create_key_value misreads nats-server 2.9's answer.
+    let bucket = cfg.lease_bucket();
+    let config = stream::Config {
+        name: format!("KV_{bucket}"),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        max_age: Duration::from_millis(cfg.lease_ms),
+        storage: stream::StorageType::File,
+        num_replicas: cfg.replicas,
+        discard: stream::DiscardPolicy::New,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        duplicate_window: Duration::from_millis(cfg.lease_ms),
+        ..Default::default()
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, js.get_or_create_stream(config))
+        .await
+        .map_err(|_| err(format!("no answer within {CONNECT_TIMEOUT:?}")))?
+        .map_err(|e| err(e.to_string()))?;
+    js.get_key_value(bucket)
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+/// A core's connection, the last-value stream and the lease bucket.
+pub async fn core(
+    cfg: &BusConfig,
+    stats: &Arc<BusStats>,
+) -> Result<(async_nats::Client, stream::Stream, kv::Store), BusError> {
     let c = client(cfg, stats).await?;
-    last_value_stream(&c, cfg).await?;
-    Ok(c)
+    let s = last_value_stream(&c, cfg).await?;
+    let k = lease_bucket(&c, cfg).await?;
+    Ok((c, s, k))
 }
 
 /// An edge's connection and the last-value stream.

@@ -51,6 +51,8 @@ struct Inbox {
     instruments: InstrumentTable,
     publishers: Vec<ShardPublisher>,
     last_seq: Vec<u64>,
+    /// The newest lease epoch seen.
+    epoch: u64,
     wall_offset_ns: i64,
     stats: Arc<BusStats>,
 }
@@ -103,6 +105,7 @@ impl BusSubscriber {
             instruments: instruments.clone(),
             publishers,
             last_seq: vec![0; instruments.len()],
+            epoch: 0,
             wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
             stats: stats.clone(),
         };
@@ -258,12 +261,23 @@ impl Inbox {
         self.publishers.iter().any(|p| p.parked() > 0)
     }
 
-    /// Decodes and applies one message; true if it was applied.
+    /// Decodes and applies one message; true if it was applied. A price
+    /// of an older lease epoch than one already seen is dropped (fencing
+    /// a core that lost the lease).
     fn take(&mut self, subject: &str, payload: &[u8]) -> bool {
+        let epoch = super::codec::epoch(payload);
+        if epoch < self.epoch {
+            self.stats.stale_epoch_dropped.inc();
+            return false;
+        }
         let symbol = subject.rsplit('.').next().unwrap_or_default();
         let now = monotonic_ns();
         match super::codec::decode(payload, symbol, &self.instruments, self.wall_offset_ns, now) {
-            Ok(p) => self.apply(p),
+            Ok(p) => {
+                // Only a valid price moves the epoch on.
+                self.epoch = epoch;
+                self.apply(p)
+            }
             Err(e) => {
                 self.stats.decode_errors.inc();
                 tracing::debug!(subject, error = %e, "bus message refused");

@@ -13,7 +13,8 @@
 //!
 //! On the wire every price is the protocol's own 76-byte SOFH+SBE
 //! PriceUpdate frame (schema id and version in its header, so a newer
-//! schema is refused by the decoder, not misread), one subject per symbol:
+//! schema is refused by the decoder, not misread) and the publishing
+//! core's lease epoch ([`lease`]), one subject per symbol:
 //! `<prefix>.price.<SYMBOL>`. The core's per-symbol sequence number travels
 //! unchanged. A JetStream stream `<PREFIX>_PRICES` over `<prefix>.price.>`
 //! keeps one message per subject: every symbol's last value, which an edge
@@ -30,6 +31,7 @@ pub mod codec;
 mod connect;
 pub mod core;
 pub mod edge;
+pub mod lease;
 mod stats;
 
 pub use self::connect::{reconnect_delay, runtime};
@@ -52,6 +54,10 @@ pub const BATCH_MAX: usize = 256;
 /// Longest a core's bus thread sleeps when its ring is empty, in
 /// milliseconds (tokio's timer granularity; see docs/scale-out.md).
 pub const IDLE_POLL_MS: u64 = 1;
+/// Default leader lease period of cores, in milliseconds.
+pub const LEASE_MS_DEFAULT: u64 = 3_000;
+pub const LEASE_MS_MIN: u64 = 300;
+pub const LEASE_MS_MAX: u64 = 60_000;
 /// Most servers in `--bus`.
 pub const SERVERS_MAX: usize = 16;
 
@@ -107,6 +113,8 @@ pub struct BusConfig {
     pub prefix: String,
     /// Replicas of the last-value stream (1 or 3 on a 3-node cluster).
     pub replicas: usize,
+    /// Leader lease period of cores, in milliseconds.
+    pub lease_ms: u64,
 }
 
 /// Why the bus could not start or was refused.
@@ -155,7 +163,25 @@ impl BusConfig {
             servers,
             prefix: prefix.to_string(),
             replicas,
+            lease_ms: LEASE_MS_DEFAULT,
         })
+    }
+
+    /// The same, with a lease period of `lease_ms` (`--bus-lease-ms`).
+    pub fn with_lease_ms(mut self, lease_ms: u64) -> Result<BusConfig, BusError> {
+        if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&lease_ms) {
+            return Err(BusError::Invalid {
+                flag: "--bus-lease-ms",
+                reason: format!("{lease_ms}: must be {LEASE_MS_MIN}..={LEASE_MS_MAX}"),
+            });
+        }
+        self.lease_ms = lease_ms;
+        Ok(self)
+    }
+
+    /// The KV bucket of the cores' leader lease.
+    pub fn lease_bucket(&self) -> String {
+        self.stream().replace("_PRICES", "_LEASE")
     }
 
     /// The subject of one symbol's prices.

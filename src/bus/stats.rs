@@ -12,6 +12,14 @@ pub struct BusStats {
     /// Publishes the client refused (core; the price is lost to the bus,
     /// the next one for its symbol carries the newer sequence).
     pub publish_errors: Counter,
+    /// Prices a standby core drained without publishing (core).
+    pub standby_discarded: Counter,
+    /// Times this core took the leader lease (core).
+    pub leases_taken: Counter,
+    /// Times this core lost the leader lease (core).
+    pub leases_lost: Counter,
+    /// Prices of an older lease epoch than one already seen, dropped (edge).
+    pub stale_epoch_dropped: Counter,
     /// Prices taken off the bus and applied (edge).
     pub received: Counter,
     /// Last values loaded from the stream at start (edge).

@@ -45,3 +45,43 @@ fn reconnect_delays_grow_are_capped_and_jittered() {
     assert!(first.iter().all(|&d| (1_000..=2_000).contains(&d)));
     assert!(first.iter().any(|&d| d != first[0]), "no jitter: {first:?}");
 }
+
+#[test]
+fn a_bus_message_is_the_price_frame_and_the_epoch_and_decodes_back() {
+    use crate::model::{InstrumentTable, Price};
+    let table = crate::config::Config::builtin(3).table;
+    let inst = table.by_name("EURUSD").unwrap().clone();
+    let price = Price {
+        symbol: inst.id,
+        seq: 41,
+        bid: 108_123,
+        ask: 108_126,
+        engine_time_ns: 5_000,
+        ..Price::EMPTY
+    };
+    let mut out = [0u8; codec::BUS_MESSAGE_LEN];
+    let n = codec::encode(&mut out, &price, 7, inst.digits, 1_000);
+    assert_eq!(n, 84);
+    assert_eq!(codec::epoch(&out), 7);
+    let back = codec::decode(&out, "EURUSD", &table, 1_000, 9).unwrap();
+    assert_eq!((back.seq, back.bid, back.ask), (41, 108_123, 108_126));
+    assert_eq!((back.engine_time_ns, back.receive_time_ns), (5_000, 9));
+    let refused = |bytes: &[u8], sym: &str, t: &InstrumentTable| {
+        codec::decode(bytes, sym, t, 0, 0).unwrap_err()
+    };
+    assert_eq!(
+        refused(&out[..76], "EURUSD", &table),
+        codec::CodecError::Length(76)
+    );
+    assert!(matches!(
+        refused(&out, "NOPE", &table),
+        codec::CodecError::UnknownSymbol(_)
+    ));
+    let mut other = out;
+    other[4] ^= 0xff; // the SBE block length
+    assert!(matches!(
+        refused(&other, "EURUSD", &table),
+        codec::CodecError::Frame(_)
+    ));
+    assert_eq!(codec::epoch(&out[..80]), 0, "too short to carry an epoch");
+}

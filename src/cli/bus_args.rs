@@ -28,6 +28,11 @@ pub struct BusArgs {
     /// 3-node cluster survives the loss of one node).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub bus_replicas: usize,
+
+    /// Leader lease period of cores: one core publishes, the others
+    /// stand by warm and take over within about this long after it dies.
+    #[arg(long, default_value_t = crate::bus::LEASE_MS_DEFAULT, value_name = "MS")]
+    pub bus_lease_ms: u64,
 }
 
 /// What the rest of `serve` needs to know to check the role against.
@@ -42,7 +47,9 @@ impl BusArgs {
     /// do not fit the role, naming them.
     pub fn bus_role(&self, facts: &RoleFacts) -> Result<Option<BusRole>, String> {
         let parse = |bus: &str| {
-            BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas).map_err(|e| e.to_string())
+            BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
+                .and_then(|c| c.with_lease_ms(self.bus_lease_ms))
+                .map_err(|e| e.to_string())
         };
         match (self.role, self.bus.as_deref()) {
             (Role::Standalone, None) => Ok(None),
