@@ -104,6 +104,7 @@ impl Service {
         if let Some(BusRole::Edge(bus)) = cfg.bus.clone() {
             return Self::start_edge(cfg, &bus);
         }
+        check_core_threading(&cfg)?;
         let config = cfg.config.clone();
         let mut sources = std::mem::take(&mut cfg.sources);
         if let Some(s) = cfg.synthetic {
@@ -122,18 +123,14 @@ impl Service {
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
         let mut service_ingest = None;
         let mut shards = parts.shards;
-        let mut bus = None;
-        if let Some(BusRole::Core(b)) = cfg.bus.take() {
-            // The bus thread takes the first shard ring, like a sink.
-            match BusPublisher::start(&b, &config.table, shards.remove(0)) {
-                Ok(p) => bus = Some(BusHandle::Core(p)),
-                Err(e) => {
-                    drop(shards);
-                    pipeline.stop();
-                    return Err(e.into());
-                }
+        let bus = match start_core_bus(cfg.bus.take(), &config, &mut shards) {
+            Ok(b) => b,
+            Err(e) => {
+                drop(shards);
+                pipeline.stop();
+                return Err(e.into());
             }
-        }
+        };
         if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
             let table = Arc::new(config.table.clone());
             // Shared threading with a gateway: shard 0 watches the ingest
@@ -406,6 +403,34 @@ impl Service {
         }
         Ok(())
     }
+}
+
+/// A core's engine needs its own thread: with shared threading shard 0
+/// would host it, and the bus thread takes shard 0's ring instead.
+fn check_core_threading(cfg: &ServiceConfig) -> Result<(), ServiceError> {
+    let core = matches!(cfg.bus, Some(BusRole::Core(_)));
+    if core && cfg.pipeline.threading == Threading::Shared {
+        return Err(BusError::Invalid {
+            flag: "--threading",
+            reason: "a core needs --threading dedicated".into(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// A core's bus thread, which takes the first shard ring like a sink.
+fn start_core_bus(
+    bus: Option<BusRole>,
+    config: &Config,
+    shards: &mut Vec<crate::engine::ShardInput>,
+) -> Result<Option<BusHandle>, BusError> {
+    let Some(BusRole::Core(b)) = bus else {
+        return Ok(None);
+    };
+    let input = shards.remove(0);
+    let publisher = BusPublisher::start(&b, &config.table, input)?;
+    Ok(Some(BusHandle::Core(publisher)))
 }
 
 fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {

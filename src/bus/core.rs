@@ -90,39 +90,8 @@ impl BusPublisher {
         let thread = std::thread::Builder::new()
             .name("pw-bus".into())
             .spawn(move || {
-                let rt = match super::runtime() {
-                    Ok(rt) => rt,
-                    Err(e) => return drop(ready_tx.send(Err(e))),
-                };
-                rt.block_on(async move {
-                    let (client, stream, kv) = match connect::core(&cfg, &st).await {
-                        Ok(c) => c,
-                        Err(e) => return drop(ready_tx.send(Err(e))),
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    let leader = Leader {
-                        lease: Lease::new(cfg.lease_ms * 1_000_000),
-                        kv,
-                        stream,
-                        base: vec![0; names.len()],
-                        offset: vec![None; names.len()],
-                        missed: vec![false; names.len()],
-                        names,
-                        cfg,
-                    };
-                    let outbox = Outbox {
-                        client,
-                        leader,
-                        subjects,
-                        digits,
-                        wall_offset_ns: crate::wire::wall_offset_ns(
-                            crate::clock::wall_ns(),
-                            crate::clock::monotonic_ns(),
-                        ),
-                        stats: st,
-                    };
-                    outbox.run(input.consumer, &stop2).await;
-                });
+                let tables = (subjects, digits, names);
+                bus_thread(cfg, st, tables, input.consumer, ready_tx, &stop2)
             })
             .map_err(|e| BusError::Thread(e.to_string()))?;
         let started = ready_rx
@@ -160,6 +129,52 @@ impl Drop for BusPublisher {
     fn drop(&mut self) {
         self.halt();
     }
+}
+
+type Ready = crossbeam_channel::Sender<Result<(), BusError>>;
+
+/// The `pw-bus` thread of a core: connect, report, then publish.
+fn bus_thread(
+    cfg: BusConfig,
+    st: Arc<BusStats>,
+    (subjects, digits, names): (Vec<Subject>, Vec<u8>, Vec<String>),
+    ring: rtrb::Consumer<Price>,
+    ready_tx: Ready,
+    stop: &AtomicBool,
+) {
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return drop(ready_tx.send(Err(e))),
+    };
+    rt.block_on(async move {
+        let (client, stream, kv) = match connect::core(&cfg, &st).await {
+            Ok(c) => c,
+            Err(e) => return drop(ready_tx.send(Err(e))),
+        };
+        let _ = ready_tx.send(Ok(()));
+        let leader = Leader {
+            lease: Lease::new(cfg.lease_ms * 1_000_000),
+            kv,
+            stream,
+            base: vec![0; names.len()],
+            offset: vec![None; names.len()],
+            missed: vec![false; names.len()],
+            names,
+            cfg,
+        };
+        let outbox = Outbox {
+            client,
+            leader,
+            subjects,
+            digits,
+            wall_offset_ns: crate::wire::wall_offset_ns(
+                crate::clock::wall_ns(),
+                crate::clock::monotonic_ns(),
+            ),
+            stats: st,
+        };
+        outbox.run(ring, stop).await;
+    });
 }
 
 impl Outbox {
