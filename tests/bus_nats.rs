@@ -285,14 +285,15 @@ fn killing_a_nats_node_leaves_edges_delivering_with_every_gap_flagged() {
     core.stop();
 }
 
-/// A core in its own process (so it can be killed as in a crash).
-struct CoreProcess {
+/// A `pricewire serve` in its own process (so it can be killed as in a
+/// crash, and probed over its ops listener).
+struct ServeProcess {
     child: std::process::Child,
     ops: std::net::SocketAddr,
 }
 
-impl CoreProcess {
-    fn start(urls: &str, prefix: &str, lease_ms: u64) -> CoreProcess {
+impl ServeProcess {
+    fn start(urls: &str, prefix: &str, lease_ms: u64) -> ServeProcess {
         let ops = free_addr();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
             .args(["serve", "--role", "core", "--threading", "dedicated"])
@@ -304,7 +305,7 @@ impl CoreProcess {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        CoreProcess { child, ops }
+        ServeProcess { child, ops }
     }
 
     /// `pricewire_bus_messages_total{event=...}` from /metrics (0 if the
@@ -332,7 +333,7 @@ impl CoreProcess {
     }
 }
 
-impl Drop for CoreProcess {
+impl Drop for ServeProcess {
     fn drop(&mut self) {
         self.kill();
     }
@@ -347,12 +348,12 @@ fn free_addr() -> std::net::SocketAddr {
 fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
     const LEASE_MS: u64 = 1_000;
     let node = NatsServer::start();
-    let mut a = CoreProcess::start(&node.url(), "t4", LEASE_MS);
+    let mut a = ServeProcess::start(&node.url(), "t4", LEASE_MS);
     assert!(
         wait_until(WAIT, || a.bus_count("published") > 0),
         "the first core never led"
     );
-    let b = CoreProcess::start(&node.url(), "t4", LEASE_MS);
+    let b = ServeProcess::start(&node.url(), "t4", LEASE_MS);
     assert!(
         wait_until(WAIT, || b.bus_count("standby_discarded") > 0),
         "the second core is not a warm standby"
@@ -389,4 +390,69 @@ fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
     }
     drop(c);
     e.stop();
+}
+
+/// `GET path` on `addr`: (status line, body); empty if not answering.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return (String::new(), String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes());
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+#[test]
+fn an_edge_binary_reports_ready_only_with_every_last_value_loaded() {
+    let node = NatsServer::start();
+    let core = core(bus(&node.url(), "t5", 1), 2_000);
+    let symbols = core.config.table.len() as u64;
+    assert!(wait_until(WAIT, || published(&core) >= 500));
+    let ops = free_addr();
+    let mut edge = ServeProcess {
+        child: std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .args(["serve", "--role", "edge", "--bus", &node.url()])
+            .args(["--bus-prefix", "t5", "--listen", &free_addr().to_string()])
+            .args(["--ops-listen", &ops.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+        ops,
+    };
+    // Once /readyz says 200, every last value is already in (read after
+    // the probe: the counter only grows).
+    assert!(wait_until(WAIT, || http_get(ops, "/readyz")
+        .0
+        .contains(" 200")));
+    assert_eq!(edge.bus_count("last_value_loaded"), symbols);
+    edge.kill();
+    core.stop();
+}
+
+#[test]
+fn an_edge_without_a_reachable_bus_exits_with_the_reason() {
+    let nobody = free_addr();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args([
+            "serve",
+            "--role",
+            "edge",
+            "--bus",
+            &format!("nats://{nobody}"),
+        ])
+        .args(["--listen", &free_addr().to_string()])
+        .args(["--ops-listen", &free_addr().to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("connecting to NATS"), "{err}");
 }

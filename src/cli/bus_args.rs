@@ -106,3 +106,93 @@ pub fn fit_role(cfg: &mut crate::service::ServiceConfig) {
         None => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bus: BusArgs,
+    }
+
+    fn role(flags: &[&str], facts: &RoleFacts) -> Result<Option<BusRole>, String> {
+        let argv = std::iter::once("serve").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).unwrap().bus.bus_role(facts)
+    }
+
+    const DEDICATED: RoleFacts = RoleFacts {
+        threading: Threading::Dedicated,
+        listens: true,
+        feed_listen: false,
+    };
+
+    #[test]
+    fn standalone_is_the_default_and_takes_no_bus() {
+        assert_eq!(role(&[], &DEDICATED), Ok(None));
+        let e = role(&["--bus", "nats://h:1"], &DEDICATED).unwrap_err();
+        assert!(e.contains("--bus") && e.contains("--role"), "{e}");
+    }
+
+    #[test]
+    fn core_and_edge_need_a_valid_bus() {
+        let e = role(&["--role", "core"], &DEDICATED).unwrap_err();
+        assert!(e.contains("needs --bus"), "{e}");
+        let e = role(&["--role", "edge", "--bus", "h:1"], &DEDICATED).unwrap_err();
+        assert!(e.contains("nats://"), "{e}");
+        let e = role(
+            &[
+                "--role",
+                "core",
+                "--bus",
+                "nats://h:1",
+                "--bus-lease-ms",
+                "10",
+            ],
+            &DEDICATED,
+        )
+        .unwrap_err();
+        assert!(e.contains("--bus-lease-ms"), "{e}");
+        let ok = role(
+            &[
+                "--role",
+                "core",
+                "--bus",
+                "nats://h:1",
+                "--bus-lease-ms",
+                "1000",
+            ],
+            &DEDICATED,
+        );
+        let Ok(Some(BusRole::Core(c))) = ok else {
+            panic!("{ok:?}")
+        };
+        assert_eq!((c.lease_ms, c.prefix.as_str()), (1000, "pricewire"));
+    }
+
+    #[test]
+    fn flags_that_do_not_fit_the_role_are_refused_by_name() {
+        let shared = RoleFacts {
+            threading: Threading::Shared,
+            ..DEDICATED
+        };
+        let e = role(&["--role", "core", "--bus", "nats://h:1"], &shared).unwrap_err();
+        assert!(e.contains("--threading dedicated"), "{e}");
+        let feeds = RoleFacts {
+            feed_listen: true,
+            ..DEDICATED
+        };
+        let e = role(&["--role", "edge", "--bus", "nats://h:1"], &feeds).unwrap_err();
+        assert!(e.contains("--feed-listen"), "{e}");
+        let headless = RoleFacts {
+            listens: false,
+            ..DEDICATED
+        };
+        let e = role(&["--role", "edge", "--bus", "nats://h:1"], &headless).unwrap_err();
+        assert!(e.contains("--no-listen"), "{e}");
+        let edge = role(&["--role", "edge", "--bus", "nats://h:1"], &shared);
+        assert!(matches!(edge, Ok(Some(BusRole::Edge(_)))), "{edge:?}");
+    }
+}
