@@ -15,6 +15,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod admission;
+pub mod bus;
 pub mod capture;
 pub mod cli;
 pub mod client;

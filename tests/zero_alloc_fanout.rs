@@ -92,6 +92,7 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
         recorder: None,
         requests: Default::default(),
         refdata: None,
+        bus: None,
     })
     .unwrap();
     let gw = service.gateway.as_ref().unwrap();

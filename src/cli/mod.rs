@@ -4,6 +4,7 @@
 pub mod config_flags;
 
 pub mod bench;
+pub mod bus_args;
 pub mod gateway_args;
 pub mod replay;
 pub mod serve;

@@ -324,6 +324,17 @@ impl Pipeline {
         })
     }
 
+    /// A pipeline with no stages: an edge's, whose prices come from the
+    /// bus into the tables and rings that `handles` name.
+    pub fn without_stages(handles: PipelineHandles) -> Pipeline {
+        Pipeline {
+            feeds: Vec::new(),
+            engine: None,
+            hosted_engine: None,
+            handles,
+        }
+    }
+
     fn await_started(&self, events: &Receiver<StageEvent>) -> Result<(), PipelineError> {
         let mut waiting: Vec<Stage> = self.feeds.iter().map(|f| f.stage).collect();
         if self.engine.is_some() {
@@ -350,8 +361,10 @@ impl Pipeline {
     }
 
     /// True once every feed thread has finished (e.g. a replay ended).
+    /// True once every feed thread ended; never for a pipeline without
+    /// feeds (an edge's), which runs until it is stopped.
     pub fn feeds_finished(&self) -> bool {
-        self.feeds.iter().all(|f| f.handle.is_finished())
+        !self.feeds.is_empty() && self.feeds.iter().all(|f| f.handle.is_finished())
     }
 
     /// Orderly stop: feeds first, then the engine drains and exits. The

@@ -9,6 +9,7 @@ pub mod report;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::bus::{BusConfig, BusError, BusHandle, BusPublisher, BusRole, BusSubscriber};
 use crate::config::Config;
 use crate::feed::ingest::{self, IngestConfig, IngestHandle};
 use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
@@ -18,7 +19,7 @@ use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 use crate::overload::stats::OverloadStats;
 use crate::pipeline::sink::{ShardSink, SinkStats};
-use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, RecorderTap};
+use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, PipelineHandles, RecorderTap};
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestStats};
 use crate::runtime::{Stage, Threading, WaitStrategy};
@@ -44,6 +45,8 @@ pub struct ServiceConfig {
     pub requests: RequestConfig,
     /// Accounts from Redis instead of the config file.
     pub refdata: Option<Arc<RefData>>,
+    /// `--role core|edge`: the NATS bus side; `None` is standalone.
+    pub bus: Option<BusRole>,
 }
 
 impl ServiceConfig {
@@ -61,6 +64,7 @@ impl ServiceConfig {
             recorder: None,
             requests: RequestConfig::default(),
             refdata: None,
+            bus: None,
         }
     }
 }
@@ -74,6 +78,8 @@ pub enum ServiceError {
     Gateway(std::io::Error),
     #[error("provider ingest: {0}")]
     Ingest(std::io::Error),
+    #[error("bus: {0}")]
+    Bus(#[from] BusError),
 }
 
 /// A running service.
@@ -90,11 +96,17 @@ pub struct Service {
     pub latency: LatencyCollector,
     /// FIX sessions' counters and breakers, when FIX providers run.
     pub fix: Option<Arc<crate::feed::fix::FixFeedStats>>,
+    /// The NATS bus thread (`--role core|edge`).
+    pub bus: Option<BusHandle>,
     sinks: Vec<JoinHandle<()>>,
 }
 
 impl Service {
     pub fn start(mut cfg: ServiceConfig) -> Result<Service, ServiceError> {
+        if let Some(BusRole::Edge(bus)) = cfg.bus.clone() {
+            return Self::start_edge(cfg, &bus);
+        }
+        check_core_threading(&cfg)?;
         let config = cfg.config.clone();
         let mut sources = std::mem::take(&mut cfg.sources);
         if let Some(s) = cfg.synthetic {
@@ -113,6 +125,14 @@ impl Service {
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
         let mut service_ingest = None;
         let mut shards = parts.shards;
+        let bus = match start_core_bus(cfg.bus.take(), &config, &mut shards) {
+            Ok(b) => b,
+            Err(e) => {
+                drop(shards);
+                pipeline.stop();
+                return Err(e.into());
+            }
+        };
         if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
             let table = Arc::new(config.table.clone());
             // Shared threading with a gateway: shard 0 watches the ingest
@@ -147,6 +167,7 @@ impl Service {
             sink_stats: Vec::new(),
             latency,
             fix: None,
+            bus,
             sinks: Vec::new(),
         };
         match cfg.gateway {
@@ -164,6 +185,59 @@ impl Service {
                 service.gateway = Some(gw);
             }
             None => service.start_sinks(shards, exchanges, &cfg.pipeline, cfg.shard_wait),
+        }
+        Ok(service)
+    }
+
+    /// An edge: no feeds and no engine; the bus thread fills the price
+    /// table and the gateway shards' rings, and has loaded every last value
+    /// before the gateway accepts its first terminal.
+    fn start_edge(cfg: ServiceConfig, bus: &BusConfig) -> Result<Service, ServiceError> {
+        let config = cfg.config.clone();
+        let (shards, ring) = (cfg.pipeline.shards, cfg.pipeline.shard_ring);
+        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring)?;
+        let handles = PipelineHandles {
+            table: parts.table,
+            health: crate::model::ProviderHealth::new(config.table.providers().len()),
+            engine: Arc::default(),
+            fanout: parts.fanout,
+            feeds: Vec::new(),
+            engine_doorbell: crate::runtime::Doorbell::new(),
+            history: Arc::new(crate::engine::TickHistory::new(
+                config.table.len(),
+                cfg.pipeline.history_depth,
+            )),
+        };
+        let overload = Arc::new(OverloadStats::default());
+        let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
+        let mut service = Service {
+            config: config.clone(),
+            pipeline: Pipeline::without_stages(handles),
+            gateway: None,
+            ingest: None,
+            overload: overload.clone(),
+            sink_stats: Vec::new(),
+            latency,
+            fix: None,
+            bus: Some(BusHandle::Edge(sub)),
+            sinks: Vec::new(),
+        };
+        match cfg.gateway {
+            Some(gcfg) => {
+                let deps = GatewayDeps {
+                    config,
+                    table: service.pipeline.handles.table.clone(),
+                    overload,
+                    exchanges: exchanges.into_iter().map(Some).collect(),
+                    history: Some(service.pipeline.handles.history.clone()),
+                    requests: cfg.requests,
+                    refdata: cfg.refdata,
+                };
+                let gw =
+                    Gateway::start_with(gcfg, parts.shards, deps).map_err(ServiceError::Gateway)?;
+                service.gateway = Some(gw);
+            }
+            None => service.start_sinks(parts.shards, exchanges, &cfg.pipeline, cfg.shard_wait),
         }
         Ok(service)
     }
@@ -226,6 +300,10 @@ impl Service {
             i.stop();
         }
         self.pipeline.stop();
+        // After the engine: a core's bus thread publishes what it left.
+        if let Some(b) = self.bus.take() {
+            b.stop();
+        }
     }
 
     pub fn stop(mut self) {
@@ -254,6 +332,9 @@ impl Service {
             }
             let wall = Arc::new(crate::feed::fix::WallClock);
             crate::feed::fix::metrics::register(r, fix, wall)?;
+        }
+        if let Some(b) = &self.bus {
+            register_bus(r, b.stats())?;
         }
         register_overload(r, &self.overload)
     }
@@ -317,6 +398,34 @@ impl Service {
     }
 }
 
+/// A core's engine needs its own thread: with shared threading shard 0
+/// would host it, and the bus thread takes shard 0's ring instead.
+fn check_core_threading(cfg: &ServiceConfig) -> Result<(), ServiceError> {
+    let core = matches!(cfg.bus, Some(BusRole::Core(_)));
+    if core && cfg.pipeline.threading == Threading::Shared {
+        return Err(BusError::Invalid {
+            flag: "--threading",
+            reason: "a core needs --threading dedicated".into(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// A core's bus thread, which takes the first shard ring like a sink.
+fn start_core_bus(
+    bus: Option<BusRole>,
+    config: &Config,
+    shards: &mut Vec<crate::engine::ShardInput>,
+) -> Result<Option<BusHandle>, BusError> {
+    let Some(BusRole::Core(b)) = bus else {
+        return Ok(None);
+    };
+    let input = shards.remove(0);
+    let publisher = BusPublisher::start(&b, &config.table, input)?;
+    Ok(Some(BusHandle::Core(publisher)))
+}
+
 fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     for (i, s) in g.shard_stats.iter().enumerate() {
         let shard = i.to_string();
@@ -373,6 +482,33 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
     Ok(())
+}
+
+/// The bus thread's counters (`--role core|edge`).
+fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
+    use crate::bus::BusStats;
+    type Read = fn(&BusStats) -> u64;
+    let events: [(&str, Read); 13] = [
+        ("published", |s| s.published.get()),
+        ("publish_error", |s| s.publish_errors.get()),
+        ("received", |s| s.received.get()),
+        ("last_value_loaded", |s| s.last_values_loaded.get()),
+        ("duplicate_dropped", |s| s.duplicates_dropped.get()),
+        ("gap_flagged", |s| s.gaps_flagged.get()),
+        ("decode_error", |s| s.decode_errors.get()),
+        ("disconnect", |s| s.disconnects.get()),
+        ("reload", |s| s.reloads.get()),
+        ("standby_discarded", |s| s.standby_discarded.get()),
+        ("lease_taken", |s| s.leases_taken.get()),
+        ("lease_lost", |s| s.leases_lost.get()),
+        ("stale_epoch_dropped", |s| s.stale_epoch_dropped.get()),
+    ];
+    for (event, read) in events {
+        let s = stats.clone();
+        r.register_counter_fn(m::BUS_MESSAGES, &[("event", event)], move || read(&s))?;
+    }
+    let s = stats.clone();
+    r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
 }
 
 /// Exports one breaker as `dependency` (state one-hot, rates, refusals).

@@ -217,10 +217,22 @@ pub struct ServeArgs {
     pub gateway: GatewayArgs,
 
     #[command(flatten)]
+    pub bus: crate::cli::bus_args::BusArgs,
+
+    #[command(flatten)]
     pub ops: OpsArgs,
 }
 
 impl ServeArgs {
+    /// `--role` and the bus flags, checked against the other flags.
+    pub fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, String> {
+        self.bus.bus_role(&crate::cli::bus_args::RoleFacts {
+            threading: self.threading,
+            listens: !self.gateway.no_listen,
+            feed_listen: self.gateway.feed_listen.is_some(),
+        })
+    }
+
     /// The request path's settings, validated.
     pub fn request_config(&self) -> Result<RequestConfig, String> {
         let queue = QueueConfig {

@@ -110,10 +110,15 @@ fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), String> {
     use crate::runtime::listen;
     let granted = listen::set_backlog(args.listen_backlog);
     let mut wanted = Vec::new();
-    if !args.gateway.no_listen {
+    // A core serves no subscribers and an edge takes no provider feeds
+    // (`bus_args::fit_role`): their listeners are not bound at all.
+    let role = args.bus_role().ok().flatten();
+    let core = matches!(role, Some(crate::bus::BusRole::Core(_)));
+    let edge = matches!(role, Some(crate::bus::BusRole::Edge(_)));
+    if !args.gateway.no_listen && !core {
         wanted.push(("--listen", args.gateway.listen));
     }
-    if let Some(a) = args.gateway.feed_listen {
+    if let Some(a) = args.gateway.feed_listen.filter(|_| !edge) {
         wanted.push(("--feed-listen", a));
     }
     wanted.push(("--ops-listen", plan.ops.listen));
@@ -139,6 +144,7 @@ impl Plan {
             .map_err(|e| e.to_string())?;
         args.gateway_config()?;
         args.request_config()?;
+        args.bus_role()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         Ok(Plan {
             config: Arc::new(config),
@@ -179,7 +185,7 @@ fn start_service(
         );
         sources.push(("fix".into(), Box::new(feed)));
     }
-    let cfg = ServiceConfig {
+    let mut cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
         synthetic,
@@ -192,7 +198,9 @@ fn start_service(
         recorder,
         requests: args.request_config()?,
         refdata: start_refdata(args, &cfg_config)?,
+        bus: args.bus_role()?,
     };
+    crate::cli::bus_args::fit_role(&mut cfg);
     let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
     if let Some((slot, stats)) = fix {
         // Breakers flip provider health in the engine from here on.

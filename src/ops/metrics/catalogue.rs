@@ -124,6 +124,8 @@ pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
 pub const CONNECTIONS: &str = "pricewire_connections";
 pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
 pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
+pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
@@ -214,6 +216,11 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Connections or session steps refused by admission control, by stage"),
     counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
         "Connections closed because they stayed above the outbound high-water mark too long"),
+    // bus (serve --role core|edge)
+    counter(BUS_MESSAGES, &["event"], "messages", "bus",
+        "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
+    gauge(BUS_CONNECTED, &[], "boolean", "bus",
+        "1 while the bus client has a NATS server connection"),
     // request workers
     gauge(REQUEST_QUEUE_DEPTH, &[], "requests", "requests",
         "Requests waiting in the bounded request queue"),

@@ -1,0 +1,326 @@
+//! Core side: the engine's prices from a shard ring onto the bus.
+//!
+//! The engine writes into an ordinary shard ring (every symbol wanted);
+//! the `pw-bus` thread drains it, encodes each price into a fixed frame on
+//! its stack and hands it to the NATS client. The engine never waits on
+//! the bus: a full ring makes it conflate per symbol (latest wins, flagged
+//! CONFLATED) exactly as for a slow gateway shard. When the ring is empty
+//! the thread sleeps [`IDLE_POLL_MS`] on the runtime's timer, which lets
+//! the client's connection task run (pings, reconnects).
+//!
+//! Only the holder of the leader lease publishes ([`super::lease`]); a
+//! standby drains its ring unpublished. On takeover each symbol's sequence
+//! continues from the last value in the stream.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_nats::jetstream::{kv, stream};
+use async_nats::Subject;
+use bytes::Bytes;
+
+use super::codec::BUS_MESSAGE_LEN;
+use super::lease::Lease;
+use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_POLL_MS};
+use crate::clock::monotonic_ns;
+use crate::engine::ShardInput;
+use crate::model::{price_flags, InstrumentTable, Price};
+
+/// A running core publisher; [`BusPublisher::stop`] drains and flushes.
+pub struct BusPublisher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    pub stats: Arc<BusStats>,
+}
+
+/// What the publishing loop needs, built before the thread starts.
+struct Outbox {
+    client: async_nats::Client,
+    /// One subject per symbol id, built once (cloning one is a reference
+    /// count, not an allocation).
+    subjects: Vec<Subject>,
+    digits: Vec<u8>,
+    wall_offset_ns: i64,
+    stats: Arc<BusStats>,
+    leader: Leader,
+}
+
+/// The lease and what leading needs: the KV key, the last-value stream
+/// (to continue sequences on takeover) and the per-symbol rebase.
+struct Leader {
+    lease: Lease,
+    kv: kv::Store,
+    stream: stream::Stream,
+    cfg: BusConfig,
+    names: Vec<String>,
+    /// Per symbol: the last published sequence found at takeover.
+    base: Vec<u64>,
+    /// Per symbol: added to the engine's sequence, once known.
+    offset: Vec<Option<u64>>,
+    /// Per symbol: prices were drained unpublished (fenced) since the last
+    /// publish, so the next one is flagged.
+    missed: Vec<bool>,
+}
+
+const LEASE_KEY: &str = "leader";
+
+impl BusPublisher {
+    /// Connects, makes sure the last-value stream exists, then publishes
+    /// every price the engine writes into `input` until stopped or until
+    /// the engine lets go of the ring.
+    pub fn start(
+        cfg: &BusConfig,
+        table: &InstrumentTable,
+        input: ShardInput,
+    ) -> Result<BusPublisher, BusError> {
+        input.interest.set_all();
+        let stats = Arc::new(BusStats::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let subjects = table
+            .instruments()
+            .iter()
+            .map(|i| Subject::from(cfg.subject(&i.name)))
+            .collect();
+        let digits = table.instruments().iter().map(|i| i.digits).collect();
+        let names: Vec<String> = table.instruments().iter().map(|i| i.name.clone()).collect();
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+        let (cfg, st, stop2) = (cfg.clone(), stats.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("pw-bus".into())
+            .spawn(move || {
+                let tables = (subjects, digits, names);
+                bus_thread(cfg, st, tables, input.consumer, ready_tx, &stop2)
+            })
+            .map_err(|e| BusError::Thread(e.to_string()))?;
+        let started = ready_rx
+            .recv_timeout(super::CONNECT_TIMEOUT * 2)
+            .map_err(|_| BusError::Thread("no start-up report".into()))
+            .and_then(|r| r);
+        let mut publisher = BusPublisher {
+            stop,
+            thread: Some(thread),
+            stats,
+        };
+        match started {
+            Ok(()) => Ok(publisher),
+            Err(e) => {
+                publisher.halt();
+                Err(e)
+            }
+        }
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Publishes what is left in the ring, flushes the client and joins.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+}
+
+impl Drop for BusPublisher {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+type Ready = crossbeam_channel::Sender<Result<(), BusError>>;
+
+/// The `pw-bus` thread of a core: connect, report, then publish.
+fn bus_thread(
+    cfg: BusConfig,
+    st: Arc<BusStats>,
+    (subjects, digits, names): (Vec<Subject>, Vec<u8>, Vec<String>),
+    ring: rtrb::Consumer<Price>,
+    ready_tx: Ready,
+    stop: &AtomicBool,
+) {
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return drop(ready_tx.send(Err(e))),
+    };
+    rt.block_on(async move {
+        let (client, stream, kv) = match connect::core(&cfg, &st).await {
+            Ok(c) => c,
+            Err(e) => return drop(ready_tx.send(Err(e))),
+        };
+        let _ = ready_tx.send(Ok(()));
+        let leader = Leader {
+            lease: Lease::new(cfg.lease_ms * 1_000_000),
+            kv,
+            stream,
+            base: vec![0; names.len()],
+            offset: vec![None; names.len()],
+            missed: vec![false; names.len()],
+            names,
+            cfg,
+        };
+        let outbox = Outbox {
+            client,
+            leader,
+            subjects,
+            digits,
+            wall_offset_ns: crate::wire::wall_offset_ns(
+                crate::clock::wall_ns(),
+                crate::clock::monotonic_ns(),
+            ),
+            stats: st,
+        };
+        outbox.run(ring, stop).await;
+    });
+}
+
+impl Outbox {
+    async fn run(mut self, mut ring: rtrb::Consumer<Price>, stop: &AtomicBool) {
+        let idle = Duration::from_millis(IDLE_POLL_MS);
+        loop {
+            self.leader.turn(&self.stats).await;
+            let moved = self.turn(&mut ring).await;
+            if moved > 0 {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            // Empty: the engine has gone (orderly stop) or we were told to.
+            if ring.is_abandoned() || stop.load(Ordering::Acquire) {
+                if ring.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            tokio::time::sleep(idle).await;
+        }
+        let _ = self.client.flush().await;
+        self.leader.resign().await;
+    }
+
+    /// Publishes up to [`BATCH_MAX`] prices (a standby drains them
+    /// unpublished); returns how many it took from the ring.
+    async fn turn(&mut self, ring: &mut rtrb::Consumer<Price>) -> usize {
+        let mut moved = 0;
+        let mut frame = [0u8; BUS_MESSAGE_LEN];
+        let epoch = self.leader.lease.publishing_epoch(monotonic_ns());
+        while moved < BATCH_MAX {
+            let Ok(mut price) = ring.pop() else { break };
+            moved += 1;
+            let Some(epoch) = epoch else {
+                self.stats.standby_discarded.inc();
+                if let Some(m) = self.leader.missed.get_mut(price.symbol as usize) {
+                    *m = true;
+                }
+                continue;
+            };
+            let s = price.symbol as usize;
+            let (Some(subject), Some(&digits)) = (self.subjects.get(s), self.digits.get(s)) else {
+                self.stats.publish_errors.inc();
+                continue;
+            };
+            self.leader.continue_sequence(&mut price);
+            let n = super::codec::encode(&mut frame, &price, epoch, digits, self.wall_offset_ns);
+            let payload = Bytes::copy_from_slice(&frame[..n]);
+            match self.client.publish(subject.clone(), payload).await {
+                Ok(()) => self.stats.published.inc(),
+                Err(_) => self.stats.publish_errors.inc(),
+            }
+        }
+        moved
+    }
+}
+
+impl Leader {
+    /// Takes or renews the lease when due (each KV call bounded by a
+    /// quarter of the lease period).
+    async fn turn(&mut self, stats: &BusStats) {
+        let now = monotonic_ns();
+        let bound = Duration::from_millis(self.cfg.lease_ms / 4);
+        let me = Bytes::from_static(b"core");
+        if self.lease.acquire_due(now) {
+            self.lease.tried(now);
+            let created = tokio::time::timeout(bound, self.kv.create(LEASE_KEY, me)).await;
+            if let Ok(Ok(revision)) = created {
+                self.take_over(revision, stats).await;
+            }
+        } else if self.lease.renew_due(now) {
+            self.lease.tried(now);
+            let Some(rev) = self.lease.revision() else {
+                return;
+            };
+            let renewal = self.kv.update(LEASE_KEY, me, rev);
+            match tokio::time::timeout(bound, renewal).await {
+                Ok(Ok(revision)) => self.lease.renewed(revision, monotonic_ns()),
+                Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    self.lease.lost();
+                    stats.leases_lost.inc();
+                    tracing::warn!("leader lease lost: another core holds it");
+                }
+                // No answer: keep trying; fencing stops publishing at 3/4.
+                _ => {}
+            }
+        }
+    }
+
+    /// Leads from `revision` on: reads every symbol's last published
+    /// sequence so the next price continues from it.
+    async fn take_over(&mut self, revision: u64, stats: &BusStats) {
+        for (i, name) in self.names.iter().enumerate() {
+            let last = self
+                .stream
+                .direct_get_last_for_subject(self.cfg.subject(name));
+            self.base[i] = match last.await {
+                Ok(m) => match crate::wire::decode(&m.payload) {
+                    Ok(crate::wire::Message::PriceUpdate(b)) => b.seq,
+                    _ => 0,
+                },
+                Err(_) => 0,
+            };
+            self.offset[i] = None;
+        }
+        // Stamped now: the loads above took time from the lease.
+        self.lease.acquired(revision, monotonic_ns());
+        stats.leases_taken.inc();
+        tracing::info!(epoch = revision, "leader lease taken");
+    }
+
+    /// Continues the symbol's sequence from the last value published before
+    /// this core led; the first price after a takeover is flagged
+    /// CONFLATED (prices may have been missed in between).
+    fn continue_sequence(&mut self, price: &mut Price) {
+        let s = price.symbol as usize;
+        debug_assert!(s < self.offset.len());
+        let offset = match self.offset[s] {
+            Some(o) => o,
+            None => {
+                let base = self.base[s];
+                if base > 0 {
+                    price.flags |= price_flags::CONFLATED;
+                }
+                // Next is base + 1; an engine sequence starts at 1.
+                let o = (base + 1).saturating_sub(price.seq);
+                self.offset[s] = Some(o);
+                o
+            }
+        };
+        price.seq += offset;
+        if std::mem::take(&mut self.missed[s]) {
+            price.flags |= price_flags::CONFLATED;
+        }
+    }
+
+    /// An orderly stop hands the lease on at once instead of letting it
+    /// expire.
+    async fn resign(&mut self) {
+        if let Some(rev) = self.lease.revision() {
+            let bound = Duration::from_millis(self.cfg.lease_ms / 4);
+            let _ =
+                tokio::time::timeout(bound, self.kv.delete_expect_revision(LEASE_KEY, Some(rev)))
+                    .await;
+            self.lease.lost();
+        }
+    }
+}

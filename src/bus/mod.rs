@@ -1,0 +1,249 @@
+//! The NATS bus between price cores and fan-out edges (`serve --role core`
+//! and `--role edge`; docs/scale-out.md).
+//!
+//! Contract: the bus client runs on its own thread (`pw-bus`) and meets the
+//! price path only through bounded SPSC rings, like any feed. On a core the
+//! engine publishes into an ordinary shard ring ([`crate::engine::ShardInput`])
+//! that the bus thread drains and publishes, so the engine side allocates
+//! nothing per price and never waits on the network: when the bus thread
+//! falls behind, the engine conflates per symbol as it does for a slow
+//! shard. On an edge the bus thread is the only writer of the price table
+//! and pushes received prices into one ring per gateway shard
+//! ([`crate::engine::ShardPublisher`], conflating when a ring is full).
+//!
+//! On the wire every price is the protocol's own 76-byte SOFH+SBE
+//! PriceUpdate frame (schema id and version in its header, so a newer
+//! schema is refused by the decoder, not misread) and the publishing
+//! core's lease epoch ([`lease`]), one subject per symbol:
+//! `<prefix>.price.<SYMBOL>`. The core's per-symbol sequence number travels
+//! unchanged. A JetStream stream `<PREFIX>_PRICES` over `<prefix>.price.>`
+//! keeps one message per subject: every symbol's last value, which an edge
+//! loads before it reports itself started.
+//!
+//! Why a runtime: async-nats is the maintained NATS client and it is async
+//! only. It runs here on a current-thread tokio runtime owned by the bus
+//! thread — one thread, no work-stealing pool competing with the pinned
+//! stages for the two cores of a small box. The bus thread allocates per
+//! price (the client's message buffers); that cost stays on its thread,
+//! off the pinned path.
+
+pub mod codec;
+mod connect;
+pub mod core;
+pub mod edge;
+pub mod lease;
+mod stats;
+
+pub use self::connect::{reconnect_delay, runtime};
+
+use std::time::Duration;
+
+pub use self::core::BusPublisher;
+pub use self::edge::{BusSubscriber, EdgeParts};
+pub use self::stats::BusStats;
+
+/// Default subject prefix.
+pub const PREFIX_DEFAULT: &str = "pricewire";
+/// Longest wait for the first connection and the stream set-up.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for an edge to load every last value.
+pub const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most prices the bus thread moves per turn before it yields to the
+/// client's connection task.
+pub const BATCH_MAX: usize = 256;
+/// Longest a core's bus thread sleeps when its ring is empty, in
+/// milliseconds (tokio's timer granularity; see docs/scale-out.md).
+pub const IDLE_POLL_MS: u64 = 1;
+/// Default leader lease period of cores, in milliseconds.
+pub const LEASE_MS_DEFAULT: u64 = 3_000;
+pub const LEASE_MS_MIN: u64 = 300;
+pub const LEASE_MS_MAX: u64 = 60_000;
+/// Most servers in `--bus`.
+pub const SERVERS_MAX: usize = 16;
+
+/// What a `serve` process is in a deployment (`--role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Role {
+    /// Feeds, engine and gateway in one process (no bus).
+    #[default]
+    Standalone,
+    /// Feeds and engine; every price goes to the bus. No subscribers.
+    Core,
+    /// Gateway and requests; prices come from the bus. No feeds.
+    Edge,
+}
+
+/// The bus side a service runs, with its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusRole {
+    Core(BusConfig),
+    Edge(BusConfig),
+}
+
+/// A running bus thread, either side.
+pub enum BusHandle {
+    Core(BusPublisher),
+    Edge(BusSubscriber),
+}
+
+impl BusHandle {
+    pub fn stats(&self) -> &std::sync::Arc<BusStats> {
+        match self {
+            BusHandle::Core(p) => &p.stats,
+            BusHandle::Edge(s) => &s.stats,
+        }
+    }
+
+    /// Core: publishes what the engine left and flushes; edge: stops
+    /// taking prices. Either way the thread is joined.
+    pub fn stop(self) {
+        match self {
+            BusHandle::Core(p) => p.stop(),
+            BusHandle::Edge(s) => s.stop(),
+        }
+    }
+}
+
+/// Where the bus is and how prices are named on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusConfig {
+    /// `nats://host:port` of every server the client may use.
+    pub servers: Vec<String>,
+    /// Subject prefix: prices go to `<prefix>.price.<SYMBOL>`.
+    pub prefix: String,
+    /// Replicas of the last-value stream (1 or 3 on a 3-node cluster).
+    pub replicas: usize,
+    /// Leader lease period of cores, in milliseconds.
+    pub lease_ms: u64,
+}
+
+/// Why the bus could not start or was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("invalid setting `{flag}`: {reason}")]
+    Invalid { flag: &'static str, reason: String },
+    #[error("connecting to NATS ({servers}): {reason}")]
+    Connect { servers: String, reason: String },
+    #[error("last-value stream {stream}: {reason}")]
+    Stream { stream: String, reason: String },
+    #[error("loading last values: {0}")]
+    Load(String),
+    #[error("bus thread: {0}")]
+    Thread(String),
+}
+
+impl BusConfig {
+    /// Parses `--bus` (comma-separated `nats://host:port`) and checks the
+    /// prefix; every refusal names the flag and the reason.
+    pub fn parse(bus: &str, prefix: &str, replicas: usize) -> Result<BusConfig, BusError> {
+        let servers: Vec<String> = bus
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        let invalid = |flag, reason: String| BusError::Invalid { flag, reason };
+        if servers.is_empty() || servers.len() > SERVERS_MAX {
+            return Err(invalid(
+                "--bus",
+                format!("{bus:?}: give 1..={SERVERS_MAX} nats://host:port, comma-separated"),
+            ));
+        }
+        for s in &servers {
+            check_server(s).map_err(|r| invalid("--bus", format!("{s:?}: {r}")))?;
+        }
+        check_prefix(prefix).map_err(|r| invalid("--bus-prefix", format!("{prefix:?}: {r}")))?;
+        if !(1..=5).contains(&replicas) {
+            return Err(invalid(
+                "--bus-replicas",
+                format!("{replicas}: must be 1..=5"),
+            ));
+        }
+        Ok(BusConfig {
+            servers,
+            prefix: prefix.to_string(),
+            replicas,
+            lease_ms: LEASE_MS_DEFAULT,
+        })
+    }
+
+    /// The same, with a lease period of `lease_ms` (`--bus-lease-ms`).
+    pub fn with_lease_ms(mut self, lease_ms: u64) -> Result<BusConfig, BusError> {
+        if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&lease_ms) {
+            return Err(BusError::Invalid {
+                flag: "--bus-lease-ms",
+                reason: format!("{lease_ms}: must be {LEASE_MS_MIN}..={LEASE_MS_MAX}"),
+            });
+        }
+        self.lease_ms = lease_ms;
+        Ok(self)
+    }
+
+    /// The KV bucket of the cores' leader lease.
+    pub fn lease_bucket(&self) -> String {
+        self.stream().replace("_PRICES", "_LEASE")
+    }
+
+    /// The subject of one symbol's prices.
+    pub fn subject(&self, symbol: &str) -> String {
+        format!("{}.price.{symbol}", self.prefix)
+    }
+
+    /// The wildcard over every symbol's prices.
+    pub fn wildcard(&self) -> String {
+        format!("{}.price.>", self.prefix)
+    }
+
+    /// The last-value stream's name (`<PREFIX>_PRICES`, dots and dashes
+    /// as underscores: stream names take no dots).
+    pub fn stream(&self) -> String {
+        let p: String = self
+            .prefix
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{p}_PRICES")
+    }
+}
+
+fn check_server(s: &str) -> Result<(), &'static str> {
+    let Some(rest) = s.strip_prefix("nats://") else {
+        return Err("must start with nats://");
+    };
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return Err("must be nats://host:port");
+    };
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err("must be nats://host:port with a port 1..=65535");
+    }
+    Ok(())
+}
+
+fn check_prefix(prefix: &str) -> Result<(), &'static str> {
+    let ok_token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if prefix.is_empty() || prefix.len() > 64 || !prefix.split('.').all(ok_token) {
+        return Err("1..=64 characters of [A-Za-z0-9_-] tokens separated by dots");
+    }
+    Ok(())
+}
+
+/// A symbol name usable as one subject token.
+pub fn symbol_token_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'.' && b != b'*' && b != b'>')
+}
+
+#[cfg(test)]
+mod tests;

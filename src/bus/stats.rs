@@ -1,0 +1,55 @@
+//! Counters of the bus thread (read by /metrics and the tests).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::runtime::counter::{Counter, Gauge};
+
+/// What one bus thread did. Every refusal is counted, none is silent.
+#[derive(Debug, Default)]
+pub struct BusStats {
+    /// Prices handed to the NATS client (core).
+    pub published: Counter,
+    /// Publishes the client refused (core; the price is lost to the bus,
+    /// the next one for its symbol carries the newer sequence).
+    pub publish_errors: Counter,
+    /// Prices a standby core drained without publishing (core).
+    pub standby_discarded: Counter,
+    /// Times this core took the leader lease (core).
+    pub leases_taken: Counter,
+    /// Times this core lost the leader lease (core).
+    pub leases_lost: Counter,
+    /// Prices of an older lease epoch than one already seen, dropped (edge).
+    pub stale_epoch_dropped: Counter,
+    /// Prices taken off the bus and applied (edge).
+    pub received: Counter,
+    /// Last values loaded from the stream at start (edge).
+    pub last_values_loaded: Counter,
+    /// Prices at or below the symbol's last sequence, dropped (edge:
+    /// replays after a reconnect, or the overlap with the last values).
+    pub duplicates_dropped: Counter,
+    /// Prices that skipped sequence numbers; each is delivered flagged
+    /// CONFLATED so a terminal sees the gap (edge).
+    pub gaps_flagged: Counter,
+    /// Messages that were not a valid price for a configured symbol (edge).
+    pub decode_errors: Counter,
+    /// Connections to a server lost (the client then reconnects, to the
+    /// next listed server first, with jittered backoff).
+    pub disconnects: Counter,
+    /// Last-value reloads after a reconnect (edge).
+    pub reloads: Counter,
+    /// 1 while the client has a server connection.
+    pub connected: Gauge,
+    /// Set when the client reconnected: an edge reloads last values.
+    reconnected: AtomicBool,
+}
+
+impl BusStats {
+    pub(super) fn mark_reconnected(&self) {
+        self.reconnected.store(true, Ordering::Release);
+    }
+
+    /// True once after each reconnect.
+    pub(super) fn take_reconnected(&self) -> bool {
+        self.reconnected.swap(false, Ordering::AcqRel)
+    }
+}

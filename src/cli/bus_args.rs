@@ -1,0 +1,198 @@
+//! Flags of `serve --role core|edge` (docs/scale-out.md).
+
+use clap::Args;
+
+use crate::bus::{BusConfig, BusRole, Role, PREFIX_DEFAULT};
+use crate::runtime::Threading;
+
+/// Role and bus flags of `pricewire serve`.
+#[derive(Debug, Clone, Args)]
+pub struct BusArgs {
+    /// What this process is: `standalone` (feeds, engine and subscribers
+    /// in one process), `core` (feeds and engine, every price published
+    /// to the bus, no subscriber listener) or `edge` (subscribers served
+    /// from the bus, no feeds).
+    #[arg(long, value_enum, default_value_t = Role::Standalone)]
+    pub role: Role,
+
+    /// NATS servers of the bus, `nats://host:port[,nats://host:port…]`
+    /// (needed by `core` and `edge`).
+    #[arg(long, value_name = "URLS")]
+    pub bus: Option<String>,
+
+    /// Subject prefix: prices go to `<prefix>.price.<SYMBOL>`.
+    #[arg(long, default_value = PREFIX_DEFAULT, value_name = "PREFIX")]
+    pub bus_prefix: String,
+
+    /// Copies of the last-value stream kept by the NATS cluster (3 on a
+    /// 3-node cluster survives the loss of one node).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub bus_replicas: usize,
+
+    /// Leader lease period of cores: one core publishes, the others
+    /// stand by warm and take over within about this long after it dies.
+    #[arg(long, default_value_t = crate::bus::LEASE_MS_DEFAULT, value_name = "MS")]
+    pub bus_lease_ms: u64,
+}
+
+/// What the rest of `serve` needs to know to check the role against.
+pub struct RoleFacts {
+    pub threading: Threading,
+    pub listens: bool,
+    pub feed_listen: bool,
+}
+
+impl BusArgs {
+    /// The bus side to run, or `None` for standalone; refuses flags that
+    /// do not fit the role, naming them.
+    pub fn bus_role(&self, facts: &RoleFacts) -> Result<Option<BusRole>, String> {
+        let parse = |bus: &str| {
+            BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
+                .and_then(|c| c.with_lease_ms(self.bus_lease_ms))
+                .map_err(|e| e.to_string())
+        };
+        match (self.role, self.bus.as_deref()) {
+            (Role::Standalone, None) => Ok(None),
+            (Role::Standalone, Some(_)) => {
+                Err("--bus: needs --role core or --role edge (standalone has no bus)".into())
+            }
+            (role, None) => Err(format!(
+                "--role {}: needs --bus nats://host:port[,…]",
+                role_name(role)
+            )),
+            (Role::Core, Some(bus)) => {
+                if facts.threading == Threading::Shared {
+                    return Err("--role core: the engine needs its own thread; \
+                                use --threading dedicated"
+                        .into());
+                }
+                Ok(Some(BusRole::Core(parse(bus)?)))
+            }
+            (Role::Edge, Some(bus)) => {
+                if facts.feed_listen {
+                    return Err("--feed-listen: an edge runs no feeds (use it on a core)".into());
+                }
+                if !facts.listens {
+                    return Err("--no-listen: an edge exists to serve subscribers".into());
+                }
+                Ok(Some(BusRole::Edge(parse(bus)?)))
+            }
+        }
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Standalone => "standalone",
+        Role::Core => "core",
+        Role::Edge => "edge",
+    }
+}
+
+/// Shapes a service to its role: a core publishes from one ring and has
+/// no subscriber listener; an edge runs no feed (its FIX sessions and the
+/// synthetic feed are not started).
+pub fn fit_role(cfg: &mut crate::service::ServiceConfig) {
+    match cfg.bus {
+        Some(BusRole::Core(_)) => {
+            cfg.gateway = None;
+            cfg.pipeline.shards = 1;
+        }
+        Some(BusRole::Edge(_)) => {
+            cfg.synthetic = None;
+            cfg.sources.clear();
+            cfg.ingest = None;
+        }
+        None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bus: BusArgs,
+    }
+
+    fn role(flags: &[&str], facts: &RoleFacts) -> Result<Option<BusRole>, String> {
+        let argv = std::iter::once("serve").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).unwrap().bus.bus_role(facts)
+    }
+
+    const DEDICATED: RoleFacts = RoleFacts {
+        threading: Threading::Dedicated,
+        listens: true,
+        feed_listen: false,
+    };
+
+    #[test]
+    fn standalone_is_the_default_and_takes_no_bus() {
+        assert_eq!(role(&[], &DEDICATED), Ok(None));
+        let e = role(&["--bus", "nats://h:1"], &DEDICATED).unwrap_err();
+        assert!(e.contains("--bus") && e.contains("--role"), "{e}");
+    }
+
+    #[test]
+    fn core_and_edge_need_a_valid_bus() {
+        let e = role(&["--role", "core"], &DEDICATED).unwrap_err();
+        assert!(e.contains("needs --bus"), "{e}");
+        let e = role(&["--role", "edge", "--bus", "h:1"], &DEDICATED).unwrap_err();
+        assert!(e.contains("nats://"), "{e}");
+        let e = role(
+            &[
+                "--role",
+                "core",
+                "--bus",
+                "nats://h:1",
+                "--bus-lease-ms",
+                "10",
+            ],
+            &DEDICATED,
+        )
+        .unwrap_err();
+        assert!(e.contains("--bus-lease-ms"), "{e}");
+        let ok = role(
+            &[
+                "--role",
+                "core",
+                "--bus",
+                "nats://h:1",
+                "--bus-lease-ms",
+                "1000",
+            ],
+            &DEDICATED,
+        );
+        let Ok(Some(BusRole::Core(c))) = ok else {
+            panic!("{ok:?}")
+        };
+        assert_eq!((c.lease_ms, c.prefix.as_str()), (1000, "pricewire"));
+    }
+
+    #[test]
+    fn flags_that_do_not_fit_the_role_are_refused_by_name() {
+        let shared = RoleFacts {
+            threading: Threading::Shared,
+            ..DEDICATED
+        };
+        let e = role(&["--role", "core", "--bus", "nats://h:1"], &shared).unwrap_err();
+        assert!(e.contains("--threading dedicated"), "{e}");
+        let feeds = RoleFacts {
+            feed_listen: true,
+            ..DEDICATED
+        };
+        let e = role(&["--role", "edge", "--bus", "nats://h:1"], &feeds).unwrap_err();
+        assert!(e.contains("--feed-listen"), "{e}");
+        let headless = RoleFacts {
+            listens: false,
+            ..DEDICATED
+        };
+        let e = role(&["--role", "edge", "--bus", "nats://h:1"], &headless).unwrap_err();
+        assert!(e.contains("--no-listen"), "{e}");
+        let edge = role(&["--role", "edge", "--bus", "nats://h:1"], &shared);
+        assert!(matches!(edge, Ok(Some(BusRole::Edge(_)))), "{edge:?}");
+    }
+}

@@ -1,0 +1,259 @@
+//! Real `nats-server` processes on free loopback ports: one node with
+//! JetStream, or a 3-node JetStream cluster.
+//!
+//! Include with `#[path = "util/nats.rs"] mod nats;`. Each node gets its
+//! own JetStream store in a temporary directory, binds 127.0.0.1 only, and
+//! is killed when its handle is dropped. Start-up is awaited on a
+//! condition, bounded by [`START_TIMEOUT`]: the node's monitoring endpoint
+//! `/healthz` answers 200, which on a cluster means JetStream has a meta
+//! leader. When `nats-server` is missing the helper installs it from
+//! Debian's packages (`apt-get install -y nats-server`) once per process.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Longest wait for a node (or a whole cluster) to report healthy.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn run(cmd: &mut Command) -> bool {
+    cmd.env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn present() -> bool {
+    run(Command::new("nats-server").arg("--version"))
+}
+
+/// Installs nats-server if missing (once per process).
+pub fn ensure_installed() {
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = INSTALLED.get_or_init(|| {
+        if present() {
+            return Ok(());
+        }
+        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", "nats-server"]));
+        if !install() {
+            run(Command::new("apt-get").args(["update", "-q"]));
+            install();
+        }
+        if present() {
+            Ok(())
+        } else {
+            Err(
+                "nats-server is not installed and `apt-get install -y nats-server` \
+                 failed (needs root and Debian's package mirror); install it by hand"
+                    .to_string(),
+            )
+        }
+    });
+    if let Err(msg) = result {
+        panic!("{msg}");
+    }
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a loopback port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// The ports of one node.
+#[derive(Debug, Clone, Copy)]
+struct Ports {
+    client: u16,
+    monitor: u16,
+    cluster: u16,
+}
+
+impl Ports {
+    fn free() -> Ports {
+        Ports {
+            client: free_port(),
+            monitor: free_port(),
+            cluster: free_port(),
+        }
+    }
+}
+
+/// One running nats-server; killed on drop.
+pub struct NatsServer {
+    child: Option<Child>,
+    ports: Ports,
+    name: String,
+    args: Vec<String>,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// A single node with JetStream, healthy.
+    pub fn start() -> NatsServer {
+        ensure_installed();
+        let mut node = NatsServer::spawn("pw-single", Ports::free(), None);
+        let deadline = Instant::now() + START_TIMEOUT;
+        if let Err(e) = node.await_healthy(deadline) {
+            panic!("nats-server did not start: {e}");
+        }
+        node
+    }
+
+    fn spawn(name: &str, ports: Ports, cluster: Option<&[Ports]>) -> NatsServer {
+        let store = tempfile::tempdir().expect("JetStream store dir");
+        let mut args: Vec<String> = vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            ports.client.to_string(),
+            "-m".into(),
+            ports.monitor.to_string(),
+            "-n".into(),
+            name.into(),
+            "-js".into(),
+            "-sd".into(),
+            store.path().display().to_string(),
+        ];
+        if let Some(all) = cluster {
+            let routes: Vec<String> = all
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{}", p.cluster))
+                .collect();
+            args.extend([
+                "--cluster_name".into(),
+                "pw-test".into(),
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{}", ports.cluster),
+                "--routes".into(),
+                routes.join(","),
+            ]);
+        }
+        let mut node = NatsServer {
+            child: None,
+            ports,
+            name: name.into(),
+            args,
+            _store: store,
+        };
+        node.launch();
+        node
+    }
+
+    fn launch(&mut self) {
+        let child = Command::new("nats-server")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nats-server");
+        self.child = Some(child);
+    }
+
+    /// Polls `/healthz` until it answers 200 or `deadline` passes.
+    fn await_healthy(&mut self, deadline: Instant) -> Result<(), String> {
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(format!("{} exited: {status}", self.name));
+                }
+            }
+            if self.healthy() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} not healthy within {START_TIMEOUT:?}",
+                    self.name
+                ));
+            }
+            // A bounded wait on the probe's own socket timeout paces the
+            // loop; the condition is the server's answer, not elapsed time.
+            let _ = TcpStream::connect_timeout(&self.client_addr(), PROBE_TIMEOUT);
+            std::thread::yield_now();
+        }
+    }
+
+    /// True if the monitoring endpoint reports the node healthy.
+    pub fn healthy(&self) -> bool {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.ports.monitor));
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+        let req = b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if s.write_all(req).is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
+    }
+
+    pub fn client_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.ports.client))
+    }
+
+    /// `nats://127.0.0.1:PORT`, as `--bus` takes it.
+    pub fn url(&self) -> String {
+        format!("nats://{}", self.client_addr())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Kills the node now (SIGKILL, as in a crash) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Three routed nodes with JetStream; every node healthy.
+pub struct NatsCluster {
+    pub nodes: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    pub fn start() -> NatsCluster {
+        ensure_installed();
+        let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
+        let mut nodes: Vec<NatsServer> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| NatsServer::spawn(&format!("pw-n{i}"), *p, Some(&ports)))
+            .collect();
+        let deadline = Instant::now() + START_TIMEOUT;
+        for n in nodes.iter_mut() {
+            if let Err(e) = n.await_healthy(deadline) {
+                panic!("nats cluster did not start: {e}");
+            }
+        }
+        NatsCluster { nodes }
+    }
+
+    /// Every node's URL, comma-separated, as `--bus` takes it.
+    pub fn urls(&self) -> String {
+        let urls: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
+        urls.join(",")
+    }
+}
