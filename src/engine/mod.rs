@@ -5,6 +5,8 @@
 //! price table, the provider-health flags and the counters. A turn flushes
 //! parked prices, then drains up to [`ENGINE_BATCH`] ticks from each input
 //! ring, so one busy feed cannot starve another.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 pub mod aggregator;
 pub mod fanout;
