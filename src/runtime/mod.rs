@@ -9,8 +9,6 @@
 //! here (ring pushes, counters, doorbells, `swap` of a histogram) neither
 //! allocates nor takes a lock; the `libc` calls in [`sys`] run at start-up
 //! or on a stage's own thread at placement, never per tick.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod affinity;
 pub mod counter;
