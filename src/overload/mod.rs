@@ -6,8 +6,6 @@
 //!
 //! It sits below both writers so neither imports the other for its
 //! counters: admission and requests each depend on this module only.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod reasons;
 pub mod stats;
