@@ -31,8 +31,6 @@
 //! A reject for [`ShedReason::Overloaded`], [`ShedReason::QueueFull`] and
 //! [`ShedReason::RateLimited`] carries `retry_after_ms`; an expired request
 //! may be answered with Reject(deadline expired) or dropped silently.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod adaptive;
 pub mod answers;
