@@ -80,7 +80,7 @@ pub enum TickOutcome {
     /// Accepted, but the aggregated price did not change.
     Unchanged,
     /// Refused: unknown symbol or provider, bid not positive, bid above ask,
-    /// or ask above [`PRICE_MAX`](crate::model::PRICE_MAX). Counted in `invalid`.
+    /// or ask above [`PRICE_MAX`]. Counted in `invalid`.
     Invalid,
     /// Refused as a spike: the mid moved more than `spike_bps` from the last
     /// accepted mid, and fewer than `spike_confirm` ticks in a row confirmed it.
