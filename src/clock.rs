@@ -55,17 +55,22 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock that reads `start_ns` until it is set or advanced.
     pub fn new(start_ns: u64) -> Arc<Self> {
         Arc::new(ManualClock {
             now: AtomicU64::new(start_ns),
         })
     }
+    /// Jumps to `ns`. Nothing stops a jump backwards; a test that does one
+    /// breaks the [`Clock`] promise on purpose.
     pub fn set_ns(&self, ns: u64) {
         self.now.store(ns, Ordering::SeqCst);
     }
+    /// Moves forward by `by` (nanosecond resolution; wraps past `u64::MAX`).
     pub fn advance(&self, by: Duration) {
         self.now.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
     }
+    /// Moves forward by `ms` milliseconds.
     pub fn advance_ms(&self, ms: u64) {
         self.advance(Duration::from_millis(ms));
     }
@@ -89,8 +94,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
 }
 
-/// Nanoseconds in a millisecond / microsecond, for unit conversions.
+/// Nanoseconds in a millisecond, for unit conversions.
 pub const NS_PER_MS: u64 = 1_000_000;
+/// Nanoseconds in a microsecond, for unit conversions.
 pub const NS_PER_US: u64 = 1_000;
 
 #[cfg(test)]

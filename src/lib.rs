@@ -13,6 +13,7 @@
 //! no lock and makes no blocking call once warmed up; `tests/zero_alloc_*`
 //! prove it with a counting allocator.
 #![warn(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod admission;
 pub mod bus;

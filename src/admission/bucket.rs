@@ -74,11 +74,15 @@ impl TokenBucket {
 /// millisecond; a window spreads the herd across it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryWindow {
+    /// Shortest retry-after, in milliseconds.
     pub min_ms: u32,
+    /// Longest retry-after, in milliseconds; usable windows have
+    /// `min_ms <= max_ms` and `max_ms > 0` ([`RetryWindow::is_valid`]).
     pub max_ms: u32,
 }
 
 impl RetryWindow {
+    /// `min_ms..=max_ms`; not checked here, see [`RetryWindow::is_valid`].
     pub const fn new(min_ms: u32, max_ms: u32) -> RetryWindow {
         RetryWindow { min_ms, max_ms }
     }

@@ -67,61 +67,111 @@ use ip_table::IpTable;
 /// A refusal: where, and when the client may come back (jittered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reject {
+    /// The check that refused (counted per stage in `admission_rejects`).
     pub stage: Stage,
+    /// Milliseconds the client should wait before reconnecting, drawn
+    /// uniformly from [`AdmissionConfig::retry_after`].
     pub retry_after_ms: u32,
 }
 
 /// An admission configuration problem, or a call naming an unknown account.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdmissionError {
+    /// [`AdmissionConfig::validate`] refused a value.
     #[error("admission config `{key}`: {reason}")]
     Config {
+        /// The offending [`AdmissionConfig`] field, e.g. `ip_table_capacity`.
         key: &'static str,
+        /// What the value must be, e.g. `must be at least 1`.
         reason: &'static str,
     },
+    /// An account index at or past `accounts_max`.
     #[error("account index {account} is outside the admission table ({accounts_max})")]
-    UnknownAccount { account: u32, accounts_max: usize },
+    UnknownAccount {
+        /// The index the caller passed.
+        account: u32,
+        /// The table's size ([`AdmissionConfig::accounts_max`]).
+        accounts_max: usize,
+    },
 }
 
 /// Default limits for one instance serving 10,000 terminals; the reasons
-/// are in `docs/overload.md`.
+/// are in `docs/overload.md`. Rates are tokens per second, bursts are
+/// tokens (the bucket's size, also its content at start).
+///
+/// Default `accept_rate_per_s`: new TCP connections per second, all addresses.
 pub const ACCEPT_RATE_PER_S_DEFAULT: u32 = 2000;
+/// Default `accept_burst`: connections accepted back to back.
 pub const ACCEPT_BURST_DEFAULT: u32 = 4000;
+/// Default `logon_rate_per_s`: logon frames per second, all connections.
 pub const LOGON_RATE_PER_S_DEFAULT: u32 = 1000;
+/// Default `logon_burst`: logons admitted back to back.
 pub const LOGON_BURST_DEFAULT: u32 = 2000;
+/// Default `first_subscribe_rate_per_s`: sessions' first subscribes per second.
 pub const FIRST_SUBSCRIBE_RATE_PER_S_DEFAULT: u32 = 1000;
+/// Default `first_subscribe_burst`: first subscribes admitted back to back.
 pub const FIRST_SUBSCRIBE_BURST_DEFAULT: u32 = 2000;
+/// Default `symbol_list_rate_per_s`: symbol-list requests per second.
 pub const SYMBOL_LIST_RATE_PER_S_DEFAULT: u32 = 200;
+/// Default `symbol_list_burst`: symbol-list requests admitted back to back.
 pub const SYMBOL_LIST_BURST_DEFAULT: u32 = 400;
+/// Default `ip_connections_max`: open connections per address at once.
 pub const IP_CONNECTIONS_MAX_DEFAULT: u32 = 256;
+/// Default `ip_connect_rate_per_s`: new connections per second per address.
 pub const IP_CONNECT_RATE_PER_S_DEFAULT: u32 = 50;
+/// Default `ip_connect_burst`: connections one address may open back to back.
 pub const IP_CONNECT_BURST_DEFAULT: u32 = 100;
+/// Default `ip_table_capacity`: addresses tracked at once.
 pub const IP_TABLE_CAPACITY_DEFAULT: usize = 16_384;
+/// Default `ip_overflow_rate_per_s`: connections per second shared by every
+/// address the full IP table cannot track.
 pub const IP_OVERFLOW_RATE_PER_S_DEFAULT: u32 = 100;
+/// Default `ip_overflow_burst`: untracked connections admitted back to back.
 pub const IP_OVERFLOW_BURST_DEFAULT: u32 = 200;
+/// Default `accounts_max`: size of the per-account session table.
 pub const ADMISSION_ACCOUNTS_MAX_DEFAULT: usize = 4096;
+/// Default `retry_after`: a rejected client is told to come back in 3 to 8 s.
 pub const ADMISSION_RETRY_WINDOW_DEFAULT: RetryWindow = RetryWindow::new(3000, 8000);
 
 /// Admission settings; [`Default`] gives the documented defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionConfig {
+    /// New TCP connections admitted per second, all addresses together.
     pub accept_rate_per_s: u32,
+    /// Connections admitted back to back before the rate applies; at least 1.
     pub accept_burst: u32,
+    /// Logon frames admitted per second, all connections together.
     pub logon_rate_per_s: u32,
+    /// Logons admitted back to back; at least 1.
     pub logon_burst: u32,
+    /// Sessions' first subscribes admitted per second (later subscribes
+    /// are not limited here).
     pub first_subscribe_rate_per_s: u32,
+    /// First subscribes admitted back to back; at least 1.
     pub first_subscribe_burst: u32,
+    /// Symbol-list requests admitted per second.
     pub symbol_list_rate_per_s: u32,
+    /// Symbol-list requests admitted back to back; at least 1.
     pub symbol_list_burst: u32,
+    /// Open connections one address (IPv6: one /64) may hold; at least 1.
     pub ip_connections_max: u32,
+    /// New connections per second one address (IPv6: one /64) may open.
     pub ip_connect_rate_per_s: u32,
+    /// Connections one address may open back to back; at least 1.
     pub ip_connect_burst: u32,
+    /// Addresses tracked at once, 1..=2^24; allocated up front, never grows.
     pub ip_table_capacity: usize,
+    /// Connections per second shared by every address the full IP table
+    /// cannot track (counted in `ip_table_overflow`).
     pub ip_overflow_rate_per_s: u32,
+    /// Untracked connections admitted back to back; at least 1.
     pub ip_overflow_burst: u32,
+    /// Size of the per-account session table: account indices are
+    /// 0..accounts_max, which is 1..=2^32-1.
     pub accounts_max: usize,
     /// Session cap of an account until [`Admission::set_account_sessions_max`].
     pub account_sessions_max: u32,
+    /// Window the `retry_after_ms` of every [`Reject`] is drawn from.
     pub retry_after: RetryWindow,
 }
 
@@ -326,10 +376,12 @@ impl<R: Rng> Admission<R> {
         self.ips.len()
     }
 
+    /// The validated settings this listener runs with.
     pub fn config(&self) -> &AdmissionConfig {
         &self.cfg
     }
 
+    /// The shared counters every decision here updates.
     pub fn stats(&self) -> &Arc<OverloadStats> {
         &self.stats
     }

@@ -128,12 +128,14 @@ pub enum CaptureCmd {
     },
     /// Counts, symbols, time span, rates, gaps, crossed quotes.
     Stats {
+        /// Segment files or capture directories.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
 }
 
 impl CaptureCmd {
+    /// Runs the subcommand, printing to `out`; reads in bounded memory.
     pub fn run(&self, out: &mut impl Write) -> anyhow::Result<()> {
         match self {
             CaptureCmd::Cat { files } => {

@@ -54,6 +54,7 @@ pub struct SegmentBase {
 }
 
 impl SegmentBase {
+    /// The bases for a segment whose first record is `t`.
     pub fn from_first(t: &Tick) -> Self {
         SegmentBase {
             provider_ns: t.provider_time_ns,
@@ -66,11 +67,14 @@ impl SegmentBase {
 /// A decoded segment header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureHeader {
+    /// Format version the segment was written with; this build reads only
+    /// its own ([`HeaderError::Version`] otherwise).
     pub version: u16,
     /// 1-based segment number, the same as in the file name.
     pub segment_index: u32,
     /// Wall clock (UTC ns) when the segment was opened.
     pub created_wall_ns: u64,
+    /// Bases every record of the segment is stored relative to.
     pub base: SegmentBase,
     /// Who wrote it: `recorder`, `import histdata EURUSD.csv`, ...
     pub source: String,
@@ -243,14 +247,19 @@ fn decode_tables(b: &[u8], version: u16, len: usize) -> Result<CaptureHeader, He
 /// Why a segment header could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
+    /// The file does not start with the capture magic.
     #[error("not a pricewire capture (bad magic)")]
     NotACapture,
+    /// The file ends inside the header.
     #[error("header cut short")]
     Truncated,
+    /// The header's version is not the one this build reads.
     #[error("unsupported capture version {0} (this build reads {VERSION})")]
     Version(u16),
+    /// The header's CRC does not match its bytes.
     #[error("header CRC mismatch")]
     Crc,
+    /// A length or table in the header is inconsistent; the text says which.
     #[error("malformed header: {0}")]
     Malformed(&'static str),
 }
@@ -397,10 +406,14 @@ pub enum RecordError {
     /// Fewer bytes remain than the frame needs (a torn tail).
     #[error("record cut short")]
     Short,
+    /// The length byte is outside `1..=BODY_LEN_MAX`.
     #[error("record length {0} out of range 1..={BODY_LEN_MAX}")]
     Length(u8),
+    /// The record's CRC does not match its bytes.
     #[error("record CRC mismatch")]
     Crc,
+    /// The CRC matched but the body does not decode (unknown flag bits, too
+    /// short, or a varint that runs past the end).
     #[error("record body malformed")]
     Body,
 }

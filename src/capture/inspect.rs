@@ -91,6 +91,7 @@ fn write_tick(r: &CaptureReader, i: u64, t: &Tick, out: &mut impl Write) -> std:
 /// One inter-arrival gap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gap {
+    /// Receive-time distance from the previous tick, ns.
     pub gap_ns: u64,
     /// Provider time of the tick that ended the gap.
     pub at_provider_ns: u64,
@@ -99,17 +100,23 @@ pub struct Gap {
 /// Summary statistics of a capture.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CaptureStats {
+    /// Segment files read.
     pub files: u64,
+    /// Ticks read (damaged records skipped are not counted).
     pub ticks: u64,
     /// (symbol, ticks), most active first.
     pub symbols: Vec<(String, u64)>,
+    /// Provider time of the first tick read (UTC ns); `None` for an empty capture.
     pub first_provider_ns: Option<u64>,
+    /// Provider time of the last tick read (UTC ns); `None` for an empty capture.
     pub last_provider_ns: Option<u64>,
     /// Receive-time span (last - first), ns.
     pub span_ns: u64,
     /// Ticks per second over the seconds (by receive time) that had ticks.
     pub rate_p50_per_s: u64,
+    /// 99th percentile of the per-second tick counts.
     pub rate_p99_per_s: u64,
+    /// Busiest second's tick count.
     pub rate_max_per_s: u64,
     /// Largest inter-arrival gaps (by receive time), largest first.
     pub gaps: Vec<Gap>,
@@ -119,7 +126,9 @@ pub struct CaptureStats {
     pub locked: u64,
     /// Quotes missing a side.
     pub one_sided: u64,
+    /// Segments cut short, one entry per such segment.
     pub truncated: Vec<StopPoint>,
+    /// Damaged records skipped.
     pub corrupt_count: u64,
 }
 

@@ -115,25 +115,47 @@ pub use writer::CaptureWriter;
 /// Errors of the capture subsystem.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// Opening, reading, writing or syncing a file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file or directory, as displayed.
         path: String,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// A segment's header could not be read.
     #[error("{path}: {source}")]
-    Header { path: String, source: HeaderError },
+    Header {
+        /// The segment file.
+        path: String,
+        /// What is wrong with the header.
+        source: HeaderError,
+    },
     /// A damaged record under [`CorruptPolicy::Stop`].
     #[error("{path}: damaged record #{record_index} at byte offset {offset}: {reason}")]
     Corrupt {
+        /// The segment file.
         path: String,
+        /// Byte offset of the record in the file.
         offset: u64,
+        /// 0-based index of the record in the segment.
         record_index: u64,
+        /// What is wrong with the record.
         reason: RecordError,
     },
+    /// The inputs named no segment file (empty list or empty directories).
     #[error("no capture files given or found")]
     NoFiles,
+    /// A segment's instruments or providers differ from the table the
+    /// reader was given ([`ReaderOptions::table`]).
     #[error("{path}: capture does not match the instrument table: {reason}")]
-    Table { path: String, reason: String },
+    Table {
+        /// The segment file.
+        path: String,
+        /// The first difference found.
+        reason: String,
+    },
+    /// A recorder or writer setting out of range; the text names it.
     #[error("invalid capture setting: {0}")]
     Config(String),
 }

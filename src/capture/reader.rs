@@ -44,6 +44,7 @@ pub enum CorruptPolicy {
 /// Reader settings.
 #[derive(Debug, Clone, Default)]
 pub struct ReaderOptions {
+    /// What to do on a damaged record: skip it with a report, or stop.
     pub policy: CorruptPolicy,
     /// When set, every segment header must match this table (ids, names,
     /// digits), so ticks can go straight to an engine built on it.
@@ -53,6 +54,7 @@ pub struct ReaderOptions {
 /// Where a segment cut short stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StopPoint {
+    /// The segment file.
     pub path: PathBuf,
     /// Byte offset of the first byte after the last whole record.
     pub offset: u64,
@@ -78,10 +80,13 @@ impl std::fmt::Display for StopPoint {
 /// A damaged record that was skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CorruptRecord {
+    /// The segment file.
     pub path: PathBuf,
+    /// Byte offset of the damaged record in the file.
     pub offset: u64,
     /// Index the damaged record would have had in its segment.
     pub record_index: u64,
+    /// What is wrong with it.
     pub reason: RecordError,
     /// Offset of the next valid record, where reading resumed.
     pub resumed_at: u64,
@@ -105,15 +110,22 @@ impl std::fmt::Display for CorruptRecord {
 /// What a read saw so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadSummary {
+    /// Segment files opened so far.
     pub files: u64,
+    /// Ticks yielded so far.
     pub ticks: u64,
+    /// Receive time of the first tick yielded (monotonic ns of the recording
+    /// process); `None` before it.
     pub first_receive_ns: Option<u64>,
+    /// Receive time of the last tick yielded; `None` before the first.
     pub last_receive_ns: Option<u64>,
     /// Segments cut short, one entry per such segment.
     pub truncated: Vec<StopPoint>,
     /// Skipped damaged records (first [`CORRUPT_REPORTS_MAX`]).
     pub corrupt: Vec<CorruptRecord>,
+    /// Damaged records skipped, all of them (only the first few are in `corrupt`).
     pub corrupt_count: u64,
+    /// Bytes skipped past damaged records.
     pub skipped_bytes: u64,
 }
 
@@ -168,6 +180,7 @@ impl CaptureReader {
         self.current.as_ref().map(|s| s.path.as_path())
     }
 
+    /// What the read saw so far: counts, span, cut-short segments, damage.
     pub fn summary(&self) -> &ReadSummary {
         &self.summary
     }

@@ -56,19 +56,28 @@ pub const CHUNK_TICKS_MAX: usize = 4096;
 /// Recorder settings.
 #[derive(Clone)]
 pub struct RecorderConfig {
+    /// Ticks the feed → recorder ring holds, 1..=[`RING_CAPACITY_MAX`];
+    /// a push to a full ring counts the tick `lost`.
     pub ring_capacity: usize,
+    /// Segment size limit in bytes (at least `SEGMENT_BYTES_MIN`, 4096);
+    /// a segment that reaches it is closed and the next opened.
     pub segment_bytes_max: u64,
     /// Segments older than this (by the injected clock) are closed before
     /// the next tick is written.
     pub segment_duration_ms: u64,
+    /// Bytes encoded before a write to the kernel; allocated at spawn.
     pub write_buffer_bytes: usize,
+    /// Longest a tick waits in the write buffer, ms,
+    /// 1..=[`FLUSH_INTERVAL_MS_MAX`]: what a kill can lose at most.
     pub flush_interval_ms: u64,
     /// `fdatasync` at every flush, so a power loss loses no more than a
     /// kill (`--record-fsync`).
     pub fsync: bool,
+    /// Longest park of the idle recorder thread, µs.
     pub idle_park_us: u64,
     /// Stored in every segment header (`source`).
     pub source: String,
+    /// Decides segment age and flush times; inject a manual clock in tests.
     pub clock: Arc<dyn Clock>,
 }
 
@@ -129,17 +138,26 @@ pub struct RecorderStats {
 /// A plain copy of [`RecorderStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecorderSnapshot {
+    /// Ticks handed to the kernel.
     pub recorded: u64,
+    /// Ticks in the write buffer, not yet handed to the kernel.
     pub buffered: u64,
+    /// Ticks the feed could not push because the ring was full.
     pub lost: u64,
+    /// Ticks drained but not written because writing had failed.
     pub dropped_io: u64,
+    /// Bytes written, headers included.
     pub bytes: u64,
+    /// Segments opened.
     pub segments: u64,
+    /// Ring occupancy at the recorder's last drain (ticks behind).
     pub lag: u64,
+    /// Write, flush or fsync failures.
     pub write_errors: u64,
 }
 
 impl RecorderStats {
+    /// Copies every counter (relaxed loads; not a consistent cut).
     pub fn snapshot(&self) -> RecorderSnapshot {
         RecorderSnapshot {
             recorded: self.recorded.load(Relaxed),
@@ -157,6 +175,7 @@ impl RecorderStats {
 /// What [`RecorderHandle::stop`] returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecorderTotals {
+    /// Counters at the moment the recorder stopped.
     pub stats: RecorderSnapshot,
     /// Segment files written, in order.
     pub paths: Vec<std::path::PathBuf>,
@@ -196,6 +215,7 @@ impl RecorderTap {
         ticks.iter().filter(|t| self.push(**t)).count()
     }
 
+    /// The recorder's counters, shared with its handle and the metrics endpoint.
     pub fn stats(&self) -> &Arc<RecorderStats> {
         &self.stats
     }
@@ -278,6 +298,7 @@ impl Recorder {
 }
 
 impl RecorderHandle {
+    /// The recorder's counters, shared with the tap and the metrics endpoint.
     pub fn stats(&self) -> &Arc<RecorderStats> {
         &self.stats
     }

@@ -35,12 +35,16 @@ pub const REANCHOR_BACKWARD_NS: u64 = 1_000_000_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplaySpeed {
     /// Recorded gaps divided by `milli / 1000` (`1000` is real time).
-    Scaled { milli: u32 },
+    Scaled {
+        /// Speed in thousandths: `10_000` is `10x`, `500` is half speed.
+        milli: u32,
+    },
     /// As fast as the consumer polls.
     Max,
 }
 
 impl ReplaySpeed {
+    /// Real time: the recorded gaps as they were (`1x`).
     pub const REALTIME: ReplaySpeed = ReplaySpeed::Scaled { milli: 1000 };
 
     /// Replay offset of a tick recorded `elapsed_ns` after the first one.
@@ -154,6 +158,7 @@ impl ReplaySource {
         Ok(ReplaySource::new(CaptureReader::open(inputs, opts)?, speed))
     }
 
+    /// Replays `reader` at `speed`; pacing starts at the first tick released.
     pub fn new(reader: CaptureReader, speed: ReplaySpeed) -> Self {
         ReplaySource {
             reader,
@@ -184,6 +189,8 @@ impl ReplaySource {
         self.done && self.pending.is_none()
     }
 
+    /// So far: ticks released, the recorded span, where reading stopped and
+    /// the damage seen.
     pub fn summary(&self) -> ReplaySummary {
         let s = self.reader.summary();
         ReplaySummary {

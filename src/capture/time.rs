@@ -2,10 +2,13 @@
 //! to UTC nanoseconds and back, with no time-zone database (every format
 //! handled here has a fixed offset). Pure integer code, no allocation.
 
-/// Nanoseconds per second / minute / hour / day.
+/// Nanoseconds per second.
 pub const NS_PER_S: i64 = 1_000_000_000;
+/// Nanoseconds per minute.
 pub const NS_PER_MIN: i64 = 60 * NS_PER_S;
+/// Nanoseconds per hour.
 pub const NS_PER_HOUR: i64 = 60 * NS_PER_MIN;
+/// Nanoseconds per day (no leap seconds).
 pub const NS_PER_DAY: i64 = 24 * NS_PER_HOUR;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
@@ -46,12 +49,19 @@ fn days_in_month(year: i64, month: u32) -> u32 {
 /// A civil date-time with nanoseconds, as read from a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CivilTime {
+    /// Year, proleptic Gregorian; [`CivilTime::to_utc_ns`] accepts 1970..=2400.
     pub year: i64,
+    /// Month, 1..=12.
     pub month: u32,
+    /// Day of the month, 1-based.
     pub day: u32,
+    /// Hour, 0..=23.
     pub hour: u32,
+    /// Minute, 0..=59.
     pub minute: u32,
+    /// Second, 0..=60 (a leap second is accepted).
     pub second: u32,
+    /// Nanoseconds within the second, below 1e9.
     pub nanos: u32,
 }
 

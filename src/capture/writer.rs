@@ -38,8 +38,11 @@ pub fn parse_segment_name(name: &str) -> Option<u32> {
 /// Totals of one writer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriterTotals {
+    /// Records written, all segments.
     pub records: u64,
+    /// Bytes written, headers and records, all segments.
     pub bytes: u64,
+    /// Segment files opened.
     pub segments: u64,
     /// Every segment file written, in order.
     pub paths: Vec<PathBuf>,

@@ -1,5 +1,10 @@
 //! Command-line front end. Every tuning knob is a flag with a default and
 //! a unit; invalid values are refused with a clear message and exit code 2.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
+// `serve::args::SYNTHETIC_RATE_MAX` is `pub` but unreachable; narrow it to
+// `pub(crate)` and drop this allow once the in-flight cli merge has landed.
+#![allow(unreachable_pub)]
 
 pub mod config_flags;
 

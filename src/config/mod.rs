@@ -3,6 +3,8 @@
 //! built-in default, so `pricewire serve` runs with no file at all.
 //!
 //! Errors name the offending key (`instruments[3].digits`) and the reason.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 pub mod fix;
 

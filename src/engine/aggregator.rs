@@ -79,7 +79,11 @@ pub enum TickOutcome {
     Published,
     /// Accepted, but the aggregated price did not change.
     Unchanged,
+    /// Refused: unknown symbol or provider, bid not positive, bid above ask,
+    /// or ask above [`PRICE_MAX`]. Counted in `invalid`.
     Invalid,
+    /// Refused as a spike: the mid moved more than `spike_bps` from the last
+    /// accepted mid, and fewer than `spike_confirm` ticks in a row confirmed it.
     Spike,
 }
 
@@ -100,6 +104,8 @@ pub struct Aggregator {
 }
 
 impl Aggregator {
+    /// Allocates every per-(symbol, provider) quote slot now, sized from
+    /// `table`; the hot path allocates nothing after this.
     pub fn new(
         table: &InstrumentTable,
         cfg: &EngineConfig,
@@ -139,6 +145,7 @@ impl Aggregator {
         self.published.then_some(&self.out)
     }
 
+    /// Number of symbols aggregated (the instrument table's length).
     pub fn symbols(&self) -> usize {
         self.state.len()
     }

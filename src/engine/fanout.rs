@@ -26,8 +26,11 @@ use crate::runtime::wait::Doorbell;
 /// The consumer side of one engine → shard ring, handed to a gateway shard
 /// or a measuring sink (`pipeline::sink::ShardSink`).
 pub struct ShardInput {
+    /// Shard index, 0-based; the position of this shard's publisher in the engine.
     pub index: usize,
+    /// The prices the engine publishes for this shard, tier-less tops of book.
     pub consumer: rtrb::Consumer<Price>,
+    /// Rung by the engine after it pushes a batch; the shard sleeps on it.
     pub doorbell: Arc<Doorbell>,
     /// The symbols this shard wants from the engine; the shard keeps it.
     pub interest: Arc<SymbolInterest>,
@@ -164,10 +167,14 @@ pub struct ShardPublisher {
     interest: Arc<SymbolInterest>,
     /// Something was pushed or parked since the last [`Self::notify`].
     touched: bool,
+    /// Counters of this ring, shared with the shard's [`ShardInput::fanout`].
     pub stats: Arc<FanoutStats>,
 }
 
 impl ShardPublisher {
+    /// A publisher for a ring of `producer`'s (non-zero) capacity and `symbols`
+    /// park slots, allocated here. Interested in every symbol until the shard
+    /// installs its own interest.
     pub fn new(producer: rtrb::Producer<Price>, symbols: usize, doorbell: Arc<Doorbell>) -> Self {
         assert!(
             producer.buffer().capacity() > 0,
@@ -272,7 +279,7 @@ impl ShardPublisher {
         }
     }
 
-    pub fn parked(&self) -> usize {
+    pub(crate) fn parked(&self) -> usize {
         self.order.len()
     }
 

@@ -22,11 +22,17 @@ struct Entry {
 /// One historical tick as served to clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HistTick {
+    /// Index of the provider that quoted (the low 16 bits of the provider id).
     pub provider: u16,
+    /// Bid in points (`10^-digits`).
     pub bid: i64,
+    /// Ask in points (`10^-digits`).
     pub ask: i64,
+    /// Size at the bid, in units of the base instrument.
     pub bid_size: u64,
+    /// Size at the ask, in units of the base instrument.
     pub ask_size: u64,
+    /// The provider's timestamp, UTC nanoseconds since the Unix epoch.
     pub provider_time_ns: u64,
 }
 
@@ -42,6 +48,8 @@ pub struct TickHistory {
 pub const HISTORY_DEPTH_DEFAULT: usize = 256;
 
 impl TickHistory {
+    /// `depth` entries per symbol for `symbols` symbols, allocated here; both
+    /// must be non-zero (panics otherwise).
     pub fn new(symbols: usize, depth: usize) -> Self {
         assert!(symbols > 0 && depth > 0);
         TickHistory {
@@ -51,6 +59,7 @@ impl TickHistory {
         }
     }
 
+    /// Ticks kept per symbol; older ones are overwritten.
     pub fn depth(&self) -> usize {
         self.depth
     }

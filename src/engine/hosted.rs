@@ -28,7 +28,7 @@ pub struct HostedEngine {
 }
 
 impl HostedEngine {
-    pub fn new(stage: EngineStage) -> (Self, Dropped) {
+    pub(crate) fn new(stage: EngineStage) -> (Self, Dropped) {
         let (signal, dropped) = drop_signal();
         (
             HostedEngine {

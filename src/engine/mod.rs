@@ -34,19 +34,28 @@ pub const STALE_SWEEP_NS: u64 = 100_000_000;
 /// Engine state plus its rings. Driven by [`EngineStage::turn`] on the
 /// engine thread, or directly by benches and tests.
 pub struct EngineStage {
+    /// Aggregation state for every symbol; produces the tier-less top of book.
     pub agg: Aggregator,
+    /// The shared seqlock table the engine writes every publish into, read
+    /// lock-free by request workers and snapshots.
     pub table: Arc<PriceTable>,
+    /// One publisher per gateway shard, in shard-index order.
     pub shards: Vec<ShardPublisher>,
+    /// One tick ring per feed; each turn takes at most [`ENGINE_BATCH`] ticks
+    /// from each.
     pub inputs: Vec<rtrb::Consumer<Tick>>,
     /// Recent accepted ticks per symbol, for HistoryRequest.
     pub history: Option<Arc<TickHistory>>,
     /// Optional copy of every tick taken off a feed ring (the recorder).
     pub tap: Option<crate::capture::RecorderTap>,
+    /// The engine's counters (ticks, invalid, spikes, crossed books, ...).
     pub stats: Arc<EngineStats>,
     next_sweep_ns: u64,
 }
 
 impl EngineStage {
+    /// A stage with no history and no recorder tap; set `history` and `tap`
+    /// before the first turn to enable them. The first turn sweeps for staleness.
     pub fn new(
         agg: Aggregator,
         table: Arc<PriceTable>,

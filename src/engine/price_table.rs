@@ -102,10 +102,12 @@ impl PriceTable {
         }
     }
 
+    /// Number of symbols (rows).
     pub fn symbols(&self) -> usize {
         self.slots.len()
     }
 
+    /// Number of tiers each symbol can be read at.
     pub fn tiers(&self) -> usize {
         self.markups.tiers()
     }

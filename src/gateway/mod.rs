@@ -20,6 +20,8 @@
 //! path), `subscribe.rs`, `queries.rs` (the request path) and `logon.rs`
 //! (admission and credentials), `lanes.rs` and `moves.rs` (moving
 //! sessions between shards, policy in `spill.rs`).
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 pub mod acceptor;
 pub mod conn;

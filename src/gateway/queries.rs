@@ -11,7 +11,7 @@ use crate::wire::{self, RejectReason};
 
 /// Most ticks one HistoryRequest may ask for (the answer fits one
 /// request-path answer frame).
-pub const HISTORY_COUNT_MAX: u16 = 190;
+pub(crate) const HISTORY_COUNT_MAX: u16 = 190;
 
 impl Shard {
     pub(super) fn on_symbol_list(

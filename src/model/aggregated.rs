@@ -24,9 +24,15 @@ pub mod price_flags {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Price {
+    /// Best bid in points after aggregation, or [`NO_PRICE`] when no side is quoted.
     pub bid: Mantissa,
+    /// Best ask in points after aggregation, or [`NO_PRICE`] when no side is quoted.
     pub ask: Mantissa,
+    /// Size available at the bid, in units of the base instrument (summed over
+    /// the providers quoting the best bid); 0 when the side is absent.
     pub bid_size: u64,
+    /// Size available at the ask, in units of the base instrument; 0 when the
+    /// side is absent.
     pub ask_size: u64,
     /// Per-symbol sequence number, shared by every tier of the symbol and
     /// incremented on every published change. Starts at 1.
@@ -38,18 +44,24 @@ pub struct Price {
     /// Receive time of the tick that caused this price (monotonic ns); the
     /// start of the end-to-end latency measurement.
     pub receive_time_ns: u64,
+    /// Index into the instrument table.
     pub symbol: SymbolId,
+    /// Tier this price is for; [`TOP_OF_BOOK`](super::markups::TOP_OF_BOOK)
+    /// (0) on the engine's tier-less publish, before any markup.
     pub tier: TierId,
     /// [`price_flags`] bits.
     pub flags: u8,
     /// How many providers contributed.
     pub providers: u8,
+    /// Padding to 72 bytes; always zero.
     pub _reserved: [u8; 3],
 }
 
 const _: () = assert!(std::mem::size_of::<Price>() == 72);
 
 impl Price {
+    /// No price: both sides [`NO_PRICE`], sequence 0 (never published), every
+    /// other field zero. The initial value of every price-table slot.
     pub const EMPTY: Price = Price {
         bid: NO_PRICE,
         ask: NO_PRICE,

@@ -16,16 +16,21 @@ pub struct ProviderHealth {
 }
 
 impl ProviderHealth {
+    /// `providers` flags, all healthy, allocated once here.
     pub fn new(providers: usize) -> Arc<Self> {
         Arc::new(ProviderHealth {
             healthy: (0..providers).map(|_| AtomicBool::new(true)).collect(),
         })
     }
+    /// Marks `provider` healthy or not; seen by the engine's next aggregation.
+    /// An index past the configured providers is ignored.
     pub fn set(&self, provider: usize, healthy: bool) {
         if let Some(h) = self.healthy.get(provider) {
             h.store(healthy, Ordering::Relaxed);
         }
     }
+    /// Whether `provider` may contribute now; `false` for an index past the
+    /// configured providers.
     #[inline]
     pub fn is_healthy(&self, provider: usize) -> bool {
         self.healthy

@@ -21,7 +21,9 @@ pub const PROVIDERS_MAX: usize = 32;
 /// One tradable instrument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instrument {
+    /// Dense index, reassigned by [`InstrumentTable::new`] from table order.
     pub id: SymbolId,
+    /// Name, unique in the table, at most [`SYMBOL_NAME_LEN_MAX`] bytes (e.g. `EURUSD`).
     pub name: String,
     /// Decimal exponent: a point is `10^-digits`.
     pub digits: u8,
@@ -34,7 +36,9 @@ pub struct Instrument {
 /// A price tier: a markup (spread widening) applied per side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tier {
+    /// Dense index, reassigned by [`InstrumentTable::new`]; what subscribers log on with.
     pub id: TierId,
+    /// Name from the config, e.g. `vip`.
     pub name: String,
     /// Points subtracted from the bid and added to the ask.
     pub markup_points: Mantissa,
@@ -67,8 +71,11 @@ pub enum ProviderKind {
 /// One liquidity provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderDef {
+    /// Dense index, reassigned by [`InstrumentTable::new`]; at most [`PROVIDERS_MAX`] providers.
     pub id: ProviderId,
+    /// Name from the config; what bridges and operators refer to it by.
     pub name: String,
+    /// How its quotes arrive, and so which feed serves it.
     pub kind: ProviderKind,
     /// Synthetic feed: constant offset of this provider's mid, in points.
     pub skew_points: Mantissa,
@@ -127,32 +134,42 @@ impl InstrumentTable {
         )
     }
 
+    /// Every instrument, indexed by symbol id.
     pub fn instruments(&self) -> &[Instrument] {
         &self.instruments
     }
+    /// Every tier, indexed by tier id; never empty.
     pub fn tiers(&self) -> &[Tier] {
         &self.tiers
     }
+    /// Every provider, indexed by provider id; never empty.
     pub fn providers(&self) -> &[ProviderDef] {
         &self.providers
     }
+    /// Number of instruments (not tiers or providers).
     pub fn len(&self) -> usize {
         self.instruments.len()
     }
+    /// Always `false` for a table built by [`InstrumentTable::new`], which
+    /// refuses an empty instrument list.
     pub fn is_empty(&self) -> bool {
         self.instruments.is_empty()
     }
+    /// The instrument with symbol id `id`, if in range.
     pub fn get(&self, id: SymbolId) -> Option<&Instrument> {
         self.instruments.get(id as usize)
     }
+    /// The instrument named exactly `name` (case-sensitive), by hash lookup.
     pub fn by_name(&self, name: &str) -> Option<&Instrument> {
         self.by_name
             .get(name)
             .map(|&id| &self.instruments[id as usize])
     }
+    /// The tier named exactly `name`; a linear scan of at most [`TIERS_MAX`].
     pub fn tier_by_name(&self, name: &str) -> Option<&Tier> {
         self.tiers.iter().find(|t| t.name == name)
     }
+    /// The provider named exactly `name`; a linear scan of at most [`PROVIDERS_MAX`].
     pub fn provider_by_name(&self, name: &str) -> Option<&ProviderDef> {
         self.providers.iter().find(|p| p.name == name)
     }

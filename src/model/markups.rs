@@ -60,10 +60,12 @@ impl Markups {
         Markups::from_points(tiers, vec![0; symbols * tiers])
     }
 
+    /// Number of tiers (columns per symbol); at least 1.
     pub fn tiers(&self) -> usize {
         self.tiers
     }
 
+    /// Number of symbols (rows).
     pub fn symbols(&self) -> usize {
         self.points.len() / self.tiers
     }

@@ -38,14 +38,25 @@ pub const POW10: [i64; DIGITS_MAX as usize + 1] = [
 /// Why a decimal string could not become a fixed-point price.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PriceParseError {
+    /// The string was empty (or only a sign).
     #[error("empty price")]
     Empty,
+    /// A character other than a digit, one `.` and a leading sign.
     #[error("invalid character {0:?} in price")]
     InvalidChar(char),
+    /// Non-zero decimals past the instrument's `digits`; rounding is refused
+    /// (trailing zeros past `digits` are accepted).
     #[error("price has {found} decimals, instrument allows {digits}")]
-    TooManyDecimals { found: usize, digits: u8 },
+    TooManyDecimals {
+        /// Position of the last non-zero decimal in the string.
+        found: usize,
+        /// Decimals the instrument allows.
+        digits: u8,
+    },
+    /// The mantissa does not fit in an `i64`.
     #[error("price out of range")]
     Overflow,
+    /// `digits` above [`DIGITS_MAX`].
     #[error("digits {0} above the maximum {DIGITS_MAX}")]
     DigitsOutOfRange(u8),
 }

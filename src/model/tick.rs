@@ -29,7 +29,9 @@ pub struct Tick {
     pub receive_time_ns: u64,
     /// The feed's own sequence number for this quote (per feed source).
     pub feed_seq: u64,
+    /// Index into the instrument table.
     pub symbol: SymbolId,
+    /// Index into the provider table; which provider quoted.
     pub provider: ProviderId,
     /// [`tick_flags`] bits.
     pub flags: u32,

@@ -68,6 +68,8 @@
 //!
 //! The metric families and their meaning: [`metrics::catalogue`] and
 //! `docs/operations.md`.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 pub mod config;
 pub mod health;

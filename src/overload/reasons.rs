@@ -25,7 +25,9 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Number of stages; the length of per-stage counter arrays.
     pub const COUNT: usize = 8;
+    /// Every stage in discriminant order, so `ALL[s as usize] == s`.
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::Accept,
         Stage::IpConnections,
@@ -69,7 +71,9 @@ pub enum ShedReason {
 }
 
 impl ShedReason {
+    /// Number of reasons; the length of per-reason counter arrays.
     pub const COUNT: usize = 5;
+    /// Every reason in discriminant order, so `ALL[r as usize] == r`.
     pub const ALL: [ShedReason; ShedReason::COUNT] = [
         ShedReason::Overloaded,
         ShedReason::QueueFull,

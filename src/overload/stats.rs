@@ -79,6 +79,7 @@ pub(crate) fn set(gauge: &AtomicU64, value: u64) {
 }
 
 impl OverloadStats {
+    /// Every counter and gauge at zero.
     pub fn new() -> OverloadStats {
         OverloadStats::default()
     }
@@ -127,26 +128,49 @@ impl OverloadStats {
 /// A plain copy of [`OverloadStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OverloadSnapshot {
+    /// Requests accepted into the queue.
     pub enqueued: u64,
+    /// Requests handed to a worker by `pop`.
     pub served: u64,
+    /// Requests removed without being served, by [`ShedReason`]
+    /// (`Expired` is the expired count: dropped before service, not a failure).
     pub shed: [u64; ShedReason::COUNT],
+    /// Gauge: requests in the queue now.
     pub queue_depth: u64,
+    /// Gauge: minimum standing-queue delay of the last completed interval, ns.
     pub sojourn_min_last_interval_ns: u64,
+    /// Gauge: p99 queueing delay of requests served in the last interval, ns.
     pub sojourn_p99_last_interval_ns: u64,
+    /// Gauge: maximum queueing delay of requests served in the last interval, ns.
     pub sojourn_max_last_interval_ns: u64,
+    /// True while the queue is overloaded (min sojourn above target).
     pub overloaded: bool,
+    /// True while the queue dequeues LIFO.
     pub lifo: bool,
+    /// Times the queue went from not overloaded to overloaded.
     pub overload_episodes: u64,
+    /// Gauge: current adaptive concurrency limit.
     pub adaptive_limit: u64,
+    /// Gauge: requests in flight under the adaptive limit.
     pub adaptive_inflight: u64,
+    /// Gauge: short-term (fast) average RTT, ns.
     pub rtt_short_ns: u64,
+    /// Gauge: long-term (baseline) average RTT, ns.
     pub rtt_long_ns: u64,
+    /// `try_acquire` refusals: the limit was reached.
     pub adaptive_rejected: u64,
+    /// RTT samples skipped because another thread was updating the estimate.
     pub adaptive_samples_skipped: u64,
+    /// Connections, logons, subscriptions and list requests admitted.
     pub admitted: u64,
+    /// Admission rejects by [`Stage`].
     pub admission_rejects: [u64; Stage::COUNT],
+    /// Gauge: IPs tracked in the per-IP table.
     pub ip_table_entries: u64,
+    /// Idle per-IP entries evicted to make room for a new IP.
     pub ip_table_evictions: u64,
+    /// Accepts of unknown IPs decided by the shared overflow bucket because
+    /// the per-IP table was full.
     pub ip_table_overflow: u64,
 }
 

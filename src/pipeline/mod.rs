@@ -12,6 +12,8 @@
 //! feeds stop and drop their producers; the engine drains its inputs, sees
 //! them abandoned, flushes and exits, dropping its shard producers; shards
 //! do the same.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 pub mod determ;
 pub mod sink;

@@ -22,6 +22,8 @@
 //! record resolution, breaker) → [`refresher`] (thread) → [`cache`]
 //! (what lookups read). Counters: [`RefDataStats`], plus the breaker's and
 //! the pool's own. Key layout and defaults: `docs/refdata.md`.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 mod cache;
 pub mod pool;

@@ -37,9 +37,12 @@ use crate::overload::stats::{inc, set, OverloadStats};
 /// An adaptive limit configuration problem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AdaptiveError {
+    /// `validate` refused a value.
     #[error("adaptive limit config `{key}`: {reason}")]
     Config {
+        /// The offending field, e.g. `limit_min`.
         key: &'static str,
+        /// What the value must be.
         reason: &'static str,
     },
 }
@@ -47,8 +50,11 @@ pub enum AdaptiveError {
 /// Settings; [`Default`] gives the documented defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdaptiveConfig {
+    /// Limit before the first update; in `limit_min..=limit_max`.
     pub limit_initial: u32,
+    /// The limit never shrinks below this; at least 1.
     pub limit_min: u32,
+    /// The limit never grows above this.
     pub limit_max: u32,
     /// Weight of the new estimate per sample (Gradient2 default 0.2).
     pub smoothing: f64,
@@ -82,6 +88,7 @@ impl Default for AdaptiveConfig {
 }
 
 impl AdaptiveConfig {
+    /// Refuses values the limit cannot work with, naming the key.
     pub fn validate(&self) -> Result<(), AdaptiveError> {
         let err = |key, reason| Err(AdaptiveError::Config { key, reason });
         if self.limit_min == 0 || self.limit_min > self.limit_max {
@@ -152,6 +159,8 @@ pub struct AdaptiveLimit {
 }
 
 impl AdaptiveLimit {
+    /// A limit at `limit_initial`, published to `stats`; refuses an invalid
+    /// `cfg`.
     pub fn new(cfg: AdaptiveConfig, stats: Arc<OverloadStats>) -> Result<Self, AdaptiveError> {
         cfg.validate()?;
         let short_window = cfg.short_window_samples;

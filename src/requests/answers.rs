@@ -113,7 +113,7 @@ impl AnswerRx {
         Ok(a)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ring.is_empty()
     }
 }

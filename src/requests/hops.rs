@@ -20,13 +20,16 @@ use crate::ops::metrics::SharedHistogram;
 /// The hops, in the order a request passes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hop {
+    /// Arrival at the shard to a worker taking the request (dispatcher).
     QueueWait = 0,
+    /// The worker building the answer.
     Service = 1,
+    /// The answer pushed to its ring to the shard popping it.
     AnswerRing = 2,
 }
 
 impl Hop {
-    pub const ALL: [Hop; 3] = [Hop::QueueWait, Hop::Service, Hop::AnswerRing];
+    pub(crate) const ALL: [Hop; 3] = [Hop::QueueWait, Hop::Service, Hop::AnswerRing];
 
     /// The `hop` label.
     pub fn name(self) -> &'static str {
@@ -63,7 +66,7 @@ impl Default for HopStats {
 }
 
 impl HopStats {
-    pub fn shared(&self, hop: Hop) -> Arc<SharedHistogram> {
+    pub(crate) fn shared(&self, hop: Hop) -> Arc<SharedHistogram> {
         self.shared[hop as usize].clone()
     }
 

@@ -46,7 +46,9 @@ impl RingShares {
 
 /// A shard's end of the request path.
 pub struct RequestPort {
+    /// Requests to the dispatcher; a full ring is an immediate reject.
     pub requests: rtrb::Producer<RequestMsg>,
+    /// Rung after a push so a parked dispatcher wakes.
     pub dispatcher: Arc<Doorbell>,
     /// The dispatcher's ring first, then one per worker.
     pub answers: Vec<AnswerRx>,

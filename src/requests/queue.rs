@@ -104,6 +104,7 @@ pub const SHED_RETRY_WINDOW_DEFAULT: RetryWindow = RetryWindow::new(2000, 5000);
 /// times a second at most; 100/s with a burst of 200 covers an account with
 /// dozens of terminals and stops a retry loop.
 pub const ACCOUNT_RATE_PER_S_DEFAULT: u32 = 100;
+/// Per-account burst: requests one account may send back to back.
 pub const ACCOUNT_BURST_DEFAULT: u32 = 200;
 /// Requests one `pop` may shed from the old end besides the ones it walks
 /// past: each push adds one, so shedding up to 16 per pop keeps up.
@@ -120,9 +121,12 @@ const CRITICAL: usize = 1;
 /// A request queue configuration problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestsError {
+    /// `validate` refused a value.
     #[error("request config `{key}`: {reason}")]
     Config {
+        /// The offending field, e.g. `capacity`.
         key: &'static str,
+        /// What the value must be.
         reason: &'static str,
     },
 }
@@ -134,14 +138,28 @@ fn config_err(key: &'static str, reason: &'static str) -> RequestsError {
 /// Queue settings; [`Default`] gives the documented defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConfig {
+    /// Requests queued at most, all accounts together; 1..2^32-1. A push to
+    /// a full queue evicts the oldest entry of the heaviest account.
     pub capacity: usize,
+    /// Dense account ids tracked (0..accounts_max); 1..2^32-1.
     pub accounts_max: usize,
+    /// CoDel target, ns: a minimum sojourn above this for an interval is a
+    /// standing queue (overload). Above 0 and below `interval_ns`.
     pub target_ns: u64,
+    /// CoDel interval, ns: the window the minimum sojourn is taken over.
     pub interval_ns: u64,
+    /// Window the retry-after of a shed request is drawn from.
     pub retry_after: RetryWindow,
+    /// Requests per second one account may push; more are shed as
+    /// `rate_limited` at push.
     pub account_rate_per_s: u32,
+    /// Requests one account may push back to back; at least 1.
     pub account_burst: u32,
+    /// Requests one `pop` may shed from the old end besides the ones it walks
+    /// past; at least 1.
     pub shed_per_pop_max: u32,
+    /// Largest sojourn the histogram keeps, ns (longer ones saturate); at
+    /// least 2 µs.
     pub sojourn_histogram_max_ns: u64,
 }
 
@@ -214,8 +232,11 @@ pub struct Arrival {
 /// A request removed or refused without service; the caller rejects it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Shed<T> {
+    /// The request as pushed, handed back so the caller can answer it.
     pub request: T,
+    /// The account it was pushed for.
     pub account: u32,
+    /// Why it was not served (counted in `shed`).
     pub reason: ShedReason,
     /// Jittered retry-after drawn from the configured window; 0 for
     /// [`ShedReason::Expired`] (the client's deadline has passed already).
@@ -225,10 +246,16 @@ pub struct Shed<T> {
 /// A request handed to a worker.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Dequeued<T> {
+    /// The request as pushed.
     pub request: T,
+    /// The account it was pushed for.
     pub account: u32,
+    /// Served from the critical lane (flagged critical and entitled to it).
     pub critical: bool,
+    /// When it was pushed (monotonic ns).
     pub arrival_ns: u64,
+    /// Arrival plus its budget (monotonic ns); `u64::MAX` saturated for no
+    /// deadline. Always after the pop's `now_ns`.
     pub deadline_ns: u64,
     /// Time spent queued, ns.
     pub sojourn_ns: u64,
@@ -384,10 +411,12 @@ impl<T, R: Rng> RequestQueue<T, R> {
         self.len as usize
     }
 
+    /// True when no request is queued.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Most requests queued at once ([`QueueConfig::capacity`]).
     pub fn capacity(&self) -> usize {
         self.cfg.capacity
     }
@@ -410,10 +439,12 @@ impl<T, R: Rng> RequestQueue<T, R> {
         self.codel.lifo()
     }
 
+    /// The validated settings this queue runs with.
     pub fn config(&self) -> &QueueConfig {
         &self.cfg
     }
 
+    /// The shared counters the queue updates.
     pub fn stats(&self) -> &Arc<OverloadStats> {
         &self.stats
     }

@@ -59,32 +59,51 @@ pub const BUDGET_DEFAULT_US: u32 = 1_000_000;
 /// What is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
+    /// The latest price of up to [`SNAPSHOT_SYMBOLS_MAX`] symbols at a tier.
     Snapshot,
+    /// The instruments the account may see.
     SymbolList,
+    /// The last `count` accepted ticks of one symbol.
     History,
 }
 
 /// One request, copied by value through the rings and the queue.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestMsg {
+    /// Index of the gateway shard the connection lives on; its answer ring.
     pub shard: u16,
+    /// Connection slot in that shard.
     pub conn: u32,
+    /// Session id of the connection when asked; an answer is dropped if the
+    /// slot holds another session by then.
     pub session: u64,
+    /// Dense account index (rate limits, fairness, concurrency per account).
     pub account: u32,
+    /// The client's id, echoed in the answer.
     pub request_id: u64,
+    /// What is asked.
     pub kind: RequestKind,
+    /// Tier to price a snapshot at.
     pub tier: u8,
+    /// Symbol ids asked for; only the first `nsym` are meaningful.
     pub symbols: [u16; SNAPSHOT_SYMBOLS_MAX],
+    /// Number of valid entries in `symbols`, at most [`SNAPSHOT_SYMBOLS_MAX`].
     pub nsym: u8,
     /// History: the symbol is `symbols[0]`, the tick count this.
     pub count: u16,
+    /// The client's deadline budget, µs from arrival; 0 means
+    /// [`BUDGET_DEFAULT_US`].
     pub budget_us: u32,
+    /// The client flagged the request critical.
     pub critical: bool,
+    /// The account may use the critical lane; without it `critical` is ignored.
     pub critical_entitled: bool,
+    /// When the shard received it (monotonic ns); the start of `queue_wait`.
     pub arrival_ns: u64,
     /// The session's account name (entitlements are looked up by name, so
     /// accounts only Redis knows are served too).
     pub account_name: [u8; ACCOUNT_NAME_MAX],
+    /// Bytes of `account_name` in use, at most [`ACCOUNT_NAME_MAX`].
     pub account_name_len: u8,
 }
 
@@ -92,6 +111,7 @@ pub struct RequestMsg {
 pub const ACCOUNT_NAME_MAX: usize = 64;
 
 impl RequestMsg {
+    /// The account name; empty if the bytes are not UTF-8.
     pub fn account_name(&self) -> &str {
         std::str::from_utf8(&self.account_name[..self.account_name_len as usize]).unwrap_or("")
     }
@@ -100,12 +120,17 @@ impl RequestMsg {
 /// One encoded answer (or reject) for a connection of a shard.
 #[derive(Clone, Copy)]
 pub struct Answer {
+    /// Connection slot on the shard that receives this answer.
     pub conn: u32,
+    /// Session id the request came from; the shard drops the answer if the
+    /// slot now holds another session.
     pub session: u64,
+    /// Bytes of `bytes` in use: one encoded frame.
     pub len: u32,
     /// When it was pushed to its ring (monotonic ns), for the
     /// `answer_ring` hop.
     pub sent_ns: u64,
+    /// The encoded frame, [`ANSWER_BYTES_MAX`] bytes of room; only `len` are valid.
     pub bytes: [u8; ANSWER_BYTES_MAX],
 }
 
@@ -115,8 +140,11 @@ use super::port::RingShares;
 /// Counters of the request path not kept by the queue itself.
 #[derive(Debug, Default)]
 pub struct RequestStats {
+    /// Snapshot requests a worker took up to answer.
     pub snapshot_served: Counter,
+    /// Symbol-list requests a worker took up to answer.
     pub symbol_list_served: Counter,
+    /// History requests a worker took up to answer.
     pub history_served: Counter,
     /// Expired between dequeue and service (also dropped before work).
     pub expired_at_worker: Counter,
@@ -141,9 +169,13 @@ pub struct RequestStats {
 /// Settings of the request path.
 #[derive(Debug, Clone)]
 pub struct RequestConfig {
+    /// Worker threads building answers; the dispatcher is one more thread.
     pub workers: usize,
+    /// The dispatcher's queue: capacity, CoDel, per-account limits.
     pub queue: QueueConfig,
+    /// The adaptive concurrency limit on requests in service.
     pub adaptive: AdaptiveConfig,
+    /// How idle workers and the dispatcher wait.
     pub wait: WaitStrategy,
 }
 
@@ -161,9 +193,13 @@ impl Default for RequestConfig {
 /// What workers read to answer.
 #[derive(Clone)]
 pub struct Sources {
+    /// Instruments, tiers and settings.
     pub config: Arc<Config>,
+    /// The engine's price table, read for snapshots.
     pub table: Arc<PriceTable>,
+    /// The engine's tick history, read for HistoryRequest.
     pub history: Arc<TickHistory>,
+    /// UTC = monotonic + this, in ns, for times on the wire.
     pub wall_offset_ns: i64,
     /// Accounts and entitlements (the config file's, or Redis).
     pub refdata: Arc<crate::refdata::RefData>,
@@ -174,7 +210,9 @@ pub struct RequestService {
     stop: Arc<AtomicBool>,
     dispatcher_bell: Arc<Doorbell>,
     threads: Vec<JoinHandle<()>>,
+    /// The request path's counters, read by the metrics endpoint.
     pub stats: Arc<RequestStats>,
+    /// The adaptive concurrency limit the dispatcher applies.
     pub limit: Arc<AdaptiveLimit>,
 }
 

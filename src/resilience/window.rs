@@ -52,7 +52,7 @@ pub(crate) struct TimeWindow {
 }
 
 impl TimeWindow {
-    pub fn new(window_s: u32) -> Self {
+    pub(crate) fn new(window_s: u32) -> Self {
         assert!(window_s > 0, "time window needs at least one bucket");
         TimeWindow {
             buckets: vec![Totals::default(); window_s as usize].into_boxed_slice(),
@@ -67,7 +67,7 @@ impl TimeWindow {
 
     /// Expires the buckets that fell out of the window by `now_ns`. A clock
     /// that steps back keeps the newer head (its samples land in the head).
-    pub fn advance(&mut self, now_ns: u64) {
+    pub(crate) fn advance(&mut self, now_ns: u64) {
         let now_s = now_ns / NS_PER_S;
         if now_s <= self.head_s {
             return;
@@ -82,18 +82,18 @@ impl TimeWindow {
         self.head_s = now_s;
     }
 
-    pub fn record(&mut self, sample: Sample, now_ns: u64) {
+    pub(crate) fn record(&mut self, sample: Sample, now_ns: u64) {
         self.advance(now_ns);
         let i = self.index(self.head_s);
         self.buckets[i].add(sample);
         self.totals.add(sample);
     }
 
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         self.totals
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.buckets.fill(Totals::default());
         self.totals = Totals::default();
     }
@@ -109,7 +109,7 @@ pub(crate) struct CountWindow {
 }
 
 impl CountWindow {
-    pub fn new(size: u32) -> Self {
+    pub(crate) fn new(size: u32) -> Self {
         assert!(size > 0, "count window needs at least one slot");
         CountWindow {
             ring: vec![Sample::default(); size as usize].into_boxed_slice(),
@@ -119,7 +119,7 @@ impl CountWindow {
         }
     }
 
-    pub fn record(&mut self, sample: Sample) {
+    pub(crate) fn record(&mut self, sample: Sample) {
         debug_assert!(self.next < self.ring.len());
         if self.filled == self.ring.len() {
             self.totals.sub_sample(self.ring[self.next]);
@@ -131,11 +131,11 @@ impl CountWindow {
         self.next = (self.next + 1) % self.ring.len();
     }
 
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         self.totals
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.next = 0;
         self.filled = 0;
         self.totals = Totals::default();
@@ -150,14 +150,14 @@ pub(crate) enum Window {
 }
 
 impl Window {
-    pub fn record(&mut self, sample: Sample, now_ns: u64) {
+    pub(crate) fn record(&mut self, sample: Sample, now_ns: u64) {
         match self {
             Window::Time(w) => w.record(sample, now_ns),
             Window::Count(w) => w.record(sample),
         }
     }
 
-    pub fn totals(&mut self, now_ns: u64) -> Totals {
+    pub(crate) fn totals(&mut self, now_ns: u64) -> Totals {
         match self {
             Window::Time(w) => {
                 w.advance(now_ns);
@@ -167,7 +167,7 @@ impl Window {
         }
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         match self {
             Window::Time(w) => w.clear(),
             Window::Count(w) => w.clear(),

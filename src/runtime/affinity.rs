@@ -25,11 +25,15 @@ use std::str::FromStr;
 /// A pipeline stage that runs on its own thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stage {
+    /// The provider feed thread.
     Feed,
+    /// The engine thread.
     Engine,
     /// Gateway shard by index.
     Shard(u16),
+    /// The capture recorder thread (not real-time).
     Recorder,
+    /// The request-worker thread (not real-time).
     Requests,
 }
 
@@ -144,6 +148,7 @@ impl CpuMap {
         Ok(())
     }
 
+    /// True when no stage is mapped to a core.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -167,8 +172,9 @@ fn pin_current(stage: Stage, core: usize) -> Result<(), String> {
     }
 }
 
-/// Lowest and highest `SCHED_FIFO` priority Linux accepts.
+/// Lowest `SCHED_FIFO` priority Linux accepts.
 pub const RT_PRIORITY_MIN: u8 = 1;
+/// Highest `SCHED_FIFO` priority Linux accepts.
 pub const RT_PRIORITY_MAX: u8 = 99;
 
 /// A `SCHED_FIFO` priority, 1..=99 (`--rt-priority`).
@@ -176,6 +182,7 @@ pub const RT_PRIORITY_MAX: u8 = 99;
 pub struct RtPriority(u8);
 
 impl RtPriority {
+    /// The priority, in 1..=99.
     pub fn get(self) -> u8 {
         self.0
     }
@@ -208,7 +215,10 @@ pub fn rt_stage(stage: Stage) -> bool {
 /// What the calling stage thread was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Placement {
+    /// The core the thread was pinned to; `None` when its stage is not mapped.
     pub core: Option<usize>,
+    /// The `SCHED_FIFO` priority set; `None` when none was asked for or the
+    /// stage carries no prices.
     pub rt_priority: Option<u8>,
 }
 

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counter(AtomicU64);
 
 impl Counter {
+    /// A counter at zero, usable in a `static`.
     pub const fn new() -> Self {
         Counter(AtomicU64::new(0))
     }
@@ -22,10 +23,13 @@ impl Counter {
         let v = self.0.load(Ordering::Relaxed);
         self.0.store(v.wrapping_add(n), Ordering::Relaxed);
     }
+    /// Adds 1. Only the owning thread may call this.
     #[inline]
     pub fn inc(&self) {
         self.add(1);
     }
+    /// The count so far, from any thread; may lag the writer slightly and wraps
+    /// at `u64::MAX`.
     #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
@@ -37,13 +41,16 @@ impl Counter {
 pub struct Gauge(AtomicU64);
 
 impl Gauge {
+    /// A gauge at zero, usable in a `static`.
     pub const fn new() -> Self {
         Gauge(AtomicU64::new(0))
     }
+    /// Stores `v`. Only the owning thread may call this.
     #[inline]
     pub fn set(&self, v: u64) {
         self.0.store(v, Ordering::Relaxed);
     }
+    /// The last value set, from any thread.
     #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)

@@ -34,6 +34,7 @@ pub struct FeedPort {
     /// the batch is dropped without waiting again (one wait per batch, not
     /// per tick). Cleared by [`FeedPort::notify`].
     gave_up: bool,
+    /// This feed's counters, shared with the metrics reporter.
     pub stats: Arc<FeedStats>,
 }
 

@@ -45,7 +45,9 @@ pub enum Threading {
 /// What the host's poller said about one of a task's sockets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Readiness {
+    /// Data (or the end) is ready to read without blocking.
     pub readable: bool,
+    /// The socket can take more bytes without blocking.
     pub writable: bool,
     /// The peer closed or the socket has an error: read to the end.
     pub closed: bool,

@@ -8,8 +8,10 @@
 use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
 
-/// Lowest and highest latency the histograms track, in nanoseconds.
+/// Lowest latency the histograms track, in nanoseconds.
 pub const LATENCY_NS_MIN: u64 = 1;
+/// Highest latency tracked, 60 s in nanoseconds; the recorders use
+/// `saturating_record`, so a longer latency counts as this.
 pub const LATENCY_NS_MAX: u64 = 60_000_000_000;
 /// Significant figures of every latency histogram.
 pub const LATENCY_SIGFIG: u8 = 3;
@@ -22,7 +24,9 @@ pub fn latency_histogram() -> Histogram<u64> {
 
 /// Where a sink sends full histograms and gets empty ones back.
 pub struct HistogramExchange {
+    /// Full histograms go to the reporter here.
     pub full: Sender<Histogram<u64>>,
+    /// Empty histograms (the reporter's request for data) arrive here.
     pub empty: Receiver<Histogram<u64>>,
 }
 

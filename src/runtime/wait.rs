@@ -68,6 +68,7 @@ pub struct Doorbell {
 }
 
 impl Doorbell {
+    /// A doorbell with no thread or waker bound yet; bind before sleeping.
     pub fn new() -> Arc<Self> {
         Arc::new(Doorbell::default())
     }
@@ -137,6 +138,8 @@ pub struct Waiter {
 }
 
 impl Waiter {
+    /// An idle-state waiter for `strategy`: no idle turns yet, parks doubling
+    /// from [`PARK_MIN_US`] to [`PARK_MAX_US`] when the strategy parks.
     pub fn new(strategy: WaitStrategy, doorbell: Arc<Doorbell>) -> Self {
         Waiter {
             strategy,
@@ -187,7 +190,7 @@ impl Waiter {
         }
     }
 
-    pub fn strategy(&self) -> WaitStrategy {
+    pub(crate) fn strategy(&self) -> WaitStrategy {
         self.strategy
     }
 
@@ -257,7 +260,7 @@ impl Waiter {
         Some(d)
     }
 
-    pub fn doorbell(&self) -> &Arc<Doorbell> {
+    pub(crate) fn doorbell(&self) -> &Arc<Doorbell> {
         &self.doorbell
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! `pricewire serve`, the integration tests and the bench tool all start
 //! the service through [`Service::start`], so they run the same wiring.
+// Documentation debt: remove this allow once the public items here are documented.
+#![allow(missing_docs)]
 
 pub mod report;
 

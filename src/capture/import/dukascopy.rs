@@ -18,7 +18,7 @@ use crate::model::price::{rescale, DIGITS_MAX, POW10};
 use crate::model::{Mantissa, SymbolId, Tick};
 
 /// Bytes per `.bi5` record.
-pub const RECORD_BYTES: usize = 20;
+pub(crate) const RECORD_BYTES: usize = 20;
 /// Largest decompressed hour accepted (about 3.3 M ticks).
 const DECOMPRESSED_BYTES_MAX: u64 = 64 << 20;
 

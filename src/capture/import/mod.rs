@@ -53,10 +53,14 @@ pub enum ImportFormat {
 /// Timestamp encodings of the generic CSV importer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum TimeFormat {
+    /// Whole seconds since the Unix epoch, UTC.
     UnixS,
+    /// Milliseconds since the Unix epoch, UTC (the default).
     #[default]
     UnixMs,
+    /// Microseconds since the Unix epoch, UTC.
     UnixUs,
+    /// Nanoseconds since the Unix epoch, UTC.
     UnixNs,
     /// `YYYY-MM-DD[T ]HH:MM:SS[.f][Z|±HH:MM]`, UTC when no zone is given.
     Iso8601,
@@ -65,11 +69,17 @@ pub enum TimeFormat {
 /// Column positions (0-based) of the generic CSV importer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnMap {
+    /// Column of the timestamp, read as [`ImportOptions::time_format`].
     pub time: usize,
+    /// Column of the bid, a decimal price at the symbol's digits.
     pub bid: usize,
+    /// Column of the ask, a decimal price at the symbol's digits.
     pub ask: usize,
+    /// Column of the symbol name; without it [`ImportOptions::symbol`] applies.
     pub symbol: Option<usize>,
+    /// Column of the bid size (unsigned integer); 0 when absent.
     pub bid_size: Option<usize>,
+    /// Column of the ask size (unsigned integer); 0 when absent.
     pub ask_size: Option<usize>,
 }
 
@@ -120,19 +130,27 @@ impl FromStr for ColumnMap {
 /// Everything an import needs.
 #[derive(Debug, Clone)]
 pub struct ImportOptions {
+    /// How the input files are laid out.
     pub format: ImportFormat,
+    /// Files to import, in order; at least one.
     pub inputs: Vec<PathBuf>,
+    /// Capture directory written to (created if missing); numbering continues
+    /// after any segment already there, nothing is overwritten.
     pub out_dir: PathBuf,
     /// Symbols, digits and providers; stored in the capture header.
     pub table: InstrumentTable,
     /// Symbol for formats whose rows do not name it (HistData, MT5, CSV
     /// without a symbol column, Dukascopy); otherwise taken from the path.
     pub symbol: Option<String>,
+    /// Provider id every imported tick carries; must be in the table.
     pub provider: ProviderId,
     /// MT5 server time zone, ns east of UTC (`+02:00` is 7.2e12).
     pub tz_offset_ns: i64,
+    /// Generic CSV: where each field is; required for [`ImportFormat::Csv`].
     pub columns: Option<ColumnMap>,
+    /// Generic CSV: how the time column is encoded.
     pub time_format: TimeFormat,
+    /// Generic CSV: the field separator byte (default `,`).
     pub delimiter: u8,
     /// Generic CSV: the first line is a header.
     pub has_header: bool,
@@ -141,7 +159,10 @@ pub struct ImportOptions {
     /// Dukascopy: decimals of the file's integer points when they differ
     /// from the table's digits (e.g. 3 for XAUUSD).
     pub point_digits: Option<u8>,
+    /// Stop at the first bad row ([`ImportError::BadRow`]) instead of
+    /// counting it and going on.
     pub strict: bool,
+    /// Segment size limit in bytes, at least `SEGMENT_BYTES_MIN` (4096).
     pub segment_bytes_max: u64,
 }
 
@@ -176,9 +197,11 @@ impl ImportOptions {
 /// One rejected row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadRow {
+    /// The input file the row is in.
     pub file: PathBuf,
     /// 1-based line (record number for `.bi5`).
     pub line: u64,
+    /// Why the row was rejected.
     pub reason: String,
 }
 
@@ -191,19 +214,27 @@ impl std::fmt::Display for BadRow {
 /// What an import did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImportReport {
+    /// Input files read.
     pub files: u64,
     /// Data rows seen (headers and blank lines excluded).
     pub rows: u64,
+    /// Ticks written to the capture.
     pub ticks: u64,
     /// Rows that are valid but carry no quote (an MT5 trade-only row).
     pub rows_without_quote: u64,
+    /// Rows rejected (all of them; only the first few are in `bad_row_samples`).
     pub bad_rows: u64,
     /// The first [`BAD_ROW_REPORTS_MAX`] bad rows.
     pub bad_row_samples: Vec<BadRow>,
+    /// Provider time of the first tick written (UTC ns); `None` if none was.
     pub first_time_ns: Option<u64>,
+    /// Provider time of the last tick written (UTC ns); `None` if none was.
     pub last_time_ns: Option<u64>,
+    /// Segment files written.
     pub segments: u64,
+    /// Bytes written, headers included.
     pub bytes: u64,
+    /// Every segment file written, in order.
     pub paths: Vec<PathBuf>,
 }
 
@@ -242,23 +273,29 @@ impl std::fmt::Display for ImportReport {
 /// Errors of an import.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// Reading an input file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The input file, as displayed.
         path: String,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// Writing the capture failed (or its settings were refused).
     #[error(transparent)]
     Capture(#[from] CaptureError),
     /// The first bad row under `strict`.
     #[error("{0}")]
     BadRow(BadRow),
+    /// The options do not fit the format (e.g. CSV without `columns`);
+    /// the text says which.
     #[error("invalid import options: {0}")]
     Options(String),
 }
 
 /// Why one row was rejected. Built only for bad rows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RowError {
+pub(crate) enum RowError {
     #[error("{0}")]
     Shape(&'static str),
     #[error("bad timestamp: {0}")]

@@ -15,7 +15,7 @@ use crate::model::price::parse_price_bytes;
 use crate::model::{Mantissa, SymbolId, Tick, NO_PRICE};
 
 /// Most fields a row may have.
-pub const FIELDS_MAX: usize = 32;
+pub(crate) const FIELDS_MAX: usize = 32;
 /// HistData's fixed zone: EST all year (UTC-5, no daylight saving).
 const HISTDATA_OFFSET_NS: i64 = -5 * NS_PER_HOUR;
 
