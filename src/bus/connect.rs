@@ -16,7 +16,7 @@ const RECONNECT_BASE_MS: u64 = 50;
 const RECONNECT_MAX_MS: u64 = 2_000;
 /// Messages the client buffers for one subscription before it drops (an
 /// edge that falls this far behind sees the gap flagged).
-pub const SUBSCRIPTION_CAPACITY: usize = 65_536;
+pub(crate) const SUBSCRIPTION_CAPACITY: usize = 65_536;
 
 /// The bus thread's current-thread runtime (timer and sockets, no pool).
 pub fn runtime() -> Result<tokio::runtime::Runtime, BusError> {
@@ -84,7 +84,7 @@ async fn client(cfg: &BusConfig, stats: &Arc<BusStats>) -> Result<async_nats::Cl
 
 /// Creates the last-value stream if it is missing (cores and edges both
 /// may be first): one message per subject, file storage, `replicas` copies.
-pub async fn last_value_stream(
+pub(crate) async fn last_value_stream(
     client: &async_nats::Client,
     cfg: &BusConfig,
 ) -> Result<stream::Stream, BusError> {
@@ -110,7 +110,7 @@ pub async fn last_value_stream(
 }
 
 /// The lease bucket: one key, history 1, entries expire after the lease.
-pub async fn lease_bucket(
+pub(crate) async fn lease_bucket(
     client: &async_nats::Client,
     cfg: &BusConfig,
 ) -> Result<kv::Store, BusError> {
@@ -149,7 +149,7 @@ pub async fn lease_bucket(
 }
 
 /// A core's connection, the last-value stream and the lease bucket.
-pub async fn core(
+pub(crate) async fn core(
     cfg: &BusConfig,
     stats: &Arc<BusStats>,
 ) -> Result<(async_nats::Client, stream::Stream, kv::Store), BusError> {
@@ -160,7 +160,7 @@ pub async fn core(
 }
 
 /// An edge's connection and the last-value stream.
-pub async fn edge(
+pub(crate) async fn edge(
     cfg: &BusConfig,
     stats: &Arc<BusStats>,
 ) -> Result<(async_nats::Client, stream::Stream), BusError> {

@@ -2,9 +2,6 @@
 //! a unit; invalid values are refused with a clear message and exit code 2.
 // Documentation debt: remove this allow once the public items here are documented.
 #![allow(missing_docs)]
-// `serve::args::SYNTHETIC_RATE_MAX` is `pub` but unreachable; narrow it to
-// `pub(crate)` and drop this allow once the in-flight cli merge has landed.
-#![allow(unreachable_pub)]
 
 pub mod config_flags;
 

@@ -423,7 +423,7 @@ impl ServeArgs {
 }
 
 /// Largest `--synthetic-rate`: well above what one feed thread produces.
-pub const SYNTHETIC_RATE_MAX: u64 = 50_000_000;
+pub(crate) const SYNTHETIC_RATE_MAX: u64 = 50_000_000;
 
 /// `--shard0-fill` with shared threading: a shard-0 turn that writes to 16
 /// sessions costs tens of µs; past that, spreading over cores pays more
