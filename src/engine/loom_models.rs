@@ -1,5 +1,5 @@
 //! loom models of the engine's two lock-free contracts, run on the
-//! production types through `runtime::sync` (build with `--cfg loom`):
+//! production types through `runtime::sync` (build with `--cfg pricewire_loom`):
 //!
 //! - the seqlock [`PriceTable`]: a reader never returns a torn price and
 //!   never goes backwards;

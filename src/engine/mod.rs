@@ -10,7 +10,7 @@ pub mod aggregator;
 pub mod fanout;
 pub mod history;
 pub mod hosted;
-#[cfg(all(test, loom))]
+#[cfg(all(test, pricewire_loom))]
 mod loom_models;
 pub mod price_table;
 pub mod stats;

@@ -1,5 +1,5 @@
 //! loom model of the doorbell handshake on the production [`Doorbell`]
-//! and [`Waiter`] (through `runtime::sync`; build with `--cfg loom`): a
+//! and [`Waiter`] (through `runtime::sync`; build with `--cfg pricewire_loom`): a
 //! consumer that parks on an empty input is never left asleep after the
 //! producer publishes and rings. A lost wake-up leaves the consumer parked
 //! for good (under loom `park_timeout` has no timeout), which loom reports

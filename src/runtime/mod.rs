@@ -16,7 +16,7 @@ pub mod feed_port;
 pub mod hosting;
 pub mod latency;
 pub mod listen;
-#[cfg(all(test, loom))]
+#[cfg(all(test, pricewire_loom))]
 mod loom_models;
 pub mod source;
 pub(crate) mod sync;

@@ -1,6 +1,6 @@
 //! The synchronisation primitives of the hand-rolled lock-free code (the
 //! seqlock price table, the symbol-interest fence pair, the doorbell), from
-//! `std` in every real build and from `loom` under `--cfg loom`, so the
+//! `std` in every real build and from `loom` under `--cfg pricewire_loom`, so the
 //! loom models check the production types themselves, not copies of them.
 //!
 //! Only what those three use is here. Under loom, `park_timeout` parks
@@ -8,24 +8,24 @@
 //! on it would hide exactly the lost wake-up it is there to find (loom
 //! reports the parked thread as a deadlock instead).
 
-#[cfg(not(loom))]
+#[cfg(not(pricewire_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(pricewire_loom))]
 pub(crate) use std::{
     hint::spin_loop,
     thread::{current, park_timeout, yield_now, Thread},
 };
 
-#[cfg(loom)]
+#[cfg(pricewire_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-#[cfg(loom)]
+#[cfg(pricewire_loom)]
 pub(crate) use loom::{
     hint::spin_loop,
     thread::{current, yield_now, Thread},
 };
 
 /// Parks the current thread (loom: until unparked; see the module doc).
-#[cfg(loom)]
+#[cfg(pricewire_loom)]
 pub(crate) fn park_timeout(_timeout: std::time::Duration) {
     loom::thread::park();
 }
