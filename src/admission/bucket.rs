@@ -1,73 +1,15 @@
-//! The gateway's token bucket on injected nanoseconds, and the jittered
-//! retry-after window every reject draws from.
+//! The jittered retry-after window every reject draws from, and tests of
+//! the token bucket as admission uses it.
 //!
-//! Contract: a [`TokenBucket`] is 32 bytes of plain state, allocates nothing,
-//! never blocks, and decides only from the `now_ns` it is given. It is the
-//! shared bucket arithmetic ([`crate::resilience::limiter::Bucket`]: exact
-//! integer nano-tokens) behind the gateway's `u32` configuration, without
-//! the counters of the resilience limiter: per-connection and per-address
-//! buckets are counted by their owners.
+//! The bucket itself is pricewire's one token bucket,
+//! [`crate::resilience::TokenBucket`] (re-exported by admission): 32 bytes
+//! of plain state on injected nanoseconds that allocates nothing, never
+//! blocks and decides only from the `now_ns` it is given. Per-connection and
+//! per-address buckets are counted by their owners.
 
 use rand::Rng;
 
-use crate::resilience::limiter::Bucket;
-
-/// A token bucket: `burst` tokens at most, refilled at `rate_per_s`.
-/// It starts full, so a cold start admits a full burst at once.
-#[derive(Debug, Clone, Copy)]
-pub struct TokenBucket(Bucket);
-
-impl TokenBucket {
-    /// A full bucket. `burst` must be at least 1 (a bucket that can never
-    /// hold a token is a configuration error, refused by the callers'
-    /// `validate`); `rate_per_s == 0` means "burst only, never refills".
-    pub fn new(rate_per_s: u32, burst: u32, now_ns: u64) -> TokenBucket {
-        assert!(burst > 0, "token bucket burst must be at least 1");
-        let burst = u64::from(burst);
-        TokenBucket(Bucket::new(
-            u64::from(rate_per_s),
-            burst,
-            burst,
-            Some(now_ns),
-        ))
-    }
-
-    /// Adds the tokens earned since the last call. A clock read that goes
-    /// backwards earns nothing (and does not move the reference back).
-    #[inline]
-    pub fn refill(&mut self, now_ns: u64) {
-        self.0.refill(now_ns);
-    }
-
-    /// Whether one token is available (after a [`refill`](Self::refill)).
-    #[inline]
-    pub fn has_token(&self) -> bool {
-        self.0.has_tokens(1)
-    }
-
-    /// Takes one token; the caller checked [`has_token`](Self::has_token).
-    #[inline]
-    pub fn take(&mut self) {
-        self.0.take(1);
-    }
-
-    /// Refills, then takes one token if there is one.
-    #[inline]
-    pub fn try_take(&mut self, now_ns: u64) -> bool {
-        self.0.try_take_n(1, now_ns)
-    }
-
-    /// Whole tokens available at `now_ns` (at most the `u32` burst).
-    pub fn available(&mut self, now_ns: u64) -> u32 {
-        self.0.available(now_ns) as u32
-    }
-
-    /// Whether the bucket is full at `now_ns`: its state is then
-    /// indistinguishable from a fresh bucket, so it may be forgotten.
-    pub fn is_full(&mut self, now_ns: u64) -> bool {
-        self.0.is_full(now_ns)
-    }
-}
+pub use crate::resilience::TokenBucket;
 
 /// The window a jittered retry-after is drawn from, uniformly, inclusive.
 /// A fixed retry-after would bring every rejected client back in the same

@@ -1,9 +1,10 @@
 //! Token-bucket rate limiter in exact integer arithmetic.
 //!
-//! [`Bucket`] is the arithmetic every token bucket in pricewire shares —
-//! 32 bytes of plain `Copy` state, embedded by the gateway's per-connection
-//! and per-address limiters (the gateway's admission buckets);
-//! [`TokenBucket`] adds validated configuration and counters.
+//! [`TokenBucket`] is pricewire's one token bucket — 32 bytes of plain
+//! `Copy` state, embedded by the gateway's per-connection and per-address
+//! limiters, admission's stage buckets and the request queue's per-account
+//! buckets; [`RateLimiter`] wraps it with validated configuration and
+//! counters (the retry budget).
 //!
 //! The level is kept in nano-tokens (1e-9 token): one nanosecond of elapsed
 //! time adds exactly `rate_per_s` nano-tokens, and a take costs
@@ -60,11 +61,11 @@ const UNSET_NS: u64 = u64::MAX;
 /// The bucket arithmetic: `rate_per_s` tokens per second, at most `burst`
 /// stored, the level in nano-tokens. No validation and no counters: the
 /// owner guarantees `burst >= 1`, `initial_tokens <= burst` and a burst
-/// whose nano-tokens fit a `u64` (below 1.8e10): [`TokenBucket`] checks
+/// whose nano-tokens fit a `u64` (below 1.8e10): [`RateLimiter`] checks
 /// [`BURST_MAX`] and [`RATE_PER_S_MAX`], the gateway's `u32` configuration
 /// cannot exceed 4.3e9. Any `u64` rate is exact (the refill is `u128`).
 #[derive(Debug, Clone, Copy)]
-pub struct Bucket {
+pub struct TokenBucket {
     level_nt: u64,
     capacity_nt: u64,
     rate_per_s: u64,
@@ -73,16 +74,16 @@ pub struct Bucket {
     last_ns: u64,
 }
 
-impl Bucket {
+impl TokenBucket {
     /// A bucket holding `initial_tokens`; `now_ns` starts its clock (`None`:
     /// the first call does).
-    pub const fn new(
+    pub const fn with_level(
         rate_per_s: u64,
         burst: u64,
         initial_tokens: u64,
         now_ns: Option<u64>,
-    ) -> Bucket {
-        Bucket {
+    ) -> TokenBucket {
+        TokenBucket {
             level_nt: initial_tokens * NANO_TOKENS_PER_TOKEN,
             capacity_nt: burst * NANO_TOKENS_PER_TOKEN,
             rate_per_s,
@@ -92,6 +93,35 @@ impl Bucket {
                 None => UNSET_NS,
             },
         }
+    }
+
+    /// A full bucket of `burst` tokens refilled at `rate_per_s`, its clock
+    /// started at `now_ns` (a cold start admits a whole burst at once).
+    /// `burst` must be at least 1 — a bucket that can never hold a token is
+    /// a configuration error its owner refuses; `rate_per_s == 0` means
+    /// "burst only, never refills".
+    pub fn new(rate_per_s: u32, burst: u32, now_ns: u64) -> TokenBucket {
+        assert!(burst > 0, "token bucket burst must be at least 1");
+        let burst = u64::from(burst);
+        TokenBucket::with_level(u64::from(rate_per_s), burst, burst, Some(now_ns))
+    }
+
+    /// Whether one token is available (after a [`refill`](Self::refill)).
+    #[inline]
+    pub fn has_token(&self) -> bool {
+        self.has_tokens(1)
+    }
+
+    /// Takes one token; the caller checked [`has_token`](Self::has_token).
+    #[inline]
+    pub fn take(&mut self) {
+        self.take_n(1);
+    }
+
+    /// Refills, then takes one token if there is one.
+    #[inline]
+    pub fn try_take(&mut self, now_ns: u64) -> bool {
+        self.try_take_n(1, now_ns)
     }
 
     pub fn rate_per_s(&self) -> u64 {
@@ -130,7 +160,7 @@ impl Bucket {
 
     /// Takes `n` tokens; the caller checked [`has_tokens`](Self::has_tokens).
     #[inline]
-    pub fn take(&mut self, n: u64) {
+    pub fn take_n(&mut self, n: u64) {
         debug_assert!(self.has_tokens(n));
         self.level_nt -= n * NANO_TOKENS_PER_TOKEN;
     }
@@ -142,7 +172,7 @@ impl Bucket {
         if !self.has_tokens(n) {
             return false;
         }
-        self.take(n);
+        self.take_n(n);
         true
     }
 
@@ -179,15 +209,15 @@ impl Bucket {
     }
 }
 
-/// A validated [`Bucket`] with counters: `rate_per_s` tokens per second,
+/// A validated [`TokenBucket`] with counters: `rate_per_s` tokens per second,
 /// at most `burst` stored.
 #[derive(Debug)]
-pub struct TokenBucket {
-    bucket: Bucket,
+pub struct RateLimiter {
+    bucket: TokenBucket,
     stats: Arc<LimiterStats>,
 }
 
-impl TokenBucket {
+impl RateLimiter {
     /// A bucket that starts full (`burst` tokens available).
     pub fn new(rate_per_s: u64, burst: u64) -> Result<Self, ConfigError> {
         Self::with_initial_tokens(rate_per_s, burst, burst)
@@ -195,7 +225,7 @@ impl TokenBucket {
 
     /// A bucket that starts with `initial_tokens` (at most `burst`).
     /// `rate_per_s` may be 0 for a bucket that only the owner refills
-    /// through [`TokenBucket::deposit_nano_tokens`].
+    /// through [`RateLimiter::deposit_nano_tokens`].
     pub fn with_initial_tokens(
         rate_per_s: u64,
         burst: u64,
@@ -216,8 +246,8 @@ impl TokenBucket {
                 format!("{initial_tokens} above burst {burst}"),
             ));
         }
-        Ok(TokenBucket {
-            bucket: Bucket::new(rate_per_s, burst, initial_tokens, None),
+        Ok(RateLimiter {
+            bucket: TokenBucket::with_level(rate_per_s, burst, initial_tokens, None),
             stats: Arc::new(LimiterStats::default()),
         })
     }
@@ -279,7 +309,7 @@ mod tests {
     #[test]
     fn burst_then_exact_rate() {
         let clock = ManualClock::new(1_000 * NS_PER_S);
-        let mut b = TokenBucket::new(10, 5).unwrap();
+        let mut b = RateLimiter::new(10, 5).unwrap();
         let granted = (0..20).filter(|_| b.try_take(clock.now_ns())).count();
         assert_eq!(granted, 5, "a full bucket grants exactly the burst");
         // 10/s = one token per 100 ms; 99 ms is not enough.
@@ -302,7 +332,7 @@ mod tests {
         // 3 tokens/s with 1 ms steps: 1 ms earns 0.003 token, a fraction a
         // float accumulator would round; integer nano-tokens keep it exact.
         let clock = ManualClock::new(0);
-        let mut b = TokenBucket::with_initial_tokens(3, 1_000, 0).unwrap();
+        let mut b = RateLimiter::with_initial_tokens(3, 1_000, 0).unwrap();
         let mut granted = 0u64;
         b.try_take(clock.now_ns()); // first call only sets the reference
         for _ in 0..100_000 {
@@ -315,7 +345,7 @@ mod tests {
     #[test]
     fn burst_caps_the_level_after_a_long_idle() {
         let clock = ManualClock::new(0);
-        let mut b = TokenBucket::new(1_000, 50).unwrap();
+        let mut b = RateLimiter::new(1_000, 50).unwrap();
         b.try_take(clock.now_ns());
         clock.advance(std::time::Duration::from_secs(3_600));
         assert_eq!(b.available(clock.now_ns()), 50);
@@ -324,7 +354,7 @@ mod tests {
     #[test]
     fn wait_time_until_next_token() {
         let clock = ManualClock::new(0);
-        let mut b = TokenBucket::with_initial_tokens(4, 1, 0).unwrap();
+        let mut b = RateLimiter::with_initial_tokens(4, 1, 0).unwrap();
         assert_eq!(b.wait_ns(clock.now_ns()), 250 * NS_PER_MS);
         clock.advance_ms(100);
         assert_eq!(b.wait_ns(clock.now_ns()), 150 * NS_PER_MS);
@@ -334,7 +364,7 @@ mod tests {
 
     #[test]
     fn clock_stepping_back_grants_nothing() {
-        let mut b = TokenBucket::with_initial_tokens(1, 1, 0).unwrap();
+        let mut b = RateLimiter::with_initial_tokens(1, 1, 0).unwrap();
         assert!(!b.try_take(10 * NS_PER_S));
         assert!(!b.try_take(5 * NS_PER_S));
         assert!(
@@ -346,14 +376,14 @@ mod tests {
 
     #[test]
     fn invalid_config_is_refused() {
-        assert!(TokenBucket::new(10, 0).is_err());
-        assert!(TokenBucket::new(RATE_PER_S_MAX + 1, 1).is_err());
-        assert!(TokenBucket::with_initial_tokens(1, 2, 3).is_err());
+        assert!(RateLimiter::new(10, 0).is_err());
+        assert!(RateLimiter::new(RATE_PER_S_MAX + 1, 1).is_err());
+        assert!(RateLimiter::with_initial_tokens(1, 2, 3).is_err());
     }
 
     #[test]
     fn deposits_are_capped_at_burst() {
-        let mut b = TokenBucket::with_initial_tokens(0, 2, 0).unwrap();
+        let mut b = RateLimiter::with_initial_tokens(0, 2, 0).unwrap();
         b.deposit_nano_tokens(5 * NANO_TOKENS_PER_TOKEN, 0);
         assert_eq!(b.available(0), 2);
         assert_eq!(b.wait_ns(0), 0);

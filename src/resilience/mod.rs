@@ -76,7 +76,7 @@ pub use backoff::Backoff;
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats, CircuitBreaker, Outcome, Permit};
 pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadGuard};
 pub use error::{BulkheadFull, CallError, ConfigError, NotPermitted};
-pub use limiter::TokenBucket;
+pub use limiter::{RateLimiter, TokenBucket};
 pub use retry::{Retry, RetryConfig, RetryContext, Sleeper};
 pub use xfetch::XFetch;
 

@@ -37,7 +37,7 @@ use rand::Rng;
 
 use super::backoff::Backoff;
 use super::error::{invalid, CallError, ConfigError};
-use super::limiter::{TokenBucket, NANO_TOKENS_PER_TOKEN};
+use super::limiter::{RateLimiter, NANO_TOKENS_PER_TOKEN};
 use crate::clock::{Clock, NS_PER_MS};
 
 pub const MAX_ATTEMPTS_DEFAULT: u32 = 3;
@@ -187,7 +187,7 @@ impl RetryStats {
 #[derive(Debug)]
 pub struct Retry {
     cfg: RetryConfig,
-    budget: TokenBucket,
+    budget: RateLimiter,
     deposit_nt: u64,
     stats: Arc<RetryStats>,
 }
@@ -200,7 +200,7 @@ impl Retry {
         // One second's worth of the minimum to start with, so the first
         // failure after start-up may be retried.
         let budget =
-            TokenBucket::with_initial_tokens(min_per_s, max_tokens, min_per_s.min(max_tokens))?;
+            RateLimiter::with_initial_tokens(min_per_s, max_tokens, min_per_s.min(max_tokens))?;
         Ok(Retry {
             deposit_nt: u64::from(cfg.budget_ratio_pct) * NANO_TOKENS_PER_TOKEN / 100,
             cfg,
