@@ -148,7 +148,7 @@ open_enum! {
     pub struct LogonRejectReason(u8) {
         /// Unknown account or provider, or a wrong token.
         AUTH = 1 => "auth",
-        /// The server is at its connection or logon capacity.
+        /// The server cannot take this logon now (its logon capacity, or reference data unreachable); a full connection capacity is refused at accept with Disconnect(busy) instead.
         BUSY = 2 => "busy",
         /// Too many logons from this address or account recently.
         RATE_LIMITED = 3 => "rate_limited",
@@ -174,7 +174,7 @@ open_enum! {
         IDLE_TIMEOUT = 4 => "idle_timeout",
         /// Credentials were revoked or entitlements withdrawn.
         AUTH = 5 => "auth",
-        /// The server sheds sessions under load.
+        /// The server is at its connection capacity (sent at accept, before any Logon), or sheds sessions under load.
         BUSY = 6 => "busy",
         /// Reply to the client's Logout.
         LOGOUT = 7 => "logout",

@@ -37,14 +37,9 @@ def third_logon(srv: Server) -> LogonRefused:
 
 
 def test_connection_capacity_refuses_busy_with_a_floor(small_server: Server) -> None:
+    """§3 DisconnectReason busy: a full connection capacity is refused at accept with
+    Disconnect(busy) and a retry floor, before any Logon is answered (LogonRejected(busy)
+    is for logons the server cannot take)."""
     answer = third_logon(small_server).answer
-    assert answer.int("reason") in (LogonRejectReason.BUSY, DisconnectReason.BUSY)
+    assert answer.name == "Disconnect" and answer.int("reason") == DisconnectReason.BUSY
     assert answer.int("retryAfterMs") > 0
-
-
-@pytest.mark.xfail(
-    strict=True, reason="not in #17: capacity is Disconnect(busy), not LogonRejected"
-)
-def test_connection_capacity_is_logon_rejected_busy(small_server: Server) -> None:
-    answer = third_logon(small_server).answer
-    assert answer.name == "LogonRejected" and answer.int("reason") == LogonRejectReason.BUSY
