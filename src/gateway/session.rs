@@ -503,8 +503,10 @@ impl Session {
         self.effects.write = true;
         if r == Append::Overflow && !self.is_closing() {
             // Not even a control message fits: the client is not reading.
-            GatewayStats::add(&ctx.stats.disconnects_slow_consumer, 1);
-            self.begin_close(ctx, Some(DisconnectReason::SLOW_CONSUMER));
+            // The Disconnect that says so goes into the buffer's reserve.
+            let retry = ctx.jitter(ctx.cfg.error_retry);
+            let reason = DisconnectReason::SLOW_CONSUMER;
+            self.disconnect(ctx, reason, retry, "slow consumer");
         }
     }
 
@@ -565,9 +567,14 @@ impl Session {
         if let Some(c) = counter {
             GatewayStats::add(c, 1);
         }
-        self.send(ctx, |b| {
-            wire::encode_disconnect_reason(b, reason, retry_after_ms, text)
+        // The last frame may use the buffer's reserve, so a full buffer
+        // (a slow consumer) still carries the reason; the closing linger
+        // is its bounded time to drain.
+        let _ = ctx.out.append_final(CONTROL_FRAME_MAX, |b| {
+            wire::encode_disconnect_reason(b, reason, retry_after_ms, text).unwrap_or(0)
         });
+        self.last_tx_ns = ctx.now_ns;
+        self.effects.write = true;
         self.begin_close(ctx, Some(reason));
     }
 

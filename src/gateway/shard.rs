@@ -455,7 +455,8 @@ impl Shard {
             stream,
             peer,
             session: Session::new(&self.session_cfg, now),
-            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes),
+            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
+                .with_final_reserve(super::session::CONTROL_FRAME_MAX),
             subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
             dirty_subs: 0,
             in_write_list: false,
