@@ -9,7 +9,7 @@ use std::io::{self, Read};
 
 use super::conn::Conn;
 use super::session::{Ctx, Session, Step, Timer};
-use super::shard::{Shard, INTERLEAVE_EVERY};
+use super::shard::{Shard, INTERLEAVE_EVERY, STALL_MIN_NS, SWEEP_NS};
 use super::GatewayStats;
 use crate::clock::monotonic_ns;
 use crate::wire::{self, DisconnectReason, RejectReason};
@@ -335,8 +335,30 @@ impl Shard {
 
     // ---- timers -------------------------------------------------------
 
+    /// Measures how late this sweep is (from the last one); a lateness of
+    /// [`STALL_MIN_NS`] or more is a loop stall: counted, and every
+    /// session's deadlines move out by it (see [`Session::on_stall`]).
+    /// Returns whether it was one.
+    pub(super) fn note_stall(&mut self, now: u64) -> bool {
+        let last = std::mem::replace(&mut self.last_sweep_ns, now);
+        let stall = now.saturating_sub(last).saturating_sub(SWEEP_NS);
+        if last == 0 || stall < STALL_MIN_NS {
+            return false;
+        }
+        self.stats.stalls.inc();
+        let ms = stall / 1_000_000;
+        if ms > self.stats.max_stall_ms.get() {
+            self.stats.max_stall_ms.set(ms);
+        }
+        for conn in self.slab.conns[..self.slab.live_end].iter_mut().flatten() {
+            conn.session.on_stall(stall);
+        }
+        true
+    }
+
     /// Runs every session's timers (see [`Session::on_timer`]) and samples
-    /// the outbound gauges.
+    /// the outbound gauges. A session about to be cut for what its peer
+    /// has not sent has its socket read first: bytes waiting there count.
     pub(super) fn sweep(&mut self, now: u64) {
         let (mut conflating, mut queued) = (0u64, 0u64);
         for i in 0..self.slab.live_end {
@@ -345,6 +367,9 @@ impl Shard {
             };
             conflating += u64::from(conn.out.is_conflating());
             queued += conn.out.len() as u64;
+            if conn.session.silence_due(&self.session_cfg, now) {
+                self.on_readable(i, now);
+            }
             if self.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
                 self.close_now(i);
             }

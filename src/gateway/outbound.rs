@@ -47,6 +47,8 @@ pub struct OutBuf {
     low: usize,
     high: usize,
     flow: Flow,
+    /// Bytes at the end only [`OutBuf::append_final`] may use.
+    reserve: usize,
 }
 
 impl OutBuf {
@@ -62,7 +64,17 @@ impl OutBuf {
             low,
             high,
             flow: Flow::WriteThrough,
+            reserve: 0,
         }
+    }
+
+    /// Keeps the last `bytes` (at most half the capacity) for the frame
+    /// that ends the connection (see [`OutBuf::append_final`]): a buffer
+    /// filled by prices or answers still takes the Disconnect that says
+    /// why it is closed.
+    pub fn with_final_reserve(mut self, bytes: usize) -> Self {
+        self.reserve = bytes.min(self.buf.len() / 2);
+        self
     }
 
     /// Bytes waiting to be written.
@@ -88,29 +100,43 @@ impl OutBuf {
     /// Appends an encoded frame. Compacts when the tail lacks room.
     #[inline]
     pub fn append(&mut self, bytes: &[u8]) -> Append {
-        if self.buf.len() - self.end < bytes.len() {
-            self.compact();
-            if self.buf.len() - self.end < bytes.len() {
-                return Append::Overflow;
-            }
-        }
-        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
-        self.end += bytes.len();
-        Append::Appended
+        let n = bytes.len();
+        self.append_with(n, |b| {
+            b[..n].copy_from_slice(bytes);
+            n
+        })
     }
 
     /// Lets an encoder write directly into the free tail: `f` gets the free
     /// space and returns how many bytes it wrote (0 = did not fit).
     #[inline]
     pub fn append_with(&mut self, need: usize, f: impl FnOnce(&mut [u8]) -> usize) -> Append {
-        if self.buf.len() - self.end < need {
+        let limit = self.buf.len() - self.reserve;
+        self.append_upto(limit, need, f)
+    }
+
+    /// [`OutBuf::append_with`] for the frame that ends the connection: it
+    /// may use the reserve (see [`OutBuf::with_final_reserve`]).
+    pub fn append_final(&mut self, need: usize, f: impl FnOnce(&mut [u8]) -> usize) -> Append {
+        let limit = self.buf.len();
+        self.append_upto(limit, need, f)
+    }
+
+    #[inline]
+    fn append_upto(
+        &mut self,
+        limit: usize,
+        need: usize,
+        f: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Append {
+        if limit.saturating_sub(self.end) < need {
             self.compact();
-            if self.buf.len() - self.end < need {
+            if limit.saturating_sub(self.end) < need {
                 return Append::Overflow;
             }
         }
-        let free = self.buf.len() - self.end;
-        let n = f(&mut self.buf[self.end..]);
+        let free = limit - self.end;
+        let n = f(&mut self.buf[self.end..limit]);
         if n == 0 {
             return Append::Overflow;
         }
@@ -207,6 +233,22 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn the_final_frame_fits_a_buffer_others_filled() {
+        let mut b = OutBuf::new(100, 20, 50).with_final_reserve(30);
+        assert_eq!(b.append(&[1; 70]), Append::Appended);
+        // Only the final frame may use the last 30 bytes.
+        assert_eq!(b.append(&[2; 1]), Append::Overflow);
+        assert_eq!(b.append_with(1, |_| 1), Append::Overflow);
+        assert_eq!(b.append_final(30, |t| t.len()), Append::Appended);
+        assert_eq!(b.len(), 100);
+        assert_eq!(b.append_final(1, |_| 1), Append::Overflow);
+        // The reserve is at most half the buffer.
+        let mut c = OutBuf::new(100, 20, 50).with_final_reserve(1_000);
+        assert_eq!(c.append(&[1; 50]), Append::Appended);
+        assert_eq!(c.append(&[1; 1]), Append::Overflow);
     }
 
     #[test]

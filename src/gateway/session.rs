@@ -239,6 +239,39 @@ impl Session {
         self.last_rx_ns = now_ns;
     }
 
+    /// The server's loop stalled for `stall_ns` (it was stopped or
+    /// starved): the peer's silence over that time is the server's, so
+    /// the idle, logon and partial-frame deadlines move out by it.
+    pub fn on_stall(&mut self, stall_ns: u64) {
+        self.last_rx_ns = self.last_rx_ns.saturating_add(stall_ns);
+        self.connected_ns = self.connected_ns.saturating_add(stall_ns);
+        if let Some(t) = self.partial_since_ns.as_mut() {
+            *t = t.saturating_add(stall_ns);
+        }
+    }
+
+    /// Whether [`Session::on_timer`] at `now_ns` would cut the peer for
+    /// what it has not sent (silence, no logon, an unfinished frame): the
+    /// shard reads its socket first, so bytes waiting there count.
+    pub fn silence_due(&self, cfg: &SessionConfig, now_ns: u64) -> bool {
+        let late = |since: u64, ms: u64| now_ns.saturating_sub(since) > ms * MS;
+        let partial = self
+            .partial_since_ns
+            .is_some_and(|t| late(t, cfg.frame_timeout_ms));
+        partial
+            || match self.state {
+                SessionState::Closing { .. } => false,
+                SessionState::AwaitingLogon => late(self.connected_ns, cfg.logon_timeout_ms),
+                SessionState::Active { .. } => {
+                    now_ns.saturating_sub(self.last_rx_ns) > self.idle_limit_ns(cfg)
+                }
+            }
+    }
+
+    fn idle_limit_ns(&self, cfg: &SessionConfig) -> u64 {
+        self.heartbeat_ns * u64::from(cfg.dead_after_heartbeats)
+    }
+
     /// The inbound buffer filled without holding a frame: abuse.
     pub fn on_buffer_full(&mut self, ctx: &mut Ctx<'_>) {
         let reason = RejectReason::FRAME_TOO_LARGE;
@@ -470,8 +503,10 @@ impl Session {
         self.effects.write = true;
         if r == Append::Overflow && !self.is_closing() {
             // Not even a control message fits: the client is not reading.
-            GatewayStats::add(&ctx.stats.disconnects_slow_consumer, 1);
-            self.begin_close(ctx, Some(DisconnectReason::SLOW_CONSUMER));
+            // The Disconnect that says so goes into the buffer's reserve.
+            let retry = ctx.jitter(ctx.cfg.error_retry);
+            let reason = DisconnectReason::SLOW_CONSUMER;
+            self.disconnect(ctx, reason, retry, "slow consumer");
         }
     }
 
@@ -532,9 +567,14 @@ impl Session {
         if let Some(c) = counter {
             GatewayStats::add(c, 1);
         }
-        self.send(ctx, |b| {
-            wire::encode_disconnect_reason(b, reason, retry_after_ms, text)
+        // The last frame may use the buffer's reserve, so a full buffer
+        // (a slow consumer) still carries the reason; the closing linger
+        // is its bounded time to drain.
+        let _ = ctx.out.append_final(CONTROL_FRAME_MAX, |b| {
+            wire::encode_disconnect_reason(b, reason, retry_after_ms, text).unwrap_or(0)
         });
+        self.last_tx_ns = ctx.now_ns;
+        self.effects.write = true;
         self.begin_close(ctx, Some(reason));
     }
 
@@ -600,9 +640,7 @@ impl Session {
             let retry = ctx.jitter(cfg.error_retry);
             let reason = DisconnectReason::SLOW_CONSUMER;
             self.disconnect(ctx, reason, retry, "slow consumer");
-        } else if now.saturating_sub(self.last_rx_ns)
-            > self.heartbeat_ns * u64::from(cfg.dead_after_heartbeats)
-        {
+        } else if now.saturating_sub(self.last_rx_ns) > self.idle_limit_ns(cfg) {
             self.disconnect(ctx, DisconnectReason::IDLE_TIMEOUT, 0, "peer silent");
         } else if now.saturating_sub(self.last_tx_ns) >= self.heartbeat_ns {
             self.send(ctx, wire::encode_heartbeat);

@@ -54,6 +54,10 @@ pub(super) const INTERLEAVE_EVERY: usize = 32;
 const HOSTED_TOKEN_BASE: usize = 1 << 40;
 /// Timer sweep period.
 pub const SWEEP_NS: u64 = 50_000_000;
+/// A sweep later than its period by more than this is a loop stall (the
+/// process was stopped or starved of CPU): the sessions' deadlines move
+/// out by it and idleness is judged only after the sockets are read.
+pub const STALL_MIN_NS: u64 = 100_000_000;
 /// Most prices taken from the engine ring per turn, so sockets are polled
 /// regularly even under a flood of prices.
 pub const PRICE_BATCH: usize = 4096;
@@ -156,6 +160,8 @@ pub(super) struct Shard {
     pub(super) inbox: Receiver<(TcpStream, SocketAddr)>,
     pub(super) waiter: Waiter,
     pub(super) next_sweep_ns: u64,
+    /// When the last sweep ran (0: none yet); a stall is measured from it.
+    pub(super) last_sweep_ns: u64,
     pub(super) stopping: Option<u64>,
     /// Tick receive → shard latency of every price taken off the ring.
     pub(super) hist: Histogram<u64>,
@@ -225,6 +231,7 @@ impl Shard {
             control,
             inbox,
             next_sweep_ns: 0,
+            last_sweep_ns: 0,
             stopping: None,
             hist: latency_histogram(),
             exchange: None,
@@ -271,9 +278,15 @@ impl Shard {
                 self.spill_step(now);
             }
             if now >= self.next_sweep_ns {
-                self.next_sweep_ns = now + SWEEP_NS;
-                self.sweep(now);
-                self.measure(now);
+                if self.note_stall(now) {
+                    // Sweep next turn, after its poll has read every
+                    // socket that became readable during the stall.
+                    self.next_sweep_ns = now;
+                } else {
+                    self.next_sweep_ns = now + SWEEP_NS;
+                    self.sweep(now);
+                    self.measure(now);
+                }
             }
             if self.should_exit(now) {
                 break;
@@ -442,7 +455,8 @@ impl Shard {
             stream,
             peer,
             session: Session::new(&self.session_cfg, now),
-            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes),
+            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
+                .with_final_reserve(super::session::CONTROL_FRAME_MAX),
             subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
             dirty_subs: 0,
             in_write_list: false,

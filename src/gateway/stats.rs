@@ -78,4 +78,9 @@ pub struct ShardStats {
     pub conflating_now: Gauge,
     /// Sum of bytes waiting in outbound buffers (sampled each sweep).
     pub outbound_bytes: Gauge,
+    /// Loop stalls measured (sweeps late by more than
+    /// [`super::shard::STALL_MIN_NS`]: the process stopped or starved).
+    pub stalls: Counter,
+    /// The longest stall measured, in milliseconds.
+    pub max_stall_ms: Gauge,
 }

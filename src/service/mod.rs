@@ -453,6 +453,14 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         r.register_gauge_fn(m::SHARD_BUSY, &[("shard", &shard)], move || {
             f.busy_permille.get() as f64 / 1000.0
         })?;
+        let h = s.clone();
+        r.register_counter_fn(m::SHARD_STALLS, &[("shard", &shard)], move || {
+            h.stalls.get()
+        })?;
+        let k = s.clone();
+        r.register_gauge_fn(m::SHARD_MAX_STALL, &[("shard", &shard)], move || {
+            k.max_stall_ms.get() as f64 / 1000.0
+        })?;
         for (direction, out) in [("out", true), ("in", false)] {
             let g = s.clone();
             r.register_counter_fn(

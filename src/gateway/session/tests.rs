@@ -274,4 +274,5 @@ mod bad_frames;
 mod doc_limits;
 mod framing;
 mod logon;
+mod stall;
 mod timers;

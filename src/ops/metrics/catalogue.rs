@@ -124,6 +124,8 @@ pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
 pub const CONNECTIONS: &str = "pricewire_connections";
 pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
 pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
+pub const SHARD_MAX_STALL: &str = "pricewire_shard_max_stall_seconds";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
@@ -208,6 +210,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
     gauge(SHARD_BUSY, &["shard"], "ratio", "gateway",
         "Share of wall time a shard's loop spent on turns that did work, over its last 50-ms window"),
+    counter(SHARD_STALLS, &["shard"], "events", "gateway",
+        "Loop stalls a shard measured (a timer sweep 100 ms or more late: process stopped or starved); deadlines were extended by each"),
+    gauge(SHARD_MAX_STALL, &["shard"], "seconds", "gateway",
+        "Longest loop stall a shard measured since start"),
     counter(SESSIONS_MOVED, &["shard", "direction"], "sessions", "gateway",
         "Sessions a busy shard 0 moved to another shard (out) or a shard took over (in)"),
     counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",

@@ -195,6 +195,32 @@ fn a_control_message_that_does_not_fit_closes_as_slow_consumer() {
 }
 
 #[test]
+fn a_full_buffer_still_carries_the_slow_consumer_disconnect() {
+    // Issue #18 item 7: the reserve at the buffer's end takes the frame
+    // that says why, after the backlog the client has not read.
+    let out = OutBuf::new(4_096, 1_024, 2_048).with_final_reserve(CONTROL_FRAME_MAX);
+    let mut r = Rig::with_out(out).logged_on();
+    let filler = [0u8; 3_500];
+    let full = |r: &mut Rig| r.out.append(&filler[..100]);
+    assert_eq!(
+        r.out.append(&filler),
+        crate::gateway::outbound::Append::Appended
+    );
+    assert_eq!(full(&mut r), crate::gateway::outbound::Append::Overflow);
+    r.call(|s, ctx| s.reject(ctx, 1, template::SUBSCRIBE, RejectReason::INTERNAL, 0, ""));
+    assert_eq!(r.s.closing_reason(), Some(DisconnectReason::SLOW_CONSUMER));
+    assert_eq!(GatewayStats::get(&r.stats.disconnects_slow_consumer), 1);
+    let mut bytes = Vec::new();
+    r.out.write_to(&mut bytes).expect("vec write");
+    let m = sent(wire::decode(&bytes[3_500..]).expect("the Disconnect after the filler"));
+    assert!(disconnect(DisconnectReason::SLOW_CONSUMER, "slow consumer")(&m));
+    match m {
+        Sent::Disconnect { retry_ms, .. } => assert!(retry_ms > 0, "jittered retry"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_shard_disconnect_ends_the_session_with_its_reason() {
     let mut r = Rig::new().logged_on();
     r.call(|s, ctx| s.disconnect(ctx, DisconnectReason::SHUTDOWN, 1_234, "bye"));
