@@ -196,7 +196,8 @@ fn a_wrong_password_is_refused_by_the_lp() {
     let mut d = Drive::new(cfg);
     assert!(d.until(|d| d.session().logouts_received >= 1 || d.session().disconnects >= 1));
     assert_eq!(d.session().logons, 0);
-    assert!(lp.count(|l| l.contains("logon refused")) >= 1);
+    // The LP's own log line is read by a reader thread: wait for it.
+    assert!(lp.wait_count(1, Duration::from_secs(10), |l| l.contains("logon refused")));
 }
 
 /// The defaults with every time divided by 5 (heartbeat 5 s -> 1 s, read

@@ -118,7 +118,14 @@ fn ingest_and_engine_run_on_shard_zero_and_every_price_reaches_both_shards() {
 
 fn every_price_reaches_both_shards(wait: WaitStrategy) {
     let svc = start_with(2, wait);
-    let names = thread_names();
+    // A thread names itself when it first runs: under load the shard may
+    // not have run yet, so wait (bounded) for its name to show.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut names = thread_names();
+    while !names.iter().any(|n| n == "pw-shard0") && Instant::now() < deadline {
+        std::thread::yield_now();
+        names = thread_names();
+    }
     assert!(names.iter().any(|n| n == "pw-shard0"), "{names:?}");
     assert!(
         !names.iter().any(|n| n == "pw-engine" || n == "pw-ingest"),
