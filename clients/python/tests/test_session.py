@@ -454,7 +454,9 @@ def test_worked_examples_agree_with_the_server(session: Session) -> None:
         limited = directory.name == "Reject" and directory.int("reason") == rate_limited
         if not limited or time.monotonic() > deadline:
             break
-        time.sleep(directory.int("retryAfterMs") / 1000)  # §4.2: wait the floor, then retry
+        # §4.2: wait the floor, then retry — heartbeating while waiting (a bare sleep
+        # longer than the dead-peer interval is rightly cut as a silent peer).
+        session.wait_for(lambda _m: False, directory.int("retryAfterMs") / 1000)
     assert directory.name == "SymbolDirectory", directory
     syms = {s["name"]: s["symbolId"] for s in directory.groups["symbols"]}
     results = example("subscribe_response").groups["results"]
