@@ -8,12 +8,14 @@
 
 #[path = "util/net.rs"]
 mod net;
+#[path = "util/wait.rs"]
+mod wait;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pricewire::ops::http::{CODES, PATHS};
 use pricewire::ops::metrics::{catalogue, FamilyDesc, FAMILIES};
@@ -81,16 +83,17 @@ fn scrape_reference() -> String {
         .spawn()
         .expect("start pricewire serve");
     let _server = Server(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
+    let mut body = None;
+    let ready = wait::wait_until(Duration::from_secs(30), || {
         if get(ops, "/readyz").is_some_and(|(code, _)| code == 200) {
-            if let Some((200, body)) = get(ops, "/metrics") {
-                return body;
+            if let Some((200, b)) = get(ops, "/metrics") {
+                body = Some(b);
             }
         }
-        std::thread::sleep(Duration::from_millis(50)); // polling a child process
-    }
-    panic!("pricewire serve never became ready on {ops}");
+        body.is_some()
+    });
+    assert!(ready, "pricewire serve never became ready on {ops}");
+    body.expect("scraped once ready")
 }
 
 #[derive(Default)]

@@ -84,6 +84,15 @@ pub enum ServiceError {
     Bus(#[from] BusError),
 }
 
+/// The parts of a [`ServiceConfig`] that decide what takes the shard
+/// rings (see `Service::start_consumers`).
+struct Consumers {
+    gateway: Option<GatewayConfig>,
+    requests: RequestConfig,
+    refdata: Option<Arc<RefData>>,
+    shard_wait: WaitStrategy,
+}
+
 /// A running service.
 pub struct Service {
     pub config: Arc<Config>,
@@ -172,22 +181,13 @@ impl Service {
             bus,
             sinks: Vec::new(),
         };
-        match cfg.gateway {
-            Some(gcfg) => {
-                let deps = GatewayDeps {
-                    config,
-                    table: service.pipeline.handles.table.clone(),
-                    overload,
-                    exchanges: exchanges.into_iter().map(Some).collect(),
-                    history: Some(service.pipeline.handles.history.clone()),
-                    requests: cfg.requests,
-                    refdata: cfg.refdata,
-                };
-                let gw = Gateway::start_with(gcfg, shards, deps).map_err(ServiceError::Gateway)?;
-                service.gateway = Some(gw);
-            }
-            None => service.start_sinks(shards, exchanges, &cfg.pipeline, cfg.shard_wait),
-        }
+        let consumers = Consumers {
+            gateway: cfg.gateway,
+            requests: cfg.requests,
+            refdata: cfg.refdata,
+            shard_wait: cfg.shard_wait,
+        };
+        service.start_consumers(consumers, shards, exchanges, &cfg.pipeline)?;
         Ok(service)
     }
 
@@ -224,24 +224,42 @@ impl Service {
             bus: Some(BusHandle::Edge(sub)),
             sinks: Vec::new(),
         };
-        match cfg.gateway {
-            Some(gcfg) => {
-                let deps = GatewayDeps {
-                    config,
-                    table: service.pipeline.handles.table.clone(),
-                    overload,
-                    exchanges: exchanges.into_iter().map(Some).collect(),
-                    history: Some(service.pipeline.handles.history.clone()),
-                    requests: cfg.requests,
-                    refdata: cfg.refdata,
-                };
-                let gw =
-                    Gateway::start_with(gcfg, parts.shards, deps).map_err(ServiceError::Gateway)?;
-                service.gateway = Some(gw);
-            }
-            None => service.start_sinks(parts.shards, exchanges, &cfg.pipeline, cfg.shard_wait),
-        }
+        let consumers = Consumers {
+            gateway: cfg.gateway,
+            requests: cfg.requests,
+            refdata: cfg.refdata,
+            shard_wait: cfg.shard_wait,
+        };
+        service.start_consumers(consumers, parts.shards, exchanges, &cfg.pipeline)?;
         Ok(service)
+    }
+
+    /// Starts what takes the shard rings: the subscriber gateway, or
+    /// measuring sinks when headless. One path for a standalone service and
+    /// an edge, whose rings the bus thread fills instead of the engine.
+    fn start_consumers(
+        &mut self,
+        c: Consumers,
+        shards: Vec<crate::engine::ShardInput>,
+        exchanges: Vec<crate::runtime::latency::HistogramExchange>,
+        pcfg: &PipelineConfig,
+    ) -> Result<(), ServiceError> {
+        let Some(gcfg) = c.gateway else {
+            self.start_sinks(shards, exchanges, pcfg, c.shard_wait);
+            return Ok(());
+        };
+        let deps = GatewayDeps {
+            config: self.config.clone(),
+            table: self.pipeline.handles.table.clone(),
+            overload: self.overload.clone(),
+            exchanges: exchanges.into_iter().map(Some).collect(),
+            history: Some(self.pipeline.handles.history.clone()),
+            requests: c.requests,
+            refdata: c.refdata,
+        };
+        let gw = Gateway::start_with(gcfg, shards, deps).map_err(ServiceError::Gateway)?;
+        self.gateway = Some(gw);
+        Ok(())
     }
 
     fn start_sinks(
