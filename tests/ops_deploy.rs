@@ -308,3 +308,169 @@ fn operations_doc_lists_every_metric_family() {
         );
     }
 }
+
+// ---- deploy/scale-out: NATS cluster, cores, edges (docs/scale-out.md) ----
+
+/// Every document of one scale-out manifest.
+fn scale_out(file: &str) -> Vec<Yaml> {
+    load(&format!("scale-out/{file}"))
+}
+
+fn find<'a>(docs: &'a [Yaml], kind: &str, name: &str) -> &'a Yaml {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("{kind} {name}"))
+}
+
+/// The container's `serve` flags through the binary's own parser.
+fn serve_args(c: &Yaml) -> pricewire::cli::serve::ServeArgs {
+    use clap::Parser;
+    let argv = std::iter::once("pricewire".to_string()).chain(args(c));
+    match pricewire::cli::Cli::try_parse_from(argv)
+        .expect("manifest flags parse")
+        .command
+    {
+        pricewire::cli::Command::Serve(a) => *a,
+        other => panic!("not serve: {other:?}"),
+    }
+}
+
+/// The client URL of every NATS node, in ordinal order, from the cluster's
+/// StatefulSet and its governing Service.
+fn nats_nodes() -> Vec<String> {
+    let docs = scale_out("nats.yaml");
+    let sts = find(&docs, "StatefulSet", "nats");
+    let service = sts["spec"]["serviceName"].as_str().unwrap();
+    let replicas = sts["spec"]["replicas"].as_i64().unwrap();
+    (0..replicas)
+        .map(|i| format!("nats://nats-{i}.{service}:4222"))
+        .collect()
+}
+
+#[test]
+fn the_nats_cluster_has_three_jetstream_nodes_routed_to_each_other() {
+    let docs = scale_out("nats.yaml");
+    let sts = find(&docs, "StatefulSet", "nats");
+    assert_eq!(sts["spec"]["replicas"].as_i64(), Some(3));
+    let governing = find(
+        &docs,
+        "Service",
+        sts["spec"]["serviceName"].as_str().unwrap(),
+    );
+    assert_eq!(governing["spec"]["clusterIP"].as_str(), Some("None"));
+    let conf = find(&docs, "ConfigMap", "nats-config")["data"]["nats.conf"]
+        .as_str()
+        .unwrap();
+    assert!(conf.contains("jetstream {"), "JetStream on");
+    for node in nats_nodes() {
+        let route = node.replace(":4222", ":6222");
+        assert!(conf.contains(&route), "route {route}");
+    }
+}
+
+#[test]
+fn cores_are_two_publishing_to_every_nats_node_with_three_copies() {
+    let docs = scale_out("core.yaml");
+    let sts = find(&docs, "StatefulSet", "pricewire-core");
+    assert_eq!(
+        sts["spec"]["replicas"].as_i64(),
+        Some(2),
+        "active + standby"
+    );
+    let c = container(sts);
+    let a = serve_args(c);
+    let Ok(Some(pricewire::bus::BusRole::Core(bus))) = a.bus_role() else {
+        panic!("a core: {:?}", a.bus_role().err());
+    };
+    assert_eq!(bus.servers, nats_nodes(), "every NATS node, in order");
+    assert_eq!(bus.replicas, 3, "the stream survives a node");
+    assert!(a.no_synthetic, "a core prices from its LPs only");
+    let has_prices = c["ports"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"].as_str() == Some("prices"));
+    assert!(!has_prices, "a core has no subscriber port");
+}
+
+#[test]
+fn edges_sit_behind_a_service_that_keeps_terminal_addresses() {
+    let docs = scale_out("edge.yaml");
+    let edge = find(&docs, "Deployment", "pricewire-edge");
+    let c = container(edge);
+    let a = serve_args(c);
+    let Ok(Some(pricewire::bus::BusRole::Edge(bus))) = a.bus_role() else {
+        panic!("an edge: {:?}", a.bus_role().err());
+    };
+    assert_eq!(bus.servers, nats_nodes());
+    assert_eq!(port_of(c, "prices"), PRICES_PORT);
+    let svc = find(&docs, "Service", "pricewire-edge");
+    assert_eq!(
+        svc["spec"]["externalTrafficPolicy"].as_str(),
+        Some("Local"),
+        "per-IP limits see the terminal's address"
+    );
+    let labels = &edge["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in svc["spec"]["selector"].as_hash().unwrap() {
+        assert_eq!(&labels[k.as_str().unwrap()], v, "edges match the Service");
+    }
+}
+
+#[test]
+fn cores_and_edges_run_the_shipped_budgets_and_probes() {
+    let core = scale_out("core.yaml");
+    let edge = scale_out("edge.yaml");
+    for w in [
+        find(&core, "StatefulSet", "pricewire-core"),
+        find(&edge, "Deployment", "pricewire-edge"),
+    ] {
+        let c = container(w);
+        let ops = serve_args(c).ops;
+        ops.validate_with_env(|_| None).expect("ops flags valid");
+        let tgps_ms = w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap() as u64
+            * 1000;
+        assert!(tgps_ms >= ops.drain_delay_ms + ops.grace_ms);
+        for (probe, path) in [
+            ("startupProbe", "/startupz"),
+            ("readinessProbe", "/readyz"),
+            ("livenessProbe", "/livez"),
+        ] {
+            assert_eq!(c[probe]["httpGet"]["path"].as_str(), Some(path));
+            assert_eq!(c[probe]["httpGet"]["port"].as_str(), Some("ops"));
+        }
+        let startup = &c["startupProbe"];
+        let covered_ms = (startup["periodSeconds"].as_i64().unwrap()
+            * startup["failureThreshold"].as_i64().unwrap()
+            * 1000) as u64;
+        assert!(covered_ms >= ops.stagger_cap_ms + ops.stagger_jitter_ms + STARTUP_ALLOWANCE_MS);
+    }
+}
+
+#[test]
+fn the_shared_config_is_valid_and_its_lp_passwords_come_from_the_secret() {
+    let docs = scale_out("config.yaml");
+    let text = find(&docs, "ConfigMap", "pricewire-config")["data"]["pricewire.toml"]
+        .as_str()
+        .unwrap();
+    // No password in the file: each LP names a variable, which core.yaml
+    // fills from a Secret.
+    assert!(!text.contains("password ="), "no password in the ConfigMap");
+    let core = scale_out("core.yaml");
+    let c = container(find(&core, "StatefulSet", "pricewire-core"));
+    assert!(c["envFrom"][0]["secretRef"]["name"].as_str().is_some());
+    let vars: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("password_env = "))
+        .map(|v| v.trim_matches('"'))
+        .collect();
+    assert_eq!(vars.len(), 2);
+    for v in &vars {
+        // The only test in this binary that reads these variables.
+        std::env::set_var(v, "from-the-secret");
+    }
+    let config = pricewire::config::Config::parse(text, 0).expect("config parses");
+    assert_eq!(config.fix.len(), 2, "two FIX LPs");
+    assert_eq!(config.table.by_name("USDJPY").map(|i| i.digits), Some(3));
+}
