@@ -5,9 +5,8 @@
 //! reconnect policy every client is logged on in the end; the server's RSS
 //! stays bounded and it never crashes.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,57 +28,6 @@ const RSS_BOUND_KIB: u64 = 600 * 1024;
 
 #[path = "util/net.rs"]
 mod net;
-
-fn raise_open_files_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a
-    // properly initialised rlimit owned by this frame.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        lim.rlim_cur = lim.rlim_max.min(65_536);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-    }
-    assert!(
-        lim.rlim_cur >= (2 * HERD + 256) as u64,
-        "open-files limit {} too low",
-        lim.rlim_cur
-    );
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn ready(ops: SocketAddr) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&ops, Duration::from_millis(300)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.starts_with("HTTP/1.1 200")
-}
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn client_config(addr: SocketAddr, seed: u64) -> ClientConfig {
     let mut cfg = ClientConfig::new(addr, "demo", "demo");
@@ -170,7 +118,7 @@ fn drive(addr: SocketAddr, first: usize, count: usize, tally: Arc<Tally>) -> Vec
 
 #[test]
 fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
-    raise_open_files_limit();
+    net::raise_open_files_limit(2 * HERD + 256);
     let (addr, ops_addr) = (net::free_addr(), net::free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args([
@@ -208,10 +156,10 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server(child);
+    let server = net::Server(child);
     let pid = server.0.id();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !ready(ops_addr) {
+    while !net::ready(ops_addr) {
         assert!(Instant::now() < deadline, "server never became ready");
         std::thread::yield_now();
     }
@@ -264,7 +212,7 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
             herd_start.elapsed() < HERD_DEADLINE,
             "herd not logged on in time"
         );
-        rss_max = rss_max.max(rss_kib(pid));
+        rss_max = rss_max.max(net::rss_kib(pid));
         std::thread::park_timeout(Duration::from_millis(50));
     }
     let herd_took = herd_start.elapsed();
@@ -272,7 +220,7 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
         .into_iter()
         .flat_map(|d| d.join().unwrap())
         .collect();
-    rss_max = rss_max.max(rss_kib(pid));
+    rss_max = rss_max.max(net::rss_kib(pid));
     let rx_before_stop = received.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     let steady_drops: u64 = steady.into_iter().map(|t| t.join().unwrap()).sum();

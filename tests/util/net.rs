@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
 
 /// A free loopback address (the port is released before use; the window
 /// for another process to take it is tiny on a test machine).
@@ -11,4 +12,61 @@ pub fn free_addr() -> SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
+}
+
+/// Raises this process's open-files limit to its hard limit (at most
+/// 65,536) and checks that `needed` descriptors fit.
+pub fn raise_open_files_limit(needed: usize) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a
+    // properly initialised rlimit owned by this frame.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max.min(65_536);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= needed as u64,
+        "open-files limit {} too low",
+        lim.rlim_cur
+    );
+}
+
+/// Resident set size of process `pid` in KiB (0 if it cannot be read).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `GET /readyz` on the ops listener answers 200.
+pub fn ready(ops: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&ops, Duration::from_millis(300)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.starts_with("HTTP/1.1 200")
+}
+
+/// A child server process, killed and reaped when dropped.
+pub struct Server(pub std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
