@@ -74,6 +74,7 @@
 pub mod config;
 pub mod health;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod shutdown;
 pub mod signals;

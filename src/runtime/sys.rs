@@ -162,3 +162,63 @@ pub fn listen_on(fd: &impl AsRawFd, backlog: u32) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Allocations of this many bytes or more get their own anonymous mapping
+/// (glibc's `M_MMAP_THRESHOLD`), returned to the kernel when freed. Every
+/// connection's output buffer (`--out-cap-bytes`, 128 KiB by default) and
+/// input buffer (`--max-frame-bytes`, 16 KiB) is at least this large.
+pub const MMAP_THRESHOLD_BYTES: usize = 16 * 1024;
+
+/// Process-wide allocator settings for a server whose connections come and
+/// go in herds; call once at start-up, before other threads exist.
+///
+/// glibc serves a large allocation from its own mapping, but after the
+/// first such block is freed it raises the threshold to that block's size
+/// ("dynamic threshold"), so from then on every connection's buffers come
+/// from the thread's heap arena: zero-filled there (every page touched),
+/// and kept by the arena after the connection closes. Herd after herd
+/// this held hundreds of MB. Setting the threshold fixes it at
+/// [`MMAP_THRESHOLD_BYTES`]: connection buffers are fresh zero pages
+/// (resident only once written) and go back to the kernel on close.
+/// Returns false where the setting does not exist (not glibc) or failed.
+pub fn tune_allocator() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let threshold = MMAP_THRESHOLD_BYTES as libc::c_int;
+        // SAFETY: mallopt takes two integers and no pointers; M_MMAP_THRESHOLD
+        // accepts any value up to HEAP_MAX_SIZE / 2 (32 MiB on 64-bit).
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, threshold) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// Gives the allocator's free memory back to the kernel (glibc
+/// `malloc_trim(0)`: every arena, including free pages inside the heap).
+/// Takes each arena's lock in turn for up to a few milliseconds: run it
+/// from the ops loop, never on a stage thread. Returns true if memory was
+/// released.
+pub fn return_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes a size and no pointers; it only walks
+        // the allocator's own state under its locks.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// This process's resident set size in bytes (`/proc/self/statm`), or
+/// `None` where that file does not exist.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf takes an integer and no pointers.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}

@@ -11,10 +11,12 @@ use super::record::close_recorder;
 use super::Plan;
 use crate::capture::RecorderHandle;
 use crate::clock::{Clock, MonotonicClock};
+use crate::ops::memory::MemoryReturn;
 use crate::ops::metrics::SharedHistogram;
 use crate::ops::shutdown::sleep_until;
 use crate::ops::{standard_plan, Health, Registry, Shutdown, ShutdownHooks, StepResult};
 use crate::runtime::latency::latency_histogram;
+use crate::runtime::sys;
 use crate::service::report::{line, Totals};
 use crate::service::Service;
 
@@ -25,6 +27,7 @@ pub(super) fn report_loop(
     health: &Health,
     latency: &SharedHistogram,
     begin: &Receiver<()>,
+    memory: &mut MemoryReturn,
 ) {
     let start = Instant::now();
     let interval = Duration::from_millis(args.report_interval_ms);
@@ -47,6 +50,15 @@ pub(super) fn report_loop(
         let Some(svc) = guard.as_mut() else { return };
         if svc.pipeline.feeds_finished() && !args.no_synthetic {
             break;
+        }
+        let connections = svc.gateway.as_ref().map_or(0, |g| g.connections());
+        if memory.observe(connections as usize, MonotonicClock.now_ns()) {
+            let released = sys::return_free_memory();
+            tracing::debug!(
+                connections,
+                released,
+                "returned free memory after departures"
+            );
         }
         if last.elapsed() < interval {
             continue;

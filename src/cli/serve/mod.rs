@@ -24,6 +24,7 @@ use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
 use crate::feed::fix::FixFeed;
 use crate::feed::synthetic::SyntheticConfig;
+use crate::ops::memory::MemoryReturn;
 use crate::ops::metrics::catalogue;
 use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
 use crate::ops::{
@@ -85,6 +86,8 @@ pub fn run(args: ServeArgs) -> i32 {
         )
     });
     let registered = registered.and_then(|_| register_recorder(&registry, recorder.as_ref()));
+    let mut memory = MemoryReturn::default();
+    let registered = registered.and_then(|_| memory.register(&registry));
     if let Err(e) = registered {
         tracing::error!(error = %e, "metrics registration failed");
     }
@@ -92,7 +95,15 @@ pub fn run(args: ServeArgs) -> i32 {
     health.set_serving();
     tracing::info!(ops = %ops_server.local_addr(), "serving");
     let service = Arc::new(Mutex::new(Some(service)));
-    report_loop(&args, &service, &registry, &health, &latency, &begin_rx);
+    report_loop(
+        &args,
+        &service,
+        &registry,
+        &health,
+        &latency,
+        &begin_rx,
+        &mut memory,
+    );
     let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
     if let Some(s) = service.lock().expect("service lock").take() {
         s.stop();

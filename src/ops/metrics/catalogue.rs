@@ -154,6 +154,8 @@ pub const OPS_HTTP_REJECTED: &str = "pricewire_ops_http_rejected_total";
 pub const METRICS_REJECTED_SAMPLES: &str = "pricewire_metrics_rejected_samples_total";
 pub const BUILD_INFO: &str = "pricewire_build_info";
 pub const THREAD_RT_PRIORITY: &str = "pricewire_thread_rt_priority";
+pub const MEMORY_TRIMS: &str = "pricewire_memory_trims_total";
+pub const PROCESS_RESIDENT: &str = "pricewire_process_resident_bytes";
 
 /// Every family pricewire exposes. Order here is the order on `/metrics`.
 pub const FAMILIES: &[FamilyDesc] = &[
@@ -275,6 +277,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Always 1; the version label names the running build"),
     gauge(THREAD_RT_PRIORITY, &["thread"], "priority", "ops",
         "Real-time (SCHED_FIFO/SCHED_RR) priority of each pw-* thread as the kernel reports it now; 0 = normal scheduling"),
+    counter(MEMORY_TRIMS, &[], "trims", "ops",
+        "Times the allocator's free memory was returned to the kernel after connections left (docs/operations.md, Memory)"),
+    gauge(PROCESS_RESIDENT, &[], "bytes", "ops",
+        "Resident set size of the process, read at scrape time; -1 where /proc is not available"),
 ];
 
 /// The family called `name`, if documented.
