@@ -12,8 +12,6 @@
 //! feeds stop and drop their producers; the engine drains its inputs, sees
 //! them abandoned, flushes and exits, dropping its shard producers; shards
 //! do the same.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod determ;
 pub mod sink;
@@ -51,12 +49,19 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Settings of the pipeline. Validated by [`PipelineConfig::validate`].
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
+    /// Feed → engine ring capacity, in ticks (power of two, at most 2^24).
     pub feed_ring: usize,
+    /// Engine → shard ring capacity, in prices (power of two, at most 2^24).
     pub shard_ring: usize,
+    /// Gateway shards, each with its own ring (1..=64).
     pub shards: usize,
+    /// How feed stages wait when idle.
     pub feed_wait: WaitStrategy,
+    /// How the engine waits when idle.
     pub engine_wait: WaitStrategy,
+    /// Which core each stage is pinned to, if any.
     pub cpus: CpuMap,
+    /// Time a feed waits for room in a full ring before dropping, in µs.
     pub feed_full_wait_us: u64,
     /// Ticks of history kept per symbol.
     pub history_depth: usize,
@@ -83,10 +88,23 @@ impl Default for PipelineConfig {
 /// Why the pipeline could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    /// A setting is out of bounds.
     #[error("invalid setting `{flag}`: {reason}")]
-    Invalid { flag: &'static str, reason: String },
+    Invalid {
+        /// The command-line flag of the setting.
+        flag: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// A stage reported that it could not start (pinning, priority, ...).
     #[error("stage {stage} failed to start: {reason}")]
-    StageFailed { stage: Stage, reason: String },
+    StageFailed {
+        /// Which stage.
+        stage: Stage,
+        /// Why, as the stage reported it.
+        reason: String,
+    },
+    /// A stage did not report in within the start-up timeout (10 s).
     #[error("stage {0} did not report in within the start-up timeout")]
     StartTimeout(Stage),
 }
@@ -102,6 +120,8 @@ fn ring_size_ok(flag: &'static str, n: usize) -> Result<(), PipelineError> {
 }
 
 impl PipelineConfig {
+    /// Checks every bound; the error names the flag (`--feed-ring`,
+    /// `--shard-ring`, `--history-depth`, `--shards`, `--cpus`).
     pub fn validate(&self) -> Result<(), PipelineError> {
         ring_size_ok("--feed-ring", self.feed_ring)?;
         ring_size_ok("--shard-ring", self.shard_ring)?;
@@ -156,12 +176,18 @@ pub enum Control {
 /// What stages tell the supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StageEvent {
+    /// The stage's thread is running where it says.
     Started {
+        /// Which stage.
         stage: Stage,
+        /// Where its thread runs (core and priority).
         placement: affinity::Placement,
     },
+    /// The stage could not start.
     Failed {
+        /// Which stage.
         stage: Stage,
+        /// Why, for the operator.
         reason: String,
     },
 }
@@ -169,11 +195,17 @@ pub enum StageEvent {
 /// Shared read-only views of the running pipeline.
 #[derive(Clone)]
 pub struct PipelineHandles {
+    /// The latest price of every symbol.
     pub table: Arc<PriceTable>,
+    /// Per-provider liveness, as the engine sees it.
     pub health: Arc<ProviderHealth>,
+    /// Engine counters.
     pub engine: Arc<EngineStats>,
+    /// Fan-out counters, one per shard.
     pub fanout: Vec<Arc<FanoutStats>>,
+    /// Counters of each feed, with its name.
     pub feeds: Vec<(String, Arc<FeedStats>)>,
+    /// Wakes the engine when a feed pushed into an empty ring.
     pub engine_doorbell: Arc<Doorbell>,
     /// Recent ticks per symbol (HistoryRequest).
     pub history: Arc<TickHistory>,
@@ -191,12 +223,15 @@ pub struct Pipeline {
     engine: Option<StageThread>,
     /// The engine hosted by shard 0 (`--threading shared`).
     hosted_engine: Option<crate::runtime::hosting::Dropped>,
+    /// Read-only views for reporting and the gateway.
     pub handles: PipelineHandles,
 }
 
 /// What [`Pipeline::start`] hands back besides the pipeline.
 pub struct PipelineParts {
+    /// The running feeds and engine.
     pub pipeline: Pipeline,
+    /// One input per shard: its ring and interest set, for the caller to run.
     pub shards: Vec<ShardInput>,
     /// One producer port per requested external feed (e.g. TCP ingest).
     pub ports: Vec<FeedPort>,
