@@ -38,6 +38,7 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Sums the totals out of one scrape of the registry.
     pub fn read(series: &[Series]) -> Totals {
         let all = |family: &str| sum_of(series, family, |_| true) as u64;
         let drop = |reason: &str| sum_of(series, m::DROPS, |s| s.label("reason") == reason) as u64;
