@@ -240,6 +240,112 @@ pub struct PipelineParts {
 /// The recorder ring the engine copies every tick into.
 pub use crate::capture::RecorderTap;
 
+/// The engine → shard rings: one publisher (engine side) and one
+/// [`ShardInput`] (shard side) per shard, each with its doorbell and an
+/// empty interest set over `symbols` symbols.
+fn shard_rings(cfg: &PipelineConfig, symbols: usize) -> (Vec<ShardPublisher>, Vec<ShardInput>) {
+    let mut publishers = Vec::new();
+    let mut shards = Vec::new();
+    // `validate` checked the ring sizes (pair assertion).
+    debug_assert!(cfg.shard_ring.is_power_of_two() && cfg.feed_ring.is_power_of_two());
+    for index in 0..cfg.shards {
+        let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
+        let doorbell = Doorbell::new();
+        // Nothing until the shard's first subscription (sinks: all).
+        let interest = SymbolInterest::none(symbols);
+        let publisher = ShardPublisher::new(producer, symbols, doorbell.clone())
+            .with_interest(interest.clone());
+        shards.push(ShardInput {
+            index,
+            consumer,
+            doorbell,
+            interest,
+            fanout: publisher.stats.clone(),
+            hosted: HostedTasks::default(),
+        });
+        publishers.push(publisher);
+    }
+    (publishers, shards)
+}
+
+/// The feed → engine rings of [`Pipeline::start`].
+struct FeedRings {
+    /// Engine side of every ring: the sources' first, then the external ports'.
+    inputs: Vec<rtrb::Consumer<Tick>>,
+    /// Each ring's name and counters, in the same order.
+    stats: Vec<(String, Arc<FeedStats>)>,
+    /// Producer side of each external port, for the caller.
+    ports: Vec<FeedPort>,
+    /// Each source with the producer side of its ring, for its feed thread.
+    pending: Vec<(String, Box<dyn TickSource>, FeedPort)>,
+}
+
+/// One ring per source and per external port, each ringing `doorbell`.
+fn feed_rings(
+    cfg: &PipelineConfig,
+    sources: Vec<(String, Box<dyn TickSource>)>,
+    external_ports: Vec<String>,
+    doorbell: &Arc<Doorbell>,
+) -> FeedRings {
+    let mut rings = FeedRings {
+        inputs: Vec::new(),
+        stats: Vec::new(),
+        ports: Vec::new(),
+        pending: Vec::new(),
+    };
+    for (name, source) in sources {
+        let (port, consumer) =
+            FeedPort::new(cfg.feed_ring, cfg.feed_full_wait_us, doorbell.clone());
+        rings.stats.push((name.clone(), port.stats.clone()));
+        rings.inputs.push(consumer);
+        rings.pending.push((name, source, port));
+    }
+    for name in external_ports {
+        let (port, consumer) =
+            FeedPort::new(cfg.feed_ring, cfg.feed_full_wait_us, doorbell.clone());
+        rings.stats.push((name, port.stats.clone()));
+        rings.inputs.push(consumer);
+        rings.ports.push(port);
+    }
+    rings
+}
+
+/// The engine stage and the shared views of it that go into the handles.
+struct EngineParts {
+    stage: EngineStage,
+    price_table: Arc<PriceTable>,
+    history: Arc<TickHistory>,
+    health: Arc<ProviderHealth>,
+    stats: Arc<EngineStats>,
+}
+
+/// The engine stage over `inputs` and `publishers`, with its aggregator,
+/// price table, tick history and recorder tap.
+fn engine_stage(
+    config: &Config,
+    cfg: &PipelineConfig,
+    publishers: Vec<ShardPublisher>,
+    inputs: Vec<rtrb::Consumer<Tick>>,
+    recorder: Option<RecorderTap>,
+) -> EngineParts {
+    let table = &config.table;
+    let health = ProviderHealth::new(table.providers().len());
+    let stats = Arc::new(EngineStats::default());
+    let agg = Aggregator::new(table, &config.engine, health.clone(), stats.clone());
+    let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
+    let mut stage = EngineStage::new(agg, price_table.clone(), publishers, inputs, stats.clone());
+    stage.tap = recorder;
+    let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
+    stage.history = Some(history.clone());
+    EngineParts {
+        stage,
+        price_table,
+        history,
+        health,
+        stats,
+    }
+}
+
 impl Pipeline {
     /// Starts one feed thread per source and the engine thread (with
     /// `--threading shared`, hands the engine to shard 0's input as a
@@ -255,27 +361,7 @@ impl Pipeline {
         cfg.validate()?;
         let table = &config.table;
         let shared = cfg.threading == Threading::Shared;
-        let mut publishers = Vec::new();
-        let mut shards = Vec::new();
-        // `validate` checked the ring sizes (pair assertion).
-        debug_assert!(cfg.shard_ring.is_power_of_two() && cfg.feed_ring.is_power_of_two());
-        for index in 0..cfg.shards {
-            let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
-            let doorbell = Doorbell::new();
-            // Nothing until the shard's first subscription (sinks: all).
-            let interest = SymbolInterest::none(table.len());
-            let publisher = ShardPublisher::new(producer, table.len(), doorbell.clone())
-                .with_interest(interest.clone());
-            shards.push(ShardInput {
-                index,
-                consumer,
-                doorbell,
-                interest,
-                fanout: publisher.stats.clone(),
-                hosted: HostedTasks::default(),
-            });
-            publishers.push(publisher);
-        }
+        let (publishers, mut shards) = shard_rings(cfg, table.len());
         // Shared: feeds wake the engine by waking the thread that hosts it.
         let engine_doorbell = if shared {
             shards[0].doorbell.clone()
@@ -283,46 +369,18 @@ impl Pipeline {
             Doorbell::new()
         };
         let (events_tx, events_rx) = crossbeam_channel::bounded(64);
-        let mut inputs = Vec::new();
-        let mut feed_stats = Vec::new();
-        let mut ports = Vec::new();
-        let mut pending_sources = Vec::new();
-        for (name, source) in sources {
-            let (port, consumer) = FeedPort::new(
-                cfg.feed_ring,
-                cfg.feed_full_wait_us,
-                engine_doorbell.clone(),
-            );
-            feed_stats.push((name.clone(), port.stats.clone()));
-            inputs.push(consumer);
-            pending_sources.push((name, source, port));
-        }
-        for name in external_ports {
-            let (port, consumer) = FeedPort::new(
-                cfg.feed_ring,
-                cfg.feed_full_wait_us,
-                engine_doorbell.clone(),
-            );
-            feed_stats.push((name, port.stats.clone()));
-            inputs.push(consumer);
-            ports.push(port);
-        }
+        let rings = feed_rings(cfg, sources, external_ports, &engine_doorbell);
+        let (inputs, feed_stats, ports, pending_sources) =
+            (rings.inputs, rings.stats, rings.ports, rings.pending);
 
-        let health = ProviderHealth::new(table.providers().len());
-        let engine_stats = Arc::new(EngineStats::default());
         let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
-        let agg = Aggregator::new(table, &config.engine, health.clone(), engine_stats.clone());
-        let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
-        let mut stage = EngineStage::new(
-            agg,
-            price_table.clone(),
-            publishers,
-            inputs,
-            engine_stats.clone(),
-        );
-        stage.tap = recorder;
-        let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
-        stage.history = Some(history.clone());
+        let EngineParts {
+            stage,
+            price_table,
+            history,
+            health,
+            stats: engine_stats,
+        } = engine_stage(config, cfg, publishers, inputs, recorder);
         let (engine, hosted_engine) = if shared {
             let (task, done) = crate::engine::hosted::HostedEngine::new(stage);
             shards[0].hosted.push(Box::new(task));

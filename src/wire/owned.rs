@@ -141,6 +141,9 @@ impl Message<'_> {
     /// Copies the message out of its frame.
     pub fn to_owned_message(&self) -> OwnedMessage {
         use OwnedMessage as O;
+        // One arm per message of the schema, over 70 lines: a flat table
+        // reads against `Message` line by line; spreading it over helpers
+        // would hide a missing arm, which the exhaustive match now catches.
         match self {
             Message::Logon(m) => O::Logon {
                 heartbeat_interval_ms: m.heartbeat_interval_ms,
@@ -218,6 +221,9 @@ impl OwnedMessage {
     /// Encodes the message; see the `encode_*` functions.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         use OwnedMessage as O;
+        // One arm per message of the schema, over 70 lines: a flat table
+        // reads against `Message` line by line; spreading it over helpers
+        // would hide a missing arm, which the exhaustive match now catches.
         match self {
             O::Logon {
                 heartbeat_interval_ms,
