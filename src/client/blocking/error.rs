@@ -10,7 +10,7 @@ use crate::client::session::SessionError;
 use crate::wire::{DisconnectReason, EncodeError, LogonRejectReason};
 
 /// Client failures returned to the caller. Connection losses after the
-/// first logon are not errors: they arrive as [`Event::Disconnected`].
+/// first logon are not errors: they arrive as [`Event::Disconnected`](crate::client::Event::Disconnected).
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The TCP connect failed or timed out.
