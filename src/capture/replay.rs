@@ -174,7 +174,7 @@ impl ReplaySource {
     }
 
     /// Releases ticks with their recorded receive times (for a consumer
-    /// that drives its own time from them, [`super::determ`]).
+    /// that drives its own time from them, `pipeline::determ`).
     pub fn keep_recorded_times(&mut self) {
         self.keep_recorded = true;
     }

@@ -36,16 +36,16 @@ pub struct BusArgs {
 }
 
 /// What the rest of `serve` needs to know to check the role against.
-pub struct RoleFacts {
-    pub threading: Threading,
-    pub listens: bool,
-    pub feed_listen: bool,
+pub(crate) struct RoleFacts {
+    pub(crate) threading: Threading,
+    pub(crate) listens: bool,
+    pub(crate) feed_listen: bool,
 }
 
 impl BusArgs {
     /// The bus side to run, or `None` for standalone; refuses flags that
     /// do not fit the role, naming them.
-    pub fn bus_role(&self, facts: &RoleFacts) -> Result<Option<BusRole>, String> {
+    pub(crate) fn bus_role(&self, facts: &RoleFacts) -> Result<Option<BusRole>, String> {
         let parse = |bus: &str| {
             BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
                 .and_then(|c| c.with_lease_ms(self.bus_lease_ms))

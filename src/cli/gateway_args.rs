@@ -227,7 +227,7 @@ impl GatewayArgs {
         Ok(())
     }
 
-    pub fn ingest_config(
+    pub(crate) fn ingest_config(
         &self,
         wait: WaitStrategy,
         cpus: &crate::runtime::CpuMap,

@@ -23,6 +23,7 @@ use crate::pipeline::determ;
 /// Flags of `pricewire replay`.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayCmd {
+    /// Captures, pacing and target.
     #[command(flatten)]
     pub replay: ReplayArgs,
 
@@ -39,6 +40,9 @@ pub struct ReplayCmd {
     pub token: String,
 }
 
+/// Runs `pricewire replay`; returns the process exit code: 0 on success,
+/// [`EXIT_USAGE`](super::EXIT_USAGE) for refused flags, configuration or
+/// captures, 1 when sending to `--to` fails.
 pub fn run(args: ReplayCmd) -> i32 {
     let config = match &args.config {
         Some(p) => Config::load(p, args.providers),

@@ -37,9 +37,11 @@ pub struct WatchArgs {
     #[arg(long, default_value = crate::gateway::LISTEN_DEFAULT, value_name = "ADDR")]
     pub connect: String,
 
+    /// Account to log on with.
     #[arg(long, default_value = "demo")]
     pub account: String,
 
+    /// The account's logon token.
     #[arg(long, default_value = "demo")]
     pub token: String,
 
@@ -63,18 +65,25 @@ pub struct WatchArgs {
 /// Why `watch` stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// `--connect` does not resolve to an address (the value as given).
     #[error("--connect {0}: not a reachable host:port")]
     Address(String),
+    /// `--refresh-ms` or `--once-timeout-ms` is 0.
     #[error("--refresh-ms and --once-timeout-ms: at least 1")]
     Interval,
+    /// The client could not connect, log on or send.
     #[error("{0}")]
     Client(#[from] ClientError),
+    /// `--tier` names no tier of this account (the value as given).
     #[error("--tier {0}: no such tier for this account")]
     UnknownTier(String),
+    /// The server did not answer the symbol directory request.
     #[error("no answer to the directory request")]
     NoDirectory,
+    /// With `--once`: symbols that had no price within the timeout.
     #[error("not every symbol got a price: {0}")]
     Incomplete(String),
+    /// Writing the table to the terminal failed.
     #[error("cannot write the table: {0}")]
     Output(#[from] std::io::Error),
 }

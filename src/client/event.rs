@@ -11,10 +11,13 @@ use crate::wire::{
 /// A session was established (first logon or after a reconnect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogonInfo {
+    /// The server's id of this session.
     pub session_id: u64,
     /// Interval both sides heartbeat at, from LogonAccepted.
     pub heartbeat_interval_ms: u32,
+    /// Tier used when a subscribe asks for the account default.
     pub default_tier: u8,
+    /// The server's clock at logon, in ns since the Unix epoch.
     pub server_time_ns: u64,
     /// 0 for the first logon, then 1, 2, ... for each reconnect.
     pub reconnects: u64,
@@ -32,7 +35,12 @@ pub enum SeqStatus {
     /// `seq > expected`: prices were missed. The price is still the newest
     /// (every price carries the full state); `resync` is true when this gap
     /// made the client ask for a snapshot (false while one is in flight).
-    Gap { expected: u64, resync: bool },
+    Gap {
+        /// The sequence number that was expected.
+        expected: u64,
+        /// True when this gap sent a snapshot request.
+        resync: bool,
+    },
     /// A key the bounded sequence table had no room for.
     Untracked,
 }
@@ -44,6 +52,7 @@ pub struct PriceEvent {
     pub kind: PriceKind,
     /// Symbol, tier, flags, digits, seq, bid/ask, sizes, times.
     pub body: PriceBody,
+    /// How `seq` relates to the expected sequence.
     pub seq: SeqStatus,
 }
 
@@ -52,7 +61,9 @@ pub struct PriceEvent {
 pub enum DisconnectCause {
     /// The server sent Disconnect(reason) with a human-readable text.
     Server {
+        /// Why, as the server sent it.
         reason: DisconnectReason,
+        /// The server's text.
         text: String,
     },
     /// The server refused the logon (reported as [`Event::LogonRejected`]
@@ -61,7 +72,10 @@ pub enum DisconnectCause {
     /// The peer closed the connection without a Disconnect.
     PeerClosed,
     /// Nothing was received for this long (dead-peer rule).
-    DeadPeer { silent_ms: u64 },
+    DeadPeer {
+        /// Time without any frame from the server, in ms.
+        silent_ms: u64,
+    },
     /// A socket error (connect, read or write).
     Io(std::io::ErrorKind),
     /// The server broke the framing; the stream is unusable.
@@ -78,40 +92,59 @@ pub enum Event {
     LoggedOn(LogonInfo),
     /// A (re)logon was refused. `retry_after_ms` is the server's floor.
     LogonRejected {
+        /// Why, as the server sent it.
         reason: LogonRejectReason,
+        /// The server's retry floor, in ms.
         retry_after_ms: u32,
     },
+    /// A price for a subscribed (symbol, tier).
     Price(PriceEvent),
     /// One result per requested entry, in request order.
     SubscribeResponse {
+        /// The request this answers.
         request_id: u64,
+        /// One result per requested entry.
         results: Vec<SubscribeResult>,
     },
     /// Answer to a snapshot request (also the client's own gap resyncs);
     /// the prices were applied to the sequence table like snapshots.
     SnapshotResponse {
+        /// The request this answers.
         request_id: u64,
+        /// The prices, one per known, entitled symbol.
         prices: Vec<PriceBody>,
     },
+    /// The symbols and tiers the account may use.
     SymbolDirectory {
+        /// The request this answers.
         request_id: u64,
+        /// Symbols the account may subscribe to.
         symbols: Vec<SymbolInfo>,
+        /// Tiers the account may ask for.
         tiers: Vec<TierInfo>,
     },
     /// A request or frame was refused.
     Reject {
+        /// Id of the refused request (0 when unknown).
         request_id: u64,
+        /// Template id of the refused message (0 when unknown).
         ref_template_id: u16,
+        /// Why it was refused.
         reason: RejectReason,
+        /// The server's retry floor, in ms (0 = none).
         retry_after_ms: u32,
+        /// The server's text.
         text: String,
     },
     /// The session ended (or a reconnect attempt failed). `retry_after_ms`
     /// is the server's floor (0 = none); `reconnect_in_ms` is the delay
     /// the client chose, `None` when it will not reconnect.
     Disconnected {
+        /// Why the session ended.
         cause: DisconnectCause,
+        /// The server's retry floor, in ms (0 = none).
         retry_after_ms: u32,
+        /// Delay before the next attempt, in ms; `None` when the client gives up.
         reconnect_in_ms: Option<u64>,
     },
 }

@@ -31,8 +31,6 @@
 //!   [`ReconnectPolicy`] (delays from an injected RNG and `now_ns`) are plain
 //!   state machines; tests drive them with scripted bytes and a manual
 //!   clock, without sockets or sleeps.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod blocking;
 pub mod event;

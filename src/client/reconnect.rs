@@ -67,6 +67,13 @@ pub struct ReconnectPolicy {
 }
 
 impl ReconnectPolicy {
+    /// A policy that gives up after `attempts_max` failed attempts in a row
+    /// and forgets them once a session lasted `stable_after_ms`.
+    ///
+    /// # Panics
+    ///
+    /// If `backoff.base_ms` is 0 or above `backoff.cap_ms` (a caller bug;
+    /// [`ClientConfig::validate`](super::ClientConfig::validate) refuses both).
     pub fn new(backoff: Backoff, attempts_max: u32, stable_after_ms: u64) -> Self {
         assert!(
             backoff.base_ms > 0,

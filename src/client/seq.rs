@@ -34,6 +34,11 @@ pub struct SeqTracker {
 }
 
 impl SeqTracker {
+    /// An empty table with room for `capacity_max` keys, allocated here.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity_max` is 0.
     pub fn new(capacity_max: usize) -> Self {
         assert!(capacity_max > 0, "sequence table needs room for one key");
         SeqTracker {
@@ -47,10 +52,12 @@ impl SeqTracker {
         self.map.clear();
     }
 
+    /// Keys tracked.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// True when no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -20,6 +20,7 @@ use crate::wire::{self, FrameError, Message, PriceBody, PriceKind, SERVER_FRAME_
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SessionError {
     #[error("server framing lost: {0}")]
+    /// A frame's SOFH is unusable (see [`FrameError`]).
     Framing(#[from] FrameError),
 }
 

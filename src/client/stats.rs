@@ -13,6 +13,7 @@ macro_rules! client_stats {
         pub struct ClientStatsSnapshot { $($(#[$m])* pub $name: u64,)* }
 
         impl ClientStats {
+            /// Reads every counter (Relaxed).
             pub fn snapshot(&self) -> ClientStatsSnapshot {
                 ClientStatsSnapshot { $($name: self.$name.load(Relaxed),)* }
             }

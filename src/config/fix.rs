@@ -28,14 +28,20 @@ use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
 use crate::resilience::{Backoff, BreakerConfig};
 
+/// Default TCP connect timeout, in ms.
 pub const CONNECT_MS_DEFAULT: u64 = 2_000;
+/// Default time from Logon sent to the peer's Logon, in ms.
 pub const LOGON_MS_DEFAULT: u64 = 5_000;
+/// Default HeartBtInt (108) asked for, in seconds.
 pub const HEARTBEAT_S_DEFAULT: u32 = 5;
+/// Largest `heartbeat_s` accepted.
 pub const HEARTBEAT_S_MAX: u32 = 300;
 /// Stagger between providers' first connects; each also adds uniform
 /// jitter in `[0, stagger_ms]`, so N providers spread over N+1 slots.
 pub const STAGGER_MS_DEFAULT: u64 = 250;
+/// Default first reconnect backoff window, in ms.
 pub const RECONNECT_BASE_MS_DEFAULT: u64 = 500;
+/// Default largest reconnect backoff window, in ms.
 pub const RECONNECT_CAP_MS_DEFAULT: u64 = 30_000;
 /// A quote older than this (provider SendingTime -> our receive) is slow.
 pub const SLOW_QUOTE_MS_DEFAULT: u64 = 250;
@@ -45,12 +51,16 @@ pub const GAPS_BEFORE_LOGOUT_DEFAULT: u32 = 3;
 /// Successful quotes are recorded in the breaker at most once per this
 /// period (failures always); see the module docs of `session`.
 pub const QUOTE_SAMPLE_MS_DEFAULT: u64 = 100;
+/// Default feed breaker time window, in seconds.
 pub const BREAKER_WINDOW_S_DEFAULT: u32 = 10;
+/// Default calls the feed breaker's window must hold before it may open.
 pub const BREAKER_MINIMUM_CALLS_DEFAULT: u32 = 5;
+/// Default time the feed breaker stays open, in ms.
 pub const BREAKER_OPEN_WAIT_MS_DEFAULT: u64 = 10_000;
 /// Garbled messages (bad CheckSum, BodyLength or framing) are ignored and
 /// counted; this many within `garbled_window_ms` tear the session down.
 pub const GARBLED_MAX_DEFAULT: u32 = 10;
+/// Default window of the garbled-message count, in ms.
 pub const GARBLED_WINDOW_MS_DEFAULT: u64 = 10_000;
 /// Most garbled messages a window may be set to hold.
 pub const GARBLED_MAX_LIMIT: u32 = 1_000;
@@ -63,6 +73,7 @@ pub const QUOTE_SILENCE_MS_DEFAULT: u64 = 5_000;
 /// Flap damping: after a logon the provider rejoins the best price only
 /// after this many quotes and this long.
 pub const PROBATION_QUOTES_DEFAULT: u32 = 10;
+/// See [`PROBATION_QUOTES_DEFAULT`]: the time part, in ms.
 pub const PROBATION_MS_DEFAULT: u64 = 1_000;
 /// This many failures in a row (no quote between) open the feed breaker,
 /// whatever its window says. 0 turns the rule off.
@@ -83,35 +94,76 @@ pub const ID_LEN_MAX: usize = 64;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixProviderFile {
+    /// Host name or address of the provider's acceptor.
     pub host: String,
+    /// TCP port of the provider's acceptor.
     pub port: u16,
+    /// SenderCompID (49) we send.
     pub sender_comp_id: String,
+    /// TargetCompID (56) we send (the provider's CompID).
     pub target_comp_id: String,
     /// Provider symbol -> instrument name.
     pub symbols: BTreeMap<String, String>,
+    /// TCP connect timeout in ms (default [`CONNECT_MS_DEFAULT`]).
     pub connect_ms: Option<u64>,
+    /// Logon sent → Logon received, in ms (default [`LOGON_MS_DEFAULT`]).
     pub logon_ms: Option<u64>,
+    /// HeartBtInt (108) asked for, in s (default [`HEARTBEAT_S_DEFAULT`], at most
+    /// [`HEARTBEAT_S_MAX`]).
     pub heartbeat_s: Option<u32>,
+    /// Silence before the session is dead, in ms (default 2 × heartbeat;
+    /// must exceed the heartbeat).
     pub read_timeout_ms: Option<u64>,
+    /// Stagger between providers' first connects, in ms (default
+    /// [`STAGGER_MS_DEFAULT`]).
     pub stagger_ms: Option<u64>,
+    /// First reconnect backoff window, in ms (default [`RECONNECT_BASE_MS_DEFAULT`]).
     pub reconnect_base_ms: Option<u64>,
+    /// Largest reconnect backoff window, in ms (default [`RECONNECT_CAP_MS_DEFAULT`]).
     pub reconnect_cap_ms: Option<u64>,
+    /// A quote older than this on arrival is slow, in ms (default
+    /// [`SLOW_QUOTE_MS_DEFAULT`]).
     pub slow_quote_ms: Option<u64>,
+    /// Sequence gaps before logout and reconnect (default
+    /// [`GAPS_BEFORE_LOGOUT_DEFAULT`]).
     pub gaps_before_logout: Option<u32>,
+    /// Period of breaker success samples, in ms (default
+    /// [`QUOTE_SAMPLE_MS_DEFAULT`]).
     pub quote_sample_ms: Option<u64>,
+    /// Feed breaker time window, in s (default [`BREAKER_WINDOW_S_DEFAULT`]).
     pub breaker_window_s: Option<u32>,
+    /// Calls the breaker window must hold to decide (default
+    /// [`BREAKER_MINIMUM_CALLS_DEFAULT`]).
     pub breaker_minimum_calls: Option<u32>,
+    /// Time the breaker stays open, in ms (default [`BREAKER_OPEN_WAIT_MS_DEFAULT`]).
     pub breaker_open_wait_ms: Option<u64>,
+    /// Failure rate that opens the breaker, in percent (default 50).
     pub breaker_failure_rate_pct: Option<u32>,
+    /// Slow-quote rate that opens the breaker, in percent (default 50).
     pub breaker_slow_rate_pct: Option<u32>,
+    /// Garbled messages per window that end the session (default
+    /// [`GARBLED_MAX_DEFAULT`], at most [`GARBLED_MAX_LIMIT`]).
     pub garbled_max: Option<u32>,
+    /// Window of the garbled count, in ms (default [`GARBLED_WINDOW_MS_DEFAULT`]).
     pub garbled_window_ms: Option<u64>,
+    /// Wait for the peer's Logout, in ms (default [`LOGOUT_MS_DEFAULT`]).
     pub logout_ms: Option<u64>,
+    /// Quote silence that makes the provider `silent`, in ms (default
+    /// [`QUOTE_SILENCE_MS_DEFAULT`]; 0 = off).
     pub quote_silence_ms: Option<u64>,
+    /// Quotes before a provider rejoins after logon (default
+    /// [`PROBATION_QUOTES_DEFAULT`]).
     pub probation_quotes: Option<u32>,
+    /// Time before a provider rejoins after logon, in ms (default
+    /// [`PROBATION_MS_DEFAULT`]).
     pub probation_ms: Option<u64>,
+    /// Failures in a row that open the breaker (default
+    /// [`BREAKER_CONSECUTIVE_FAILURES_DEFAULT`]; 0 = off).
     pub breaker_consecutive_failures: Option<u32>,
+    /// Quote age limit by provider time, in ms (default
+    /// [`PROVIDER_AGE_MAX_MS_DEFAULT`]; 0 = off).
     pub provider_age_max_ms: Option<u64>,
+    /// Allowed provider clock skew, in ms (default [`CLOCK_SKEW_MS_DEFAULT`]).
     pub clock_skew_ms: Option<u64>,
     /// Logon Username (553).
     pub username: Option<String>,
@@ -128,6 +180,7 @@ pub struct FixProviderFile {
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a clear-text credential.
     pub fn new(s: impl Into<String>) -> Secret {
         Secret(s.into())
     }
@@ -146,43 +199,73 @@ impl std::fmt::Debug for Secret {
 /// One subscribed symbol: what the provider calls it and what we do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SymbolMapping {
+    /// The provider's name for the symbol (Symbol, 55).
     pub provider_symbol: String,
+    /// Our instrument id.
     pub symbol: SymbolId,
+    /// Decimal digits of the instrument's prices.
     pub digits: u8,
 }
 
 /// A resolved FIX session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FixSessionConfig {
+    /// The provider's id (its index in the configuration).
     pub provider: ProviderId,
+    /// The provider's configured name.
     pub name: String,
+    /// Host name or address of the provider's acceptor.
     pub host: String,
+    /// TCP port of the provider's acceptor.
     pub port: u16,
+    /// SenderCompID (49) we send.
     pub sender_comp_id: String,
+    /// TargetCompID (56) we send.
     pub target_comp_id: String,
+    /// Symbols to subscribe, at most [`SYMBOLS_MAX`].
     pub symbols: Vec<SymbolMapping>,
+    /// TCP connect timeout, in ms.
     pub connect_timeout_ms: u64,
+    /// Logon sent → Logon received, in ms.
     pub logon_timeout_ms: u64,
+    /// HeartBtInt (108) asked for, in s.
     pub heartbeat_s: u32,
+    /// Silence before the session is dead, in ms.
     pub read_timeout_ms: u64,
+    /// Stagger between providers' first connects, in ms (plus jitter up to as
+    /// much).
     pub stagger_ms: u64,
+    /// Reconnect backoff (full jitter).
     pub reconnect: Backoff,
+    /// A quote older than this on arrival is slow, in ms.
     pub slow_quote_ms: u64,
+    /// Sequence gaps before logout and reconnect.
     pub gaps_before_logout: u32,
+    /// Period of breaker success samples, in ms.
     pub quote_sample_ms: u64,
+    /// The feed breaker: a call is a quote, its timeout the read timeout.
     pub breaker: BreakerConfig,
+    /// Garbled messages per window that end the session.
     pub garbled_max: u32,
+    /// Window of the garbled count, in ms.
     pub garbled_window_ms: u64,
+    /// Wait for the peer's Logout, in ms.
     pub logout_timeout_ms: u64,
+    /// Logon Username (553), if any.
     pub username: Option<String>,
+    /// Logon Password (554), if any; never printed.
     pub password: Option<Secret>,
+    /// Quote silence that makes the provider `silent`, in ms (0 = off).
     pub quote_silence_ms: u64,
+    /// Quotes before a provider rejoins after logon.
     pub probation_quotes: u32,
+    /// Time before a provider rejoins after logon, in ms.
     pub probation_ms: u64,
     /// Failures in a row that open the breaker (0: off).
     pub breaker_consecutive_failures: u32,
     /// Quote age limit by provider time (0: off) and the skew allowance.
     pub provider_age_max_ms: u64,
+    /// Allowed provider clock skew, in ms.
     pub clock_skew_ms: u64,
 }
 

@@ -3,8 +3,6 @@
 //! built-in default, so `pricewire serve` runs with no file at all.
 //!
 //! Errors name the offending key (`instruments[3].digits`) and the reason.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod fix;
 
@@ -23,12 +21,25 @@ use crate::model::{Instrument, InstrumentTable, Mantissa, ProviderDef, ProviderK
 /// A configuration problem: the key it concerns and why it was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path}: {reason}")]
-    Io { path: String, reason: String },
+    Io {
+        /// The file's path.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The TOML does not parse or has an unknown key (parser message).
     #[error("config syntax error: {0}")]
     Syntax(String),
+    /// A value is refused.
     #[error("config key `{key}`: {reason}")]
-    Invalid { key: String, reason: String },
+    Invalid {
+        /// The key, with its place (`instruments[3].digits`).
+        key: String,
+        /// Why the value is refused.
+        reason: String,
+    },
 }
 
 fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -43,10 +54,15 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     #[serde(default)]
+    /// The `[engine]` table; every key defaults.
     pub engine: EngineFile,
+    /// `[[instruments]]`; absent = the built-in instruments.
     pub instruments: Option<Vec<InstrumentFile>>,
+    /// `[[tiers]]`; absent = the built-in tiers.
     pub tiers: Option<Vec<TierFile>>,
+    /// `[[providers]]`; absent = as many synthetic providers as asked for.
     pub providers: Option<Vec<ProviderFile>>,
+    /// `[[accounts]]`; absent = the built-in demo account.
     pub accounts: Option<Vec<AccountFile>>,
     /// `serve` flags (`synthetic-rate = 50000`, `shards = 2`, ...): applied
     /// as if given on the command line, unless the command line gives them.
@@ -56,39 +72,57 @@ pub struct ConfigFile {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// The `[engine]` table as written.
 pub struct EngineFile {
+    /// Quote age that excludes a provider, in ms (default [`MAX_QUOTE_AGE_MS_DEFAULT`]).
     pub max_quote_age_ms: Option<u64>,
+    /// Spike filter threshold, in basis points (default [`SPIKE_BPS_DEFAULT`]).
     pub spike_bps: Option<u32>,
+    /// Spike rejections in a row that accept the move (default
+    /// [`SPIKE_CONFIRM_DEFAULT`]).
     pub spike_confirm: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// One `[[instruments]]` entry as written.
 pub struct InstrumentFile {
+    /// Symbol name (unique).
     pub name: String,
+    /// Decimal digits of its prices (at most [`DIGITS_MAX`]).
     pub digits: u8,
     /// Decimal text, e.g. "1.08120".
     pub base_price: Option<String>,
+    /// Typical provider spread of the synthetic feed, in points (default 10).
     pub spread_points: Option<Mantissa>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// One `[[tiers]]` entry as written.
 pub struct TierFile {
+    /// Tier name (unique).
     pub name: String,
+    /// Points subtracted from the bid and added to the ask (not negative).
     pub markup_points: Mantissa,
     #[serde(default)]
+    /// Markup per symbol name, replacing `markup_points` for that symbol.
     pub overrides: BTreeMap<String, Mantissa>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// One `[[providers]]` entry as written.
 pub struct ProviderFile {
+    /// Provider name (unique).
     pub name: String,
+    /// `synthetic`, `ingest` or `fix`.
     pub kind: ProviderKind,
     #[serde(default)]
+    /// Synthetic feed: constant offset of this provider's mid, in points.
     pub skew_points: Mantissa,
     #[serde(default)]
+    /// Ingest: the token a bridge must present at ProviderLogon (required there).
     pub token: String,
     /// Connection settings of a `kind = "fix"` provider.
     #[serde(default)]
@@ -97,8 +131,11 @@ pub struct ProviderFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// One `[[accounts]]` entry as written.
 pub struct AccountFile {
+    /// Account name (unique, at most 32 bytes).
     pub name: String,
+    /// Logon token (1..=64 bytes).
     pub token: String,
     /// Symbol names, or `["*"]` for all.
     #[serde(default = "all")]
@@ -106,6 +143,7 @@ pub struct AccountFile {
     /// Tier names the account may subscribe to; the first is its default.
     pub tiers: Vec<String>,
     #[serde(default = "default_max_sessions")]
+    /// Concurrent sessions allowed (default [`ACCOUNT_SESSIONS_DEFAULT`]).
     pub max_sessions: u32,
     /// Whether the account may mark requests critical.
     #[serde(default)]
@@ -133,8 +171,11 @@ pub const SPIKE_CONFIRM_DEFAULT: u32 = 3;
 /// Engine settings after defaults are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
+    /// Quote age that excludes a provider, in ms.
     pub max_quote_age_ms: u64,
+    /// Spike filter threshold, in basis points of the last accepted mid.
     pub spike_bps: u32,
+    /// Spike rejections in a row after which the move is accepted.
     pub spike_confirm: u32,
 }
 
@@ -151,20 +192,26 @@ impl Default for EngineConfig {
 /// An account that may log on to the subscriber gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
+    /// Account name, as sent in Logon.
     pub name: String,
+    /// Logon token.
     pub token: String,
     /// Entitled symbol ids; `None` means every symbol.
     pub symbols: Option<Vec<u16>>,
     /// Entitled tier ids, default first.
     pub tiers: Vec<u8>,
+    /// Concurrent sessions allowed.
     pub max_sessions: u32,
+    /// Whether the account may mark requests critical.
     pub critical: bool,
 }
 
 impl Account {
+    /// Whether the account may see `symbol`.
     pub fn entitled_symbol(&self, symbol: u16) -> bool {
         self.symbols.as_ref().is_none_or(|s| s.contains(&symbol))
     }
+    /// Whether the account may subscribe at `tier`.
     pub fn entitled_tier(&self, tier: u8) -> bool {
         self.tiers.contains(&tier)
     }
@@ -173,8 +220,11 @@ impl Account {
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Instruments, tiers and providers.
     pub table: InstrumentTable,
+    /// Engine settings.
     pub engine: EngineConfig,
+    /// Accounts allowed to log on.
     pub accounts: Vec<Account>,
     /// One resolved session per `kind = "fix"` provider.
     pub fix: Vec<fix::FixSessionConfig>,
@@ -204,6 +254,7 @@ impl Config {
         file.resolve(synthetic_providers)
     }
 
+    /// The account called `name`, if any.
     pub fn account(&self, name: &str) -> Option<&Account> {
         self.accounts.iter().find(|a| a.name == name)
     }

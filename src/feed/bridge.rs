@@ -22,6 +22,7 @@ pub const QUOTES_PER_FRAME_MAX: usize = 512;
 pub struct Bridge {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// The provider id this bridge logged on as.
     pub provider: u16,
     /// The server's heartbeat interval (LogonAccepted), in nanoseconds.
     heartbeat_ns: u64,

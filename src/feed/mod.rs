@@ -3,8 +3,6 @@
 //! A feed thread polls one or more [`TickSource`]s, stamps each tick's
 //! receive time and pushes it into the engine ring. Sources fill a caller-
 //! owned batch buffer, so polling allocates nothing.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod bridge;
 pub mod fix;

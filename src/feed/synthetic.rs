@@ -27,8 +27,12 @@ pub struct SyntheticConfig {
     /// Ticks per second across all symbols and providers; 0 = as fast as
     /// the ring takes them.
     pub rate_per_s: u64,
+    /// Seed of the random walk: one seed, one tick sequence.
     pub seed: u64,
+    /// Chance per million ticks that a quote is a spike.
     pub spike_ppm: u32,
+    /// Chance per million ticks that the quoting provider goes quiet for
+    /// [`SILENCE_NS`].
     pub silence_ppm: u32,
 }
 
@@ -66,6 +70,8 @@ pub struct SyntheticFeed {
 }
 
 impl SyntheticFeed {
+    /// A feed over every instrument and provider of `table`, starting at each
+    /// instrument's base price; allocates its state here.
     pub fn new(table: &InstrumentTable, cfg: SyntheticConfig) -> Self {
         let symbols = table
             .instruments()

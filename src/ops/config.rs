@@ -78,10 +78,16 @@ impl Default for OpsArgs {
 /// Validated ops settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpsConfig {
+    /// Address of the ops HTTP listener.
     pub listen: SocketAddr,
+    /// Time budgets of the shutdown steps.
     pub budgets: ShutdownBudgets,
+    /// Start-up stagger settings.
     pub stagger: StaggerConfig,
+    /// This instance's ordinal as given by `--ordinal`; `None` leaves the
+    /// stagger to the pod name.
     pub ordinal: Option<u32>,
+    /// The pod name (`--pod-name` or `$HOSTNAME`), if known.
     pub pod_name: Option<String>,
 }
 

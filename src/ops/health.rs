@@ -19,13 +19,18 @@ pub const DEFAULT_LIVENESS_STALE_MS: u64 = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum HealthState {
+    /// Starting up: not ready, alive.
     Starting = 0,
+    /// Ready for traffic.
     Serving = 1,
+    /// Shutdown began: readiness fails, still alive.
     Draining = 2,
+    /// Shut down.
     Stopped = 3,
 }
 
 impl HealthState {
+    /// Every state, in order.
     pub const ALL: [HealthState; 4] = [
         HealthState::Starting,
         HealthState::Serving,
@@ -81,6 +86,7 @@ impl Health {
         })
     }
 
+    /// The current state (Acquire).
     pub fn state(&self) -> HealthState {
         HealthState::from_u8(self.state.load(Ordering::Acquire))
     }
@@ -105,6 +111,7 @@ impl Health {
         self.advance(HealthState::Draining)
     }
 
+    /// Shutdown finished.
     pub fn set_stopped(&self) -> HealthState {
         self.advance(HealthState::Stopped)
     }

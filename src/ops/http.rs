@@ -37,10 +37,15 @@ pub const DEFAULT_OPS_REQUEST_HEAD_MAX_BYTES: usize = 8 * 1024;
 /// Limits of the ops listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpsServerConfig {
+    /// Worker threads answering requests (at least 1).
     pub workers: usize,
+    /// Connections waiting for a worker (at least 1); more are refused.
     pub queue_max: usize,
+    /// Bound on reading one request head, in ms.
     pub read_timeout_ms: u64,
+    /// Bound on writing one answer, in ms.
     pub write_timeout_ms: u64,
+    /// Largest request head accepted, in bytes.
     pub request_head_max_bytes: usize,
 }
 
@@ -114,8 +119,11 @@ impl Collect for OpsHttpStats {
 /// One answer, before it is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
+    /// HTTP status code.
     pub status: u16,
+    /// Value of the `Content-Type` header.
     pub content_type: &'static str,
+    /// The whole body.
     pub body: String,
 }
 

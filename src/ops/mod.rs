@@ -68,8 +68,6 @@
 //!
 //! The metric families and their meaning: [`metrics::catalogue`] and
 //! `docs/operations.md`.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod config;
 pub mod health;
@@ -99,11 +97,18 @@ pub use stagger::{
 pub enum OpsError {
     /// A flag value was refused.
     #[error("invalid {flag}: {reason}")]
-    InvalidFlag { flag: &'static str, reason: String },
+    InvalidFlag {
+        /// The refused flag, as typed (`--ops-listen`, ...).
+        flag: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// The ops listener could not be set up.
     #[error("ops listener on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// Why the bind failed.
         source: std::io::Error,
     },
     /// Signal handlers could not be installed.

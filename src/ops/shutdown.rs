@@ -42,9 +42,13 @@ pub const DEFAULT_GRACE_MS: u64 = 25_000;
 pub const MIN_SHUTDOWN_WORK_MS: u64 = 1_000;
 /// Default per-step budgets of the standard plan.
 pub const DEFAULT_STOP_ACCEPTING_BUDGET_MS: u64 = 1_000;
+/// Default budget of finishing in-flight requests.
 pub const DEFAULT_IN_FLIGHT_BUDGET_MS: u64 = 5_000;
+/// Default budget of flushing outbound buffers.
 pub const DEFAULT_FLUSH_OUTBOUND_BUDGET_MS: u64 = 3_000;
+/// Default budget of disconnecting every subscriber.
 pub const DEFAULT_DISCONNECT_BUDGET_MS: u64 = 3_000;
+/// Default budget of flushing and closing the recorder.
 pub const DEFAULT_RECORDER_BUDGET_MS: u64 = 5_000;
 /// How often a `NotYet` step is polled again.
 pub const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
@@ -52,12 +56,15 @@ pub const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
 /// `[min, min + spread]` so they return to the other instances spread out,
 /// not all in the same second.
 pub const DEFAULT_RETRY_AFTER_MIN_MS: u32 = 1_000;
+/// See [`DEFAULT_RETRY_AFTER_MIN_MS`].
 pub const DEFAULT_RETRY_AFTER_SPREAD_MS: u32 = 9_000;
 
 /// What a step says after one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepResult {
+    /// The step's work is finished.
     Done,
+    /// More work is left; call again after the poll interval.
     NotYet,
 }
 
@@ -139,18 +146,26 @@ pub enum CutReason {
 /// What happened to one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepOutcome {
+    /// The step finished within its budget.
     Done {
+        /// The step's name.
         name: &'static str,
+        /// How long it ran, in ns.
         took_ns: u64,
     },
+    /// The step was cut (or never ran).
     Cut {
+        /// The step's name.
         name: &'static str,
+        /// Why it was cut.
         reason: CutReason,
+        /// How long it ran before the cut, in ns (0 when it never ran).
         ran_ns: u64,
     },
 }
 
 impl StepOutcome {
+    /// The step's name.
     pub fn name(&self) -> &'static str {
         match self {
             StepOutcome::Done { name, .. } | StepOutcome::Cut { name, .. } => name,
@@ -161,8 +176,11 @@ impl StepOutcome {
 /// The result of a run: every step's outcome, in order, and the exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShutdownReport {
+    /// Every step's outcome, in plan order.
     pub outcomes: Vec<StepOutcome>,
+    /// Time from the start of the run to its end, in ns.
     pub elapsed_ns: u64,
+    /// [`EXIT_CLEAN`], [`EXIT_BUDGET_CUT`] or [`EXIT_FORCED`].
     pub exit_code: i32,
 }
 
@@ -176,6 +194,7 @@ impl ShutdownReport {
             .collect()
     }
 
+    /// True when no step was cut and no second signal came.
     pub fn is_clean(&self) -> bool {
         self.exit_code == EXIT_CLEAN
     }
@@ -196,6 +215,9 @@ struct Run<'a> {
 }
 
 impl Shutdown {
+    /// Runs every step of `plan` in order, each until `Done`, its own deadline
+    /// or the run's `grace_ms`, whichever is first; a set `forced` cuts every
+    /// remaining step. Never panics on a step's answer; allocates the report.
     pub fn run(
         mut plan: ShutdownPlan,
         clock: &dyn Clock,
@@ -331,12 +353,15 @@ impl Run<'_> {
 /// `[min_ms, min_ms + spread_ms]`. Seeded, so tests are deterministic.
 #[derive(Debug, Clone)]
 pub struct RetryAfterJitter<R: Rng> {
+    /// Smallest retry-after, in ms.
     pub min_ms: u32,
+    /// Width of the uniform range above `min_ms`, in ms.
     pub spread_ms: u32,
     rng: R,
 }
 
 impl<R: Rng> RetryAfterJitter<R> {
+    /// A jitter over `[min_ms, min_ms + spread_ms]` drawing from `rng`.
     pub fn new(min_ms: u32, spread_ms: u32, rng: R) -> Self {
         RetryAfterJitter {
             min_ms,
@@ -356,22 +381,35 @@ impl<R: Rng> RetryAfterJitter<R> {
 /// [`StepFn`]). The disconnect step receives its own [`RetryAfterJitter`]
 /// by capture.
 pub struct ShutdownHooks {
+    /// Step that stops accepting new subscriber connections.
     pub stop_accepting: StepFn,
+    /// Step that is `Done` once no request is queued or running.
     pub finish_in_flight: StepFn,
+    /// Step that is `Done` once the outbound buffers are written.
     pub flush_outbound: StepFn,
+    /// Step that sends every subscriber Disconnect(shutdown) with a jittered
+    /// retry-after and is `Done` once none is connected.
     pub disconnect_subscribers: StepFn,
+    /// Step that flushes and closes the recorder's capture file.
     pub close_recorder: StepFn,
 }
 
 /// Budgets of the standard plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShutdownBudgets {
+    /// Time readiness fails before the work steps start, in ms.
     pub drain_delay_ms: u64,
+    /// Total budget from the first signal to exit, in ms.
     pub grace_ms: u64,
+    /// Budget of [`ShutdownHooks::stop_accepting`], in ms.
     pub stop_accepting_ms: u64,
+    /// Budget of [`ShutdownHooks::finish_in_flight`], in ms.
     pub in_flight_ms: u64,
+    /// Budget of [`ShutdownHooks::flush_outbound`], in ms.
     pub flush_outbound_ms: u64,
+    /// Budget of [`ShutdownHooks::disconnect_subscribers`], in ms.
     pub disconnect_ms: u64,
+    /// Budget of [`ShutdownHooks::close_recorder`], in ms.
     pub recorder_ms: u64,
 }
 

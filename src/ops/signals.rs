@@ -31,6 +31,7 @@ pub struct SignalCounter {
 }
 
 impl SignalCounter {
+    /// Counts one signal and says what to do about it.
     pub fn observe(&self) -> SignalAction {
         if self.seen.fetch_add(1, Ordering::AcqRel) == 0 {
             SignalAction::BeginShutdown
@@ -39,6 +40,7 @@ impl SignalCounter {
         }
     }
 
+    /// Signals counted so far.
     pub fn seen(&self) -> u32 {
         self.seen.load(Ordering::Acquire)
     }
@@ -46,7 +48,9 @@ impl SignalCounter {
 
 /// Callbacks invoked on the watcher thread with the signal number.
 pub struct SignalCallbacks {
+    /// Called on the first signal.
     pub on_first: Box<dyn FnMut(i32) + Send>,
+    /// Called on every later signal.
     pub on_second: Box<dyn FnMut(i32) + Send>,
 }
 

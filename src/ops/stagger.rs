@@ -26,8 +26,11 @@ pub const ORDINAL_SUFFIX_DIGITS_MAX: usize = 4;
 /// Stagger parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StaggerConfig {
+    /// Start-up delay per slot, in ms.
     pub step_ms: u64,
+    /// Largest slot delay, in ms; 0 turns the slot delay off.
     pub cap_ms: u64,
+    /// Largest random delay added to the slot delay, in ms.
     pub jitter_ms: u64,
 }
 
@@ -49,7 +52,10 @@ pub enum SlotSource {
     /// The numeric suffix of the pod name.
     PodOrdinal(u32),
     /// The pod name hashed into `slots` slots.
-    Hashed { slots: u64 },
+    Hashed {
+        /// Slots the hash is taken modulo.
+        slots: u64,
+    },
     /// No ordinal and no pod name (a local run): no slot delay.
     None,
 }
@@ -57,12 +63,17 @@ pub enum SlotSource {
 /// The chosen delay and how it was reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaggerPlan {
+    /// Where the slot came from.
     pub source: SlotSource,
+    /// The slot; 0 when there is none.
     pub slot: u64,
+    /// `slot × step_ms`, capped at `cap_ms`.
     pub slot_delay_ms: u64,
     /// The jitter bound actually used (raised from 0 for hashed slots).
     pub jitter_bound_ms: u64,
+    /// The random delay drawn in `0..=jitter_bound_ms`.
     pub jitter_ms: u64,
+    /// True when a jitter of 0 was raised to the default because slots are hashed.
     pub jitter_raised: bool,
 }
 

@@ -58,6 +58,7 @@ impl StreamDigest {
         self.bytes(&[p.flags]);
     }
 
+    /// The digest so far.
     pub fn value(&self) -> u64 {
         self.0
     }
@@ -124,7 +125,9 @@ pub struct DeterministicRun {
     pub ticks: u64,
     /// Prices published (ticks and stale sweeps).
     pub published: u64,
+    /// Digest of every published price, in order.
     pub digest: StreamDigest,
+    /// The receive times the replay was paced on.
     pub timeline: Timeline,
     /// Release → price computed, in ns (pacing waits excluded).
     pub latency: hdrhistogram::Histogram<u64>,

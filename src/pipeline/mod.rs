@@ -12,8 +12,6 @@
 //! feeds stop and drop their producers; the engine drains its inputs, sees
 //! them abandoned, flushes and exits, dropping its shard producers; shards
 //! do the same.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod determ;
 pub mod sink;
@@ -51,12 +49,19 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Settings of the pipeline. Validated by [`PipelineConfig::validate`].
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
+    /// Feed → engine ring capacity, in ticks (power of two, at most 2^24).
     pub feed_ring: usize,
+    /// Engine → shard ring capacity, in prices (power of two, at most 2^24).
     pub shard_ring: usize,
+    /// Gateway shards, each with its own ring (1..=64).
     pub shards: usize,
+    /// How feed stages wait when idle.
     pub feed_wait: WaitStrategy,
+    /// How the engine waits when idle.
     pub engine_wait: WaitStrategy,
+    /// Which core each stage is pinned to, if any.
     pub cpus: CpuMap,
+    /// Time a feed waits for room in a full ring before dropping, in µs.
     pub feed_full_wait_us: u64,
     /// Ticks of history kept per symbol.
     pub history_depth: usize,
@@ -83,10 +88,23 @@ impl Default for PipelineConfig {
 /// Why the pipeline could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    /// A setting is out of bounds.
     #[error("invalid setting `{flag}`: {reason}")]
-    Invalid { flag: &'static str, reason: String },
+    Invalid {
+        /// The command-line flag of the setting.
+        flag: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// A stage reported that it could not start (pinning, priority, ...).
     #[error("stage {stage} failed to start: {reason}")]
-    StageFailed { stage: Stage, reason: String },
+    StageFailed {
+        /// Which stage.
+        stage: Stage,
+        /// Why, as the stage reported it.
+        reason: String,
+    },
+    /// A stage did not report in within the start-up timeout (10 s).
     #[error("stage {0} did not report in within the start-up timeout")]
     StartTimeout(Stage),
 }
@@ -102,6 +120,8 @@ fn ring_size_ok(flag: &'static str, n: usize) -> Result<(), PipelineError> {
 }
 
 impl PipelineConfig {
+    /// Checks every bound; the error names the flag (`--feed-ring`,
+    /// `--shard-ring`, `--history-depth`, `--shards`, `--cpus`).
     pub fn validate(&self) -> Result<(), PipelineError> {
         ring_size_ok("--feed-ring", self.feed_ring)?;
         ring_size_ok("--shard-ring", self.shard_ring)?;
@@ -156,12 +176,18 @@ pub enum Control {
 /// What stages tell the supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StageEvent {
+    /// The stage's thread is running where it says.
     Started {
+        /// Which stage.
         stage: Stage,
+        /// Where its thread runs (core and priority).
         placement: affinity::Placement,
     },
+    /// The stage could not start.
     Failed {
+        /// Which stage.
         stage: Stage,
+        /// Why, for the operator.
         reason: String,
     },
 }
@@ -169,11 +195,17 @@ pub enum StageEvent {
 /// Shared read-only views of the running pipeline.
 #[derive(Clone)]
 pub struct PipelineHandles {
+    /// The latest price of every symbol.
     pub table: Arc<PriceTable>,
+    /// Per-provider liveness, as the engine sees it.
     pub health: Arc<ProviderHealth>,
+    /// Engine counters.
     pub engine: Arc<EngineStats>,
+    /// Fan-out counters, one per shard.
     pub fanout: Vec<Arc<FanoutStats>>,
+    /// Counters of each feed, with its name.
     pub feeds: Vec<(String, Arc<FeedStats>)>,
+    /// Wakes the engine when a feed pushed into an empty ring.
     pub engine_doorbell: Arc<Doorbell>,
     /// Recent ticks per symbol (HistoryRequest).
     pub history: Arc<TickHistory>,
@@ -191,12 +223,15 @@ pub struct Pipeline {
     engine: Option<StageThread>,
     /// The engine hosted by shard 0 (`--threading shared`).
     hosted_engine: Option<crate::runtime::hosting::Dropped>,
+    /// Read-only views for reporting and the gateway.
     pub handles: PipelineHandles,
 }
 
 /// What [`Pipeline::start`] hands back besides the pipeline.
 pub struct PipelineParts {
+    /// The running feeds and engine.
     pub pipeline: Pipeline,
+    /// One input per shard: its ring and interest set, for the caller to run.
     pub shards: Vec<ShardInput>,
     /// One producer port per requested external feed (e.g. TCP ingest).
     pub ports: Vec<FeedPort>,
@@ -204,6 +239,112 @@ pub struct PipelineParts {
 
 /// The recorder ring the engine copies every tick into.
 pub use crate::capture::RecorderTap;
+
+/// The engine → shard rings: one publisher (engine side) and one
+/// [`ShardInput`] (shard side) per shard, each with its doorbell and an
+/// empty interest set over `symbols` symbols.
+fn shard_rings(cfg: &PipelineConfig, symbols: usize) -> (Vec<ShardPublisher>, Vec<ShardInput>) {
+    let mut publishers = Vec::new();
+    let mut shards = Vec::new();
+    // `validate` checked the ring sizes (pair assertion).
+    debug_assert!(cfg.shard_ring.is_power_of_two() && cfg.feed_ring.is_power_of_two());
+    for index in 0..cfg.shards {
+        let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
+        let doorbell = Doorbell::new();
+        // Nothing until the shard's first subscription (sinks: all).
+        let interest = SymbolInterest::none(symbols);
+        let publisher = ShardPublisher::new(producer, symbols, doorbell.clone())
+            .with_interest(interest.clone());
+        shards.push(ShardInput {
+            index,
+            consumer,
+            doorbell,
+            interest,
+            fanout: publisher.stats.clone(),
+            hosted: HostedTasks::default(),
+        });
+        publishers.push(publisher);
+    }
+    (publishers, shards)
+}
+
+/// The feed → engine rings of [`Pipeline::start`].
+struct FeedRings {
+    /// Engine side of every ring: the sources' first, then the external ports'.
+    inputs: Vec<rtrb::Consumer<Tick>>,
+    /// Each ring's name and counters, in the same order.
+    stats: Vec<(String, Arc<FeedStats>)>,
+    /// Producer side of each external port, for the caller.
+    ports: Vec<FeedPort>,
+    /// Each source with the producer side of its ring, for its feed thread.
+    pending: Vec<(String, Box<dyn TickSource>, FeedPort)>,
+}
+
+/// One ring per source and per external port, each ringing `doorbell`.
+fn feed_rings(
+    cfg: &PipelineConfig,
+    sources: Vec<(String, Box<dyn TickSource>)>,
+    external_ports: Vec<String>,
+    doorbell: &Arc<Doorbell>,
+) -> FeedRings {
+    let mut rings = FeedRings {
+        inputs: Vec::new(),
+        stats: Vec::new(),
+        ports: Vec::new(),
+        pending: Vec::new(),
+    };
+    for (name, source) in sources {
+        let (port, consumer) =
+            FeedPort::new(cfg.feed_ring, cfg.feed_full_wait_us, doorbell.clone());
+        rings.stats.push((name.clone(), port.stats.clone()));
+        rings.inputs.push(consumer);
+        rings.pending.push((name, source, port));
+    }
+    for name in external_ports {
+        let (port, consumer) =
+            FeedPort::new(cfg.feed_ring, cfg.feed_full_wait_us, doorbell.clone());
+        rings.stats.push((name, port.stats.clone()));
+        rings.inputs.push(consumer);
+        rings.ports.push(port);
+    }
+    rings
+}
+
+/// The engine stage and the shared views of it that go into the handles.
+struct EngineParts {
+    stage: EngineStage,
+    price_table: Arc<PriceTable>,
+    history: Arc<TickHistory>,
+    health: Arc<ProviderHealth>,
+    stats: Arc<EngineStats>,
+}
+
+/// The engine stage over `inputs` and `publishers`, with its aggregator,
+/// price table, tick history and recorder tap.
+fn engine_stage(
+    config: &Config,
+    cfg: &PipelineConfig,
+    publishers: Vec<ShardPublisher>,
+    inputs: Vec<rtrb::Consumer<Tick>>,
+    recorder: Option<RecorderTap>,
+) -> EngineParts {
+    let table = &config.table;
+    let health = ProviderHealth::new(table.providers().len());
+    let stats = Arc::new(EngineStats::default());
+    let agg = Aggregator::new(table, &config.engine, health.clone(), stats.clone());
+    let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
+    let mut stage = EngineStage::new(agg, price_table.clone(), publishers, inputs, stats.clone());
+    stage.tap = recorder;
+    let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
+    stage.history = Some(history.clone());
+    EngineParts {
+        stage,
+        price_table,
+        history,
+        health,
+        stats,
+    }
+}
 
 impl Pipeline {
     /// Starts one feed thread per source and the engine thread (with
@@ -220,27 +361,7 @@ impl Pipeline {
         cfg.validate()?;
         let table = &config.table;
         let shared = cfg.threading == Threading::Shared;
-        let mut publishers = Vec::new();
-        let mut shards = Vec::new();
-        // `validate` checked the ring sizes (pair assertion).
-        debug_assert!(cfg.shard_ring.is_power_of_two() && cfg.feed_ring.is_power_of_two());
-        for index in 0..cfg.shards {
-            let (producer, consumer) = rtrb::RingBuffer::new(cfg.shard_ring);
-            let doorbell = Doorbell::new();
-            // Nothing until the shard's first subscription (sinks: all).
-            let interest = SymbolInterest::none(table.len());
-            let publisher = ShardPublisher::new(producer, table.len(), doorbell.clone())
-                .with_interest(interest.clone());
-            shards.push(ShardInput {
-                index,
-                consumer,
-                doorbell,
-                interest,
-                fanout: publisher.stats.clone(),
-                hosted: HostedTasks::default(),
-            });
-            publishers.push(publisher);
-        }
+        let (publishers, mut shards) = shard_rings(cfg, table.len());
         // Shared: feeds wake the engine by waking the thread that hosts it.
         let engine_doorbell = if shared {
             shards[0].doorbell.clone()
@@ -248,46 +369,18 @@ impl Pipeline {
             Doorbell::new()
         };
         let (events_tx, events_rx) = crossbeam_channel::bounded(64);
-        let mut inputs = Vec::new();
-        let mut feed_stats = Vec::new();
-        let mut ports = Vec::new();
-        let mut pending_sources = Vec::new();
-        for (name, source) in sources {
-            let (port, consumer) = FeedPort::new(
-                cfg.feed_ring,
-                cfg.feed_full_wait_us,
-                engine_doorbell.clone(),
-            );
-            feed_stats.push((name.clone(), port.stats.clone()));
-            inputs.push(consumer);
-            pending_sources.push((name, source, port));
-        }
-        for name in external_ports {
-            let (port, consumer) = FeedPort::new(
-                cfg.feed_ring,
-                cfg.feed_full_wait_us,
-                engine_doorbell.clone(),
-            );
-            feed_stats.push((name, port.stats.clone()));
-            inputs.push(consumer);
-            ports.push(port);
-        }
+        let rings = feed_rings(cfg, sources, external_ports, &engine_doorbell);
+        let (inputs, feed_stats, ports, pending_sources) =
+            (rings.inputs, rings.stats, rings.ports, rings.pending);
 
-        let health = ProviderHealth::new(table.providers().len());
-        let engine_stats = Arc::new(EngineStats::default());
         let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
-        let agg = Aggregator::new(table, &config.engine, health.clone(), engine_stats.clone());
-        let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
-        let mut stage = EngineStage::new(
-            agg,
-            price_table.clone(),
-            publishers,
-            inputs,
-            engine_stats.clone(),
-        );
-        stage.tap = recorder;
-        let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
-        stage.history = Some(history.clone());
+        let EngineParts {
+            stage,
+            price_table,
+            history,
+            health,
+            stats: engine_stats,
+        } = engine_stage(config, cfg, publishers, inputs, recorder);
         let (engine, hosted_engine) = if shared {
             let (task, done) = crate::engine::hosted::HostedEngine::new(stage);
             shards[0].hosted.push(Box::new(task));

@@ -22,6 +22,7 @@ use crate::runtime::wait::{WaitStrategy, Waiter};
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct SinkStats {
+    /// Prices consumed.
     pub prices: Counter,
     /// Sequence jumps not explained by a `CONFLATED` flag.
     pub unexplained_gaps: Counter,
@@ -36,10 +37,13 @@ pub struct ShardSink {
     last_seq: Box<[u64]>,
     hist: Histogram<u64>,
     exchange: Option<HistogramExchange>,
+    /// Shared counters for the status report.
     pub stats: Arc<SinkStats>,
 }
 
 impl ShardSink {
+    /// A sink over `input` that registers interest in every symbol; it keeps
+    /// the last sequence of each of `symbols × tiers` prices (allocated here).
     pub fn new(input: ShardInput, symbols: usize, tiers: usize) -> Self {
         // A sink measures everything the engine publishes.
         input.interest.set_all();
@@ -53,7 +57,9 @@ impl ShardSink {
         }
     }
 
-    pub fn with_exchange(mut self, exchange: HistogramExchange) -> Self {
+    /// Swaps its latency histogram with the reporter through `exchange`
+    /// after each drain, so recording never locks or allocates.
+    pub(crate) fn with_exchange(mut self, exchange: HistogramExchange) -> Self {
         self.exchange = Some(exchange);
         self
     }

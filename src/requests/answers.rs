@@ -11,7 +11,7 @@
 //!   dispatch back; nothing is dropped.
 //! - **Rejects** from the dispatcher (shed, evicted, refused) go to its own
 //!   ring per shard; one that does not fit waits in a bounded pending list
-//!   ([`PendingReject`], a few dozen bytes, encoded when it fits). The
+//!   (`PendingReject`, a few dozen bytes, encoded when it fits). The
 //!   dispatcher admits a request only while fewer rejects than the queue's
 //!   capacity wait, so queue + pending stay within twice the capacity and
 //!   the list never grows past its preallocated size.

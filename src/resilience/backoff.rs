@@ -28,6 +28,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// A backoff whose first window is `base_ms` and largest `cap_ms`, in ms.
     pub const fn new(base_ms: u64, cap_ms: u64) -> Self {
         Backoff { base_ms, cap_ms }
     }

@@ -46,28 +46,44 @@ pub const WINDOW_S_DEFAULT: u32 = 30;
 pub const WINDOW_S_MAX: u32 = 3_600;
 /// Largest count window (bounds the preallocated ring).
 pub const COUNT_WINDOW_MAX: u32 = 100_000;
+/// Default `minimum_calls`.
 pub const MINIMUM_CALLS_DEFAULT: u32 = 20;
+/// Default `failure_rate_threshold_pct`.
 pub const FAILURE_RATE_THRESHOLD_PCT_DEFAULT: u32 = 50;
+/// Default `slow_call_rate_threshold_pct`.
 pub const SLOW_CALL_RATE_THRESHOLD_PCT_DEFAULT: u32 = 50;
+/// Default `call_timeout_ms`.
 pub const CALL_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+/// Default `slow_call_duration_ms`.
 pub const SLOW_CALL_DURATION_MS_DEFAULT: u64 = 500;
+/// Default `open_wait_ms`.
 pub const OPEN_WAIT_MS_DEFAULT: u64 = 10_000;
+/// Default `half_open_permitted_calls`.
 pub const HALF_OPEN_PERMITTED_CALLS_DEFAULT: u32 = 5;
+/// Most `half_open_permitted_calls` accepted.
 pub const HALF_OPEN_PERMITTED_CALLS_MAX: u32 = 1_000;
+/// Default `half_open_max_wait_ms`.
 pub const HALF_OPEN_MAX_WAIT_MS_DEFAULT: u64 = 5_000;
 
 /// The shape of the sliding window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
     /// Outcomes of the last `window_s` seconds (per-second buckets).
-    Time { window_s: u32 },
+    Time {
+        /// Window length in seconds (1..=[`WINDOW_S_MAX`]).
+        window_s: u32,
+    },
     /// Outcomes of the last `calls` calls.
-    Count { calls: u32 },
+    Count {
+        /// Calls in the window (1..=[`COUNT_WINDOW_MAX`]).
+        calls: u32,
+    },
 }
 
 /// Breaker settings. Build from [`BreakerConfig::default`] and override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerConfig {
+    /// Time- or count-based sliding window.
     pub window: WindowKind,
     /// Calls the window must hold before any decision to open.
     pub minimum_calls: u32,
@@ -174,14 +190,20 @@ impl BreakerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum BreakerState {
+    /// Normal: calls pass and vote in the window.
     Closed = 0,
+    /// Tripped: every call is refused until `open_wait_ms` has passed.
     Open = 1,
+    /// Probing: a fixed number of trial calls decide between Closed and Open.
     HalfOpen = 2,
+    /// Operator state: refuses everything until reset.
     ForcedOpen = 3,
+    /// Operator state: permits everything and records nothing in the window.
     Disabled = 4,
 }
 
 impl BreakerState {
+    /// Every state, in discriminant order.
     pub const ALL: [BreakerState; 5] = [
         BreakerState::Closed,
         BreakerState::Open,
@@ -209,10 +231,14 @@ impl BreakerState {
 /// What a permitted call turned out to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// The dependency answered.
     Success {
+        /// How long the call took, in ns (decides "slow").
         duration_ns: u64,
     },
+    /// The dependency failed or timed out.
     Failure {
+        /// How long the call took, in ns (decides "slow").
         duration_ns: u64,
     },
     /// The caller's own error (business error): neither failure nor success.
@@ -247,36 +273,50 @@ pub struct Permit {
 pub struct BreakerStats {
     state: AtomicU8,
     minimum_calls: u32,
+    /// Calls reported as [`Outcome::Success`].
     pub successful_calls: AtomicU64,
+    /// Calls reported as [`Outcome::Failure`].
     pub failed_calls: AtomicU64,
     /// Calls over the slow threshold (a subset of successful + failed).
     pub slow_calls: AtomicU64,
+    /// Calls reported as [`Outcome::Ignored`].
     pub ignored_calls: AtomicU64,
+    /// Calls refused (Open, ForcedOpen, or HalfOpen with no trial left).
     pub not_permitted_calls: AtomicU64,
     /// Transitions into each state, indexed by `BreakerState as usize`.
     pub transitions: [AtomicU64; 5],
     /// Totals of the window currently deciding (the closed window, or the
     /// half-open trials).
     pub window_calls: AtomicU64,
+    /// Failures in that window.
     pub window_failures: AtomicU64,
+    /// Slow calls in that window.
     pub window_slow: AtomicU64,
 }
 
 /// A plain copy of [`BreakerStats`] with the rates worked out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerSnapshot {
+    /// The state as of the last call on the breaker.
     pub state: BreakerState,
     /// Percent of calls in the window that failed; -1 below `minimum_calls`
     /// (no decision possible yet).
     pub failure_rate_pct: f64,
     /// Percent of calls in the window that were slow; -1 as above.
     pub slow_call_rate_pct: f64,
+    /// Calls reported as successes.
     pub successful_calls: u64,
+    /// Calls reported as failures.
     pub failed_calls: u64,
+    /// Calls over the slow threshold (successful or failed).
     pub slow_calls: u64,
+    /// Calls reported as ignored.
     pub ignored_calls: u64,
+    /// Calls refused.
     pub not_permitted_calls: u64,
+    /// Transitions into each state, indexed by `BreakerState as usize`.
     pub transitions: [u64; 5],
+    /// Calls in the window currently deciding.
     pub window_calls: u64,
 }
 
@@ -303,6 +343,7 @@ impl BreakerStats {
         BreakerState::from_u8(self.state.load(Relaxed))
     }
 
+    /// Reads every counter (Relaxed: each exact, the set not one instant).
     pub fn snapshot(&self) -> BreakerSnapshot {
         let calls = self.window_calls.load(Relaxed);
         let rate = |n: u64| {
@@ -373,6 +414,7 @@ impl CircuitBreaker {
         })
     }
 
+    /// The settings this breaker was built with (validated).
     pub fn config(&self) -> &BreakerConfig {
         &self.cfg
     }

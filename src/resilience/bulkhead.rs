@@ -13,14 +13,19 @@ use std::time::{Duration, Instant};
 
 use super::error::{invalid, BulkheadFull, ConfigError};
 
+/// Default `max_concurrent`.
 pub const MAX_CONCURRENT_DEFAULT: u32 = 16;
+/// Most `max_concurrent` accepted.
 pub const MAX_CONCURRENT_MAX: u32 = 100_000;
+/// Default `max_wait_ms`: a full bulkhead rejects at once.
 pub const MAX_WAIT_MS_DEFAULT: u64 = 0;
 /// Longest wait a bulkhead accepts; anything longer is a queue in disguise.
 pub const MAX_WAIT_MS_MAX: u64 = 60_000;
 
+/// Bulkhead settings; [`Bulkhead::new`] validates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BulkheadConfig {
+    /// Calls allowed in flight at once (1..=[`MAX_CONCURRENT_MAX`]).
     pub max_concurrent: u32,
     /// Longest [`Bulkhead::enter_wait`] waits for a slot; 0 = reject at once.
     pub max_wait_ms: u64,
@@ -38,17 +43,24 @@ impl Default for BulkheadConfig {
 /// Counters of one bulkhead.
 #[derive(Debug, Default)]
 pub struct BulkheadStats {
+    /// Calls given a slot.
     pub admitted: AtomicU64,
+    /// Calls refused: no slot free (in time).
     pub rejected: AtomicU64,
     /// Admissions that had to wait (a subset of `admitted`).
     pub admitted_after_wait: AtomicU64,
 }
 
+/// A plain copy of a bulkhead's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BulkheadSnapshot {
+    /// Calls given a slot.
     pub admitted: u64,
+    /// Calls refused.
     pub rejected: u64,
+    /// Admissions that had to wait (a subset of `admitted`).
     pub admitted_after_wait: u64,
+    /// Calls in flight when the copy was taken.
     pub current: u32,
 }
 
@@ -78,6 +90,8 @@ pub struct BulkheadGuard {
 }
 
 impl Bulkhead {
+    /// A bulkhead with no call in flight. Errors: `max_concurrent` outside
+    /// 1..=[`MAX_CONCURRENT_MAX`] or `max_wait_ms` above [`MAX_WAIT_MS_MAX`].
     pub fn new(cfg: BulkheadConfig) -> Result<Self, ConfigError> {
         if !(1..=MAX_CONCURRENT_MAX).contains(&cfg.max_concurrent) {
             let reason = format!("{} not in 1..={MAX_CONCURRENT_MAX}", cfg.max_concurrent);
@@ -179,6 +193,7 @@ impl Bulkhead {
         self.inner.current.load(Ordering::Relaxed)
     }
 
+    /// Reads every counter (Relaxed) and the calls in flight.
     pub fn snapshot(&self) -> BulkheadSnapshot {
         let s = &self.inner.stats;
         BulkheadSnapshot {

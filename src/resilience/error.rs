@@ -14,7 +14,12 @@ use super::breaker::BreakerState;
 pub enum ConfigError {
     /// A value outside its allowed range.
     #[error("resilience config `{key}`: {reason}")]
-    Invalid { key: &'static str, reason: String },
+    Invalid {
+        /// The refused key, as written in the configuration.
+        key: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// A slow call must be detectable before the call times out; otherwise
     /// every slow call is reported as a timeout failure and the slow-call
     /// rate can never trip.
@@ -24,7 +29,9 @@ pub enum ConfigError {
          turns it into a failure"
     )]
     SlowThresholdNotBelowTimeout {
+        /// The configured slow threshold, in ms.
         slow_call_duration_ms: u64,
+        /// The configured call timeout, in ms.
         call_timeout_ms: u64,
     },
 }
@@ -42,7 +49,9 @@ pub(crate) fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigErr
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("circuit breaker {state:?}: call not permitted")]
 pub struct NotPermitted {
+    /// The state that refused.
     pub state: BreakerState,
+    /// Remaining open wait in ns when `Open`; `None` when the end is unknown.
     pub retry_after_ns: Option<u64>,
 }
 
@@ -50,6 +59,7 @@ pub struct NotPermitted {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("bulkhead full: {max_concurrent} calls in flight")]
 pub struct BulkheadFull {
+    /// The bulkhead's limit of calls in flight.
     pub max_concurrent: u32,
 }
 
@@ -75,7 +85,12 @@ pub enum CallError<E> {
     /// `retry_after_ms` is the dependency's hint, honoured as a backoff
     /// floor; 0 when none was given.
     #[error("transient dependency error: {error:?}")]
-    Transient { error: E, retry_after_ms: u64 },
+    Transient {
+        /// The dependency's error.
+        error: E,
+        /// The dependency's retry hint in ms (0 = none).
+        retry_after_ms: u64,
+    },
     /// The dependency failed in a way that will not pass by retrying.
     #[error("permanent dependency error: {0:?}")]
     Permanent(E),

@@ -41,11 +41,14 @@ pub struct LimiterStats {
 /// A plain copy of [`LimiterStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LimiterSnapshot {
+    /// Calls granted.
     pub taken: u64,
+    /// Calls refused.
     pub rejected: u64,
 }
 
 impl LimiterStats {
+    /// Reads both counters (Relaxed).
     pub fn snapshot(&self) -> LimiterSnapshot {
         LimiterSnapshot {
             taken: self.taken.load(Relaxed),
@@ -124,10 +127,12 @@ impl TokenBucket {
         self.try_take_n(1, now_ns)
     }
 
+    /// Tokens earned per second.
     pub fn rate_per_s(&self) -> u64 {
         self.rate_per_s
     }
 
+    /// Bucket capacity in tokens: the largest burst.
     pub fn burst(&self) -> u64 {
         self.capacity_nt / NANO_TOKENS_PER_TOKEN
     }
@@ -252,14 +257,17 @@ impl RateLimiter {
         })
     }
 
+    /// Tokens earned per second.
     pub fn rate_per_s(&self) -> u64 {
         self.bucket.rate_per_s()
     }
 
+    /// Bucket capacity in tokens: the largest burst.
     pub fn burst(&self) -> u64 {
         self.bucket.burst()
     }
 
+    /// Shared counters for the metrics thread.
     pub fn stats(&self) -> Arc<LimiterStats> {
         Arc::clone(&self.stats)
     }

@@ -59,8 +59,6 @@
 //!
 //! [`proxy`] is a test and drill tool, not a hot-path component: it uses real
 //! threads and real time, bounded by a maximum connection count.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod backoff;
 pub mod breaker;

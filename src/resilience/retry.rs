@@ -40,18 +40,25 @@ use super::error::{invalid, CallError, ConfigError};
 use super::limiter::{RateLimiter, NANO_TOKENS_PER_TOKEN};
 use crate::clock::{Clock, NS_PER_MS};
 
+/// Default `max_attempts`.
 pub const MAX_ATTEMPTS_DEFAULT: u32 = 3;
 /// Attempts include the first call; more than this is never useful.
 pub const MAX_ATTEMPTS_MAX: u32 = 10;
+/// Default `budget_ratio_pct`.
 pub const BUDGET_RATIO_PCT_DEFAULT: u32 = 10;
+/// Default `budget_min_retries_per_s`.
 pub const BUDGET_MIN_RETRIES_PER_S_DEFAULT: u32 = 5;
+/// Default `budget_max_tokens`.
 pub const BUDGET_MAX_TOKENS_DEFAULT: u32 = 100;
+/// Largest `backoff.cap_ms` accepted.
 pub const BACKOFF_CAP_MS_MAX: u64 = 60_000;
 
+/// Retry settings; [`Retry::new`] validates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryConfig {
     /// Attempts per call, the first included (1 = never retry).
     pub max_attempts: u32,
+    /// The wait between attempts (full jitter, in ms).
     pub backoff: Backoff,
     /// Retries allowed per 100 calls.
     pub budget_ratio_pct: u32,
@@ -74,6 +81,9 @@ impl Default for RetryConfig {
 }
 
 impl RetryConfig {
+    /// Checks every bound. Errors name the key: `max_attempts` outside
+    /// 1..=[`MAX_ATTEMPTS_MAX`], `backoff` not `base_ms <= cap_ms <=
+    /// BACKOFF_CAP_MS_MAX`, `budget_ratio_pct` over 100, `budget_max_tokens` 0.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=MAX_ATTEMPTS_MAX).contains(&self.max_attempts) {
             let reason = format!("{} not in 1..={MAX_ATTEMPTS_MAX}", self.max_attempts);
@@ -125,6 +135,7 @@ impl RetryContext {
 
 /// How the retry driver waits between attempts.
 pub trait Sleeper {
+    /// Waits `duration` (or, in tests, records it).
     fn sleep(&mut self, duration: Duration);
 }
 
@@ -151,25 +162,39 @@ pub struct RetryStats {
     pub calls: AtomicU64,
     /// Calls passed straight through because a layer above retries.
     pub passed_through: AtomicU64,
+    /// Retries granted.
     pub retries: AtomicU64,
+    /// Failures not retried because their kind is never retried.
     pub not_retryable: AtomicU64,
+    /// Failures not retried because `max_attempts` were used.
     pub attempts_exhausted: AtomicU64,
+    /// Failures not retried because the budget was empty.
     pub budget_exhausted: AtomicU64,
+    /// Failures not retried because the backoff would outlast the deadline.
     pub deadline_exhausted: AtomicU64,
 }
 
+/// A plain copy of [`RetryStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RetrySnapshot {
+    /// Calls that entered as the outermost layer.
     pub calls: u64,
+    /// Calls passed straight through.
     pub passed_through: u64,
+    /// Retries granted.
     pub retries: u64,
+    /// Failures of a kind never retried.
     pub not_retryable: u64,
+    /// Failures after `max_attempts`.
     pub attempts_exhausted: u64,
+    /// Failures refused by the budget.
     pub budget_exhausted: u64,
+    /// Failures whose backoff would outlast the deadline.
     pub deadline_exhausted: u64,
 }
 
 impl RetryStats {
+    /// Reads every counter (Relaxed).
     pub fn snapshot(&self) -> RetrySnapshot {
         RetrySnapshot {
             calls: self.calls.load(Relaxed),
@@ -193,6 +218,8 @@ pub struct Retry {
 }
 
 impl Retry {
+    /// A retry layer with a full second's minimum budget saved up. Errors: as
+    /// [`RetryConfig::validate`].
     pub fn new(cfg: RetryConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let min_per_s = u64::from(cfg.budget_min_retries_per_s);
@@ -209,10 +236,12 @@ impl Retry {
         })
     }
 
+    /// The settings this layer was built with (validated).
     pub fn config(&self) -> &RetryConfig {
         &self.cfg
     }
 
+    /// Shared counters for the metrics thread.
     pub fn stats(&self) -> Arc<RetryStats> {
         Arc::clone(&self.stats)
     }

@@ -49,7 +49,9 @@ impl XFetch {
 /// A cached value with what XFetch needs to know about it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheEntry<V> {
+    /// The cached value.
     pub value: V,
+    /// When the value expires, on the caller's clock in ns.
     pub expiry_ns: u64,
     /// How long the last recompute took.
     pub delta_ns: u64,
@@ -65,10 +67,12 @@ impl<V> CacheEntry<V> {
         }
     }
 
+    /// True from `expiry_ns` on.
     pub fn is_expired(&self, now_ns: u64) -> bool {
         now_ns >= self.expiry_ns
     }
 
+    /// XFetch's early-refresh draw for this entry ([`XFetch::should_refresh`]).
     pub fn should_refresh(&self, now_ns: u64, beta: f64, rng: &mut impl Rng) -> bool {
         XFetch::should_refresh(now_ns, self.expiry_ns, self.delta_ns, beta, rng)
     }

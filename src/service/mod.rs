@@ -3,9 +3,8 @@
 //!
 //! `pricewire serve`, the integration tests and the bench tool all start
 //! the service through [`Service::start`], so they run the same wiring.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
+mod metrics;
 pub mod report;
 
 use std::sync::Arc;
@@ -17,19 +16,19 @@ use crate::feed::ingest::{self, IngestConfig, IngestHandle};
 use crate::feed::synthetic::{SyntheticConfig, SyntheticFeed};
 use crate::feed::TickSource;
 use crate::gateway::{Gateway, GatewayConfig, GatewayDeps};
-use crate::ops::metrics::catalogue as m;
-use crate::ops::{OpsError, Registry};
 use crate::overload::stats::OverloadStats;
 use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, PipelineHandles, RecorderTap};
 use crate::refdata::RefData;
-use crate::requests::service::{RequestConfig, RequestStats};
+use crate::requests::service::RequestConfig;
 use crate::runtime::{Stage, Threading, WaitStrategy};
 use report::LatencyCollector;
 
 /// What to start.
 pub struct ServiceConfig {
+    /// The validated configuration file (instruments, providers, accounts).
     pub config: Arc<Config>,
+    /// Rings, shards, waits, pinning and threading of the pipeline.
     pub pipeline: PipelineConfig,
     /// The built-in synthetic feed, if wanted.
     pub synthetic: Option<SyntheticConfig>,
@@ -74,12 +73,16 @@ impl ServiceConfig {
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
+    /// A pipeline setting or stage failed (see [`PipelineError`]).
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The subscriber gateway could not bind or start its shards.
     #[error("gateway: {0}")]
     Gateway(std::io::Error),
+    /// The provider ingest listener could not bind or start.
     #[error("provider ingest: {0}")]
     Ingest(std::io::Error),
+    /// The NATS bus settings are refused, or the bus could not start.
     #[error("bus: {0}")]
     Bus(#[from] BusError),
 }
@@ -95,15 +98,21 @@ struct Consumers {
 
 /// A running service.
 pub struct Service {
+    /// The configuration the service runs with.
     pub config: Arc<Config>,
     /// Declared before `pipeline`: fields drop in order, and the engine
     /// only finishes once every feed (the ingest listener's included) has
     /// let go of its ring.
     pub ingest: Option<IngestHandle>,
+    /// The feeds and engine (none on an edge).
     pub pipeline: Pipeline,
+    /// The subscriber gateway; `None` when headless.
     pub gateway: Option<Gateway>,
+    /// Overload counters (sheds, drops, rejects) shared by every stage.
     pub overload: Arc<OverloadStats>,
+    /// Counters of the headless measuring sinks (empty with a gateway).
     pub sink_stats: Vec<Arc<SinkStats>>,
+    /// End-to-end latency histograms merged from the shard consumers.
     pub latency: LatencyCollector,
     /// FIX sessions' counters and breakers, when FIX providers run.
     pub fix: Option<Arc<crate::feed::fix::FixFeedStats>>,
@@ -113,22 +122,17 @@ pub struct Service {
 }
 
 impl Service {
+    /// Starts everything `cfg` asks for: on an edge the bus subscriber, else
+    /// the feeds and engine, the core bus publisher and the provider ingest;
+    /// then the gateway or the headless sinks on the shard rings. Errors: the
+    /// first part that failed to start.
     pub fn start(mut cfg: ServiceConfig) -> Result<Service, ServiceError> {
         if let Some(BusRole::Edge(bus)) = cfg.bus.clone() {
             return Self::start_edge(cfg, &bus);
         }
         check_core_threading(&cfg)?;
         let config = cfg.config.clone();
-        let mut sources = std::mem::take(&mut cfg.sources);
-        if let Some(s) = cfg.synthetic {
-            sources.insert(
-                0,
-                (
-                    "synthetic".into(),
-                    Box::new(SyntheticFeed::new(&config.table, s)),
-                ),
-            );
-        }
+        let sources = feed_sources(&mut cfg, &config);
         let ports = cfg.ingest.iter().map(|_| "ingest".to_string()).collect();
         let parts = Pipeline::start(&cfg.pipeline, &config, sources, ports, cfg.recorder.take())?;
         let mut pipeline = parts.pipeline;
@@ -145,22 +149,11 @@ impl Service {
             }
         };
         if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
-            let table = Arc::new(config.table.clone());
             // Shared threading with a gateway: shard 0 watches the ingest
             // listener's sockets too. A headless sink cannot watch
             // descriptors, so without a gateway the listener keeps its thread.
             let host = cfg.pipeline.threading == Threading::Shared && cfg.gateway.is_some();
-            let started = if host {
-                ingest::hosted(icfg, table, port).map(|(h, task)| {
-                    // Ahead of the engine: quotes read in a turn are
-                    // priced in the same turn.
-                    shards[0].hosted.push_first(task);
-                    h
-                })
-            } else {
-                ingest::spawn(icfg, table, port)
-            };
-            match started {
+            match start_ingest(icfg, port, &config, host, &mut shards) {
                 Ok(h) => service_ingest = Some(h),
                 Err(e) => {
                     drop(shards); // a hosted engine ends with them
@@ -326,6 +319,7 @@ impl Service {
         }
     }
 
+    /// Stops the feeds, then the gateway and the sinks, and joins them.
     pub fn stop(mut self) {
         self.stop_feeds();
         if let Some(g) = self.gateway.take() {
@@ -334,87 +328,6 @@ impl Service {
         for t in self.sinks.drain(..) {
             let _ = t.join();
         }
-    }
-
-    /// Registers every counter of the service with the metrics registry.
-    pub fn register_metrics(&self, r: &Registry) -> Result<(), OpsError> {
-        self.register_pipeline(r)?;
-        if let Some(g) = &self.gateway {
-            register_gateway(r, g)?;
-            register_requests(r, g)?;
-            if let Some(b) = g.shared.refdata.breaker_stats() {
-                register_breaker(r, "redis", b)?;
-            }
-        }
-        if let Some(fix) = &self.fix {
-            for p in &fix.providers {
-                register_breaker(r, &format!("fix_{}", p.name), p.breaker.clone())?;
-            }
-            let wall = Arc::new(crate::feed::fix::WallClock);
-            crate::feed::fix::metrics::register(r, fix, wall)?;
-        }
-        if let Some(b) = &self.bus {
-            register_bus(r, b.stats())?;
-        }
-        register_overload(r, &self.overload)
-    }
-
-    fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
-        if let Some(i) = &self.ingest {
-            for why in ingest::quotes::Refusal::ALL {
-                let s = i.stats.clone();
-                r.register_counter_fn(
-                    m::DROPS,
-                    &[("reason", &format!("{}_quote_ingest", why.name()))],
-                    move || s.refused(why).load(std::sync::atomic::Ordering::Relaxed),
-                )?;
-            }
-        }
-        let h = &self.pipeline.handles;
-        for (name, f) in &h.feeds {
-            let (a, b, c) = (f.clone(), f.clone(), f.clone());
-            r.register_counter_fn(m::TICKS_RECEIVED, &[("provider", name)], move || {
-                a.pushed.get()
-            })?;
-            r.register_counter_fn(
-                m::DROPS,
-                &[("reason", &format!("feed_ring_full_{name}"))],
-                move || b.dropped.get(),
-            )?;
-            r.register_gauge_fn(
-                m::RING_OCCUPANCY,
-                &[("ring", &format!("feed_{name}"))],
-                move || c.ring_occupancy.get() as f64,
-            )?;
-        }
-        let e = h.engine.clone();
-        r.register_counter_fn(m::PRICES_PUBLISHED, &[], move || e.published.get())?;
-        let drops = [
-            ("invalid_tick", 0usize),
-            ("spike_rejected", 1),
-            ("stale_republish", 2),
-        ];
-        for (reason, which) in drops {
-            let e = h.engine.clone();
-            r.register_counter_fn(m::DROPS, &[("reason", reason)], move || match which {
-                0 => e.invalid.get(),
-                1 => e.spikes_rejected.get(),
-                _ => e.stale.get(),
-            })?;
-        }
-        for (i, f) in h.fanout.iter().enumerate() {
-            let (a, b) = (f.clone(), f.clone());
-            let ring = format!("shard{i}");
-            r.register_gauge_fn(m::RING_OCCUPANCY, &[("ring", &ring)], move || {
-                a.ring_occupancy.get() as f64
-            })?;
-            r.register_counter_fn(
-                m::CONFLATIONS,
-                &[("reason", &format!("engine_ring_full_{ring}"))],
-                move || b.conflated.get(),
-            )?;
-        }
-        Ok(())
     }
 }
 
@@ -432,6 +345,44 @@ fn check_core_threading(cfg: &ServiceConfig) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// The feed sources `cfg` asks for: the synthetic feed first, if wanted,
+/// then `cfg.sources` (taken out of `cfg`).
+fn feed_sources(cfg: &mut ServiceConfig, config: &Config) -> Vec<(String, Box<dyn TickSource>)> {
+    let mut sources = std::mem::take(&mut cfg.sources);
+    if let Some(s) = cfg.synthetic {
+        sources.insert(
+            0,
+            (
+                "synthetic".into(),
+                Box::new(SyntheticFeed::new(&config.table, s)),
+            ),
+        );
+    }
+    sources
+}
+
+/// Starts the provider ingest listener on `port`: hosted by shard 0 when
+/// `host`, else on its own thread.
+fn start_ingest(
+    icfg: IngestConfig,
+    port: crate::runtime::FeedPort,
+    config: &Config,
+    host: bool,
+    shards: &mut [crate::engine::ShardInput],
+) -> std::io::Result<IngestHandle> {
+    let table = Arc::new(config.table.clone());
+    if host {
+        ingest::hosted(icfg, table, port).map(|(h, task)| {
+            // Ahead of the engine: quotes read in a turn are
+            // priced in the same turn.
+            shards[0].hosted.push_first(task);
+            h
+        })
+    } else {
+        ingest::spawn(icfg, table, port)
+    }
+}
+
 /// A core's bus thread, which takes the first shard ring like a sink.
 fn start_core_bus(
     bus: Option<BusRole>,
@@ -444,271 +395,6 @@ fn start_core_bus(
     let input = shards.remove(0);
     let publisher = BusPublisher::start(&b, &config.table, input)?;
     Ok(Some(BusHandle::Core(publisher)))
-}
-
-fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
-    for (i, s) in g.shard_stats.iter().enumerate() {
-        let shard = i.to_string();
-        let (a, b, c) = (s.clone(), s.clone(), s.clone());
-        r.register_counter_fn(m::PRICE_UPDATES_SENT, &[("shard", &shard)], move || {
-            a.prices_out.get()
-        })?;
-        r.register_gauge_fn(
-            m::CONNECTIONS,
-            &[("shard", &shard), ("state", "open")],
-            move || b.connections.get() as f64,
-        )?;
-        r.register_gauge_fn(
-            m::CONNECTIONS,
-            &[("shard", &shard), ("state", "conflating")],
-            move || c.conflating_now.get() as f64,
-        )?;
-        let e = s.clone();
-        r.register_counter_fn(m::HOSTED_INTERLEAVES, &[("shard", &shard)], move || {
-            e.interleaves.get()
-        })?;
-        let f = s.clone();
-        r.register_gauge_fn(m::SHARD_BUSY, &[("shard", &shard)], move || {
-            f.busy_permille.get() as f64 / 1000.0
-        })?;
-        let h = s.clone();
-        r.register_counter_fn(m::SHARD_STALLS, &[("shard", &shard)], move || {
-            h.stalls.get()
-        })?;
-        let k = s.clone();
-        r.register_gauge_fn(m::SHARD_MAX_STALL, &[("shard", &shard)], move || {
-            k.max_stall_ms.get() as f64 / 1000.0
-        })?;
-        for (direction, out) in [("out", true), ("in", false)] {
-            let g = s.clone();
-            r.register_counter_fn(
-                m::SESSIONS_MOVED,
-                &[("shard", &shard), ("direction", direction)],
-                move || {
-                    if out {
-                        g.sessions_moved_out.get()
-                    } else {
-                        g.sessions_moved_in.get()
-                    }
-                },
-            )?;
-        }
-        let d = s.clone();
-        r.register_counter_fn(
-            m::CONFLATIONS,
-            &[("reason", &format!("slow_subscriber_shard{i}"))],
-            move || d.conflated.get(),
-        )?;
-    }
-    let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
-    r.register_counter_fn(m::CONNECTIONS_ACCEPTED, &[("shard", "all")], move || {
-        crate::gateway::GatewayStats::get(&a.accepted)
-    })?;
-    r.register_counter_fn(
-        m::SLOW_CONSUMER_DISCONNECTS,
-        &[("shard", "all")],
-        move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
-    )?;
-    Ok(())
-}
-
-/// The bus thread's counters (`--role core|edge`).
-fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
-    use crate::bus::BusStats;
-    type Read = fn(&BusStats) -> u64;
-    let events: [(&str, Read); 13] = [
-        ("published", |s| s.published.get()),
-        ("publish_error", |s| s.publish_errors.get()),
-        ("received", |s| s.received.get()),
-        ("last_value_loaded", |s| s.last_values_loaded.get()),
-        ("duplicate_dropped", |s| s.duplicates_dropped.get()),
-        ("gap_flagged", |s| s.gaps_flagged.get()),
-        ("decode_error", |s| s.decode_errors.get()),
-        ("disconnect", |s| s.disconnects.get()),
-        ("reload", |s| s.reloads.get()),
-        ("standby_discarded", |s| s.standby_discarded.get()),
-        ("lease_taken", |s| s.leases_taken.get()),
-        ("lease_lost", |s| s.leases_lost.get()),
-        ("stale_epoch_dropped", |s| s.stale_epoch_dropped.get()),
-    ];
-    for (event, read) in events {
-        let s = stats.clone();
-        r.register_counter_fn(m::BUS_MESSAGES, &[("event", event)], move || read(&s))?;
-    }
-    let s = stats.clone();
-    r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
-}
-
-/// Exports one breaker as `dependency` (state one-hot, rates, refusals).
-pub fn register_breaker(
-    r: &Registry,
-    dependency: &str,
-    stats: Arc<crate::resilience::breaker::BreakerStats>,
-) -> Result<(), OpsError> {
-    use crate::resilience::breaker::BreakerState;
-    for state in BreakerState::ALL {
-        let s = stats.clone();
-        let label = state.name();
-        r.register_gauge_fn(
-            m::BREAKER_STATE,
-            &[("dependency", dependency), ("state", label)],
-            move || f64::from(u8::from(s.snapshot().state == state)),
-        )?;
-    }
-    let (a, b, c) = (stats.clone(), stats.clone(), stats);
-    let ratio = |pct: f64| if pct < 0.0 { 0.0 } else { pct / 100.0 };
-    r.register_gauge_fn(
-        m::BREAKER_FAILURE_RATE,
-        &[("dependency", dependency)],
-        move || ratio(a.snapshot().failure_rate_pct),
-    )?;
-    r.register_gauge_fn(
-        m::BREAKER_SLOW_CALL_RATE,
-        &[("dependency", dependency)],
-        move || ratio(b.snapshot().slow_call_rate_pct),
-    )?;
-    r.register_counter_fn(
-        m::BREAKER_NOT_PERMITTED,
-        &[("dependency", dependency)],
-        move || c.snapshot().not_permitted_calls,
-    )
-}
-
-fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
-    let Some(st) = g.request_stats() else {
-        return Ok(());
-    };
-    let kinds: [(&str, usize); 3] = [("snapshot", 0), ("symbol_list", 1), ("history", 2)];
-    for (kind, k) in kinds {
-        let s = st.clone();
-        r.register_counter_fn(m::REQUESTS_SERVED, &[("kind", kind)], move || match k {
-            0 => s.snapshot_served.get(),
-            1 => s.symbol_list_served.get(),
-            _ => s.history_served.get(),
-        })?;
-    }
-    let (a, b, st2) = (st.clone(), st.clone(), st);
-    r.register_counter_fn(
-        m::DROPS,
-        &[("reason", "request_answer_ring_full")],
-        move || a.answers_dropped.get(),
-    )?;
-    r.register_counter_fn(m::SHEDS, &[("reason", "expired_at_worker")], move || {
-        b.expired_at_worker.get()
-    })?;
-    register_request_path(r, st2, g.shared.stats.clone())
-}
-
-/// The request path's own refusals, hop latencies and queue size.
-fn register_request_path(
-    r: &Registry,
-    st: Arc<RequestStats>,
-    gw: Arc<crate::gateway::GatewayStats>,
-) -> Result<(), OpsError> {
-    use crate::ops::metrics::LATENCY_BUCKETS_S;
-    use crate::requests::hops::Hop;
-    let (a, c, d) = (st.clone(), st.clone(), st.clone());
-    r.register_counter_fn(m::SHEDS, &[("reason", "request_path_full")], move || {
-        a.refused_path_full.get()
-    })?;
-    // The per-connection message limit lives in the sans-IO session, which
-    // counts its refusals with the gateway's counters.
-    r.register_counter_fn(m::SHEDS, &[("reason", "conn_rate_limited")], move || {
-        crate::gateway::GatewayStats::get(&gw.rejects_rate_limited)
-    })?;
-    r.register_counter_fn(m::REQUEST_REJECTS_DEFERRED, &[], move || {
-        c.rejects_deferred.get()
-    })?;
-    r.register_gauge_fn(m::REQUEST_QUEUE_CAPACITY, &[], move || {
-        d.queue_capacity.get() as f64
-    })?;
-    for hop in Hop::ALL {
-        let shared = st.hops.shared(hop);
-        r.register_hdr_ns(
-            m::REQUEST_HOP,
-            &[("hop", hop.name())],
-            shared,
-            LATENCY_BUCKETS_S,
-        )?;
-    }
-    let queue_wait = st.hops.shared(Hop::QueueWait);
-    r.register_hdr_ns(m::REQUEST_QUEUE_SOJOURN, &[], queue_wait, LATENCY_BUCKETS_S)
-}
-
-fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
-    use crate::admission::Stage as AStage;
-    use crate::requests::ShedReason;
-    for reason in ShedReason::ALL {
-        let o = o.clone();
-        r.register_counter_fn(m::SHEDS, &[("reason", reason.name())], move || {
-            o.snapshot().shed_of(reason)
-        })?;
-    }
-    for stage in AStage::ALL {
-        let o = o.clone();
-        r.register_counter_fn(
-            m::ADMISSION_REJECTS,
-            &[("stage", stage.name())],
-            move || o.snapshot().rejects_at(stage),
-        )?;
-    }
-    let (a, b) = (o.clone(), o.clone());
-    r.register_gauge_fn(m::REQUEST_QUEUE_DEPTH, &[], move || {
-        a.snapshot().queue_depth as f64
-    })?;
-    r.register_gauge_fn(m::REQUEST_QUEUE_OVERLOADED, &[], move || {
-        f64::from(u8::from(b.snapshot().overloaded))
-    })?;
-    register_overload_extras(r, o)
-}
-
-/// Every other overload value (LIFO mode, sojourn min/p99, adaptive limit
-/// and the RTTs it reacts to, ...) under the stable names the overload
-/// stats give them, as unlabelled families of their own.
-fn register_overload_extras(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
-    use crate::ops::metrics::catalogue::{FamilyDesc, MetricKind};
-    let mut names: Vec<(&'static str, bool)> = Vec::new();
-    o.snapshot().for_each_metric(|name, label, _| {
-        let known = crate::ops::metrics::catalogue::family(name).is_some();
-        if label.is_none() && !known && !names.iter().any(|(n, _)| *n == name) {
-            names.push((name, name.ends_with("_total")));
-        }
-    });
-    for (name, counter) in names {
-        let unit = if name.ends_with("_ns") {
-            "nanoseconds"
-        } else {
-            "count"
-        };
-        r.define(FamilyDesc {
-            name,
-            kind: if counter {
-                MetricKind::Counter
-            } else {
-                MetricKind::Gauge
-            },
-            labels: &[],
-            unit,
-            owner: "requests",
-            help: "Overload control value; see docs/overload.md.",
-        })?;
-        let o = o.clone();
-        let read = move || {
-            let mut v = 0;
-            o.snapshot().for_each_metric(|n, l, x| {
-                if n == name && l.is_none() {
-                    v = x;
-                }
-            });
-            v
-        };
-        if counter {
-            r.register_counter_fn(name, &[], read)?;
-        } else {
-            r.register_gauge_fn(name, &[], move || read() as f64)?;
-        }
-    }
-    Ok(())
 }
 
 impl Service {

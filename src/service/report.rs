@@ -12,7 +12,7 @@ use crate::ops::metrics::{sum_of, Series};
 use crate::runtime::latency::{latency_histogram, HistogramExchange};
 
 /// Totals the reporter diffs between lines, read from the metrics
-/// registry ([`Registry::series`]) so the line and `/metrics` always agree:
+/// registry ([`Registry::series`](crate::ops::Registry::series)) so the line and `/metrics` always agree:
 /// each is the sum of one family's series (drops split by reason).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Totals {
@@ -38,6 +38,7 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Sums the totals out of one scrape of the registry.
     pub fn read(series: &[Series]) -> Totals {
         let all = |family: &str| sum_of(series, family, |_| true) as u64;
         let drop = |reason: &str| sum_of(series, m::DROPS, |s| s.label("reason") == reason) as u64;

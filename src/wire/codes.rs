@@ -11,25 +11,45 @@ use super::field::Field;
 
 /// Template ids of every message in schema [`SCHEMA_ID`](super::SCHEMA_ID).
 pub mod template {
+    /// Logon (client → server): opens a subscriber session.
     pub const LOGON: u16 = 1;
+    /// LogonAccepted (server → client): the session is open.
     pub const LOGON_ACCEPTED: u16 = 2;
+    /// LogonRejected (server → client): the logon was refused; the server closes.
     pub const LOGON_REJECTED: u16 = 3;
+    /// Heartbeat (either way): liveness, no body.
     pub const HEARTBEAT: u16 = 4;
+    /// Logout (client → server): ends the session politely, no body.
     pub const LOGOUT: u16 = 5;
+    /// Disconnect (server → client): the session ends; the server closes after it.
     pub const DISCONNECT: u16 = 6;
+    /// SymbolListRequest (client → server): asks for the symbol directory.
     pub const SYMBOL_LIST_REQUEST: u16 = 10;
+    /// SymbolDirectory (server → client): symbols and tiers the account may use.
     pub const SYMBOL_DIRECTORY: u16 = 11;
+    /// Subscribe (client → server): start streaming some symbols at one tier.
     pub const SUBSCRIBE: u16 = 12;
+    /// Unsubscribe (client → server): stop streaming some symbols; Subscribe's layout.
     pub const UNSUBSCRIBE: u16 = 13;
+    /// SubscribeResponse (server → client): per-symbol outcome of a (un)subscribe.
     pub const SUBSCRIBE_RESPONSE: u16 = 14;
+    /// PriceSnapshot (server → client): a symbol's full price on subscribe.
     pub const PRICE_SNAPSHOT: u16 = 15;
+    /// PriceUpdate (server → client): a streamed price change.
     pub const PRICE_UPDATE: u16 = 16;
+    /// SnapshotRequest (client → server): current prices of some symbols, once.
     pub const SNAPSHOT_REQUEST: u16 = 17;
+    /// SnapshotResponse (server → client): answer to a SnapshotRequest.
     pub const SNAPSHOT_RESPONSE: u16 = 18;
+    /// HistoryRequest (client → server): recent ticks of one symbol.
     pub const HISTORY_REQUEST: u16 = 19;
+    /// HistoryResponse (server → client): answer to a HistoryRequest.
     pub const HISTORY_RESPONSE: u16 = 20;
+    /// Reject (server → peer): a request or frame was refused, with a reason.
     pub const REJECT: u16 = 21;
+    /// ProviderLogon (provider → server): opens a provider ingest session.
     pub const PROVIDER_LOGON: u16 = 30;
+    /// ProviderQuote (provider → server): a batch of quotes.
     pub const PROVIDER_QUOTE: u16 = 31;
 }
 

@@ -19,31 +19,52 @@ use crate::model::SymbolId;
 /// Why a frame could not be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The SOFH or SBE message header is unusable (see [`FrameError`]).
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// The SOFH length disagrees with the length of the slice passed in.
     #[error("SOFH says {declared} bytes but the frame has {actual}")]
-    LengthMismatch { declared: u32, actual: usize },
+    LengthMismatch {
+        /// Frame length in bytes, as the SOFH states it.
+        declared: u32,
+        /// Length in bytes of the slice given to [`decode()`].
+        actual: usize,
+    },
+    /// The header names a schema id other than [`SCHEMA_ID`].
     #[error("unknown schema id {0:#06x}")]
     UnknownSchema(u16),
+    /// The schema version is below [`VERSION_MIN`].
     #[error("schema version {0} is not supported")]
     UnsupportedVersion(u16),
+    /// No message of this schema has this template id.
     #[error("unknown template id {0}")]
     UnknownTemplate(u16),
+    /// The root block is shorter than this template's known fields.
     #[error("template {template_id}: root block of {block_length} bytes, needs {required}")]
     ShortBlock {
+        /// Template id of the message.
         template_id: u16,
+        /// Root block length in bytes, as the header states it.
         block_length: u16,
+        /// Bytes this build needs for the root block's known fields.
         required: u16,
     },
+    /// A group's entries are shorter than the entry type's known fields.
     #[error("template {template_id}: group entries of {block_length} bytes, need {required}")]
     ShortGroupBlock {
+        /// Template id of the message.
         template_id: u16,
+        /// Entry length in bytes, as the group header states it.
         block_length: u16,
+        /// Bytes this build needs for one entry's known fields.
         required: u16,
     },
+    /// A part of the message (named) runs past the end of the frame.
     #[error("template {template_id}: {part} runs past the end of the frame")]
     Truncated {
+        /// Template id of the message.
         template_id: u16,
+        /// Which part ran past: the root block, a group or a var-data field.
         part: &'static str,
     },
 }
@@ -141,6 +162,7 @@ pub struct Logon<'a> {
 /// Server → client: the session ends; the server closes after sending it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Disconnect<'a> {
+    /// Why the session ends.
     pub reason: DisconnectReason,
     /// Minimum wait before reconnecting, in ms (jittered).
     pub retry_after_ms: u32,
@@ -151,100 +173,144 @@ pub struct Disconnect<'a> {
 /// Server → client: symbols and tiers the account may use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SymbolDirectory<'a> {
+    /// The request this answers (0 when sent unasked).
     pub request_id: u64,
+    /// Symbols the account may subscribe to.
     pub symbols: Group<'a, SymbolInfo>,
+    /// Tiers the account may ask for.
     pub tiers: Group<'a, TierInfo>,
 }
 
 /// Client → server: Subscribe or Unsubscribe (same layout).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Subscribe<'a> {
+    /// Client-chosen id echoed in the SubscribeResponse or Reject.
     pub request_id: u64,
     /// Tier id, or [`TIER_ACCOUNT_DEFAULT`](super::TIER_ACCOUNT_DEFAULT).
     pub tier: u8,
+    /// Symbols to (un)subscribe, each by id or by name.
     pub entries: Group<'a, SymbolRef>,
 }
 
 /// Server → client: per-symbol outcome of a Subscribe/Unsubscribe.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscribeResponse<'a> {
+    /// The request this answers.
     pub request_id: u64,
+    /// One outcome per requested entry, in request order.
     pub results: Group<'a, SubscribeResult>,
 }
 
 /// Client → server: current prices of some symbols at one tier.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotRequest<'a> {
+    /// Client-chosen id echoed in the response or Reject.
     pub request_id: u64,
     /// Remaining budget in µs, relative to arrival (0 = server default).
     pub budget_us: u32,
+    /// Critical requests are shed last under overload.
     pub critical: bool,
+    /// Tier id, or [`TIER_ACCOUNT_DEFAULT`](super::TIER_ACCOUNT_DEFAULT).
     pub tier: u8,
+    /// Symbol ids wanted (unknown and not-entitled ids are left out of the answer).
     pub symbols: Group<'a, SymbolId>,
 }
 
 /// Server → client: answer to a SnapshotRequest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotResponse<'a> {
+    /// The request this answers.
     pub request_id: u64,
+    /// One price per known, entitled symbol requested.
     pub prices: Group<'a, PriceBody>,
 }
 
 /// Server → client: answer to a HistoryRequest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryResponse<'a> {
+    /// The request this answers.
     pub request_id: u64,
+    /// Symbol id the ticks belong to.
     pub symbol_id: u16,
+    /// Decimal digits of the tick prices: mantissa × 10^-digits.
     pub digits: u8,
+    /// The most recent ticks, oldest first (at most 190).
     pub ticks: Group<'a, HistoryTick>,
 }
 
 /// Server → client (or provider): a request or frame was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reject<'a> {
+    /// Id of the refused request, when it could be read (else 0).
     pub request_id: u64,
+    /// Template id of the refused message, when it could be read (else 0).
     pub ref_template_id: u16,
+    /// Why it was refused.
     pub reason: RejectReason,
     /// Minimum wait before retrying, in ms (jittered; 0 = none given).
     pub retry_after_ms: u32,
+    /// Human-readable detail (at most 255 bytes).
     pub text: &'a [u8],
 }
 
 /// Provider → server: open a provider ingest session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProviderLogon<'a> {
+    /// The provider's configured id.
     pub provider_id: u16,
+    /// Secret token (at most 255 bytes).
     pub token: &'a [u8],
 }
 
 /// Provider → server: a batch of quotes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderQuote<'a> {
+    /// The quotes, one entry per symbol quoted.
     pub quotes: Group<'a, QuoteEntry>,
 }
 
 /// One decoded message, borrowing the frame it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message<'a> {
+    /// Client → server: open a subscriber session.
     Logon(Logon<'a>),
+    /// Server → client: the session is open.
     LogonAccepted(LogonAccepted),
+    /// Server → client: the logon was refused.
     LogonRejected(LogonRejected),
+    /// Either way: liveness.
     Heartbeat,
+    /// Client → server: end the session.
     Logout,
+    /// Server → client: the session ends.
     Disconnect(Disconnect<'a>),
+    /// Client → server: ask for the symbol directory.
     SymbolListRequest(SymbolListRequest),
+    /// Server → client: the symbol directory.
     SymbolDirectory(SymbolDirectory<'a>),
+    /// Client → server: start streaming symbols.
     Subscribe(Subscribe<'a>),
+    /// Client → server: stop streaming symbols (Subscribe's layout).
     Unsubscribe(Subscribe<'a>),
+    /// Server → client: outcome of a (un)subscribe.
     SubscribeResponse(SubscribeResponse<'a>),
+    /// Server → client: a symbol's full price on subscribe.
     PriceSnapshot(PriceBody),
+    /// Server → client: a streamed price change.
     PriceUpdate(PriceBody),
+    /// Client → server: current prices, once.
     SnapshotRequest(SnapshotRequest<'a>),
+    /// Server → client: answer to a SnapshotRequest.
     SnapshotResponse(SnapshotResponse<'a>),
+    /// Client → server: recent ticks of one symbol.
     HistoryRequest(HistoryRequest),
+    /// Server → client: answer to a HistoryRequest.
     HistoryResponse(HistoryResponse<'a>),
+    /// Server → peer: a request or frame was refused.
     Reject(Reject<'a>),
+    /// Provider → server: open an ingest session.
     ProviderLogon(ProviderLogon<'a>),
+    /// Provider → server: a batch of quotes.
     ProviderQuote(ProviderQuote<'a>),
 }
 

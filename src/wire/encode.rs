@@ -20,27 +20,47 @@ use crate::model::{Price, SymbolId};
 /// Why a message could not be encoded. Nothing usable was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
+    /// The caller's buffer cannot hold the whole frame.
     #[error("buffer of {capacity} bytes is too small for the message")]
-    BufferTooSmall { capacity: usize },
+    BufferTooSmall {
+        /// Length of the caller's buffer in bytes.
+        capacity: usize,
+    },
+    /// A var-data field (account, token, text) is over 255 bytes.
     #[error("var data of {len} bytes exceeds 255")]
-    VarDataTooLong { len: usize },
+    VarDataTooLong {
+        /// Length of the refused field in bytes.
+        len: usize,
+    },
+    /// A repeating group has more than 65535 entries.
     #[error("group has more than 65535 entries")]
     GroupTooLarge,
+    /// A symbol or tier name is over 16 bytes or holds a NUL byte.
     #[error("name of {len} bytes is longer than 16 bytes or contains NUL")]
-    InvalidName { len: usize },
+    InvalidName {
+        /// Length of the refused name in bytes.
+        len: usize,
+    },
+    /// The frame would be longer than the 32-bit SOFH length can state.
     #[error("frame of {len} bytes does not fit the 32-bit SOFH length")]
-    FrameTooLarge { len: usize },
+    FrameTooLarge {
+        /// Length the frame would have, in bytes.
+        len: usize,
+    },
 }
 
 /// Which price message to send: a snapshot (after subscribe or as a
 /// resync) or an incremental update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PriceKind {
+    /// PriceSnapshot: the full price, after subscribe or as a resync.
     Snapshot,
+    /// PriceUpdate: a streamed change.
     Update,
 }
 
 impl PriceKind {
+    /// The template id this kind is sent with.
     pub const fn template_id(self) -> u16 {
         match self {
             PriceKind::Snapshot => template::PRICE_SNAPSHOT,
@@ -225,6 +245,7 @@ fn encode_block<B: Block>(
 
 // ---- session ------------------------------------------------------------
 
+/// Logon: account and token var data at most 255 bytes each.
 pub fn encode_logon(buf: &mut [u8], m: &Logon<'_>) -> Result<usize, EncodeError> {
     let root = LogonRoot {
         heartbeat_interval_ms: m.heartbeat_interval_ms,
@@ -236,22 +257,27 @@ pub fn encode_logon(buf: &mut [u8], m: &Logon<'_>) -> Result<usize, EncodeError>
     w.finish()
 }
 
+/// LogonAccepted: a root block only.
 pub fn encode_logon_accepted(buf: &mut [u8], m: &LogonAccepted) -> Result<usize, EncodeError> {
     encode_block(buf, template::LOGON_ACCEPTED, m)
 }
 
+/// LogonRejected: a root block only.
 pub fn encode_logon_rejected(buf: &mut [u8], m: &LogonRejected) -> Result<usize, EncodeError> {
     encode_block(buf, template::LOGON_REJECTED, m)
 }
 
+/// Heartbeat: a header and no body (12 bytes).
 pub fn encode_heartbeat(buf: &mut [u8]) -> Result<usize, EncodeError> {
     encode_block(buf, template::HEARTBEAT, &EmptyRoot {})
 }
 
+/// Logout: a header and no body.
 pub fn encode_logout(buf: &mut [u8]) -> Result<usize, EncodeError> {
     encode_block(buf, template::LOGOUT, &EmptyRoot {})
 }
 
+/// Disconnect with its reason, retry floor and text (at most 255 bytes).
 pub fn encode_disconnect(buf: &mut [u8], m: &Disconnect<'_>) -> Result<usize, EncodeError> {
     let root = DisconnectRoot {
         reason: m.reason,
@@ -280,6 +306,7 @@ pub fn encode_disconnect_reason(
 
 // ---- data ---------------------------------------------------------------
 
+/// SymbolListRequest: a root block only.
 pub fn encode_symbol_list_request(
     buf: &mut [u8],
     m: &SymbolListRequest,
@@ -287,6 +314,8 @@ pub fn encode_symbol_list_request(
     encode_block(buf, template::SYMBOL_LIST_REQUEST, m)
 }
 
+/// SymbolDirectory answering `request_id`: the `symbols` then the `tiers`
+/// groups, each at most 65535 entries.
 pub fn encode_symbol_directory<S, T>(
     buf: &mut [u8],
     request_id: u64,
@@ -338,6 +367,7 @@ where
     encode_subscription(buf, template::SUBSCRIBE, request_id, tier, entries)
 }
 
+/// Unsubscribe from symbols at `tier`; the same layout as [`encode_subscribe`].
 pub fn encode_unsubscribe<E>(
     buf: &mut [u8],
     request_id: u64,
@@ -386,6 +416,8 @@ impl SymbolRef {
     }
 }
 
+/// SubscribeResponse answering `request_id`: one result per requested
+/// entry, in request order.
 pub fn encode_subscribe_response<R>(
     buf: &mut [u8],
     request_id: u64,
@@ -435,6 +467,8 @@ where
     w.finish()
 }
 
+/// SnapshotResponse answering `request_id`: one [`PriceBody`] per entry of
+/// `prices`.
 pub fn encode_snapshot_response<P>(
     buf: &mut [u8],
     request_id: u64,
@@ -454,10 +488,13 @@ where
     w.finish()
 }
 
+/// HistoryRequest: a root block only.
 pub fn encode_history_request(buf: &mut [u8], m: &HistoryRequest) -> Result<usize, EncodeError> {
     encode_block(buf, template::HISTORY_REQUEST, m)
 }
 
+/// HistoryResponse answering `request_id`: `ticks` (oldest first) of
+/// `symbol_id`, whose prices have `digits` decimal digits.
 pub fn encode_history_response<T>(
     buf: &mut [u8],
     request_id: u64,
@@ -484,6 +521,7 @@ where
     w.finish()
 }
 
+/// Reject with its reason, retry floor and text (at most 255 bytes).
 pub fn encode_reject(buf: &mut [u8], m: &Reject<'_>) -> Result<usize, EncodeError> {
     let root = RejectRoot {
         request_id: m.request_id,
@@ -499,6 +537,7 @@ pub fn encode_reject(buf: &mut [u8], m: &Reject<'_>) -> Result<usize, EncodeErro
 
 // ---- provider ingest ----------------------------------------------------
 
+/// ProviderLogon: the provider id and its token (at most 255 bytes).
 pub fn encode_provider_logon(buf: &mut [u8], m: &ProviderLogon<'_>) -> Result<usize, EncodeError> {
     let mut w = Writer::begin(
         buf,
@@ -512,6 +551,7 @@ pub fn encode_provider_logon(buf: &mut [u8], m: &ProviderLogon<'_>) -> Result<us
     w.finish()
 }
 
+/// ProviderQuote: one [`QuoteEntry`] per quoted symbol.
 pub fn encode_provider_quote<Q>(buf: &mut [u8], quotes: Q) -> Result<usize, EncodeError>
 where
     Q: IntoIterator,

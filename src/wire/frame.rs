@@ -30,10 +30,21 @@ pub const SERVER_FRAME_LEN_MAX: usize = 1024 * 1024;
 /// A frame that cannot be accepted, detected from its SOFH alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// The SOFH length is below [`FRAME_LEN_MIN`].
     #[error("frame length {len} below the minimum {FRAME_LEN_MIN}")]
-    TooSmall { len: u32 },
+    TooSmall {
+        /// Frame length in bytes, as the SOFH states it.
+        len: u32,
+    },
+    /// The SOFH length is above the limit the reader set.
     #[error("frame length {len} above the maximum {max}")]
-    TooLarge { len: u32, max: u32 },
+    TooLarge {
+        /// Frame length in bytes, as the SOFH states it.
+        len: u32,
+        /// The reader's limit in bytes ([`FRAME_LEN_MAX`] on a server).
+        max: u32,
+    },
+    /// The SOFH encoding type is not [`ENCODING_TYPE_SBE_LE`].
     #[error("encoding type {0:#06x} is not SBE little-endian (0xeb50)")]
     BadEncodingType(u16),
 }

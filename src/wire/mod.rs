@@ -82,8 +82,6 @@
 //! wire, so a frame from a newer version decodes (its extra bytes skipped);
 //! a block shorter than this version needs is [`DecodeError::ShortBlock`].
 //! A change that is not an append takes a new schema id.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod annotate;
 pub mod blocks;

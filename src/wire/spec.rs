@@ -12,7 +12,9 @@ use crate::model::SymbolId;
 /// Who sends a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sender {
+    /// A subscriber terminal.
     Client,
+    /// The price server.
     Server,
     /// A price provider on the ingest port.
     Provider,
@@ -23,7 +25,9 @@ pub enum Sender {
 /// A fixed block's length and fields.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockSpec {
+    /// Length of the block in bytes.
     pub block_length: u16,
+    /// The block's fields, in wire order.
     pub fields: &'static [FieldInfo],
 }
 
@@ -37,17 +41,24 @@ const fn block<B: Block>() -> BlockSpec {
 /// A repeating group: its schema name and entry block.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupSpec {
+    /// The group's name in the schema.
     pub name: &'static str,
+    /// Layout of one entry.
     pub entry: BlockSpec,
 }
 
 /// One message of the schema.
 #[derive(Debug, Clone, Copy)]
 pub struct MessageSpec {
+    /// The message's name in the schema.
     pub name: &'static str,
+    /// Its template id ([`template`]).
     pub template_id: u16,
+    /// Who sends it.
     pub sent_by: Sender,
+    /// Layout of the root block.
     pub root: BlockSpec,
+    /// Repeating groups, in wire order.
     pub groups: &'static [GroupSpec],
     /// Var data fields (u8 length + bytes), in order.
     pub data: &'static [&'static str],

@@ -1,6 +1,7 @@
-//! Counters of refused frames by reason, for the gateway to record and the
-//! metrics endpoint to read. Fixed size (one slot per reason code), Relaxed
-//! atomics; recording never blocks or allocates.
+//! Counters of decoded and refused frames by reason. Fixed size (one slot
+//! per reason code), Relaxed atomics; recording never blocks or allocates.
+//! The service does not use them: the gateway counts its rejects in
+//! `overload::OverloadStats`, which /metrics reads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,6 +20,7 @@ pub struct WireStats {
 /// A point-in-time copy of [`WireStats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireStatsSnapshot {
+    /// Frames counted by [`WireStats::record_decoded`].
     pub frames_decoded: u64,
     /// `(reason, count)` for every known reason, in code order.
     pub rejected: Vec<(RejectReason, u64)>,
@@ -27,6 +29,7 @@ pub struct WireStatsSnapshot {
 }
 
 impl WireStats {
+    /// Counts one decoded frame.
     pub fn record_decoded(&self) {
         self.frames_decoded.fetch_add(1, Ordering::Relaxed);
     }
@@ -37,6 +40,8 @@ impl WireStats {
         self.rejected_by_reason[slot].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Reads every counter (Relaxed: each is exact, the set is not one
+    /// instant). Allocates the `rejected` list.
     pub fn snapshot(&self) -> WireStatsSnapshot {
         let count = |r: RejectReason| {
             self.rejected_by_reason[(r.0 as usize).min(SLOTS - 1)].load(Ordering::Relaxed)

@@ -213,12 +213,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::runtime::listen::BACKLOG_DEFAULT, value_name = "N")]
     pub listen_backlog: u32,
 
+    /// Subscriber gateway and provider ingest flags.
     #[command(flatten)]
     pub gateway: GatewayArgs,
 
+    /// NATS bus flags (`--role`, `--bus`, ...).
     #[command(flatten)]
     pub bus: crate::cli::bus_args::BusArgs,
 
+    /// Ops listener, shutdown and stagger flags.
     #[command(flatten)]
     pub ops: OpsArgs,
 }

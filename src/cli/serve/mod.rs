@@ -2,7 +2,7 @@
 //!
 //! With no arguments it runs the built-in synthetic feed over the default
 //! instruments, so a newcomer sees prices at once. The flags are in
-//! [`args`], the recorder wiring in `record`, the report loop and the
+//! `args`, the recorder wiring in `record`, the report loop and the
 //! graceful shutdown in `lifecycle`.
 
 mod args;

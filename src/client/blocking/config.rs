@@ -33,13 +33,19 @@ pub const SNAPSHOT_SYMBOLS_MAX: usize = 4_096;
 /// Client settings; [`ClientConfig::new`] fills the defaults.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
+    /// The gateway's subscriber address.
     pub addr: SocketAddr,
+    /// Account name (at most 255 bytes).
     pub account: String,
+    /// Logon token (at most 255 bytes).
     pub token: String,
     /// Heartbeat interval to ask for (0 = the server's default).
     pub heartbeat_ms: u32,
+    /// TCP connect timeout, in ms (at least 1).
     pub connect_timeout_ms: u64,
+    /// Wait for LogonAccepted, in ms (at least 1).
     pub logon_timeout_ms: u64,
+    /// Socket write timeout, in ms (at least 1).
     pub write_timeout_ms: u64,
     /// The server is dead after this many silent heartbeat intervals.
     pub dead_after_heartbeats: u32,
@@ -49,16 +55,21 @@ pub struct ClientConfig {
     pub reconnect_attempts_max: u32,
     /// A session that lasted this long resets the backoff.
     pub stable_after_ms: u64,
+    /// Most subscription entries (and tracked (symbol, tier) keys), at least 1.
     pub max_subscriptions: usize,
     /// Ask for a snapshot when a sequence gap shows.
     pub auto_resync: bool,
+    /// Time budget of a gap-resync snapshot request, in µs.
     pub resync_budget_us: u32,
+    /// Most events queued inside the client (at least 1); more are dropped
+    /// and counted.
     pub events_queued_max: usize,
     /// Seed of the backoff RNG (`None` = from entropy).
     pub rng_seed: Option<u64>,
 }
 
 impl ClientConfig {
+    /// Settings for `account` at `addr` with every default.
     pub fn new(addr: SocketAddr, account: &str, token: &str) -> Self {
         ClientConfig {
             addr,

@@ -10,38 +10,60 @@ use crate::client::session::SessionError;
 use crate::wire::{DisconnectReason, EncodeError, LogonRejectReason};
 
 /// Client failures returned to the caller. Connection losses after the
-/// first logon are not errors: they arrive as [`Event::Disconnected`].
+/// first logon are not errors: they arrive as [`Event::Disconnected`](crate::client::Event::Disconnected).
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The TCP connect failed or timed out.
     #[error("cannot connect to {addr}: {source}")]
-    Unreachable { addr: SocketAddr, source: io::Error },
+    Unreachable {
+        /// The address tried.
+        addr: SocketAddr,
+        /// Why the connect failed.
+        source: io::Error,
+    },
+    /// The server answered LogonRejected.
     #[error("logon rejected: {reason} (retry after {retry_after_ms} ms)")]
     LogonRejected {
+        /// Why, as the server sent it.
         reason: LogonRejectReason,
+        /// The server's retry floor, in ms.
         retry_after_ms: u32,
     },
+    /// The server sent Disconnect instead of a logon answer.
     #[error("server refused the session: {reason} {text:?} (retry after {retry_after_ms} ms)")]
     Refused {
+        /// Why, as the server sent it.
         reason: DisconnectReason,
+        /// The server's retry floor, in ms.
         retry_after_ms: u32,
+        /// The server's text.
         text: String,
     },
+    /// No logon answer within the logon timeout (in ms).
     #[error("no logon answer within {0} ms")]
     LogonTimeout(u64),
+    /// The connection failed while logging on.
     #[error("connection lost during logon: {0}")]
     Io(io::Error),
+    /// The server sent bytes the session cannot accept.
     #[error("protocol error from the server: {0}")]
     Protocol(#[from] SessionError),
+    /// The client gave up or was closed; the text says why.
     #[error("client closed: {0}")]
     Closed(String),
+    /// A request was made between sessions (while reconnecting).
     #[error("not connected")]
     NotConnected,
+    /// A subscribe would exceed `max_subscriptions` (the limit).
     #[error("at most {0} subscriptions")]
     TooManySubscriptions(usize),
+    /// A request has more entries than one frame may carry (the limit).
     #[error("at most {0} entries per request; split it")]
     TooManyEntries(usize),
+    /// The request could not be encoded (a name or text too long).
     #[error("cannot encode the request: {0}")]
     Encode(#[from] EncodeError),
+    /// A [`ClientConfig`] setting is refused (see [`ClientConfig::validate`]).
     #[error("invalid client setting: {0}")]
     Config(String),
 }

@@ -83,6 +83,8 @@ impl Client {
         Self::connect_with_clock(cfg, Arc::new(MonotonicClock))
     }
 
+    /// [`Client::connect`] with the time source injected: timeouts, heartbeats
+    /// and backoff read `clock`.
     pub fn connect_with_clock(
         cfg: ClientConfig,
         clock: Arc<dyn Clock>,
@@ -127,6 +129,7 @@ impl Client {
         }
     }
 
+    /// Shared counters (frames, gaps, reconnects, drops).
     pub fn stats(&self) -> &Arc<ClientStats> {
         &self.stats
     }
@@ -136,6 +139,7 @@ impl Client {
         self.logon
     }
 
+    /// True while a session is logged on.
     pub fn is_connected(&self) -> bool {
         self.state == State::Connected
     }

@@ -26,20 +26,33 @@ const BODY_LEN_DIGITS_MAX: usize = 6;
 /// decode failure for the feed breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The frame does not start with `8=FIX.4.4`.
     #[error("frame does not start with 8=FIX.4.4")]
     BadBeginString,
+    /// BodyLength (9) is missing or not a number.
     #[error("BodyLength (9) missing or not a number")]
     BadBodyLength,
+    /// BodyLength (the value, in bytes) is above the limit.
     #[error("BodyLength {0} above the limit")]
     BodyTooLong(usize),
+    /// No CheckSum (10) where BodyLength puts it.
     #[error("CheckSum (10) missing where BodyLength says it is")]
     BadTrailer,
+    /// The CheckSum does not match the bytes.
     #[error("CheckSum mismatch: computed {computed}, received {received}")]
-    BadChecksum { computed: u8, received: u16 },
+    BadChecksum {
+        /// The sum of the bytes, modulo 256.
+        computed: u8,
+        /// The value the message carries.
+        received: u16,
+    },
+    /// A field has no `=`, or an empty or non-numeric tag.
     #[error("malformed field (no `=`, empty or non-numeric tag)")]
     MalformedField,
+    /// MsgType (35) is not the first body field.
     #[error("MsgType (35) is not the first body field")]
     MissingMsgType,
+    /// SenderCompID/TargetCompID do not match the session.
     #[error("SenderCompID/TargetCompID (49/56) do not match the session")]
     WrongCompId,
 }
@@ -322,6 +335,7 @@ pub fn write_utc_timestamp(out: &mut impl Write, utc_ns: u64) -> std::io::Result
 /// The encoder refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
+    /// The message does not fit the encode buffer (its capacity, in bytes).
     #[error("message does not fit the {0}-byte encode buffer")]
     TooLong(usize),
 }
@@ -359,12 +373,14 @@ impl Encoder {
         self.body.push(SOH);
     }
 
+    /// A field with a raw byte value: `tag=value<SOH>`.
     pub fn bytes(&mut self, tag: u32, value: &[u8]) {
         let _ = write!(self.body, "{tag}=");
         self.body.extend_from_slice(value);
         self.body.push(SOH);
     }
 
+    /// A field with an unsigned integer value.
     pub fn uint(&mut self, tag: u32, value: u64) {
         let _ = write!(self.body, "{tag}={value}\x01");
     }
@@ -407,9 +423,13 @@ impl Encoder {
 /// Standard header values of one outgoing message.
 #[derive(Debug, Clone, Copy)]
 pub struct Header<'a> {
+    /// SenderCompID (49).
     pub sender_comp_id: &'a [u8],
+    /// TargetCompID (56).
     pub target_comp_id: &'a [u8],
+    /// MsgSeqNum (34).
     pub seq: u64,
+    /// SendingTime (52), in ns since the Unix epoch (UTC); sent in ms.
     pub sending_time_utc_ns: u64,
 }
 

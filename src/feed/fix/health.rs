@@ -28,14 +28,20 @@ use crate::clock::NS_PER_MS;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum ProviderState {
+    /// No session: out of the price.
     Down = 0,
+    /// Logged on, but too recently or with too few quotes: out of the price.
     Probation = 1,
+    /// Logged on and quoting: in the best price.
     Streaming = 2,
+    /// Logged on, but no quote for `quote_silence_ms`: out of the price.
     Silent = 3,
+    /// The feed breaker is open: out of the price, whatever the session does.
     BreakerOpen = 4,
 }
 
 impl ProviderState {
+    /// Every state, in discriminant order.
     pub const ALL: [ProviderState; 5] = [
         ProviderState::Down,
         ProviderState::Probation,
@@ -55,6 +61,7 @@ impl ProviderState {
         }
     }
 
+    /// True only for `Streaming`: the provider is in the best price.
     pub fn healthy(self) -> bool {
         self == ProviderState::Streaming
     }
@@ -72,14 +79,18 @@ impl ProviderState {
 pub struct HealthConfig {
     /// 0: never silent.
     pub quote_silence_ms: u64,
+    /// Quotes after logon before the provider leaves probation.
     pub probation_quotes: u32,
+    /// Time after logon before the provider leaves probation, in ms.
     pub probation_ms: u64,
 }
 
 /// What the machine is told on every evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inputs {
+    /// The feed breaker lets quotes in (closed or disabled).
     pub breaker_closed: bool,
+    /// The session is logged on.
     pub session_up: bool,
 }
 
@@ -94,6 +105,7 @@ pub struct ProviderHealthMachine {
 }
 
 impl ProviderHealthMachine {
+    /// A machine in `Down`.
     pub fn new(cfg: HealthConfig) -> Self {
         ProviderHealthMachine {
             cfg,
@@ -104,6 +116,7 @@ impl ProviderHealthMachine {
         }
     }
 
+    /// The state at the last evaluation.
     pub fn state(&self) -> ProviderState {
         self.state
     }
@@ -120,6 +133,7 @@ impl ProviderHealthMachine {
         self.quotes_since_up = 0;
     }
 
+    /// Counts a quote received at `now_ns`.
     pub fn on_quote(&mut self, now_ns: u64) {
         self.last_quote_ns = Some(now_ns);
         self.quotes_since_up = self.quotes_since_up.saturating_add(1);
@@ -178,12 +192,15 @@ pub struct HealthGauges {
 }
 
 impl HealthGauges {
+    /// Publishes the machine's state.
     pub fn set_state(&self, s: ProviderState) {
         self.state.store(s as u8, Relaxed);
     }
+    /// The last published state.
     pub fn state(&self) -> ProviderState {
         ProviderState::from_u8(self.state.load(Relaxed))
     }
+    /// Records the wall-clock receive time (UTC ns) of the latest quote.
     pub fn set_last_quote_wall_ns(&self, wall_ns: u64) {
         self.last_quote_wall_ns.store(wall_ns, Relaxed);
     }

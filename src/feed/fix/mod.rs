@@ -35,10 +35,23 @@ pub use stats::{FixFeedStats, FixProviderStats, FixSessionStats};
 /// handled by the sessions (reconnects, breaker) and counted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FixError {
+    /// A session's settings are refused.
     #[error("FIX provider {provider}: invalid settings: {reason}")]
-    Config { provider: String, reason: String },
+    Config {
+        /// The provider's configured name.
+        provider: String,
+        /// Which setting and why.
+        reason: String,
+    },
+    /// The provider's host name does not resolve.
     #[error("FIX provider {provider}: cannot resolve host: {reason}")]
-    Resolve { provider: String, reason: String },
+    Resolve {
+        /// The provider's configured name.
+        provider: String,
+        /// The resolver's error.
+        reason: String,
+    },
+    /// The FIX simulator could not start (the reason).
     #[error("FIX simulator: {0}")]
     Sim(String),
 }

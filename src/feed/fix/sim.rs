@@ -46,6 +46,7 @@ pub const BURST_MAX: u64 = 256;
 pub struct SimSymbol {
     /// The provider's name for it, e.g. `EUR/USD`.
     pub name: String,
+    /// Decimal digits of its prices.
     pub digits: u8,
     /// Starting mid, in points.
     pub mid: Mantissa,
@@ -72,13 +73,17 @@ pub struct SimConfig {
     pub listen: SocketAddr,
     /// SenderCompID until a Logon names us otherwise (its TargetCompID).
     pub sender_comp_id: String,
+    /// Symbols it quotes; others are answered with MarketDataRequestReject.
     pub symbols: Vec<SimSymbol>,
     /// Quotes per second per connection (round-robin over subscriptions).
     pub rate_per_s: u64,
+    /// Seed of the quote random walk.
     pub seed: u64,
 }
 
 impl SimConfig {
+    /// Defaults around `symbols`: any free loopback port, `LPSIM`, 200
+    /// quotes/s, seed 7.
     pub fn new(symbols: Vec<SimSymbol>) -> SimConfig {
         SimConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -93,22 +98,36 @@ impl SimConfig {
 /// Knobs and counters shared by the simulator's threads.
 #[derive(Debug, Default)]
 pub struct SimShared {
+    /// Quotes per second per connection.
     pub rate_per_s: AtomicU64,
+    /// Age given to SendingTime/MDEntryTime, in ms (stale quotes).
     pub latency_ms: AtomicU64,
+    /// Send nothing at all, not even heartbeats.
     pub stall: AtomicBool,
+    /// Close new connections at once.
     pub refuse: AtomicBool,
     /// Bumped to close every open connection.
     pub disconnect_gen: AtomicU64,
+    /// Messages still to send with a bad checksum.
     pub garbage_pending: AtomicU64,
+    /// Messages still to send with a field without `=`.
     pub broken_pending: AtomicU64,
+    /// Sequence numbers to skip once.
     pub gap_pending: AtomicU64,
     shutdown: AtomicBool,
+    /// Connections accepted.
     pub accepted: AtomicU64,
+    /// Connections open.
     pub active: AtomicU64,
+    /// Logons answered.
     pub logons: AtomicU64,
+    /// Quotes sent (snapshot and incremental entries).
     pub quotes_sent: AtomicU64,
+    /// MarketDataRequestRejects sent.
     pub rejects_sent: AtomicU64,
+    /// TestRequests answered with a Heartbeat.
     pub test_requests_answered: AtomicU64,
+    /// Logouts received.
     pub logouts: AtomicU64,
 }
 
@@ -143,33 +162,43 @@ impl FixSim {
         })
     }
 
+    /// The address the simulator listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+    /// Knobs and counters.
     pub fn shared(&self) -> &SimShared {
         &self.shared
     }
+    /// Sets the quote rate per connection.
     pub fn set_rate(&self, per_s: u64) {
         self.shared.rate_per_s.store(per_s, Relaxed);
     }
+    /// Makes quotes look `ms` old.
     pub fn set_latency_ms(&self, ms: u64) {
         self.shared.latency_ms.store(ms, Relaxed);
     }
+    /// Stops (or resumes) sending anything.
     pub fn set_stall(&self, on: bool) {
         self.shared.stall.store(on, Relaxed);
     }
+    /// Refuses (or accepts again) new connections.
     pub fn set_refuse(&self, on: bool) {
         self.shared.refuse.store(on, Relaxed);
     }
+    /// Closes every open connection.
     pub fn disconnect_all(&self) {
         self.shared.disconnect_gen.fetch_add(1, Relaxed);
     }
+    /// Gives the next `messages` messages a bad checksum.
     pub fn send_garbage(&self, messages: u64) {
         self.shared.garbage_pending.fetch_add(messages, Relaxed);
     }
+    /// Gives the next `messages` messages a field without `=`.
     pub fn send_broken(&self, messages: u64) {
         self.shared.broken_pending.fetch_add(messages, Relaxed);
     }
+    /// Skips `numbers` sequence numbers once.
     pub fn skip_seq(&self, numbers: u64) {
         self.shared.gap_pending.fetch_add(numbers, Relaxed);
     }
@@ -205,6 +234,7 @@ impl FixSim {
         Ok(self.status())
     }
 
+    /// One status line: `ok` and the counters and knobs.
     pub fn status(&self) -> String {
         let s = &self.shared;
         format!(

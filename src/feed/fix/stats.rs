@@ -24,10 +24,11 @@ macro_rules! session_stats {
         /// A plain copy of [`FixSessionStats`].
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct FixSessionSnapshot {
-            $(pub $name: u64,)*
+            $($(#[$doc])* pub $name: u64,)*
         }
 
         impl FixSessionStats {
+            /// Reads every counter (Relaxed).
             pub fn snapshot(&self) -> FixSessionSnapshot {
                 FixSessionSnapshot { $($name: self.$name.get(),)* }
             }
@@ -47,7 +48,9 @@ session_stats! {
     connects_attempted,
     /// Connects refused or otherwise failed.
     connects_failed,
+    /// Connects that took longer than `connect_ms`.
     connect_timeouts,
+    /// Logons not answered within `logon_ms`.
     logon_timeouts,
     /// Logons accepted by the provider.
     logons,
@@ -57,23 +60,29 @@ session_stats! {
     reconnects_scheduled,
     /// Frames that were not FIX (bad framing, fields, prices).
     decode_errors,
+    /// Messages with a CheckSum mismatch.
     checksum_errors,
     /// Messages whose 49/56 did not name this session (decode failures).
     comp_id_mismatches,
     /// Sessions closed because nothing arrived for the read timeout.
     read_timeouts,
+    /// MsgSeqNum gaps (messages missed).
     seq_gaps,
+    /// MsgSeqNum below the expected one without PossDupFlag.
     seq_too_low,
     /// Gap recoveries by fresh MarketDataRequests.
     resubscribes,
     /// Gap recoveries by Logout and reconnect.
     logouts_for_gaps,
+    /// Logouts the provider sent.
     logouts_received,
     /// MarketDataRequestRejects (business errors).
     md_rejects,
     /// Session-level Rejects of our messages (business errors).
     session_rejects,
+    /// Messages received and verified.
     messages_received,
+    /// Messages dropped without effect (duplicates, out-of-state admin).
     messages_ignored,
     /// Quotes (ticks) produced.
     quotes,
@@ -83,8 +92,11 @@ session_stats! {
     bad_prices,
     /// Entries for a symbol we did not subscribe.
     unknown_symbols,
+    /// TestRequests answered with a Heartbeat.
     test_requests_answered,
+    /// TestRequests sent after silence.
     test_requests_sent,
+    /// Heartbeats sent.
     heartbeats_sent,
     /// Closes because the outbound buffer was full.
     outbound_full,
@@ -112,29 +124,40 @@ session_stats! {
 /// Counters of one provider's session and feed breaker.
 #[derive(Debug, Clone)]
 pub struct FixProviderStats {
+    /// The provider's id.
     pub provider: ProviderId,
+    /// The provider's configured name (the `provider` metric label).
     pub name: String,
+    /// Its session's counters.
     pub session: Arc<FixSessionStats>,
+    /// Its feed breaker's counters.
     pub breaker: Arc<BreakerStats>,
+    /// Its health state and last quote time.
     pub health: Arc<HealthGauges>,
 }
 
 /// Every FIX provider's counters, shared with the metrics endpoint.
 #[derive(Debug, Clone, Default)]
 pub struct FixFeedStats {
+    /// One entry per FIX provider, in configuration order.
     pub providers: Vec<FixProviderStats>,
 }
 
 /// A snapshot of one provider.
 #[derive(Debug, Clone)]
 pub struct FixProviderSnapshot {
+    /// The provider's id.
     pub provider: ProviderId,
+    /// The provider's configured name.
     pub name: String,
+    /// Its session's counters.
     pub session: FixSessionSnapshot,
+    /// Its feed breaker's counters and rates.
     pub breaker: BreakerSnapshot,
 }
 
 impl FixFeedStats {
+    /// Reads every provider's counters; allocates the list.
     pub fn snapshot(&self) -> Vec<FixProviderSnapshot> {
         self.providers
             .iter()

@@ -19,6 +19,7 @@ const INTERVAL_NS: u64 = PROVIDER_HEARTBEAT_MS as u64 * 1_000_000;
 /// What a bridge's timers ask for at some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Due {
+    /// Nothing is due.
     Nothing,
     /// Nothing was sent for an interval: send a Heartbeat.
     Heartbeat,
@@ -36,6 +37,7 @@ pub struct Keepalive {
 }
 
 impl Keepalive {
+    /// Timers that start at `now_ns` (monotonic ns).
     pub fn new(now_ns: u64) -> Self {
         Keepalive {
             last_in_ns: now_ns,
@@ -45,10 +47,12 @@ impl Keepalive {
         }
     }
 
+    /// A frame arrived at `now_ns`.
     pub fn received(&mut self, now_ns: u64) {
         self.last_in_ns = now_ns;
     }
 
+    /// A frame was sent at `now_ns`.
     pub fn sent(&mut self, now_ns: u64) {
         self.last_out_ns = now_ns;
     }

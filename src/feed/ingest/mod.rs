@@ -50,16 +50,24 @@ const WAKER: Token = Token(1);
 /// Counters of the ingest listener.
 #[derive(Debug, Default)]
 pub struct IngestStats {
+    /// Bridge connections open now.
     pub connections: AtomicU64,
+    /// ProviderLogons accepted.
     pub logons_accepted: AtomicU64,
+    /// ProviderLogons refused (bad token, unknown provider, or the id is
+    /// already held).
     pub logons_rejected: AtomicU64,
+    /// Quote entries accepted and pushed to the engine ring.
     pub quotes: AtomicU64,
+    /// Frames refused: undecodable, bad framing, or the wrong message.
     pub frames_rejected: AtomicU64,
     /// ProviderLogons refused because another session holds the provider id.
     pub logons_duplicate: AtomicU64,
-    /// Quote entries refused, by [`quotes::Refusal`].
+    /// Quote entries refused as [`quotes::Refusal::OneSided`].
     pub quotes_one_sided: AtomicU64,
+    /// Quote entries refused as [`quotes::Refusal::Crossed`].
     pub quotes_crossed: AtomicU64,
+    /// Quote entries refused as [`quotes::Refusal::OutOfRange`].
     pub quotes_out_of_range: AtomicU64,
     /// Batches with refused entries not answered (the per-second Reject limit).
     pub quote_rejects_unsent: AtomicU64,
@@ -81,9 +89,11 @@ impl IngestStats {
 /// Settings of the ingest listener.
 #[derive(Debug, Clone)]
 pub struct IngestConfig {
+    /// Address the provider listener binds.
     pub listen: SocketAddr,
     /// Token for providers without their own (see [`INGEST_TOKEN_DEFAULT`]).
     pub default_token: String,
+    /// How the listener's thread waits when idle.
     pub wait: WaitStrategy,
     /// Placement of the listener's own thread (a feed stage: `--cpus
     /// feed=N`, `--rt-priority`). Unused when hosted by shard 0, which is
@@ -108,7 +118,9 @@ struct Bridge {
 
 /// A running ingest listener.
 pub struct IngestHandle {
+    /// The address actually bound (port 0 resolved).
     pub local_addr: SocketAddr,
+    /// The listener's counters.
     pub stats: Arc<IngestStats>,
     stop: Arc<AtomicBool>,
     /// Wakes the listener's own poller (its own thread).

@@ -25,8 +25,10 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every refusal, in the order of the metric labels.
     pub const ALL: [Refusal; 3] = [Refusal::OneSided, Refusal::Crossed, Refusal::OutOfRange];
 
+    /// Lower-case name for logs and the `reason` metric label.
     pub fn name(self) -> &'static str {
         match self {
             Refusal::OneSided => "one_sided",

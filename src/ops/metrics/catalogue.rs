@@ -39,7 +39,9 @@ pub struct FamilyDesc {
     /// Exposition name. Counters include `_total`; histograms are the base
     /// name of `_bucket`/`_sum`/`_count`.
     pub name: &'static str,
+    /// Counter, gauge or histogram.
     pub kind: MetricKind,
+    /// Label names every sample must carry, in this order.
     pub labels: &'static [&'static str],
     /// Unit of the value (`seconds`, `ticks`, `ratio`, ...), for the docs.
     pub unit: &'static str,
@@ -100,61 +102,153 @@ const fn histogram(
 }
 
 // Family names as constants so owners refer to them without typos.
+/// Ticks decoded from a provider feed and offered to the engine ring (counter,
+/// by `provider`).
 pub const TICKS_RECEIVED: &str = "pricewire_ticks_received_total";
+/// Provider messages rejected by the decoder, by reason code (counter, by
+/// `provider`, `reason`).
 pub const FEED_DECODE_ERRORS: &str = "pricewire_feed_decode_errors_total";
+/// 1 while the provider is in the best price (provider state streaming), else 0
+/// (gauge, by `provider`).
 pub const PROVIDER_HEALTHY: &str = "pricewire_provider_healthy";
+/// 1 for the provider's health state (down, probation, streaming, silent,
+/// breaker_open), 0 for the others (gauge, by `provider`, `state`).
 pub const PROVIDER_STATE: &str = "pricewire_provider_state";
+/// Quotes (ticks) a FIX provider delivered (counter, by `provider`).
 pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
+/// Quotes older than slow_quote_ms on arrival (provider time to receive)
+/// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
+/// FIX connects by result: attempted, failed (refused or unreachable),
+/// logged_on (counter, by `provider`, `result`).
 pub const FIX_CONNECTS: &str = "pricewire_fix_connects_total";
+/// FIX timeouts by kind: connect, logon, read, quote_silence (counter, by
+/// `provider`, `kind`).
 pub const FIX_TIMEOUTS: &str = "pricewire_fix_timeouts_total";
+/// FIX sessions closed, by reason (peer_closed, peer_logout, read_timeout,
+/// garbled, gap_logout, seq_too_low, wrong_comp_id, outbound_full) (counter, by
+/// `provider`, `reason`).
 pub const FIX_DISCONNECTS: &str = "pricewire_fix_disconnects_total";
+/// MsgSeqNum gaps from a FIX provider (counter, by `provider`).
 pub const FIX_SEQ_GAPS: &str = "pricewire_fix_seq_gaps_total";
+/// Gap recoveries by fresh MarketDataRequests (counter, by `provider`).
 pub const FIX_RESUBSCRIBES: &str = "pricewire_fix_resubscribes_total";
+/// Rejects from a FIX provider: market_data_request (35=Y), session (35=3)
+/// (counter, by `provider`, `kind`).
 pub const FIX_REJECTS: &str = "pricewire_fix_rejects_total";
+/// Seconds since the provider's last quote was received; -1 before any (gauge,
+/// by `provider`).
 pub const FIX_LAST_QUOTE_AGE: &str = "pricewire_fix_last_quote_age_seconds";
+/// Aggregated prices published by the engine to the price table and shard rings
+/// (counter).
 pub const PRICES_PUBLISHED: &str = "pricewire_prices_published_total";
+/// Time from a tick's receive timestamp to the publish of the price it produced
+/// (histogram).
 pub const TICK_TO_PUBLISH_LATENCY: &str = "pricewire_tick_to_publish_latency_seconds";
+/// Slots in use in a bounded ring at scrape time (gauge, by `ring`).
 pub const RING_OCCUPANCY: &str = "pricewire_ring_occupancy";
+/// Configured capacity of a bounded ring (gauge, by `ring`).
 pub const RING_CAPACITY: &str = "pricewire_ring_capacity";
+/// Older updates replaced by a newer one for the same symbol, by reason
+/// (counter, by `reason`).
 pub const CONFLATIONS: &str = "pricewire_conflations_total";
+/// Items dropped on purpose (stale, filtered, expired, malformed), by reason
+/// (counter, by `reason`).
 pub const DROPS: &str = "pricewire_drops_total";
+/// Work refused under overload with a retry-after, by reason (counter, by `reason`).
 pub const SHEDS: &str = "pricewire_sheds_total";
+/// Price updates written to subscriber connections (counter, by `shard`).
 pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
+/// Subscriber connections by session state (gauge, by `shard`, `state`).
 pub const CONNECTIONS: &str = "pricewire_connections";
+/// Times a shard ran its hosted stages (ingest, engine) in the middle of a long
+/// loop turn (counter, by `shard`).
 pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
+/// Share of wall time a shard's loop spent on turns that did work, over its
+/// last 50-ms window (gauge, by `shard`).
 pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+/// Loop stalls a shard measured (a timer sweep 100 ms or more late: process
+/// stopped or starved); deadlines were extended by each (counter, by `shard`).
 pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
+/// Longest loop stall a shard measured since start (gauge, by `shard`).
 pub const SHARD_MAX_STALL: &str = "pricewire_shard_max_stall_seconds";
+/// Prices through the NATS bus thread, by event (published, received,
+/// gap_flagged, ...) (counter, by `event`).
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
+/// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// Sessions a busy shard 0 moved to another shard (out) or a shard took over
+/// (in) (counter, by `shard`, `direction`).
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
+/// Subscriber connections accepted by a gateway shard (counter, by `shard`).
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
+/// Connections or session steps refused by admission control, by stage
+/// (counter, by `stage`).
 pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
+/// Connections closed because they stayed above the outbound high-water mark
+/// too long (counter, by `shard`).
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+/// Requests waiting in the bounded request queue (gauge).
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
+/// Configured capacity of the request queue (gauge).
 pub const REQUEST_QUEUE_CAPACITY: &str = "pricewire_request_queue_capacity";
+/// Time a request waited in the queue before a worker took it (histogram).
 pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds";
+/// 1 while the CoDel detector judges the request queue overloaded (LIFO and
+/// shedding on) (gauge).
 pub const REQUEST_QUEUE_OVERLOADED: &str = "pricewire_request_queue_overloaded";
+/// Requests answered by the workers, by request kind (counter, by `kind`).
 pub const REQUESTS_SERVED: &str = "pricewire_requests_served_total";
+/// Time a request spent in one hop of the request path: queue_wait, service,
+/// answer_ring (histogram, by `hop`).
 pub const REQUEST_HOP: &str = "pricewire_request_hop_seconds";
+/// Rejects that waited for room on the answer ring to their shard (sent later,
+/// never dropped) (counter).
 pub const REQUEST_REJECTS_DEFERRED: &str = "pricewire_request_rejects_deferred_total";
+/// 1 for the circuit breaker's current state (closed, open, half_open), 0 for
+/// the others (gauge, by `dependency`, `state`).
 pub const BREAKER_STATE: &str = "pricewire_breaker_state";
+/// Failure rate over the breaker's time window, 0..1 (gauge, by `dependency`).
 pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
+/// Slow-call rate over the breaker's time window, 0..1 (gauge, by `dependency`).
 pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
+/// Calls refused without trying because the breaker was open or half-open and
+/// full (counter, by `dependency`).
 pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
+/// Age of the oldest tick accepted but not yet written to the capture file (gauge).
 pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
+/// Ticks not recorded because the recorder ring was full (the feed never waits)
+/// (counter).
 pub const RECORDER_LOST_TICKS: &str = "pricewire_recorder_lost_ticks_total";
+/// Ticks handed to the kernel (written to the capture file; a kill of the
+/// process no longer loses them) (counter).
 pub const RECORDER_WRITTEN_TICKS: &str = "pricewire_recorder_written_ticks_total";
+/// Ticks in the recorder's write buffer, not yet handed to the kernel (a kill
+/// would lose them) (gauge).
 pub const RECORDER_BUFFERED_TICKS: &str = "pricewire_recorder_buffered_ticks";
+/// 1 for the process lifecycle state (starting, serving, draining, stopped), 0
+/// for the others (gauge, by `state`).
 pub const HEALTH_STATE: &str = "pricewire_health_state";
+/// Start-up delay this instance chose (slot times step, capped, plus jitter) (gauge).
 pub const START_STAGGER: &str = "pricewire_start_stagger_seconds";
+/// Requests answered by the ops listener, by path and status code (counter, by
+/// `path`, `code`).
 pub const OPS_HTTP_REQUESTS: &str = "pricewire_ops_http_requests_total";
+/// Ops connections answered 503 at once because every ops worker was busy (counter).
 pub const OPS_HTTP_REJECTED: &str = "pricewire_ops_http_rejected_total";
+/// Samples a collector offered that did not match their documented family (a
+/// bug, not load) (counter).
 pub const METRICS_REJECTED_SAMPLES: &str = "pricewire_metrics_rejected_samples_total";
+/// Always 1; the version label names the running build (gauge, by `version`).
 pub const BUILD_INFO: &str = "pricewire_build_info";
+/// Real-time (SCHED_FIFO/SCHED_RR) priority of each pw-* thread as the kernel
+/// reports it now; 0 = normal scheduling (gauge, by `thread`).
 pub const THREAD_RT_PRIORITY: &str = "pricewire_thread_rt_priority";
+/// Times the allocator's free memory was returned to the kernel after
+/// connections left (counter).
 pub const MEMORY_TRIMS: &str = "pricewire_memory_trims_total";
+/// Resident set size of the process at scrape time; -1 where /proc is not
+/// available (gauge).
 pub const PROCESS_RESIDENT: &str = "pricewire_process_resident_bytes";
 
 /// Every family pricewire exposes. Order here is the order on `/metrics`.

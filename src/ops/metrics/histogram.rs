@@ -24,7 +24,9 @@ pub const LATENCY_BUCKETS_S: &[f64] = &[
 pub struct HistogramSnapshot {
     /// `(upper bound, cumulative count of values <= bound)`, bounds ascending.
     pub buckets: Vec<(f64, u64)>,
+    /// Values recorded (the implied `+Inf` bucket).
     pub count: u64,
+    /// Sum of the values recorded, in base units.
     pub sum: f64,
 }
 

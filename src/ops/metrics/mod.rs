@@ -41,6 +41,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// It runs on the ops thread and must not block on the hot path's behalf
 /// (read atomics, take a cold-path lock at most).
 pub trait Collect: Send + Sync + 'static {
+    /// Writes the current value of every series this source owns.
     fn collect(&self, sink: &mut Sink);
 }
 
@@ -49,7 +50,9 @@ pub trait Collect: Send + Sync + 'static {
 /// catalogue read, so neither can disagree with a scrape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
+    /// The family's exposition name (one of the catalogue's).
     pub family: &'static str,
+    /// The family's type.
     pub kind: MetricKind,
     /// Label names and values, in the family's documented order.
     pub labels: Vec<(&'static str, String)>,

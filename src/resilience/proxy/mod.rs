@@ -35,8 +35,11 @@ pub const CHUNK_BYTES_MAX: usize = 16 * 1024;
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 64;
 /// Period at which blocked threads look at toxics and shutdown.
 pub const POLL_MS: u64 = 10;
+/// Default `max_connections`.
 pub const MAX_CONNECTIONS_DEFAULT: usize = 64;
+/// Most `max_connections` accepted.
 pub const MAX_CONNECTIONS_MAX: usize = 1_024;
+/// Longest wait for the upstream connect of one accepted connection, in ms.
 pub const UPSTREAM_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Stack of each proxy thread; they hold one chunk buffer and little else.
 const THREAD_STACK_BYTES: usize = 256 * 1024;
@@ -46,13 +49,16 @@ const THREAD_STACK_BYTES: usize = 256 * 1024;
 pub struct ProxyConfig {
     /// Loopback address to listen on (port 0 picks a free port).
     pub listen: SocketAddr,
+    /// Address every accepted connection is forwarded to.
     pub upstream: SocketAddr,
+    /// Connections open at once (1..=[`MAX_CONNECTIONS_MAX`]); excess are closed.
     pub max_connections: usize,
     /// Seed of the jitter and garbage RNGs (connection `n` uses `seed + n`).
     pub seed: u64,
 }
 
 impl ProxyConfig {
+    /// Listen on `listen`, forward to `upstream`, default limits and seed.
     pub fn new(listen: SocketAddr, upstream: SocketAddr) -> Self {
         ProxyConfig {
             listen,
@@ -66,29 +72,48 @@ impl ProxyConfig {
 /// Counters of the proxy.
 #[derive(Debug, Default)]
 pub struct ProxyStats {
+    /// Connections accepted (including those closed over the limit).
     pub accepted: AtomicU64,
+    /// Connections open now.
     pub active: AtomicU64,
+    /// Connections closed at once because `max_connections` were open.
     pub rejected_over_limit: AtomicU64,
+    /// Upstream connects that failed or timed out.
     pub upstream_connect_failures: AtomicU64,
+    /// Connections reset (by the `reset` toxic).
     pub resets: AtomicU64,
+    /// Bytes forwarded client → upstream.
     pub bytes_up: AtomicU64,
+    /// Bytes forwarded upstream → client.
     pub bytes_down: AtomicU64,
+    /// Bytes swallowed by the `blackhole` toxic.
     pub bytes_discarded: AtomicU64,
+    /// Bytes inserted by the `garbage` toxic.
     pub garbage_bytes: AtomicU64,
 }
 
 /// A plain copy of the counters plus the toxics in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProxyStatus {
+    /// Connections accepted.
     pub accepted: u64,
+    /// Connections open.
     pub active: u64,
+    /// Connections closed over the limit.
     pub rejected_over_limit: u64,
+    /// Upstream connects that failed.
     pub upstream_connect_failures: u64,
+    /// Connections reset.
     pub resets: u64,
+    /// Bytes forwarded client → upstream.
     pub bytes_up: u64,
+    /// Bytes forwarded upstream → client.
     pub bytes_down: u64,
+    /// Bytes swallowed by the blackhole.
     pub bytes_discarded: u64,
+    /// Bytes inserted as garbage.
     pub garbage_bytes: u64,
+    /// The toxics in force.
     pub toxics: Toxics,
 }
 
@@ -196,6 +221,8 @@ impl FaultProxy {
         Self::start_with(ProxyConfig::new(listen, upstream))
     }
 
+    /// Starts the proxy on its own threads. Errors: a non-loopback listen
+    /// address, `max_connections` outside 1..=[`MAX_CONNECTIONS_MAX`], or the bind.
     pub fn start_with(cfg: ProxyConfig) -> io::Result<FaultProxy> {
         require_loopback(cfg.listen, "listen")?;
         if !(1..=MAX_CONNECTIONS_MAX).contains(&cfg.max_connections) {
@@ -235,18 +262,22 @@ impl FaultProxy {
         self.shared.apply(Command::Set(toxic));
     }
 
+    /// Removes the toxic of this kind, if any.
     pub fn clear_toxic(&self, kind: ToxicKind) {
         self.shared.apply(Command::Clear(Some(kind)));
     }
 
+    /// Removes every toxic.
     pub fn clear_toxics(&self) {
         self.shared.apply(Command::Clear(None));
     }
 
+    /// The toxics in force.
     pub fn toxics(&self) -> Toxics {
         self.shared.toxics()
     }
 
+    /// A copy of the counters and the toxics in force.
     pub fn status(&self) -> ProxyStatus {
         self.shared.status()
     }

@@ -20,6 +20,7 @@ use std::fmt;
 pub const DELAY_MS_MAX: u64 = 60_000;
 /// Most random bytes inserted into one chunk.
 pub const GARBAGE_BYTES_MAX: u32 = 256;
+/// Random bytes inserted per chunk when `garbage` names no `max_bytes`.
 pub const GARBAGE_BYTES_DEFAULT: u32 = 16;
 
 /// One fault.
@@ -28,20 +29,32 @@ pub enum Toxic {
     /// Each chunk is held `latency_ms + uniform(0..=jitter_ms)` (so the
     /// configured latency is a floor).
     Latency {
+        /// Fixed delay per chunk, in ms (at most [`DELAY_MS_MAX`]).
         latency_ms: u64,
+        /// Largest extra random delay per chunk, in ms (at most [`DELAY_MS_MAX`]).
         jitter_ms: u64,
     },
+    /// Forwarding is paced to a rate.
     Bandwidth {
+        /// The rate in bytes per second.
         rate_bytes_per_s: u64,
     },
+    /// Forwarding and reading stop; the connection stays open.
     Stall,
+    /// Every connection is reset (RST, SO_LINGER 0), new ones at accept.
     Reset,
+    /// Bytes are read and discarded, never forwarded.
     Blackhole,
+    /// A close is passed on only after a delay.
     SlowClose {
+        /// The delay in ms (at most [`DELAY_MS_MAX`]).
         delay_ms: u64,
     },
+    /// Random bytes are inserted into some chunks.
     Garbage {
+        /// Percent of chunks that get garbage (the control port takes 1..=100).
         probability_pct: u32,
+        /// Most bytes inserted into one chunk (1..=[`GARBAGE_BYTES_MAX`]).
         max_bytes: u32,
     },
 }
@@ -49,12 +62,19 @@ pub enum Toxic {
 /// The kind of a toxic, for `clear`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToxicKind {
+    /// [`Toxic::Latency`].
     Latency,
+    /// [`Toxic::Bandwidth`].
     Bandwidth,
+    /// [`Toxic::Stall`].
     Stall,
+    /// [`Toxic::Reset`].
     Reset,
+    /// [`Toxic::Blackhole`].
     Blackhole,
+    /// [`Toxic::SlowClose`].
     SlowClose,
+    /// [`Toxic::Garbage`].
     Garbage,
 }
 
@@ -79,16 +99,22 @@ impl ToxicKind {
 pub struct Toxics {
     /// (latency_ms, jitter_ms)
     pub latency: Option<(u64, u64)>,
+    /// Forwarding rate in bytes per second.
     pub bandwidth_bytes_per_s: Option<u64>,
+    /// Forwarding stalled.
     pub stall: bool,
+    /// Connections reset.
     pub reset: bool,
+    /// Bytes discarded.
     pub blackhole: bool,
+    /// Delay before a close is passed on, in ms.
     pub slow_close_ms: Option<u64>,
     /// (probability_pct, max_bytes)
     pub garbage: Option<(u32, u32)>,
 }
 
 impl Toxics {
+    /// Adds `toxic`, replacing one of the same kind.
     pub fn set(&mut self, toxic: Toxic) {
         match toxic {
             Toxic::Latency {
@@ -109,6 +135,7 @@ impl Toxics {
         }
     }
 
+    /// Removes the toxic of this kind, if any.
     pub fn clear(&mut self, kind: ToxicKind) {
         match kind {
             ToxicKind::Latency => self.latency = None,
@@ -157,11 +184,15 @@ impl fmt::Display for Toxics {
 /// One control-port command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
+    /// `toxic <name> ...`: add a toxic.
     Set(Toxic),
     /// `None` clears all toxics.
     Clear(Option<ToxicKind>),
+    /// `status`: report counters and toxics.
     Status,
+    /// `help`: print the grammar.
     Help,
+    /// `shutdown`: stop the proxy.
     Shutdown,
 }
 

@@ -99,6 +99,7 @@ pub const TEST_REQUEST_AFTER_PCT: u64 = 120;
 /// What the driver must do after a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Io {
+    /// Nothing to do.
     Nothing,
     /// Open a TCP connection to the session's host and port.
     Connect,
@@ -109,26 +110,43 @@ pub enum Io {
 /// Session states (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
+    /// Waiting for the reconnect (or first connect) time.
     Waiting,
+    /// The driver is opening the TCP connection.
     Connecting,
+    /// Logon sent; waiting for the provider's Logon.
     LogonSent,
+    /// Logged on: quotes flow.
     Active,
+    /// Logout sent; waiting for the provider's Logout or the timeout.
     LoggingOut,
 }
 
 /// Why a session counted a breaker failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
+    /// The TCP connect failed.
     ConnectFailed,
+    /// The TCP connect took longer than `connect_ms`.
     ConnectTimeout,
+    /// No Logon answer within `logon_ms`.
     LogonTimeout,
+    /// The peer closed or reset the connection.
     Disconnected,
+    /// Bytes that are not FIX, or a message without MsgSeqNum.
     Decode,
+    /// A CheckSum mismatch.
     Checksum,
+    /// Nothing received within the read timeout.
     ReadTimeout,
+    /// A MsgSeqNum gap (recovered by resubscribing, or by logout after
+    /// `gaps_before_logout` of them).
     SeqGap,
+    /// MsgSeqNum below the expected one without PossDupFlag.
     SeqTooLow,
+    /// The provider logged out unasked.
     UnexpectedLogout,
+    /// Our outbound buffer overflowed (the provider does not read).
     OutboundFull,
     /// `garbled_max` garbled messages within `garbled_window_ms`.
     Garbled,
@@ -274,15 +292,19 @@ impl FixSession {
         }
     }
 
+    /// The settings this session runs with.
     pub fn config(&self) -> &FixSessionConfig {
         &self.cfg
     }
+    /// The session's state.
     pub fn state(&self) -> SessionState {
         self.state
     }
+    /// Shared session counters.
     pub fn stats(&self) -> Arc<FixSessionStats> {
         Arc::clone(&self.stats)
     }
+    /// Shared counters of the feed breaker.
     pub fn breaker_stats(&self) -> Arc<BreakerStats> {
         self.breaker.stats()
     }

@@ -283,32 +283,10 @@ pub fn summarize_rows(
         for (target, rs) in targets_rows {
             let col =
                 |f: fn(&RoundRow) -> f64| spread(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
-            let mut pooled = None;
-            let mut pooled_runs = 0;
-            if let Some(dir) = out_dir {
-                let mut h = latency_histogram();
-                for r in rs {
-                    let p = counts_path(&r.dir, &r.label, target);
-                    match std::fs::read_to_string(&p) {
-                        Ok(text) => {
-                            add_counts(&mut h, &text).with_context(|| p.display().to_string())?;
-                            pooled_runs += 1;
-                        }
-                        // Results written before counts files existed.
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e).with_context(|| p.display().to_string()),
-                    }
-                }
-                if pooled_runs > 0 {
-                    pooled = Some(summarize(&h));
-                    let pooled_dir = dir.join("pooled");
-                    std::fs::create_dir_all(&pooled_dir)?;
-                    std::fs::write(
-                        pooled_dir.join(format!("hdr-{scenario}-{target}.txt")),
-                        percentile_distribution(&h),
-                    )?;
-                }
-            }
+            let (pooled, pooled_runs) = match out_dir {
+                Some(dir) => pool(dir, &scenario, target, rs)?,
+                None => (None, 0),
+            };
             targets.push(TargetRounds {
                 target: target.clone(),
                 rounds: rs.len(),
@@ -321,33 +299,73 @@ pub fn summarize_rows(
                 pooled_runs,
             });
         }
-        let mut duels = Vec::new();
-        let names: Vec<&str> = targets_rows.keys().map(String::as_str).collect();
-        for (ours, other) in duelists(&names) {
-            let (our_rows, their_rows) = (&targets_rows[ours], &targets_rows[other]);
-            let mut d = Duel {
-                ours: ours.to_string(),
-                other: other.to_string(),
-                paired_rounds: 0,
-                p50_lower: 0,
-                p999_lower: 0,
-            };
-            for a in our_rows {
-                if let Some(b) = their_rows.iter().find(|b| b.round == a.round) {
-                    d.paired_rounds += 1;
-                    d.p50_lower += usize::from(a.p50_us < b.p50_us);
-                    d.p999_lower += usize::from(a.p999_us < b.p999_us);
-                }
-            }
-            duels.push(d);
-        }
         out.push(ScenarioRounds {
             scenario,
             targets,
-            duels,
+            duels: duels(targets_rows),
         });
     }
     Ok(out)
+}
+
+/// Merges the counts files of `rs` (one scenario and target) into one
+/// histogram and writes its distribution under `dir/pooled/`; returns its
+/// summary (`None` when no run has a counts file) and the runs pooled.
+fn pool(
+    dir: &Path,
+    scenario: &str,
+    target: &str,
+    rs: &[&RoundRow],
+) -> anyhow::Result<(Option<Summary>, usize)> {
+    let mut h = latency_histogram();
+    let mut pooled_runs = 0;
+    for r in rs {
+        let p = counts_path(&r.dir, &r.label, target);
+        match std::fs::read_to_string(&p) {
+            Ok(text) => {
+                add_counts(&mut h, &text).with_context(|| p.display().to_string())?;
+                pooled_runs += 1;
+            }
+            // Results written before counts files existed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| p.display().to_string()),
+        }
+    }
+    if pooled_runs == 0 {
+        return Ok((None, 0));
+    }
+    let pooled_dir = dir.join("pooled");
+    std::fs::create_dir_all(&pooled_dir)?;
+    std::fs::write(
+        pooled_dir.join(format!("hdr-{scenario}-{target}.txt")),
+        percentile_distribution(&h),
+    )?;
+    Ok((Some(summarize(&h)), pooled_runs))
+}
+
+/// Every pair of targets of one scenario, over the rounds both ran.
+fn duels(targets_rows: &BTreeMap<String, Vec<&RoundRow>>) -> Vec<Duel> {
+    let mut duels = Vec::new();
+    let names: Vec<&str> = targets_rows.keys().map(String::as_str).collect();
+    for (ours, other) in duelists(&names) {
+        let (our_rows, their_rows) = (&targets_rows[ours], &targets_rows[other]);
+        let mut d = Duel {
+            ours: ours.to_string(),
+            other: other.to_string(),
+            paired_rounds: 0,
+            p50_lower: 0,
+            p999_lower: 0,
+        };
+        for a in our_rows {
+            if let Some(b) = their_rows.iter().find(|b| b.round == a.round) {
+                d.paired_rounds += 1;
+                d.p50_lower += usize::from(a.p50_us < b.p50_us);
+                d.p999_lower += usize::from(a.p999_us < b.p999_us);
+            }
+        }
+        duels.push(d);
+    }
+    duels
 }
 
 /// Reads `dir/results.jsonl` and the counts files; writes `dir/rounds.md`
@@ -414,11 +432,24 @@ pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
             .context("round numbers too large")?;
         rows.extend(these);
     }
-    // A folder a script wrote twice into holds each (scenario, target,
-    // round) twice, but only the last run's counts file: refuse it rather
-    // than pair and pool the wrong runs.
+    refuse_repeats(&rows, &sweeps)?;
+    std::fs::create_dir_all(out)?;
+    let mut text = if rows.is_empty() {
+        String::new()
+    } else {
+        render(&summarize_rows(Some(out), &rows)?)
+    };
+    text.push_str(&render_sweeps(&sweeps));
+    std::fs::write(out.join("rounds.md"), &text)?;
+    Ok(text)
+}
+
+/// A folder a script wrote twice into holds each (scenario, target,
+/// round) twice, but only the last run's counts file: refuse it rather
+/// than pair and pool the wrong runs.
+fn refuse_repeats(rows: &[RoundRow], sweeps: &[SweepRow]) -> anyhow::Result<()> {
     let mut seen = std::collections::HashSet::new();
-    for r in &rows {
+    for r in rows {
         if !seen.insert((&r.scenario, &r.target, r.round)) {
             bail!(
                 "{}: {} of {} appears twice (two runs into one folder?)",
@@ -429,7 +460,7 @@ pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
         }
     }
     let mut seen_sweeps = std::collections::HashSet::new();
-    for r in &sweeps {
+    for r in sweeps {
         if !seen_sweeps.insert((&r.target, r.round)) {
             bail!(
                 "sweep round {} of {} appears twice (two sweeps into one folder?)",
@@ -438,15 +469,7 @@ pub fn summarize_dirs(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
             );
         }
     }
-    std::fs::create_dir_all(out)?;
-    let mut text = if rows.is_empty() {
-        String::new()
-    } else {
-        render(&summarize_rows(Some(out), &rows)?)
-    };
-    text.push_str(&render_sweeps(&sweeps));
-    std::fs::write(out.join("rounds.md"), &text)?;
-    Ok(text)
+    Ok(())
 }
 
 fn us(v: f64) -> String {

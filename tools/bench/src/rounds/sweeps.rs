@@ -77,7 +77,6 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         "### Saturation sweep — {rounds} round(s)\n\nHighest rate whose step held {threshold}, per round.\n"
     );
     s.push_str("| target | rounds | max sustainable ticks/s, median (range) |\n|---|---:|---:|\n");
-    let row_of = |t: &str, round: u32| rows.iter().find(|r| r.target == t && r.round == round);
     for t in &targets {
         let mine: Vec<&SweepRow> = rows.iter().filter(|r| r.target == *t).collect();
         let v: Vec<f64> = mine.iter().map(|r| r.max_rate_per_s as f64).collect();
@@ -89,8 +88,22 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         };
         let _ = writeln!(s, "| {t} | {} | {}{note} |", v.len(), sp(&spread(&v)));
     }
+    let duels = sweep_duels(rows, &targets, rounds);
+    if !duels.is_empty() {
+        s.push_str("\nRounds with the higher maximum, paired by round:\n\n");
+        s.push_str(&duels);
+    }
+    s.push('\n');
+    s
+}
+
+/// For each pair of targets, the rounds in which the first's maximum was
+/// higher and equal, and the median ratio of the paired maxima; one line
+/// per pair that shared a round.
+fn sweep_duels(rows: &[SweepRow], targets: &[&str], rounds: u32) -> String {
+    let row_of = |t: &str, round: u32| rows.iter().find(|r| r.target == t && r.round == round);
     let mut duels = String::new();
-    for (o, other) in duelists(&targets) {
+    for (o, other) in duelists(targets) {
         let (mut paired, mut higher, mut equal, mut capped) = (0, 0, 0, 0);
         let mut ratios = Vec::new();
         for round in 1..=rounds {
@@ -128,12 +141,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         }
         duels.push('\n');
     }
-    if !duels.is_empty() {
-        s.push_str("\nRounds with the higher maximum, paired by round:\n\n");
-        s.push_str(&duels);
-    }
-    s.push('\n');
-    s
+    duels
 }
 
 #[cfg(test)]
