@@ -35,9 +35,10 @@ mod connect;
 pub mod core;
 pub mod edge;
 pub mod lease;
+mod nats;
 mod stats;
 
-pub use self::connect::{reconnect_delay, runtime};
+pub use self::connect::reconnect_delay;
 
 use std::time::Duration;
 
