@@ -427,3 +427,7 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;
