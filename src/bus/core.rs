@@ -31,6 +31,7 @@ use crate::model::{price_flags, InstrumentTable, Price};
 pub struct BusPublisher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The bus thread's counters.
     pub stats: Arc<BusStats>,
 }
 

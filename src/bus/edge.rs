@@ -36,7 +36,9 @@ const RETRY_MS: u64 = 20;
 pub struct EdgeParts {
     /// One input per gateway shard, fed by the bus thread.
     pub shards: Vec<ShardInput>,
+    /// The price table the bus thread writes (the gateway's snapshots).
     pub table: Arc<PriceTable>,
+    /// Each shard ring's fan-out counters, in shard order.
     pub fanout: Vec<Arc<FanoutStats>>,
 }
 
@@ -44,6 +46,7 @@ pub struct EdgeParts {
 pub struct BusSubscriber {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The bus thread's counters.
     pub stats: Arc<BusStats>,
 }
 
