@@ -30,9 +30,11 @@ use pricewire::service::{Service, ServiceConfig};
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
 
-/// Prices in the measured window: at 20,000 per second, about 1.5 s, so
-/// a core's window holds lease renewals (every third of the 3-s period).
+/// Prices in the measured window (at least).
 const WINDOW_PRICES: u64 = 30_000;
+/// The window lasts at least this long, so a core's holds a lease renewal
+/// (one every third of the default 3-s period).
+const WINDOW_MIN: Duration = Duration::from_millis(1_200);
 const WAIT: Duration = Duration::from_secs(30);
 
 struct Kill(Child);
@@ -44,11 +46,13 @@ impl Drop for Kill {
     }
 }
 
-/// Allocations in the process over the next `n` steps of `count`, and
-/// the steps taken.
+/// Allocations in the process over the next `n` steps of `count` (and
+/// at least [`WINDOW_MIN`]), and the steps taken.
 fn allocations_over(count: impl Fn() -> u64, n: u64) -> (u64, u64) {
+    let t0 = std::time::Instant::now();
     let (a0, c0) = (alloc::allocations(), count());
-    assert!(wait::wait_until(WAIT, || count() >= c0 + n), "stalled");
+    let done = || count() >= c0 + n && t0.elapsed() >= WINDOW_MIN;
+    assert!(wait::wait_until(WAIT, done), "stalled");
     let (a1, c1) = (alloc::allocations(), count());
     (a1 - a0, c1 - c0)
 }

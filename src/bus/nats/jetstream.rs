@@ -282,3 +282,80 @@ impl KvKey {
         self.put(c, revision, true, b"", timeout)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(headers: &[u8], payload: &[u8]) -> Reply {
+        let mut r = Reply::default();
+        r.headers.extend_from_slice(headers);
+        r.payload.extend_from_slice(payload);
+        r
+    }
+
+    #[test]
+    fn the_stream_config_is_the_last_value_and_kv_shape() {
+        let kv = StreamConfig {
+            name: "KV_PW_LEASE",
+            subjects: &["$KV.PW_LEASE.>"],
+            max_age_ns: 3_000_000_000,
+            replicas: 3,
+            discard_new: true,
+            kv: true,
+            duplicate_window_ns: 3_000_000_000,
+        };
+        let text = kv.to_json();
+        let v = json::parse(text.as_bytes()).unwrap();
+        let num = |k| v.get(k).and_then(|n| n.as_u64());
+        let text_of = |k| v.get(k).and_then(|s| s.as_str()).map(|s| s.into_owned());
+        assert_eq!(num("max_msgs_per_subject"), Some(1));
+        assert_eq!(num("num_replicas"), Some(3));
+        assert_eq!(num("max_age"), Some(3_000_000_000));
+        assert_eq!(text_of("discard").as_deref(), Some("new"));
+        assert_eq!(text_of("storage").as_deref(), Some("file"));
+        for flag in ["allow_direct", "allow_rollup_hdrs", "deny_delete"] {
+            assert_eq!(v.get(flag).map(|b| b.raw_is(b"true")), Some(true), "{flag}");
+        }
+        let prices = StreamConfig {
+            kv: false,
+            discard_new: false,
+            ..kv
+        };
+        let v2 = prices.to_json();
+        assert!(v2.contains(r#""discard":"old""#) && v2.contains(r#""deny_delete":false"#));
+    }
+
+    #[test]
+    fn api_errors_statuses_and_bad_replies_are_told_apart() {
+        let wrong =
+            br#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 5"}}"#;
+        assert_eq!(
+            api_error(&reply(b"", wrong)).unwrap_err(),
+            JsError::Api {
+                code: 400,
+                err_code: ERR_WRONG_LAST_SEQUENCE,
+                description: "wrong last sequence: 5".into()
+            }
+        );
+        let ack = br#"{"stream":"KV_X","seq":7}"#;
+        let acked = reply(b"", ack);
+        let v = api_error(&acked).unwrap();
+        assert_eq!(v.get("seq").and_then(|s| s.as_u64()), Some(7));
+        let none = reply(b"NATS/1.0 503\r\n\r\n", b"");
+        assert_eq!(api_error(&none).unwrap_err(), JsError::Status(503));
+        assert!(JsError::Status(503)
+            .to_string()
+            .contains("no JetStream responder"));
+        assert!(matches!(
+            api_error(&reply(b"", b"{")),
+            Err(JsError::Reply(_))
+        ));
+        let found = reply(
+            b"NATS/1.0\r\nNats-Sequence: 12\r\nKV-Operation: DEL\r\n\r\n",
+            b"",
+        );
+        assert_eq!(sequence(&found), Some(12));
+        assert_eq!(found.status(), None);
+    }
+}

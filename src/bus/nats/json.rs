@@ -294,6 +294,11 @@ impl<'a> Value<'a> {
         Some(Cow::Owned(unescape(text)))
     }
 
+    /// True if the value's text is exactly `text` (a literal, a number).
+    pub(crate) fn raw_is(&self, text: &[u8]) -> bool {
+        self.raw == text
+    }
+
     fn str_eq(&self, want: &str) -> bool {
         self.as_str().is_some_and(|s| s == want)
     }
