@@ -10,8 +10,10 @@
 //! before the first terminal is accepted; live prices at or below a
 //! symbol's loaded sequence are dropped as duplicates. A price that skips
 //! sequence numbers (missed while the edge was reconnecting to another
-//! node, or dropped by a full client buffer) is delivered flagged
-//! CONFLATED and counted: no gap reaches a terminal unflagged.
+//! node, or dropped because more than the client keeps arrived during the
+//! last-value gets) is delivered flagged CONFLATED and counted: no gap
+//! reaches a terminal unflagged. Receiving a price allocates nothing: the
+//! client hands the message over borrowed from its read buffer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
