@@ -81,6 +81,19 @@ fn io_err(reason: impl Into<String>) -> io::Error {
     io::Error::other(reason.into())
 }
 
+/// A TCP connection to the first address of `server` (`host:port`) that
+/// accepts within `timeout` each.
+fn dial(server: &str, timeout: Duration) -> io::Result<std::net::TcpStream> {
+    let mut last = io_err("no address");
+    for addr in server.to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&addr, timeout) {
+            Ok(sock) => return Ok(sock),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 impl Client {
     /// Connects to the first of `servers` (`nats://host:port`) that
     /// answers, in order, round after round with backoff, for at most
@@ -135,11 +148,7 @@ impl Client {
     /// Opens server `i`: TCP, INFO, CONNECT, PING/PONG, then the
     /// subscriptions again.
     fn open(&mut self, i: usize, timeout: Duration) -> io::Result<()> {
-        let addr = self.servers[i]
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io_err("no address"))?;
-        let mut sock = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        let mut sock = dial(&self.servers[i], timeout)?;
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(timeout))?;
         sock.set_write_timeout(Some(timeout))?;
