@@ -291,6 +291,10 @@ impl Client {
     }
 
     fn read_some(&mut self, on_msg: &mut dyn FnMut(&[u8], &[u8])) -> io::Result<()> {
+        // Ops that came in with the handshake's last read.
+        if let Some(c) = self.conn.as_ref().filter(|_| !self.rbuf.data().is_empty()) {
+            self.dispatch(c.max_payload, on_msg)?;
+        }
         for _ in 0..READS_PER_TURN {
             let Some(c) = self.conn.as_mut() else {
                 return Ok(());
