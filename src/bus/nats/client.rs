@@ -148,18 +148,19 @@ impl Client {
     /// Opens server `i`: TCP, INFO, CONNECT, PING/PONG, then the
     /// subscriptions again.
     fn open(&mut self, i: usize, timeout: Duration) -> io::Result<()> {
+        // A socket deadline, in real time: the OS times these reads.
+        let until = std::time::Instant::now() + timeout;
         let mut sock = dial(&self.servers[i], timeout)?;
         sock.set_nodelay(true)?;
-        sock.set_read_timeout(Some(timeout))?;
         sock.set_write_timeout(Some(timeout))?;
         self.rbuf.clear();
         self.st.out.clear();
-        let max_payload = self.handshake_read(&mut sock, true)?;
+        let max_payload = self.handshake_read(&mut sock, true, until)?;
         self.rbuf.reserve(max_payload);
         self.st.hello();
         sock.write_all(&self.st.out)?;
         self.st.out.clear();
-        self.handshake_read(&mut sock, false)?;
+        self.handshake_read(&mut sock, false, until)?;
         self.st.resubscribe();
         sock.write_all(&self.st.out)?;
         self.st.out.clear();
@@ -189,10 +190,16 @@ impl Client {
         &mut self,
         sock: &mut std::net::TcpStream,
         want_info: bool,
+        until: std::time::Instant,
     ) -> io::Result<usize> {
         loop {
             let parsed = proto::parse(self.rbuf.data(), proto::PAYLOAD_MAX);
             let Some((op, n)) = parsed.map_err(|e| io_err(e.to_string()))? else {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::from(io::ErrorKind::TimedOut));
+                }
+                sock.set_read_timeout(Some(left))?;
                 let room = self.rbuf.spare();
                 match sock.read(room)? {
                     0 => return Err(io_err("closed during the handshake")),

@@ -131,7 +131,7 @@ fn a_silent_server_is_dropped_and_the_client_comes_back_subscribed() {
 }
 
 #[test]
-fn a_request_without_a_reply_times_out_and_nothing_answers_a_closed_port() {
+fn a_closed_port_a_mute_server_and_an_unanswered_request_all_end_in_time() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
@@ -144,6 +144,18 @@ fn a_request_without_a_reply_times_out_and_nothing_answers_a_closed_port() {
         stats.clone(),
     );
     assert!(refused.is_err_and(|why| why.contains(&addr.to_string())));
+    // A listener that never says INFO: the attempt ends at its deadline.
+    let mute = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("nats://{}", mute.local_addr().unwrap());
+    let t0 = Instant::now();
+    let silent = Client::connect(
+        &[url],
+        Duration::from_millis(300),
+        clock.clone(),
+        stats.clone(),
+    );
+    assert!(silent.is_err());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("nats://{}", l.local_addr().unwrap());
     let script = std::thread::spawn(move || {
