@@ -392,6 +392,40 @@ fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
     e.stop();
 }
 
+#[test]
+fn an_orderly_stop_hands_the_lease_over_at_the_standbys_next_attempt() {
+    // A 9-s lease: expiry would hand over 6 s or more after the stop; the
+    // deleted key lets the standby in at its next attempt (every 3 s).
+    const LEASE_MS: u64 = 9_000;
+    let node = NatsServer::start();
+    let b = bus(&node.url(), "t6", 1).with_lease_ms(LEASE_MS).unwrap();
+    let first = core(b.clone(), 2_000);
+    assert!(
+        wait_until(WAIT, || published(&first) > 0),
+        "the first core never led"
+    );
+    let second = core(b, 2_000);
+    let st = second.bus.as_ref().unwrap().stats().clone();
+    assert!(
+        wait_until(WAIT, || st.standby_discarded.get() > 0),
+        "no warm standby"
+    );
+    assert_eq!(st.published.get(), 0, "two cores published at once");
+    first.stop();
+    let stopped_at = std::time::Instant::now();
+    assert!(
+        wait_until(WAIT, || st.published.get() > 0),
+        "the standby never took over"
+    );
+    let took = stopped_at.elapsed();
+    assert!(
+        took < Duration::from_millis(LEASE_MS / 3 + 1_000),
+        "takeover took {took:?}"
+    );
+    assert_eq!(st.leases_taken.get(), 1);
+    second.stop();
+}
+
 /// `GET path` on `addr`: (status line, body); empty if not answering.
 fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     use std::io::{Read, Write};

@@ -19,18 +19,26 @@ pub const BUS_MESSAGE_LEN: usize = PRICE_FRAME_LEN + 8;
 /// Why a bus message was refused (each is counted by the edge).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
+    /// The message is not [`BUS_MESSAGE_LEN`] bytes long.
     #[error("{0} bytes, a bus price message has {BUS_MESSAGE_LEN}")]
     Length(usize),
+    /// The frame's decoder refused it (SOFH, schema, version, layout).
     #[error("frame: {0}")]
     Frame(String),
+    /// A valid frame of another template.
     #[error("template {0} is not a PriceUpdate")]
     NotAPrice(u16),
+    /// The subject's symbol is not in this edge's configuration.
     #[error("symbol {0:?} is not configured here")]
     UnknownSymbol(String),
+    /// The price's decimal digits differ from this edge's configuration.
     #[error("symbol {symbol}: {digits} digits on the bus, {configured} configured here")]
     Digits {
+        /// The symbol's name.
         symbol: String,
+        /// Digits in the message.
         digits: u8,
+        /// Digits configured on this edge.
         configured: u8,
     },
 }

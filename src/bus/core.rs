@@ -5,8 +5,9 @@
 //! its stack and hands it to the NATS client. The engine never waits on
 //! the bus: a full ring makes it conflate per symbol (latest wins, flagged
 //! CONFLATED) exactly as for a slow gateway shard. When the ring is empty
-//! the thread sleeps [`IDLE_POLL_MS`] on the runtime's timer, which lets
-//! the client's connection task run (pings, reconnects).
+//! the thread waits up to [`IDLE_POLL_MS`] on the NATS socket (answering
+//! PINGs, reconnecting when due). Publishing allocates nothing: the
+//! subjects are built once and the client encodes into a reused buffer.
 //!
 //! Only the holder of the leader lease publishes ([`super::lease`]); a
 //! standby drains its ring unpublished. On takeover each symbol's sequence
@@ -17,12 +18,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use async_nats::jetstream::{kv, stream};
-use async_nats::Subject;
-use bytes::Bytes;
-
 use super::codec::BUS_MESSAGE_LEN;
 use super::lease::Lease;
+use super::nats::client::Client;
+use super::nats::jetstream::{self, KvError, KvKey};
 use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_POLL_MS};
 use crate::clock::monotonic_ns;
 use crate::engine::ShardInput;
@@ -32,15 +31,15 @@ use crate::model::{price_flags, InstrumentTable, Price};
 pub struct BusPublisher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The bus thread's counters.
     pub stats: Arc<BusStats>,
 }
 
 /// What the publishing loop needs, built before the thread starts.
 struct Outbox {
-    client: async_nats::Client,
-    /// One subject per symbol id, built once (cloning one is a reference
-    /// count, not an allocation).
-    subjects: Vec<Subject>,
+    client: Client,
+    /// One subject per symbol id, built once.
+    subjects: Vec<String>,
     digits: Vec<u8>,
     wall_offset_ns: i64,
     stats: Arc<BusStats>,
@@ -51,8 +50,7 @@ struct Outbox {
 /// (to continue sequences on takeover) and the per-symbol rebase.
 struct Leader {
     lease: Lease,
-    kv: kv::Store,
-    stream: stream::Stream,
+    key: KvKey,
     cfg: BusConfig,
     names: Vec<String>,
     /// Per symbol: the last published sequence found at takeover.
@@ -64,7 +62,8 @@ struct Leader {
     missed: Vec<bool>,
 }
 
-const LEASE_KEY: &str = "leader";
+/// The lease key's value (who holds it is told by the revision, not this).
+const LEASE_VALUE: &[u8] = b"core";
 
 impl BusPublisher {
     /// Connects, makes sure the last-value stream exists, then publishes
@@ -81,7 +80,7 @@ impl BusPublisher {
         let subjects = table
             .instruments()
             .iter()
-            .map(|i| Subject::from(cfg.subject(&i.name)))
+            .map(|i| cfg.subject(&i.name))
             .collect();
         let digits = table.instruments().iter().map(|i| i.digits).collect();
         let names: Vec<String> = table.instruments().iter().map(|i| i.name.clone()).collect();
@@ -137,54 +136,53 @@ type Ready = crossbeam_channel::Sender<Result<(), BusError>>;
 fn bus_thread(
     cfg: BusConfig,
     st: Arc<BusStats>,
-    (subjects, digits, names): (Vec<Subject>, Vec<u8>, Vec<String>),
+    (subjects, digits, names): (Vec<String>, Vec<u8>, Vec<String>),
     ring: rtrb::Consumer<Price>,
     ready_tx: Ready,
     stop: &AtomicBool,
 ) {
-    let rt = match super::runtime() {
-        Ok(rt) => rt,
+    let set_up = connect::client(&cfg, &st).and_then(|mut c| {
+        connect::last_value_stream(&mut c, &cfg)?;
+        let key = connect::lease_bucket(&mut c, &cfg)?;
+        Ok((c, key))
+    });
+    let (client, key) = match set_up {
+        Ok(c) => c,
         Err(e) => return drop(ready_tx.send(Err(e))),
     };
-    rt.block_on(async move {
-        let (client, stream, kv) = match connect::core(&cfg, &st).await {
-            Ok(c) => c,
-            Err(e) => return drop(ready_tx.send(Err(e))),
-        };
-        let _ = ready_tx.send(Ok(()));
-        let leader = Leader {
-            lease: Lease::new(cfg.lease_ms * 1_000_000),
-            kv,
-            stream,
-            base: vec![0; names.len()],
-            offset: vec![None; names.len()],
-            missed: vec![false; names.len()],
-            names,
-            cfg,
-        };
-        let outbox = Outbox {
-            client,
-            leader,
-            subjects,
-            digits,
-            wall_offset_ns: crate::wire::wall_offset_ns(
-                crate::clock::wall_ns(),
-                crate::clock::monotonic_ns(),
-            ),
-            stats: st,
-        };
-        outbox.run(ring, stop).await;
-    });
+    let _ = ready_tx.send(Ok(()));
+    let leader = Leader {
+        lease: Lease::new(cfg.lease_ms * 1_000_000),
+        key,
+        base: vec![0; names.len()],
+        offset: vec![None; names.len()],
+        missed: vec![false; names.len()],
+        names,
+        cfg,
+    };
+    let outbox = Outbox {
+        client,
+        leader,
+        subjects,
+        digits,
+        wall_offset_ns: crate::wire::wall_offset_ns(
+            crate::clock::wall_ns(),
+            crate::clock::monotonic_ns(),
+        ),
+        stats: st,
+    };
+    outbox.run(ring, stop);
 }
 
 impl Outbox {
-    async fn run(mut self, mut ring: rtrb::Consumer<Price>, stop: &AtomicBool) {
+    fn run(mut self, mut ring: rtrb::Consumer<Price>, stop: &AtomicBool) {
         let idle = Duration::from_millis(IDLE_POLL_MS);
         loop {
-            self.leader.turn(&self.stats).await;
-            let moved = self.turn(&mut ring).await;
+            self.leader.turn(&mut self.client, &self.stats);
+            let moved = self.turn(&mut ring);
             if moved > 0 {
-                tokio::task::yield_now().await;
+                self.client.flush();
+                self.client.poll(Duration::ZERO, &mut |_, _| {});
                 continue;
             }
             // Empty: the engine has gone (orderly stop) or we were told to.
@@ -194,15 +192,15 @@ impl Outbox {
                 }
                 continue;
             }
-            tokio::time::sleep(idle).await;
+            self.client.poll(idle, &mut |_, _| {});
         }
-        let _ = self.client.flush().await;
-        self.leader.resign().await;
+        self.client.flush();
+        self.leader.resign(&mut self.client);
     }
 
     /// Publishes up to [`BATCH_MAX`] prices (a standby drains them
     /// unpublished); returns how many it took from the ring.
-    async fn turn(&mut self, ring: &mut rtrb::Consumer<Price>) -> usize {
+    fn turn(&mut self, ring: &mut rtrb::Consumer<Price>) -> usize {
         let mut moved = 0;
         let mut frame = [0u8; BUS_MESSAGE_LEN];
         let epoch = self.leader.lease.publishing_epoch(monotonic_ns());
@@ -223,10 +221,10 @@ impl Outbox {
             };
             self.leader.continue_sequence(&mut price);
             let n = super::codec::encode(&mut frame, &price, epoch, digits, self.wall_offset_ns);
-            let payload = Bytes::copy_from_slice(&frame[..n]);
-            match self.client.publish(subject.clone(), payload).await {
-                Ok(()) => self.stats.published.inc(),
-                Err(_) => self.stats.publish_errors.inc(),
+            if self.client.publish(subject, &frame[..n]) {
+                self.stats.published.inc();
+            } else {
+                self.stats.publish_errors.inc();
             }
         }
         moved
@@ -236,25 +234,22 @@ impl Outbox {
 impl Leader {
     /// Takes or renews the lease when due (each KV call bounded by a
     /// quarter of the lease period).
-    async fn turn(&mut self, stats: &BusStats) {
+    fn turn(&mut self, c: &mut Client, stats: &BusStats) {
         let now = monotonic_ns();
         let bound = Duration::from_millis(self.cfg.lease_ms / 4);
-        let me = Bytes::from_static(b"core");
         if self.lease.acquire_due(now) {
             self.lease.tried(now);
-            let created = tokio::time::timeout(bound, self.kv.create(LEASE_KEY, me)).await;
-            if let Ok(Ok(revision)) = created {
-                self.take_over(revision, stats).await;
+            if let Ok(revision) = self.key.create(c, LEASE_VALUE, bound) {
+                self.take_over(c, revision, stats);
             }
         } else if self.lease.renew_due(now) {
             self.lease.tried(now);
             let Some(rev) = self.lease.revision() else {
                 return;
             };
-            let renewal = self.kv.update(LEASE_KEY, me, rev);
-            match tokio::time::timeout(bound, renewal).await {
-                Ok(Ok(revision)) => self.lease.renewed(revision, monotonic_ns()),
-                Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+            match self.key.update(c, LEASE_VALUE, rev, bound) {
+                Ok(revision) => self.lease.renewed(revision, monotonic_ns()),
+                Err(KvError::WrongLastRevision) => {
                     self.lease.lost();
                     stats.leases_lost.inc();
                     tracing::warn!("leader lease lost: another core holds it");
@@ -267,17 +262,17 @@ impl Leader {
 
     /// Leads from `revision` on: reads every symbol's last published
     /// sequence so the next price continues from it.
-    async fn take_over(&mut self, revision: u64, stats: &BusStats) {
+    fn take_over(&mut self, c: &mut Client, revision: u64, stats: &BusStats) {
+        let stream = self.cfg.stream();
+        let bound = Duration::from_millis(self.cfg.lease_ms / 4);
         for (i, name) in self.names.iter().enumerate() {
-            let last = self
-                .stream
-                .direct_get_last_for_subject(self.cfg.subject(name));
-            self.base[i] = match last.await {
-                Ok(m) => match crate::wire::decode(&m.payload) {
+            let last = jetstream::last_for_subject(c, &stream, &self.cfg.subject(name), bound);
+            self.base[i] = match last {
+                Ok(Some(m)) => match crate::wire::decode(&m.payload) {
                     Ok(crate::wire::Message::PriceUpdate(b)) => b.seq,
                     _ => 0,
                 },
-                Err(_) => 0,
+                _ => 0,
             };
             self.offset[i] = None;
         }
@@ -314,12 +309,10 @@ impl Leader {
 
     /// An orderly stop hands the lease on at once instead of letting it
     /// expire.
-    async fn resign(&mut self) {
+    fn resign(&mut self, c: &mut Client) {
         if let Some(rev) = self.lease.revision() {
             let bound = Duration::from_millis(self.cfg.lease_ms / 4);
-            let _ =
-                tokio::time::timeout(bound, self.kv.delete_expect_revision(LEASE_KEY, Some(rev)))
-                    .await;
+            let _ = self.key.delete(c, rev, bound);
             self.lease.lost();
         }
     }

@@ -10,17 +10,19 @@
 //! before the first terminal is accepted; live prices at or below a
 //! symbol's loaded sequence are dropped as duplicates. A price that skips
 //! sequence numbers (missed while the edge was reconnecting to another
-//! node, or dropped by a full client buffer) is delivered flagged
-//! CONFLATED and counted: no gap reaches a terminal unflagged.
+//! node, or dropped because more than the client keeps arrived during the
+//! last-value gets) is delivered flagged CONFLATED and counted: no gap
+//! reaches a terminal unflagged. Receiving a price allocates nothing: the
+//! client hands the message over borrowed from its read buffer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-
-use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, LOAD_TIMEOUT};
+use super::nats::client::Client;
+use super::nats::jetstream::{self, JsError};
+use super::{connect, BusConfig, BusError, BusStats, LOAD_TIMEOUT};
 use crate::clock::monotonic_ns;
 use crate::engine::{FanoutStats, PriceTable, ShardInput, ShardPublisher, SymbolInterest};
 use crate::model::{price_flags, InstrumentTable, Markups, Price};
@@ -29,12 +31,16 @@ use crate::runtime::{Doorbell, HostedTasks};
 /// How long the bus thread waits for a message before it checks for a
 /// stop and flushes parked prices.
 const POLL_MS: u64 = 50;
+/// Pause before a direct get is asked again after status 503.
+const RETRY_MS: u64 = 20;
 
 /// What an edge's gateway is built from.
 pub struct EdgeParts {
     /// One input per gateway shard, fed by the bus thread.
     pub shards: Vec<ShardInput>,
+    /// The price table the bus thread writes (the gateway's snapshots).
     pub table: Arc<PriceTable>,
+    /// Each shard ring's fan-out counters, in shard order.
     pub fanout: Vec<Arc<FanoutStats>>,
 }
 
@@ -42,6 +48,7 @@ pub struct EdgeParts {
 pub struct BusSubscriber {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The bus thread's counters.
     pub stats: Arc<BusStats>,
 }
 
@@ -114,13 +121,7 @@ impl BusSubscriber {
         let (cfg, stop2) = (cfg.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("pw-bus".into())
-            .spawn(move || {
-                let rt = match super::runtime() {
-                    Ok(rt) => rt,
-                    Err(e) => return drop(ready_tx.send(Err(e))),
-                };
-                rt.block_on(inbox.run(cfg, ready_tx, stop2));
-            })
+            .spawn(move || inbox.run(cfg, ready_tx, stop2))
             .map_err(|e| BusError::Thread(e.to_string()))?;
         let mut sub = BusSubscriber {
             stop,
@@ -163,35 +164,33 @@ impl Drop for BusSubscriber {
 type Ready = crossbeam_channel::Sender<Result<(), BusError>>;
 
 impl Inbox {
-    async fn run(mut self, cfg: BusConfig, ready: Ready, stop: Arc<AtomicBool>) {
-        let (client, stream) = match connect::edge(&cfg, &self.stats).await {
+    fn run(mut self, cfg: BusConfig, ready: Ready, stop: Arc<AtomicBool>) {
+        let mut client = match connect::client(&cfg, &self.stats).and_then(|mut c| {
+            connect::last_value_stream(&mut c, &cfg)?;
+            Ok(c)
+        }) {
             Ok(c) => c,
             Err(e) => return drop(ready.send(Err(e))),
         };
         // Live first, then the last values: nothing published in between
-        // is missed, and the overlap is dropped by sequence.
-        let mut live = match client.subscribe(cfg.wildcard()).await {
-            Ok(s) => s,
-            Err(e) => return drop(ready.send(Err(BusError::Load(e.to_string())))),
-        };
-        if let Err(e) = self.load(&cfg, &stream, &stop).await {
+        // is missed (it waits in the client during the gets), and the
+        // overlap is dropped by sequence.
+        client.subscribe(&cfg.wildcard());
+        if let Err(e) = self.load(&mut client, &cfg, &stop) {
             return drop(ready.send(Err(e)));
         }
         let _ = ready.send(Ok(()));
-        self.live(&mut live, &cfg, &stream, &stop).await;
+        self.live(&mut client, &cfg, &stop);
     }
 
     /// Loads every configured symbol's last value from the stream (a
-    /// direct get per subject, answered by the stream's leader). A symbol
-    /// the stream has never seen stays empty, as on a fresh core.
-    async fn load(
-        &mut self,
-        cfg: &BusConfig,
-        stream: &async_nats::jetstream::stream::Stream,
-        stop: &AtomicBool,
-    ) -> Result<(), BusError> {
-        use async_nats::jetstream::stream::DirectGetErrorKind;
+    /// direct get per subject, answered by any replica). A symbol the
+    /// stream has never seen stays empty, as on a fresh core. A stream
+    /// whose direct-get responders are not up yet (status 503, just
+    /// created) is asked again until [`LOAD_TIMEOUT`].
+    fn load(&mut self, c: &mut Client, cfg: &BusConfig, stop: &AtomicBool) -> Result<(), BusError> {
         let deadline = Instant::now() + LOAD_TIMEOUT;
+        let stream = cfg.stream();
         let names: Vec<String> = self
             .instruments
             .instruments()
@@ -199,31 +198,33 @@ impl Inbox {
             .map(|i| i.name.clone())
             .collect();
         for name in names {
-            if Instant::now() >= deadline || stop.load(Ordering::Acquire) {
-                return Err(BusError::Load(format!("stopped or past {LOAD_TIMEOUT:?}")));
-            }
-            match stream.direct_get_last_for_subject(cfg.subject(&name)).await {
-                Ok(m) => {
-                    if self.take(m.subject.as_str(), &m.payload) {
-                        self.stats.last_values_loaded.inc();
-                    }
+            let subject = cfg.subject(&name);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || stop.load(Ordering::Acquire) {
+                    return Err(BusError::Load(format!("stopped or past {LOAD_TIMEOUT:?}")));
                 }
-                Err(e) if e.kind() == DirectGetErrorKind::NotFound => {}
-                Err(e) => return Err(BusError::Load(format!("{name}: {e}"))),
+                match jetstream::last_for_subject(c, &stream, &subject, left) {
+                    Ok(Some(m)) => {
+                        if self.take(subject.as_bytes(), &m.payload) {
+                            self.stats.last_values_loaded.inc();
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(JsError::Status(503)) => {
+                        std::thread::sleep(Duration::from_millis(RETRY_MS).min(left));
+                        continue;
+                    }
+                    Err(e) => return Err(BusError::Load(format!("{name}: {e}"))),
+                }
+                break;
             }
         }
         self.notify();
         Ok(())
     }
 
-    async fn live(
-        &mut self,
-        live: &mut async_nats::Subscriber,
-        cfg: &BusConfig,
-        stream: &async_nats::jetstream::stream::Stream,
-        stop: &AtomicBool,
-    ) {
-        let poll = Duration::from_millis(POLL_MS);
+    fn live(&mut self, c: &mut Client, cfg: &BusConfig, stop: &AtomicBool) {
         // The first connect is not a reconnect.
         self.stats.take_reconnected();
         while !stop.load(Ordering::Acquire) {
@@ -232,27 +233,14 @@ impl Inbox {
                 // newest of each symbol comes back from the stream (a
                 // skipped sequence is flagged like any gap).
                 self.stats.reloads.inc();
-                if let Err(e) = self.load(cfg, stream, stop).await {
+                if let Err(e) = self.load(c, cfg, stop) {
                     tracing::warn!(error = %e, "reloading last values after a reconnect");
                 }
             }
-            let wait = if self.parked() {
-                Duration::from_millis(1)
-            } else {
-                poll
-            };
-            if let Ok(Some(m)) = tokio::time::timeout(wait, live.next()).await {
-                self.take(m.subject.as_str(), &m.payload);
-                // Whatever else already arrived goes out in the same turn.
-                let mut more = 1;
-                while more < BATCH_MAX {
-                    let Some(Some(m)) = futures_util::FutureExt::now_or_never(live.next()) else {
-                        break;
-                    };
-                    self.take(m.subject.as_str(), &m.payload);
-                    more += 1;
-                }
-            }
+            let wait = if self.parked() { 1 } else { POLL_MS };
+            c.poll(Duration::from_millis(wait), &mut |subject, payload| {
+                self.take(subject, payload);
+            });
             self.notify();
         }
     }
@@ -264,13 +252,14 @@ impl Inbox {
     /// Decodes and applies one message; true if it was applied. A price
     /// of an older lease epoch than one already seen is dropped (fencing
     /// a core that lost the lease).
-    fn take(&mut self, subject: &str, payload: &[u8]) -> bool {
+    fn take(&mut self, subject: &[u8], payload: &[u8]) -> bool {
         let epoch = super::codec::epoch(payload);
         if epoch < self.epoch {
             self.stats.stale_epoch_dropped.inc();
             return false;
         }
-        let symbol = subject.rsplit('.').next().unwrap_or_default();
+        let token = subject.rsplit(|&b| b == b'.').next().unwrap_or_default();
+        let symbol = std::str::from_utf8(token).unwrap_or_default();
         let now = monotonic_ns();
         match super::codec::decode(payload, symbol, &self.instruments, self.wall_offset_ns, now) {
             Ok(p) => {
@@ -280,7 +269,7 @@ impl Inbox {
             }
             Err(e) => {
                 self.stats.decode_errors.inc();
-                tracing::debug!(subject, error = %e, "bus message refused");
+                tracing::debug!(symbol, error = %e, "bus message refused");
                 false
             }
         }

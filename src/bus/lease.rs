@@ -19,7 +19,12 @@ pub enum LeaseState {
     /// Not holding it: try to create the key when [`Lease::acquire_due`].
     Standby,
     /// Holding it since `epoch` (the key's revision at creation).
-    Leader { epoch: u64, revision: u64 },
+    Leader {
+        /// The revision the key was created at: stamped on every price.
+        epoch: u64,
+        /// The revision last written (what the next renewal compares).
+        revision: u64,
+    },
 }
 
 /// The lease as seen by one core.
@@ -45,6 +50,7 @@ impl Lease {
         }
     }
 
+    /// Where this core stands now.
     pub fn state(&self) -> LeaseState {
         self.state
     }

@@ -20,24 +20,26 @@
 //! keeps one message per subject: every symbol's last value, which an edge
 //! loads before it reports itself started.
 //!
-//! Why a runtime: async-nats is the maintained NATS client and it is async
-//! only. It runs here on a current-thread tokio runtime owned by the bus
-//! thread — one thread, no work-stealing pool competing with the pinned
-//! stages for the two cores of a small box. The bus thread allocates per
-//! price (the client's message buffers); that cost stays on its thread,
-//! off the pinned path.
-
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
+//! The NATS client is pricewire's own (`nats`, private to this module): a
+//! sans-IO protocol core and a readiness loop over one mio socket, driven
+//! by the bus thread itself — no async runtime, no thread pool competing
+//! with the pinned stages for the two cores of a small box. In steady
+//! state the bus thread allocates nothing per price on either side
+//! (`tests/bus_alloc.rs` holds it to 0); set-up, last-value loads and
+//! reconnects allocate. It connects to the `--bus` servers in order, keeps
+//! the connection alive with PING/PONG, reconnects to the next server with
+//! [`reconnect_delay`] and subscribes again; JetStream (the last-value
+//! stream, direct gets, the lease bucket) is reached by request/reply.
 
 pub mod codec;
 mod connect;
 pub mod core;
 pub mod edge;
 pub mod lease;
+mod nats;
 mod stats;
 
-pub use self::connect::{reconnect_delay, runtime};
+pub use self::connect::reconnect_delay;
 
 use std::time::Duration;
 
@@ -51,15 +53,18 @@ pub const PREFIX_DEFAULT: &str = "pricewire";
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for an edge to load every last value.
 pub const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
-/// Most prices the bus thread moves per turn before it yields to the
-/// client's connection task.
+/// Most prices a core's bus thread publishes per turn before it writes
+/// them out and reads from the server (PINGs, lease replies).
 pub const BATCH_MAX: usize = 256;
-/// Longest a core's bus thread sleeps when its ring is empty, in
-/// milliseconds (tokio's timer granularity; see docs/scale-out.md).
+/// Longest a core's bus thread waits on the NATS socket when its ring is
+/// empty, in milliseconds (the engine's doorbell cannot wake that wait;
+/// see docs/scale-out.md).
 pub const IDLE_POLL_MS: u64 = 1;
 /// Default leader lease period of cores, in milliseconds.
 pub const LEASE_MS_DEFAULT: u64 = 3_000;
+/// Shortest lease period `--bus-lease-ms` accepts, in milliseconds.
 pub const LEASE_MS_MIN: u64 = 300;
+/// Longest lease period `--bus-lease-ms` accepts, in milliseconds.
 pub const LEASE_MS_MAX: u64 = 60_000;
 /// Most servers in `--bus`.
 pub const SERVERS_MAX: usize = 16;
@@ -79,17 +84,22 @@ pub enum Role {
 /// The bus side a service runs, with its settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusRole {
+    /// `--role core`: publish the engine's prices.
     Core(BusConfig),
+    /// `--role edge`: serve subscribers from the bus.
     Edge(BusConfig),
 }
 
 /// A running bus thread, either side.
 pub enum BusHandle {
+    /// A core's publishing thread.
     Core(BusPublisher),
+    /// An edge's receiving thread.
     Edge(BusSubscriber),
 }
 
 impl BusHandle {
+    /// The thread's counters (shared with /metrics).
     pub fn stats(&self) -> &std::sync::Arc<BusStats> {
         match self {
             BusHandle::Core(p) => &p.stats,
@@ -123,14 +133,35 @@ pub struct BusConfig {
 /// Why the bus could not start or was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
+    /// A flag's value is refused (`flag` names it).
     #[error("invalid setting `{flag}`: {reason}")]
-    Invalid { flag: &'static str, reason: String },
+    Invalid {
+        /// The command-line flag.
+        flag: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// No server of `--bus` answered within [`CONNECT_TIMEOUT`].
     #[error("connecting to NATS ({servers}): {reason}")]
-    Connect { servers: String, reason: String },
+    Connect {
+        /// The `--bus` list.
+        servers: String,
+        /// The last server's reason.
+        reason: String,
+    },
+    /// The last-value stream or the lease bucket could not be found or
+    /// created.
     #[error("last-value stream {stream}: {reason}")]
-    Stream { stream: String, reason: String },
+    Stream {
+        /// The stream or bucket name.
+        stream: String,
+        /// The JetStream API's answer.
+        reason: String,
+    },
+    /// An edge could not load every last value within [`LOAD_TIMEOUT`].
     #[error("loading last values: {0}")]
     Load(String),
+    /// The bus thread could not start or report.
     #[error("bus thread: {0}")]
     Thread(String),
 }
