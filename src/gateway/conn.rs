@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use mio::net::TcpStream;
 
+use super::answer_marks::AnswerMarks;
 use super::outbound::OutBuf;
 use super::session::Session;
 
@@ -47,6 +48,8 @@ pub struct Conn {
     /// had to drop (its ring to this shard full) is never counted back,
     /// so past [`ANSWER_WAIT_NS`] the count no longer holds a move.
     pub last_request_ns: u64,
+    /// Answers in `out` not yet written: the `gateway_write` hop.
+    pub(crate) answer_marks: AnswerMarks,
 }
 
 /// Longest a request's answer is waited for before a session may move

@@ -24,6 +24,7 @@
 #![allow(missing_docs)]
 
 pub mod acceptor;
+mod answer_marks;
 pub mod conn;
 mod conns;
 mod fanout;
