@@ -12,17 +12,19 @@ use crate::wire::{self, RejectReason};
 /// Requests (SymbolList, Snapshot, History frames) one connection has
 /// handled per loop turn; its further frames stay in its inbound buffer
 /// and socket until the next turn. See [`REQUESTS_PER_TURN`].
-pub(crate) const REQUESTS_PER_CONN_TURN: usize = 16;
+pub(crate) const REQUESTS_PER_CONN_TURN: usize = 8;
 
 /// Requests handled per loop turn over all connections of a shard. The
 /// turn fans out and writes its prices first, then reads and hands over at
-/// most this many requests, then takes prices again and the answers (at
-/// most `requests::answers::ANSWER_BATCH_MAX` per ring): a price that
-/// arrives during the request work waits for one bounded batch of it,
-/// never for a whole flood's backlog. A request costs the shard a decode,
-/// entitlement checks and a ring push (a few microseconds; tens in a debug
-/// build), so a turn's request work stays well under a millisecond.
-pub(crate) const REQUESTS_PER_TURN: usize = 64;
+/// most this many requests, then writes the prices that arrived meanwhile,
+/// and only then copies a batch of answers (at most
+/// `requests::answers::ANSWER_BATCH_MAX` per ring): a price waits for at
+/// most one bounded batch of request work, never for a flood's backlog,
+/// and the requests left over stay in their sockets (TCP pushes back on
+/// the flooding client). In the storm drill (debug build) a turn's request
+/// reads took a median 40–100 µs; 32 requests a turn is still several
+/// times what one worker serves, so the bound costs no throughput.
+pub(crate) const REQUESTS_PER_TURN: usize = 32;
 
 /// Most ticks one HistoryRequest may ask for (the answer fits one
 /// request-path answer frame).

@@ -6,8 +6,8 @@
 //! connection's buffer) and write those connections, then the request
 //! work, bounded: read the listed sockets (a few reads and at most
 //! `REQUESTS_PER_CONN_TURN` requests per connection, `REQUESTS_PER_TURN`
-//! in all; the rest stays listed for the next turn), take the prices that
-//! arrived meanwhile and a bounded batch of answers, write every
+//! in all; the rest stays listed for the next turn), write the prices
+//! that arrived meanwhile, copy a bounded batch of answers, write every
 //! connection that got bytes, and every [`SWEEP_NS`] run the
 //! timers (heartbeats, dead peers, logon and frame timeouts, slow
 //! consumers, closing connections), which each connection's
@@ -282,7 +282,13 @@ impl Shard {
             self.flush_writes(monotonic_ns());
             self.requests_left = super::queries::REQUESTS_PER_TURN;
             self.read_again();
-            got += self.drain_prices(monotonic_ns()) + self.drain_answers();
+            // Prices that arrived during the request reads go out before
+            // the answers are copied.
+            let late = self.drain_prices(monotonic_ns());
+            if late > 0 {
+                self.flush_writes(monotonic_ns());
+            }
+            got += late + self.drain_answers();
             // `park` sleeps in epoll_wait right after a turn with work (it
             // returns at once if anything is ready); other strategies poll
             // once more without sleeping first.
