@@ -71,10 +71,15 @@ const ACCEPT_BATCH: usize = 256;
 
 /// What [`spawn`] returns to the gateway.
 pub struct SpawnedShard {
+    /// Control messages to the shard (ring `waker` after sending).
     pub control: Sender<ShardControl>,
+    /// Wakes the shard's poll.
     pub waker: Arc<Waker>,
+    /// The shard's thread.
     pub thread: JoinHandle<()>,
+    /// Where the acceptor sends the shard new connections.
     pub handoff: Handoff,
+    /// The shard's counters.
     pub stats: Arc<ShardStats>,
 }
 
