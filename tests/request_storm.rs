@@ -252,6 +252,11 @@ fn quiet(
         let answer = raw.until(Duration::from_secs(5), |m| {
             answer_of(m).is_some_and(|(i, _)| i == id)
         });
+        if let Some(OwnedMessage::Reject { text, .. }) = answer.as_ref() {
+            // Which refusal it was (its text) and when, for the failure.
+            let at = sent_at.duration_since(clocks.start);
+            eprintln!("quiet: Reject at {at:?}: {}", String::from_utf8_lossy(text));
+        }
         if let Some((id, reject)) = answer.as_ref().and_then(answer_of) {
             lat.push((clocks.phase(sent_at), sent_at.elapsed().as_micros() as u64));
             tally.record(id, reject, &mut last);
