@@ -1,6 +1,6 @@
 //! A tenant storm against the real binary: one account floods SnapshotRequests
 //! from several connections with its request bucket raised, while a second
-//! account trickles 50 requests/s and a subscriber watches prices. The
+//! account trickles 200 requests/s and a subscriber watches prices. The
 //! request queue must detect the standing queue (overloaded = 1), serve the
 //! flood newest first, answer or reject every request of both accounts, and
 //! keep the quiet account's latency near its baseline with nothing expired.
@@ -10,11 +10,13 @@
 mod net;
 #[path = "util/server.rs"]
 mod server;
+#[path = "util/storm.rs"]
+mod storm;
 
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -25,6 +27,7 @@ use pricewire::wire::{
     self, OwnedMessage, RejectReason, SERVER_FRAME_LEN_MAX, TIER_ACCOUNT_DEFAULT,
 };
 use server::Raw;
+use storm::{answer_of, gauge, hop_quantiles, http_get, pace_until, FrameReader, Server, Tally};
 
 const ACCOUNTS: &str = r#"
 [[accounts]]
@@ -41,7 +44,7 @@ token = "watch-token"
 tiers = ["standard", "raw", "retail"]
 "#;
 
-const BASELINE: Duration = Duration::from_secs(3);
+const BASELINE: Duration = Duration::from_secs(5);
 const FLOOD: Duration = Duration::from_secs(4);
 const AFTER: Duration = Duration::from_secs(2);
 /// Every request must be answered within this after the flood stops.
@@ -57,20 +60,23 @@ const FLOOD_BATCH: u64 = 8;
 /// pipelines, and whose answers (about 2 KiB each) always fit the server's
 /// 128 KiB outbound buffer of the connection.
 const FLOOD_WINDOW: u64 = 48;
-/// The quiet account sends 100 requests/s (the issue's drill: 50/s): 400
-/// samples in the flood phase, so its p99 is not one scheduler hiccup.
-const QUIET_PERIOD: Duration = Duration::from_millis(10);
-/// The quiet account's p99 during the flood may be 2x its baseline. On a
-/// shared 2-core host the baseline p99 itself ranged 0.7-5.2 ms between
-/// runs of this debug build (scheduling, not the server), so the baseline
-/// counts as at least this. The issue's failure (1.1 -> 32.8 ms) is far
-/// outside it.
-const BASELINE_FLOOR_US: u64 = 5_000;
+/// The quiet account sends 200 requests/s (the issue's drill: 50/s): 1,000
+/// samples in the baseline and 800 in the flood, so a p99 (the 10th and 8th
+/// slowest) is not one scheduler hiccup.
+const QUIET_PERIOD: Duration = Duration::from_millis(5);
+/// The quiet account's p99 during the flood is held to 2x its baseline p99
+/// plus twice what the host and the gateway shards add to one hand-off in
+/// the same phase: the idle ticker's p99 wake-up delay (a thread woken on
+/// a host whose two cores other builds share) plus the price stream's p99
+/// (engine -> shard -> client, the same shard threads but no request
+/// queue). A quiet request crosses the shard twice (read, answer written)
+/// and four thread wake-ups. Without this allowance the bound failed in
+/// about half of the runs on the shared host, with the quiet account never
+/// rejected or expired (figures in docs/overload.md); the issue's failure
+/// (1.1 -> 32.8 ms, with expiries) stays far outside it.
+const HANDOFFS: u64 = 2;
 /// The host's own scheduling delay is measured beside the drill (a thread
-/// asking to wake every millisecond): a stall of the whole machine (other
-/// builds on a shared host) delays every thread alike and is no unfairness
-/// of the request path, so the quiet account's p99 may exceed its bound by
-/// the host's p99 wake-up delay in the same phase.
+/// asking to wake every millisecond).
 const TICK: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -78,18 +84,6 @@ enum Phase {
     Before,
     During,
     After,
-}
-
-/// Pacing of the load generator (not synchronisation): parks until `at`
-/// instead of spinning, so the generator leaves the CPU to the server.
-fn pace_until(at: Instant) {
-    loop {
-        let left = at.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::park_timeout(left);
-    }
 }
 
 struct Clocks {
@@ -107,32 +101,6 @@ impl Clocks {
             Phase::After
         }
     }
-}
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
-}
-
-fn gauge(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
 }
 
 fn start_server(config: &std::path::Path) -> (Server, SocketAddr, SocketAddr) {
@@ -199,98 +167,6 @@ fn budget_frame(buf: &mut [u8], id: u64, symbols: &[u16], budget_us: u32) -> usi
     wire::encode_snapshot_request(buf, id, budget_us, false, TIER_ACCOUNT_DEFAULT, symbols).unwrap()
 }
 
-/// What one connection's requests got.
-#[derive(Default, Debug)]
-struct Tally {
-    sent: u64,
-    /// Times each request id was answered (answer or Reject).
-    answers: Vec<u8>,
-    answered: u64,
-    rejects: BTreeMap<String, u64>,
-    /// Rejects(deadline_expired) among them.
-    expired: u64,
-    /// Consecutive answers (not rejects) where the later one has the
-    /// higher request id of the two earlier: newest first.
-    inversions: u64,
-    answer_pairs: u64,
-}
-
-impl Tally {
-    fn record(&mut self, id: u64, reject: Option<RejectReason>, last_answer: &mut Option<u64>) {
-        let i = id as usize;
-        if self.answers.len() <= i {
-            self.answers.resize(i + 1, 0);
-        }
-        self.answers[i] = self.answers[i].saturating_add(1);
-        self.answered += 1;
-        match reject {
-            Some(r) => {
-                self.expired += u64::from(r == RejectReason::DEADLINE_EXPIRED);
-                *self.rejects.entry(format!("{r:?}")).or_default() += 1;
-            }
-            None => {
-                if let Some(prev) = last_answer.replace(id) {
-                    self.answer_pairs += 1;
-                    self.inversions += u64::from(id < prev);
-                }
-            }
-        }
-    }
-
-    fn unanswered(&self) -> u64 {
-        (0..self.sent as usize)
-            .filter(|&i| self.answers.get(i).copied().unwrap_or(0) != 1)
-            .count() as u64
-    }
-}
-
-fn answer_of(m: &OwnedMessage) -> Option<(u64, Option<RejectReason>)> {
-    match m {
-        OwnedMessage::SnapshotResponse { request_id, .. } => Some((*request_id, None)),
-        OwnedMessage::Reject {
-            request_id, reason, ..
-        } => Some((*request_id, Some(*reason))),
-        _ => None,
-    }
-}
-
-/// Reads server frames without copying per frame or allocating: every
-/// complete frame in the buffer is handed over, then the rest compacted once.
-struct FrameReader {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    end: usize,
-}
-
-impl FrameReader {
-    /// One read (up to `timeout`); `f` gets each answer or Reject.
-    /// Returns false once the server closed the connection.
-    fn poll(&mut self, timeout: Duration, mut f: impl FnMut(u64, Option<RejectReason>)) -> bool {
-        self.stream.set_read_timeout(Some(timeout)).unwrap();
-        match self.stream.read(&mut self.buf[self.end..]) {
-            Ok(0) => return false,
-            Ok(n) => self.end += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-        let mut start = 0;
-        while let Ok(Some(n)) =
-            wire::split_with_max(&self.buf[start..self.end], SERVER_FRAME_LEN_MAX)
-        {
-            match wire::decode(&self.buf[start..start + n]) {
-                Ok(wire::Message::SnapshotResponse(m)) => f(m.request_id, None),
-                Ok(wire::Message::Reject(m)) => f(m.request_id, Some(m.reason)),
-                _ => {}
-            }
-            start += n;
-        }
-        self.buf.copy_within(start..self.end, 0);
-        self.end -= start;
-        true
-    }
-}
-
 /// One flooding connection: a writer keeping up to FLOOD_WINDOW requests
 /// outstanding while `flooding`, and a reader tallying the answers.
 fn flood_connection(addr: SocketAddr, symbols: Vec<u16>, flooding: Arc<AtomicBool>) -> Tally {
@@ -351,7 +227,7 @@ fn flood_connection(addr: SocketAddr, symbols: Vec<u16>, flooding: Arc<AtomicBoo
     tally
 }
 
-/// The quiet account: one request every 20 ms, each awaited; latency by
+/// The quiet account: one request every QUIET_PERIOD, each awaited; latency by
 /// the phase it was sent in.
 fn quiet(
     addr: SocketAddr,
@@ -376,6 +252,11 @@ fn quiet(
         let answer = raw.until(Duration::from_secs(5), |m| {
             answer_of(m).is_some_and(|(i, _)| i == id)
         });
+        if let Some(OwnedMessage::Reject { text, .. }) = answer.as_ref() {
+            // Which refusal it was (its text) and when, for the failure.
+            let at = sent_at.duration_since(clocks.start);
+            eprintln!("quiet: Reject at {at:?}: {}", String::from_utf8_lossy(text));
+        }
         if let Some((id, reject)) = answer.as_ref().and_then(answer_of) {
             lat.push((clocks.phase(sent_at), sent_at.elapsed().as_micros() as u64));
             tally.record(id, reject, &mut last);
@@ -397,10 +278,11 @@ fn ticker(clocks: &Clocks, stop: &AtomicBool) -> Vec<(Phase, u64)> {
 }
 
 /// The price subscriber: engine-to-client latency of every price, by phase.
-fn watch(addr: SocketAddr, clocks: &Clocks, stop: &AtomicBool) -> Vec<(Phase, u64)> {
+fn watch(addr: SocketAddr, all: &[u16], clocks: &Clocks, stop: &AtomicBool) -> Vec<(Phase, u64)> {
     let mut c = Client::connect(ClientConfig::new(addr, "watch", "watch-token")).unwrap();
-    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "GBPUSD", "USDJPY"])
-        .unwrap();
+    // Every symbol the flood asks for: every price of the feed, thousands
+    // of samples per phase.
+    c.subscribe_ids(TIER_ACCOUNT_DEFAULT, all).unwrap();
     let mut lat = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         if let Ok(Some(Event::Price(p))) = c.next_event(Duration::from_millis(50)) {
@@ -413,30 +295,6 @@ fn watch(addr: SocketAddr, clocks: &Clocks, stop: &AtomicBool) -> Vec<(Phase, u6
         }
     }
     lat
-}
-
-/// p50/p99/max bucket bounds of one hop's histogram in a scrape.
-fn hop_quantiles(metrics: &str, hop: &str) -> String {
-    let prefix = format!("pricewire_request_hop_seconds_bucket{{hop=\"{hop}\",le=\"");
-    let buckets: Vec<(String, f64)> = metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|l| {
-            let (le, rest) = l.split_once('"')?;
-            Some((
-                le.to_string(),
-                rest.split_whitespace().last()?.parse().ok()?,
-            ))
-        })
-        .collect();
-    let total = buckets.last().map_or(0.0, |b| b.1);
-    let at = |q: f64| {
-        buckets
-            .iter()
-            .find(|(_, n)| *n >= q * total)
-            .map_or("-".to_string(), |(le, _)| format!("<= {le} s"))
-    };
-    format!("n {total}, p50 {}, p99 {}", at(0.5), at(0.99))
 }
 
 fn p99(lat: &[(Phase, u64)], phase: Phase) -> (usize, u64) {
@@ -483,6 +341,16 @@ fn print_figures(
         quiet.unanswered(),
         quiet.rejects
     );
+    let ratio = |lat: &[(Phase, u64)]| {
+        let (_, b) = p99(lat, Phase::Before);
+        let (_, d) = p99(lat, Phase::During);
+        d as f64 / b.max(1) as f64
+    };
+    eprintln!(
+        "p99 during / before: quiet {:.2}x, price {:.2}x (target: 2x)",
+        ratio(quiet_lat),
+        ratio(watch_lat)
+    );
     for phase in [Phase::Before, Phase::During, Phase::After] {
         let (qn, q) = p99(quiet_lat, phase);
         let (wn, w) = p99(watch_lat, phase);
@@ -491,7 +359,7 @@ fn print_figures(
             "{phase:?}: quiet p99 {q} us (n {qn}); price p99 {w} us (n {wn}); host wake-up p99 {h} us"
         );
     }
-    for hop in ["queue_wait", "service", "answer_ring"] {
+    for hop in ["queue_wait", "service", "answer_ring", "gateway_write"] {
         eprintln!("hop {hop}: {}", hop_quantiles(metrics, hop));
     }
     for l in metrics.lines().filter(|l| {
@@ -534,7 +402,10 @@ fn drill(addr: SocketAddr, ops: SocketAddr, symbol: u16, all: Vec<u16>) -> Outco
         std::thread::spawn(move || f(addr, symbol, &c, &s))
     };
     let quiet = spawn(quiet);
-    let watcher = spawn(|addr, _, c, s| (Tally::default(), watch(addr, c, s)));
+    let watcher = {
+        let (c, s, all) = (clocks.clone(), stop.clone(), all.clone());
+        std::thread::spawn(move || (Tally::default(), watch(addr, &all, &c, &s)))
+    };
     let host = spawn(|_, _, c, s| (Tally::default(), ticker(c, s)));
     let scraper = {
         let (s, seen) = (stop.clone(), seen.clone());
@@ -636,11 +507,10 @@ fn tenant_storm_overload_engages_every_request_answered_quiet_tenant_kept_whole(
     let (n_during, during) = p99(&o.quiet_lat, Phase::During);
     assert!(n_before > 50 && n_during > 50, "too few quiet samples");
     // Noise of the shared host in the same phase, measured beside the
-    // drill: a thread's wake-up delay, and the price stream's p99 (it
-    // crosses the same gateway shards, but not the request queue).
+    // drill (see HANDOFFS).
     let (_, host_during) = p99(&o.host_late, Phase::During);
     let (_, price_during) = p99(&o.watch_lat, Phase::During);
-    let bound = 2 * before.max(BASELINE_FLOOR_US) + host_during + price_during;
+    let bound = 2 * before + HANDOFFS * (host_during + price_during);
     assert!(
         during <= bound,
         "quiet p99 {during} us during the flood vs {before} us before \

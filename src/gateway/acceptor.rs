@@ -28,7 +28,9 @@ const WAKER: Token = Token(1);
 /// A shard's inbox for new connections.
 #[derive(Clone)]
 pub struct Handoff {
+    /// Where the acceptor sends an accepted socket and its peer address.
     pub tx: Sender<(TcpStream, SocketAddr)>,
+    /// Wakes the shard's poll after a send.
     pub waker: Arc<Waker>,
     /// The shard's counters (its open sessions, for placement).
     pub stats: Arc<super::ShardStats>,

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use mio::net::TcpStream;
 
+use super::answer_marks::AnswerMarks;
 use super::outbound::OutBuf;
 use super::session::Session;
 
@@ -25,11 +26,15 @@ pub struct Sub {
 
 /// A subscriber connection.
 pub struct Conn {
+    /// The non-blocking socket, registered with the shard's poller.
     pub stream: TcpStream,
+    /// The peer's address (per-IP admission is released with it).
     pub peer: SocketAddr,
     /// The protocol state (logon, timers, inbound framing).
     pub session: Session,
+    /// Bytes waiting to be written (fixed capacity, water marks).
     pub out: OutBuf,
+    /// The connection's subscriptions (at most `max_subscriptions`).
     pub subs: Vec<Sub>,
     /// Subscriptions with `dirty` set.
     pub dirty_subs: u32,
@@ -47,6 +52,8 @@ pub struct Conn {
     /// had to drop (its ring to this shard full) is never counted back,
     /// so past [`ANSWER_WAIT_NS`] the count no longer holds a move.
     pub last_request_ns: u64,
+    /// Answers in `out` not yet written: the `gateway_write` hop.
+    pub(crate) answer_marks: AnswerMarks,
 }
 
 /// Longest a request's answer is waited for before a session may move
@@ -54,10 +61,12 @@ pub struct Conn {
 pub const ANSWER_WAIT_NS: u64 = 30_000_000_000;
 
 impl Conn {
+    /// Whether the session is logged on and not closing.
     pub fn is_active(&self) -> bool {
         self.session.is_active()
     }
 
+    /// The logged-on account's index, if logged on.
     pub fn account(&self) -> Option<u32> {
         self.session.account()
     }

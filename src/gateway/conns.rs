@@ -2,12 +2,15 @@
 //! the outbound buffers, the session calls with their context, and the
 //! end of a connection (closing, closing now, disconnecting all).
 //!
-//! Reads are bounded per connection per turn ([`READS_PER_TURN`]); the
-//! rest is read next turn (edge-triggered: remembered in the read list).
+//! Reads are bounded per connection per turn ([`READS_PER_TURN`]), and so
+//! are the requests handled ([`REQUESTS_PER_CONN_TURN`], and
+//! [`super::queries::REQUESTS_PER_TURN`] over all connections); the rest is read and
+//! handled next turn (edge-triggered: remembered in the read list).
 
 use std::io::{self, Read};
 
 use super::conn::Conn;
+use super::queries::REQUESTS_PER_CONN_TURN;
 use super::session::{Ctx, Session, Step, Timer};
 use super::shard::{Shard, INTERLEAVE_EVERY, STALL_MIN_NS, SWEEP_NS};
 use super::GatewayStats;
@@ -137,9 +140,10 @@ impl Shard {
         for _ in 0..2 {
             let before = conn.out.len();
             let res = conn.out.write_to(&mut conn.stream);
-            self.stats
-                .bytes_written
-                .add((before - conn.out.len()) as u64);
+            let n = before - conn.out.len();
+            self.stats.bytes_written.add(n as u64);
+            conn.answer_marks
+                .on_written(n, &mut self.write_hop, monotonic_ns);
             if res.is_err() {
                 self.close_now(i);
                 return;
@@ -170,9 +174,15 @@ impl Shard {
     // ---- reads --------------------------------------------------------
 
     pub(super) fn on_readable(&mut self, i: usize, now: u64) {
-        // A bounded number of reads per turn, so one fast sender cannot
-        // keep the shard from its prices and its other connections; the
-        // rest is read next turn (edge-triggered: remembered here).
+        // A bounded number of reads and requests per turn, so one fast
+        // sender cannot keep the shard from its prices and its other
+        // connections; the rest is read next turn (edge-triggered:
+        // remembered here). Frames left buffered by last turn's request
+        // budget come before more bytes.
+        let mut left = REQUESTS_PER_CONN_TURN;
+        if !self.process_frames(i, now, &mut left) {
+            return self.slab.queue_read(i);
+        }
         for _ in 0..READS_PER_TURN {
             let Some(conn) = self.slab.conns[i].as_mut() else {
                 return;
@@ -198,7 +208,9 @@ impl Shard {
                     return;
                 }
             }
-            self.process_frames(i, now);
+            if !self.process_frames(i, now, &mut left) {
+                break;
+            }
         }
         self.slab.queue_read(i);
     }
@@ -219,19 +231,36 @@ impl Shard {
     }
 
     /// Hands every complete frame read so far to the session, and what it
-    /// returns to the shard's handlers.
-    fn process_frames(&mut self, i: usize, now: u64) {
+    /// returns to the shard's handlers, until `left` (this connection's) or
+    /// the turn's request budget runs out: false then (frames may remain).
+    fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> bool {
         let mut frame = std::mem::take(&mut self.frame);
-        while let Some((session, mut ctx)) = self.session_ctx(i, now) {
+        let mut all = true;
+        loop {
+            if *left == 0 || self.requests_left == 0 {
+                all = false;
+                break;
+            }
+            let Some((session, mut ctx)) = self.session_ctx(i, now) else {
+                break;
+            };
             let step = session.poll_frame(&mut frame[..], &mut ctx);
             self.settle(i);
             match step {
                 Step::Done => break,
                 Step::Handled => {}
-                Step::Event(ev) => self.on_event(i, ev, now),
+                Step::Event(ev) => {
+                    use super::session::Event as E;
+                    if matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_)) {
+                        *left -= 1;
+                        self.requests_left -= 1;
+                    }
+                    self.on_event(i, ev, now)
+                }
             }
         }
         self.frame = frame;
+        all
     }
 
     fn on_event(&mut self, i: usize, ev: super::session::Event<'_>, now: u64) {
@@ -368,6 +397,8 @@ impl Shard {
             conflating += u64::from(conn.out.is_conflating());
             queued += conn.out.len() as u64;
             if conn.session.silence_due(&self.session_cfg, now) {
+                // Read even when the turn's request budget is spent.
+                self.requests_left = self.requests_left.max(REQUESTS_PER_CONN_TURN);
                 self.on_readable(i, now);
             }
             if self.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {

@@ -20,10 +20,9 @@
 //! path), `subscribe.rs`, `queries.rs` (the request path) and `logon.rs`
 //! (admission and credentials), `lanes.rs` and `moves.rs` (moving
 //! sessions between shards, policy in `spill.rs`).
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 pub mod acceptor;
+mod answer_marks;
 pub mod conn;
 mod conns;
 mod fanout;
@@ -72,6 +71,7 @@ pub const BAD_FRAME_WINDOW_MS_DEFAULT: u64 = 10_000;
 /// Gateway settings (flags of `serve`).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
+    /// Address the subscriber listener binds (`--listen`).
     pub listen: SocketAddr,
     /// New sessions go to shard 0 until it holds this many, then to the
     /// shard with the fewest (see [`acceptor::place`]). With shared
@@ -82,26 +82,35 @@ pub struct GatewayConfig {
     /// engine moves sessions to the other shards and takes no new ones
     /// (see [`spill`]); 0 = never.
     pub shard0_spill_permille: u32,
+    /// Outbound bytes below which a conflating connection writes prices through again.
     pub low_water_bytes: usize,
+    /// Outbound bytes above which a connection starts conflating prices.
     pub high_water_bytes: usize,
+    /// Hard capacity of a connection's outbound buffer, in bytes.
     pub out_cap_bytes: usize,
     /// Above the high mark for longer than this → slow-consumer disconnect.
     pub slow_consumer_ms: u64,
     /// Heartbeat interval offered when the client asks for 0.
     pub heartbeat_ms: u32,
+    /// Shortest heartbeat interval a client may ask for, ms.
     pub heartbeat_min_ms: u32,
+    /// Longest heartbeat interval a client may ask for, ms.
     pub heartbeat_max_ms: u32,
     /// A peer silent for this many heartbeat intervals is dead.
     pub dead_after_heartbeats: u32,
+    /// A connection must log on within this many ms of its accept.
     pub logon_timeout_ms: u64,
     /// A started frame must complete within this time (slowloris guard).
     pub frame_timeout_ms: u64,
     /// Largest frame a client may send.
     pub max_frame_bytes: usize,
+    /// Connections one shard holds at most; more are refused Disconnect(busy).
     pub max_connections_per_shard: usize,
+    /// Subscriptions one connection holds at most.
     pub max_subscriptions: usize,
     /// Per-connection inbound message rate limit (messages per second).
     pub msg_rate_per_s: u32,
+    /// Messages a connection may send in a burst above `msg_rate_per_s`.
     pub msg_burst: u32,
     /// Consecutive rate-limited messages after which the connection is
     /// closed as a flood.
@@ -110,12 +119,15 @@ pub struct GatewayConfig {
     /// unexpected message) within `bad_frame_window_ms` of the first →
     /// Disconnect(protocol_error).
     pub bad_frame_limit: u32,
+    /// The window, ms, in which `bad_frame_limit` refused frames are counted.
     pub bad_frame_window_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
+    /// How an idle shard waits for prices and sockets (`--shard-wait`).
     pub shard_wait: WaitStrategy,
     /// Shard pinning (`shard=N` / `shardI=N` entries of `--cpus`).
     pub cpus: crate::runtime::CpuMap,
+    /// Accept, logon, first-subscribe and symbol-list admission limits.
     pub admission: AdmissionConfig,
     /// retryAfterMs window for Disconnect(shutdown).
     pub shutdown_retry: RetryWindow,
@@ -209,18 +221,25 @@ impl GatewayConfig {
 /// State shared by the acceptor and every shard (cold paths only, apart
 /// from the lock-free price table).
 pub struct Shared {
+    /// The gateway's settings.
     pub cfg: GatewayConfig,
+    /// The instrument table and accounts the service started with.
     pub config: Arc<Config>,
+    /// Latest price per (symbol, tier), for snapshots and resyncs.
     pub table: Arc<PriceTable>,
     /// Logon, first-subscribe and symbol-list admission; taken on session
     /// set-up only, never on the price path.
     pub admission: Mutex<Admission>,
+    /// Listener-wide session counters.
     pub stats: Arc<GatewayStats>,
+    /// The request path's overload counters.
     pub overload: Arc<OverloadStats>,
     /// UTC = monotonic + this, fixed at start so wall-clock steps never
     /// reorder prices on the wire.
     pub wall_offset_ns: i64,
+    /// The next logon's session id (unique in the process).
     pub next_session_id: AtomicU64,
+    /// False once the gateway stops accepting (shutdown).
     pub accepting: AtomicBool,
     /// Accounts, tokens and entitlements: the config file's, or Redis.
     pub refdata: Arc<RefData>,
@@ -228,8 +247,11 @@ pub struct Shared {
 
 /// What the gateway's shards use besides their engine rings.
 pub struct GatewayDeps {
+    /// The instrument table and accounts.
     pub config: Arc<Config>,
+    /// Latest price per (symbol, tier).
     pub table: Arc<PriceTable>,
+    /// The request path's overload counters.
     pub overload: Arc<OverloadStats>,
     /// One per shard: where the shard sends its latency histogram.
     pub exchanges: Vec<Option<HistogramExchange>>,
@@ -256,11 +278,14 @@ pub enum ShardControl {
 
 /// A running gateway.
 pub struct Gateway {
+    /// The state the acceptor and shards share.
     pub shared: Arc<Shared>,
+    /// The address the listener bound (the port chosen if 0 was asked).
     pub local_addr: SocketAddr,
     acceptor: Option<acceptor::AcceptorHandle>,
     requests: Option<RequestService>,
     shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
+    /// Each shard's counters, by shard index.
     pub shard_stats: Vec<Arc<ShardStats>>,
     peers: Arc<[lanes::Peer]>,
 }

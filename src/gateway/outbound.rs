@@ -26,12 +26,16 @@ pub enum Flow {
     WriteThrough,
     /// Went above high at `since_ns`; prices are conflated until the
     /// buffer drains below low.
-    Conflating { since_ns: u64 },
+    Conflating {
+        /// When it went above high (monotonic ns).
+        since_ns: u64,
+    },
 }
 
 /// Outcome of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Append {
+    /// The bytes were appended.
     Appended,
     /// No room even under the hard cap: the connection must be closed as a
     /// slow consumer.
@@ -52,6 +56,9 @@ pub struct OutBuf {
 }
 
 impl OutBuf {
+    /// A buffer of `cap` bytes, allocated here, with water marks `low` and
+    /// `high` (bytes). Panics unless `low < high <= cap` (a configuration
+    /// checked at start-up).
     pub fn new(cap: usize, low: usize, high: usize) -> Self {
         assert!(
             low < high && high <= cap,
@@ -84,15 +91,18 @@ impl OutBuf {
         self.end - self.start
     }
 
+    /// Whether nothing is waiting to be written.
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
+    /// The water-mark state.
     pub fn flow(&self) -> Flow {
         self.flow
     }
 
+    /// Whether prices are being conflated (above high, not yet below low).
     pub fn is_conflating(&self) -> bool {
         matches!(self.flow, Flow::Conflating { .. })
     }

@@ -9,6 +9,23 @@ use crate::clock::monotonic_ns;
 use crate::requests::service::{RequestKind, RequestMsg, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX};
 use crate::wire::{self, RejectReason};
 
+/// Requests (SymbolList, Snapshot, History frames) one connection has
+/// handled per loop turn; its further frames stay in its inbound buffer
+/// and socket until the next turn. See [`REQUESTS_PER_TURN`].
+pub(crate) const REQUESTS_PER_CONN_TURN: usize = 8;
+
+/// Requests handled per loop turn over all connections of a shard. The
+/// turn fans out and writes its prices first, then reads and hands over at
+/// most this many requests, then writes the prices that arrived meanwhile,
+/// and only then copies a batch of answers (at most
+/// `requests::answers::ANSWER_BATCH_MAX` per ring): a price waits for at
+/// most one bounded batch of request work, never for a flood's backlog,
+/// and the requests left over stay in their sockets (TCP pushes back on
+/// the flooding client). In the storm drill (debug build) a turn's request
+/// reads took a median 40–100 µs; 32 requests a turn is still several
+/// times what one worker serves, so the bound costs no throughput.
+pub(crate) const REQUESTS_PER_TURN: usize = 32;
+
 /// Most ticks one HistoryRequest may ask for (the answer fits one
 /// request-path answer frame).
 pub(crate) const HISTORY_COUNT_MAX: u16 = 190;
@@ -216,11 +233,14 @@ impl Shard {
                 let mut lost = false;
                 if let Some(conn) = self.slab.conns[i].as_mut() {
                     conn.requests_out = conn.requests_out.saturating_sub(1);
+                    let now = monotonic_ns();
                     if conn.out.append(bytes) == Append::Overflow {
                         self.stats.answers_orphaned.inc();
                         lost = true;
+                    } else {
+                        conn.answer_marks.on_append(conn.out.len(), now);
                     }
-                    conn.session.note_sent(monotonic_ns());
+                    conn.session.note_sent(now);
                 }
                 self.queue_write(i);
                 // An answer that does not fit is never lost silently: the

@@ -40,30 +40,52 @@ pub enum SessionState {
     /// Connected; only Logon is accepted.
     AwaitingLogon,
     /// Logged on as account `account` (index in the config's accounts).
-    Active { account: u32 },
+    Active {
+        /// The account's index.
+        account: u32,
+    },
     /// A Disconnect (or LogonRejected) was queued; flushing until
     /// `deadline_ns`, then closed. Reads are ignored.
-    Closing { deadline_ns: u64 },
+    Closing {
+        /// When the socket is closed, flushed or not (monotonic ns).
+        deadline_ns: u64,
+    },
 }
 
 /// The gateway settings a session decides by (see [`GatewayConfig`]).
 #[derive(Debug, Clone, Copy)]
 pub struct SessionConfig {
+    /// Heartbeat interval offered when the client asks for 0, ms.
     pub heartbeat_ms: u32,
+    /// Shortest heartbeat interval granted, ms.
     pub heartbeat_min_ms: u32,
+    /// Longest heartbeat interval granted, ms.
     pub heartbeat_max_ms: u32,
+    /// A peer silent for this many heartbeat intervals is dead.
     pub dead_after_heartbeats: u32,
+    /// A connection must log on within this many ms.
     pub logon_timeout_ms: u64,
+    /// A started frame must complete within this many ms.
     pub frame_timeout_ms: u64,
+    /// Above the high water mark longer than this (ms): slow consumer.
     pub slow_consumer_ms: u64,
+    /// Longest a closing session flushes its last bytes, ms.
     pub close_linger_ms: u64,
+    /// Largest frame a client may send, bytes (the inbound buffer's size).
     pub max_frame_bytes: usize,
+    /// Per-connection message rate limit, messages per second.
     pub msg_rate_per_s: u32,
+    /// Messages a connection may send in a burst above the rate.
     pub msg_burst: u32,
+    /// Rate-limited messages in a row after which it is cut as a flood.
     pub flood_disconnect_after: u32,
+    /// Refused frames within `bad_frame_window_ms` that end the session.
     pub bad_frame_limit: u32,
+    /// Window of `bad_frame_limit`, ms.
     pub bad_frame_window_ms: u64,
+    /// retryAfterMs window of the Disconnects for errors.
     pub error_retry: RetryWindow,
+    /// retryAfterMs window of Reject(rate_limited) for the message limit.
     pub rate_limited_retry: RetryWindow,
 }
 
@@ -93,10 +115,15 @@ impl From<&GatewayConfig> for SessionConfig {
 /// What one call may touch besides the session: the time, the
 /// connection's outbound buffer, the jitter source and the counters.
 pub struct Ctx<'a> {
+    /// The time of the call, monotonic ns.
     pub now_ns: u64,
+    /// The settings the session decides by.
     pub cfg: &'a SessionConfig,
+    /// The connection's outbound buffer; frames are appended here.
     pub out: &'a mut OutBuf,
+    /// Jitter source for retry-after values.
     pub rng: &'a mut SmallRng,
+    /// Listener-wide counters.
     pub stats: &'a GatewayStats,
 }
 
@@ -113,10 +140,15 @@ pub enum Event<'a> {
     /// Decide with admission and reference data, then call
     /// [`Session::logon_accepted`] or [`Session::logon_rejected`].
     Logon(wire::Logon<'a>),
+    /// Add subscriptions (the shard checks entitlements and answers).
     Subscribe(wire::Subscribe<'a>),
+    /// Remove subscriptions.
     Unsubscribe(wire::Subscribe<'a>),
+    /// A request for the symbol list (handed to the request path).
     SymbolList(wire::SymbolListRequest),
+    /// A request for the latest prices of symbols (request path).
     Snapshot(wire::SnapshotRequest<'a>),
+    /// A request for a symbol's recent ticks (request path).
     History(wire::HistoryRequest),
 }
 
@@ -144,6 +176,7 @@ pub enum Timer {
 /// subscriptions and, if it was logged on, gives back its account slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ended {
+    /// The account index whose session slot is given back, if it was logged on.
     pub account: Option<u32>,
 }
 
@@ -152,6 +185,7 @@ pub struct Ended {
 pub struct Effects {
     /// Bytes were queued (or the session started closing): write.
     pub write: bool,
+    /// The session ended with this call.
     pub ended: Option<Ended>,
 }
 
@@ -160,7 +194,9 @@ pub struct Effects {
 pub struct Admitted {
     /// Index of the account for per-account limits.
     pub account: u32,
+    /// The account's entitlements and limits.
     pub acct: Arc<Account>,
+    /// The session's id, unique in the process.
     pub session_id: u64,
     /// Wall-clock time for LogonAccepted's serverTimeNs.
     pub server_time_ns: u64,

@@ -1,10 +1,14 @@
 //! One gateway shard: a mio event loop that owns a set of connections and
 //! consumes one engine ring.
 //!
-//! Per loop turn: drain the engine ring (encode each price once, copy it
-//! into every subscribed connection's buffer), poll sockets (reads are
-//! drained until `WouldBlock`, spurious events tolerated), write every
-//! connection that got bytes this turn, and every [`SWEEP_NS`] run the
+//! Per loop turn: poll sockets (readable ones join the read list), drain
+//! the engine ring (encode each price once, copy it into every subscribed
+//! connection's buffer) and write those connections, then the request
+//! work, bounded: read the listed sockets (a few reads and at most
+//! `REQUESTS_PER_CONN_TURN` requests per connection, `REQUESTS_PER_TURN`
+//! in all; the rest stays listed for the next turn), write the prices
+//! that arrived meanwhile, copy a bounded batch of answers, write every
+//! connection that got bytes, and every [`SWEEP_NS`] run the
 //! timers (heartbeats, dead peers, logon and frame timeouts, slow
 //! consumers, closing connections), which each connection's
 //! [`Session`] judges from the time it is given. The fan-out path
@@ -35,6 +39,7 @@ use super::{GatewayStats, ShardControl, ShardStats, Shared};
 use crate::admission::RetryWindow;
 use crate::clock::monotonic_ns;
 use crate::engine::ShardInput;
+use crate::requests::hops::HopRecorder;
 use crate::requests::service::RequestPort;
 use crate::runtime::hosting::Readiness;
 use crate::runtime::latency::{latency_histogram, HistogramExchange};
@@ -66,10 +71,15 @@ const ACCEPT_BATCH: usize = 256;
 
 /// What [`spawn`] returns to the gateway.
 pub struct SpawnedShard {
+    /// Control messages to the shard (ring `waker` after sending).
     pub control: Sender<ShardControl>,
+    /// Wakes the shard's poll.
     pub waker: Arc<Waker>,
+    /// The shard's thread.
     pub thread: JoinHandle<()>,
+    /// Where the acceptor sends the shard new connections.
     pub handoff: Handoff,
+    /// The shard's counters.
     pub stats: Arc<ShardStats>,
 }
 
@@ -167,6 +177,11 @@ pub(super) struct Shard {
     pub(super) hist: Histogram<u64>,
     pub(super) exchange: Option<HistogramExchange>,
     pub(super) requests: RequestPort,
+    /// Requests this loop turn may still handle (see
+    /// [`super::queries::REQUESTS_PER_TURN`]).
+    pub(super) requests_left: usize,
+    /// The `gateway_write` hop: an answer popped to its last byte written.
+    pub(super) write_hop: HopRecorder,
     /// Every shard's hand-over lane (this one's included, by index).
     pub(super) peers: Arc<[Peer]>,
     /// Sessions handed to this shard by another.
@@ -235,6 +250,8 @@ impl Shard {
             stopping: None,
             hist: latency_histogram(),
             exchange: None,
+            write_hop: requests.gateway_write_recorder(),
+            requests_left: super::queries::REQUESTS_PER_TURN,
             requests,
             peers: Arc::new([]),
             adopt_rx: crossbeam_channel::never(),
@@ -256,14 +273,27 @@ impl Shard {
         loop {
             self.poll_once(busy || !self.slab.read_list.is_empty());
             let woke = monotonic_ns();
+            // Sockets that became readable join the read list; they are
+            // read after this turn's prices are out.
             self.handle_events();
-            self.read_again();
             // Hosted stages (`--threading shared`): the ingest listener reads
             // what its sockets got and the engine turns it into prices in
             // this shard's ring, which is drained and written in this turn.
             let now = monotonic_ns();
             let hosted = self.input.hosted.turn(now);
-            let got = hosted + self.drain_prices(now) + self.drain_answers();
+            let mut got = hosted + self.drain_prices(now);
+            // Prices first: written before any request work of this turn,
+            // which is bounded (see `queries::REQUESTS_PER_TURN`).
+            self.flush_writes(monotonic_ns());
+            self.requests_left = super::queries::REQUESTS_PER_TURN;
+            self.read_again();
+            // Prices that arrived during the request reads go out before
+            // the answers are copied.
+            let late = self.drain_prices(monotonic_ns());
+            if late > 0 {
+                self.flush_writes(monotonic_ns());
+            }
+            got += late + self.drain_answers();
             // `park` sleeps in epoll_wait right after a turn with work (it
             // returns at once if anything is ready); other strategies poll
             // once more without sleeping first.
@@ -382,7 +412,7 @@ impl Shard {
                 self.write_conn(i, monotonic_ns());
             }
             if r.readable {
-                self.on_readable(i, monotonic_ns());
+                self.slab.queue_read(i);
             }
         }
     }
@@ -464,6 +494,7 @@ impl Shard {
             in_read_list: false,
             requests_out: 0,
             last_request_ns: 0,
+            answer_marks: super::answer_marks::AnswerMarks::new(),
         };
         self.slab.put(i, conn);
         GatewayStats::add(&self.shared.stats.open, 1);

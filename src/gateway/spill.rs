@@ -39,6 +39,7 @@ pub struct BusyMeter {
 }
 
 impl BusyMeter {
+    /// A meter whose first window of `window_ns` starts at `now_ns`.
     pub fn new(window_ns: u64, now_ns: u64) -> Self {
         BusyMeter {
             window_ns: window_ns.max(1),
@@ -70,7 +71,9 @@ impl BusyMeter {
 /// One shard as the policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardLoad {
+    /// The shard's index.
     pub index: usize,
+    /// Sessions it holds now.
     pub sessions: u64,
     /// Room for one more session.
     pub has_room: bool,
@@ -84,6 +87,7 @@ pub struct SpillPolicy {
 }
 
 impl SpillPolicy {
+    /// Whether shard 0 spills at all (a threshold above 0).
     pub fn enabled(&self) -> bool {
         self.threshold_permille > 0
     }

@@ -9,6 +9,7 @@ use crate::runtime::counter::{Counter, Gauge};
 /// Listener-wide session counters.
 #[derive(Debug, Default)]
 pub struct GatewayStats {
+    /// Connections accepted by the listener.
     pub accepted: AtomicU64,
     /// Accepted, then refused by admission (Disconnect(busy)).
     pub refused: AtomicU64,
@@ -16,16 +17,27 @@ pub struct GatewayStats {
     pub open: AtomicU64,
     /// Sessions currently logged on.
     pub logged_on: AtomicU64,
+    /// Logons accepted.
     pub logons_accepted: AtomicU64,
+    /// Logons refused (LogonRejected).
     pub logons_rejected: AtomicU64,
+    /// Sessions cut as slow consumers.
     pub disconnects_slow_consumer: AtomicU64,
+    /// Sessions cut for protocol errors.
     pub disconnects_protocol_error: AtomicU64,
+    /// Sessions cut for an idle timeout (silent past their heartbeats) or a
+    /// logon timeout.
     pub disconnects_idle: AtomicU64,
+    /// Sessions told Disconnect(shutdown).
     pub disconnects_shutdown: AtomicU64,
+    /// Sessions cut for a message flood.
     pub disconnects_flood: AtomicU64,
+    /// Sessions that logged out.
     pub disconnects_logout: AtomicU64,
     /// Peers that closed or reset on their own.
     pub peer_closed: AtomicU64,
+    /// Rejects the gateway wrote itself, any reason (the request path's own
+    /// are counted in `sheds_total`).
     pub rejects_sent: AtomicU64,
     /// Messages refused by the per-connection message limit
     /// (Reject(rate_limited)).
@@ -33,12 +45,15 @@ pub struct GatewayStats {
 }
 
 impl GatewayStats {
+    /// Adds `n` to `field` (relaxed).
     pub fn add(field: &AtomicU64, n: u64) {
         field.fetch_add(n, Ordering::Relaxed);
     }
+    /// Subtracts `n` from `field` (relaxed; callers never go below 0).
     pub fn sub(field: &AtomicU64, n: u64) {
         field.fetch_sub(n, Ordering::Relaxed);
     }
+    /// Reads `field` (relaxed).
     pub fn get(field: &AtomicU64) -> u64 {
         field.load(Ordering::Relaxed)
     }
@@ -58,6 +73,7 @@ pub struct ShardStats {
     pub resync_snapshots: Counter,
     /// Updates older than what the connection already had (after resync).
     pub superseded: Counter,
+    /// Bytes handed to sockets.
     pub bytes_written: Counter,
     /// Requests refused because the request ring was full.
     pub requests_refused: Counter,
@@ -66,6 +82,7 @@ pub struct ShardStats {
     /// Hosted stages run in the middle of a long loop turn
     /// (`--threading shared`).
     pub interleaves: Counter,
+    /// Connections the shard holds now.
     pub connections: Gauge,
     /// Share of wall time the loop spent on turns that did work over the
     /// last measurement window, per-mille (`gateway::spill`).

@@ -22,6 +22,7 @@ pub struct SubIndex {
 }
 
 impl SubIndex {
+    /// An empty index for `keys` (symbol, tier) keys.
     pub fn new(keys: usize) -> Self {
         SubIndex {
             keys: (0..keys).map(|_| Vec::new()).collect(),
@@ -51,11 +52,13 @@ impl SubIndex {
         self.keys[key][pos as usize].slot = slot;
     }
 
+    /// The subscribers of `key`, in no particular order.
     #[inline]
     pub fn subscribers(&self, key: usize) -> &[Subscriber] {
         &self.keys[key]
     }
 
+    /// Subscriptions over every key.
     pub fn total(&self) -> usize {
         self.keys.iter().map(Vec::len).sum()
     }

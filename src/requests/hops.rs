@@ -4,7 +4,10 @@
 //!
 //! - `queue_wait`: arrival at the shard to a worker taking it (dispatcher);
 //! - `service`: the worker building the answer (worker);
-//! - `answer_ring`: the answer pushed to its ring to the shard popping it.
+//! - `answer_ring`: the answer pushed to its ring to the shard popping it;
+//! - `gateway_write`: the shard popping the answer to its last byte handed
+//!   to the socket (`write` returned past it): time in the connection's
+//!   outbound buffer behind other bytes, and behind the shard's turn.
 //!
 //! Each recording thread keeps a local histogram ([`HopRecorder`]) and
 //! merges it into the shared one with `try_lock` every 64 values or 10 ms,
@@ -26,10 +29,17 @@ pub enum Hop {
     Service = 1,
     /// The answer pushed to its ring to the shard popping it.
     AnswerRing = 2,
+    /// The answer popped by the shard to its last byte handed to the socket.
+    GatewayWrite = 3,
 }
 
 impl Hop {
-    pub(crate) const ALL: [Hop; 3] = [Hop::QueueWait, Hop::Service, Hop::AnswerRing];
+    pub(crate) const ALL: [Hop; 4] = [
+        Hop::QueueWait,
+        Hop::Service,
+        Hop::AnswerRing,
+        Hop::GatewayWrite,
+    ];
 
     /// The `hop` label.
     pub fn name(self) -> &'static str {
@@ -37,6 +47,7 @@ impl Hop {
             Hop::QueueWait => "queue_wait",
             Hop::Service => "service",
             Hop::AnswerRing => "answer_ring",
+            Hop::GatewayWrite => "gateway_write",
         }
     }
 }
@@ -53,14 +64,14 @@ fn hdr() -> Histogram<u64> {
 /// The shared histograms, one per hop (values in ns).
 #[derive(Debug)]
 pub struct HopStats {
-    shared: [Arc<SharedHistogram>; 3],
+    shared: [Arc<SharedHistogram>; 4],
 }
 
 impl Default for HopStats {
     fn default() -> Self {
         let one = || Arc::new(SharedHistogram::new(1, HOP_MAX_NS, 2).expect("static bounds"));
         HopStats {
-            shared: [one(), one(), one()],
+            shared: [one(), one(), one(), one()],
         }
     }
 }

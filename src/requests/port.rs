@@ -107,6 +107,14 @@ impl RequestPort {
         self.stats.refused_path_full.inc();
         self.path_full_retry.draw(&mut self.rng)
     }
+
+    /// A recorder of the `gateway_write` hop for the shard that owns this
+    /// port (allocates its local histogram: call once, at start).
+    pub(crate) fn gateway_write_recorder(&self) -> crate::requests::hops::HopRecorder {
+        self.stats
+            .hops
+            .recorder(crate::requests::hops::Hop::GatewayWrite)
+    }
 }
 
 #[cfg(test)]

@@ -45,9 +45,10 @@
 //!   uniformly from `retry_after`. The first request served in each interval
 //!   is never shed, so the queue always makes progress and yields a fresh
 //!   sample. The only request an account has queued is not shed for
-//!   overload while another account holds more. LIFO ends (FIFO again) once
-//!   the queue has been empty within the last interval; a worker finding it
-//!   empty also clears the overloaded verdict at once.
+//!   overload while another account holds more, nor while at most
+//!   [`SINGLES_STANDING_MIN`] requests are queued at all. LIFO ends (FIFO
+//!   again) once the queue has been empty within the last interval; a
+//!   worker finding it empty also clears the overloaded verdict at once.
 //! - **Critical lane**: a request is critical only if the client flagged it
 //!   *and* the caller says the account is entitled. Critical requests are
 //!   served before any normal one, are never shed for overload, and are evicted
@@ -88,6 +89,11 @@ use crate::requests::rotation::Rotation;
 use slab::{push_back, unlink, Chain, Links, List, Slot, EMPTY_LIST, UNLINKED};
 
 mod slab;
+
+/// Queued requests above which accounts holding one request each count as
+/// a standing queue (many tenants, one request each) and are shed for
+/// overload alike; at or below it they are served (see `shed_for_overload`).
+pub(crate) const SINGLES_STANDING_MIN: usize = 8;
 
 /// Default queue capacity: a few seconds of request work at the rates one
 /// instance serves, small enough that a full queue is still fresh.
@@ -603,7 +609,10 @@ impl<T, R: Rng> RequestQueue<T, R> {
     /// holds more. A tenant with one request waiting is not part of the
     /// standing queue a flooding neighbour built: it is served in its turn
     /// (its deadline still applies). When every account holds one, all are
-    /// shed alike.
+    /// shed alike, but only while more than [`SINGLES_STANDING_MIN`] are
+    /// queued: a few single requests left overdue (a worker or the host
+    /// stalled; the flood's backlog already gone) are no standing queue,
+    /// and shedding them relieves nothing.
     fn shed_for_overload(&self, account: u32, arrival_ns: u64, now_ns: u64) -> bool {
         if !self.codel.overdue(arrival_ns, now_ns) {
             return false;
@@ -612,7 +621,7 @@ impl<T, R: Rng> RequestQueue<T, R> {
             .heaviest
             .heaviest()
             .map_or(0, |a| self.heaviest.count(a));
-        self.heaviest.count(account) > 1 || top <= 1
+        self.heaviest.count(account) > 1 || (top <= 1 && self.len as usize > SINGLES_STANDING_MIN)
     }
 
     /// Removes, from the old end of the lanes, requests past their deadline

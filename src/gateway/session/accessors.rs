@@ -7,14 +7,17 @@ use crate::config::Account;
 use crate::wire::{DisconnectReason, TIER_ACCOUNT_DEFAULT};
 
 impl Session {
+    /// Where the session is in its life.
     pub fn state(&self) -> SessionState {
         self.state
     }
 
+    /// Whether it is logged on and not closing.
     pub fn is_active(&self) -> bool {
         matches!(self.state, SessionState::Active { .. })
     }
 
+    /// Whether a Disconnect was queued and it is flushing before close.
     pub fn is_closing(&self) -> bool {
         matches!(self.state, SessionState::Closing { .. })
     }
@@ -32,10 +35,12 @@ impl Session {
         self.acct.as_ref()
     }
 
+    /// The session id given at logon (0 before).
     pub fn session_id(&self) -> u64 {
         self.session_id
     }
 
+    /// The tier a request naming the account default gets.
     pub fn default_tier(&self) -> u8 {
         self.default_tier
     }
@@ -50,6 +55,7 @@ impl Session {
         }
     }
 
+    /// The agreed heartbeat interval, ns.
     pub fn heartbeat_ns(&self) -> u64 {
         self.heartbeat_ns
     }
@@ -64,6 +70,7 @@ impl Session {
         self.first_subscribe_done
     }
 
+    /// Notes that the session's first Subscribe passed admission.
     pub fn set_first_subscribe_done(&mut self) {
         self.first_subscribe_done = true;
     }

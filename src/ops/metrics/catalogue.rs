@@ -335,7 +335,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(REQUESTS_SERVED, &["kind"], "requests", "requests",
         "Requests answered by the workers, by request kind"),
     histogram(REQUEST_HOP, &["hop"], "requests",
-        "Time a request spent in one hop of the request path: queue_wait, service, answer_ring"),
+        "Time a request spent in one hop of the request path: queue_wait, service, answer_ring, gateway_write"),
     counter(REQUEST_REJECTS_DEFERRED, &[], "rejects", "requests",
         "Rejects that waited for room on the answer ring to their shard (sent later, never dropped)"),
     // resilience
