@@ -52,6 +52,8 @@ pub struct ConfigFile {
     /// as if given on the command line, unless the command line gives them.
     /// See the `serve` flags (`cli::config_flags`).
     pub serve: Option<toml::Table>,
+    /// Reference-data settings (`[refdata]`), used with `--redis`.
+    pub refdata: Option<crate::refdata::RefDataFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -178,6 +180,9 @@ pub struct Config {
     pub accounts: Vec<Account>,
     /// One resolved session per `kind = "fix"` provider.
     pub fix: Vec<fix::FixSessionConfig>,
+    /// The `[refdata]` table, checked (applied over the defaults with
+    /// `--redis`).
+    pub refdata: crate::refdata::RefDataFile,
 }
 
 impl Config {
@@ -248,11 +253,17 @@ impl ConfigFile {
             None => vec![demo_account(tiers.len())],
             Some(list) => resolve_accounts(list, &names, &tier_names)?,
         };
+        let refdata = self.refdata.unwrap_or_default();
+        refdata.check().map_err(|e| match e {
+            crate::refdata::RefDataError::Config { key, reason } => invalid(key, reason),
+            other => invalid("refdata", other.to_string()),
+        })?;
         Ok(Config {
             table: InstrumentTable::new(instruments, tiers, providers),
             engine,
             accounts,
             fix,
+            refdata,
         })
     }
 }

@@ -26,6 +26,8 @@
 #![allow(missing_docs)]
 
 mod cache;
+mod file;
+pub mod metrics;
 pub mod pool;
 mod refresher;
 pub mod resp;
@@ -42,6 +44,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 pub use cache::{Request, RequestKind};
+pub use file::RefDataFile;
 pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
 pub use resp::{RedisError, RespConn, Value};
@@ -127,12 +130,17 @@ impl RefData {
     /// and starts the refresher thread (`refdata-refresh`). Returns at
     /// once; the cache fills in the background (prefetching the index
     /// set). `table` resolves symbol and tier names.
+    ///
+    /// Every random draw (TTL jitter, backoff, retry-after, XFetch) is
+    /// seeded from the operating system's entropy, so no two processes of
+    /// a fleet expire, refresh or retry in step. Errors: a refused setting
+    /// (named) or a failed thread spawn.
     pub fn start_redis(
         cfg: &RefDataConfig,
         table: InstrumentTable,
         clock: Arc<dyn Clock>,
-        seed: u64,
     ) -> Result<RefData, RefDataError> {
+        let seed = rand::random::<u64>();
         cfg.validate()?;
         let stats = Arc::new(RefDataStats::default());
         let store = GuardedStore::new(&cfg.redis, table, Arc::clone(&stats))?;

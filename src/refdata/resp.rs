@@ -57,9 +57,14 @@ pub enum RedisError {
     /// Any other socket error (reset, broken pipe).
     #[error("socket error: {kind:?}")]
     Io { kind: io::ErrorKind },
-    /// The reply broke the RESP grammar or a bound.
+    /// The reply broke the RESP grammar.
     #[error("protocol error: {0}")]
     Protocol(&'static str),
+    /// The reply was well formed so far but over a bound
+    /// ([`REPLY_BYTES_MAX`], [`ARRAY_LEN_MAX`]): the data is too big, the
+    /// server is healthy. The connection is dropped like after any error.
+    #[error("reply too large: {0}")]
+    TooLarge(&'static str),
     /// Redis answered with an error reply (`-ERR ...`, `-WRONGTYPE ...`).
     #[error("server error: {0}")]
     Server(String),
@@ -148,7 +153,7 @@ impl RespConn {
                 };
             }
             if self.filled == self.buf.len() {
-                return Err(RedisError::Protocol("reply larger than REPLY_BYTES_MAX"));
+                return Err(RedisError::TooLarge("reply larger than REPLY_BYTES_MAX"));
             }
             self.read_more(deadline)?;
         }
@@ -260,7 +265,7 @@ fn parse_bulk(buf: &[u8], len: i64, at: usize) -> Result<Option<(Reply, usize)>,
     }
     let len = len as usize;
     if len > REPLY_BYTES_MAX {
-        return Err(RedisError::Protocol("bulk longer than REPLY_BYTES_MAX"));
+        return Err(RedisError::TooLarge("bulk longer than REPLY_BYTES_MAX"));
     }
     if buf.len() < at + len + 2 {
         return Ok(None);
@@ -282,7 +287,7 @@ fn parse_array(
         return Ok(Some((Reply::Value(Value::Nil), at)));
     }
     if len as usize > ARRAY_LEN_MAX {
-        return Err(RedisError::Protocol("array longer than ARRAY_LEN_MAX"));
+        return Err(RedisError::TooLarge("array longer than ARRAY_LEN_MAX"));
     }
     let mut items = Vec::with_capacity(len as usize);
     for _ in 0..len {
@@ -350,8 +355,14 @@ mod tests {
         assert!(parse(b"?x\r\n", 0).is_err());
         assert!(parse(b":x\r\n", 0).is_err());
         assert!(parse(b"$3\r\nabcd\r\n", 0).is_err());
-        assert!(parse(b"*99999\r\n", 0).is_err());
-        assert!(parse(b"$999999\r\n", 0).is_err());
+        assert!(matches!(
+            parse(b"*99999\r\n", 0),
+            Err(RedisError::TooLarge(_))
+        ));
+        assert!(matches!(
+            parse(b"$999999\r\n", 0),
+            Err(RedisError::TooLarge(_))
+        ));
         assert!(parse(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", 0).is_err());
     }
 }

@@ -37,6 +37,21 @@ pub const REFRESH_BATCH_MAX_DEFAULT: usize = 256;
 pub const IDLE_TICK_MS_DEFAULT: u64 = 100;
 /// Accounts prefetched from the index set at start.
 pub const PREFETCH_MAX_DEFAULT: usize = 10_000;
+/// Failed Redis calls in a row that open the breaker at once. The
+/// refresher backs off after each failure, so under an outage it makes a
+/// few calls per window, too few for the rate rule's `minimum_calls`; five
+/// in a row take at most [`RefDataConfig::open_bound_ms`] (6.75 s on
+/// defaults) and a single blip (a failover, a restart) stays below it.
+pub const BREAKER_CONSECUTIVE_FAILURES_DEFAULT: u32 = 5;
+/// With no other call for this long, the refresher sends `PING`, so an
+/// outage is seen while every logon is served from the cache.
+pub const PROBE_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// Calls per second the refresher makes while it works off what queued up
+/// during an outage (paced recovery), so a recovering Redis is not hit
+/// with every queued request back to back.
+pub const RECOVERY_RATE_PER_S_DEFAULT: u32 = 200;
+/// Calls the recovery pace lets through at once.
+pub const RECOVERY_BURST: u32 = 10;
 
 /// Where Redis is and how calls to it are bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,15 +68,20 @@ pub struct RedisConfig {
     /// Breaker settings; `call_timeout_ms` is taken from `io_timeout_ms`
     /// and the slow threshold from `slow_call_ms`.
     pub breaker: BreakerConfig,
+    /// Slow-call threshold of the breaker (ms), below `io_timeout_ms`.
     pub slow_call_ms: u64,
+    /// Failed calls in a row that open the breaker (0 = only the rate
+    /// rule, which the config check then requires to be able to open).
+    pub breaker_consecutive_failures: u32,
 }
 
 impl RedisConfig {
     /// Defaults for a server at `redis://[:password@]host[:port][/db]`.
     pub fn from_url(url: &str) -> Result<RedisConfig, RefDataError> {
+        let shown = redact_url(url);
         let bad = |reason: &str| RefDataError::Config {
             key: "redis",
-            reason: format!("{url}: {reason}"),
+            reason: format!("{shown}: {reason}"),
         };
         let rest = url.strip_prefix("redis://").unwrap_or(url);
         let (auth, hostpart) = match rest.rsplit_once('@') {
@@ -100,6 +120,7 @@ impl RedisConfig {
             pool_size_max: POOL_SIZE_DEFAULT,
             breaker: BreakerConfig::default(),
             slow_call_ms: SLOW_CALL_MS_DEFAULT,
+            breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
         }
     }
 
@@ -123,23 +144,47 @@ impl RedisConfig {
     /// above the timeout, and an empty or oversize pool.
     pub fn validate(&self) -> Result<(), RefDataError> {
         for (key, v) in [
-            ("redis.connect_timeout_ms", self.connect_timeout_ms),
-            ("redis.io_timeout_ms", self.io_timeout_ms),
-            ("redis.checkout_timeout_ms", self.checkout_timeout_ms),
+            ("refdata.connect_timeout_ms", self.connect_timeout_ms),
+            ("refdata.io_timeout_ms", self.io_timeout_ms),
+            ("refdata.checkout_timeout_ms", self.checkout_timeout_ms),
         ] {
             range(key, v, 1, TIMEOUT_MS_MAX)?;
         }
         range(
-            "redis.pool_size_max",
+            "refdata.pool_size",
             self.pool_size_max as u64,
             1,
             POOL_SIZE_MAX as u64,
         )?;
         if self.key_prefix.is_empty() || self.key_prefix.len() > 64 {
-            return Err(invalid("redis.key_prefix", "must be 1..=64 bytes"));
+            return Err(invalid("refdata.key_prefix", "must be 1..=64 bytes"));
         }
+        range(
+            "refdata.breaker_consecutive_failures",
+            self.breaker_consecutive_failures.into(),
+            0,
+            1_000,
+        )?;
         self.breaker_config().validate()?;
         Ok(())
+    }
+
+    /// Longest time one failed call can take: a checkout, a connect and the
+    /// command, each to its timeout.
+    pub fn attempt_max_ms(&self) -> u64 {
+        self.checkout_timeout_ms + self.connect_timeout_ms + self.io_timeout_ms
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (format!("{s}://"), r),
+        None => (String::new(), url),
+    };
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}***@{host}"),
+        None => url.to_string(),
     }
 }
 
@@ -161,6 +206,10 @@ pub struct CacheConfig {
     pub refresh_batch_max: usize,
     pub idle_tick_ms: u64,
     pub prefetch_max: usize,
+    /// `PING` Redis after this long without a call (0 = never).
+    pub probe_interval_ms: u64,
+    /// Calls per second while working off a backlog after a failure.
+    pub recovery_rate_per_s: u32,
 }
 
 impl Default for CacheConfig {
@@ -178,6 +227,8 @@ impl Default for CacheConfig {
             refresh_batch_max: REFRESH_BATCH_MAX_DEFAULT,
             idle_tick_ms: IDLE_TICK_MS_DEFAULT,
             prefetch_max: PREFETCH_MAX_DEFAULT,
+            probe_interval_ms: PROBE_INTERVAL_MS_DEFAULT,
+            recovery_rate_per_s: RECOVERY_RATE_PER_S_DEFAULT,
         }
     }
 }
@@ -185,55 +236,62 @@ impl Default for CacheConfig {
 impl CacheConfig {
     pub fn validate(&self) -> Result<(), RefDataError> {
         let day_ms = 86_400_000;
-        range("cache.ttl_ms", self.ttl_ms, 1, day_ms)?;
-        range("cache.negative_ttl_ms", self.negative_ttl_ms, 1, day_ms)?;
-        range("cache.ttl_jitter_pct", self.ttl_jitter_pct.into(), 0, 50)?;
+        range("refdata.ttl_ms", self.ttl_ms, 1, day_ms)?;
+        range("refdata.negative_ttl_ms", self.negative_ttl_ms, 1, day_ms)?;
+        range("refdata.ttl_jitter_pct", self.ttl_jitter_pct.into(), 0, 50)?;
         if !(0.0..=10.0).contains(&self.xfetch_beta) {
-            return Err(invalid("cache.xfetch_beta", "must be 0..=10"));
+            return Err(invalid("refdata.xfetch_beta", "must be 0..=10"));
         }
-        range("cache.max_stale_ms", self.max_stale_ms, 0, 7 * day_ms)?;
+        range("refdata.max_stale_ms", self.max_stale_ms, 0, 7 * day_ms)?;
         range(
-            "cache.entries_max",
+            "refdata.entries_max",
             self.entries_max as u64,
             1,
             ENTRIES_MAX_MAX as u64,
         )?;
         range(
-            "cache.request_queue_max",
+            "refdata.request_queue_max",
             self.request_queue_max as u64,
             1,
             1 << 20,
         )?;
         range(
-            "cache.miss_retry_after_ms",
+            "refdata.miss_retry_after_ms",
             self.miss_retry_after_ms,
             1,
             TIMEOUT_MS_MAX,
         )?;
         range(
-            "cache.backoff.base_ms",
+            "refdata.backoff_base_ms",
             self.backoff.base_ms,
             1,
             TIMEOUT_MS_MAX,
         )?;
         range(
-            "cache.backoff.cap_ms",
+            "refdata.backoff_cap_ms",
             self.backoff.cap_ms,
             self.backoff.base_ms,
             600_000,
         )?;
         range(
-            "cache.refresh_batch_max",
+            "refdata.refresh_batch_max",
             self.refresh_batch_max as u64,
             1,
             1 << 16,
         )?;
-        range("cache.idle_tick_ms", self.idle_tick_ms, 1, 10_000)?;
+        range("refdata.idle_tick_ms", self.idle_tick_ms, 1, 10_000)?;
         range(
-            "cache.prefetch_max",
+            "refdata.prefetch_max",
             self.prefetch_max as u64,
             0,
             ENTRIES_MAX_MAX as u64,
+        )?;
+        range("refdata.probe_interval_ms", self.probe_interval_ms, 0, 600_000)?;
+        range(
+            "refdata.recovery_rate_per_s",
+            self.recovery_rate_per_s.into(),
+            1,
+            1_000_000,
         )?;
         Ok(())
     }
@@ -254,9 +312,34 @@ impl RefDataConfig {
         })
     }
 
+    /// Checks both parts, then that the breaker can open: with the
+    /// consecutive-failures rule off, the rate rule's `minimum_calls` must
+    /// fit its window at the refresher's slowest failing rate (one call per
+    /// backoff cap plus the longest attempt), else it could never open.
     pub fn validate(&self) -> Result<(), RefDataError> {
         self.redis.validate()?;
-        self.cache.validate()
+        self.cache.validate()?;
+        if self.redis.breaker_consecutive_failures == 0 {
+            let cycle_ms = self.cache.backoff.cap_ms + self.redis.attempt_max_ms();
+            self.redis.breaker_config().check_can_open(cycle_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Worst case from the moment Redis dies or goes silent until the
+    /// consecutive-failures rule opens the breaker, with no logon traffic
+    /// at all: the probe interval, then `k` attempts each to its longest
+    /// timeout with the longest backoff before each retry. `None` when the
+    /// rule or the probe is off. With logon traffic the first failure
+    /// comes sooner.
+    pub fn open_bound_ms(&self) -> Option<u64> {
+        let k = self.redis.breaker_consecutive_failures;
+        if k == 0 || self.cache.probe_interval_ms == 0 {
+            return None;
+        }
+        let backoffs: u64 = (0..k - 1).map(|n| self.cache.backoff.window_ms(n)).sum();
+        let attempts = u64::from(k) * self.redis.attempt_max_ms();
+        Some(self.cache.probe_interval_ms + attempts + backoffs)
     }
 }
 

@@ -50,6 +50,15 @@ pub struct RefDataStats {
     pub redis_not_permitted: AtomicU64,
     /// Times the refresher backed off after a failure.
     pub refresher_backoffs: AtomicU64,
+    /// Health probes (`PING`) the refresher sent while it had nothing else
+    /// to ask.
+    pub probes: AtomicU64,
+    /// Live sessions whose withdrawn (symbol, tier) subscriptions the
+    /// gateway ended after their account changed.
+    pub revoked_unsubscribed: AtomicU64,
+    /// Live sessions the gateway ended with Disconnect(auth): account
+    /// deleted, made invalid, or its session's default tier withdrawn.
+    pub revoked_disconnected: AtomicU64,
 }
 
 /// A plain copy of [`RefDataStats`].
@@ -80,6 +89,9 @@ pub struct RefDataSnapshot {
     pub redis_checkout_timeouts: u64,
     pub redis_not_permitted: u64,
     pub refresher_backoffs: u64,
+    pub probes: u64,
+    pub revoked_unsubscribed: u64,
+    pub revoked_disconnected: u64,
 }
 
 impl RefDataStats {
@@ -111,6 +123,9 @@ impl RefDataStats {
             redis_checkout_timeouts: l(&self.redis_checkout_timeouts),
             redis_not_permitted: l(&self.redis_not_permitted),
             refresher_backoffs: l(&self.refresher_backoffs),
+            probes: l(&self.probes),
+            revoked_unsubscribed: l(&self.revoked_unsubscribed),
+            revoked_disconnected: l(&self.revoked_disconnected),
         }
     }
 

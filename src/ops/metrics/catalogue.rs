@@ -143,6 +143,16 @@ pub const BREAKER_STATE: &str = "pricewire_breaker_state";
 pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
 pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
 pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
+pub const REFDATA_LOOKUPS: &str = "pricewire_refdata_lookups_total";
+pub const REFDATA_CACHE_EVENTS: &str = "pricewire_refdata_cache_events_total";
+pub const REFDATA_FETCHES: &str = "pricewire_refdata_fetches_total";
+pub const REFDATA_REDIS_CALLS: &str = "pricewire_refdata_redis_calls_total";
+pub const REFDATA_BACKOFFS: &str = "pricewire_refdata_backoffs_total";
+pub const REFDATA_PROBES: &str = "pricewire_refdata_probes_total";
+pub const REFDATA_ENTRIES: &str = "pricewire_refdata_cached_entries";
+pub const REFDATA_POOL_CONNECTIONS: &str = "pricewire_refdata_pool_connections";
+pub const REFDATA_POOL_EVENTS: &str = "pricewire_refdata_pool_events_total";
+pub const REFDATA_REVOCATIONS: &str = "pricewire_refdata_revocations_total";
 pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
 pub const RECORDER_LOST_TICKS: &str = "pricewire_recorder_lost_ticks_total";
 pub const RECORDER_WRITTEN_TICKS: &str = "pricewire_recorder_written_ticks_total";
@@ -246,11 +256,32 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(BREAKER_STATE, &["dependency", "state"], "boolean", "resilience",
         "1 for the circuit breaker's current state (closed, open, half_open), 0 for the others"),
     gauge(BREAKER_FAILURE_RATE, &["dependency"], "ratio", "resilience",
-        "Failure rate over the breaker's time window, 0..1"),
+        "Failure rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls (no decision possible)"),
     gauge(BREAKER_SLOW_CALL_RATE, &["dependency"], "ratio", "resilience",
-        "Slow-call rate over the breaker's time window, 0..1"),
+        "Slow-call rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls"),
     counter(BREAKER_NOT_PERMITTED, &["dependency"], "calls", "resilience",
         "Calls refused without trying because the breaker was open or half-open and full"),
+    // reference data (src/refdata/metrics.rs; only with --redis)
+    counter(REFDATA_LOOKUPS, &["result"], "lookups", "refdata",
+        "Account lookups at logon by answer: found, not_found, unavailable"),
+    counter(REFDATA_CACHE_EVENTS, &["event"], "events", "refdata",
+        "Cache events: hit (fresh), stale_served (expired, within max_stale_ms), miss, eviction, request_coalesced, request_dropped"),
+    counter(REFDATA_FETCHES, &["reason"], "fetches", "refdata",
+        "Completed account fetches by why they were asked for: fill (miss or prefetch), early (XFetch), expired"),
+    counter(REFDATA_REDIS_CALLS, &["outcome"], "calls", "refdata",
+        "Redis calls by outcome: ok, not_found, invalid_record (incl. over the reply limits), timeout, connection_error, other_error, checkout_timeout, not_permitted (breaker)"),
+    counter(REFDATA_BACKOFFS, &[], "events", "refdata",
+        "Times the refresher backed off after a failed or refused Redis call"),
+    counter(REFDATA_PROBES, &[], "calls", "refdata",
+        "Health probes (PING) the refresher sent while it had nothing else to ask"),
+    gauge(REFDATA_ENTRIES, &[], "entries", "refdata",
+        "Accounts (and negative entries) in the reference-data cache"),
+    gauge(REFDATA_POOL_CONNECTIONS, &["state"], "connections", "refdata",
+        "Redis pool connections: idle, in_use"),
+    counter(REFDATA_POOL_EVENTS, &["event"], "events", "refdata",
+        "Redis pool events: checkout, checkout_timeout, connect, connect_failure, discarded (after an error)"),
+    counter(REFDATA_REVOCATIONS, &["action"], "sessions", "refdata",
+        "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or made invalid: Disconnect(auth))"),
     // capture
     gauge(RECORDER_LAG, &[], "seconds", "capture",
         "Age of the oldest tick accepted but not yet written to the capture file"),
