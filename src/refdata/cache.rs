@@ -118,6 +118,32 @@ impl Shared {
         }
     }
 
+    /// The current cached value of a live session's account, for the
+    /// gateway's re-check: `Some(Some(a))` cached, `Some(None)` cached as
+    /// absent, `None` not known (no entry, or past `max_stale_ms`). Asks
+    /// for a refresh as a lookup would (XFetch early, or expired), so a
+    /// live session keeps its account refreshed, but counts no lookup.
+    pub(crate) fn current(&self, name: &str, now_ns: u64) -> Option<Option<Arc<Account>>> {
+        let entry = {
+            let map = self.entries.read().unwrap_or_else(|e| e.into_inner());
+            map.get(name).cloned()
+        }?;
+        let max_stale_ns = self.cfg.max_stale_ms.saturating_mul(NS_PER_MS);
+        if !entry.is_expired(now_ns) {
+            let beta = self.cfg.xfetch_beta;
+            if self.with_rng(|rng| entry.should_refresh(now_ns, beta, rng)) {
+                self.request(name, RequestKind::Early);
+            }
+            Some(entry.value)
+        } else if now_ns - entry.expiry_ns <= max_stale_ns {
+            self.request(name, RequestKind::Expired);
+            Some(entry.value)
+        } else {
+            self.request(name, RequestKind::Miss);
+            None
+        }
+    }
+
     fn answer(&self, value: Option<Arc<Account>>) -> Lookup {
         match value {
             Some(a) => {

@@ -81,6 +81,19 @@ pub enum Lookup {
     },
 }
 
+/// What a live session's account is now ([`RefData::recheck`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recheck {
+    /// Unchanged (or not known right now: Redis unreachable past the
+    /// staleness limit keeps what the session has).
+    Same,
+    /// The record changed: the session's entitlements are now these.
+    Changed(Arc<Account>),
+    /// The account no longer exists (deleted, or its record became
+    /// invalid): the session must end with Disconnect(auth).
+    Gone,
+}
+
 #[derive(Debug)]
 enum Source {
     Static(HashMap<String, Arc<Account>>),
@@ -202,6 +215,24 @@ impl RefData {
                 }
             },
             Source::Cached(shared) => shared.lookup(account, now_ns),
+        }
+    }
+
+    /// Re-checks a logged-on session's account against the cache, for the
+    /// gateway's periodic revalidation; never blocks on I/O (as
+    /// [`RefData::lookup`]) and counts no lookup. It asks for the entry's
+    /// refresh when due, so a change in Redis reaches the cache within the
+    /// entry's jittered TTL (`docs/refdata.md`, "Revocation"). The config
+    /// file's accounts never change: always [`Recheck::Same`].
+    pub fn recheck(&self, held: &Arc<Account>, now_ns: u64) -> Recheck {
+        let Source::Cached(shared) = &self.source else {
+            return Recheck::Same;
+        };
+        match shared.current(&held.name, now_ns) {
+            None => Recheck::Same,
+            Some(None) => Recheck::Gone,
+            Some(Some(a)) if Arc::ptr_eq(&a, held) => Recheck::Same,
+            Some(Some(a)) => Recheck::Changed(a),
         }
     }
 

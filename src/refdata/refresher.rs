@@ -252,6 +252,9 @@ impl<S: AccountFetch> Refresher<S> {
             .unavailable_until_ns
             .store(self.retry_at_ns, Relaxed);
         self.shared.stats.refresher_backoffs.fetch_add(1, Relaxed);
+        // Every delay at debug level (drills and the cross-process jitter
+        // test read them); the warning below is rate-limited.
+        tracing::debug!(backoff_ms = delay_ms, "reference data: backing off");
         self.warn_limited(now_ns, e, delay_ms);
     }
 
