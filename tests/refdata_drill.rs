@@ -81,7 +81,11 @@ fn start(dir: &Path, redis: SocketAddr, config: &str, log: &str, rust_log: &str)
 fn http_body(addr: SocketAddr, path: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
     buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
@@ -228,7 +232,11 @@ fn revocation_bound(ttl_ms: u64) -> Duration {
 #[test]
 fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     let server = RedisServer::start();
-    let fields = [("token", "t"), ("tiers", "raw"), ("symbols", "EURUSD,USDJPY")];
+    let fields = [
+        ("token", "t"),
+        ("tiers", "raw"),
+        ("symbols", "EURUSD,USDJPY"),
+    ];
     server.put_account("alice", &fields);
     let dir = tempfile::tempdir().unwrap();
     let ttl_ms = 2_000;
@@ -285,11 +293,20 @@ fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     let took = deleted.elapsed();
     eprintln!("account deleted: Disconnect after {took:?} (bound {bound:?})");
     assert!(
-        matches!(bye, Some(OwnedMessage::Disconnect { reason: DisconnectReason::AUTH, .. })),
+        matches!(
+            bye,
+            Some(OwnedMessage::Disconnect {
+                reason: DisconnectReason::AUTH,
+                ..
+            })
+        ),
         "{bye:?}"
     );
     assert!(took <= bound, "{took:?} > {bound:?}");
-    let counted = metric(&b, "pricewire_refdata_revocations_total{action=\"disconnected\"}");
+    let counted = metric(
+        &b,
+        "pricewire_refdata_revocations_total{action=\"disconnected\"}",
+    );
     assert_eq!(counted, Some(1.0));
     // And a new logon is refused.
     assert!(matches!(
@@ -378,6 +395,9 @@ fn two_processes_draw_different_backoff_and_retry_after_sequences() {
     eprintln!("backoffs {:?} vs {:?}", seqs[0], seqs[1]);
     eprintln!("retry-after {:?} vs {:?}", retries[0], retries[1]);
     assert_ne!(seqs[0], seqs[1], "same backoff sequence in two processes");
-    assert_ne!(retries[0], retries[1], "same retry-after sequence in two processes");
+    assert_ne!(
+        retries[0], retries[1],
+        "same retry-after sequence in two processes"
+    );
     drop(procs);
 }

@@ -21,9 +21,7 @@ use std::time::Instant;
 
 use pricewire::clock::{Clock, ManualClock, NS_PER_MS};
 use pricewire::model::InstrumentTable;
-use pricewire::refdata::{
-    GuardedStore, Lookup, RefData, RefDataConfig, RefDataStats, Refresher,
-};
+use pricewire::refdata::{GuardedStore, Lookup, RefData, RefDataConfig, RefDataStats, Refresher};
 use pricewire::resilience::proxy::{FaultProxy, Toxic};
 use pricewire::resilience::{BreakerState, BreakerStats};
 
@@ -210,7 +208,13 @@ fn the_backlog_after_an_outage_is_worked_off_at_the_recovery_pace() {
     // 100 calls: the burst of 10 at once, 90 at 200/s = 450 ms; without
     // pacing all 100 would go in the first step.
     let rate = u64::from(d.cfg.cache.recovery_rate_per_s);
-    assert!(took_ms >= 90 * 1_000 / rate - 10, "worked off in {took_ms} ms");
-    assert!(took_ms <= 90 * 1_000 / rate + 50, "worked off in {took_ms} ms");
+    assert!(
+        took_ms >= 90 * 1_000 / rate - 10,
+        "worked off in {took_ms} ms"
+    );
+    assert!(
+        took_ms <= 90 * 1_000 / rate + 50,
+        "worked off in {took_ms} ms"
+    );
     assert_eq!(d.refdata.stats().snapshot().fills, 100);
 }

@@ -33,18 +33,24 @@ use crate::resilience::xfetch::{jittered_ttl_ns, CacheEntry};
 
 /// Why a key was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestKind {
+pub(crate) enum RequestKind {
+    /// A lookup found no usable entry.
     Miss,
+    /// XFetch chose to refresh a fresh entry before it expires.
     Early,
+    /// A lookup served an expired entry (stale-while-error).
     Expired,
+    /// Listed in the index set at start.
     Prefetch,
 }
 
 /// A request to the refresher.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub name: String,
-    pub kind: RequestKind,
+pub(crate) struct Request {
+    /// The account name.
+    pub(crate) name: String,
+    /// Why it was asked for (which counter its fetch goes to).
+    pub(crate) kind: RequestKind,
 }
 
 /// `None` caches "no such account" (a negative entry).

@@ -200,7 +200,10 @@ mod tests {
         assert_eq!(cfg.cache.recovery_rate_per_s, 50);
         assert_eq!(cfg.redis.pool_size_max, 4);
         // Untouched keys keep their defaults.
-        assert_eq!(cfg.cache.negative_ttl_ms, super::super::settings::NEGATIVE_TTL_MS_DEFAULT);
+        assert_eq!(
+            cfg.cache.negative_ttl_ms,
+            super::super::settings::NEGATIVE_TTL_MS_DEFAULT
+        );
     }
 
     #[test]
@@ -210,7 +213,10 @@ mod tests {
         assert_eq!(key_of("pool_size = 0"), "refdata.pool_size");
         assert_eq!(key_of("slow_call_ms = 250"), "refdata.slow_call_ms");
         assert_eq!(key_of("breaker_window_s = 0"), "refdata.breaker_window_s");
-        assert_eq!(key_of("recovery_rate_per_s = 0"), "refdata.recovery_rate_per_s");
+        assert_eq!(
+            key_of("recovery_rate_per_s = 0"),
+            "refdata.recovery_rate_per_s"
+        );
         // The rate rule alone, with a window the refresher cannot fill at
         // its slowest failing rate (cap 10 s + 850 ms per call).
         assert_eq!(
@@ -221,6 +227,9 @@ mod tests {
         parse("breaker_consecutive_failures = 0\nbreaker_window_s = 300")
             .check()
             .unwrap();
-        assert!(toml::from_str::<RefDataFile>("ttl = 5").is_err(), "unknown key");
+        assert!(
+            toml::from_str::<RefDataFile>("ttl = 5").is_err(),
+            "unknown key"
+        );
     }
 }

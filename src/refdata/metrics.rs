@@ -12,6 +12,8 @@ use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 
 type Read = fn(&RefDataStats) -> &AtomicU64;
+/// A family, its one label, and the counter behind each label value.
+type Family = (&'static str, &'static str, &'static [(&'static str, Read)]);
 
 /// Registers every reference-data family of `rd` (nothing without Redis:
 /// the config file's accounts need no counters).
@@ -20,7 +22,7 @@ pub fn register(r: &Registry, rd: &Arc<RefData>) -> Result<(), OpsError> {
         return Ok(());
     }
     let stats = rd.stats();
-    let families: [(&str, &str, &[(&str, Read)]); 5] = [
+    let families: [Family; 5] = [
         (
             m::REFDATA_LOOKUPS,
             "result",
@@ -97,9 +99,11 @@ fn register_pool(r: &Registry, rd: &RefData) -> Result<(), OpsError> {
         return Ok(());
     };
     let (a, b) = (pool.clone(), pool.clone());
-    r.register_gauge_fn(m::REFDATA_POOL_CONNECTIONS, &[("state", "idle")], move || {
-        a.idle.load(Relaxed) as f64
-    })?;
+    r.register_gauge_fn(
+        m::REFDATA_POOL_CONNECTIONS,
+        &[("state", "idle")],
+        move || a.idle.load(Relaxed) as f64,
+    )?;
     r.register_gauge_fn(
         m::REFDATA_POOL_CONNECTIONS,
         &[("state", "in_use")],

@@ -22,8 +22,6 @@
 //! record resolution, breaker) → [`refresher`] (thread) → [`cache`]
 //! (what lookups read). Counters: [`RefDataStats`], plus the breaker's and
 //! the pool's own. Key layout and defaults: `docs/refdata.md`.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
 
 mod cache;
 mod file;
@@ -43,7 +41,6 @@ use std::thread::JoinHandle;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use cache::{Request, RequestKind};
 pub use file::RefDataFile;
 pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
@@ -61,10 +58,19 @@ use crate::resilience::BreakerStats;
 /// fail, they answer [`Lookup::Unavailable`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RefDataError {
+    /// A setting refused: `key` as written in `[refdata]` (or `redis` for
+    /// the URL), and why.
     #[error("reference data setting `{key}`: {reason}")]
-    Config { key: &'static str, reason: String },
+    Config {
+        /// The setting (`refdata.io_timeout_ms`).
+        key: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The breaker settings refused (the breaker's own key names).
     #[error("reference data breaker: {0}")]
     Breaker(#[from] crate::resilience::ConfigError),
+    /// The refresher thread could not be started.
     #[error("cannot start the reference-data refresher: {0}")]
     Spawn(String),
 }
@@ -72,11 +78,13 @@ pub enum RefDataError {
 /// The answer to a logon's account lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
+    /// The account and its entitlements.
     Found(Arc<Account>),
     /// No such account (Redis said so, or the config file has none).
     NotFound,
     /// Not known right now; ask again after `retry_after_ms` (jittered).
     Unavailable {
+        /// The floor for the client's retry (ms), jittered.
         retry_after_ms: u64,
     },
 }
@@ -241,6 +249,8 @@ impl RefData {
         matches!(self.source, Source::Cached(_))
     }
 
+    /// The cache's and the Redis calls' counters (shared with /metrics
+    /// and with the gateway, which counts revocations in them).
     pub fn stats(&self) -> Arc<RefDataStats> {
         Arc::clone(&self.stats)
     }

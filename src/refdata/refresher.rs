@@ -229,7 +229,8 @@ impl<S: AccountFetch> Refresher<S> {
                 "reference data: Redis answers again; working off the queue at the recovery pace"
             );
             self.recovering = !self.work.is_empty();
-            self.pace = TokenBucket::new(self.shared.cfg.recovery_rate_per_s, RECOVERY_BURST, now_ns);
+            self.pace =
+                TokenBucket::new(self.shared.cfg.recovery_rate_per_s, RECOVERY_BURST, now_ns);
             self.last_warn_ns = None;
             self.warns_held = 0;
         }

@@ -31,10 +31,15 @@ pub const DEPTH_MAX: usize = 4;
 /// A RESP2 reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
+    /// A nil bulk string or array (`$-1`, `*-1`).
     Nil,
+    /// A simple string (`+OK`).
     Simple(String),
+    /// An integer (`:1`).
     Int(i64),
+    /// A bulk string, as bytes.
     Bulk(Vec<u8>),
+    /// An array of replies.
     Array(Vec<Value>),
 }
 
@@ -44,7 +49,10 @@ pub enum Value {
 pub enum RedisError {
     /// TCP connect failed at once (refused, unreachable).
     #[error("connect failed: {kind:?}")]
-    Connect { kind: io::ErrorKind },
+    Connect {
+        /// The OS's error kind.
+        kind: io::ErrorKind,
+    },
     /// TCP connect or the handshake did not finish within the connect timeout.
     #[error("connect timed out")]
     ConnectTimeout,
@@ -56,7 +64,10 @@ pub enum RedisError {
     Closed,
     /// Any other socket error (reset, broken pipe).
     #[error("socket error: {kind:?}")]
-    Io { kind: io::ErrorKind },
+    Io {
+        /// The OS's error kind.
+        kind: io::ErrorKind,
+    },
     /// The reply broke the RESP grammar.
     #[error("protocol error: {0}")]
     Protocol(&'static str),

@@ -5,6 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use super::RefDataError;
 use crate::resilience::{Backoff, BreakerConfig};
 
+/// TCP connect plus `AUTH`/`SELECT` on a local network.
 pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 500;
 /// Total budget of one Redis command. An account hash answers in well under
 /// a millisecond on a healthy server; 250 ms is generous and still short
@@ -13,20 +14,31 @@ pub const IO_TIMEOUT_MS_DEFAULT: u64 = 250;
 /// Slow-call threshold, below the I/O timeout so slowness is seen before
 /// timeouts turn it into failures.
 pub const SLOW_CALL_MS_DEFAULT: u64 = 100;
+/// Longest wait for a pooled connection.
 pub const CHECKOUT_TIMEOUT_MS_DEFAULT: u64 = 100;
+/// Pooled connections: the refresher uses one at a time.
 pub const POOL_SIZE_DEFAULT: usize = 2;
+/// Largest pool accepted.
 pub const POOL_SIZE_MAX: usize = 64;
+/// Longest timeout accepted (ms).
 pub const TIMEOUT_MS_MAX: u64 = 60_000;
+/// Prefix of every key.
 pub const KEY_PREFIX_DEFAULT: &str = "pricewire:";
+/// Lifetime of a cached account before jitter; also the main part of
+/// the revocation bound (`docs/refdata.md`).
 pub const TTL_MS_DEFAULT: u64 = 60_000;
 /// Missing accounts are remembered for less time, so one added to Redis
 /// can log on soon.
 pub const NEGATIVE_TTL_MS_DEFAULT: u64 = 5_000;
+/// TTLs move by a uniform amount within ± this percent.
 pub const TTL_JITTER_PCT_DEFAULT: u32 = 20;
 /// How long past expiry a cached entry keeps serving while Redis fails.
 pub const MAX_STALE_MS_DEFAULT: u64 = 15 * 60_000;
+/// Cached entries at most.
 pub const ENTRIES_MAX_DEFAULT: usize = 100_000;
+/// Largest `entries_max` accepted.
 pub const ENTRIES_MAX_MAX: usize = 10_000_000;
+/// Pending fills and refreshes at most (one per key).
 pub const REQUEST_QUEUE_MAX_DEFAULT: usize = 1_024;
 /// Base retry-after for an account not yet in the cache.
 pub const MISS_RETRY_AFTER_MS_DEFAULT: u64 = 100;
@@ -56,14 +68,21 @@ pub const RECOVERY_BURST: u32 = 10;
 /// Where Redis is and how calls to it are bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
+    /// The server (or the proxy in front of it).
     pub addr: SocketAddr,
+    /// `AUTH` password from the URL, if any (never logged).
     pub password: Option<String>,
+    /// Database number from the URL.
     pub db: u32,
     /// Prefix of every key (`<prefix>account:<name>`, `<prefix>accounts`).
     pub key_prefix: String,
+    /// TCP connect plus handshake (ms).
     pub connect_timeout_ms: u64,
+    /// Total budget of one command (ms).
     pub io_timeout_ms: u64,
+    /// Longest wait for a pooled connection (ms).
     pub checkout_timeout_ms: u64,
+    /// Most pooled connections.
     pub pool_size_max: usize,
     /// Breaker settings; `call_timeout_ms` is taken from `io_timeout_ms`
     /// and the slow threshold from `slow_call_ms`.
@@ -191,20 +210,29 @@ pub fn redact_url(url: &str) -> String {
 /// Cache and refresher settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CacheConfig {
+    /// Lifetime of a cached account (ms), before jitter.
     pub ttl_ms: u64,
+    /// Lifetime of a cached "no such account" (ms).
     pub negative_ttl_ms: u64,
     /// TTLs are moved by a uniform amount within ±this percent.
     pub ttl_jitter_pct: u32,
     /// XFetch eagerness (1 = the paper's optimum).
     pub xfetch_beta: f64,
+    /// How long past expiry an entry serves while Redis fails (ms).
     pub max_stale_ms: u64,
+    /// Cached entries at most.
     pub entries_max: usize,
+    /// Pending requests at most.
     pub request_queue_max: usize,
+    /// Base retry-after of a miss (ms).
     pub miss_retry_after_ms: u64,
     /// Refresher backoff while Redis fails (full jitter).
     pub backoff: Backoff,
+    /// Redis calls per refresher step at most.
     pub refresh_batch_max: usize,
+    /// The refresher's idle wake-up period (ms).
     pub idle_tick_ms: u64,
+    /// Names loaded from the index set at start at most (0 = no prefetch).
     pub prefetch_max: usize,
     /// `PING` Redis after this long without a call (0 = never).
     pub probe_interval_ms: u64,
@@ -234,6 +262,7 @@ impl Default for CacheConfig {
 }
 
 impl CacheConfig {
+    /// Refuses zero or absurd values; errors name the `[refdata]` key.
     pub fn validate(&self) -> Result<(), RefDataError> {
         let day_ms = 86_400_000;
         range("refdata.ttl_ms", self.ttl_ms, 1, day_ms)?;
@@ -286,7 +315,12 @@ impl CacheConfig {
             0,
             ENTRIES_MAX_MAX as u64,
         )?;
-        range("refdata.probe_interval_ms", self.probe_interval_ms, 0, 600_000)?;
+        range(
+            "refdata.probe_interval_ms",
+            self.probe_interval_ms,
+            0,
+            600_000,
+        )?;
         range(
             "refdata.recovery_rate_per_s",
             self.recovery_rate_per_s.into(),
@@ -300,11 +334,14 @@ impl CacheConfig {
 /// Everything the Redis-backed reference data needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RefDataConfig {
+    /// Server, timeouts, pool and breaker.
     pub redis: RedisConfig,
+    /// Cache and refresher.
     pub cache: CacheConfig,
 }
 
 impl RefDataConfig {
+    /// Defaults for the server at `url` (see [`RedisConfig::from_url`]).
     pub fn from_url(url: &str) -> Result<RefDataConfig, RefDataError> {
         Ok(RefDataConfig {
             redis: RedisConfig::from_url(url)?,

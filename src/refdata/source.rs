@@ -37,15 +37,24 @@ pub const TOKEN_LEN_MAX: usize = 64;
 /// Why one account fetch gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
+    /// The breaker refused the call (not made).
     #[error(transparent)]
     NotPermitted(NotPermitted),
+    /// No connection: checkout timeout or connect failure.
     #[error("pool: {0}")]
     Pool(PoolError),
+    /// The command failed (timeout, closed, protocol, server error).
     #[error("redis: {0}")]
     Redis(RedisError),
-    /// The record exists but cannot be used.
+    /// The record exists but cannot be used (a bad field, another type,
+    /// a reply over the limits): the account is refused, Redis is fine.
     #[error("account record field `{field}`: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The field at fault (`record` for the whole reply).
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What a fetch found: an account, or none under that name.
@@ -96,6 +105,7 @@ pub struct AccountStore {
 }
 
 impl AccountStore {
+    /// A store over a new pool (no connection made yet).
     pub fn new(cfg: &RedisConfig, table: InstrumentTable) -> AccountStore {
         AccountStore {
             pool: Pool::new(PoolConfig {
@@ -112,6 +122,7 @@ impl AccountStore {
         }
     }
 
+    /// The connection pool.
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -411,9 +422,17 @@ impl GuardedStore {
             return;
         }
         if after == BreakerState::Open {
-            tracing::warn!(from = before.name(), to = after.name(), "reference data: Redis breaker opened; cached accounts keep serving");
+            tracing::warn!(
+                from = before.name(),
+                to = after.name(),
+                "reference data: Redis breaker opened; cached accounts keep serving"
+            );
         } else {
-            tracing::info!(from = before.name(), to = after.name(), "reference data: Redis breaker changed state");
+            tracing::info!(
+                from = before.name(),
+                to = after.name(),
+                "reference data: Redis breaker changed state"
+            );
         }
     }
 }

@@ -132,9 +132,13 @@ pub fn register(r: &Registry, stats: &FixFeedStats, wall: Arc<dyn Clock>) -> Res
         let name = p.name.as_str();
         health(r, name, &p.health)?;
         // Every quote of this LP is one tick offered to the engine ring.
-        counter(r, m::TICKS_RECEIVED, &[("provider", name)], &p.session, |s| {
-            s.quotes
-        })?;
+        counter(
+            r,
+            m::TICKS_RECEIVED,
+            &[("provider", name)],
+            &p.session,
+            |s| s.quotes,
+        )?;
         for &(family, f) in PLAIN {
             counter(r, family, &[("provider", name)], &p.session, f)?;
         }
