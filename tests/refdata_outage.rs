@@ -133,9 +133,9 @@ fn defaults_open_the_breaker_on_a_blackholed_redis_within_the_bound() {
 #[test]
 fn the_open_bound_is_the_worst_case_sum_on_defaults() {
     let cfg = RefDataConfig::from_url("redis://127.0.0.1:6379").unwrap();
-    // 1 s probe + 5 x (100 checkout + 500 connect + 250 I/O) + backoff
-    // windows 100 + 200 + 400 + 800.
-    assert_eq!(cfg.open_bound_ms(), Some(1_000 + 5 * 850 + 1_500));
+    // 1 s probe + 100 ms idle tick + 5 x (100 checkout + 500 connect +
+    // 250 I/O) + backoff windows 100 + 200 + 400 + 800.
+    assert_eq!(cfg.open_bound_ms(), Some(1_100 + 5 * 850 + 1_500));
     let mut off = cfg.clone();
     off.redis.breaker_consecutive_failures = 0;
     assert_eq!(off.open_bound_ms(), None);

@@ -52,8 +52,9 @@ pub struct ConfigFile {
     /// as if given on the command line, unless the command line gives them.
     /// See the `serve` flags (`cli::config_flags`).
     pub serve: Option<toml::Table>,
-    /// Reference-data settings (`[refdata]`), used with `--redis`.
-    pub refdata: Option<crate::refdata::RefDataFile>,
+    /// Reference-data settings (`[refdata]`), used with `--redis`; read
+    /// and checked by `refdata::RefDataFile::from_table`.
+    pub refdata: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -180,9 +181,9 @@ pub struct Config {
     pub accounts: Vec<Account>,
     /// One resolved session per `kind = "fix"` provider.
     pub fix: Vec<fix::FixSessionConfig>,
-    /// The `[refdata]` table, checked (applied over the defaults with
-    /// `--redis`).
-    pub refdata: crate::refdata::RefDataFile,
+    /// The `[refdata]` table as written (empty when absent); `serve`
+    /// checks it at start and applies it with `--redis`.
+    pub refdata: toml::Table,
 }
 
 impl Config {
@@ -254,10 +255,6 @@ impl ConfigFile {
             Some(list) => resolve_accounts(list, &names, &tier_names)?,
         };
         let refdata = self.refdata.unwrap_or_default();
-        refdata.check().map_err(|e| match e {
-            crate::refdata::RefDataError::Config { key, reason } => invalid(key, reason),
-            other => invalid("refdata", other.to_string()),
-        })?;
         Ok(Config {
             table: InstrumentTable::new(instruments, tiers, providers),
             engine,

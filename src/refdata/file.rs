@@ -2,11 +2,12 @@
 //! an operator may change (TTLs, timeouts, pool, breaker, pacing), each
 //! optional (absent keeps the default of [`super::settings`]).
 //!
-//! Contract: [`RefDataFile::apply`] writes the present keys over a
-//! [`RefDataConfig`] and validates the result; an error names the key as
-//! written in the file (`refdata.io_timeout_ms`). The config file is
-//! checked when it is loaded ([`RefDataFile::check`]), so a bad table is
-//! refused at start-up even before `--redis` is read.
+//! Contract: [`RefDataFile::from_table`] reads the table the config file
+//! holds (unknown keys and wrong types refused, named);
+//! [`RefDataFile::apply`] writes the present keys over a [`RefDataConfig`]
+//! and validates the result; an error names the key as written in the file
+//! (`refdata.io_timeout_ms`). `pricewire serve` checks the table at start
+//! ([`RefDataFile::check`]), with or without `--redis`.
 
 use std::net::SocketAddr;
 
@@ -74,6 +75,17 @@ pub struct RefDataFile {
 }
 
 impl RefDataFile {
+    /// Reads the `[refdata]` table of the config file (empty: all defaults).
+    /// Errors: an unknown key or a value of the wrong type, named.
+    pub fn from_table(table: &toml::Table) -> Result<RefDataFile, RefDataError> {
+        RefDataFile::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+            RefDataError::Config {
+                key: "refdata",
+                reason: e.to_string(),
+            }
+        })
+    }
+
     /// Writes the present keys over `cfg` and validates the whole.
     /// Errors name the file's key (`refdata.<key>`).
     pub fn apply(&self, cfg: &mut RefDataConfig) -> Result<(), RefDataError> {
@@ -231,5 +243,28 @@ mod tests {
             toml::from_str::<RefDataFile>("ttl = 5").is_err(),
             "unknown key"
         );
+    }
+
+    #[test]
+    fn the_config_file_takes_the_table_and_names_a_bad_key() {
+        use crate::config::Config;
+        let from = |text: &str| RefDataFile::from_table(&Config::parse(text, 2).unwrap().refdata);
+        let f = from("[refdata]\nttl_ms = 2000\n").unwrap();
+        assert_eq!(f.ttl_ms, Some(2_000));
+        assert_eq!(from("").unwrap(), RefDataFile::default());
+        let bad = from("[refdata]\nio_timeout_ms = 0\n").unwrap().check();
+        assert!(matches!(
+            bad,
+            Err(RefDataError::Config {
+                key: "refdata.io_timeout_ms",
+                ..
+            })
+        ));
+        let unknown = from("[refdata]\nttl = 1\n");
+        assert!(
+            matches!(&unknown, Err(RefDataError::Config { key: "refdata", reason }) if reason.contains("ttl")),
+            "{unknown:?}"
+        );
+        assert!(from("[refdata]\nttl_ms = \"soon\"\n").is_err());
     }
 }

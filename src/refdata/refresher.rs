@@ -288,10 +288,12 @@ impl<S: AccountFetch> Refresher<S> {
         while !stop.load(Relaxed) {
             self.step(&*clock);
             let now = clock.now_ns();
-            let wait_ns = if self.work.is_empty() && self.prefetched {
-                tick_ns
-            } else if now < self.retry_at_ns {
+            // A backoff that ends before the idle tick is kept to the
+            // millisecond: the breaker's open bound counts on it.
+            let wait_ns = if now < self.retry_at_ns {
                 (self.retry_at_ns - now).min(tick_ns)
+            } else if self.work.is_empty() && self.prefetched {
+                tick_ns
             } else if self.recovering {
                 self.pace.wait_ns(now).min(tick_ns)
             } else {

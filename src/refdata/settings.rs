@@ -52,7 +52,7 @@ pub const PREFETCH_MAX_DEFAULT: usize = 10_000;
 /// Failed Redis calls in a row that open the breaker at once. The
 /// refresher backs off after each failure, so under an outage it makes a
 /// few calls per window, too few for the rate rule's `minimum_calls`; five
-/// in a row take at most [`RefDataConfig::open_bound_ms`] (6.75 s on
+/// in a row take at most [`RefDataConfig::open_bound_ms`] (6.85 s on
 /// defaults) and a single blip (a failover, a restart) stays below it.
 pub const BREAKER_CONSECUTIVE_FAILURES_DEFAULT: u32 = 5;
 /// With no other call for this long, the refresher sends `PING`, so an
@@ -365,8 +365,9 @@ impl RefDataConfig {
 
     /// Worst case from the moment Redis dies or goes silent until the
     /// consecutive-failures rule opens the breaker, with no logon traffic
-    /// at all: the probe interval, then `k` attempts each to its longest
-    /// timeout with the longest backoff before each retry. `None` when the
+    /// at all: the probe interval (plus one idle tick, the refresher's
+    /// wake-up granularity when idle), then `k` attempts each to its
+    /// longest timeout with the longest backoff before each retry. `None` when the
     /// rule or the probe is off. With logon traffic the first failure
     /// comes sooner.
     pub fn open_bound_ms(&self) -> Option<u64> {
@@ -376,7 +377,8 @@ impl RefDataConfig {
         }
         let backoffs: u64 = (0..k - 1).map(|n| self.cache.backoff.window_ms(n)).sum();
         let attempts = u64::from(k) * self.redis.attempt_max_ms();
-        Some(self.cache.probe_interval_ms + attempts + backoffs)
+        let first = self.cache.probe_interval_ms + self.cache.idle_tick_ms;
+        Some(first + attempts + backoffs)
     }
 }
 

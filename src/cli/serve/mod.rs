@@ -29,7 +29,7 @@ use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
 use crate::ops::{
     Health, OpsServer, Registry, SignalCallbacks, SignalWatcher, DEFAULT_LIVENESS_STALE_MS,
 };
-use crate::refdata::{RefData, RefDataConfig};
+use crate::refdata::{RefData, RefDataConfig, RefDataFile};
 use crate::runtime::latency::{LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::service::{Service, ServiceConfig};
 use lifecycle::{report_loop, shutdown};
@@ -213,15 +213,18 @@ fn start_service(
 }
 
 fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
+    // `[refdata]` is checked with or without `--redis`: a typo is refused
+    // at start, not when Redis is switched on.
+    let file = RefDataFile::from_table(&config.refdata)
+        .and_then(|f| f.check().map(|()| f))
+        .map_err(|e| format!("[refdata]: {e}"))?;
     let Some(url) = &args.redis else {
         return Ok(None);
     };
     // The URL may carry a password: only its redacted form is shown.
     let shown = crate::refdata::settings::redact_url(url);
     let mut cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
-    config
-        .refdata
-        .apply(&mut cfg)
+    file.apply(&mut cfg)
         .map_err(|e| format!("[refdata]: {e}"))?;
     let rd = RefData::start_redis(&cfg, config.table.clone(), Arc::new(MonotonicClock))
         .map_err(|e| format!("--redis {shown}: {e}"))?;
