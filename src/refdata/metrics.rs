@@ -15,6 +15,62 @@ type Read = fn(&RefDataStats) -> &AtomicU64;
 /// A family, its one label, and the counter behind each label value.
 type Family = (&'static str, &'static str, &'static [(&'static str, Read)]);
 
+/// The labelled counter families of [`RefDataStats`].
+const FAMILIES: [Family; 5] = [
+    (
+        m::REFDATA_LOOKUPS,
+        "result",
+        &[
+            ("found", |s| &s.lookups_found),
+            ("not_found", |s| &s.lookups_not_found),
+            ("unavailable", |s| &s.lookups_unavailable),
+        ],
+    ),
+    (
+        m::REFDATA_CACHE_EVENTS,
+        "event",
+        &[
+            ("hit", |s| &s.cache_hits),
+            ("stale_served", |s| &s.stale_served),
+            ("miss", |s| &s.cache_misses),
+            ("eviction", |s| &s.evictions),
+            ("request_coalesced", |s| &s.requests_coalesced),
+            ("request_dropped", |s| &s.requests_dropped),
+        ],
+    ),
+    (
+        m::REFDATA_FETCHES,
+        "reason",
+        &[
+            ("fill", |s| &s.fills),
+            ("early", |s| &s.refreshes_early),
+            ("expired", |s| &s.refreshes_expired),
+        ],
+    ),
+    (
+        m::REFDATA_REDIS_CALLS,
+        "outcome",
+        &[
+            ("ok", |s| &s.redis_ok),
+            ("not_found", |s| &s.redis_not_found),
+            ("invalid_record", |s| &s.redis_invalid_record),
+            ("timeout", |s| &s.redis_timeouts),
+            ("connection_error", |s| &s.redis_connection_errors),
+            ("other_error", |s| &s.redis_other_errors),
+            ("checkout_timeout", |s| &s.redis_checkout_timeouts),
+            ("not_permitted", |s| &s.redis_not_permitted),
+        ],
+    ),
+    (
+        m::REFDATA_REVOCATIONS,
+        "action",
+        &[
+            ("unsubscribed", |s| &s.revoked_unsubscribed),
+            ("disconnected", |s| &s.revoked_disconnected),
+        ],
+    ),
+];
+
 /// Registers every reference-data family of `rd` (nothing without Redis:
 /// the config file's accounts need no counters).
 pub fn register(r: &Registry, rd: &Arc<RefData>) -> Result<(), OpsError> {
@@ -22,61 +78,7 @@ pub fn register(r: &Registry, rd: &Arc<RefData>) -> Result<(), OpsError> {
         return Ok(());
     }
     let stats = rd.stats();
-    let families: [Family; 5] = [
-        (
-            m::REFDATA_LOOKUPS,
-            "result",
-            &[
-                ("found", |s| &s.lookups_found),
-                ("not_found", |s| &s.lookups_not_found),
-                ("unavailable", |s| &s.lookups_unavailable),
-            ],
-        ),
-        (
-            m::REFDATA_CACHE_EVENTS,
-            "event",
-            &[
-                ("hit", |s| &s.cache_hits),
-                ("stale_served", |s| &s.stale_served),
-                ("miss", |s| &s.cache_misses),
-                ("eviction", |s| &s.evictions),
-                ("request_coalesced", |s| &s.requests_coalesced),
-                ("request_dropped", |s| &s.requests_dropped),
-            ],
-        ),
-        (
-            m::REFDATA_FETCHES,
-            "reason",
-            &[
-                ("fill", |s| &s.fills),
-                ("early", |s| &s.refreshes_early),
-                ("expired", |s| &s.refreshes_expired),
-            ],
-        ),
-        (
-            m::REFDATA_REDIS_CALLS,
-            "outcome",
-            &[
-                ("ok", |s| &s.redis_ok),
-                ("not_found", |s| &s.redis_not_found),
-                ("invalid_record", |s| &s.redis_invalid_record),
-                ("timeout", |s| &s.redis_timeouts),
-                ("connection_error", |s| &s.redis_connection_errors),
-                ("other_error", |s| &s.redis_other_errors),
-                ("checkout_timeout", |s| &s.redis_checkout_timeouts),
-                ("not_permitted", |s| &s.redis_not_permitted),
-            ],
-        ),
-        (
-            m::REFDATA_REVOCATIONS,
-            "action",
-            &[
-                ("unsubscribed", |s| &s.revoked_unsubscribed),
-                ("disconnected", |s| &s.revoked_disconnected),
-            ],
-        ),
-    ];
-    for (family, label, values) in families {
+    for (family, label, values) in FAMILIES {
         for &(value, read) in values {
             let s = stats.clone();
             r.register_counter_fn(family, &[(label, value)], move || read(&s).load(Relaxed))?;
