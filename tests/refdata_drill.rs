@@ -234,7 +234,7 @@ fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     let server = RedisServer::start();
     let fields = [
         ("token", "t"),
-        ("tiers", "raw"),
+        ("tiers", "raw,retail"),
         ("symbols", "EURUSD,USDJPY"),
     ];
     server.put_account("alice", &fields);
@@ -253,12 +253,34 @@ fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     let mut s = logon_when_loaded(b.listen, "alice");
     let entries = [SymbolRef::by_id(eurusd), SymbolRef::by_id(usdjpy)];
     s.send_with(|buf| wire::encode_subscribe(buf, 1, TIER_ACCOUNT_DEFAULT, entries));
-    let both = s.until(START, |m| matches!(m, OwnedMessage::SubscribeResponse { request_id: 1, results } if results.iter().all(|r| r.status == SubscribeStatus::OK)));
-    assert!(both.is_some(), "subscribe refused");
+    let ok = |id: u64| move |m: &OwnedMessage| matches!(m, OwnedMessage::SubscribeResponse { request_id, results } if *request_id == id && results.iter().all(|r| r.status == SubscribeStatus::OK));
+    assert!(s.until(START, ok(1)).is_some(), "subscribe refused");
+    let retail = table.tier_by_name("retail").unwrap().id;
+    let entry = [SymbolRef::by_id(eurusd)];
+    s.send_with(|buf| wire::encode_subscribe(buf, 2, retail, entry));
+    assert!(s.until(START, ok(2)).is_some(), "retail subscribe refused");
+
+    // A tier withdrawn (not the default): its subscriptions end.
+    server.command(&[b"HSET", b"pricewire:account:alice", b"tiers", b"raw"]);
+    let changed = Instant::now();
+    let bound = revocation_bound(ttl_ms);
+    let withdrawn = s.until(bound + Duration::from_secs(5), |m| {
+        matches!(m, OwnedMessage::SubscribeResponse { request_id: 0, .. })
+    });
+    let took = changed.elapsed();
+    let Some(OwnedMessage::SubscribeResponse { results, .. }) = withdrawn else {
+        panic!("no tier withdrawal within {took:?}");
+    };
+    eprintln!("tier withdrawn: reached the session after {took:?} (bound {bound:?})");
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    assert_eq!(results.len(), 1);
+    assert_eq!(
+        (results[0].symbol_id, results[0].status),
+        (eurusd, SubscribeStatus::TIER_NOT_ENTITLED)
+    );
 
     server.command(&[b"HSET", b"pricewire:account:alice", b"symbols", b"EURUSD"]);
     let changed = Instant::now();
-    let bound = revocation_bound(ttl_ms);
     let withdrawn = s.until(bound + Duration::from_secs(5), |m| {
         matches!(m, OwnedMessage::SubscribeResponse { request_id: 0, .. })
     });
@@ -271,17 +293,17 @@ fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].symbol_id, usdjpy);
     assert_eq!(results[0].status, SubscribeStatus::NOT_ENTITLED);
-    // EURUSD keeps updating; USDJPY is gone.
+    // EURUSD keeps updating at raw; USDJPY and the retail tier are gone.
     let mut eur = 0;
     let after = s.until(Duration::from_secs(2), |m| match m {
         OwnedMessage::PriceUpdate(p) | OwnedMessage::PriceSnapshot(p) => {
             eur += u32::from(p.symbol_id == eurusd);
-            p.symbol_id == usdjpy || eur >= 5
+            p.symbol_id == usdjpy || p.tier == retail || eur >= 5
         }
         _ => false,
     });
     assert!(
-        matches!(after, Some(OwnedMessage::PriceUpdate(p) | OwnedMessage::PriceSnapshot(p)) if p.symbol_id == eurusd),
+        matches!(after, Some(OwnedMessage::PriceUpdate(p) | OwnedMessage::PriceSnapshot(p)) if p.symbol_id == eurusd && p.tier != retail),
         "after the withdrawal: {after:?}"
     );
 
@@ -400,4 +422,31 @@ fn two_processes_draw_different_backoff_and_retry_after_sequences() {
         "same retry-after sequence in two processes"
     );
     drop(procs);
+}
+
+#[test]
+fn a_bad_refdata_table_is_refused_at_start_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("pricewire.toml");
+    for (table, key) in [
+        ("io_timeout_ms = 0", "refdata.io_timeout_ms"),
+        ("ttl = 5", "unknown field `ttl`"),
+        (
+            "breaker_consecutive_failures = 0",
+            "refdata.breaker_minimum_calls",
+        ),
+    ] {
+        std::fs::write(&cfg, format!("[refdata]\n{table}\n")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{table}: started");
+        assert!(err.contains(key), "{table}: {err}");
+    }
 }
