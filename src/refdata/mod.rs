@@ -18,10 +18,20 @@
 //! ([`resp::REPLY_BYTES_MAX`]). Without `--redis` the accounts of the config
 //! file are served from an immutable map ([`RefData::from_accounts`]).
 //!
+//! The breaker opens on a dead or silent Redis within
+//! [`RefDataConfig::open_bound_ms`] (consecutive failures, and a `PING`
+//! probe when every logon is served from the cache); a record over the
+//! reply limits is an invalid record for its account; the backlog after an
+//! outage is paced. Live sessions are re-checked by the gateway with
+//! [`RefData::recheck`] (revocation). Every random draw is seeded from the
+//! OS's entropy in [`RefData::start_redis`].
+//!
 //! Layout: [`resp`] (RESP2 client) → [`pool`] → [`source`] (key layout,
-//! record resolution, breaker) → [`refresher`] (thread) → [`cache`]
-//! (what lookups read). Counters: [`RefDataStats`], plus the breaker's and
-//! the pool's own. Key layout and defaults: `docs/refdata.md`.
+//! record resolution, breaker) → `refresher` (thread) → `cache`
+//! (what lookups read); [`settings`] and the config file's `[refdata]`
+//! table ([`RefDataFile`]); [`metrics`] (/metrics). Counters:
+//! [`RefDataStats`], plus the breaker's and the pool's own. Key layout,
+//! settings and bounds: `docs/refdata.md`.
 
 mod cache;
 mod file;
