@@ -1,6 +1,6 @@
 //! Revocation reaches live sessions: every [`REVALIDATE_NS`] a shard
-//! re-checks the account of up to [`REVALIDATE_BATCH`] logged-on sessions
-//! (round robin) against the reference data ([`RefData::recheck`]), off
+//! re-checks the logged-on sessions among up to [`REVALIDATE_BATCH`] of its
+//! connection slots (round robin over the slots in use) against the reference data ([`RefData::recheck`]), off
 //! the price path (in the shard's sweep, only with `--redis`).
 //!
 //! - Account deleted, or its record now invalid: `Disconnect(auth)`.
@@ -29,8 +29,8 @@ use crate::wire::{DisconnectReason, Name16, SubscribeResult, SubscribeStatus};
 
 /// How often a shard starts a revalidation round.
 pub const REVALIDATE_NS: u64 = 1_000_000_000;
-/// Most sessions re-checked per round; a shard with more takes several
-/// rounds (its sessions are visited in turn).
+/// Connection slots visited per round; a shard with more slots in use
+/// takes several rounds (the slots are visited in turn).
 pub const REVALIDATE_BATCH: usize = 1_024;
 /// Entries per unsolicited SubscribeResponse.
 const RESULTS_PER_FRAME: usize = 64;
