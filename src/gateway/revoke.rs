@@ -49,10 +49,26 @@ impl Shard {
         if end == 0 {
             return;
         }
+        let stats = self.shared.refdata.stats();
+        let count = || {
+            let d = stats.revoked_disconnected.load(Relaxed);
+            (d, stats.revoked_unsubscribed.load(Relaxed))
+        };
+        let before = count();
         for _ in 0..end.min(REVALIDATE_BATCH) {
             let i = self.revalidate_cursor % end;
             self.revalidate_cursor = i + 1;
             self.revalidate_one(i, now);
+        }
+        // One line per round, however many sessions one change touched
+        // (each session's own line is at debug level).
+        let after = count();
+        if after != before {
+            tracing::info!(
+                disconnected = after.0 - before.0,
+                unsubscribed = after.1 - before.1,
+                "reference data changed: live sessions revoked (Disconnect(auth)) or unsubscribed"
+            );
         }
     }
 
@@ -72,7 +88,7 @@ impl Shard {
     }
 
     fn revoke_session(&mut self, i: usize, held: &Account, why: &str, now: u64) {
-        tracing::info!(account = %held.name, reason = why, "session ended: Disconnect(auth)");
+        tracing::debug!(account = %held.name, reason = why, "session ended: Disconnect(auth)");
         let stats = self.shared.refdata.stats();
         stats.revoked_disconnected.fetch_add(1, Relaxed);
         self.disconnect(i, DisconnectReason::AUTH, 0, why, now);
@@ -110,7 +126,7 @@ impl Shard {
         for &(slot, _, _) in withdrawn.iter().rev() {
             self.fanout.remove(&mut self.slab, i, slot);
         }
-        tracing::info!(
+        tracing::debug!(
             account = %held.name,
             unsubscribed = withdrawn.len(),
             "entitlements withdrawn: subscriptions ended"
