@@ -145,6 +145,8 @@ fn fix_metrics_of_the_binary_match_the_docs_and_shutdown_logs_out() {
         "/metrics vs docs/fix.md, label values included"
     );
     assert!(body.contains("pricewire_breaker_state{dependency=\"fix_lp-a\",state=\"closed\"} 1"));
+    // Ticks are counted under the LP's name, not under one "fix".
+    assert!(!body.contains("pricewire_ticks_received_total{provider=\"fix\"}"));
 
     let logouts = sim.shared().logouts.load(Ordering::Relaxed);
     let pid = server.0.id() as libc::pid_t;

@@ -439,21 +439,16 @@ impl FixSessionConfig {
         if self.breaker_consecutive_failures > 0 {
             return Ok(());
         }
-        let WindowKind::Time { window_s } = self.breaker.window else {
-            return Ok(()); // a count window holds the last N calls, however slow
-        };
+        // The check every breaker owner runs (the Redis reference data
+        // too): `BreakerConfig::check_can_open`.
         let cycle_ms = self.next_failure_ms(self.reconnect.cap_ms);
-        let need_ms = u64::from(self.breaker.minimum_calls).saturating_mul(cycle_ms);
-        if need_ms > u64::from(window_s) * 1_000 {
-            return Err(format!(
-                "breaker can never open on a hung provider: breaker_minimum_calls {} failures \
-                 at one per up to {cycle_ms} ms (reconnect_cap_ms + the longest timeout) need \
-                 {need_ms} ms, more than breaker_window_s {window_s}; set \
-                 breaker_consecutive_failures or widen the window",
-                self.breaker.minimum_calls
-            ));
-        }
-        Ok(())
+        self.breaker.check_can_open(cycle_ms).map_err(|e| {
+            format!(
+                "breaker_minimum_calls: on a hung provider (one failure per up to {cycle_ms} ms: \
+                 reconnect_cap_ms + the longest timeout) {e}; set \
+                 breaker_consecutive_failures or widen breaker_window_s"
+            )
+        })
     }
 }
 

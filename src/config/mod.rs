@@ -68,6 +68,9 @@ pub struct ConfigFile {
     /// as if given on the command line, unless the command line gives them.
     /// See the `serve` flags (`cli::config_flags`).
     pub serve: Option<toml::Table>,
+    /// Reference-data settings (`[refdata]`), used with `--redis`; read
+    /// and checked by `refdata::RefDataFile::from_table`.
+    pub refdata: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -228,6 +231,9 @@ pub struct Config {
     pub accounts: Vec<Account>,
     /// One resolved session per `kind = "fix"` provider.
     pub fix: Vec<fix::FixSessionConfig>,
+    /// The `[refdata]` table as written (empty when absent); `serve`
+    /// checks it at start and applies it with `--redis`.
+    pub refdata: toml::Table,
 }
 
 impl Config {
@@ -299,11 +305,13 @@ impl ConfigFile {
             None => vec![demo_account(tiers.len())],
             Some(list) => resolve_accounts(list, &names, &tier_names)?,
         };
+        let refdata = self.refdata.unwrap_or_default();
         Ok(Config {
             table: InstrumentTable::new(instruments, tiers, providers),
             engine,
             accounts,
             fix,
+            refdata,
         })
     }
 }

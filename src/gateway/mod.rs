@@ -31,6 +31,7 @@ mod logon;
 mod moves;
 pub mod outbound;
 mod queries;
+pub mod revoke;
 pub mod session;
 pub mod shard;
 mod slab;

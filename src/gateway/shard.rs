@@ -170,6 +170,10 @@ pub(super) struct Shard {
     pub(super) inbox: Receiver<(TcpStream, SocketAddr)>,
     pub(super) waiter: Waiter,
     pub(super) next_sweep_ns: u64,
+    /// When the next revalidation round is due (`revoke.rs`).
+    pub(super) next_revalidate_ns: u64,
+    /// The next session a revalidation round looks at.
+    pub(super) revalidate_cursor: usize,
     /// When the last sweep ran (0: none yet); a stall is measured from it.
     pub(super) last_sweep_ns: u64,
     pub(super) stopping: Option<u64>,
@@ -246,6 +250,8 @@ impl Shard {
             control,
             inbox,
             next_sweep_ns: 0,
+            next_revalidate_ns: 0,
+            revalidate_cursor: 0,
             last_sweep_ns: 0,
             stopping: None,
             hist: latency_histogram(),
@@ -316,6 +322,7 @@ impl Shard {
                     self.next_sweep_ns = now + SWEEP_NS;
                     self.sweep(now);
                     self.measure(now);
+                    self.revalidate(now);
                 }
             }
             if self.should_exit(now) {

@@ -33,18 +33,24 @@ use crate::resilience::xfetch::{jittered_ttl_ns, CacheEntry};
 
 /// Why a key was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestKind {
+pub(crate) enum RequestKind {
+    /// A lookup found no usable entry.
     Miss,
+    /// XFetch chose to refresh a fresh entry before it expires.
     Early,
+    /// A lookup served an expired entry (stale-while-error).
     Expired,
+    /// Listed in the index set at start.
     Prefetch,
 }
 
 /// A request to the refresher.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub name: String,
-    pub kind: RequestKind,
+pub(crate) struct Request {
+    /// The account name.
+    pub(crate) name: String,
+    /// Why it was asked for (which counter its fetch goes to).
+    pub(crate) kind: RequestKind,
 }
 
 /// `None` caches "no such account" (a negative entry).
@@ -115,6 +121,32 @@ impl Shared {
                 self.request(name, RequestKind::Miss);
                 self.unavailable(now_ns)
             }
+        }
+    }
+
+    /// The current cached value of a live session's account, for the
+    /// gateway's re-check: `Some(Some(a))` cached, `Some(None)` cached as
+    /// absent, `None` not known (no entry, or past `max_stale_ms`). Asks
+    /// for a refresh as a lookup would (XFetch early, or expired), so a
+    /// live session keeps its account refreshed, but counts no lookup.
+    pub(crate) fn current(&self, name: &str, now_ns: u64) -> Option<Option<Arc<Account>>> {
+        let entry = {
+            let map = self.entries.read().unwrap_or_else(|e| e.into_inner());
+            map.get(name).cloned()
+        }?;
+        let max_stale_ns = self.cfg.max_stale_ms.saturating_mul(NS_PER_MS);
+        if !entry.is_expired(now_ns) {
+            let beta = self.cfg.xfetch_beta;
+            if self.with_rng(|rng| entry.should_refresh(now_ns, beta, rng)) {
+                self.request(name, RequestKind::Early);
+            }
+            Some(entry.value)
+        } else if now_ns - entry.expiry_ns <= max_stale_ns {
+            self.request(name, RequestKind::Expired);
+            Some(entry.value)
+        } else {
+            self.request(name, RequestKind::Miss);
+            None
         }
     }
 

@@ -18,14 +18,24 @@
 //! ([`resp::REPLY_BYTES_MAX`]). Without `--redis` the accounts of the config
 //! file are served from an immutable map ([`RefData::from_accounts`]).
 //!
+//! The breaker opens on a dead or silent Redis within
+//! [`RefDataConfig::open_bound_ms`] (consecutive failures, and a `PING`
+//! probe when every logon is served from the cache); a record over the
+//! reply limits is an invalid record for its account; the backlog after an
+//! outage is paced. Live sessions are re-checked by the gateway with
+//! [`RefData::recheck`] (revocation). Every random draw is seeded from the
+//! OS's entropy in [`RefData::start_redis`].
+//!
 //! Layout: [`resp`] (RESP2 client) → [`pool`] → [`source`] (key layout,
-//! record resolution, breaker) → [`refresher`] (thread) → [`cache`]
-//! (what lookups read). Counters: [`RefDataStats`], plus the breaker's and
-//! the pool's own. Key layout and defaults: `docs/refdata.md`.
-// Documentation debt: remove this allow once the public items here are documented.
-#![allow(missing_docs)]
+//! record resolution, breaker) → `refresher` (thread) → `cache`
+//! (what lookups read); [`settings`] and the config file's `[refdata]`
+//! table ([`RefDataFile`]); [`metrics`] (/metrics). Counters:
+//! [`RefDataStats`], plus the breaker's and the pool's own. Key layout,
+//! settings and bounds: `docs/refdata.md`.
 
 mod cache;
+mod file;
+pub mod metrics;
 pub mod pool;
 mod refresher;
 pub mod resp;
@@ -41,7 +51,7 @@ use std::thread::JoinHandle;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use cache::{Request, RequestKind};
+pub use file::RefDataFile;
 pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
 pub use resp::{RedisError, RespConn, Value};
@@ -58,10 +68,19 @@ use crate::resilience::BreakerStats;
 /// fail, they answer [`Lookup::Unavailable`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RefDataError {
+    /// A setting refused: `key` as written in `[refdata]` (or `redis` for
+    /// the URL), and why.
     #[error("reference data setting `{key}`: {reason}")]
-    Config { key: &'static str, reason: String },
+    Config {
+        /// The setting (`refdata.io_timeout_ms`).
+        key: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The breaker settings refused (the breaker's own key names).
     #[error("reference data breaker: {0}")]
     Breaker(#[from] crate::resilience::ConfigError),
+    /// The refresher thread could not be started.
     #[error("cannot start the reference-data refresher: {0}")]
     Spawn(String),
 }
@@ -69,13 +88,28 @@ pub enum RefDataError {
 /// The answer to a logon's account lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
+    /// The account and its entitlements.
     Found(Arc<Account>),
     /// No such account (Redis said so, or the config file has none).
     NotFound,
     /// Not known right now; ask again after `retry_after_ms` (jittered).
     Unavailable {
+        /// The floor for the client's retry (ms), jittered.
         retry_after_ms: u64,
     },
+}
+
+/// What a live session's account is now ([`RefData::recheck`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recheck {
+    /// Unchanged (or not known right now: Redis unreachable past the
+    /// staleness limit keeps what the session has).
+    Same,
+    /// The record changed: the session's entitlements are now these.
+    Changed(Arc<Account>),
+    /// The account no longer exists (deleted, or its record became
+    /// invalid): the session must end with Disconnect(auth).
+    Gone,
 }
 
 #[derive(Debug)]
@@ -127,12 +161,17 @@ impl RefData {
     /// and starts the refresher thread (`refdata-refresh`). Returns at
     /// once; the cache fills in the background (prefetching the index
     /// set). `table` resolves symbol and tier names.
+    ///
+    /// Every random draw (TTL jitter, backoff, retry-after, XFetch) is
+    /// seeded from the operating system's entropy, so no two processes of
+    /// a fleet expire, refresh or retry in step. Errors: a refused setting
+    /// (named) or a failed thread spawn.
     pub fn start_redis(
         cfg: &RefDataConfig,
         table: InstrumentTable,
         clock: Arc<dyn Clock>,
-        seed: u64,
     ) -> Result<RefData, RefDataError> {
+        let seed = rand::random::<u64>();
         cfg.validate()?;
         let stats = Arc::new(RefDataStats::default());
         let store = GuardedStore::new(&cfg.redis, table, Arc::clone(&stats))?;
@@ -197,11 +236,31 @@ impl RefData {
         }
     }
 
+    /// Re-checks a logged-on session's account against the cache, for the
+    /// gateway's periodic revalidation; never blocks on I/O (as
+    /// [`RefData::lookup`]) and counts no lookup. It asks for the entry's
+    /// refresh when due, so a change in Redis reaches the cache within the
+    /// entry's jittered TTL (`docs/refdata.md`, "Revocation"). The config
+    /// file's accounts never change: always [`Recheck::Same`].
+    pub fn recheck(&self, held: &Arc<Account>, now_ns: u64) -> Recheck {
+        let Source::Cached(shared) = &self.source else {
+            return Recheck::Same;
+        };
+        match shared.current(&held.name, now_ns) {
+            None => Recheck::Same,
+            Some(None) => Recheck::Gone,
+            Some(Some(a)) if Arc::ptr_eq(&a, held) => Recheck::Same,
+            Some(Some(a)) => Recheck::Changed(a),
+        }
+    }
+
     /// Whether accounts come from Redis (true) or the config file.
     pub fn is_redis(&self) -> bool {
         matches!(self.source, Source::Cached(_))
     }
 
+    /// The cache's and the Redis calls' counters (shared with /metrics
+    /// and with the gateway, which counts revocations in them).
     pub fn stats(&self) -> Arc<RefDataStats> {
         Arc::clone(&self.stats)
     }

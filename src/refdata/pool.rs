@@ -20,13 +20,19 @@ use super::resp::{RedisError, RespConn, Value};
 /// Where and how to connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
+    /// The Redis server.
     pub addr: SocketAddr,
+    /// `AUTH` password, if any (never logged).
     pub password: Option<String>,
+    /// Database selected with `SELECT` when not 0.
     pub db: u32,
+    /// TCP connect plus the `AUTH`/`SELECT` handshake (ms).
     pub connect_timeout_ms: u64,
     /// Total budget of one command (write plus the whole reply).
     pub io_timeout_ms: u64,
+    /// Longest wait for a free connection (ms).
     pub checkout_timeout_ms: u64,
+    /// Most connections, idle plus in use.
     pub size_max: usize,
 }
 
@@ -35,7 +41,10 @@ pub struct PoolConfig {
 pub enum PoolError {
     /// Every connection stayed checked out for the whole checkout timeout.
     #[error("no pooled connection free within {waited_ms} ms")]
-    CheckoutTimeout { waited_ms: u64 },
+    CheckoutTimeout {
+        /// How long the checkout waited (ms).
+        waited_ms: u64,
+    },
     /// A new connection could not be made.
     #[error(transparent)]
     Connect(RedisError),
@@ -44,14 +53,19 @@ pub enum PoolError {
 /// Pool counters for the metrics endpoint.
 #[derive(Debug, Default)]
 pub struct PoolStats {
+    /// Connections handed out.
     pub checkouts: AtomicU64,
+    /// Checkouts that found no free connection in time.
     pub checkout_timeouts: AtomicU64,
+    /// New connections made (connect and handshake succeeded).
     pub connects: AtomicU64,
+    /// New connections that failed (refused, timed out, handshake error).
     pub connect_failures: AtomicU64,
     /// Connections dropped after an error.
     pub discarded: AtomicU64,
-    /// Gauges.
+    /// Gauge: idle connections in the pool.
     pub idle: AtomicU64,
+    /// Gauge: connections checked out.
     pub in_use: AtomicU64,
 }
 
@@ -86,10 +100,12 @@ impl Pool {
         }
     }
 
+    /// The settings it was built with.
     pub fn config(&self) -> &PoolConfig {
         &self.cfg
     }
 
+    /// Its counters, for /metrics.
     pub fn stats(&self) -> Arc<PoolStats> {
         Arc::clone(&self.stats)
     }

@@ -7,9 +7,15 @@
 //! after a failure or a refusal by the open breaker, stops calling until a
 //! full-jitter backoff delay has passed (floored by the breaker's remaining
 //! open wait). Failed requests stay queued; entries already cached keep
-//! serving meanwhile. [`Refresher::run`] is the thread body: `step`, then
-//! wait for the next request or the next due time, at most `idle_tick_ms`.
-//! Tests call `step` directly with a manual clock.
+//! serving meanwhile. With nothing to fetch for `probe_interval_ms` (or
+//! while backing off with an empty queue) it probes Redis (`PING`), so an
+//! outage is seen, and the breaker opens, while every logon is served from
+//! the cache. After a failure the queue that built up is worked off at
+//! `recovery_rate_per_s` (paced recovery), not back to back. Failures and
+//! recoveries are logged, at most one warning per [`LOG_EVERY_NS`] with a
+//! count of the ones held back. [`Refresher::run`] is the thread body:
+//! `step`, then wait for the next request or the next due time, at most
+//! `idle_tick_ms`. Tests call `step` directly with a manual clock.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -21,8 +27,14 @@ use rand::rngs::SmallRng;
 
 use super::cache::{Request, RequestKind, Shared};
 use super::pool::PoolError;
+use super::settings::RECOVERY_BURST;
 use super::source::{AccountFetch, FetchError};
 use crate::clock::{Clock, NS_PER_MS};
+use crate::resilience::TokenBucket;
+
+/// At most one failure warning per this period (the rest are counted and
+/// named in the next one).
+pub(crate) const LOG_EVERY_NS: u64 = 10_000_000_000;
 
 /// Drives fetches for one [`super::RefData`].
 #[derive(Debug)]
@@ -35,6 +47,13 @@ pub struct Refresher<S> {
     failures_in_row: u32,
     prefetched: bool,
     rng: SmallRng,
+    /// When the last Redis call (of any kind) was made.
+    last_call_ns: u64,
+    /// Working off a backlog after a failure: calls are paced.
+    recovering: bool,
+    pace: TokenBucket,
+    last_warn_ns: Option<u64>,
+    warns_held: u64,
 }
 
 impl<S: AccountFetch> Refresher<S> {
@@ -47,16 +66,22 @@ impl<S: AccountFetch> Refresher<S> {
         let prefetched = shared.cfg.prefetch_max == 0;
         Refresher {
             work: VecDeque::with_capacity(shared.cfg.request_queue_max.min(1 << 16)),
-            shared,
             rx,
             source,
             retry_at_ns: 0,
             failures_in_row: 0,
             prefetched,
+            last_call_ns: 0,
+            recovering: false,
+            pace: TokenBucket::new(shared.cfg.recovery_rate_per_s, RECOVERY_BURST, 0),
             rng,
+            last_warn_ns: None,
+            warns_held: 0,
+            shared,
         }
     }
 
+    /// The source, for tests (breaker state, injected faults).
     pub fn source(&mut self) -> &mut S {
         &mut self.source
     }
@@ -71,18 +96,36 @@ impl<S: AccountFetch> Refresher<S> {
         self.retry_at_ns
     }
 
-    /// One round: prefetch (once), take queued requests, fetch what is due.
-    /// Returns the number of fetches made.
+    /// Whether the refresher is working off a backlog at the recovery pace.
+    pub fn is_recovering(&self) -> bool {
+        self.recovering
+    }
+
+    /// One round: prefetch (once), take queued requests, fetch what is due
+    /// (paced while recovering), or probe when idle. Returns the number of
+    /// Redis calls made (or refused by the breaker).
     pub fn step(&mut self, clock: &dyn Clock) -> usize {
         self.work.extend(self.rx.try_iter());
-        if clock.now_ns() < self.retry_at_ns {
+        let now = clock.now_ns();
+        if now < self.retry_at_ns {
             return 0;
         }
         if !self.prefetched && !self.prefetch(clock) {
             return 1;
         }
+        if self.work.is_empty() {
+            self.recovering = false;
+            return usize::from(self.probe_if_due(clock));
+        }
         let mut calls = 0;
         while calls < self.shared.cfg.refresh_batch_max {
+            if self.work.is_empty() {
+                self.recovering = false;
+                break;
+            }
+            if self.recovering && !self.pace.try_take(clock.now_ns()) {
+                break;
+            }
             let Some(req) = self.work.pop_front() else {
                 break;
             };
@@ -94,9 +137,34 @@ impl<S: AccountFetch> Refresher<S> {
         calls
     }
 
+    /// A `PING` when nothing else called Redis for `probe_interval_ms`, or
+    /// at once when the last call failed (the probe is then the retry) or
+    /// the source wants trial calls (a half-open breaker).
+    fn probe_if_due(&mut self, clock: &dyn Clock) -> bool {
+        let interval_ns = self.shared.cfg.probe_interval_ms * NS_PER_MS;
+        let now = clock.now_ns();
+        if interval_ns == 0 {
+            return false;
+        }
+        let due = self.failures_in_row > 0
+            || now.saturating_sub(self.last_call_ns) >= interval_ns
+            || self.source.wants_probe(now);
+        if !due {
+            return false;
+        }
+        self.last_call_ns = now;
+        self.shared.stats.probes.fetch_add(1, Relaxed);
+        match self.source.probe(now) {
+            Ok(()) => self.recovered(clock.now_ns()),
+            Err(e) => self.back_off(clock.now_ns(), &e),
+        }
+        true
+    }
+
     /// Loads the names in the index set; false (and backing off) on failure.
     fn prefetch(&mut self, clock: &dyn Clock) -> bool {
         let now = clock.now_ns();
+        self.last_call_ns = now;
         match self.source.list(self.shared.cfg.prefetch_max, now) {
             Ok(names) => {
                 self.prefetched = true;
@@ -111,8 +179,7 @@ impl<S: AccountFetch> Refresher<S> {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reference data: prefetch failed");
-                self.back_off(now, &e);
+                self.back_off(clock.now_ns(), &e);
                 false
             }
         }
@@ -120,6 +187,7 @@ impl<S: AccountFetch> Refresher<S> {
 
     /// One fetch; false when the refresher must back off.
     fn fetch_one(&mut self, req: Request, clock: &dyn Clock) -> bool {
+        self.last_call_ns = clock.now_ns();
         let (result, duration_ns) = self.source.fetch(&req.name, clock.now_ns());
         let done_ns = clock.now_ns();
         if !matches!(result, Err(ref e) if !matches!(e, FetchError::Invalid { .. })) {
@@ -136,7 +204,7 @@ impl<S: AccountFetch> Refresher<S> {
                 let value = account.map(Arc::new);
                 self.shared
                     .install(&req.name, value, done_ns, duration_ns, &mut self.rng);
-                self.recovered();
+                self.recovered(done_ns);
                 true
             }
             Err(FetchError::Invalid { field, reason }) => {
@@ -153,7 +221,19 @@ impl<S: AccountFetch> Refresher<S> {
         }
     }
 
-    fn recovered(&mut self) {
+    fn recovered(&mut self, now_ns: u64) {
+        if self.failures_in_row > 0 {
+            tracing::info!(
+                failures = self.failures_in_row,
+                queued = self.work.len(),
+                "reference data: Redis answers again; working off the queue at the recovery pace"
+            );
+            self.recovering = !self.work.is_empty();
+            self.pace =
+                TokenBucket::new(self.shared.cfg.recovery_rate_per_s, RECOVERY_BURST, now_ns);
+            self.last_warn_ns = None;
+            self.warns_held = 0;
+        }
         self.failures_in_row = 0;
         self.retry_at_ns = 0;
         self.shared.unavailable_until_ns.store(0, Relaxed);
@@ -173,6 +253,32 @@ impl<S: AccountFetch> Refresher<S> {
             .unavailable_until_ns
             .store(self.retry_at_ns, Relaxed);
         self.shared.stats.refresher_backoffs.fetch_add(1, Relaxed);
+        // Every delay at debug level (drills and the cross-process jitter
+        // test read them); the warning below is rate-limited.
+        tracing::debug!(backoff_ms = delay_ms, "reference data: backing off");
+        self.warn_limited(now_ns, e, delay_ms);
+    }
+
+    /// Logs a failure unless one was logged in the last [`LOG_EVERY_NS`];
+    /// the next line names how many were held back.
+    fn warn_limited(&mut self, now_ns: u64, e: &FetchError, delay_ms: u64) {
+        if self
+            .last_warn_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) < LOG_EVERY_NS)
+        {
+            self.warns_held += 1;
+            return;
+        }
+        self.last_warn_ns = Some(now_ns);
+        let held = std::mem::take(&mut self.warns_held);
+        tracing::warn!(
+            error = %e,
+            failures_in_row = self.failures_in_row,
+            backoff_ms = delay_ms,
+            queued = self.work.len(),
+            not_logged_since_last = held,
+            "reference data: Redis call failed; backing off, cached accounts keep serving"
+        );
     }
 
     /// The thread body: runs until `stop` is set (seen within
@@ -182,10 +288,16 @@ impl<S: AccountFetch> Refresher<S> {
         while !stop.load(Relaxed) {
             self.step(&*clock);
             let now = clock.now_ns();
-            let wait_ns = if self.work.is_empty() && self.prefetched {
+            // A backoff that ends before the idle tick is kept to the
+            // millisecond: the breaker's open bound counts on it.
+            let wait_ns = if now < self.retry_at_ns {
+                (self.retry_at_ns - now).min(tick_ns)
+            } else if self.work.is_empty() && self.prefetched {
                 tick_ns
+            } else if self.recovering {
+                self.pace.wait_ns(now).min(tick_ns)
             } else {
-                self.retry_at_ns.saturating_sub(now).min(tick_ns)
+                0
             };
             if wait_ns == 0 {
                 continue;

@@ -31,10 +31,15 @@ pub const DEPTH_MAX: usize = 4;
 /// A RESP2 reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
+    /// A nil bulk string or array (`$-1`, `*-1`).
     Nil,
+    /// A simple string (`+OK`).
     Simple(String),
+    /// An integer (`:1`).
     Int(i64),
+    /// A bulk string, as bytes.
     Bulk(Vec<u8>),
+    /// An array of replies.
     Array(Vec<Value>),
 }
 
@@ -44,7 +49,10 @@ pub enum Value {
 pub enum RedisError {
     /// TCP connect failed at once (refused, unreachable).
     #[error("connect failed: {kind:?}")]
-    Connect { kind: io::ErrorKind },
+    Connect {
+        /// The OS's error kind.
+        kind: io::ErrorKind,
+    },
     /// TCP connect or the handshake did not finish within the connect timeout.
     #[error("connect timed out")]
     ConnectTimeout,
@@ -56,10 +64,18 @@ pub enum RedisError {
     Closed,
     /// Any other socket error (reset, broken pipe).
     #[error("socket error: {kind:?}")]
-    Io { kind: io::ErrorKind },
-    /// The reply broke the RESP grammar or a bound.
+    Io {
+        /// The OS's error kind.
+        kind: io::ErrorKind,
+    },
+    /// The reply broke the RESP grammar.
     #[error("protocol error: {0}")]
     Protocol(&'static str),
+    /// The reply was well formed so far but over a bound
+    /// ([`REPLY_BYTES_MAX`], [`ARRAY_LEN_MAX`]): the data is too big, the
+    /// server is healthy. The connection is dropped like after any error.
+    #[error("reply too large: {0}")]
+    TooLarge(&'static str),
     /// Redis answered with an error reply (`-ERR ...`, `-WRONGTYPE ...`).
     #[error("server error: {0}")]
     Server(String),
@@ -148,7 +164,7 @@ impl RespConn {
                 };
             }
             if self.filled == self.buf.len() {
-                return Err(RedisError::Protocol("reply larger than REPLY_BYTES_MAX"));
+                return Err(RedisError::TooLarge("reply larger than REPLY_BYTES_MAX"));
             }
             self.read_more(deadline)?;
         }
@@ -260,7 +276,7 @@ fn parse_bulk(buf: &[u8], len: i64, at: usize) -> Result<Option<(Reply, usize)>,
     }
     let len = len as usize;
     if len > REPLY_BYTES_MAX {
-        return Err(RedisError::Protocol("bulk longer than REPLY_BYTES_MAX"));
+        return Err(RedisError::TooLarge("bulk longer than REPLY_BYTES_MAX"));
     }
     if buf.len() < at + len + 2 {
         return Ok(None);
@@ -282,7 +298,7 @@ fn parse_array(
         return Ok(Some((Reply::Value(Value::Nil), at)));
     }
     if len as usize > ARRAY_LEN_MAX {
-        return Err(RedisError::Protocol("array longer than ARRAY_LEN_MAX"));
+        return Err(RedisError::TooLarge("array longer than ARRAY_LEN_MAX"));
     }
     let mut items = Vec::with_capacity(len as usize);
     for _ in 0..len {
@@ -350,8 +366,14 @@ mod tests {
         assert!(parse(b"?x\r\n", 0).is_err());
         assert!(parse(b":x\r\n", 0).is_err());
         assert!(parse(b"$3\r\nabcd\r\n", 0).is_err());
-        assert!(parse(b"*99999\r\n", 0).is_err());
-        assert!(parse(b"$999999\r\n", 0).is_err());
+        assert!(matches!(
+            parse(b"*99999\r\n", 0),
+            Err(RedisError::TooLarge(_))
+        ));
+        assert!(matches!(
+            parse(b"$999999\r\n", 0),
+            Err(RedisError::TooLarge(_))
+        ));
         assert!(parse(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", 0).is_err());
     }
 }

@@ -5,6 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use super::RefDataError;
 use crate::resilience::{Backoff, BreakerConfig};
 
+/// TCP connect plus `AUTH`/`SELECT` on a local network.
 pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 500;
 /// Total budget of one Redis command. An account hash answers in well under
 /// a millisecond on a healthy server; 250 ms is generous and still short
@@ -13,20 +14,31 @@ pub const IO_TIMEOUT_MS_DEFAULT: u64 = 250;
 /// Slow-call threshold, below the I/O timeout so slowness is seen before
 /// timeouts turn it into failures.
 pub const SLOW_CALL_MS_DEFAULT: u64 = 100;
+/// Longest wait for a pooled connection.
 pub const CHECKOUT_TIMEOUT_MS_DEFAULT: u64 = 100;
+/// Pooled connections: the refresher uses one at a time.
 pub const POOL_SIZE_DEFAULT: usize = 2;
+/// Largest pool accepted.
 pub const POOL_SIZE_MAX: usize = 64;
+/// Longest timeout accepted (ms).
 pub const TIMEOUT_MS_MAX: u64 = 60_000;
+/// Prefix of every key.
 pub const KEY_PREFIX_DEFAULT: &str = "pricewire:";
+/// Lifetime of a cached account before jitter; also the main part of
+/// the revocation bound (`docs/refdata.md`).
 pub const TTL_MS_DEFAULT: u64 = 60_000;
 /// Missing accounts are remembered for less time, so one added to Redis
 /// can log on soon.
 pub const NEGATIVE_TTL_MS_DEFAULT: u64 = 5_000;
+/// TTLs move by a uniform amount within ± this percent.
 pub const TTL_JITTER_PCT_DEFAULT: u32 = 20;
 /// How long past expiry a cached entry keeps serving while Redis fails.
 pub const MAX_STALE_MS_DEFAULT: u64 = 15 * 60_000;
+/// Cached entries at most.
 pub const ENTRIES_MAX_DEFAULT: usize = 100_000;
+/// Largest `entries_max` accepted.
 pub const ENTRIES_MAX_MAX: usize = 10_000_000;
+/// Pending fills and refreshes at most (one per key).
 pub const REQUEST_QUEUE_MAX_DEFAULT: usize = 1_024;
 /// Base retry-after for an account not yet in the cache.
 pub const MISS_RETRY_AFTER_MS_DEFAULT: u64 = 100;
@@ -37,31 +49,58 @@ pub const REFRESH_BATCH_MAX_DEFAULT: usize = 256;
 pub const IDLE_TICK_MS_DEFAULT: u64 = 100;
 /// Accounts prefetched from the index set at start.
 pub const PREFETCH_MAX_DEFAULT: usize = 10_000;
+/// Failed Redis calls in a row that open the breaker at once. The
+/// refresher backs off after each failure, so under an outage it makes a
+/// few calls per window, too few for the rate rule's `minimum_calls`; five
+/// in a row take at most [`RefDataConfig::open_bound_ms`] (6.85 s on
+/// defaults) and a single blip (a failover, a restart) stays below it.
+pub const BREAKER_CONSECUTIVE_FAILURES_DEFAULT: u32 = 5;
+/// With no other call for this long, the refresher sends `PING`, so an
+/// outage is seen while every logon is served from the cache.
+pub const PROBE_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// Calls per second the refresher makes while it works off what queued up
+/// during an outage (paced recovery), so a recovering Redis is not hit
+/// with every queued request back to back.
+pub const RECOVERY_RATE_PER_S_DEFAULT: u32 = 200;
+/// Calls the recovery pace lets through at once.
+pub const RECOVERY_BURST: u32 = 10;
 
 /// Where Redis is and how calls to it are bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
+    /// The server (or the proxy in front of it).
     pub addr: SocketAddr,
+    /// `AUTH` password from the URL, if any (never logged).
     pub password: Option<String>,
+    /// Database number from the URL.
     pub db: u32,
     /// Prefix of every key (`<prefix>account:<name>`, `<prefix>accounts`).
     pub key_prefix: String,
+    /// TCP connect plus handshake (ms).
     pub connect_timeout_ms: u64,
+    /// Total budget of one command (ms).
     pub io_timeout_ms: u64,
+    /// Longest wait for a pooled connection (ms).
     pub checkout_timeout_ms: u64,
+    /// Most pooled connections.
     pub pool_size_max: usize,
     /// Breaker settings; `call_timeout_ms` is taken from `io_timeout_ms`
     /// and the slow threshold from `slow_call_ms`.
     pub breaker: BreakerConfig,
+    /// Slow-call threshold of the breaker (ms), below `io_timeout_ms`.
     pub slow_call_ms: u64,
+    /// Failed calls in a row that open the breaker (0 = only the rate
+    /// rule, which the config check then requires to be able to open).
+    pub breaker_consecutive_failures: u32,
 }
 
 impl RedisConfig {
     /// Defaults for a server at `redis://[:password@]host[:port][/db]`.
     pub fn from_url(url: &str) -> Result<RedisConfig, RefDataError> {
+        let shown = redact_url(url);
         let bad = |reason: &str| RefDataError::Config {
             key: "redis",
-            reason: format!("{url}: {reason}"),
+            reason: format!("{shown}: {reason}"),
         };
         let rest = url.strip_prefix("redis://").unwrap_or(url);
         let (auth, hostpart) = match rest.rsplit_once('@') {
@@ -100,6 +139,7 @@ impl RedisConfig {
             pool_size_max: POOL_SIZE_DEFAULT,
             breaker: BreakerConfig::default(),
             slow_call_ms: SLOW_CALL_MS_DEFAULT,
+            breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
         }
     }
 
@@ -123,44 +163,81 @@ impl RedisConfig {
     /// above the timeout, and an empty or oversize pool.
     pub fn validate(&self) -> Result<(), RefDataError> {
         for (key, v) in [
-            ("redis.connect_timeout_ms", self.connect_timeout_ms),
-            ("redis.io_timeout_ms", self.io_timeout_ms),
-            ("redis.checkout_timeout_ms", self.checkout_timeout_ms),
+            ("refdata.connect_timeout_ms", self.connect_timeout_ms),
+            ("refdata.io_timeout_ms", self.io_timeout_ms),
+            ("refdata.checkout_timeout_ms", self.checkout_timeout_ms),
         ] {
             range(key, v, 1, TIMEOUT_MS_MAX)?;
         }
         range(
-            "redis.pool_size_max",
+            "refdata.pool_size",
             self.pool_size_max as u64,
             1,
             POOL_SIZE_MAX as u64,
         )?;
         if self.key_prefix.is_empty() || self.key_prefix.len() > 64 {
-            return Err(invalid("redis.key_prefix", "must be 1..=64 bytes"));
+            return Err(invalid("refdata.key_prefix", "must be 1..=64 bytes"));
         }
+        range(
+            "refdata.breaker_consecutive_failures",
+            self.breaker_consecutive_failures.into(),
+            0,
+            1_000,
+        )?;
         self.breaker_config().validate()?;
         Ok(())
+    }
+
+    /// Longest time one failed call can take: a checkout, a connect and the
+    /// command, each to its timeout.
+    pub fn attempt_max_ms(&self) -> u64 {
+        self.checkout_timeout_ms + self.connect_timeout_ms + self.io_timeout_ms
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (format!("{s}://"), r),
+        None => (String::new(), url),
+    };
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}***@{host}"),
+        None => url.to_string(),
     }
 }
 
 /// Cache and refresher settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CacheConfig {
+    /// Lifetime of a cached account (ms), before jitter.
     pub ttl_ms: u64,
+    /// Lifetime of a cached "no such account" (ms).
     pub negative_ttl_ms: u64,
     /// TTLs are moved by a uniform amount within ±this percent.
     pub ttl_jitter_pct: u32,
     /// XFetch eagerness (1 = the paper's optimum).
     pub xfetch_beta: f64,
+    /// How long past expiry an entry serves while Redis fails (ms).
     pub max_stale_ms: u64,
+    /// Cached entries at most.
     pub entries_max: usize,
+    /// Pending requests at most.
     pub request_queue_max: usize,
+    /// Base retry-after of a miss (ms).
     pub miss_retry_after_ms: u64,
     /// Refresher backoff while Redis fails (full jitter).
     pub backoff: Backoff,
+    /// Redis calls per refresher step at most.
     pub refresh_batch_max: usize,
+    /// The refresher's idle wake-up period (ms).
     pub idle_tick_ms: u64,
+    /// Names loaded from the index set at start at most (0 = no prefetch).
     pub prefetch_max: usize,
+    /// `PING` Redis after this long without a call (0 = never).
+    pub probe_interval_ms: u64,
+    /// Calls per second while working off a backlog after a failure.
+    pub recovery_rate_per_s: u32,
 }
 
 impl Default for CacheConfig {
@@ -178,62 +255,77 @@ impl Default for CacheConfig {
             refresh_batch_max: REFRESH_BATCH_MAX_DEFAULT,
             idle_tick_ms: IDLE_TICK_MS_DEFAULT,
             prefetch_max: PREFETCH_MAX_DEFAULT,
+            probe_interval_ms: PROBE_INTERVAL_MS_DEFAULT,
+            recovery_rate_per_s: RECOVERY_RATE_PER_S_DEFAULT,
         }
     }
 }
 
 impl CacheConfig {
+    /// Refuses zero or absurd values; errors name the `[refdata]` key.
     pub fn validate(&self) -> Result<(), RefDataError> {
         let day_ms = 86_400_000;
-        range("cache.ttl_ms", self.ttl_ms, 1, day_ms)?;
-        range("cache.negative_ttl_ms", self.negative_ttl_ms, 1, day_ms)?;
-        range("cache.ttl_jitter_pct", self.ttl_jitter_pct.into(), 0, 50)?;
+        range("refdata.ttl_ms", self.ttl_ms, 1, day_ms)?;
+        range("refdata.negative_ttl_ms", self.negative_ttl_ms, 1, day_ms)?;
+        range("refdata.ttl_jitter_pct", self.ttl_jitter_pct.into(), 0, 50)?;
         if !(0.0..=10.0).contains(&self.xfetch_beta) {
-            return Err(invalid("cache.xfetch_beta", "must be 0..=10"));
+            return Err(invalid("refdata.xfetch_beta", "must be 0..=10"));
         }
-        range("cache.max_stale_ms", self.max_stale_ms, 0, 7 * day_ms)?;
+        range("refdata.max_stale_ms", self.max_stale_ms, 0, 7 * day_ms)?;
         range(
-            "cache.entries_max",
+            "refdata.entries_max",
             self.entries_max as u64,
             1,
             ENTRIES_MAX_MAX as u64,
         )?;
         range(
-            "cache.request_queue_max",
+            "refdata.request_queue_max",
             self.request_queue_max as u64,
             1,
             1 << 20,
         )?;
         range(
-            "cache.miss_retry_after_ms",
+            "refdata.miss_retry_after_ms",
             self.miss_retry_after_ms,
             1,
             TIMEOUT_MS_MAX,
         )?;
         range(
-            "cache.backoff.base_ms",
+            "refdata.backoff_base_ms",
             self.backoff.base_ms,
             1,
             TIMEOUT_MS_MAX,
         )?;
         range(
-            "cache.backoff.cap_ms",
+            "refdata.backoff_cap_ms",
             self.backoff.cap_ms,
             self.backoff.base_ms,
             600_000,
         )?;
         range(
-            "cache.refresh_batch_max",
+            "refdata.refresh_batch_max",
             self.refresh_batch_max as u64,
             1,
             1 << 16,
         )?;
-        range("cache.idle_tick_ms", self.idle_tick_ms, 1, 10_000)?;
+        range("refdata.idle_tick_ms", self.idle_tick_ms, 1, 10_000)?;
         range(
-            "cache.prefetch_max",
+            "refdata.prefetch_max",
             self.prefetch_max as u64,
             0,
             ENTRIES_MAX_MAX as u64,
+        )?;
+        range(
+            "refdata.probe_interval_ms",
+            self.probe_interval_ms,
+            0,
+            600_000,
+        )?;
+        range(
+            "refdata.recovery_rate_per_s",
+            self.recovery_rate_per_s.into(),
+            1,
+            1_000_000,
         )?;
         Ok(())
     }
@@ -242,11 +334,14 @@ impl CacheConfig {
 /// Everything the Redis-backed reference data needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RefDataConfig {
+    /// Server, timeouts, pool and breaker.
     pub redis: RedisConfig,
+    /// Cache and refresher.
     pub cache: CacheConfig,
 }
 
 impl RefDataConfig {
+    /// Defaults for the server at `url` (see [`RedisConfig::from_url`]).
     pub fn from_url(url: &str) -> Result<RefDataConfig, RefDataError> {
         Ok(RefDataConfig {
             redis: RedisConfig::from_url(url)?,
@@ -254,9 +349,36 @@ impl RefDataConfig {
         })
     }
 
+    /// Checks both parts, then that the breaker can open: with the
+    /// consecutive-failures rule off, the rate rule's `minimum_calls` must
+    /// fit its window at the refresher's slowest failing rate (one call per
+    /// backoff cap plus the longest attempt), else it could never open.
     pub fn validate(&self) -> Result<(), RefDataError> {
         self.redis.validate()?;
-        self.cache.validate()
+        self.cache.validate()?;
+        if self.redis.breaker_consecutive_failures == 0 {
+            let cycle_ms = self.cache.backoff.cap_ms + self.redis.attempt_max_ms();
+            self.redis.breaker_config().check_can_open(cycle_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Worst case from the moment Redis dies or goes silent until the
+    /// consecutive-failures rule opens the breaker, with no logon traffic
+    /// at all: the probe interval (plus one idle tick, the refresher's
+    /// wake-up granularity when idle), then `k` attempts each to its
+    /// longest timeout with the longest backoff before each retry. `None` when the
+    /// rule or the probe is off. With logon traffic the first failure
+    /// comes sooner.
+    pub fn open_bound_ms(&self) -> Option<u64> {
+        let k = self.redis.breaker_consecutive_failures;
+        if k == 0 || self.cache.probe_interval_ms == 0 {
+            return None;
+        }
+        let backoffs: u64 = (0..k - 1).map(|n| self.cache.backoff.window_ms(n)).sum();
+        let attempts = u64::from(k) * self.redis.attempt_max_ms();
+        let first = self.cache.probe_interval_ms + self.cache.idle_tick_ms;
+        Some(first + attempts + backoffs)
     }
 }
 

@@ -27,7 +27,7 @@ use super::RefDataError;
 use crate::config::{Account, ACCOUNT_SESSIONS_DEFAULT};
 use crate::model::instruments::{INSTRUMENTS_MAX, TIERS_MAX};
 use crate::model::InstrumentTable;
-use crate::resilience::{BreakerStats, CircuitBreaker, NotPermitted, Outcome};
+use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, NotPermitted, Outcome};
 
 /// Longest account name (as in the config file).
 pub const ACCOUNT_NAME_LEN_MAX: usize = 32;
@@ -37,15 +37,24 @@ pub const TOKEN_LEN_MAX: usize = 64;
 /// Why one account fetch gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
+    /// The breaker refused the call (not made).
     #[error(transparent)]
     NotPermitted(NotPermitted),
+    /// No connection: checkout timeout or connect failure.
     #[error("pool: {0}")]
     Pool(PoolError),
+    /// The command failed (timeout, closed, protocol, server error).
     #[error("redis: {0}")]
     Redis(RedisError),
-    /// The record exists but cannot be used.
+    /// The record exists but cannot be used (a bad field, another type,
+    /// a reply over the limits): the account is refused, Redis is fine.
     #[error("account record field `{field}`: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The field at fault (`record` for the whole reply).
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What a fetch found: an account, or none under that name.
@@ -67,10 +76,23 @@ pub fn classify(result: &FetchResult, duration_ns: u64) -> Outcome {
 /// Where the refresher gets accounts. `fetch` returns the result and how
 /// long it took (ns); the cache stores that as the XFetch recompute time.
 pub trait AccountFetch: Send {
+    /// One account by name, at `now_ns` (injected time for the breaker).
     fn fetch(&mut self, name: &str, now_ns: u64) -> (FetchResult, u64);
     /// Names to load at start (bounded by `max`); empty by default.
     fn list(&mut self, _max: usize, _now_ns: u64) -> Result<Vec<String>, FetchError> {
         Ok(Vec::new())
+    }
+    /// A cheap health call (Redis `PING`) the refresher makes when it has
+    /// made no other call for `probe_interval_ms`, so an outage is seen
+    /// (and the breaker opens) while every logon is served from the cache.
+    /// `Ok` by default (a source with nothing to probe).
+    fn probe(&mut self, _now_ns: u64) -> Result<(), FetchError> {
+        Ok(())
+    }
+    /// Whether a probe is wanted now regardless of the interval (the
+    /// breaker is half-open and waits for trial calls). False by default.
+    fn wants_probe(&mut self, _now_ns: u64) -> bool {
+        false
     }
 }
 
@@ -83,6 +105,7 @@ pub struct AccountStore {
 }
 
 impl AccountStore {
+    /// A store over a new pool (no connection made yet).
     pub fn new(cfg: &RedisConfig, table: InstrumentTable) -> AccountStore {
         AccountStore {
             pool: Pool::new(PoolConfig {
@@ -99,6 +122,7 @@ impl AccountStore {
         }
     }
 
+    /// The connection pool.
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -127,6 +151,11 @@ impl AccountStore {
             Err(FetchError::Redis(e)) if e.is_wrong_type() => {
                 return Err(invalid("key", "not a hash"));
             }
+            // The server answered; the record is too big to be an account.
+            // An invalid record for this account, not an unhealthy Redis.
+            Err(FetchError::Redis(RedisError::TooLarge(what))) => {
+                return Err(invalid("record", format!("reply over the limits: {what}")));
+            }
             other => other?,
         };
         let Value::Array(items) = reply else {
@@ -140,23 +169,47 @@ impl AccountStore {
         resolve(name, &fields(&items)?, &self.table).map(Some)
     }
 
-    /// `SMEMBERS` of the index set, at most `max` names.
+    /// The names in the index set, at most `max`, read with `SSCAN` in
+    /// pages of [`SCAN_PAGE`] so a large set never meets the reply limits.
+    /// Names that are not UTF-8 or too long are skipped.
     pub fn list(&self, max: usize) -> Result<Vec<String>, FetchError> {
         let key = self.index_key();
-        match self.command(&[b"SMEMBERS", key.as_bytes()])? {
-            Value::Array(items) => Ok(items
-                .iter()
-                .filter_map(|v| match v {
-                    Value::Bulk(b) => std::str::from_utf8(b).ok().map(str::to_string),
-                    _ => None,
-                })
-                .take(max)
-                .collect()),
-            _ => Err(FetchError::Redis(RedisError::Protocol(
-                "SMEMBERS did not answer an array",
-            ))),
+        let page = SCAN_PAGE.to_string();
+        let mut names = Vec::new();
+        let mut cursor = b"0".to_vec();
+        loop {
+            let args: [&[u8]; 5] = [b"SSCAN", key.as_bytes(), &cursor, b"COUNT", page.as_bytes()];
+            let (next, items) = match self.command(&args)? {
+                Value::Array(mut v) if v.len() == 2 => match (v.pop(), v.pop()) {
+                    (Some(Value::Array(items)), Some(Value::Bulk(next))) => (next, items),
+                    _ => return Err(scan_protocol()),
+                },
+                _ => return Err(scan_protocol()),
+            };
+            for v in items {
+                if let Value::Bulk(b) = v {
+                    match String::from_utf8(b) {
+                        Ok(n) if !n.is_empty() && n.len() <= ACCOUNT_NAME_LEN_MAX => names.push(n),
+                        _ => {}
+                    }
+                }
+            }
+            if next == b"0" || names.len() >= max {
+                names.sort_unstable();
+                names.dedup();
+                names.truncate(max);
+                return Ok(names);
+            }
+            cursor = next;
         }
     }
+}
+
+/// Names asked for per `SSCAN` page of the index set.
+pub const SCAN_PAGE: usize = 512;
+
+fn scan_protocol() -> FetchError {
+    FetchError::Redis(RedisError::Protocol("SSCAN did not answer [cursor, names]"))
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> FetchError {
@@ -270,14 +323,25 @@ fn resolve_tiers(text: &str, table: &InstrumentTable) -> Result<Vec<u8>, FetchEr
 
 /// [`AccountStore`] behind the Redis circuit breaker: what the refresher
 /// uses in production. Single owner (the refresher thread).
+///
+/// Besides the breaker's rate rule, `breaker_consecutive_failures` failed
+/// calls in a row (no success between) open it at once
+/// ([`CircuitBreaker::trip`]): the refresher backs off after each failure,
+/// so under a dead or blackholed Redis it makes too few calls for the rate
+/// rule's `minimum_calls` to fill its window (see `docs/refdata.md`).
+/// Every breaker transition is logged.
 #[derive(Debug)]
 pub struct GuardedStore {
     store: AccountStore,
     breaker: CircuitBreaker,
     stats: Arc<RefDataStats>,
+    consecutive_max: u32,
+    consecutive: u32,
 }
 
 impl GuardedStore {
+    /// Validates `cfg` and builds the pool (no connection yet) and the
+    /// breaker. Errors: the setting that is refused.
     pub fn new(
         cfg: &RedisConfig,
         table: InstrumentTable,
@@ -288,17 +352,22 @@ impl GuardedStore {
             store: AccountStore::new(cfg, table),
             breaker: CircuitBreaker::new(cfg.breaker_config())?,
             stats,
+            consecutive_max: cfg.breaker_consecutive_failures,
+            consecutive: 0,
         })
     }
 
+    /// The plain store (pool and key layout).
     pub fn store(&self) -> &AccountStore {
         &self.store
     }
 
+    /// The breaker, for operator actions and tests.
     pub fn breaker(&mut self) -> &mut CircuitBreaker {
         &mut self.breaker
     }
 
+    /// The breaker's counters, for /metrics.
     pub fn breaker_stats(&self) -> Arc<BreakerStats> {
         self.breaker.stats()
     }
@@ -310,10 +379,12 @@ impl GuardedStore {
         op: impl FnOnce(&AccountStore) -> Result<T, FetchError>,
         outcome: impl FnOnce(&Result<T, FetchError>, u64) -> Outcome,
     ) -> (Result<T, FetchError>, u64) {
+        let before = self.breaker.state(now_ns);
         let permit = match self.breaker.try_acquire(now_ns) {
             Ok(p) => p,
             Err(refused) => {
                 self.stats.redis_not_permitted.fetch_add(1, Relaxed);
+                self.log_transition(before, now_ns);
                 return (Err(FetchError::NotPermitted(refused)), 0);
             }
         };
@@ -325,7 +396,44 @@ impl GuardedStore {
         // Recorded at the injected `now_ns` (tests drive the breaker's
         // windows with a manual clock while the I/O takes real time).
         self.breaker.record(permit, o, now_ns);
+        self.count_consecutive(o, now_ns);
+        self.log_transition(before, now_ns);
         (result, duration_ns)
+    }
+
+    /// The consecutive-failures rule (0 = off).
+    fn count_consecutive(&mut self, o: Outcome, now_ns: u64) {
+        match o {
+            Outcome::Success { .. } => self.consecutive = 0,
+            Outcome::Failure { .. } => {
+                self.consecutive = self.consecutive.saturating_add(1);
+                let k = self.consecutive_max;
+                if k > 0 && self.consecutive >= k && self.breaker.trip(now_ns) {
+                    self.consecutive = 0;
+                }
+            }
+            Outcome::Ignored => {}
+        }
+    }
+
+    fn log_transition(&mut self, before: BreakerState, now_ns: u64) {
+        let after = self.breaker.state(now_ns);
+        if after == before {
+            return;
+        }
+        if after == BreakerState::Open {
+            tracing::warn!(
+                from = before.name(),
+                to = after.name(),
+                "reference data: Redis breaker opened; cached accounts keep serving"
+            );
+        } else {
+            tracing::info!(
+                from = before.name(),
+                to = after.name(),
+                "reference data: Redis breaker changed state"
+            );
+        }
     }
 }
 
@@ -340,5 +448,18 @@ impl AccountFetch for GuardedStore {
             Err(e) => classify(&Err(e.clone()), d),
         };
         self.guarded(now_ns, |s| s.list(max), outcome).0
+    }
+
+    fn probe(&mut self, now_ns: u64) -> Result<(), FetchError> {
+        let outcome = |r: &Result<(), FetchError>, d| match r {
+            Ok(()) => Outcome::Success { duration_ns: d },
+            Err(e) => classify(&Err(e.clone()), d),
+        };
+        let ping = |s: &AccountStore| s.command(&[b"PING"]).map(|_| ());
+        self.guarded(now_ns, ping, outcome).0
+    }
+
+    fn wants_probe(&mut self, now_ns: u64) -> bool {
+        self.breaker.state(now_ns) == BreakerState::HalfOpen
     }
 }

@@ -12,13 +12,17 @@ use crate::resilience::Outcome;
 /// ([`super::RefData::breaker_stats`], [`super::RefData::pool_stats`]).
 #[derive(Debug, Default)]
 pub struct RefDataStats {
+    /// Lookups answered with an account.
     pub lookups_found: AtomicU64,
+    /// Lookups answered "no such account".
     pub lookups_not_found: AtomicU64,
+    /// Lookups answered "not known now" (the logon is refused busy).
     pub lookups_unavailable: AtomicU64,
     /// Lookups answered from a fresh entry.
     pub cache_hits: AtomicU64,
     /// Lookups answered from an expired entry within `max_stale_ms`.
     pub stale_served: AtomicU64,
+    /// Lookups with no usable entry (a fill is requested).
     pub cache_misses: AtomicU64,
     /// Refresh requests queued because XFetch chose to refresh early.
     pub refresh_requests_early: AtomicU64,
@@ -35,54 +39,104 @@ pub struct RefDataStats {
     /// Completed fetches by why they were asked for: misses and prefetch,
     /// XFetch early refreshes, refreshes of expired entries.
     pub fills: AtomicU64,
+    /// See `fills`.
     pub refreshes_early: AtomicU64,
+    /// See `fills`.
     pub refreshes_expired: AtomicU64,
     /// Entries removed to make room (cache at `entries_max`).
     pub evictions: AtomicU64,
+    /// Redis calls that returned an account (or the index set, or PONG).
     pub redis_ok: AtomicU64,
+    /// Redis calls that found no such key.
     pub redis_not_found: AtomicU64,
+    /// Records refused as invalid, including replies over the client's limits.
     pub redis_invalid_record: AtomicU64,
+    /// Calls that ran into the connect or command timeout.
     pub redis_timeouts: AtomicU64,
+    /// Calls that failed on the connection (refused, reset, closed).
     pub redis_connection_errors: AtomicU64,
+    /// Calls that failed otherwise (protocol, server error).
     pub redis_other_errors: AtomicU64,
+    /// Calls that found no free pooled connection in time.
     pub redis_checkout_timeouts: AtomicU64,
     /// Calls the breaker refused.
     pub redis_not_permitted: AtomicU64,
     /// Times the refresher backed off after a failure.
     pub refresher_backoffs: AtomicU64,
+    /// Health probes (`PING`) the refresher sent while it had nothing else
+    /// to ask.
+    pub probes: AtomicU64,
+    /// Live sessions whose withdrawn (symbol, tier) subscriptions the
+    /// gateway ended after their account changed.
+    pub revoked_unsubscribed: AtomicU64,
+    /// Live sessions the gateway ended with Disconnect(auth): account
+    /// deleted, made invalid, or its session's default tier withdrawn.
+    pub revoked_disconnected: AtomicU64,
 }
 
 /// A plain copy of [`RefDataStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RefDataSnapshot {
+    /// [`RefDataStats::lookups_found`].
     pub lookups_found: u64,
+    /// [`RefDataStats::lookups_not_found`].
     pub lookups_not_found: u64,
+    /// [`RefDataStats::lookups_unavailable`].
     pub lookups_unavailable: u64,
+    /// [`RefDataStats::cache_hits`].
     pub cache_hits: u64,
+    /// [`RefDataStats::stale_served`].
     pub stale_served: u64,
+    /// [`RefDataStats::cache_misses`].
     pub cache_misses: u64,
+    /// [`RefDataStats::refresh_requests_early`].
     pub refresh_requests_early: u64,
+    /// [`RefDataStats::refresh_requests_expired`].
     pub refresh_requests_expired: u64,
+    /// [`RefDataStats::fill_requests`].
     pub fill_requests: u64,
+    /// [`RefDataStats::requests_coalesced`].
     pub requests_coalesced: u64,
+    /// [`RefDataStats::requests_dropped`].
     pub requests_dropped: u64,
+    /// [`RefDataStats::entries_written`].
     pub entries_written: u64,
+    /// [`RefDataStats::fills`].
     pub fills: u64,
+    /// [`RefDataStats::refreshes_early`].
     pub refreshes_early: u64,
+    /// [`RefDataStats::refreshes_expired`].
     pub refreshes_expired: u64,
+    /// [`RefDataStats::evictions`].
     pub evictions: u64,
+    /// [`RefDataStats::redis_ok`].
     pub redis_ok: u64,
+    /// [`RefDataStats::redis_not_found`].
     pub redis_not_found: u64,
+    /// [`RefDataStats::redis_invalid_record`].
     pub redis_invalid_record: u64,
+    /// [`RefDataStats::redis_timeouts`].
     pub redis_timeouts: u64,
+    /// [`RefDataStats::redis_connection_errors`].
     pub redis_connection_errors: u64,
+    /// [`RefDataStats::redis_other_errors`].
     pub redis_other_errors: u64,
+    /// [`RefDataStats::redis_checkout_timeouts`].
     pub redis_checkout_timeouts: u64,
+    /// [`RefDataStats::redis_not_permitted`].
     pub redis_not_permitted: u64,
+    /// [`RefDataStats::refresher_backoffs`].
     pub refresher_backoffs: u64,
+    /// [`RefDataStats::probes`].
+    pub probes: u64,
+    /// [`RefDataStats::revoked_unsubscribed`].
+    pub revoked_unsubscribed: u64,
+    /// [`RefDataStats::revoked_disconnected`].
+    pub revoked_disconnected: u64,
 }
 
 impl RefDataStats {
+    /// Every counter, read once (`Relaxed`; not one instant).
     pub fn snapshot(&self) -> RefDataSnapshot {
         let l = |a: &AtomicU64| a.load(Relaxed);
         RefDataSnapshot {
@@ -111,6 +165,9 @@ impl RefDataStats {
             redis_checkout_timeouts: l(&self.redis_checkout_timeouts),
             redis_not_permitted: l(&self.redis_not_permitted),
             refresher_backoffs: l(&self.refresher_backoffs),
+            probes: l(&self.probes),
+            revoked_unsubscribed: l(&self.revoked_unsubscribed),
+            revoked_disconnected: l(&self.revoked_disconnected),
         }
     }
 

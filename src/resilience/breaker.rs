@@ -183,6 +183,37 @@ impl BreakerConfig {
         let hw = self.half_open_max_wait_ms;
         check_range("half_open_max_wait_ms", hw, self.call_timeout_ms, ms_max)
     }
+
+    /// Refuses a window the caller can never fill: a caller that, while its
+    /// dependency fails, makes at most one call per `cycle_ms` (its longest
+    /// timeout plus its backoff cap) must get `minimum_calls` failures into
+    /// a time window of `window_s`, or the rate rule can never open the
+    /// breaker. A count window holds the last N calls however slow they
+    /// come, so it always fits. A caller with a consecutive-failures rule
+    /// of its own (see [`CircuitBreaker::trip`]) need not call this.
+    ///
+    /// Errors: [`ConfigError::Invalid`] naming `minimum_calls`, with the
+    /// arithmetic in the reason.
+    pub fn check_can_open(&self, cycle_ms: u64) -> Result<(), ConfigError> {
+        let WindowKind::Time { window_s } = self.window else {
+            return Ok(());
+        };
+        let need_ms = u64::from(self.minimum_calls).saturating_mul(cycle_ms);
+        let window_ms = u64::from(window_s) * 1_000;
+        if need_ms > window_ms {
+            return Err(invalid(
+                "minimum_calls",
+                format!(
+                    "the breaker can never open: {} failures at one per up to {cycle_ms} ms \
+                     (the caller's longest timeout plus its backoff cap) need {need_ms} ms, \
+                     more than the {window_s}-s window; lower minimum_calls, widen the window \
+                     or set a consecutive-failures rule",
+                    self.minimum_calls
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Breaker states. The discriminant is what [`BreakerStats`] exports

@@ -22,6 +22,7 @@ impl Service {
             if let Some(b) = g.shared.refdata.breaker_stats() {
                 register_breaker(r, "redis", b)?;
             }
+            crate::refdata::metrics::register(r, &g.shared.refdata)?;
         }
         if let Some(fix) = &self.fix {
             for p in &fix.providers {
@@ -50,9 +51,13 @@ impl Service {
         let h = &self.pipeline.handles;
         for (name, f) in &h.feeds {
             let (a, b, c) = (f.clone(), f.clone(), f.clone());
-            r.register_counter_fn(m::TICKS_RECEIVED, &[("provider", name)], move || {
-                a.pushed.get()
-            })?;
+            // The FIX feed carries every FIX LP: its ticks are counted per
+            // configured LP name by the FIX families instead.
+            if !(name == "fix" && self.fix.is_some()) {
+                r.register_counter_fn(m::TICKS_RECEIVED, &[("provider", name)], move || {
+                    a.pushed.get()
+                })?;
+            }
             r.register_counter_fn(
                 m::DROPS,
                 &[("reason", &format!("feed_ring_full_{name}"))],
@@ -205,7 +210,9 @@ pub(crate) fn register_breaker(
         )?;
     }
     let (a, b, c) = (stats.clone(), stats.clone(), stats);
-    let ratio = |pct: f64| if pct < 0.0 { 0.0 } else { pct / 100.0 };
+    // -1 (not enough calls to decide) passes through as -1, not 0: a rate
+    // that "falls" to 0 mid-outage would read as recovery.
+    let ratio = |pct: f64| if pct < 0.0 { -1.0 } else { pct / 100.0 };
     r.register_gauge_fn(
         m::BREAKER_FAILURE_RATE,
         &[("dependency", dependency)],

@@ -30,7 +30,7 @@ use crate::ops::metrics::{SharedHistogram, LATENCY_BUCKETS_S};
 use crate::ops::{
     Health, OpsServer, Registry, SignalCallbacks, SignalWatcher, DEFAULT_LIVENESS_STALE_MS,
 };
-use crate::refdata::{RefData, RefDataConfig};
+use crate::refdata::{RefData, RefDataConfig, RefDataFile};
 use crate::runtime::latency::{LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
 use crate::service::{Service, ServiceConfig};
 use lifecycle::{report_loop, shutdown};
@@ -187,7 +187,9 @@ fn start_service(
     let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
     let mut fix = None;
     if !config.fix.is_empty() {
-        let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), args.seed)
+        // Reconnect jitter from the OS's entropy, not `--seed`: a fleet
+        // restarted together must not reconnect to its LPs in step.
+        let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), rand::random())
             .map_err(|e| format!("FIX providers: {e}"))?;
         fix = Some((feed.health_slot(), feed.stats()));
         tracing::info!(
@@ -222,18 +224,28 @@ fn start_service(
 }
 
 fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
+    // `[refdata]` is checked with or without `--redis`: a typo is refused
+    // at start, not when Redis is switched on.
+    let file = RefDataFile::from_table(&config.refdata)
+        .and_then(|f| f.check().map(|()| f))
+        .map_err(|e| format!("[refdata]: {e}"))?;
     let Some(url) = &args.redis else {
         return Ok(None);
     };
-    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {url}: {e}"))?;
-    let rd = RefData::start_redis(
-        &cfg,
-        config.table.clone(),
-        Arc::new(MonotonicClock),
-        args.seed,
-    )
-    .map_err(|e| format!("--redis {url}: {e}"))?;
-    tracing::info!(url = %url, "accounts from Redis");
+    // The URL may carry a password: only its redacted form is shown.
+    let shown = crate::refdata::settings::redact_url(url);
+    let mut cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    file.apply(&mut cfg)
+        .map_err(|e| format!("[refdata]: {e}"))?;
+    let rd = RefData::start_redis(&cfg, config.table.clone(), Arc::new(MonotonicClock))
+        .map_err(|e| format!("--redis {shown}: {e}"))?;
+    tracing::info!(
+        url = %shown,
+        ttl_ms = cfg.cache.ttl_ms,
+        io_timeout_ms = cfg.redis.io_timeout_ms,
+        breaker_consecutive_failures = cfg.redis.breaker_consecutive_failures,
+        "accounts from Redis"
+    );
     Ok(Some(Arc::new(rd)))
 }
 

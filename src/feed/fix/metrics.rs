@@ -21,6 +21,7 @@ pub const FAMILIES: &[&str] = &[
     m::PROVIDER_HEALTHY,
     m::PROVIDER_STATE,
     m::FIX_QUOTES,
+    m::TICKS_RECEIVED,
     m::FIX_SLOW_QUOTES,
     m::FIX_CONNECTS,
     m::FIX_TIMEOUTS,
@@ -130,6 +131,14 @@ pub fn register(r: &Registry, stats: &FixFeedStats, wall: Arc<dyn Clock>) -> Res
     for p in &stats.providers {
         let name = p.name.as_str();
         health(r, name, &p.health)?;
+        // Every quote of this LP is one tick offered to the engine ring.
+        counter(
+            r,
+            m::TICKS_RECEIVED,
+            &[("provider", name)],
+            &p.session,
+            |s| s.quotes,
+        )?;
         for &(family, f) in PLAIN {
             counter(r, family, &[("provider", name)], &p.session, f)?;
         }

@@ -35,6 +35,15 @@ impl Session {
         self.acct.as_ref()
     }
 
+    /// The account's record changed in the reference data: later requests
+    /// are checked against `acct` (the shard has already ended what it
+    /// withdrew). No effect on a session that is not logged on.
+    pub fn replace_acct(&mut self, acct: Arc<Account>) {
+        if self.acct.is_some() {
+            self.acct = Some(acct);
+        }
+    }
+
     /// The session id given at logon (0 before).
     pub fn session_id(&self) -> u64 {
         self.session_id

@@ -215,6 +215,26 @@ pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
 /// Calls refused without trying because the breaker was open or half-open and
 /// full (counter, by `dependency`).
 pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
+/// Account lookups at logon by answer (counter, by `result`).
+pub const REFDATA_LOOKUPS: &str = "pricewire_refdata_lookups_total";
+/// Reference-data cache events (counter, by `event`).
+pub const REFDATA_CACHE_EVENTS: &str = "pricewire_refdata_cache_events_total";
+/// Completed account fetches by why they were asked for (counter, by `reason`).
+pub const REFDATA_FETCHES: &str = "pricewire_refdata_fetches_total";
+/// Redis calls by outcome (counter, by `outcome`).
+pub const REFDATA_REDIS_CALLS: &str = "pricewire_refdata_redis_calls_total";
+/// Times the refresher backed off after a failed or refused Redis call (counter).
+pub const REFDATA_BACKOFFS: &str = "pricewire_refdata_backoffs_total";
+/// Health probes (PING) the refresher sent while idle (counter).
+pub const REFDATA_PROBES: &str = "pricewire_refdata_probes_total";
+/// Accounts and negative entries in the reference-data cache (gauge).
+pub const REFDATA_ENTRIES: &str = "pricewire_refdata_cached_entries";
+/// Redis pool connections by state (gauge, by `state`).
+pub const REFDATA_POOL_CONNECTIONS: &str = "pricewire_refdata_pool_connections";
+/// Redis pool events (counter, by `event`).
+pub const REFDATA_POOL_EVENTS: &str = "pricewire_refdata_pool_events_total";
+/// Live sessions changed by a revocation, by action (counter, by `action`).
+pub const REFDATA_REVOCATIONS: &str = "pricewire_refdata_revocations_total";
 /// Age of the oldest tick accepted but not yet written to the capture file (gauge).
 pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
 /// Ticks not recorded because the recorder ring was full (the feed never waits)
@@ -342,11 +362,32 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(BREAKER_STATE, &["dependency", "state"], "boolean", "resilience",
         "1 for the circuit breaker's current state (closed, open, half_open), 0 for the others"),
     gauge(BREAKER_FAILURE_RATE, &["dependency"], "ratio", "resilience",
-        "Failure rate over the breaker's time window, 0..1"),
+        "Failure rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls (no decision possible)"),
     gauge(BREAKER_SLOW_CALL_RATE, &["dependency"], "ratio", "resilience",
-        "Slow-call rate over the breaker's time window, 0..1"),
+        "Slow-call rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls"),
     counter(BREAKER_NOT_PERMITTED, &["dependency"], "calls", "resilience",
         "Calls refused without trying because the breaker was open or half-open and full"),
+    // reference data (src/refdata/metrics.rs; only with --redis)
+    counter(REFDATA_LOOKUPS, &["result"], "lookups", "refdata",
+        "Account lookups at logon by answer: found, not_found, unavailable"),
+    counter(REFDATA_CACHE_EVENTS, &["event"], "events", "refdata",
+        "Cache events: hit (fresh), stale_served (expired, within max_stale_ms), miss, eviction, request_coalesced, request_dropped"),
+    counter(REFDATA_FETCHES, &["reason"], "fetches", "refdata",
+        "Completed account fetches by why they were asked for: fill (miss or prefetch), early (XFetch), expired"),
+    counter(REFDATA_REDIS_CALLS, &["outcome"], "calls", "refdata",
+        "Redis calls by outcome: ok, not_found, invalid_record (incl. over the reply limits), timeout, connection_error, other_error, checkout_timeout, not_permitted (breaker)"),
+    counter(REFDATA_BACKOFFS, &[], "events", "refdata",
+        "Times the refresher backed off after a failed or refused Redis call"),
+    counter(REFDATA_PROBES, &[], "calls", "refdata",
+        "Health probes (PING) the refresher sent while it had nothing else to ask"),
+    gauge(REFDATA_ENTRIES, &[], "entries", "refdata",
+        "Accounts (and negative entries) in the reference-data cache"),
+    gauge(REFDATA_POOL_CONNECTIONS, &["state"], "connections", "refdata",
+        "Redis pool connections: idle, in_use"),
+    counter(REFDATA_POOL_EVENTS, &["event"], "events", "refdata",
+        "Redis pool events: checkout, checkout_timeout, connect, connect_failure, discarded (after an error)"),
+    counter(REFDATA_REVOCATIONS, &["action"], "sessions", "refdata",
+        "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or made invalid: Disconnect(auth))"),
     // capture
     gauge(RECORDER_LAG, &[], "seconds", "capture",
         "Age of the oldest tick accepted but not yet written to the capture file"),

@@ -503,3 +503,36 @@ fn trip_opens_only_a_closed_breaker_and_recovery_runs_its_course() {
         1
     );
 }
+
+#[test]
+fn can_open_check_refuses_a_window_the_caller_cannot_fill() {
+    // The Redis refresher before its consecutive-failures rule: 20 calls
+    // at one per 10.75 s (cap 10 s + 500 + 250 ms) in a 30-s window.
+    let c = BreakerConfig::default();
+    let e = c.check_can_open(10_750).unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Invalid { key: "minimum_calls", reason } if reason.contains("215000 ms")),
+        "{e}"
+    );
+    // 20 calls at one per 1.5 s fit 30 s exactly.
+    c.check_can_open(1_500).unwrap();
+    // A count window always fits.
+    let count = BreakerConfig {
+        window: WindowKind::Count { calls: 20 },
+        ..c
+    };
+    count.check_can_open(u64::MAX).unwrap();
+}
+
+#[test]
+fn rates_read_minus_one_below_minimum_calls_and_while_open() {
+    let clock = ManualClock::new(0);
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    let stats = b.stats();
+    assert_eq!(stats.snapshot().failure_rate_pct, -1.0);
+    call(&mut b, fail(1), clock.now_ns());
+    let s = stats.snapshot();
+    assert_eq!((s.failure_rate_pct, s.slow_call_rate_pct), (-1.0, -1.0));
+    assert!(b.trip(clock.now_ns()));
+    assert_eq!(stats.snapshot().failure_rate_pct, -1.0);
+}

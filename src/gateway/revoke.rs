@@ -1,0 +1,156 @@
+//! Revocation reaches live sessions: every [`REVALIDATE_NS`] a shard
+//! re-checks the logged-on sessions among up to [`REVALIDATE_BATCH`] of its
+//! connection slots (round robin over the slots in use) against the reference data ([`RefData::recheck`]), off
+//! the price path (in the shard's sweep, only with `--redis`).
+//!
+//! - Account deleted, or its record now invalid: `Disconnect(auth)`.
+//! - The session's default tier withdrawn: `Disconnect(auth)` (every
+//!   request naming the default tier would be refused).
+//! - A symbol or a tier withdrawn: each (symbol, tier) the session holds
+//!   that the account may no longer see is unsubscribed and announced in
+//!   an unsolicited SubscribeResponse with `requestId` 0 and status
+//!   `not_entitled` or `tier_not_entitled`; no more prices follow for it.
+//! - Anything else (a new token, more symbols): the session keeps going
+//!   with the new record.
+//!
+//! The bound from a change in Redis to the session is in
+//! `docs/refdata.md` ("Revocation"): the entry's jittered TTL, one
+//! refresh, and one revalidation round.
+//!
+//! [`RefData::recheck`]: crate::refdata::RefData::recheck
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::shard::Shard;
+use crate::config::Account;
+use crate::refdata::Recheck;
+use crate::wire::{DisconnectReason, Name16, SubscribeResult, SubscribeStatus};
+
+/// How often a shard starts a revalidation round.
+pub const REVALIDATE_NS: u64 = 1_000_000_000;
+/// Connection slots visited per round; a shard with more slots in use
+/// takes several rounds (the slots are visited in turn).
+pub const REVALIDATE_BATCH: usize = 1_024;
+/// Entries per unsolicited SubscribeResponse.
+const RESULTS_PER_FRAME: usize = 64;
+/// The `requestId` of a SubscribeResponse no request asked for (a
+/// withdrawal); clients number their requests from 1 (`docs/protocol.md`).
+pub const UNSOLICITED_REQUEST_ID: u64 = 0;
+
+impl Shard {
+    /// One revalidation round if one is due (see the module docs).
+    pub(super) fn revalidate(&mut self, now: u64) {
+        if now < self.next_revalidate_ns || !self.shared.refdata.is_redis() {
+            return;
+        }
+        self.next_revalidate_ns = now + REVALIDATE_NS;
+        let end = self.slab.live_end;
+        if end == 0 {
+            return;
+        }
+        let stats = self.shared.refdata.stats();
+        let count = || {
+            let d = stats.revoked_disconnected.load(Relaxed);
+            (d, stats.revoked_unsubscribed.load(Relaxed))
+        };
+        let before = count();
+        for _ in 0..end.min(REVALIDATE_BATCH) {
+            let i = self.revalidate_cursor % end;
+            self.revalidate_cursor = i + 1;
+            self.revalidate_one(i, now);
+        }
+        // One line per round, however many sessions one change touched
+        // (each session's own line is at debug level).
+        let after = count();
+        if after != before {
+            tracing::info!(
+                disconnected = after.0 - before.0,
+                unsubscribed = after.1 - before.1,
+                "reference data changed: live sessions revoked (Disconnect(auth)) or unsubscribed"
+            );
+        }
+    }
+
+    fn revalidate_one(&mut self, i: usize, now: u64) {
+        let Some(held) = self.slab.conns[i]
+            .as_ref()
+            .filter(|c| c.session.is_active())
+            .and_then(|c| c.session.acct().cloned())
+        else {
+            return;
+        };
+        match self.shared.refdata.recheck(&held, now) {
+            Recheck::Same => {}
+            Recheck::Gone => self.revoke_session(i, &held, "account withdrawn", now),
+            Recheck::Changed(new) => self.apply_change(i, &held, new, now),
+        }
+    }
+
+    fn revoke_session(&mut self, i: usize, held: &Account, why: &str, now: u64) {
+        tracing::debug!(account = %held.name, reason = why, "session ended: Disconnect(auth)");
+        let stats = self.shared.refdata.stats();
+        stats.revoked_disconnected.fetch_add(1, Relaxed);
+        self.disconnect(i, DisconnectReason::AUTH, 0, why, now);
+    }
+
+    fn apply_change(&mut self, i: usize, held: &Account, new: Arc<Account>, now: u64) {
+        let tiers = self.fanout.tiers;
+        let Some(conn) = self.slab.conns[i].as_mut() else {
+            return;
+        };
+        if !new.entitled_tier(conn.session.default_tier()) {
+            return self.revoke_session(i, held, "default tier withdrawn", now);
+        }
+        let withdrawn: Vec<(usize, u16, SubscribeStatus)> = conn
+            .subs
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, sub)| {
+                let (symbol, tier) = (sub.key as usize / tiers, sub.key as usize % tiers);
+                let symbol = symbol as u16;
+                if !new.entitled_symbol(symbol) {
+                    Some((slot, symbol, SubscribeStatus::NOT_ENTITLED))
+                } else if !new.entitled_tier(tier as u8) {
+                    Some((slot, symbol, SubscribeStatus::TIER_NOT_ENTITLED))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        conn.session.replace_acct(new);
+        if withdrawn.is_empty() {
+            return;
+        }
+        // Descending slots: a swap-remove only moves an entry already seen.
+        for &(slot, _, _) in withdrawn.iter().rev() {
+            self.fanout.remove(&mut self.slab, i, slot);
+        }
+        tracing::debug!(
+            account = %held.name,
+            unsubscribed = withdrawn.len(),
+            "entitlements withdrawn: subscriptions ended"
+        );
+        let stats = self.shared.refdata.stats();
+        stats.revoked_unsubscribed.fetch_add(1, Relaxed);
+        for chunk in withdrawn.chunks(RESULTS_PER_FRAME) {
+            self.results.clear();
+            for &(_, symbol, status) in chunk {
+                let name = self
+                    .shared
+                    .config
+                    .table
+                    .get(symbol)
+                    .and_then(|inst| Name16::new(&inst.name).ok())
+                    .unwrap_or_default();
+                self.results.push(SubscribeResult {
+                    symbol_id: symbol,
+                    name,
+                    status,
+                });
+            }
+            self.send_subscribe_response(i, UNSOLICITED_REQUEST_ID);
+        }
+        self.queue_write(i);
+    }
+}
