@@ -41,17 +41,17 @@ pub const DEFAULT_GRACE_MS: u64 = 25_000;
 /// exceed drain delay by at least this much.
 pub const MIN_SHUTDOWN_WORK_MS: u64 = 1_000;
 /// Default per-step budgets of the standard plan.
-pub const DEFAULT_STOP_ACCEPTING_BUDGET_MS: u64 = 1_000;
+pub(crate) const DEFAULT_STOP_ACCEPTING_BUDGET_MS: u64 = 1_000;
 /// Default budget of finishing in-flight requests.
-pub const DEFAULT_IN_FLIGHT_BUDGET_MS: u64 = 5_000;
+pub(crate) const DEFAULT_IN_FLIGHT_BUDGET_MS: u64 = 5_000;
 /// Default budget of flushing outbound buffers.
-pub const DEFAULT_FLUSH_OUTBOUND_BUDGET_MS: u64 = 3_000;
+pub(crate) const DEFAULT_FLUSH_OUTBOUND_BUDGET_MS: u64 = 3_000;
 /// Default budget of disconnecting every subscriber.
-pub const DEFAULT_DISCONNECT_BUDGET_MS: u64 = 3_000;
+pub(crate) const DEFAULT_DISCONNECT_BUDGET_MS: u64 = 3_000;
 /// Default budget of flushing and closing the recorder.
-pub const DEFAULT_RECORDER_BUDGET_MS: u64 = 5_000;
+pub(crate) const DEFAULT_RECORDER_BUDGET_MS: u64 = 5_000;
 /// How often a `NotYet` step is polled again.
-pub const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
+pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
 /// Retry-after range given to subscribers on shutdown: each gets a value in
 /// `[min, min + spread]` so they return to the other instances spread out,
 /// not all in the same second.
@@ -195,7 +195,7 @@ impl ShutdownReport {
     }
 
     /// True when no step was cut and no second signal came.
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.exit_code == EXIT_CLEAN
     }
 }
@@ -428,7 +428,7 @@ impl Default for ShutdownBudgets {
 }
 
 /// Step names of the standard plan, in order.
-pub const STANDARD_STEPS: [&str; 7] = [
+pub(crate) const STANDARD_STEPS: [&str; 7] = [
     "readiness_off",
     "drain_delay",
     "stop_accepting",

@@ -228,7 +228,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// `--role` and the bus flags, checked against the other flags.
-    pub fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, String> {
+    pub(crate) fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, String> {
         self.bus.bus_role(&crate::cli::bus_args::RoleFacts {
             threading: self.threading,
             listens: !self.gateway.no_listen,
@@ -260,7 +260,7 @@ impl ServeArgs {
     }
 
     /// `--shards`, or its default for the threading.
-    pub fn shard_count(&self) -> usize {
+    pub(crate) fn shard_count(&self) -> usize {
         self.shards.unwrap_or_else(|| match self.threading {
             Threading::Shared => crate::runtime::affinity::available_cores()
                 .len()

@@ -69,7 +69,7 @@ impl Keepalive {
     }
 
     /// Takes one of this second's quote Rejects; false when they are used up.
-    pub fn take_quote_reject(&mut self, now_ns: u64) -> bool {
+    pub(crate) fn take_quote_reject(&mut self, now_ns: u64) -> bool {
         // A window opens at the first Reject after the last one closed.
         if self.rejects_in_window > 0
             && now_ns.saturating_sub(self.rejects_window_ns) >= 1_000_000_000
