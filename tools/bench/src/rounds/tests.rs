@@ -52,23 +52,7 @@ fn spread_takes_the_middle() {
 
 #[test]
 fn medians_and_duels_over_rounds() {
-    let rows = read_rows(&lines(&[
-        row("floor", "s-r1", 50.0, 2000.0),
-        row("pricewire", "s-r1", 40.0, 1500.0),
-        row("redis", "s-r1", 60.0, 1000.0),
-        row("floor", "s-r2", 52.0, 2100.0),
-        row("pricewire", "s-r2", 41.0, 1600.0),
-        row("redis", "s-r2", 61.0, 1700.0),
-        row("pricewire", "s-r3", 45.0, 3000.0),
-        row("redis", "s-r3", 30.0, 2500.0),
-        // Sweeps are not rounds.
-        row("redis", "sweep-10000", 1.0, 1.0),
-        // Another scenario, a single run.
-        row("pricewire", "other", 7.0, 70.0),
-    ]))
-    .unwrap();
-    assert_eq!(rows.len(), 9);
-    let sc = summarize_rows(None, &rows).unwrap();
+    let sc = three_rounds_and_a_single_run();
     assert_eq!(sc.len(), 2);
     assert_eq!(sc[0].scenario, "s");
     assert_eq!(sc[1].scenario, "other");
@@ -109,6 +93,11 @@ fn medians_and_duels_over_rounds() {
     // The floor ran two rounds: only those pair.
     let f = vs("floor");
     assert_eq!((f.paired_rounds, f.p50_lower, f.p999_lower), (2, 2, 2));
+}
+
+#[test]
+fn rendered_rounds_rank_pricewire_before_the_floor() {
+    let sc = three_rounds_and_a_single_run();
     let text = render(&sc);
     assert!(text.contains("### s — 3 round(s)"), "{text}");
     assert!(
@@ -143,6 +132,28 @@ fn medians_and_duels_over_rounds() {
     );
     // A scenario without the floor has no floor section.
     assert!(!render(&sc[1..]).contains("cannot rank"));
+}
+
+/// Scenario `s`: three rounds of pricewire and redis, two of the floor,
+/// and a sweep row; scenario `other`: one run.
+fn three_rounds_and_a_single_run() -> Vec<ScenarioRounds> {
+    let rows = read_rows(&lines(&[
+        row("floor", "s-r1", 50.0, 2000.0),
+        row("pricewire", "s-r1", 40.0, 1500.0),
+        row("redis", "s-r1", 60.0, 1000.0),
+        row("floor", "s-r2", 52.0, 2100.0),
+        row("pricewire", "s-r2", 41.0, 1600.0),
+        row("redis", "s-r2", 61.0, 1700.0),
+        row("pricewire", "s-r3", 45.0, 3000.0),
+        row("redis", "s-r3", 30.0, 2500.0),
+        // Sweeps are not rounds.
+        row("redis", "sweep-10000", 1.0, 1.0),
+        // Another scenario, a single run.
+        row("pricewire", "other", 7.0, 70.0),
+    ]))
+    .unwrap();
+    assert_eq!(rows.len(), 9);
+    summarize_rows(None, &rows).unwrap()
 }
 
 #[test]
