@@ -156,8 +156,9 @@ fn three_rounds_and_a_single_run() -> Vec<ScenarioRounds> {
     summarize_rows(None, &rows).unwrap()
 }
 
-#[test]
-fn counts_round_trip_exactly_and_pool() {
+/// Round 1: 999 values spread over 1..999 µs; round 2: 999 at 100 µs and
+/// one stall of 50 ms.
+fn two_rounds() -> (Histogram<u64>, Histogram<u64>) {
     let mut a = latency_histogram();
     let mut b = latency_histogram();
     for v in 1..=999u64 {
@@ -168,19 +169,32 @@ fn counts_round_trip_exactly_and_pool() {
         b.record(100_000).unwrap();
     }
     b.record(50_000_000).unwrap();
-    let mut back = latency_histogram();
-    add_counts(&mut back, &counts_text(&a)).unwrap();
-    assert_eq!(summarize(&back), summarize(&a));
+    (a, b)
+}
 
-    let dir = std::env::temp_dir().join(format!("pw-rounds-{}", std::process::id()));
+/// A fresh `name`d results folder with pricewire's two rounds and their
+/// counts files.
+fn first_folder(name: &str, a: &Histogram<u64>, b: &Histogram<u64>) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pw-rounds-{name}-{}", std::process::id()));
     write_folder(
         &dir,
         &[
             row("pricewire", "s-r1", 500.0, 998.0),
             row("pricewire", "s-r2", 100.0, 50_000.0),
         ],
-        &[("s-r1", &a), ("s-r2", &b)],
+        &[("s-r1", a), ("s-r2", b)],
     );
+    dir
+}
+
+#[test]
+fn counts_round_trip_exactly_and_pool() {
+    let (a, b) = two_rounds();
+    let mut back = latency_histogram();
+    add_counts(&mut back, &counts_text(&a)).unwrap();
+    assert_eq!(summarize(&back), summarize(&a));
+
+    let dir = first_folder("pool", &a, &b);
     let text = summarize_dir(&dir).unwrap();
     let mut rows = read_rows(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap()).unwrap();
     rows.iter_mut().for_each(|r| r.dir = dir.clone());
@@ -195,6 +209,13 @@ fn counts_round_trip_exactly_and_pool() {
     assert!(dir.join("rounds.md").exists());
     assert!(dir.join("pooled/hdr-s-pricewire.txt").exists());
 
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_second_folder_continues_the_rounds_and_the_pool() {
+    let (a, b) = two_rounds();
+    let dir = first_folder("second", &a, &b);
     // A second run of the same build: its rounds follow the first's
     // and its counts join the pool.
     // Redis ran only in the second folder's round 1 — round 3 of the
