@@ -584,25 +584,19 @@ fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
     assert!(bounded(Duration::from_secs(20), move || svc.stop()));
 }
 
-#[test]
-fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
-    // 5 % busy: quotes streamed as fast as a bridge sends them keep shard
-    // 0 (engine, ingest and four sessions) far above it; four logons and
-    // subscriptions take well under 2.5 ms of a 50-ms window.
-    let svc = start_filled(50);
-    let ingest = svc.ingest.as_ref().unwrap().local_addr;
-    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
-    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
-    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
-    let first = 500_000;
-    bridge.send(&[quote(eurusd, first)]).unwrap();
-    let subs = filled_subscribers(&svc, 4, &[eurusd], first, (&[], 0));
-    // The last quote's bid, once the sender knows it.
-    let last = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+/// Per subscriber a thread that reads EURUSD until the bid in `last`,
+/// allowing skips only on prices flagged conflated; each hands back its
+/// client.
+fn spawn_conflation_readers(
+    subs: Vec<Client>,
+    eurusd: u16,
+    first: i64,
+    last: &Arc<std::sync::atomic::AtomicI64>,
+) -> Vec<std::thread::JoinHandle<Client>> {
     let readers: Vec<_> = subs
         .into_iter()
         .map(|mut c| {
-            let last = last.clone();
+            let last = Arc::clone(last);
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(40);
                 let (mut bid, mut seq) = (first, 0u64);
@@ -629,6 +623,25 @@ fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
             })
         })
         .collect();
+    readers
+}
+
+#[test]
+fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
+    // 5 % busy: quotes streamed as fast as a bridge sends them keep shard
+    // 0 (engine, ingest and four sessions) far above it; four logons and
+    // subscriptions take well under 2.5 ms of a 50-ms window.
+    let svc = start_filled(50);
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 500_000;
+    bridge.send(&[quote(eurusd, first)]).unwrap();
+    let subs = filled_subscribers(&svc, 4, &[eurusd], first, (&[], 0));
+    // The last quote's bid, once the sender knows it.
+    let last = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+    let readers = spawn_conflation_readers(subs, eurusd, first, &last);
     let mut bid = first;
     let deadline = Instant::now() + Duration::from_secs(20);
     while stats[1].connections.get() < 2 && Instant::now() < deadline {
