@@ -52,9 +52,11 @@ pub(crate) const DEFAULT_DISCONNECT_BUDGET_MS: u64 = 3_000;
 pub(crate) const DEFAULT_RECORDER_BUDGET_MS: u64 = 5_000;
 /// How often a `NotYet` step is polled again.
 pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
-/// Retry-after range given to subscribers on shutdown: each gets a value in
-/// `[min, min + spread]` so they return to the other instances spread out,
-/// not all in the same second.
+/// Retry-after range for a shutdown notice drawn by [`RetryAfterJitter`]:
+/// each subscriber would get a value in `[min, min + spread]` so they return
+/// to the other instances spread out, not all in the same second. The
+/// service does not use it: the gateway draws its own jittered retry-after
+/// for Disconnect(shutdown).
 pub const DEFAULT_RETRY_AFTER_MIN_MS: u32 = 1_000;
 /// See [`DEFAULT_RETRY_AFTER_MIN_MS`].
 pub const DEFAULT_RETRY_AFTER_SPREAD_MS: u32 = 9_000;
@@ -349,8 +351,10 @@ impl Run<'_> {
     }
 }
 
-/// Jittered retry-after values for the shutdown notice: uniform in
+/// Jittered retry-after values for a shutdown notice: uniform in
 /// `[min_ms, min_ms + spread_ms]`. Seeded, so tests are deterministic.
+/// The service's disconnect step does not use it (the gateway draws its
+/// own); it is here for a step that sends the notices itself.
 #[derive(Debug, Clone)]
 pub struct RetryAfterJitter<R: Rng> {
     /// Smallest retry-after, in ms.
@@ -378,8 +382,7 @@ impl<R: Rng> RetryAfterJitter<R> {
 }
 
 /// The service's parts of the standard plan, each a step closure (see
-/// [`StepFn`]). The disconnect step receives its own [`RetryAfterJitter`]
-/// by capture.
+/// [`StepFn`]).
 pub struct ShutdownHooks {
     /// Step that stops accepting new subscriber connections.
     pub stop_accepting: StepFn,

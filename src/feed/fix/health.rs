@@ -76,7 +76,7 @@ impl ProviderState {
 
 /// Settings of the machine (from the session config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthConfig {
+pub(crate) struct HealthConfig {
     /// 0: never silent.
     pub quote_silence_ms: u64,
     /// Quotes after logon before the provider leaves probation.
@@ -87,7 +87,7 @@ pub struct HealthConfig {
 
 /// What the machine is told on every evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The feed breaker lets quotes in (closed or disabled).
     pub breaker_closed: bool,
     /// The session is logged on.
@@ -96,7 +96,7 @@ pub struct Inputs {
 
 /// The state machine of one provider.
 #[derive(Debug, Clone)]
-pub struct ProviderHealthMachine {
+pub(crate) struct ProviderHealthMachine {
     cfg: HealthConfig,
     state: ProviderState,
     up_since_ns: Option<u64>,
@@ -106,7 +106,7 @@ pub struct ProviderHealthMachine {
 
 impl ProviderHealthMachine {
     /// A machine in `Down`.
-    pub fn new(cfg: HealthConfig) -> Self {
+    pub(crate) fn new(cfg: HealthConfig) -> Self {
         ProviderHealthMachine {
             cfg,
             state: ProviderState::Down,
@@ -117,7 +117,7 @@ impl ProviderHealthMachine {
     }
 
     /// The state at the last evaluation.
-    pub fn state(&self) -> ProviderState {
+    pub(crate) fn state(&self) -> ProviderState {
         self.state
     }
 
@@ -141,7 +141,7 @@ impl ProviderHealthMachine {
 
     /// True while logged on with no quote for `quote_silence_ms` (counted
     /// from the logon when no quote has come since).
-    pub fn silent(&self, now_ns: u64) -> bool {
+    pub(crate) fn silent(&self, now_ns: u64) -> bool {
         let Some(up) = self.up_since_ns else {
             return false;
         };

@@ -26,7 +26,7 @@
 //!
 //! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
 //! ignored and counted, as FIX says; `garbled_max` garbled messages within
-//! `garbled_window_ms` tear the session down (see [`super::garble`]).
+//! `garbled_window_ms` tear the session down (see `feed::fix::garble`).
 //!
 //! **ResendRequest** is answered by one SequenceReset-GapFill: nothing we
 //! send is worth resending (session messages never are; a
