@@ -116,10 +116,12 @@ fn drive(addr: SocketAddr, first: usize, count: usize, tally: Arc<Tally>) -> Vec
     done
 }
 
-#[test]
-fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
-    net::raise_open_files_limit(2 * HERD + 256);
-    let (addr, ops_addr) = (net::free_addr(), net::free_addr());
+/// `pricewire serve` with two shards and the market-open limits under
+/// test: a herd far above the accept, logon and subscribe budgets.
+fn serve_with_market_open_limits(
+    addr: std::net::SocketAddr,
+    ops_addr: std::net::SocketAddr,
+) -> net::Server {
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args([
             "serve",
@@ -156,19 +158,19 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let server = net::Server(child);
-    let pid = server.0.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !net::ready(ops_addr) {
-        assert!(Instant::now() < deadline, "server never became ready");
-        std::thread::yield_now();
-    }
+    net::Server(child)
+}
 
-    // Steady subscribers, connected before the herd, read throughout.
-    let stop = Arc::new(AtomicBool::new(false));
-    let out_of_order = Arc::new(AtomicU64::new(0));
-    let received = Arc::new(AtomicU64::new(0));
-    let steady: Vec<_> = (0..STEADY)
+/// Subscribers of three symbols, each read by its own thread until `stop`,
+/// counting prices in `received` and gaps in `out_of_order`; each thread
+/// returns the sessions it lost other than by a server Disconnect.
+fn steady_subscribers(
+    addr: std::net::SocketAddr,
+    stop: &Arc<AtomicBool>,
+    out_of_order: &Arc<AtomicU64>,
+    received: &Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<u64>> {
+    (0..STEADY)
         .map(|k| {
             let mut c = Client::connect(client_config(addr, 10_000 + k as u64)).unwrap();
             c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "GBPUSD", "XAUUSD"])
@@ -195,10 +197,14 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
                 disconnects
             })
         })
-        .collect();
+        .collect()
+}
 
+/// The herd: `DRIVERS` threads log `HERD` clients on within
+/// `HERD_DEADLINE`; returns the clients, the time taken and the server's
+/// largest RSS seen meanwhile, in KiB.
+fn herd(addr: std::net::SocketAddr, pid: u32, tally: &Arc<Tally>) -> (Vec<Client>, Duration, u64) {
     let herd_start = Instant::now();
-    let tally = Arc::new(Tally::default());
     let drivers: Vec<_> = (0..DRIVERS)
         .map(|d| {
             let per = HERD / DRIVERS;
@@ -221,6 +227,29 @@ fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
         .flat_map(|d| d.join().unwrap())
         .collect();
     rss_max = rss_max.max(net::rss_kib(pid));
+    (clients, herd_took, rss_max)
+}
+
+#[test]
+fn reconnect_herd_all_log_on_while_subscribers_keep_receiving_in_order() {
+    net::raise_open_files_limit(2 * HERD + 256);
+    let (addr, ops_addr) = (net::free_addr(), net::free_addr());
+    let server = serve_with_market_open_limits(addr, ops_addr);
+    let pid = server.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !net::ready(ops_addr) {
+        assert!(Instant::now() < deadline, "server never became ready");
+        std::thread::yield_now();
+    }
+
+    // Steady subscribers, connected before the herd, read throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let out_of_order = Arc::new(AtomicU64::new(0));
+    let received = Arc::new(AtomicU64::new(0));
+    let steady = steady_subscribers(addr, &stop, &out_of_order, &received);
+
+    let tally = Arc::new(Tally::default());
+    let (clients, herd_took, rss_max) = herd(addr, pid, &tally);
     let rx_before_stop = received.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     let steady_drops: u64 = steady.into_iter().map(|t| t.join().unwrap()).sum();

@@ -119,12 +119,8 @@ fn a_bridge_with_a_wrong_token_is_refused_and_others_carry_on() {
     svc.stop();
 }
 
-#[test]
-fn snapshot_symbol_list_and_history_go_through_the_request_path() {
-    let svc = start();
-    let gw = svc.gateway.as_ref().unwrap().local_addr;
-    let ingest = svc.ingest.as_ref().unwrap().local_addr;
-    let sym = eurusd(&svc);
+/// A bridge that sent ten quotes of `sym`, once the last is priced.
+fn ten_quotes_priced(svc: &Service, ingest: std::net::SocketAddr, sym: u16) -> Bridge {
     let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
     let quotes: Vec<Tick> = (0..10)
         .map(|k| quote(sym, 108_100 + k, 108_110 + k))
@@ -134,7 +130,11 @@ fn snapshot_symbol_list_and_history_go_through_the_request_path() {
     assert!(server::wait_until(Duration::from_secs(5), || {
         table.read(sym, RAW_TIER).is_some_and(|p| p.bid == 108_109)
     }));
+    bridge
+}
 
+/// The SDK's snapshot and symbol list answers, through the request path.
+fn sdk_snapshot_and_symbols(svc: &Service, gw: std::net::SocketAddr, sym: u16) {
     let mut c = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
     let rid = c
         .request_snapshot(RAW_TIER, &[sym], 1_000_000, false)
@@ -154,21 +154,37 @@ fn snapshot_symbol_list_and_history_go_through_the_request_path() {
         }
         other => panic!("symbol list: {other:?}"),
     }
+}
 
-    // History (raw protocol: the SDK has no history call).
-    let mut raw = Raw::logon(gw, "demo", "demo", 0);
+/// A HistoryRequest for the last 5 ticks of `sym`.
+fn send_history(raw: &mut Raw, request_id: u64, budget_us: u32, sym: u16) {
     raw.send_with(|b| {
         wire::encode_history_request(
             b,
             &wire::HistoryRequest {
-                request_id: 77,
-                budget_us: 1_000_000,
+                request_id,
+                budget_us,
                 critical: false,
                 symbol_id: sym,
                 count: 5,
             },
         )
     });
+}
+
+#[test]
+fn snapshot_symbol_list_and_history_go_through_the_request_path() {
+    let svc = start();
+    let gw = svc.gateway.as_ref().unwrap().local_addr;
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let sym = eurusd(&svc);
+    let _bridge = ten_quotes_priced(&svc, ingest, sym);
+
+    sdk_snapshot_and_symbols(&svc, gw, sym);
+
+    // History (raw protocol: the SDK has no history call).
+    let mut raw = Raw::logon(gw, "demo", "demo", 0);
+    send_history(&mut raw, 77, 1_000_000, sym);
     let answer = raw.until(Duration::from_secs(5), |m| {
         matches!(m, OwnedMessage::HistoryResponse { .. })
     });
@@ -184,18 +200,7 @@ fn snapshot_symbol_list_and_history_go_through_the_request_path() {
 
     // A request whose budget is gone before it can be served is dropped
     // before the work and answered Reject(deadline_expired).
-    raw.send_with(|b| {
-        wire::encode_history_request(
-            b,
-            &wire::HistoryRequest {
-                request_id: 78,
-                budget_us: 1,
-                critical: false,
-                symbol_id: sym,
-                count: 5,
-            },
-        )
-    });
+    send_history(&mut raw, 78, 1, sym);
     let reject = raw.until(Duration::from_secs(5), |m| {
         matches!(m, OwnedMessage::Reject { request_id: 78, .. })
     });

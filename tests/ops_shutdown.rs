@@ -162,10 +162,13 @@ fn check_metrics(ops: SocketAddr) {
     }
 }
 
-#[test]
-fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
-    let (listen_addr, ops_addr) = (net::free_addr(), net::free_addr());
-    let record = tempfile::tempdir().unwrap();
+/// `pricewire serve` on `listen` and `ops` with the recorder writing
+/// into `record` and a bridge listener, with the test's drain and grace.
+fn serve_with_recorder(
+    listen_addr: std::net::SocketAddr,
+    ops_addr: std::net::SocketAddr,
+    record: &std::path::Path,
+) -> Server {
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args([
             "serve",
@@ -187,7 +190,7 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
             &GRACE_MS.to_string(),
         ])
         .arg("--record")
-        .arg(record.path())
+        .arg(record)
         // With a bridge listener too: the engine only finishes once the
         // ingest thread has let go of its ring, in the right order.
         .args(["--feed-listen", &net::free_addr().to_string()])
@@ -196,7 +199,70 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut server = Server { child };
+    Server { child }
+}
+
+/// A snapshot request sent now is answered within about 4 s.
+fn snapshot_answered(sub: &mut Client) -> bool {
+    let rid = sub
+        .request_snapshot(TIER_ACCOUNT_DEFAULT, &[0], 500_000, false)
+        .unwrap();
+    (0..200).any(|_| {
+        matches!(
+            sub.next_event(Duration::from_millis(20)),
+            Ok(Some(Event::SnapshotResponse { request_id, .. })) if request_id == rid
+        )
+    })
+}
+
+/// The capture in `dir` holds whole records only, nothing damaged, and
+/// more than 1,000 ticks.
+fn capture_is_whole(dir: &std::path::Path) {
+    let opts = ReaderOptions {
+        policy: CorruptPolicy::Stop,
+        table: None,
+    };
+    let mut reader = CaptureReader::open(&[dir.to_path_buf()], opts).unwrap();
+    let mut n = 0u64;
+    while let Some(t) = reader.next_tick().unwrap() {
+        assert!(t.bid <= t.ask || t.bid == pricewire::model::NO_PRICE);
+        n += 1;
+    }
+    let summary = reader.summary();
+    assert!(n > 1_000, "only {n} ticks recorded");
+    assert!(
+        summary.truncated.is_empty(),
+        "capture cut short: {:?}",
+        summary.truncated
+    );
+}
+
+/// Every subscriber is told to come back later, with a jittered delay,
+/// and the server exits 0 inside the grace period from `signalled`.
+fn disconnected_then_exit_zero(subs: &mut [Client], server: &mut Server, signalled: Instant) {
+    // Every subscriber is told to come back later, with a jittered delay.
+    for c in subs.iter_mut() {
+        let d = disconnect_of(c, Duration::from_secs(5));
+        let (reason, retry) = d.expect("no Disconnect from the server");
+        assert_eq!(reason, DisconnectReason::SHUTDOWN);
+        assert!(retry > 0, "Disconnect(shutdown) without retryAfterMs");
+    }
+
+    // Exit 0 inside the grace period.
+    let exited = wait_for(Duration::from_millis(GRACE_MS), || {
+        matches!(server.child.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "still running after the grace period");
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(signalled.elapsed() < Duration::from_millis(GRACE_MS));
+}
+
+#[test]
+fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
+    let (listen_addr, ops_addr) = (net::free_addr(), net::free_addr());
+    let record = tempfile::tempdir().unwrap();
+    let mut server = serve_with_recorder(listen_addr, ops_addr, record.path());
     assert!(
         wait_for(Duration::from_secs(30), || http_status(ops_addr, "/readyz")
             == Some(200)),
@@ -230,15 +296,7 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
         prices(&mut subs[0], 20, Duration::from_millis(DRAIN_MS / 2)),
         20
     );
-    let rid = subs[1]
-        .request_snapshot(TIER_ACCOUNT_DEFAULT, &[0], 500_000, false)
-        .unwrap();
-    let answered = (0..200).any(|_| {
-        matches!(
-            subs[1].next_event(Duration::from_millis(20)),
-            Ok(Some(Event::SnapshotResponse { request_id, .. })) if request_id == rid
-        )
-    });
+    let answered = snapshot_answered(&mut subs[1]);
     assert!(answered, "in-flight request not answered during the drain");
     assert!(
         signalled.elapsed() < Duration::from_millis(DRAIN_MS),
@@ -262,39 +320,7 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
     );
     assert!(signalled.elapsed() >= Duration::from_millis(DRAIN_MS));
 
-    // Every subscriber is told to come back later, with a jittered delay.
-    for c in subs.iter_mut() {
-        let d = disconnect_of(c, Duration::from_secs(5));
-        let (reason, retry) = d.expect("no Disconnect from the server");
-        assert_eq!(reason, DisconnectReason::SHUTDOWN);
-        assert!(retry > 0, "Disconnect(shutdown) without retryAfterMs");
-    }
+    disconnected_then_exit_zero(&mut subs, &mut server, signalled);
 
-    // Exit 0 inside the grace period.
-    let exited = wait_for(Duration::from_millis(GRACE_MS), || {
-        matches!(server.child.try_wait(), Ok(Some(_)))
-    });
-    assert!(exited, "still running after the grace period");
-    let status = server.child.wait().unwrap();
-    assert!(status.success(), "exit status {status:?}");
-    assert!(signalled.elapsed() < Duration::from_millis(GRACE_MS));
-
-    // The capture is complete: whole records only, nothing damaged.
-    let opts = ReaderOptions {
-        policy: CorruptPolicy::Stop,
-        table: None,
-    };
-    let mut reader = CaptureReader::open(&[record.path().to_path_buf()], opts).unwrap();
-    let mut n = 0u64;
-    while let Some(t) = reader.next_tick().unwrap() {
-        assert!(t.bid <= t.ask || t.bid == pricewire::model::NO_PRICE);
-        n += 1;
-    }
-    let summary = reader.summary();
-    assert!(n > 1_000, "only {n} ticks recorded");
-    assert!(
-        summary.truncated.is_empty(),
-        "capture cut short: {:?}",
-        summary.truncated
-    );
+    capture_is_whole(record.path());
 }

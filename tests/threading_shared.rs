@@ -422,28 +422,19 @@ fn filled_subscribers(
     subs
 }
 
-#[test]
-fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
-    let svc = start_filled(0);
-    let ingest = svc.ingest.as_ref().unwrap().local_addr;
-    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
-    let gbpusd = svc.config.table.by_name("GBPUSD").unwrap().id;
-    let gw = svc.gateway.as_ref().unwrap();
-    let stats = gw.shard_stats.clone();
-    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
-    let first = 300_000;
-    bridge.send(&[quote(eurusd, first)]).unwrap();
-    let usdjpy = svc.config.table.by_name("USDJPY").unwrap().id;
-    // The two with a third symbol are moved (the most subscriptions): the
-    // first two in every index list, so the other sessions' entries are
-    // shifted into their places.
-    let subs = filled_subscribers(&svc, 4, &[eurusd, gbpusd], first, (&[usdjpy], 2));
+/// A reader thread: it hands back its client and the bids it saw, in order.
+type Reader = std::thread::JoinHandle<(Client, Vec<i64>)>;
 
-    // Readers drain while quotes stream in; two sessions move in the
-    // middle of the stream. The sender stays within 100 quotes of the
-    // slowest reader, so no session falls behind far enough to conflate:
-    // any gap would be the move's.
-    let last = first + 3_000;
+/// Per subscriber a thread that reads EURUSD until `last`, checking that
+/// no sequence number is skipped, and publishes the last bid it saw in
+/// `progress` (the sender paces itself on the slowest). Each thread hands
+/// back its client and the bids in order.
+fn spawn_readers(
+    subs: Vec<Client>,
+    eurusd: u16,
+    first: i64,
+    last: i64,
+) -> (Arc<Vec<std::sync::atomic::AtomicI64>>, Vec<Reader>) {
     let progress: Arc<Vec<std::sync::atomic::AtomicI64>> = Arc::new(
         (0..subs.len())
             .map(|_| std::sync::atomic::AtomicI64::new(first))
@@ -476,6 +467,36 @@ fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
             })
         })
         .collect();
+    (progress, readers)
+}
+
+/// A moved session is a whole session: it gets a second symbol's price and
+/// a snapshot answered through its new shard.
+fn second_symbol_and_a_request(c: &mut Client, gbpusd: u16, eurusd: u16, last: i64) {
+    assert_eq!(bids_until(c, gbpusd, 7_000), vec![7_000]);
+    let rid = c.request_snapshot(RAW_TIER, &[eurusd], 0, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "no snapshot answer");
+        match c.next_event(Duration::from_millis(50)).unwrap() {
+            Some(Event::SnapshotResponse { request_id, prices }) if request_id == rid => {
+                assert_eq!(prices[0].bid, last);
+                break;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Streams 3,000 EURUSD quotes after `first`, at most 100 ahead of the
+/// slowest reader, and moves two sessions off shard 0 halfway.
+fn stream_with_a_move(
+    bridge: &mut Bridge,
+    gw: &pricewire::gateway::Gateway,
+    progress: &[std::sync::atomic::AtomicI64],
+    eurusd: u16,
+    first: i64,
+) {
     let slowest = || {
         progress
             .iter()
@@ -492,6 +513,32 @@ fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
             assert!(server::wait_until(Duration::from_secs(10), || slowest() >= first + k - 100));
         }
     }
+}
+
+#[test]
+fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
+    let svc = start_filled(0);
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let gbpusd = svc.config.table.by_name("GBPUSD").unwrap().id;
+    let gw = svc.gateway.as_ref().unwrap();
+    let stats = gw.shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 300_000;
+    bridge.send(&[quote(eurusd, first)]).unwrap();
+    let usdjpy = svc.config.table.by_name("USDJPY").unwrap().id;
+    // The two with a third symbol are moved (the most subscriptions): the
+    // first two in every index list, so the other sessions' entries are
+    // shifted into their places.
+    let subs = filled_subscribers(&svc, 4, &[eurusd, gbpusd], first, (&[usdjpy], 2));
+
+    // Readers drain while quotes stream in; two sessions move in the
+    // middle of the stream. The sender stays within 100 quotes of the
+    // slowest reader, so no session falls behind far enough to conflate:
+    // any gap would be the move's.
+    let last = first + 3_000;
+    let (progress, readers) = spawn_readers(subs, eurusd, first, last);
+    stream_with_a_move(&mut bridge, gw, &progress, eurusd, first);
     let mut subs: Vec<(Client, Vec<i64>)> =
         readers.into_iter().map(|r| r.join().unwrap()).collect();
     for (_, bids) in &subs {
@@ -519,19 +566,7 @@ fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
     // a request answered through shard 1's lane, and a clean close.
     bridge.send(&[quote(gbpusd, 7_000)]).unwrap();
     for (c, _) in &mut subs {
-        assert_eq!(bids_until(c, gbpusd, 7_000), vec![7_000]);
-        let rid = c.request_snapshot(RAW_TIER, &[eurusd], 0, false).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            assert!(Instant::now() < deadline, "no snapshot answer");
-            match c.next_event(Duration::from_millis(50)).unwrap() {
-                Some(Event::SnapshotResponse { request_id, prices }) if request_id == rid => {
-                    assert_eq!(prices[0].bid, last);
-                    break;
-                }
-                _ => {}
-            }
-        }
+        second_symbol_and_a_request(c, gbpusd, eurusd, last);
     }
     let shared = gw.shared.clone();
     assert_eq!(GatewayStats::get(&shared.stats.logged_on), 4);
@@ -549,25 +584,19 @@ fn sessions_moved_off_shard_zero_mid_stream_miss_no_update() {
     assert!(bounded(Duration::from_secs(20), move || svc.stop()));
 }
 
-#[test]
-fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
-    // 5 % busy: quotes streamed as fast as a bridge sends them keep shard
-    // 0 (engine, ingest and four sessions) far above it; four logons and
-    // subscriptions take well under 2.5 ms of a 50-ms window.
-    let svc = start_filled(50);
-    let ingest = svc.ingest.as_ref().unwrap().local_addr;
-    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
-    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
-    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
-    let first = 500_000;
-    bridge.send(&[quote(eurusd, first)]).unwrap();
-    let subs = filled_subscribers(&svc, 4, &[eurusd], first, (&[], 0));
-    // The last quote's bid, once the sender knows it.
-    let last = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+/// Per subscriber a thread that reads EURUSD until the bid in `last`,
+/// allowing skips only on prices flagged conflated; each hands back its
+/// client.
+fn spawn_conflation_readers(
+    subs: Vec<Client>,
+    eurusd: u16,
+    first: i64,
+    last: &Arc<std::sync::atomic::AtomicI64>,
+) -> Vec<std::thread::JoinHandle<Client>> {
     let readers: Vec<_> = subs
         .into_iter()
         .map(|mut c| {
-            let last = last.clone();
+            let last = Arc::clone(last);
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(40);
                 let (mut bid, mut seq) = (first, 0u64);
@@ -594,6 +623,25 @@ fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
             })
         })
         .collect();
+    readers
+}
+
+#[test]
+fn a_busy_shard_zero_evens_its_sessions_out_by_itself() {
+    // 5 % busy: quotes streamed as fast as a bridge sends them keep shard
+    // 0 (engine, ingest and four sessions) far above it; four logons and
+    // subscriptions take well under 2.5 ms of a 50-ms window.
+    let svc = start_filled(50);
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let first = 500_000;
+    bridge.send(&[quote(eurusd, first)]).unwrap();
+    let subs = filled_subscribers(&svc, 4, &[eurusd], first, (&[], 0));
+    // The last quote's bid, once the sender knows it.
+    let last = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+    let readers = spawn_conflation_readers(subs, eurusd, first, &last);
     let mut bid = first;
     let deadline = Instant::now() + Duration::from_secs(20);
     while stats[1].connections.get() < 2 && Instant::now() < deadline {

@@ -163,7 +163,8 @@ fn session_message() -> impl Strategy<Value = OwnedMessage> {
     ]
 }
 
-fn data_message() -> impl Strategy<Value = OwnedMessage> {
+/// The symbol directory request and answer.
+fn directory_message() -> impl Strategy<Value = OwnedMessage> {
     prop_oneof![
         (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(
             |(request_id, budget_us, critical)| {
@@ -194,6 +195,12 @@ fn data_message() -> impl Strategy<Value = OwnedMessage> {
                     .map(|(tier_id, name)| TierInfo { tier_id, name })
                     .collect(),
             }),
+    ]
+}
+
+/// Subscriptions, their answers and the streamed prices.
+fn stream_message() -> impl Strategy<Value = OwnedMessage> {
+    prop_oneof![
         (
             any::<u64>(),
             any::<u8>(),
@@ -232,6 +239,12 @@ fn data_message() -> impl Strategy<Value = OwnedMessage> {
             }),
         price_body().prop_map(OwnedMessage::PriceSnapshot),
         price_body().prop_map(OwnedMessage::PriceUpdate),
+    ]
+}
+
+/// Snapshot and history requests and their answers.
+fn request_message() -> impl Strategy<Value = OwnedMessage> {
+    prop_oneof![
         (
             any::<u64>(),
             any::<u32>(),
@@ -280,6 +293,16 @@ fn data_message() -> impl Strategy<Value = OwnedMessage> {
                     ticks,
                 }
             }),
+    ]
+}
+
+/// Weighted by arm count (2, 4 and 4), so every message is as likely as
+/// when the ten arms were one union.
+fn data_message() -> impl Strategy<Value = OwnedMessage> {
+    prop_oneof![
+        2 => directory_message(),
+        4 => stream_message(),
+        4 => request_message()
     ]
 }
 

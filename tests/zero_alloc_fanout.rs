@@ -64,17 +64,11 @@ fn gateway_config() -> GatewayConfig {
     c
 }
 
-#[test]
-fn fan_out_to_many_subscribers_allocates_nothing() {
-    let config = Arc::new(Config::builtin(3));
-    let names: Vec<String> = config
-        .table
-        .instruments()
-        .iter()
-        .map(|i| i.name.clone())
-        .collect();
-    let service = Service::start(ServiceConfig {
-        config: config.clone(),
+/// The service with one shard, the synthetic feed at 20,000 ticks/s and
+/// the gateway.
+fn start_service(config: Arc<Config>) -> Service {
+    Service::start(ServiceConfig {
+        config,
         pipeline: PipelineConfig {
             shards: 1,
             feed_wait: WaitStrategy::SpinPark,
@@ -94,14 +88,18 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
         refdata: None,
         bus: None,
     })
-    .unwrap();
-    let gw = service.gateway.as_ref().unwrap();
-    assert!(gw.local_addr.ip().is_loopback());
-    let addr = gw.local_addr;
-    let shard = gw.shard_stats[0].clone();
-    let mut socks: Vec<TcpStream> = (0..SUBSCRIBERS).map(|_| subscriber(addr, &names)).collect();
+    .unwrap()
+}
 
-    // One reader drains every socket into a fixed buffer (no allocation).
+/// One reader drains every socket into a fixed buffer (no allocation)
+/// until told to stop; it returns the number of sockets it read.
+fn spawn_reader(
+    mut socks: Vec<TcpStream>,
+) -> (
+    Arc<AtomicBool>,
+    Arc<AtomicU64>,
+    std::thread::JoinHandle<usize>,
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let read_bytes = Arc::new(AtomicU64::new(0));
     let (stop2, bytes2) = (stop.clone(), read_bytes.clone());
@@ -120,6 +118,26 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
         }
         socks.len()
     });
+    (stop, read_bytes, reader)
+}
+
+#[test]
+fn fan_out_to_many_subscribers_allocates_nothing() {
+    let config = Arc::new(Config::builtin(3));
+    let names: Vec<String> = config
+        .table
+        .instruments()
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    let service = start_service(config.clone());
+    let gw = service.gateway.as_ref().unwrap();
+    assert!(gw.local_addr.ip().is_loopback());
+    let addr = gw.local_addr;
+    let shard = gw.shard_stats[0].clone();
+    let socks: Vec<TcpStream> = (0..SUBSCRIBERS).map(|_| subscriber(addr, &names)).collect();
+
+    let (stop, read_bytes, reader) = spawn_reader(socks);
 
     assert!(
         wait::wait_until(Duration::from_secs(60), || {

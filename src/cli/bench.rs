@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The lab's binary name.
-pub const BENCH_BIN: &str = "pricewire-bench";
+pub(crate) const BENCH_BIN: &str = "pricewire-bench";
 
 /// Arguments of `pricewire bench`: everything after `bench`, untouched
 /// (`pricewire bench --help` shows the lab's help).

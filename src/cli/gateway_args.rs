@@ -15,7 +15,7 @@ use crate::runtime::WaitStrategy;
 pub const RATE_PER_S_MAX: u64 = 10_000_000;
 
 /// Refuses a rate of 0 (a bucket that never refills) or above `max`.
-pub fn check_rate(flag: &str, rate: u64, max: u64) -> Result<(), String> {
+pub(crate) fn check_rate(flag: &str, rate: u64, max: u64) -> Result<(), String> {
     if rate == 0 || rate > max {
         return Err(format!(
             "{flag} {rate}: must be 1..={max} per second (0 would admit the burst and \
@@ -209,7 +209,7 @@ impl GatewayArgs {
     /// Every per-second rate: 0 would let the burst through and then
     /// nothing ever again, so it is refused, as is a rate above
     /// [`RATE_PER_S_MAX`] (no limit in effect; a typo).
-    pub fn check_rates(&self) -> Result<(), String> {
+    pub(crate) fn check_rates(&self) -> Result<(), String> {
         let rates = [
             ("--msg-rate-per-s", self.msg_rate_per_s),
             ("--accept-rate-per-s", self.accept_rate_per_s),

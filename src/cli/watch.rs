@@ -24,7 +24,7 @@ use crate::wire::codes::PRICE_FLAG_NAMES;
 use crate::wire::{SubscribeStatus, TIER_ACCOUNT_DEFAULT};
 
 /// Exit code when the server is unreachable, refuses us or a symbol.
-pub const EXIT_FAILED: i32 = 1;
+pub(crate) const EXIT_FAILED: i32 = 1;
 
 /// Flags of `pricewire watch`.
 #[derive(Debug, Clone, Args)]

@@ -111,7 +111,7 @@ pub enum Event {
     SnapshotResponse {
         /// The request this answers.
         request_id: u64,
-        /// The prices, one per known, entitled symbol.
+        /// One price per requested symbol that is known, entitled and priced.
         prices: Vec<PriceBody>,
     },
     /// The symbols and tiers the account may use.

@@ -16,7 +16,7 @@ use crate::wire::{self, Message, QuoteEntry};
 
 /// Most quotes per ProviderQuote frame (the frame limit allows more; this
 /// keeps one frame well under a socket buffer).
-pub const QUOTES_PER_FRAME_MAX: usize = 512;
+pub(crate) const QUOTES_PER_FRAME_MAX: usize = 512;
 
 /// A logged-on bridge connection for one provider.
 pub struct Bridge {

@@ -15,9 +15,9 @@ use crate::clock::wall_ns;
 use crate::model::{InstrumentTable, Mantissa, Tick};
 
 /// Probability (per million ticks) that a quote is a spike.
-pub const SPIKE_PPM_DEFAULT: u32 = 20;
+pub(crate) const SPIKE_PPM_DEFAULT: u32 = 20;
 /// Probability (per million ticks) that the quoting provider goes quiet.
-pub const SILENCE_PPM_DEFAULT: u32 = 5;
+pub(crate) const SILENCE_PPM_DEFAULT: u32 = 5;
 /// How long a quiet provider stays quiet.
 pub const SILENCE_NS: u64 = 3_000_000_000;
 

@@ -15,15 +15,15 @@ use crate::ops::OpsError;
 use std::net::SocketAddr;
 
 /// Largest accepted `--drain-delay-ms`.
-pub const DRAIN_DELAY_MS_MAX: u64 = 120_000;
+pub(crate) const DRAIN_DELAY_MS_MAX: u64 = 120_000;
 /// Largest accepted `--grace-ms`.
-pub const GRACE_MS_MAX: u64 = 300_000;
+pub(crate) const GRACE_MS_MAX: u64 = 300_000;
 /// Largest accepted `--stagger-cap-ms`.
-pub const STAGGER_CAP_MS_MAX: u64 = 300_000;
+pub(crate) const STAGGER_CAP_MS_MAX: u64 = 300_000;
 /// Largest accepted `--stagger-jitter-ms`.
-pub const STAGGER_JITTER_MS_MAX: u64 = 60_000;
+pub(crate) const STAGGER_JITTER_MS_MAX: u64 = 60_000;
 /// Longest pod name (a DNS subdomain).
-pub const POD_NAME_LEN_MAX: usize = 253;
+pub(crate) const POD_NAME_LEN_MAX: usize = 253;
 /// Time a started container may take to reach the stagger wait (process
 /// start, config load, instrument table, binding): the deploy manifests'
 /// startupProbe covers stagger cap + jitter + this.

@@ -93,7 +93,7 @@ impl Health {
 
     /// Moves forward to `to`; returns the previous state. Moving backwards
     /// (e.g. serving after draining) is a no-op.
-    pub fn advance(&self, to: HealthState) -> HealthState {
+    pub(crate) fn advance(&self, to: HealthState) -> HealthState {
         let previous = HealthState::from_u8(self.state.fetch_max(to as u8, Ordering::AcqRel));
         if previous < to {
             tracing::info!(from = previous.as_str(), to = to.as_str(), "health state");
@@ -125,7 +125,7 @@ impl Health {
 
     /// `/livez`: a heartbeat within `liveness_stale_ms`. Draining is alive:
     /// a drain must not get the process restarted.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         let age_ns = self
             .clock
             .now_ns()
@@ -141,7 +141,7 @@ impl Health {
     /// `/startupz`: start-up (including the stagger wait) is over. True in
     /// `Serving` and `Draining` — start-up is a one-way latch, and a process
     /// that already served has started; false while starting and after stop.
-    pub fn is_started(&self) -> bool {
+    pub(crate) fn is_started(&self) -> bool {
         matches!(self.state(), HealthState::Serving | HealthState::Draining)
     }
 }

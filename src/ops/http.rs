@@ -24,15 +24,15 @@ use std::time::Duration;
 /// Default address of the ops listener (`--ops-listen`).
 pub const DEFAULT_OPS_LISTEN: &str = "127.0.0.1:9401";
 /// Default worker threads answering ops requests.
-pub const DEFAULT_OPS_WORKERS: usize = 2;
+pub(crate) const DEFAULT_OPS_WORKERS: usize = 2;
 /// Default bound of connections waiting for a worker.
-pub const DEFAULT_OPS_QUEUE_MAX: usize = 16;
+pub(crate) const DEFAULT_OPS_QUEUE_MAX: usize = 16;
 /// Default bound on reading one request head.
-pub const DEFAULT_OPS_READ_TIMEOUT_MS: u64 = 2_000;
+pub(crate) const DEFAULT_OPS_READ_TIMEOUT_MS: u64 = 2_000;
 /// Default bound on writing one answer.
-pub const DEFAULT_OPS_WRITE_TIMEOUT_MS: u64 = 2_000;
+pub(crate) const DEFAULT_OPS_WRITE_TIMEOUT_MS: u64 = 2_000;
 /// Largest request head accepted (request line plus headers).
-pub const DEFAULT_OPS_REQUEST_HEAD_MAX_BYTES: usize = 8 * 1024;
+pub(crate) const DEFAULT_OPS_REQUEST_HEAD_MAX_BYTES: usize = 8 * 1024;
 
 /// Limits of the ops listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +148,7 @@ impl Response {
     }
 
     /// The whole HTTP/1.1 message.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let allow = if self.status == 405 {
             "Allow: GET\r\n"
         } else {
@@ -176,7 +176,7 @@ fn probe(ok: bool, yes: &str, no: &str) -> Response {
 }
 
 /// Answers one request head (sans IO). Returns the path label for the stats.
-pub fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'static str, Response) {
+pub(crate) fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'static str, Response) {
     let Some((method, target)) = parse_request_line(head) else {
         return ("other", Response::text(400, "bad request"));
     };

@@ -41,20 +41,22 @@ pub const DEFAULT_GRACE_MS: u64 = 25_000;
 /// exceed drain delay by at least this much.
 pub const MIN_SHUTDOWN_WORK_MS: u64 = 1_000;
 /// Default per-step budgets of the standard plan.
-pub const DEFAULT_STOP_ACCEPTING_BUDGET_MS: u64 = 1_000;
+pub(crate) const DEFAULT_STOP_ACCEPTING_BUDGET_MS: u64 = 1_000;
 /// Default budget of finishing in-flight requests.
-pub const DEFAULT_IN_FLIGHT_BUDGET_MS: u64 = 5_000;
+pub(crate) const DEFAULT_IN_FLIGHT_BUDGET_MS: u64 = 5_000;
 /// Default budget of flushing outbound buffers.
-pub const DEFAULT_FLUSH_OUTBOUND_BUDGET_MS: u64 = 3_000;
+pub(crate) const DEFAULT_FLUSH_OUTBOUND_BUDGET_MS: u64 = 3_000;
 /// Default budget of disconnecting every subscriber.
-pub const DEFAULT_DISCONNECT_BUDGET_MS: u64 = 3_000;
+pub(crate) const DEFAULT_DISCONNECT_BUDGET_MS: u64 = 3_000;
 /// Default budget of flushing and closing the recorder.
-pub const DEFAULT_RECORDER_BUDGET_MS: u64 = 5_000;
+pub(crate) const DEFAULT_RECORDER_BUDGET_MS: u64 = 5_000;
 /// How often a `NotYet` step is polled again.
-pub const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
-/// Retry-after range given to subscribers on shutdown: each gets a value in
-/// `[min, min + spread]` so they return to the other instances spread out,
-/// not all in the same second.
+pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 10;
+/// Retry-after range for a shutdown notice drawn by [`RetryAfterJitter`]:
+/// each subscriber would get a value in `[min, min + spread]` so they return
+/// to the other instances spread out, not all in the same second. The
+/// service does not use it: the gateway draws its own jittered retry-after
+/// for Disconnect(shutdown).
 pub const DEFAULT_RETRY_AFTER_MIN_MS: u32 = 1_000;
 /// See [`DEFAULT_RETRY_AFTER_MIN_MS`].
 pub const DEFAULT_RETRY_AFTER_SPREAD_MS: u32 = 9_000;
@@ -195,7 +197,7 @@ impl ShutdownReport {
     }
 
     /// True when no step was cut and no second signal came.
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.exit_code == EXIT_CLEAN
     }
 }
@@ -349,8 +351,10 @@ impl Run<'_> {
     }
 }
 
-/// Jittered retry-after values for the shutdown notice: uniform in
+/// Jittered retry-after values for a shutdown notice: uniform in
 /// `[min_ms, min_ms + spread_ms]`. Seeded, so tests are deterministic.
+/// The service's disconnect step does not use it (the gateway draws its
+/// own); it is here for a step that sends the notices itself.
 #[derive(Debug, Clone)]
 pub struct RetryAfterJitter<R: Rng> {
     /// Smallest retry-after, in ms.
@@ -378,8 +382,7 @@ impl<R: Rng> RetryAfterJitter<R> {
 }
 
 /// The service's parts of the standard plan, each a step closure (see
-/// [`StepFn`]). The disconnect step receives its own [`RetryAfterJitter`]
-/// by capture.
+/// [`StepFn`]).
 pub struct ShutdownHooks {
     /// Step that stops accepting new subscriber connections.
     pub stop_accepting: StepFn,
@@ -428,7 +431,7 @@ impl Default for ShutdownBudgets {
 }
 
 /// Step names of the standard plan, in order.
-pub const STANDARD_STEPS: [&str; 7] = [
+pub(crate) const STANDARD_STEPS: [&str; 7] = [
     "readiness_off",
     "drain_delay",
     "stop_accepting",

@@ -68,8 +68,11 @@ impl SignalWatcher {
         Self::spawn_for(&[SIGTERM, SIGINT], callbacks)
     }
 
-    /// Watches the given signals (tests use this with SIGUSR1/2).
-    pub fn spawn_for(signals: &[i32], mut callbacks: SignalCallbacks) -> Result<Self, OpsError> {
+    /// Watches the given signals.
+    pub(crate) fn spawn_for(
+        signals: &[i32],
+        mut callbacks: SignalCallbacks,
+    ) -> Result<Self, OpsError> {
         let mut signals = Signals::new(signals).map_err(OpsError::Signals)?;
         let handle = signals.handle();
         let thread = std::thread::Builder::new()

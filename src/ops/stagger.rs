@@ -87,7 +87,7 @@ impl StaggerPlan {
 /// `pricewire-7` → 7. The suffix after the last `-` must be 1 to
 /// [`ORDINAL_SUFFIX_DIGITS_MAX`] decimal digits without a leading zero
 /// (except `0` itself), and a non-empty name must precede it.
-pub fn parse_ordinal(pod_name: &str) -> Option<u32> {
+pub(crate) fn parse_ordinal(pod_name: &str) -> Option<u32> {
     let (name, suffix) = pod_name.rsplit_once('-')?;
     let digits_only = !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit());
     let canonical = suffix == "0" || !suffix.starts_with('0');
@@ -99,14 +99,14 @@ pub fn parse_ordinal(pod_name: &str) -> Option<u32> {
 
 /// FNV-1a 64: stable across Rust versions and platforms (unlike
 /// `DefaultHasher`), so a pod keeps its slot from one build to the next.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
 /// Number of hashed slots: `cap / step`, at least 1.
-pub fn hashed_slots(cfg: &StaggerConfig) -> u64 {
+pub(crate) fn hashed_slots(cfg: &StaggerConfig) -> u64 {
     cfg.cap_ms.checked_div(cfg.step_ms).unwrap_or(0).max(1)
 }
 

@@ -36,13 +36,13 @@ use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
 
 /// Default feed → engine ring capacity, in ticks (power of two).
-pub const FEED_RING_DEFAULT: usize = 65_536;
+pub(crate) const FEED_RING_DEFAULT: usize = 65_536;
 /// Default engine → shard ring capacity, in prices (power of two).
-pub const SHARD_RING_DEFAULT: usize = 65_536;
+pub(crate) const SHARD_RING_DEFAULT: usize = 65_536;
 /// Most ticks a source fills per poll.
-pub const FEED_BATCH: usize = 256;
+pub(crate) const FEED_BATCH: usize = 256;
 /// Default time a feed waits for room in a full ring before dropping.
-pub const FEED_FULL_WAIT_US_DEFAULT: u64 = 1_000;
+pub(crate) const FEED_FULL_WAIT_US_DEFAULT: u64 = 1_000;
 /// How long start-up waits for every stage to report in.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -421,7 +421,7 @@ impl Pipeline {
 
     /// A pipeline with no stages: an edge's, whose prices come from the
     /// bus into the tables and rings that `handles` name.
-    pub fn without_stages(handles: PipelineHandles) -> Pipeline {
+    pub(crate) fn without_stages(handles: PipelineHandles) -> Pipeline {
         Pipeline {
             feeds: Vec::new(),
             engine: None,
@@ -458,7 +458,7 @@ impl Pipeline {
     /// True once every feed thread has finished (e.g. a replay ended).
     /// True once every feed thread ended; never for a pipeline without
     /// feeds (an edge's), which runs until it is stopped.
-    pub fn feeds_finished(&self) -> bool {
+    pub(crate) fn feeds_finished(&self) -> bool {
         !self.feeds.is_empty() && self.feeds.iter().all(|f| f.handle.is_finished())
     }
 
@@ -547,7 +547,7 @@ fn spawn_feed(
 }
 
 /// The feed loop: poll the source, stamp receive times, push.
-pub fn run_feed(
+pub(crate) fn run_feed(
     source: &mut dyn TickSource,
     port: &mut FeedPort,
     control: &Receiver<Control>,
@@ -619,7 +619,7 @@ fn spawn_engine(
 
 /// The engine loop: turns until every input is abandoned and drained,
 /// then flushes parked prices (bounded) and returns.
-pub fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
+pub(crate) fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
     loop {
         let now = monotonic_ns();
         // Time-gated: also runs while ticks keep every turn busy, so a

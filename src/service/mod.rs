@@ -301,14 +301,14 @@ impl Service {
     }
 
     /// Subscriber connections still open.
-    pub fn open_connections(&self) -> u64 {
+    pub(crate) fn open_connections(&self) -> u64 {
         self.gateway.as_ref().map_or(0, |g| g.connections())
     }
 
     /// Stops every stage in data-flow order.
     /// Stops every feed (ingest listener first) and then the engine, which
     /// drains what the feeds left in its rings. Idempotent.
-    pub fn stop_feeds(&mut self) {
+    pub(crate) fn stop_feeds(&mut self) {
         if let Some(i) = self.ingest.take() {
             i.stop();
         }
@@ -399,12 +399,12 @@ fn start_core_bus(
 
 impl Service {
     /// Requests queued or being served.
-    pub fn requests_in_flight(&self) -> u64 {
+    pub(crate) fn requests_in_flight(&self) -> u64 {
         self.gateway.as_ref().map_or(0, |g| g.requests_in_flight())
     }
 
     /// Bytes waiting in subscriber outbound buffers (sampled by shards).
-    pub fn outbound_bytes(&self) -> u64 {
+    pub(crate) fn outbound_bytes(&self) -> u64 {
         self.gateway.as_ref().map_or(0, |g| {
             g.shard_stats.iter().map(|s| s.outbound_bytes.get()).sum()
         })

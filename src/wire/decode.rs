@@ -173,7 +173,7 @@ pub struct Disconnect<'a> {
 /// Server → client: symbols and tiers the account may use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SymbolDirectory<'a> {
-    /// The request this answers (0 when sent unasked).
+    /// The request this answers.
     pub request_id: u64,
     /// Symbols the account may subscribe to.
     pub symbols: Group<'a, SymbolInfo>,
@@ -221,7 +221,7 @@ pub struct SnapshotRequest<'a> {
 pub struct SnapshotResponse<'a> {
     /// The request this answers.
     pub request_id: u64,
-    /// One price per known, entitled symbol requested.
+    /// One price per requested symbol that is known, entitled and priced.
     pub prices: Group<'a, PriceBody>,
 }
 

@@ -94,7 +94,7 @@ pub enum OwnedMessage {
     SnapshotResponse {
         /// The request this answers.
         request_id: u64,
-        /// One price per known, entitled symbol requested.
+        /// One price per requested symbol that is known, entitled and priced.
         prices: Vec<PriceBody>,
     },
     /// A request for recent ticks of one symbol.

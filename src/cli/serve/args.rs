@@ -260,7 +260,7 @@ impl ServeArgs {
     }
 
     /// `--shards`, or its default for the threading.
-    pub fn shard_count(&self) -> usize {
+    pub(crate) fn shard_count(&self) -> usize {
         self.shards.unwrap_or_else(|| match self.threading {
             Threading::Shared => crate::runtime::affinity::available_cores()
                 .len()

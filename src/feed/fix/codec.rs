@@ -11,12 +11,12 @@
 use std::io::Write;
 
 /// Field separator.
-pub const SOH: u8 = 0x01;
+pub(crate) const SOH: u8 = 0x01;
 /// The only BeginString accepted and sent.
-pub const BEGIN_STRING: &[u8] = b"8=FIX.4.4\x01";
+pub(crate) const BEGIN_STRING: &[u8] = b"8=FIX.4.4\x01";
 /// Largest BodyLength accepted; a bigger claim is a decode failure (a
 /// garbage length must not make us wait for megabytes that never come).
-pub const BODY_LEN_MAX: usize = 16 * 1024;
+pub(crate) const BODY_LEN_MAX: usize = 16 * 1024;
 /// `10=NNN<SOH>`.
 const TRAILER_LEN: usize = 7;
 /// Digits allowed in a BodyLength value.
@@ -213,7 +213,7 @@ fn split_field(s: &[u8]) -> Option<(u32, &[u8], usize)> {
 
 /// Unsigned decimal without sign or spaces; `None` when empty, non-digit
 /// or overflowing.
-pub fn parse_u32(s: &[u8]) -> Option<u32> {
+pub(crate) fn parse_u32(s: &[u8]) -> Option<u32> {
     parse_u64(s).and_then(|v| u32::try_from(v).ok())
 }
 
@@ -257,7 +257,7 @@ pub fn parse_utc_timestamp(s: &[u8]) -> Option<u64> {
 }
 
 /// `YYYYMMDD` (UTCDateOnly) to days since the Unix epoch.
-pub fn parse_date(s: &[u8]) -> Option<u64> {
+pub(crate) fn parse_date(s: &[u8]) -> Option<u64> {
     if s.len() != 8 {
         return None;
     }

@@ -153,7 +153,7 @@ impl FixFeed {
 
     /// Logs every active session out (shutdown); the Logouts go out on the
     /// next polls.
-    pub fn logout_all(&mut self, now_ns: u64) {
+    pub(crate) fn logout_all(&mut self, now_ns: u64) {
         let wall = self.wall.now_ns();
         for c in &mut self.conns {
             let io = c.session.request_logout(now_ns, wall);

@@ -9,7 +9,7 @@
 
 /// The last `max` garbled-message times of one session.
 #[derive(Debug, Clone)]
-pub struct GarbleWindow {
+pub(crate) struct GarbleWindow {
     times: Box<[u64]>,
     next: usize,
     len: usize,
@@ -18,7 +18,7 @@ pub struct GarbleWindow {
 
 impl GarbleWindow {
     /// `max` at least 1 (a config rule); 0 is taken as 1.
-    pub fn new(max: u32, window_ns: u64) -> GarbleWindow {
+    pub(crate) fn new(max: u32, window_ns: u64) -> GarbleWindow {
         GarbleWindow {
             times: vec![0; max.max(1) as usize].into_boxed_slice(),
             next: 0,
@@ -29,7 +29,7 @@ impl GarbleWindow {
 
     /// Records one garbled message at `now_ns`; true when it is the
     /// `max`-th within the window (the session must be torn down).
-    pub fn record(&mut self, now_ns: u64) -> bool {
+    pub(crate) fn record(&mut self, now_ns: u64) -> bool {
         let cap = self.times.len();
         self.times[self.next] = now_ns;
         self.next = (self.next + 1) % cap;
@@ -39,7 +39,7 @@ impl GarbleWindow {
     }
 
     /// Forgets everything (a new connection).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
         self.next = 0;
     }

@@ -76,7 +76,7 @@ impl ProviderState {
 
 /// Settings of the machine (from the session config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthConfig {
+pub(crate) struct HealthConfig {
     /// 0: never silent.
     pub quote_silence_ms: u64,
     /// Quotes after logon before the provider leaves probation.
@@ -87,7 +87,7 @@ pub struct HealthConfig {
 
 /// What the machine is told on every evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The feed breaker lets quotes in (closed or disabled).
     pub breaker_closed: bool,
     /// The session is logged on.
@@ -96,7 +96,7 @@ pub struct Inputs {
 
 /// The state machine of one provider.
 #[derive(Debug, Clone)]
-pub struct ProviderHealthMachine {
+pub(crate) struct ProviderHealthMachine {
     cfg: HealthConfig,
     state: ProviderState,
     up_since_ns: Option<u64>,
@@ -106,7 +106,7 @@ pub struct ProviderHealthMachine {
 
 impl ProviderHealthMachine {
     /// A machine in `Down`.
-    pub fn new(cfg: HealthConfig) -> Self {
+    pub(crate) fn new(cfg: HealthConfig) -> Self {
         ProviderHealthMachine {
             cfg,
             state: ProviderState::Down,
@@ -117,31 +117,31 @@ impl ProviderHealthMachine {
     }
 
     /// The state at the last evaluation.
-    pub fn state(&self) -> ProviderState {
+    pub(crate) fn state(&self) -> ProviderState {
         self.state
     }
 
     /// The session logged on at `now_ns`: probation starts.
-    pub fn on_session_up(&mut self, now_ns: u64) {
+    pub(crate) fn on_session_up(&mut self, now_ns: u64) {
         self.up_since_ns = Some(now_ns);
         self.quotes_since_up = 0;
     }
 
     /// The session closed.
-    pub fn on_session_down(&mut self) {
+    pub(crate) fn on_session_down(&mut self) {
         self.up_since_ns = None;
         self.quotes_since_up = 0;
     }
 
     /// Counts a quote received at `now_ns`.
-    pub fn on_quote(&mut self, now_ns: u64) {
+    pub(crate) fn on_quote(&mut self, now_ns: u64) {
         self.last_quote_ns = Some(now_ns);
         self.quotes_since_up = self.quotes_since_up.saturating_add(1);
     }
 
     /// True while logged on with no quote for `quote_silence_ms` (counted
     /// from the logon when no quote has come since).
-    pub fn silent(&self, now_ns: u64) -> bool {
+    pub(crate) fn silent(&self, now_ns: u64) -> bool {
         let Some(up) = self.up_since_ns else {
             return false;
         };
@@ -154,7 +154,7 @@ impl ProviderHealthMachine {
 
     /// Decides the state at `now_ns`; returns `Some((from, to))` when it
     /// changed.
-    pub fn evaluate(
+    pub(crate) fn evaluate(
         &mut self,
         now_ns: u64,
         inputs: Inputs,
@@ -176,7 +176,7 @@ impl ProviderHealthMachine {
 
     /// True until the session has been up `probation_ms` and brought
     /// `probation_quotes` quotes (also while down).
-    pub fn in_probation(&self, now_ns: u64) -> bool {
+    pub(crate) fn in_probation(&self, now_ns: u64) -> bool {
         let up = self.up_since_ns.unwrap_or(now_ns);
         self.quotes_since_up < self.cfg.probation_quotes
             || now_ns.saturating_sub(up) < self.cfg.probation_ms * NS_PER_MS
@@ -193,7 +193,7 @@ pub struct HealthGauges {
 
 impl HealthGauges {
     /// Publishes the machine's state.
-    pub fn set_state(&self, s: ProviderState) {
+    pub(crate) fn set_state(&self, s: ProviderState) {
         self.state.store(s as u8, Relaxed);
     }
     /// The last published state.
@@ -201,11 +201,11 @@ impl HealthGauges {
         ProviderState::from_u8(self.state.load(Relaxed))
     }
     /// Records the wall-clock receive time (UTC ns) of the latest quote.
-    pub fn set_last_quote_wall_ns(&self, wall_ns: u64) {
+    pub(crate) fn set_last_quote_wall_ns(&self, wall_ns: u64) {
         self.last_quote_wall_ns.store(wall_ns, Relaxed);
     }
     /// Seconds since the last quote at `wall_now_ns`; -1 before any quote.
-    pub fn last_quote_age_s(&self, wall_now_ns: u64) -> f64 {
+    pub(crate) fn last_quote_age_s(&self, wall_now_ns: u64) -> f64 {
         match self.last_quote_wall_ns.load(Relaxed) {
             0 => -1.0,
             t => wall_now_ns.saturating_sub(t) as f64 / 1e9,

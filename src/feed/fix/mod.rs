@@ -19,7 +19,7 @@
 
 pub mod codec;
 pub mod feed;
-pub mod garble;
+pub(crate) mod garble;
 pub mod health;
 pub mod metrics;
 pub mod session;

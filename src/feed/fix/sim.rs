@@ -171,7 +171,7 @@ impl FixSim {
         &self.shared
     }
     /// Sets the quote rate per connection.
-    pub fn set_rate(&self, per_s: u64) {
+    pub(crate) fn set_rate(&self, per_s: u64) {
         self.shared.rate_per_s.store(per_s, Relaxed);
     }
     /// Makes quotes look `ms` old.

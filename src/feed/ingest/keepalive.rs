@@ -18,7 +18,7 @@ const INTERVAL_NS: u64 = PROVIDER_HEARTBEAT_MS as u64 * 1_000_000;
 
 /// What a bridge's timers ask for at some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Due {
+pub(crate) enum Due {
     /// Nothing is due.
     Nothing,
     /// Nothing was sent for an interval: send a Heartbeat.
@@ -29,7 +29,7 @@ pub enum Due {
 
 /// The timer state of one bridge (monotonic nanoseconds).
 #[derive(Debug, Clone, Copy)]
-pub struct Keepalive {
+pub(crate) struct Keepalive {
     last_in_ns: u64,
     last_out_ns: u64,
     rejects_window_ns: u64,
@@ -38,7 +38,7 @@ pub struct Keepalive {
 
 impl Keepalive {
     /// Timers that start at `now_ns` (monotonic ns).
-    pub fn new(now_ns: u64) -> Self {
+    pub(crate) fn new(now_ns: u64) -> Self {
         Keepalive {
             last_in_ns: now_ns,
             last_out_ns: now_ns,
@@ -48,17 +48,17 @@ impl Keepalive {
     }
 
     /// A frame arrived at `now_ns`.
-    pub fn received(&mut self, now_ns: u64) {
+    pub(crate) fn received(&mut self, now_ns: u64) {
         self.last_in_ns = now_ns;
     }
 
     /// A frame was sent at `now_ns`.
-    pub fn sent(&mut self, now_ns: u64) {
+    pub(crate) fn sent(&mut self, now_ns: u64) {
         self.last_out_ns = now_ns;
     }
 
     /// What is due at `now_ns`.
-    pub fn due(&self, now_ns: u64) -> Due {
+    pub(crate) fn due(&self, now_ns: u64) -> Due {
         if now_ns.saturating_sub(self.last_in_ns) >= IDLE_INTERVALS * INTERVAL_NS {
             Due::Drop
         } else if now_ns.saturating_sub(self.last_out_ns) >= INTERVAL_NS {
@@ -69,7 +69,7 @@ impl Keepalive {
     }
 
     /// Takes one of this second's quote Rejects; false when they are used up.
-    pub fn take_quote_reject(&mut self, now_ns: u64) -> bool {
+    pub(crate) fn take_quote_reject(&mut self, now_ns: u64) -> bool {
         // A window opens at the first Reject after the last one closed.
         if self.rejects_in_window > 0
             && now_ns.saturating_sub(self.rejects_window_ns) >= 1_000_000_000

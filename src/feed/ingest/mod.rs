@@ -38,7 +38,7 @@ use hosted::HostedIngest;
 /// their own in the config (the built-in synthetic providers).
 pub const INGEST_TOKEN_DEFAULT: &str = "demo-feed";
 /// Most bridge connections at once.
-pub const BRIDGES_MAX: usize = 64;
+pub(crate) const BRIDGES_MAX: usize = 64;
 /// Per-connection inbound buffer (also the largest accepted frame).
 const IN_BYTES: usize = wire::FRAME_LEN_MAX;
 /// Per-connection outbound buffer (acks and rejects only).

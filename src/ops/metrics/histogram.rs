@@ -99,7 +99,7 @@ impl SharedHistogram {
 
     /// Adds `local` into the shared histogram and resets `local`, unless the
     /// lock is busy (returns false; nothing is lost, try again later).
-    pub fn try_merge_from(&self, local: &mut Histogram<u64>) -> bool {
+    pub(crate) fn try_merge_from(&self, local: &mut Histogram<u64>) -> bool {
         let Ok(mut shared) = self.inner.try_lock() else {
             return false;
         };

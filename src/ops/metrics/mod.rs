@@ -71,7 +71,7 @@ impl Series {
 }
 
 /// The sum of `family`'s series that pass `keep`.
-pub fn sum_of(series: &[Series], family: &str, keep: impl Fn(&Series) -> bool) -> f64 {
+pub(crate) fn sum_of(series: &[Series], family: &str, keep: impl Fn(&Series) -> bool) -> f64 {
     series
         .iter()
         .filter(|s| s.family == family && keep(s))
@@ -129,7 +129,7 @@ impl Sink {
     }
 
     /// Current value of an integer gauge series (printed without a fraction).
-    pub fn gauge_i64(&mut self, family: &str, labels: &[(&str, &str)], value: i64) {
+    pub(crate) fn gauge_i64(&mut self, family: &str, labels: &[(&str, &str)], value: i64) {
         self.push(
             family,
             MetricKind::Gauge,
@@ -311,7 +311,7 @@ impl Registry {
     /// Adds a family that is not in the standard catalogue (checked against
     /// the naming conventions). Prefer adding it to [`catalogue::FAMILIES`]
     /// so it is documented.
-    pub fn define(&self, desc: FamilyDesc) -> Result<(), OpsError> {
+    pub(crate) fn define(&self, desc: FamilyDesc) -> Result<(), OpsError> {
         catalogue::check_conventions(&desc).map_err(OpsError::Metric)?;
         let mut families = lock(&self.inner.families);
         if families.iter().any(|f| f.name == desc.name) {
@@ -408,7 +408,7 @@ impl Registry {
 
     /// A histogram series read from a [`SharedHistogram`] of values in
     /// nanoseconds, exposed in seconds at the given bucket bounds.
-    pub fn register_hdr_ns(
+    pub(crate) fn register_hdr_ns(
         &self,
         family: &str,
         labels: &[(&str, &str)],

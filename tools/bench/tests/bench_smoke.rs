@@ -164,6 +164,51 @@ fn peer_target_without_address_is_refused() {
         .contains("--herd-symbol applies to --scenario herd only"));
 }
 
+/// One sweep of the floor against the relay at `relay`, 200 to 800
+/// ticks/s, with `threshold_us` as its p99 bound, written into `out`;
+/// returns stdout, the sweep's line and the labels of its runs.
+fn floor_sweep(
+    relay: std::net::SocketAddr,
+    threshold_us: &str,
+    out: &std::path::Path,
+) -> (String, serde_json::Value, Vec<String>) {
+    let output = Command::new(BENCH)
+        .args(["--target", "floor", "--scenario", "sweep", "--connect"])
+        .arg(relay.to_string())
+        .args([
+            "--rate",
+            "200",
+            "--sweep-factor",
+            "2",
+            "--sweep-max-rate",
+            "800",
+        ])
+        .args(["--sweep-refine", "3", "--sweep-retries", "0"])
+        .args(["--p99-threshold-us", threshold_us])
+        .args(["--subscribers", "2", "--duration-s", "1", "--warmup-s", "0"])
+        .args(["--quiet", "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = std::fs::read_to_string(out.join("sweep.jsonl")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    let labels: Vec<String> = std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            r["scenario"].as_str().unwrap().to_string()
+        })
+        .collect();
+    (stdout, v, labels)
+}
+
 /// The saturation sweep end to end against the relay: every step's run is
 /// written under a `sweep-<rate>` label and the sweep's line names the
 /// rates it tried. A threshold nothing can meet fails at the first step,
@@ -171,47 +216,10 @@ fn peer_target_without_address_is_refused() {
 #[test]
 fn floor_sweep_climbs_and_reports_its_steps() {
     let relay = relay::spawn(RelayConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-    let sweep = |threshold_us: &str, out: &std::path::Path| {
-        let output = Command::new(BENCH)
-            .args(["--target", "floor", "--scenario", "sweep", "--connect"])
-            .arg(relay.local_addr.to_string())
-            .args([
-                "--rate",
-                "200",
-                "--sweep-factor",
-                "2",
-                "--sweep-max-rate",
-                "800",
-            ])
-            .args(["--sweep-refine", "3", "--sweep-retries", "0"])
-            .args(["--p99-threshold-us", threshold_us])
-            .args(["--subscribers", "2", "--duration-s", "1", "--warmup-s", "0"])
-            .args(["--quiet", "--out"])
-            .arg(out)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        assert!(
-            output.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let line = std::fs::read_to_string(out.join("sweep.jsonl")).unwrap();
-        let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
-        let labels: Vec<String> = std::fs::read_to_string(out.join("results.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let r: serde_json::Value = serde_json::from_str(l).unwrap();
-                r["scenario"].as_str().unwrap().to_string()
-            })
-            .collect();
-        (stdout, v, labels)
-    };
 
     // A second of p99 is met at every step: the ladder reaches its top.
     let all = tempfile::tempdir().unwrap();
-    let (stdout, v, labels) = sweep("1000000", all.path());
+    let (stdout, v, labels) = floor_sweep(relay.local_addr, "1000000", all.path());
     assert_eq!(v["max_sustainable_rate_per_s"], 800, "{v}");
     assert_eq!(v["failed_at_rate_per_s"], serde_json::Value::Null, "{v}");
     assert_eq!(v["rates_tried"], serde_json::json!([200, 400, 800]), "{v}");
@@ -235,7 +243,7 @@ fn floor_sweep_climbs_and_reports_its_steps() {
 
     // No p99 is under 0 µs: the first step fails and nothing is bisected.
     let none = tempfile::tempdir().unwrap();
-    let (stdout, v, labels) = sweep("0", none.path());
+    let (stdout, v, labels) = floor_sweep(relay.local_addr, "0", none.path());
     relay.stop();
     assert_eq!(v["max_sustainable_rate_per_s"], 0, "{v}");
     assert_eq!(v["failed_at_rate_per_s"], 200, "{v}");
@@ -245,6 +253,41 @@ fn floor_sweep_climbs_and_reports_its_steps() {
         stdout.contains("lowest failing 200 ticks/s: p99"),
         "{stdout}"
     );
+}
+
+/// The bench's herd scenario against the server at `listen`/`feed`/`ops`:
+/// 20 herd clients on symbol 24, one second before and after.
+fn herd_bench(
+    listen: std::net::SocketAddr,
+    feed: std::net::SocketAddr,
+    ops: std::net::SocketAddr,
+    server_pid: u32,
+    out: &std::path::Path,
+) -> std::process::Output {
+    Command::new(BENCH)
+        .args(["--target", "pricewire", "--scenario", "herd"])
+        .args([
+            "--connect",
+            &listen.to_string(),
+            "--feed",
+            &feed.to_string(),
+        ])
+        .args(["--ops", &ops.to_string()])
+        .args(["--server-pid", &server_pid.to_string()])
+        .args(["--rate", "500", "--subscribers", "2", "--symbols", "24"])
+        .args(["--herd-clients", "20", "--herd-symbol", "24"])
+        .args(["--herd-before-s", "1", "--herd-after-s", "1"])
+        .args([
+            "--herd-timeout-s",
+            "20",
+            "--warmup-s",
+            "0",
+            "--quiet",
+            "--out",
+        ])
+        .arg(out)
+        .output()
+        .unwrap()
 }
 
 /// A small herd against the real binary, every herd client on a symbol
@@ -267,32 +310,7 @@ fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
         std::net::TcpStream::connect(listen).is_ok() && std::net::TcpStream::connect(feed).is_ok()
     });
     let out = tempfile::tempdir().unwrap();
-    let output = up.then(|| {
-        Command::new(BENCH)
-            .args(["--target", "pricewire", "--scenario", "herd"])
-            .args([
-                "--connect",
-                &listen.to_string(),
-                "--feed",
-                &feed.to_string(),
-            ])
-            .args(["--ops", &ops.to_string()])
-            .args(["--server-pid", &server.id().to_string()])
-            .args(["--rate", "500", "--subscribers", "2", "--symbols", "24"])
-            .args(["--herd-clients", "20", "--herd-symbol", "24"])
-            .args(["--herd-before-s", "1", "--herd-after-s", "1"])
-            .args([
-                "--herd-timeout-s",
-                "20",
-                "--warmup-s",
-                "0",
-                "--quiet",
-                "--out",
-            ])
-            .arg(out.path())
-            .output()
-            .unwrap()
-    });
+    let output = up.then(|| herd_bench(listen, feed, ops, server.id(), out.path()));
     let _ = server.kill();
     let _ = server.wait();
     let output = output.expect("the server never listened");

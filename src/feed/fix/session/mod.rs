@@ -26,7 +26,7 @@
 //!
 //! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
 //! ignored and counted, as FIX says; `garbled_max` garbled messages within
-//! `garbled_window_ms` tear the session down (see [`super::garble`]).
+//! `garbled_window_ms` tear the session down (see `feed::fix::garble`).
 //!
 //! **ResendRequest** is answered by one SequenceReset-GapFill: nothing we
 //! send is worth resending (session messages never are; a
@@ -89,12 +89,12 @@ pub fn bound_slot(health: Arc<ProviderHealth>) -> HealthSlot {
 
 /// Bytes of not-yet-written outgoing messages a session may hold; a peer
 /// that does not read this much is treated as dead.
-pub const OUTBOUND_BYTES_MAX: usize = 256 * 1024;
+pub(crate) const OUTBOUND_BYTES_MAX: usize = 256 * 1024;
 /// Largest outgoing message body.
-pub const ENCODE_BYTES_MAX: usize = 1_024;
+pub(crate) const ENCODE_BYTES_MAX: usize = 1_024;
 /// Silence, as a share of HeartBtInt in percent, after which we send a
 /// TestRequest (FIX recommends "HeartBtInt plus a reasonable margin").
-pub const TEST_REQUEST_AFTER_PCT: u64 = 120;
+pub(crate) const TEST_REQUEST_AFTER_PCT: u64 = 120;
 
 /// What the driver must do after a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,7 +488,7 @@ impl FixSession {
     }
 
     /// The receive buffer holds bytes that are not FIX.
-    pub fn on_decode_error(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
+    pub(crate) fn on_decode_error(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
         tracing::warn!(provider = %self.cfg.name, %err, "FIX decode failure");
         if matches!(err, codec::DecodeError::BadChecksum { .. }) {
             self.stats.checksum_errors.inc();
@@ -502,7 +502,7 @@ impl FixSession {
 
     /// True while decoded ticks wait for [`FixSession::drain_ticks`]; the
     /// driver handles no further frame until they are drained.
-    pub fn has_pending_ticks(&self) -> bool {
+    pub(crate) fn has_pending_ticks(&self) -> bool {
         self.pending_pos < self.pending.len()
     }
 

@@ -148,6 +148,7 @@ fn sweep_duels(rows: &[SweepRow], targets: &[&str], rounds: u32) -> String {
 mod tests {
     use super::*;
     use crate::rounds::{read_rows, summarize_dirs};
+    use std::path::PathBuf;
 
     fn sweep(name: &str, label: Option<&str>, max: u64) -> String {
         let mut v = serde_json::json!({
@@ -188,11 +189,11 @@ mod tests {
         assert!(read_sweeps("not json\n").is_err());
     }
 
-    /// Two folders of sweep rounds are one set: rounds renumbered, the
-    /// median over all, and pricewire's paired count against each peer.
-    #[test]
-    fn sweep_rounds_from_two_folders_give_medians_and_paired_counts() {
-        let base = std::env::temp_dir().join(format!("pw-sweep-rounds-{}", std::process::id()));
+    /// Two folders of sweep rounds under a fresh `name`d folder: `a` holds
+    /// rounds 1–2 of pricewire and the floor, `b` one round of pricewire,
+    /// the floor and nats. Returns the base, `a`, `b` and an output folder.
+    fn two_sweep_folders(name: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+        let base = std::env::temp_dir().join(format!("pw-sweep-{name}-{}", std::process::id()));
         let (a, b, out) = (base.join("a"), base.join("b"), base.join("out"));
         for (dir, rows) in [
             (
@@ -218,6 +219,14 @@ mod tests {
             let text: String = rows.iter().map(|(t, l, m)| sweep(t, Some(l), *m)).collect();
             std::fs::write(dir.join("sweep.jsonl"), text).unwrap();
         }
+        (base, a, b, out)
+    }
+
+    /// Two folders of sweep rounds are one set: rounds renumbered, the
+    /// median over all, and pricewire's paired count against each peer.
+    #[test]
+    fn sweep_rounds_from_two_folders_give_medians_and_paired_counts() {
+        let (base, a, b, out) = two_sweep_folders("rounds");
         let text = summarize_dirs(&[a.clone(), b.clone()], &out).unwrap();
         assert!(text.contains("### Saturation sweep — 3 round(s)"), "{text}");
         assert!(text.contains("p99 ≤ 5,000 µs"), "{text}");
@@ -259,7 +268,11 @@ mod tests {
             std::fs::read_to_string(out.join("rounds.md")).unwrap(),
             text
         );
-        // A target in no round with pricewire gets no line.
+        let _ = std::fs::remove_dir_all(base);
+    }
+
+    #[test]
+    fn a_target_in_no_round_with_pricewire_gets_no_line() {
         let alone = [
             SweepRow {
                 target: "pricewire".into(),
@@ -277,6 +290,10 @@ mod tests {
             },
         ];
         assert!(!render_sweeps(&alone).contains("vs redis"));
+    }
+
+    #[test]
+    fn zero_and_never_failed_maxima_are_marked() {
         // A maximum of 0 (first step failed) has no ratio; a maximum from a
         // sweep in which no step failed is marked as a lower bound, in the
         // table and in every pairing it is part of.
@@ -316,6 +333,11 @@ mod tests {
             text.contains("- floor vs redis: higher in 1/1, equal in 0/1\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn repeated_sweep_folders_and_rounds_are_refused() {
+        let (base, a, b, out) = two_sweep_folders("repeats");
         // The same folder twice, or one round written twice, is refused.
         assert!(summarize_dirs(&[a.clone(), a.clone()], &out).is_err());
         let twice = sweep("floor", Some("sweep-r1"), 1) + &sweep("floor", Some("sweep-r1"), 2);

@@ -52,23 +52,7 @@ fn spread_takes_the_middle() {
 
 #[test]
 fn medians_and_duels_over_rounds() {
-    let rows = read_rows(&lines(&[
-        row("floor", "s-r1", 50.0, 2000.0),
-        row("pricewire", "s-r1", 40.0, 1500.0),
-        row("redis", "s-r1", 60.0, 1000.0),
-        row("floor", "s-r2", 52.0, 2100.0),
-        row("pricewire", "s-r2", 41.0, 1600.0),
-        row("redis", "s-r2", 61.0, 1700.0),
-        row("pricewire", "s-r3", 45.0, 3000.0),
-        row("redis", "s-r3", 30.0, 2500.0),
-        // Sweeps are not rounds.
-        row("redis", "sweep-10000", 1.0, 1.0),
-        // Another scenario, a single run.
-        row("pricewire", "other", 7.0, 70.0),
-    ]))
-    .unwrap();
-    assert_eq!(rows.len(), 9);
-    let sc = summarize_rows(None, &rows).unwrap();
+    let sc = three_rounds_and_a_single_run();
     assert_eq!(sc.len(), 2);
     assert_eq!(sc[0].scenario, "s");
     assert_eq!(sc[1].scenario, "other");
@@ -109,6 +93,11 @@ fn medians_and_duels_over_rounds() {
     // The floor ran two rounds: only those pair.
     let f = vs("floor");
     assert_eq!((f.paired_rounds, f.p50_lower, f.p999_lower), (2, 2, 2));
+}
+
+#[test]
+fn rendered_rounds_rank_pricewire_before_the_floor() {
+    let sc = three_rounds_and_a_single_run();
     let text = render(&sc);
     assert!(text.contains("### s — 3 round(s)"), "{text}");
     assert!(
@@ -145,8 +134,31 @@ fn medians_and_duels_over_rounds() {
     assert!(!render(&sc[1..]).contains("cannot rank"));
 }
 
-#[test]
-fn counts_round_trip_exactly_and_pool() {
+/// Scenario `s`: three rounds of pricewire and redis, two of the floor,
+/// and a sweep row; scenario `other`: one run.
+fn three_rounds_and_a_single_run() -> Vec<ScenarioRounds> {
+    let rows = read_rows(&lines(&[
+        row("floor", "s-r1", 50.0, 2000.0),
+        row("pricewire", "s-r1", 40.0, 1500.0),
+        row("redis", "s-r1", 60.0, 1000.0),
+        row("floor", "s-r2", 52.0, 2100.0),
+        row("pricewire", "s-r2", 41.0, 1600.0),
+        row("redis", "s-r2", 61.0, 1700.0),
+        row("pricewire", "s-r3", 45.0, 3000.0),
+        row("redis", "s-r3", 30.0, 2500.0),
+        // Sweeps are not rounds.
+        row("redis", "sweep-10000", 1.0, 1.0),
+        // Another scenario, a single run.
+        row("pricewire", "other", 7.0, 70.0),
+    ]))
+    .unwrap();
+    assert_eq!(rows.len(), 9);
+    summarize_rows(None, &rows).unwrap()
+}
+
+/// Round 1: 999 values spread over 1..999 µs; round 2: 999 at 100 µs and
+/// one stall of 50 ms.
+fn two_rounds() -> (Histogram<u64>, Histogram<u64>) {
     let mut a = latency_histogram();
     let mut b = latency_histogram();
     for v in 1..=999u64 {
@@ -157,19 +169,32 @@ fn counts_round_trip_exactly_and_pool() {
         b.record(100_000).unwrap();
     }
     b.record(50_000_000).unwrap();
-    let mut back = latency_histogram();
-    add_counts(&mut back, &counts_text(&a)).unwrap();
-    assert_eq!(summarize(&back), summarize(&a));
+    (a, b)
+}
 
-    let dir = std::env::temp_dir().join(format!("pw-rounds-{}", std::process::id()));
+/// A fresh `name`d results folder with pricewire's two rounds and their
+/// counts files.
+fn first_folder(name: &str, a: &Histogram<u64>, b: &Histogram<u64>) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pw-rounds-{name}-{}", std::process::id()));
     write_folder(
         &dir,
         &[
             row("pricewire", "s-r1", 500.0, 998.0),
             row("pricewire", "s-r2", 100.0, 50_000.0),
         ],
-        &[("s-r1", &a), ("s-r2", &b)],
+        &[("s-r1", a), ("s-r2", b)],
     );
+    dir
+}
+
+#[test]
+fn counts_round_trip_exactly_and_pool() {
+    let (a, b) = two_rounds();
+    let mut back = latency_histogram();
+    add_counts(&mut back, &counts_text(&a)).unwrap();
+    assert_eq!(summarize(&back), summarize(&a));
+
+    let dir = first_folder("pool", &a, &b);
     let text = summarize_dir(&dir).unwrap();
     let mut rows = read_rows(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap()).unwrap();
     rows.iter_mut().for_each(|r| r.dir = dir.clone());
@@ -184,6 +209,13 @@ fn counts_round_trip_exactly_and_pool() {
     assert!(dir.join("rounds.md").exists());
     assert!(dir.join("pooled/hdr-s-pricewire.txt").exists());
 
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_second_folder_continues_the_rounds_and_the_pool() {
+    let (a, b) = two_rounds();
+    let dir = first_folder("second", &a, &b);
     // A second run of the same build: its rounds follow the first's
     // and its counts join the pool.
     // Redis ran only in the second folder's round 1 — round 3 of the
