@@ -19,7 +19,7 @@ use crossbeam_channel::Receiver;
 use rand::SeedableRng;
 
 use super::refuse;
-use crate::capture::RecorderTap;
+use crate::capture::{RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
 use crate::feed::fix::FixFeed;
@@ -73,24 +73,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let latency = Arc::new(
-        SharedHistogram::new(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
-            .expect("static histogram bounds"),
-    );
-    let registered = service.register_metrics(&registry).and_then(|_| {
-        registry.register_hdr_ns(
-            catalogue::TICK_TO_PUBLISH_LATENCY,
-            &[],
-            latency.clone(),
-            LATENCY_BUCKETS_S,
-        )
-    });
-    let registered = registered.and_then(|_| register_recorder(&registry, recorder.as_ref()));
-    let mut memory = MemoryReturn::default();
-    let registered = registered.and_then(|_| memory.register(&registry));
-    if let Err(e) = registered {
-        tracing::error!(error = %e, "metrics registration failed");
-    }
+    let (latency, mut memory) = register_metrics(&registry, &service, recorder.as_ref());
     let recorder = Arc::new(Mutex::new(recorder));
     health.set_serving();
     tracing::info!(ops = %ops_server.local_addr(), "serving");
@@ -112,6 +95,37 @@ pub fn run(args: ServeArgs) -> i32 {
     ops_server.stop();
     tracing::info!(exit_code = code, "stopped");
     code
+}
+
+/// Registers the service's metrics, the tick-to-publish histogram, the
+/// recorder's and the memory families; a failure is logged (the service
+/// runs without them rather than not at all).
+fn register_metrics(
+    registry: &Registry,
+    service: &Service,
+    recorder: Option<&RecorderHandle>,
+) -> (Arc<SharedHistogram>, MemoryReturn) {
+    let latency = Arc::new(
+        SharedHistogram::new(LATENCY_NS_MIN, LATENCY_NS_MAX, LATENCY_SIGFIG)
+            .expect("static histogram bounds"),
+    );
+    let memory = MemoryReturn::default();
+    let registered = service
+        .register_metrics(registry)
+        .and_then(|_| {
+            registry.register_hdr_ns(
+                catalogue::TICK_TO_PUBLISH_LATENCY,
+                &[],
+                latency.clone(),
+                LATENCY_BUCKETS_S,
+            )
+        })
+        .and_then(|_| register_recorder(registry, recorder))
+        .and_then(|_| memory.register(registry));
+    if let Err(e) = registered {
+        tracing::error!(error = %e, "metrics registration failed");
+    }
+    (latency, memory)
 }
 
 /// Binds every listener (subscribers, provider ingest, ops) before any
