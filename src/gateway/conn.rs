@@ -3,10 +3,9 @@
 
 use std::net::SocketAddr;
 
-use mio::net::TcpStream;
-
 use super::outbound::OutBuf;
 use super::session::Session;
+use crate::runtime::tls::Link;
 
 pub use super::session::SessionState;
 
@@ -25,7 +24,8 @@ pub struct Sub {
 
 /// A subscriber connection.
 pub struct Conn {
-    pub stream: TcpStream,
+    /// The socket, plain or TLS.
+    pub stream: Link,
     pub peer: SocketAddr,
     /// The protocol state (logon, timers, inbound framing).
     pub session: Session,

@@ -128,6 +128,9 @@ pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
 pub const SHARD_MAX_STALL: &str = "pricewire_shard_max_stall_seconds";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+pub const TLS_HANDSHAKES: &str = "pricewire_tls_handshakes_total";
+pub const TLS_HANDSHAKE_FAILURES: &str = "pricewire_tls_handshake_failures_total";
+pub const TLS_CERT_RELOADS: &str = "pricewire_tls_cert_reloads_total";
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
@@ -222,6 +225,13 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Connections or session steps refused by admission control, by stage"),
     counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
         "Connections closed because they stayed above the outbound high-water mark too long"),
+    // TLS (serve --tls-cert)
+    counter(TLS_HANDSHAKES, &["listener"], "handshakes", "runtime::tls",
+        "TLS handshakes completed, by listener (subscriber, feed)"),
+    counter(TLS_HANDSHAKE_FAILURES, &["listener", "reason"], "handshakes", "runtime::tls",
+        "TLS handshakes that failed or timed out, by listener and reason"),
+    counter(TLS_CERT_RELOADS, &["listener", "result"], "reloads", "runtime::tls",
+        "Certificate reloads on SIGHUP, by listener and result (ok, failed: the old chain stays)"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
