@@ -5,7 +5,8 @@
 //! certificate reload while a subscriber keeps receiving (no gap, no
 //! disconnect; new connections see the new chain, a bad file keeps the
 //! old one), provider client certificates required by
-//! `--feed-tls-client-ca`, and a plaintext ingest beside TLS subscribers.
+//! `--feed-tls-client-ca` (and a silent bridge cut at the handshake
+//! deadline), and a plaintext ingest beside TLS subscribers.
 
 #[path = "util/net.rs"]
 mod net;
@@ -300,8 +301,16 @@ fn a_provider_must_present_a_certificate_from_the_feed_client_ca() {
     let (ca, clients, stranger) = (Ca::new("server CA"), Ca::new("bridges"), Ca::new("x"));
     let files = ServerFiles::write(dir.path(), &ca);
     let clients_pem = pki::write_ca(dir.path(), "bridges.pem", &clients);
-    let extra = ["--feed-tls-client-ca", clients_pem.to_str().unwrap()];
+    let extra = [
+        "--feed-tls-client-ca",
+        clients_pem.to_str().unwrap(),
+        "--tls-handshake-timeout-ms",
+        "300",
+    ];
     let server = Server::start(&files, &extra);
+    // A bridge that never starts its handshake is cut at the deadline.
+    let mut silent = TcpStream::connect(server.feed).unwrap();
+    silent.set_read_timeout(Some(WAIT)).unwrap();
 
     // No client certificate: TLS 1.3 finishes the client's side of the
     // handshake, then the server refuses before any protocol answer.
@@ -330,6 +339,12 @@ fn a_provider_must_present_a_certificate_from_the_feed_client_ca() {
     let (chain, key) = clients.leaf(&["bridge-a"], true);
     let mut s = pki::tls_connect(server.feed, &ca.pem(), Some((&chain, &key))).unwrap();
     assert!(provider_logon(&mut s), "an entitled bridge gets its answer");
+
+    assert_eq!(silent.read(&mut [0u8; 64]).unwrap_or(0), 0, "cut");
+    let late = ["listener=\"feed\"", "reason=\"timeout\""];
+    wait_until("the silent bridge counted", || {
+        server.metric("pricewire_tls_handshake_failures_total", &late) == 1.0
+    });
 }
 
 #[test]
