@@ -6,9 +6,13 @@
 //! (`OutBuf::write_to`): a `send` per connection for plaintext, encryption
 //! of a TLS record and a `send` for TLS. One thread drains the client
 //! sockets without decrypting. Plaintext and TLS alternate in `ROUNDS`
-//! rounds so both see the same machine; the report is the median ns per
+//! rounds so both see the same machine; the report is the median CPU time
+//! of the sending thread (user + kernel, `CLOCK_THREAD_CPUTIME_ID`, so time
+//! the thread spent preempted on a shared machine does not count) per
 //! (price x connection) of each, their ratio, and the allocations per
-//! (price x connection) counted by a global allocator.
+//! (price x connection) counted by a global allocator. Two write patterns:
+//! a write per price (a quiet shard) and a write every 16 prices (a busy
+//! shard's turn appends several prices before it writes).
 //!
 //! Run: `cargo bench --bench tls_fanout` (or `-- --quick`).
 
@@ -17,7 +21,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pricewire::gateway::outbound::{Append, OutBuf};
 use pricewire::model::Price;
@@ -123,8 +127,11 @@ fn setup(tls: Option<(&TlsAcceptor, &str)>, drained: &mut Vec<TcpStream>) -> Sid
     side
 }
 
-/// Fans `prices` prices out to every connection; ns per (price x conn).
-fn run(side: &mut Side, prices: u64, seq: &mut u64) -> f64 {
+/// Fans `prices` prices out to every connection, writing each connection
+/// every `batch` prices (1: a write per price, as a quiet shard does; more:
+/// a busy shard's turn, which appends several prices before its writes);
+/// ns per (price x conn).
+fn run(side: &mut Side, prices: u64, batch: u64, seq: &mut u64) -> f64 {
     let mut frame = [0u8; PRICE_FRAME_LEN];
     let mut p = Price {
         symbol: 1,
@@ -132,8 +139,8 @@ fn run(side: &mut Side, prices: u64, seq: &mut u64) -> f64 {
         ask: 108_128,
         ..Price::EMPTY
     };
-    let t = Instant::now();
-    for _ in 0..prices {
+    let t = pricewire::runtime::sys::thread_cpu_ns();
+    for k in 1..=prices {
         *seq += 1;
         p.seq = *seq;
         let len = wire::encode_model_price(&mut frame, PriceKind::Update, &p, 5, 0);
@@ -142,11 +149,16 @@ fn run(side: &mut Side, prices: u64, seq: &mut u64) -> f64 {
                 let _ = link.flush_pending();
                 let _ = out.write_to(link);
             }
-            let _ = link.flush_pending();
-            let _ = out.write_to(link);
+        }
+        if k % batch == 0 {
+            for (out, link) in side.bufs.iter_mut().zip(side.links.iter_mut()) {
+                let _ = link.flush_pending();
+                let _ = out.write_to(link);
+            }
         }
     }
-    t.elapsed().as_nanos() as f64 / (prices * CONNECTIONS as u64) as f64
+    let cpu = pricewire::runtime::sys::thread_cpu_ns() - t;
+    cpu as f64 / (prices * CONNECTIONS as u64) as f64
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -186,35 +198,45 @@ fn main() {
             std::thread::sleep(Duration::from_micros(50));
         }
     });
-    let (mut tp, mut tt, mut seq) = (Vec::new(), Vec::new(), 0u64);
-    run(&mut plain, prices / 4, &mut seq);
-    run(&mut tls, prices / 4, &mut seq);
-    let mut tls_allocs = 0;
-    let mut plain_allocs = 0;
+    let mut seq = 0u64;
+    run(&mut plain, prices / 4, 1, &mut seq);
+    run(&mut tls, prices / 4, 1, &mut seq);
+    println!(
+        "fan-out per connection, {CONNECTIONS} loopback connections, \
+         {rounds} rounds x {prices} prices, plaintext and TLS interleaved:"
+    );
+    for batch in [1, 16] {
+        compare(&mut plain, &mut tls, rounds, prices, batch, &mut seq);
+    }
+    stop.store(true, Ordering::Relaxed);
+    drainer.join().unwrap();
+    let _ = std::io::stdout().flush();
+}
+
+/// `rounds` rounds of plaintext then TLS, writing every `batch` prices:
+/// prints the medians, the allocations and the ratio.
+fn compare(plain: &mut Side, tls: &mut Side, rounds: u64, prices: u64, batch: u64, seq: &mut u64) {
+    let (mut tp, mut tt) = (Vec::new(), Vec::new());
+    let (mut plain_allocs, mut tls_allocs) = (0, 0);
     for _ in 0..rounds {
         let a = ALLOCATIONS.load(Ordering::Relaxed);
-        tp.push(run(&mut plain, prices, &mut seq));
+        tp.push(run(plain, prices, batch, seq));
         let b = ALLOCATIONS.load(Ordering::Relaxed);
-        tt.push(run(&mut tls, prices, &mut seq));
+        tt.push(run(tls, prices, batch, seq));
         let c = ALLOCATIONS.load(Ordering::Relaxed);
         plain_allocs += b - a;
         tls_allocs += c - b;
     }
-    stop.store(true, Ordering::Relaxed);
-    drainer.join().unwrap();
     let per = (rounds * prices * CONNECTIONS as u64) as f64;
     let (mp, mt) = (median(&mut tp), median(&mut tt));
+    println!("  a write every {batch} price(s):");
     println!(
-        "fan-out per connection, {CONNECTIONS} loopback connections, {rounds} rounds x {prices} prices:"
-    );
-    println!(
-        "  plaintext  median {mp:8.0} ns/(price x conn)  allocations {:.3}/(price x conn)",
+        "    plaintext  median {mp:7.0} CPU ns/(price x conn)  allocations {:.3}/(price x conn)",
         plain_allocs as f64 / per
     );
     println!(
-        "  TLS        median {mt:8.0} ns/(price x conn)  allocations {:.3}/(price x conn)",
+        "    TLS        median {mt:7.0} CPU ns/(price x conn)  allocations {:.3}/(price x conn)",
         tls_allocs as f64 / per
     );
-    println!("  TLS / plaintext = {:.2}x", mt / mp);
-    let _ = std::io::stdout().flush();
+    println!("    TLS / plaintext = {:.2}x", mt / mp);
 }
