@@ -7,6 +7,7 @@
 #![allow(missing_docs)]
 
 pub mod report;
+mod tls_metrics;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -362,7 +363,7 @@ impl Service {
             .and_then(|g| g.shared.cfg.tls.as_ref());
         let ingest_tls = self.ingest.as_ref().and_then(|i| i.tls.as_ref());
         for tls in gateway_tls.into_iter().chain(ingest_tls) {
-            register_tls(r, tls)?;
+            tls_metrics::register(r, tls)?;
         }
         register_overload(r, &self.overload)
     }
@@ -441,31 +442,6 @@ fn check_core_threading(cfg: &ServiceConfig) -> Result<(), ServiceError> {
 }
 
 /// A core's bus thread, which takes the first shard ring like a sink.
-/// The counters of one TLS listener.
-fn register_tls(r: &Registry, tls: &crate::runtime::tls::TlsAcceptor) -> Result<(), OpsError> {
-    use crate::runtime::tls::HandshakeFailure;
-    use std::sync::atomic::Ordering::Relaxed;
-    let listener = tls.listener();
-    let s = tls.stats().clone();
-    r.register_counter_fn(m::TLS_HANDSHAKES, &[("listener", listener)], move || {
-        s.handshakes.load(Relaxed)
-    })?;
-    for why in HandshakeFailure::ALL {
-        let s = tls.stats().clone();
-        let labels = [("listener", listener), ("reason", why.label())];
-        r.register_counter_fn(m::TLS_HANDSHAKE_FAILURES, &labels, move || s.failures(why))?;
-    }
-    for (result, ok) in [("ok", true), ("failed", false)] {
-        let s = tls.stats().clone();
-        let labels = [("listener", listener), ("result", result)];
-        r.register_counter_fn(m::TLS_CERT_RELOADS, &labels, move || match ok {
-            true => s.reloads_ok.load(Relaxed),
-            false => s.reloads_failed.load(Relaxed),
-        })?;
-    }
-    Ok(())
-}
-
 fn start_core_bus(
     bus: Option<BusRole>,
     config: &Config,
