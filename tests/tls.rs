@@ -114,10 +114,15 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 fn watch(addr: SocketAddr, ca: &Path) -> Output {
+    watch_named(addr, ca, &[])
+}
+
+fn watch_named(addr: SocketAddr, ca: &Path, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .args(["watch", "--once", "--once-timeout-ms", "5000", "--tls"])
         .arg("--ca")
         .arg(ca)
+        .args(extra)
         .args(["--connect", &addr.to_string(), "EURUSD", "USDJPY"])
         .output()
         .expect("run watch")
@@ -151,6 +156,18 @@ fn watch_over_tls_shows_prices_and_another_ca_is_refused_and_counted() {
     assert!(bid.parse::<f64>().is_ok(), "EURUSD has a bid: {text}");
     let ok = ["listener=\"subscriber\""];
     assert!(server.metric("pricewire_tls_handshakes_total", &ok) >= 1.0);
+    // --tls-name: the certificate must carry the name asked for.
+    let named = watch_named(server.addr, &ca_pem, &["--tls-name", "localhost"]);
+    assert!(named.status.success(), "a name the certificate carries");
+    let wrong = watch_named(server.addr, &ca_pem, &["--tls-name", "prices.example"]);
+    assert!(
+        !wrong.status.success(),
+        "a name the certificate does not carry"
+    );
+    let alert = ["listener=\"subscriber\"", "reason=\"peer_alert\""];
+    wait_until("the wrong name's alert counted", || {
+        server.metric("pricewire_tls_handshake_failures_total", &alert) == 1.0
+    });
 
     // The chain does not verify to the client's CA: it refuses, sends an
     // alert, and the server counts it.
@@ -158,9 +175,8 @@ fn watch_over_tls_shows_prices_and_another_ca_is_refused_and_counted() {
     assert!(!out.status.success(), "another CA must not connect");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("certificate"), "names the certificate: {err}");
-    let alert = ["listener=\"subscriber\"", "reason=\"peer_alert\""];
     wait_until("the refused handshake counted", || {
-        server.metric("pricewire_tls_handshake_failures_total", &alert) >= 1.0
+        server.metric("pricewire_tls_handshake_failures_total", &alert) == 2.0
     });
 
     // A plaintext client on the TLS port gets no protocol answer.

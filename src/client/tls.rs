@@ -21,8 +21,7 @@ use crate::runtime::tls::{load_roots, provider, TlsError};
 /// name the server's certificate must carry.
 #[derive(Debug, Clone)]
 pub struct ClientTls {
-    /// rustls client settings: roots from `--ca`, no client certificate
-    /// unless built with [`ClientTls::with_client_cert`].
+    /// rustls client settings: roots from `--ca`, no client certificate.
     pub config: Arc<ClientConfig>,
     /// Checked against the certificate's subject alternative names.
     pub server_name: ServerName<'static>,
@@ -32,44 +31,14 @@ impl ClientTls {
     /// Trusts the CA certificates in the PEM file `ca` and expects the
     /// server to be `name` (a DNS name or an IP address).
     pub fn from_ca_file(ca: &Path, name: &str) -> Result<ClientTls, TlsError> {
-        Self::build(ca, name, None)
-    }
-
-    /// As [`ClientTls::from_ca_file`], presenting the client certificate
-    /// chain `cert` with its key (for a listener that asks for one).
-    pub fn with_client_cert(
-        ca: &Path,
-        name: &str,
-        cert: &Path,
-        key: &Path,
-    ) -> Result<ClientTls, TlsError> {
-        Self::build(ca, name, Some((cert, key)))
-    }
-
-    fn build(ca: &Path, name: &str, client: Option<(&Path, &Path)>) -> Result<ClientTls, TlsError> {
-        use rustls::pki_types::pem::PemObject;
         let roots = load_roots(ca)?;
         let server_name = ServerName::try_from(name.to_string())
             .map_err(|e| TlsError::Config(format!("server name {name:?}: {e}")))?;
-        let builder = ClientConfig::builder_with_provider(provider())
+        let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?
-            .with_root_certificates(roots);
-        let config = match client {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
-                let chain = crate::runtime::tls::load_certs(cert)?;
-                let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                    TlsError::File {
-                        path: key.display().to_string(),
-                        why: e.to_string(),
-                    }
-                })?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| TlsError::Config(e.to_string()))?
-            }
-        };
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         Ok(ClientTls {
             config: Arc::new(config),
             server_name,
