@@ -1,6 +1,8 @@
 //! Flags of the subscriber gateway and the provider ingest listener.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 
@@ -9,7 +11,25 @@ use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
 use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
+use crate::runtime::tls::{TlsAcceptor, TlsFiles, HANDSHAKE_TIMEOUT_MS_DEFAULT};
 use crate::runtime::WaitStrategy;
+
+/// The TLS side of each listener, loaded once at start-up (and reloaded
+/// on SIGHUP); `None` is plaintext.
+#[derive(Debug, Clone, Default)]
+pub struct ListenerTls {
+    /// The subscriber listener's.
+    pub subscriber: Option<Arc<TlsAcceptor>>,
+    /// The provider ingest listener's.
+    pub feed: Option<Arc<TlsAcceptor>>,
+}
+
+impl ListenerTls {
+    /// Every acceptor there is (for a reload).
+    pub fn all(&self) -> impl Iterator<Item = &Arc<TlsAcceptor>> {
+        self.subscriber.iter().chain(self.feed.iter())
+    }
+}
 
 /// Largest per-second rate accepted by the gateway's rate flags.
 pub const RATE_PER_S_MAX: u64 = 10_000_000;
@@ -40,6 +60,33 @@ pub struct GatewayArgs {
     /// absent.
     #[arg(long, value_name = "ADDR")]
     pub feed_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain, leaf first: TLS (rustls) on the subscriber
+    /// listener and the provider ingest listener. Without it both are
+    /// plaintext (loopback, or TLS ended by a balancer). Read again on
+    /// SIGHUP: new handshakes get the new chain, open sessions go on.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// A TLS handshake not finished this long after accept is cut and
+    /// counted (pricewire_tls_handshake_failures_total{reason="timeout"}),
+    /// in milliseconds, 100..=60000.
+    #[arg(long, default_value_t = HANDSHAKE_TIMEOUT_MS_DEFAULT, value_name = "MS")]
+    pub tls_handshake_timeout_ms: u64,
+
+    /// PEM CA certificates: provider bridges must present a client
+    /// certificate chain from one of them (needs --tls-cert).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub feed_tls_client_ca: Option<PathBuf>,
+
+    /// Keep the provider ingest listener plaintext while subscribers use
+    /// TLS (bridges on loopback).
+    #[arg(long, conflicts_with = "feed_tls_client_ca")]
+    pub feed_plaintext: bool,
 
     /// Token accepted at ProviderLogon for providers without their own.
     #[arg(long, default_value = INGEST_TOKEN_DEFAULT, value_name = "TOKEN")]
@@ -227,6 +274,38 @@ impl GatewayArgs {
         Ok(())
     }
 
+    /// Loads the TLS files of each listener that gets TLS; an unreadable
+    /// or invalid file is refused naming its flag.
+    pub fn listener_tls(&self) -> Result<ListenerTls, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(ListenerTls::default());
+        };
+        let ms = self.tls_handshake_timeout_ms;
+        if !(100..=60_000).contains(&ms) {
+            return Err(format!(
+                "--tls-handshake-timeout-ms {ms}: must be 100..=60000"
+            ));
+        }
+        let files = TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: None,
+        };
+        let subscriber = (!self.no_listen)
+            .then(|| TlsAcceptor::new("subscriber", files.clone(), ms))
+            .transpose()
+            .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+        let feed_files = TlsFiles {
+            client_ca: self.feed_tls_client_ca.clone(),
+            ..files
+        };
+        let feed = (self.feed_listen.is_some() && !self.feed_plaintext)
+            .then(|| TlsAcceptor::new("feed", feed_files, ms))
+            .transpose()
+            .map_err(|e| format!("--tls-cert/--tls-key/--feed-tls-client-ca: {e}"))?;
+        Ok(ListenerTls { subscriber, feed })
+    }
+
     pub(crate) fn ingest_config(
         &self,
         wait: WaitStrategy,
@@ -237,6 +316,7 @@ impl GatewayArgs {
             default_token: self.ingest_token.clone(),
             wait,
             cpus: cpus.clone(),
+            tls: None,
         })
     }
 }

@@ -60,6 +60,19 @@ pub struct WatchArgs {
     /// With --once: longest wait for every symbol's first price, in ms.
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub once_timeout_ms: u64,
+
+    /// Connect over TLS, verifying the server's chain against --ca.
+    #[arg(long, requires = "ca")]
+    pub tls: bool,
+
+    /// PEM CA certificates to trust for --tls (the only trust store used).
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub ca: Option<std::path::PathBuf>,
+
+    /// Name the server's certificate must carry; default: the host part
+    /// of --connect.
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    pub tls_name: Option<String>,
 }
 
 /// Why `watch` stopped.
@@ -74,6 +87,9 @@ pub enum WatchError {
     /// The client could not connect, log on or send.
     #[error("{0}")]
     Client(#[from] ClientError),
+    /// The TLS trust file or server name was refused (the reason).
+    #[error("--ca/--tls-name: {0}")]
+    Tls(String),
     /// `--tier` names no tier of this account (the value as given).
     #[error("--tier {0}: no such tier for this account")]
     UnknownTier(String),
@@ -97,9 +113,10 @@ pub fn run(args: WatchArgs) -> i32 {
             let _ = stdout.flush();
             eprintln!("error: {e}");
             match e {
-                WatchError::Address(_) | WatchError::Interval | WatchError::UnknownTier(_) => {
-                    super::EXIT_USAGE
-                }
+                WatchError::Address(_)
+                | WatchError::Interval
+                | WatchError::UnknownTier(_)
+                | WatchError::Tls(_) => super::EXIT_USAGE,
                 _ => EXIT_FAILED,
             }
         }
@@ -189,13 +206,31 @@ impl Row {
     }
 }
 
+/// The TLS settings of `--tls`, `--ca` and `--tls-name` (default: the
+/// host of `--connect`).
+fn client_tls(args: &WatchArgs) -> Result<Option<crate::client::tls::ClientTls>, WatchError> {
+    let (true, Some(ca)) = (args.tls, &args.ca) else {
+        return Ok(None);
+    };
+    let host = match args.connect.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => args.connect.as_str(),
+    };
+    let name = args.tls_name.as_deref().unwrap_or(host);
+    crate::client::tls::ClientTls::from_ca_file(ca, name)
+        .map(Some)
+        .map_err(|e| WatchError::Tls(e.to_string()))
+}
+
 /// The view: connect, subscribe, draw until interrupted (or once).
 pub fn watch(args: &WatchArgs, out: &mut dyn Write) -> Result<(), WatchError> {
     if args.refresh_ms == 0 || args.once_timeout_ms == 0 {
         return Err(WatchError::Interval);
     }
     let addr = resolve(&args.connect)?;
-    let mut client = Client::connect(ClientConfig::new(addr, &args.account, &args.token))?;
+    let mut cfg = ClientConfig::new(addr, &args.account, &args.token);
+    cfg.tls = client_tls(args)?;
+    let mut client = Client::connect(cfg)?;
     let tier = resolve_tier(&mut client, args.tier.as_deref())?;
     client.subscribe_names(tier, &args.symbols)?;
     let started = Instant::now();

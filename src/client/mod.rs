@@ -38,6 +38,7 @@ pub mod reconnect;
 pub mod seq;
 pub mod session;
 pub mod stats;
+pub mod tls;
 
 pub use blocking::{Client, ClientConfig, ClientError, Events};
 pub use event::{DisconnectCause, Event, LogonInfo, PriceEvent, SeqStatus};

@@ -7,7 +7,6 @@
 //! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
 //! never held in a queue to time out.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,6 +15,8 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
+
+use crate::runtime::tls::Link;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::{GatewayStats, Shared};
@@ -28,8 +29,9 @@ const WAKER: Token = Token(1);
 /// A shard's inbox for new connections.
 #[derive(Clone)]
 pub struct Handoff {
-    /// Where the acceptor sends an accepted socket and its peer address.
-    pub tx: Sender<(TcpStream, SocketAddr)>,
+    /// Where the acceptor sends an accepted socket (plain or TLS) and its
+    /// peer address.
+    pub tx: Sender<(Link, SocketAddr)>,
     /// Wakes the shard's poll after a send.
     pub waker: Arc<Waker>,
     /// The shard's counters (its open sessions, for placement).
@@ -164,9 +166,26 @@ impl Acceptor {
             .expect("admission lock")
             .on_accept(peer.ip(), monotonic_ns());
         if let Err(reject) = decision {
-            refuse_busy(stream, reject.retry_after_ms, stats);
+            // Refused before any TLS work: a TLS listener closes without
+            // the Disconnect (a plaintext frame would only break the
+            // client's handshake).
+            match &self.shared.cfg.tls {
+                None => refuse_busy(Link::Plain(stream), reject.retry_after_ms, stats),
+                Some(_) => GatewayStats::add(&stats.refused, 1),
+            }
             return;
         }
+        let link = match &self.shared.cfg.tls {
+            None => Link::Plain(stream),
+            Some(tls) => match tls.link(stream, monotonic_ns()) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS session could not be set up");
+                    self.release(peer);
+                    return;
+                }
+            },
+        };
         self.loads.clear();
         for h in &self.shards {
             self.loads
@@ -177,7 +196,7 @@ impl Acceptor {
         };
         let busy = spill.is_busy(self.shards[0].stats.busy_permille.get() as u32);
         let shard = &self.shards[place(&self.loads, self.shared.cfg.shard0_fill, busy)];
-        match shard.tx.try_send((stream, peer)) {
+        match shard.tx.try_send((link, peer)) {
             Ok(()) => {
                 let _ = shard.waker.wake();
             }
@@ -185,11 +204,7 @@ impl Acceptor {
                 // The shard's inbox is full: it is not keeping up with
                 // accepts. Refuse rather than queue.
                 let (stream, peer) = e.into_inner();
-                self.shared
-                    .admission
-                    .lock()
-                    .expect("admission lock")
-                    .on_close(peer.ip());
+                self.release(peer);
                 // Jittered, or every refused client would return together.
                 let w = self.shared.cfg.admission.retry_after;
                 let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
@@ -199,15 +214,28 @@ impl Acceptor {
     }
 }
 
-/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it.
-pub fn refuse_busy(mut stream: TcpStream, retry_after_ms: u32, stats: &GatewayStats) {
+impl Acceptor {
+    /// Gives back the per-IP slot admission took for `peer`.
+    fn release(&self, peer: SocketAddr) {
+        self.shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_close(peer.ip());
+    }
+}
+
+/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it
+/// (a TLS link still handshaking is closed without it, see
+/// [`Link::write_last`]).
+pub fn refuse_busy(mut stream: Link, retry_after_ms: u32, stats: &GatewayStats) {
     GatewayStats::add(&stats.refused, 1);
     let mut buf = [0u8; 64];
     if let Ok(n) =
         wire::encode_disconnect_reason(&mut buf, DisconnectReason::BUSY, retry_after_ms, "busy")
     {
         // A fresh socket's send buffer is empty: this write completes.
-        let _ = stream.write(&buf[..n]);
+        stream.write_last(&buf[..n]);
     }
 }
 

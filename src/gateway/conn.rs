@@ -3,11 +3,10 @@
 
 use std::net::SocketAddr;
 
-use mio::net::TcpStream;
-
 use super::answer_marks::AnswerMarks;
 use super::outbound::OutBuf;
 use super::session::Session;
+use crate::runtime::tls::Link;
 
 pub use super::session::SessionState;
 
@@ -26,8 +25,8 @@ pub struct Sub {
 
 /// A subscriber connection.
 pub struct Conn {
-    /// The non-blocking socket, registered with the shard's poller.
-    pub stream: TcpStream,
+    /// The socket, plain or TLS, registered with the shard's poller.
+    pub stream: Link,
     /// The peer's address (per-IP admission is released with it).
     pub peer: SocketAddr,
     /// The protocol state (logon, timers, inbound framing).

@@ -137,6 +137,11 @@ impl Shard {
         let Some(conn) = self.slab.conns[i].as_mut() else {
             return;
         };
+        // Encrypted bytes the socket did not take last time go first.
+        if conn.stream.flush_pending().is_err() {
+            self.close_now(i);
+            return;
+        }
         for _ in 0..2 {
             let before = conn.out.len();
             let res = conn.out.write_to(&mut conn.stream);
@@ -157,12 +162,13 @@ impl Shard {
             }
             break;
         }
-        if conn.session.is_closing() && conn.out.is_empty() && !conn.fin_sent {
+        let flushed = conn.out.is_empty() && !conn.stream.has_pending();
+        if conn.session.is_closing() && flushed && !conn.fin_sent {
             // Half-close after the last byte (our FIN follows the Disconnect)
             // and keep reading until the peer closes or the linger ends:
             // closing with unread input would send a reset, and a reset
             // makes the peer's stack discard the Disconnect it has not read.
-            let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+            conn.stream.shutdown_write();
             conn.fin_sent = true;
         }
     }
@@ -381,6 +387,7 @@ impl Shard {
         }
         for conn in self.slab.conns[..self.slab.live_end].iter_mut().flatten() {
             conn.session.on_stall(stall);
+            conn.stream.extend_deadline(stall);
         }
         true
     }
@@ -391,9 +398,14 @@ impl Shard {
     pub(super) fn sweep(&mut self, now: u64) {
         let (mut conflating, mut queued) = (0u64, 0u64);
         for i in 0..self.slab.live_end {
-            let Some(conn) = self.slab.conns[i].as_ref() else {
+            let Some(conn) = self.slab.conns[i].as_mut() else {
                 continue;
             };
+            if conn.stream.handshake_expired(now) {
+                // Counted by the link; the peer never spoke TLS to the end.
+                self.close_now(i);
+                continue;
+            }
             conflating += u64::from(conn.out.is_conflating());
             queued += conn.out.len() as u64;
             if conn.session.silence_due(&self.session_cfg, now) {

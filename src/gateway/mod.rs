@@ -138,6 +138,9 @@ pub struct GatewayConfig {
     /// retryAfterMs window for Reject(rate_limited) of the per-connection
     /// message rate.
     pub rate_limited_retry: RetryWindow,
+    /// TLS on the subscriber listener (`--tls-cert`, `--tls-key`); `None`
+    /// is plaintext.
+    pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
 }
 
 impl Default for GatewayConfig {
@@ -171,6 +174,7 @@ impl Default for GatewayConfig {
             shutdown_retry: RetryWindow::new(1_000, 10_000),
             error_retry: RetryWindow::new(1_000, 5_000),
             rate_limited_retry: RetryWindow::new(250, 1_000),
+            tls: None,
         }
     }
 }

@@ -22,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -43,6 +42,7 @@ use crate::requests::hops::HopRecorder;
 use crate::requests::service::RequestPort;
 use crate::runtime::hosting::Readiness;
 use crate::runtime::latency::{latency_histogram, HistogramExchange};
+use crate::runtime::tls::Link;
 use crate::runtime::{WaitStrategy, Waiter};
 use crate::wire::SubscribeResult;
 use hdrhistogram::Histogram;
@@ -167,7 +167,7 @@ pub(super) struct Shard {
     pub(super) session_cfg: SessionConfig,
     pub(super) stats: Arc<ShardStats>,
     pub(super) control: Receiver<ShardControl>,
-    pub(super) inbox: Receiver<(TcpStream, SocketAddr)>,
+    pub(super) inbox: Receiver<(Link, SocketAddr)>,
     pub(super) waiter: Waiter,
     pub(super) next_sweep_ns: u64,
     /// When the next revalidation round is due (`revoke.rs`).
@@ -214,7 +214,7 @@ impl Shard {
         input: ShardInput,
         poll: Poll,
         control: Receiver<ShardControl>,
-        inbox: Receiver<(TcpStream, SocketAddr)>,
+        inbox: Receiver<(Link, SocketAddr)>,
         stats: Arc<ShardStats>,
         requests: RequestPort,
     ) -> Self {
@@ -460,7 +460,7 @@ impl Shard {
         }
     }
 
-    fn accept(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+    fn accept(&mut self, mut stream: Link, peer: SocketAddr) {
         // No slot while every free one is promised to a moving session.
         let slot = if self.take_room() {
             self.slab.free.pop()

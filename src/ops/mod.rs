@@ -86,7 +86,7 @@ pub use shutdown::{
     standard_plan, Shutdown, ShutdownBudgets, ShutdownHooks, ShutdownPlan, ShutdownReport,
     StepResult, DEFAULT_DRAIN_DELAY_MS, DEFAULT_GRACE_MS,
 };
-pub use signals::{SignalCallbacks, SignalWatcher};
+pub use signals::{ReloadWatcher, SignalCallbacks, SignalWatcher};
 pub use stagger::{
     StaggerConfig, StaggerPlan, DEFAULT_STAGGER_CAP_MS, DEFAULT_STAGGER_JITTER_MS,
     DEFAULT_STAGGER_STEP_MS,

@@ -113,6 +113,47 @@ impl Drop for SignalWatcher {
     }
 }
 
+/// The SIGHUP thread: every SIGHUP runs the reload callback (reading the
+/// TLS certificate files again) on an ordinary thread. Dropping it stops
+/// watching; the handler stays installed, so a later SIGHUP is ignored
+/// rather than ending the process.
+#[derive(Debug)]
+pub struct ReloadWatcher {
+    inner: SignalWatcher,
+}
+
+impl ReloadWatcher {
+    /// Watches SIGHUP.
+    pub fn spawn(reload: Box<dyn FnMut() + Send>) -> Result<Self, OpsError> {
+        Self::spawn_for(signal_hook::consts::SIGHUP, reload)
+    }
+
+    /// Watches `signo` (tests use SIGUSR1).
+    pub fn spawn_for(signo: i32, mut reload: Box<dyn FnMut() + Send>) -> Result<Self, OpsError> {
+        let mut signals = Signals::new([signo]).map_err(OpsError::Signals)?;
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("ops-reload".into())
+            .spawn(move || {
+                for _ in signals.forever() {
+                    reload();
+                }
+            })
+            .map_err(OpsError::Signals)?;
+        Ok(ReloadWatcher {
+            inner: SignalWatcher {
+                handle,
+                thread: Some(thread),
+            },
+        })
+    }
+
+    /// Stops watching and joins the thread.
+    pub fn close(self) {
+        self.inner.close();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ mod loom_models;
 pub mod source;
 pub(crate) mod sync;
 pub mod sys;
+pub mod tls;
 pub mod wait;
 
 pub use affinity::{CpuMap, RtPriority, Stage};

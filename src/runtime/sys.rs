@@ -44,6 +44,22 @@ pub fn current_policy() -> (i32, i32) {
     }
 }
 
+/// CPU time the calling thread has used (user and kernel), in ns; 0 if
+/// the clock cannot be read. For benchmarks on a shared machine: time the
+/// thread was not running does not count.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// `SO_LINGER {on, 0}`: close() discards unsent data and sends RST.
 pub fn set_linger_zero(stream: &TcpStream) -> io::Result<()> {
     let linger = libc::linger {

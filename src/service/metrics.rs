@@ -34,6 +34,14 @@ impl Service {
         if let Some(b) = &self.bus {
             register_bus(r, b.stats())?;
         }
+        let gateway_tls = self
+            .gateway
+            .as_ref()
+            .and_then(|g| g.shared.cfg.tls.as_ref());
+        let ingest_tls = self.ingest.as_ref().and_then(|i| i.tls.as_ref());
+        for tls in gateway_tls.into_iter().chain(ingest_tls) {
+            super::tls_metrics::register(r, tls)?;
+        }
         register_overload(r, &self.overload)
     }
 

@@ -5,6 +5,7 @@
 //! the service through [`Service::start`], so they run the same wiring.
 
 mod metrics;
+mod tls_metrics;
 pub mod report;
 
 use std::sync::Arc;

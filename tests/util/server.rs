@@ -78,6 +78,7 @@ pub fn ingest_service_with(
         default_token: "unused".into(),
         wait: WaitStrategy::SpinPark,
         cpus: Default::default(),
+        tls: None,
     });
     Service::start(cfg).unwrap()
 }

@@ -11,6 +11,7 @@ resync by a critical SnapshotRequest on a gap. :class:`ProviderSession` is the i
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,10 +68,21 @@ class SeqTracker:
 
 
 class Connection:
-    """One framed TCP connection with bounded waits and idle heartbeats."""
+    """One framed TCP connection with bounded waits and idle heartbeats.
+
+    With ``tls`` (an :class:`ssl.SSLContext`, e.g. ``ssl.create_default_context(cafile=...)``)
+    the connection speaks TLS; the handshake runs in the constructor within ``timeout_s`` and
+    checks the server's certificate against ``server_hostname`` (default: ``host``).
+    """
 
     def __init__(
-        self, host: str, port: int, timeout_s: float = 5.0, rcvbuf: int | None = None
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = 5.0,
+        rcvbuf: int | None = None,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:  # before connect, so the window is negotiated with it
@@ -78,6 +90,8 @@ class Connection:
         self.sock.settimeout(timeout_s)
         self.sock.connect((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=server_hostname or host)
         self.reader = FrameReader()
         self.heartbeat_ms = 0
         self.last_sent = time.monotonic()
@@ -102,7 +116,7 @@ class Connection:
             data = self.sock.recv(1 << 16)
         except TimeoutError:
             return False
-        except (ConnectionResetError, BrokenPipeError) as err:
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as err:
             self.closed = True
             raise ConnectionClosed(str(err)) from err
         if not data:
@@ -176,9 +190,15 @@ class Session(Connection):
     """A subscriber session: logon, requests, subscriptions with sequence checking."""
 
     def __init__(
-        self, host: str, port: int, timeout_s: float = 5.0, rcvbuf: int | None = None
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = 5.0,
+        rcvbuf: int | None = None,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
-        super().__init__(host, port, timeout_s, rcvbuf)
+        super().__init__(host, port, timeout_s, rcvbuf, tls, server_hostname)
         self.tracker = SeqTracker()
         self.next_request_id = 1
         self.resync_ids: set[int] = set()

@@ -62,11 +62,15 @@ pub fn run(args: ServeArgs) -> i32 {
     if !stagger(&args, &plan, &*clock, &begin_rx) {
         return 0;
     }
+    let _reload = match watch_reload(&plan.tls) {
+        Ok(w) => w,
+        Err(e) => return refuse(e),
+    };
     let (recorder, tap) = match start_recorder(&args, &plan.config) {
         Ok(r) => r,
         Err(e) => return refuse(e),
     };
-    let service = match start_service(&args, plan.config.clone(), tap) {
+    let service = match start_service(&args, &plan, tap) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -158,6 +162,8 @@ fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), String> {
 struct Plan {
     config: Arc<Config>,
     ops: crate::ops::OpsConfig,
+    /// Each listener's TLS, loaded once here and reloaded on SIGHUP.
+    tls: crate::cli::gateway_args::ListenerTls,
 }
 
 impl Plan {
@@ -171,18 +177,21 @@ impl Plan {
         args.request_config()?;
         args.bus_role()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
+        let tls = args.gateway.listener_tls()?;
         Ok(Plan {
             config: Arc::new(config),
             ops,
+            tls,
         })
     }
 }
 
 fn start_service(
     args: &ServeArgs,
-    config: Arc<Config>,
+    plan: &Plan,
     recorder: Option<RecorderTap>,
 ) -> Result<Service, String> {
+    let config = plan.config.clone();
     let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
         rate_per_s: args.synthetic_rate,
         seed: args.seed,
@@ -212,15 +221,23 @@ fn start_service(
         );
         sources.push(("fix".into(), Box::new(feed)));
     }
+    let mut gateway = args.gateway_config()?;
+    if let Some(g) = gateway.as_mut() {
+        g.tls = plan.tls.subscriber.clone();
+    }
+    let mut ingest = args
+        .gateway
+        .ingest_config(args.feed_wait(), &args.placement());
+    if let Some(i) = ingest.as_mut() {
+        i.tls = plan.tls.feed.clone();
+    }
     let mut cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
         synthetic,
         sources,
-        gateway: args.gateway_config()?,
-        ingest: args
-            .gateway
-            .ingest_config(args.feed_wait(), &args.placement()),
+        gateway,
+        ingest,
         shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,
@@ -261,6 +278,26 @@ fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData
         "accounts from Redis"
     );
     Ok(Some(Arc::new(rd)))
+}
+
+/// SIGHUP reads every TLS listener's files again (see
+/// [`TlsAcceptor::reload`](crate::runtime::tls::TlsAcceptor::reload));
+/// without TLS nothing watches it.
+fn watch_reload(
+    tls: &crate::cli::gateway_args::ListenerTls,
+) -> Result<Option<crate::ops::ReloadWatcher>, crate::ops::OpsError> {
+    let acceptors: Vec<_> = tls.all().cloned().collect();
+    if acceptors.is_empty() {
+        return Ok(None);
+    }
+    crate::ops::ReloadWatcher::spawn(Box::new(move || {
+        tracing::info!("SIGHUP: reloading TLS certificates");
+        for a in &acceptors {
+            // A refused reload is logged and counted by the acceptor.
+            let _ = a.reload();
+        }
+    }))
+    .map(Some)
 }
 
 fn watch_signals(

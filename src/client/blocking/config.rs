@@ -66,6 +66,9 @@ pub struct ClientConfig {
     pub events_queued_max: usize,
     /// Seed of the backoff RNG (`None` = from entropy).
     pub rng_seed: Option<u64>,
+    /// TLS to the server (trusted CAs and server name); `None` is
+    /// plaintext.
+    pub tls: Option<crate::client::tls::ClientTls>,
 }
 
 impl ClientConfig {
@@ -88,6 +91,7 @@ impl ClientConfig {
             resync_budget_us: RESYNC_BUDGET_US_DEFAULT,
             events_queued_max: EVENTS_QUEUED_MAX_DEFAULT,
             rng_seed: None,
+            tls: None,
         }
     }
 

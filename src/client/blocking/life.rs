@@ -3,6 +3,8 @@
 
 use std::io;
 use std::net::TcpStream;
+
+use crate::client::tls::ClientStream;
 use std::time::{Duration, Instant};
 
 use super::{is_timeout, remaining, Client, OpenError, State, SUBSCRIBE_ENTRIES_MAX};
@@ -57,12 +59,21 @@ impl Client {
                 return Err(OpenError::Connect(e));
             }
         };
-        ClientStats::inc(&self.stats.connects);
         let _ = stream.set_nodelay(true);
         let write_timeout = Duration::from_millis(self.cfg.write_timeout_ms);
         stream
             .set_write_timeout(Some(write_timeout))
             .map_err(OpenError::Io)?;
+        // The TLS handshake is part of connecting: a chain or name that
+        // does not verify is a failed connect.
+        let stream = match ClientStream::connect(stream, self.cfg.tls.as_ref(), timeout) {
+            Ok(s) => s,
+            Err(e) => {
+                ClientStats::inc(&self.stats.connect_failures);
+                return Err(OpenError::Connect(e));
+            }
+        };
+        ClientStats::inc(&self.stats.connects);
         self.session.reset();
         self.stream = Some(stream);
         let res = self.logon_exchange();

@@ -10,9 +10,9 @@
 //! time, so the driver needs a clock that advances with real time (the
 //! sans-IO parts take manual clocks in tests).
 
+use crate::client::tls::ClientStream;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ pub struct Client {
     cfg: ClientConfig,
     clock: Arc<dyn Clock>,
     rng: SmallRng,
-    stream: Option<TcpStream>,
+    stream: Option<ClientStream>,
     session: Session,
     policy: ReconnectPolicy,
     state: State,

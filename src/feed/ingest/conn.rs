@@ -11,6 +11,7 @@ use mio::{Events, Interest, Token};
 use super::frames::{handle, push_disconnect, push_reject, reply, Ctx, Peer, Readable};
 use super::keepalive::{Due, Keepalive, CHECK_EVERY_NS};
 use super::{Bridge, Ingest, IN_BYTES, LISTENER, OUT_BYTES, READ_ROOM, WAKER};
+use crate::runtime::tls::Link;
 use crate::runtime::WaitStrategy;
 use crate::wire::{self, DisconnectReason};
 
@@ -62,6 +63,11 @@ impl Ingest {
                 continue;
             };
             if b.closing {
+                continue;
+            }
+            if b.stream.handshake_expired(now) {
+                // Counted by the link; no TLS session, nothing to say.
+                self.close(i);
                 continue;
             }
             match b.keep.due(now) {
@@ -122,11 +128,21 @@ impl Ingest {
         }
     }
 
-    fn add(&mut self, mut stream: TcpStream) {
+    fn add(&mut self, stream: TcpStream) {
         let Some(i) = self.bridges.iter().position(Option::is_none) else {
             return; // at capacity: dropping the stream closes it
         };
         let _ = stream.set_nodelay(true);
+        let mut stream = match &self.cfg.tls {
+            None => Link::Plain(stream),
+            Some(tls) => match tls.link(stream, self.clock.now_ns()) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ingest TLS session could not be set up");
+                    return;
+                }
+            },
+        };
         let token = Token(self.token_base + i + 2);
         if self
             .registry
@@ -169,6 +185,7 @@ impl Ingest {
                 return;
             };
             let asked = b.inbuf.len() - b.in_len;
+            let drains = short_drains && b.stream.short_read_drains();
             let r = b.stream.read(&mut b.inbuf[b.in_len..]);
             let short = match r {
                 Ok(0) => return self.close(i),
@@ -186,7 +203,7 @@ impl Ingest {
                 Err(_) => return self.close(i),
             };
             self.frames(i);
-            if short && short_drains {
+            if short && drains {
                 break;
             }
         }
@@ -252,6 +269,10 @@ impl Ingest {
         let Some(b) = self.bridges[i].as_mut() else {
             return;
         };
+        // Encrypted bytes the socket did not take last time go first.
+        if b.stream.flush_pending().is_err() {
+            return self.close(i);
+        }
         while !b.out.is_empty() {
             match b.stream.write(&b.out) {
                 Ok(0) => break,
@@ -263,7 +284,7 @@ impl Ingest {
                 Err(_) => return self.close(i),
             }
         }
-        let close = b.closing && b.out.is_empty();
+        let close = b.closing && b.out.is_empty() && !b.stream.has_pending();
         // A bridge that never reads its acks cannot grow our buffer.
         let overflow = b.out.len() > OUT_BYTES;
         if close || overflow {

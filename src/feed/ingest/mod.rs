@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Poll, Registry, Token, Waker};
 
 use crate::clock::{Clock, MonotonicClock};
@@ -99,10 +99,14 @@ pub struct IngestConfig {
     /// feed=N`, `--rt-priority`). Unused when hosted by shard 0, which is
     /// placed as a shard.
     pub cpus: crate::runtime::CpuMap,
+    /// TLS on the listener (`--tls-cert`, `--tls-key`, and with
+    /// `--feed-tls-client-ca` a client certificate required); `None` is
+    /// plaintext.
+    pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
 }
 
 struct Bridge {
-    stream: TcpStream,
+    stream: crate::runtime::tls::Link,
     provider: Option<u16>,
     inbuf: Box<[u8]>,
     in_len: usize,
@@ -122,6 +126,8 @@ pub struct IngestHandle {
     pub local_addr: SocketAddr,
     /// The listener's counters.
     pub stats: Arc<IngestStats>,
+    /// The listener's TLS, if on (for its metrics).
+    pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
     stop: Arc<AtomicBool>,
     /// Wakes the listener's own poller (its own thread).
     waker: Arc<Waker>,
@@ -234,6 +240,7 @@ fn bind(
     let stats = Arc::new(IngestStats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let held_providers = vec![false; table.providers().len()];
+    let tls = cfg.tls.clone();
     let ingest = Ingest {
         cfg,
         table,
@@ -255,6 +262,7 @@ fn bind(
     let handle = IngestHandle {
         local_addr,
         stats,
+        tls,
         stop,
         waker,
         host_bell: None,

@@ -177,6 +177,12 @@ pub const SHARD_MAX_STALL: &str = "pricewire_shard_max_stall_seconds";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 /// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// TLS handshakes completed (counter, by `listener`).
+pub const TLS_HANDSHAKES: &str = "pricewire_tls_handshakes_total";
+/// TLS handshakes that failed or timed out (counter, by `listener`, `reason`).
+pub const TLS_HANDSHAKE_FAILURES: &str = "pricewire_tls_handshake_failures_total";
+/// Certificate reloads on SIGHUP (counter, by `listener`, `result`).
+pub const TLS_CERT_RELOADS: &str = "pricewire_tls_cert_reloads_total";
 /// Sessions a busy shard 0 moved to another shard (out) or a shard took over
 /// (in) (counter, by `shard`, `direction`).
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
@@ -338,6 +344,13 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Connections or session steps refused by admission control, by stage"),
     counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
         "Connections closed because they stayed above the outbound high-water mark too long"),
+    // TLS (serve --tls-cert)
+    counter(TLS_HANDSHAKES, &["listener"], "handshakes", "runtime::tls",
+        "TLS handshakes completed, by listener (subscriber, feed)"),
+    counter(TLS_HANDSHAKE_FAILURES, &["listener", "reason"], "handshakes", "runtime::tls",
+        "TLS handshakes that failed or timed out, by listener and reason"),
+    counter(TLS_CERT_RELOADS, &["listener", "result"], "reloads", "runtime::tls",
+        "Certificate reloads on SIGHUP, by listener and result (ok, failed: the old chain stays)"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),

@@ -1,0 +1,33 @@
+//! The metrics of a TLS listener (`runtime::tls`): handshakes, handshake
+//! failures by reason, certificate reloads by result, each by listener.
+
+use crate::ops::metrics::catalogue as m;
+use crate::ops::{OpsError, Registry};
+
+/// The counters of one TLS listener.
+pub(super) fn register(
+    r: &Registry,
+    tls: &crate::runtime::tls::TlsAcceptor,
+) -> Result<(), OpsError> {
+    use crate::runtime::tls::HandshakeFailure;
+    use std::sync::atomic::Ordering::Relaxed;
+    let listener = tls.listener();
+    let s = tls.stats().clone();
+    r.register_counter_fn(m::TLS_HANDSHAKES, &[("listener", listener)], move || {
+        s.handshakes.load(Relaxed)
+    })?;
+    for why in HandshakeFailure::ALL {
+        let s = tls.stats().clone();
+        let labels = [("listener", listener), ("reason", why.label())];
+        r.register_counter_fn(m::TLS_HANDSHAKE_FAILURES, &labels, move || s.failures(why))?;
+    }
+    for (result, ok) in [("ok", true), ("failed", false)] {
+        let s = tls.stats().clone();
+        let labels = [("listener", listener), ("result", result)];
+        r.register_counter_fn(m::TLS_CERT_RELOADS, &labels, move || match ok {
+            true => s.reloads_ok.load(Relaxed),
+            false => s.reloads_failed.load(Relaxed),
+        })?;
+    }
+    Ok(())
+}
