@@ -33,6 +33,12 @@ pub struct BusArgs {
     /// stand by warm and take over within about this long after it dies.
     #[arg(long, default_value_t = crate::bus::LEASE_MS_DEFAULT, value_name = "MS")]
     pub bus_lease_ms: u64,
+
+    /// Edge: how long without any price from the bus (no NATS server, or
+    /// a silent core) before every price is sent again flagged stale; the
+    /// next fresh price clears the flag.
+    #[arg(long, default_value_t = crate::bus::MAX_AGE_MS_DEFAULT, value_name = "MS")]
+    pub bus_max_age_ms: u64,
 }
 
 /// What the rest of `serve` needs to know to check the role against.
@@ -49,6 +55,7 @@ impl BusArgs {
         let parse = |bus: &str| {
             BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
                 .and_then(|c| c.with_lease_ms(self.bus_lease_ms))
+                .and_then(|c| c.with_max_age_ms(self.bus_max_age_ms))
                 .map_err(|e| e.to_string())
         };
         match (self.role, self.bus.as_deref()) {

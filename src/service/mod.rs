@@ -190,7 +190,8 @@ impl Service {
     fn start_edge(cfg: ServiceConfig, bus: &BusConfig) -> Result<Service, ServiceError> {
         let config = cfg.config.clone();
         let (shards, ring) = (cfg.pipeline.shards, cfg.pipeline.shard_ring);
-        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring)?;
+        let depth = cfg.pipeline.history_depth;
+        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring, depth)?;
         let handles = PipelineHandles {
             table: parts.table,
             health: crate::model::ProviderHealth::new(config.table.providers().len()),
@@ -198,10 +199,7 @@ impl Service {
             fanout: parts.fanout,
             feeds: Vec::new(),
             engine_doorbell: crate::runtime::Doorbell::new(),
-            history: Arc::new(crate::engine::TickHistory::new(
-                config.table.len(),
-                cfg.pipeline.history_depth,
-            )),
+            history: parts.history,
         };
         let overload = Arc::new(OverloadStats::default());
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());

