@@ -19,9 +19,11 @@ mod wait;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
 use pricewire::model::price_flags;
+use pricewire::resilience::backoff::Backoff;
 use pricewire::service::Service;
-use pricewire::wire::{self, HistoryTick, OwnedMessage};
+use pricewire::wire::{self, HistoryTick, OwnedMessage, TIER_ACCOUNT_DEFAULT};
 
 use bus::*;
 use nats::NatsServer;
@@ -154,4 +156,68 @@ fn an_edge_without_its_bus_flags_prices_stale_until_fresh_ones_come() {
     drop((c, late));
     e.stop();
     core.stop();
+}
+
+/// Last sequence seen per symbol.
+fn last_seqs(seen: &Seen) -> BTreeMap<u16, u64> {
+    seen.prices.iter().map(|p| (p.0, p.1)).collect()
+}
+
+#[test]
+fn killing_an_edge_moves_its_terminals_to_another_resuming_by_sequence() {
+    let node = NatsServer::start();
+    let b = bus(&node.url(), "f1", 1);
+    let core = core(b.clone(), 1_000);
+    let listen = free_addr();
+    let mut e1 = ServeProcess::edge(&node.url(), "f1", listen);
+    let e2 = edge(b.with_max_age_ms(60_000).unwrap());
+    let mut cfg = ClientConfig::new(listen, "demo", "demo");
+    cfg.failover = vec![e2.gateway.as_ref().unwrap().local_addr];
+    cfg.backoff = Backoff::new(20, 200);
+    // Connects to edge 1 (no failure: not to edge 2) once it listens.
+    let mut client = None;
+    assert!(wait_until(WAIT, || {
+        client = Client::connect(cfg.clone())
+            .ok()
+            .filter(|c| c.stats().snapshot().connect_failures == 0);
+        client.is_some()
+    }));
+    let mut c = client.unwrap();
+    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &SYMBOLS).unwrap();
+    let mut seen = Seen::default();
+    assert!(read_until(&mut c, &mut seen, |s| s.updates() >= 200));
+    // Prices stop, so none can be missed while the terminal moves: it
+    // holds what edge 2 holds.
+    core.stop();
+    let e2_last = || -> BTreeMap<u16, u64> {
+        SYMBOLS
+            .iter()
+            .map(|s| e2.config.table.by_name(s).unwrap().id)
+            .map(|id| (id, e2.pipeline.handles.table.read(id, 0).unwrap().seq))
+            .collect()
+    };
+    assert!(read_until(&mut c, &mut seen, |s| last_seqs(s) == e2_last()));
+    e1.kill();
+    let before = seen.updates();
+    let moved = wait_until(WAIT, || {
+        if let Ok(Some(Event::Price(p))) = c.next_event(Duration::from_millis(20)) {
+            let b = p.body;
+            seen.prices
+                .push((b.symbol_id, b.seq, b.bid, b.ask, b.flags, p.seq));
+        }
+        let s = c.stats().snapshot();
+        s.resumed + s.resume_resyncs >= SYMBOLS.len() as u64
+    });
+    assert!(moved, "the terminal did not come back on edge 2");
+    let s = c.stats().snapshot();
+    assert_eq!((s.logons, s.disconnects), (2, 1), "{s:?}");
+    assert_eq!(s.resumed, SYMBOLS.len() as u64, "{s:?}");
+    assert_eq!((s.resume_resyncs, s.gaps), (0, 0), "{s:?}");
+    assert!(e2.open_connections() >= 1, "not connected to edge 2");
+    let after = &seen.prices[before..];
+    assert_eq!(after.len(), SYMBOLS.len(), "{after:?}");
+    assert!(after.iter().all(|p| p.5 == SeqStatus::Resumed), "{after:?}");
+    assert_eq!(last_seqs(&seen), e2_last(), "the sequences moved");
+    drop(c);
+    e2.stop();
 }

@@ -33,8 +33,10 @@ pub struct WatchArgs {
     #[arg(required = true, value_name = "SYMBOL")]
     pub symbols: Vec<String>,
 
-    /// Server address (host:port).
-    #[arg(long, default_value = crate::gateway::LISTEN_DEFAULT, value_name = "ADDR")]
+    /// Server address (host:port), or several separated by commas (edges
+    /// of one core): the first is tried first, and after a lost connection
+    /// the client reconnects to the next one.
+    #[arg(long, default_value = crate::gateway::LISTEN_DEFAULT, value_name = "ADDR[,ADDR…]")]
     pub connect: String,
 
     /// Account to log on with.
@@ -194,8 +196,11 @@ pub fn watch(args: &WatchArgs, out: &mut dyn Write) -> Result<(), WatchError> {
     if args.refresh_ms == 0 || args.once_timeout_ms == 0 {
         return Err(WatchError::Interval);
     }
-    let addr = resolve(&args.connect)?;
-    let mut client = Client::connect(ClientConfig::new(addr, &args.account, &args.token))?;
+    let mut addrs = args.connect.split(',').map(str::trim).map(resolve);
+    let addr = addrs.next().unwrap_or_else(|| resolve(""))?;
+    let mut cfg = ClientConfig::new(addr, &args.account, &args.token);
+    cfg.failover = addrs.collect::<Result<_, _>>()?;
+    let mut client = Client::connect(cfg)?;
     let tier = resolve_tier(&mut client, args.tier.as_deref())?;
     client.subscribe_names(tier, &args.symbols)?;
     let started = Instant::now();

@@ -162,6 +162,30 @@ impl ServeProcess {
         ServeProcess { child, ops }
     }
 
+    /// An edge process serving subscribers on `listen`, with a max age of
+    /// a minute (no stale flags while a test holds its core still).
+    pub fn edge(urls: &str, prefix: &str, listen: std::net::SocketAddr) -> ServeProcess {
+        let ops = free_addr();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .args([
+                "serve",
+                "--role",
+                "edge",
+                "--bus",
+                urls,
+                "--bus-prefix",
+                prefix,
+            ])
+            .args(["--bus-max-age-ms", "60000"])
+            .args(["--listen", &listen.to_string()])
+            .args(["--ops-listen", &ops.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        ServeProcess { child, ops }
+    }
+
     /// `pricewire_bus_messages_total{event=...}` from /metrics (0 if the
     /// ops listener is not up yet).
     pub fn bus_count(&self, event: &str) -> u64 {
