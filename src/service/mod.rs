@@ -130,7 +130,6 @@ impl Service {
         if let Some(BusRole::Edge(bus)) = cfg.bus.clone() {
             return Self::start_edge(cfg, &bus);
         }
-        check_core_threading(&cfg)?;
         let config = cfg.config.clone();
         let sources = feed_sources(&mut cfg, &config);
         let ports = cfg.ingest.iter().map(|_| "ingest".to_string()).collect();
@@ -327,20 +326,6 @@ impl Service {
             let _ = t.join();
         }
     }
-}
-
-/// A core's engine needs its own thread: with shared threading shard 0
-/// would host it, and the bus thread takes shard 0's ring instead.
-fn check_core_threading(cfg: &ServiceConfig) -> Result<(), ServiceError> {
-    let core = matches!(cfg.bus, Some(BusRole::Core(_)));
-    if core && cfg.pipeline.threading == Threading::Shared {
-        return Err(BusError::Invalid {
-            flag: "--threading",
-            reason: "a core needs --threading dedicated".into(),
-        }
-        .into());
-    }
-    Ok(())
 }
 
 /// The feed sources `cfg` asks for: the synthetic feed first, if wanted,
