@@ -6,135 +6,24 @@
 //! gateway on a loopback port. Subscribers are the SDK client over TCP.
 //! Every wait is a bounded condition; nothing sleeps.
 
+#[path = "util/bus.rs"]
+mod bus;
 #[path = "util/nats.rs"]
 mod nats;
 #[path = "util/wait.rs"]
 mod wait;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use pricewire::bus::{BusConfig, BusRole};
-use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
-use pricewire::config::Config;
-use pricewire::feed::synthetic::SyntheticConfig;
-use pricewire::gateway::GatewayConfig;
+use pricewire::client::SeqStatus;
 use pricewire::model::price_flags;
 use pricewire::ops::Registry;
-use pricewire::pipeline::PipelineConfig;
-use pricewire::runtime::WaitStrategy;
-use pricewire::service::{Service, ServiceConfig};
-use pricewire::wire::TIER_ACCOUNT_DEFAULT;
+use pricewire::service::Service;
 
+use bus::*;
 use nats::{NatsCluster, NatsServer};
 use wait::wait_until;
-
-const SYMBOLS: [&str; 2] = ["EURUSD", "GBPUSD"];
-const WAIT: Duration = Duration::from_secs(15);
-
-fn config() -> Arc<Config> {
-    Arc::new(Config::builtin(3))
-}
-
-fn bus(urls: &str, prefix: &str, replicas: usize) -> BusConfig {
-    BusConfig::parse(urls, prefix, replicas).unwrap()
-}
-
-fn core(bus: BusConfig, rate_per_s: u64) -> Service {
-    let mut cfg = ServiceConfig::new(config());
-    cfg.synthetic = Some(SyntheticConfig {
-        rate_per_s,
-        ..SyntheticConfig::default()
-    });
-    cfg.pipeline = PipelineConfig {
-        shards: 1,
-        ..PipelineConfig::default()
-    };
-    cfg.bus = Some(BusRole::Core(bus));
-    Service::start(cfg).expect("core starts")
-}
-
-fn edge(bus: BusConfig) -> Service {
-    let mut cfg = ServiceConfig::new(config());
-    cfg.synthetic = None;
-    cfg.pipeline = PipelineConfig {
-        shards: 2,
-        ..PipelineConfig::default()
-    };
-    let mut gw = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        shard_wait: WaitStrategy::SpinPark,
-        ..GatewayConfig::default()
-    };
-    gw.admission.ip_connect_rate_per_s = 10_000;
-    gw.admission.ip_connect_burst = 10_000;
-    cfg.gateway = Some(gw);
-    cfg.bus = Some(BusRole::Edge(bus));
-    Service::start(cfg).expect("edge starts")
-}
-
-fn published(core: &Service) -> u64 {
-    core.bus.as_ref().unwrap().stats().published.get()
-}
-
-/// One subscriber's view: (symbol, seq) → (bid, ask, flags), in order.
-#[derive(Default)]
-struct Seen {
-    prices: Vec<(u16, u64, i64, i64, u8, SeqStatus)>,
-}
-
-impl Seen {
-    fn by_key(&self) -> BTreeMap<(u16, u64), (i64, i64)> {
-        self.prices
-            .iter()
-            .map(|&(s, q, b, a, _, _)| ((s, q), (b, a)))
-            .collect()
-    }
-
-    fn updates(&self) -> usize {
-        self.prices.len()
-    }
-
-    /// Per symbol, sequence numbers only go up; every skip in an update is
-    /// flagged.
-    fn assert_ordered_and_gaps_flagged(&self, who: &str) {
-        let mut last: BTreeMap<u16, u64> = BTreeMap::new();
-        for &(s, q, _, _, flags, st) in &self.prices {
-            if let Some(&l) = last.get(&s) {
-                assert!(q > l, "{who}: symbol {s} went from {l} to {q}");
-                // A snapshot (Reset) is an explicit resync, not a gap.
-                if q > l + 1 && st != SeqStatus::Reset {
-                    assert_ne!(
-                        flags & price_flags::CONFLATED,
-                        0,
-                        "{who}: symbol {s} skipped {l} -> {q} unflagged ({st:?})"
-                    );
-                }
-            }
-            last.insert(s, q);
-        }
-    }
-}
-
-fn subscriber(edge: &Service) -> Client {
-    let addr = edge.gateway.as_ref().unwrap().local_addr;
-    let mut c = Client::connect(ClientConfig::new(addr, "demo", "demo")).unwrap();
-    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &SYMBOLS).unwrap();
-    c
-}
-
-/// Reads prices until `done` holds (bounded by [`WAIT`]).
-fn read_until(c: &mut Client, seen: &mut Seen, mut done: impl FnMut(&Seen) -> bool) -> bool {
-    wait_until(WAIT, || {
-        if let Ok(Some(Event::Price(p))) = c.next_event(Duration::from_millis(20)) {
-            let b = p.body;
-            seen.prices
-                .push((b.symbol_id, b.seq, b.bid, b.ask, b.flags, p.seq));
-        }
-        done(seen)
-    })
-}
 
 #[test]
 fn nats_helper_starts_a_node_and_kills_it_on_drop() {
@@ -192,19 +81,12 @@ fn subscribers_on_two_edges_receive_identical_streams() {
             .lines()
             .filter(|l| l.starts_with("pricewire_bus_messages_total{"))
             .count();
-        assert_eq!(events, 13, "{text}");
+        assert_eq!(events, 14, "{text}");
     }
     drop((c1, c2));
     e1.stop();
     e2.stop();
     core.stop();
-}
-
-fn table_view(e: &Service) -> Vec<(u64, i64, i64)> {
-    let t = &e.pipeline.handles.table;
-    (0..e.config.table.len() as u16)
-        .map(|s| t.read(s, 0).map_or((0, 0, 0), |p| (p.seq, p.bid, p.ask)))
-        .collect()
 }
 
 /// First snapshot of every subscribed symbol, as (symbol, seq, bid, ask).
@@ -283,65 +165,6 @@ fn killing_a_nats_node_leaves_edges_delivering_with_every_gap_flagged() {
     e1.stop();
     e2.stop();
     core.stop();
-}
-
-/// A `pricewire serve` in its own process (so it can be killed as in a
-/// crash, and probed over its ops listener).
-struct ServeProcess {
-    child: std::process::Child,
-    ops: std::net::SocketAddr,
-}
-
-impl ServeProcess {
-    fn start(urls: &str, prefix: &str, lease_ms: u64) -> ServeProcess {
-        let ops = free_addr();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
-            .args(["serve", "--role", "core", "--threading", "dedicated"])
-            .args(["--bus", urls, "--bus-prefix", prefix])
-            .args(["--bus-lease-ms", &lease_ms.to_string()])
-            .args(["--synthetic-rate", "2000"])
-            .args(["--ops-listen", &ops.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        ServeProcess { child, ops }
-    }
-
-    /// `pricewire_bus_messages_total{event=...}` from /metrics (0 if the
-    /// ops listener is not up yet).
-    fn bus_count(&self, event: &str) -> u64 {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect_timeout(&self.ops, Duration::from_secs(1))
-        else {
-            return 0;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        let line = format!("pricewire_bus_messages_total{{event=\"{event}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&line))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_addr() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 #[test]

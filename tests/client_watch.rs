@@ -67,6 +67,25 @@ fn once_prints_one_row_per_symbol() {
 }
 
 #[test]
+fn several_addresses_fail_over_to_one_that_answers() {
+    let server = TestServer::start();
+    let list = format!("{},{}", closed_port(), server.addr);
+    let a = args(&["--connect", &list, "--once", "EURUSD"]);
+    let mut out = Vec::new();
+    watch(&a, &mut out).unwrap();
+    assert!(String::from_utf8(out).unwrap().contains("EURUSD"));
+    // None answering: the error names the last address tried.
+    let (first, last) = (closed_port(), closed_port());
+    let a = args(&["--connect", &format!("{first},{last}"), "--once", "EURUSD"]);
+    match watch(&a, &mut Vec::new()) {
+        Err(WatchError::Client(ClientError::Unreachable { addr, .. })) => {
+            assert_eq!(addr.to_string(), last)
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+}
+
+#[test]
 fn unknown_symbol_is_reported() {
     let server = TestServer::start();
     let a = args(&[

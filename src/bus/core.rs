@@ -9,6 +9,14 @@
 //! PINGs, reconnecting when due). Publishing allocates nothing: the
 //! subjects are built once and the client encodes into a reused buffer.
 //!
+//! With `--threading shared` the engine has no thread of its own: it is a
+//! hosted task of the ring's consumer (as it is of gateway shard 0 on a
+//! standalone server), so the bus thread turns it ahead of draining the
+//! ring, and does not wait on the socket while it has ticks to take. A
+//! tick that arrives while the bus thread waits idle is taken at the end
+//! of the wait, at most [`IDLE_POLL_MS`] later (the feeds' doorbell
+//! cannot wake the NATS socket's wait either).
+//!
 //! Only the holder of the leader lease publishes ([`super::lease`]); a
 //! standby drains its ring unpublished. On takeover each symbol's sequence
 //! continues from the last value in the stream.
@@ -26,6 +34,7 @@ use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_POLL_MS};
 use crate::clock::monotonic_ns;
 use crate::engine::ShardInput;
 use crate::model::{price_flags, InstrumentTable, Price};
+use crate::runtime::HostedTasks;
 
 /// A running core publisher; [`BusPublisher::stop`] drains and flushes.
 pub struct BusPublisher {
@@ -68,7 +77,9 @@ const LEASE_VALUE: &[u8] = b"core";
 impl BusPublisher {
     /// Connects, makes sure the last-value stream exists, then publishes
     /// every price the engine writes into `input` until stopped or until
-    /// the engine lets go of the ring.
+    /// the engine lets go of the ring. Tasks hosted by `input` (the engine
+    /// under `--threading shared`) are turned by the bus thread; they must
+    /// not need socket events (the engine has none).
     pub fn start(
         cfg: &BusConfig,
         table: &InstrumentTable,
@@ -90,7 +101,8 @@ impl BusPublisher {
             .name("pw-bus".into())
             .spawn(move || {
                 let tables = (subjects, digits, names);
-                bus_thread(cfg, st, tables, input.consumer, ready_tx, &stop2)
+                let ring = (input.consumer, input.hosted);
+                bus_thread(cfg, st, tables, ring, ready_tx, &stop2)
             })
             .map_err(|e| BusError::Thread(e.to_string()))?;
         let started = ready_rx
@@ -137,7 +149,7 @@ fn bus_thread(
     cfg: BusConfig,
     st: Arc<BusStats>,
     (subjects, digits, names): (Vec<String>, Vec<u8>, Vec<String>),
-    ring: rtrb::Consumer<Price>,
+    (ring, hosted): (rtrb::Consumer<Price>, HostedTasks),
     ready_tx: Ready,
     stop: &AtomicBool,
 ) {
@@ -171,14 +183,16 @@ fn bus_thread(
         ),
         stats: st,
     };
-    outbox.run(ring, stop);
+    outbox.run(ring, hosted, stop);
 }
 
 impl Outbox {
-    fn run(mut self, mut ring: rtrb::Consumer<Price>, stop: &AtomicBool) {
+    fn run(mut self, mut ring: rtrb::Consumer<Price>, mut hosted: HostedTasks, stop: &AtomicBool) {
         let idle = Duration::from_millis(IDLE_POLL_MS);
         loop {
             self.leader.turn(&mut self.client, &self.stats);
+            // A hosted engine prices what its feeds left, into the ring.
+            let engine_work = hosted.turn(monotonic_ns());
             let moved = self.turn(&mut ring);
             if moved > 0 {
                 self.client.flush();
@@ -192,7 +206,9 @@ impl Outbox {
                 }
                 continue;
             }
-            self.client.poll(idle, &mut |_, _| {});
+            let busy = engine_work > 0 || hosted.has_work();
+            self.client
+                .poll(if busy { Duration::ZERO } else { idle }, &mut |_, _| {});
         }
         self.client.flush();
         self.leader.resign(&mut self.client);

@@ -14,6 +14,14 @@
 //! last-value gets) is delivered flagged CONFLATED and counted: no gap
 //! reaches a terminal unflagged. Receiving a price allocates nothing: the
 //! client hands the message over borrowed from its read buffer.
+//!
+//! Every applied price is also appended to the edge's tick history (the
+//! store request workers answer HistoryRequest from), so every edge holds
+//! the same recent prices of a symbol. While the edge hears nothing from
+//! the bus for longer than the max age ([`super::staleness`]), it repeats
+//! every symbol's last price flagged STALE (and CONFLATED, so gateways send
+//! it as a PriceSnapshot with the same sequence, which a terminal always
+//! accepts); the next fresh price clears the flag.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,10 +30,13 @@ use std::time::{Duration, Instant};
 
 use super::nats::client::Client;
 use super::nats::jetstream::{self, JsError};
+use super::staleness::Staleness;
 use super::{connect, BusConfig, BusError, BusStats, LOAD_TIMEOUT};
 use crate::clock::monotonic_ns;
-use crate::engine::{FanoutStats, PriceTable, ShardInput, ShardPublisher, SymbolInterest};
-use crate::model::{price_flags, InstrumentTable, Markups, Price};
+use crate::engine::{
+    FanoutStats, PriceTable, ShardInput, ShardPublisher, SymbolInterest, TickHistory,
+};
+use crate::model::{price_flags, InstrumentTable, Markups, Price, Tick, TOP_OF_BOOK};
 use crate::runtime::{Doorbell, HostedTasks};
 
 /// How long the bus thread waits for a message before it checks for a
@@ -33,6 +44,10 @@ use crate::runtime::{Doorbell, HostedTasks};
 const POLL_MS: u64 = 50;
 /// Pause before a direct get is asked again after status 503.
 const RETRY_MS: u64 = 20;
+/// The provider id of an edge's history ticks: an edge holds the core's
+/// aggregated prices, not the providers' quotes, so no single provider
+/// stands behind a tick.
+pub const HISTORY_PROVIDER_AGGREGATED: u16 = u16::MAX;
 
 /// What an edge's gateway is built from.
 pub struct EdgeParts {
@@ -42,6 +57,8 @@ pub struct EdgeParts {
     pub table: Arc<PriceTable>,
     /// Each shard ring's fan-out counters, in shard order.
     pub fanout: Vec<Arc<FanoutStats>>,
+    /// Recent prices per symbol, fed by the bus thread (HistoryRequest).
+    pub history: Arc<TickHistory>,
 }
 
 /// A running edge subscriber.
@@ -58,6 +75,8 @@ struct Inbox {
     instruments: InstrumentTable,
     publishers: Vec<ShardPublisher>,
     last_seq: Vec<u64>,
+    history: Arc<TickHistory>,
+    staleness: Staleness,
     /// The newest lease epoch seen.
     epoch: u64,
     wall_offset_ns: i64,
@@ -68,6 +87,7 @@ fn build_shards(
     instruments: &InstrumentTable,
     shards: usize,
     ring: usize,
+    history_depth: usize,
 ) -> (Vec<ShardPublisher>, EdgeParts) {
     let symbols = instruments.len();
     let mut publishers = Vec::with_capacity(shards);
@@ -92,26 +112,31 @@ fn build_shards(
         fanout: publishers.iter().map(|p| p.stats.clone()).collect(),
         shards: inputs,
         table: Arc::new(PriceTable::with_markups(Markups::new(instruments))),
+        history: Arc::new(TickHistory::new(symbols.max(1), history_depth.max(1))),
     };
     (publishers, parts)
 }
 
 impl BusSubscriber {
     /// Connects, subscribes, loads every last value, and returns once the
-    /// table holds them (or the error). `shards` rings of `ring` prices.
+    /// table holds them (or the error). `shards` rings of `ring` prices;
+    /// `history_depth` prices kept per symbol for HistoryRequest.
     pub fn start(
         cfg: &BusConfig,
         instruments: &InstrumentTable,
         shards: usize,
         ring: usize,
+        history_depth: usize,
     ) -> Result<(BusSubscriber, EdgeParts), BusError> {
-        let (publishers, parts) = build_shards(instruments, shards, ring);
+        let (publishers, parts) = build_shards(instruments, shards, ring, history_depth);
         let stats = Arc::new(BusStats::default());
         let inbox = Inbox {
             table: parts.table.clone(),
             instruments: instruments.clone(),
             publishers,
             last_seq: vec![0; instruments.len()],
+            history: parts.history.clone(),
+            staleness: Staleness::new(cfg.max_age_ms, monotonic_ns()),
             epoch: 0,
             wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
             stats: stats.clone(),
@@ -241,6 +266,9 @@ impl Inbox {
             c.poll(Duration::from_millis(wait), &mut |subject, payload| {
                 self.take(subject, payload);
             });
+            if self.staleness.due(monotonic_ns()) {
+                self.flag_stale();
+            }
             self.notify();
         }
     }
@@ -263,8 +291,10 @@ impl Inbox {
         let now = monotonic_ns();
         match super::codec::decode(payload, symbol, &self.instruments, self.wall_offset_ns, now) {
             Ok(p) => {
-                // Only a valid price moves the epoch on.
+                // Only a valid price moves the epoch on and shows the bus
+                // alive.
                 self.epoch = epoch;
+                self.staleness.heard(now);
                 self.apply(p)
             }
             Err(e) => {
@@ -293,8 +323,36 @@ impl Inbox {
         for publisher in &mut self.publishers {
             publisher.publish(&p);
         }
+        self.history.push(&history_tick(&p));
         self.stats.received.inc();
         true
+    }
+
+    /// The bus has been silent past the max age: every symbol's last price
+    /// goes out again, same sequence, flagged STALE and CONFLATED (a
+    /// PriceSnapshot on the wire, which terminals always accept). A price
+    /// already stale is left alone. Allocates nothing.
+    fn flag_stale(&mut self) {
+        let mut flagged = 0u64;
+        for symbol in 0..self.last_seq.len() {
+            let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
+                continue;
+            };
+            if p.seq == 0 || p.flags & price_flags::STALE != 0 {
+                continue;
+            }
+            p.flags |= price_flags::STALE | price_flags::CONFLATED;
+            self.table.write(&p);
+            for publisher in &mut self.publishers {
+                publisher.publish(&p);
+            }
+            flagged += 1;
+        }
+        self.stats.stale_flagged.add(flagged);
+        tracing::warn!(
+            symbols = flagged,
+            "no price from the bus within the max age; flagged stale"
+        );
     }
 
     fn notify(&mut self) {
@@ -302,5 +360,23 @@ impl Inbox {
             publisher.flush();
             publisher.notify();
         }
+    }
+}
+
+/// The history entry of a price received from the bus: the aggregated top
+/// of book, with no single provider behind it.
+#[inline]
+fn history_tick(p: &Price) -> Tick {
+    Tick {
+        bid: p.bid,
+        ask: p.ask,
+        bid_size: p.bid_size,
+        ask_size: p.ask_size,
+        provider_time_ns: p.provider_time_ns,
+        receive_time_ns: p.receive_time_ns,
+        feed_seq: p.seq,
+        symbol: p.symbol,
+        provider: HISTORY_PROVIDER_AGGREGATED,
+        flags: 0,
     }
 }

@@ -37,7 +37,10 @@ pub mod core;
 pub mod edge;
 pub mod lease;
 mod nats;
+mod staleness;
 mod stats;
+
+pub use self::staleness::{MAX_AGE_MS_DEFAULT, MAX_AGE_MS_MAX, MAX_AGE_MS_MIN};
 
 pub use self::connect::reconnect_delay;
 
@@ -128,6 +131,9 @@ pub struct BusConfig {
     pub replicas: usize,
     /// Leader lease period of cores, in milliseconds.
     pub lease_ms: u64,
+    /// Edge: how long without any price from the bus (no server, or a
+    /// silent core) before every price is flagged stale, in milliseconds.
+    pub max_age_ms: u64,
 }
 
 /// Why the bus could not start or was refused.
@@ -198,7 +204,20 @@ impl BusConfig {
             prefix: prefix.to_string(),
             replicas,
             lease_ms: LEASE_MS_DEFAULT,
+            max_age_ms: MAX_AGE_MS_DEFAULT,
         })
+    }
+
+    /// The same, with an edge's max age of `max_age_ms` (`--bus-max-age-ms`).
+    pub fn with_max_age_ms(mut self, max_age_ms: u64) -> Result<BusConfig, BusError> {
+        if !(MAX_AGE_MS_MIN..=MAX_AGE_MS_MAX).contains(&max_age_ms) {
+            return Err(BusError::Invalid {
+                flag: "--bus-max-age-ms",
+                reason: format!("{max_age_ms}: must be {MAX_AGE_MS_MIN}..={MAX_AGE_MS_MAX}"),
+            });
+        }
+        self.max_age_ms = max_age_ms;
+        Ok(self)
     }
 
     /// The same, with a lease period of `lease_ms` (`--bus-lease-ms`).

@@ -35,6 +35,9 @@ pub struct BusStats {
     /// Connections to a server lost (the client then reconnects, to the
     /// next listed server first, with jittered backoff).
     pub disconnects: Counter,
+    /// Prices repeated flagged STALE because the bus was silent for longer
+    /// than the max age (edge; one per symbol per silence).
+    pub stale_flagged: Counter,
     /// Last-value reloads after a reconnect (edge).
     pub reloads: Counter,
     /// 1 while the client has a server connection.

@@ -3,7 +3,6 @@
 use clap::Args;
 
 use crate::bus::{BusConfig, BusRole, Role, PREFIX_DEFAULT};
-use crate::runtime::Threading;
 
 /// Role and bus flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
@@ -33,11 +32,16 @@ pub struct BusArgs {
     /// stand by warm and take over within about this long after it dies.
     #[arg(long, default_value_t = crate::bus::LEASE_MS_DEFAULT, value_name = "MS")]
     pub bus_lease_ms: u64,
+
+    /// Edge: how long without any price from the bus (no NATS server, or
+    /// a silent core) before every price is sent again flagged stale; the
+    /// next fresh price clears the flag.
+    #[arg(long, default_value_t = crate::bus::MAX_AGE_MS_DEFAULT, value_name = "MS")]
+    pub bus_max_age_ms: u64,
 }
 
 /// What the rest of `serve` needs to know to check the role against.
 pub(crate) struct RoleFacts {
-    pub(crate) threading: Threading,
     pub(crate) listens: bool,
     pub(crate) feed_listen: bool,
 }
@@ -49,6 +53,7 @@ impl BusArgs {
         let parse = |bus: &str| {
             BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
                 .and_then(|c| c.with_lease_ms(self.bus_lease_ms))
+                .and_then(|c| c.with_max_age_ms(self.bus_max_age_ms))
                 .map_err(|e| e.to_string())
         };
         match (self.role, self.bus.as_deref()) {
@@ -60,14 +65,7 @@ impl BusArgs {
                 "--role {}: needs --bus nats://host:port[,…]",
                 role_name(role)
             )),
-            (Role::Core, Some(bus)) => {
-                if facts.threading == Threading::Shared {
-                    return Err("--role core: the engine needs its own thread; \
-                                use --threading dedicated"
-                        .into());
-                }
-                Ok(Some(BusRole::Core(parse(bus)?)))
-            }
+            (Role::Core, Some(bus)) => Ok(Some(BusRole::Core(parse(bus)?))),
             (Role::Edge, Some(bus)) => {
                 if facts.feed_listen {
                     return Err("--feed-listen: an edge runs no feeds (use it on a core)".into());
@@ -123,24 +121,23 @@ mod tests {
         Cli::try_parse_from(argv).unwrap().bus.bus_role(facts)
     }
 
-    const DEDICATED: RoleFacts = RoleFacts {
-        threading: Threading::Dedicated,
+    const FACTS: RoleFacts = RoleFacts {
         listens: true,
         feed_listen: false,
     };
 
     #[test]
     fn standalone_is_the_default_and_takes_no_bus() {
-        assert_eq!(role(&[], &DEDICATED), Ok(None));
-        let e = role(&["--bus", "nats://h:1"], &DEDICATED).unwrap_err();
+        assert_eq!(role(&[], &FACTS), Ok(None));
+        let e = role(&["--bus", "nats://h:1"], &FACTS).unwrap_err();
         assert!(e.contains("--bus") && e.contains("--role"), "{e}");
     }
 
     #[test]
     fn core_and_edge_need_a_valid_bus() {
-        let e = role(&["--role", "core"], &DEDICATED).unwrap_err();
+        let e = role(&["--role", "core"], &FACTS).unwrap_err();
         assert!(e.contains("needs --bus"), "{e}");
-        let e = role(&["--role", "edge", "--bus", "h:1"], &DEDICATED).unwrap_err();
+        let e = role(&["--role", "edge", "--bus", "h:1"], &FACTS).unwrap_err();
         assert!(e.contains("nats://"), "{e}");
         let e = role(
             &[
@@ -151,7 +148,7 @@ mod tests {
                 "--bus-lease-ms",
                 "10",
             ],
-            &DEDICATED,
+            &FACTS,
         )
         .unwrap_err();
         assert!(e.contains("--bus-lease-ms"), "{e}");
@@ -164,7 +161,7 @@ mod tests {
                 "--bus-lease-ms",
                 "1000",
             ],
-            &DEDICATED,
+            &FACTS,
         );
         let Ok(Some(BusRole::Core(c))) = ok else {
             panic!("{ok:?}")
@@ -174,25 +171,23 @@ mod tests {
 
     #[test]
     fn flags_that_do_not_fit_the_role_are_refused_by_name() {
-        let shared = RoleFacts {
-            threading: Threading::Shared,
-            ..DEDICATED
-        };
-        let e = role(&["--role", "core", "--bus", "nats://h:1"], &shared).unwrap_err();
-        assert!(e.contains("--threading dedicated"), "{e}");
+        // A core runs under either threading (the role check does not
+        // look at it): with `shared` its engine is hosted by the bus thread.
+        let ok = role(&["--role", "core", "--bus", "nats://h:1"], &FACTS);
+        assert!(matches!(ok, Ok(Some(BusRole::Core(_)))), "{ok:?}");
         let feeds = RoleFacts {
             feed_listen: true,
-            ..DEDICATED
+            ..FACTS
         };
         let e = role(&["--role", "edge", "--bus", "nats://h:1"], &feeds).unwrap_err();
         assert!(e.contains("--feed-listen"), "{e}");
         let headless = RoleFacts {
             listens: false,
-            ..DEDICATED
+            ..FACTS
         };
         let e = role(&["--role", "edge", "--bus", "nats://h:1"], &headless).unwrap_err();
         assert!(e.contains("--no-listen"), "{e}");
-        let edge = role(&["--role", "edge", "--bus", "nats://h:1"], &shared);
+        let edge = role(&["--role", "edge", "--bus", "nats://h:1"], &FACTS);
         assert!(matches!(edge, Ok(Some(BusRole::Edge(_)))), "{edge:?}");
     }
 }

@@ -33,8 +33,10 @@ pub struct WatchArgs {
     #[arg(required = true, value_name = "SYMBOL")]
     pub symbols: Vec<String>,
 
-    /// Server address (host:port).
-    #[arg(long, default_value = crate::gateway::LISTEN_DEFAULT, value_name = "ADDR")]
+    /// Server address (host:port), or several separated by commas (edges
+    /// of one core): the first is tried first, and after a lost connection
+    /// the client reconnects to the next one.
+    #[arg(long, default_value = crate::gateway::LISTEN_DEFAULT, value_name = "ADDR[,ADDR…]")]
     pub connect: String,
 
     /// Account to log on with.
@@ -70,7 +72,7 @@ pub struct WatchArgs {
     pub ca: Option<std::path::PathBuf>,
 
     /// Name the server's certificate must carry; default: the host part
-    /// of --connect.
+    /// of the first --connect address.
     #[arg(long, value_name = "NAME", requires = "tls")]
     pub tls_name: Option<String>,
 }
@@ -207,14 +209,17 @@ impl Row {
 }
 
 /// The TLS settings of `--tls`, `--ca` and `--tls-name` (default: the
-/// host of `--connect`).
+/// host of the first `--connect` address).
 fn client_tls(args: &WatchArgs) -> Result<Option<crate::client::tls::ClientTls>, WatchError> {
     let (true, Some(ca)) = (args.tls, &args.ca) else {
         return Ok(None);
     };
-    let host = match args.connect.rsplit_once(':') {
+    // The name every address of the list must prove (edges behind one
+    // name share a certificate): the first address's host by default.
+    let first = args.connect.split(',').next().unwrap_or_default().trim();
+    let host = match first.rsplit_once(':') {
         Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
-        None => args.connect.as_str(),
+        None => first,
     };
     let name = args.tls_name.as_deref().unwrap_or(host);
     crate::client::tls::ClientTls::from_ca_file(ca, name)
@@ -227,8 +232,10 @@ pub fn watch(args: &WatchArgs, out: &mut dyn Write) -> Result<(), WatchError> {
     if args.refresh_ms == 0 || args.once_timeout_ms == 0 {
         return Err(WatchError::Interval);
     }
-    let addr = resolve(&args.connect)?;
+    let mut addrs = args.connect.split(',').map(str::trim).map(resolve);
+    let addr = addrs.next().unwrap_or_else(|| resolve(""))?;
     let mut cfg = ClientConfig::new(addr, &args.account, &args.token);
+    cfg.failover = addrs.collect::<Result<_, _>>()?;
     cfg.tls = client_tls(args)?;
     let mut client = Client::connect(cfg)?;
     let tier = resolve_tier(&mut client, args.tier.as_deref())?;

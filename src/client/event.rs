@@ -28,6 +28,11 @@ pub struct LogonInfo {
 pub enum SeqStatus {
     /// A snapshot: the expectation was reset to `seq + 1`.
     Reset,
+    /// The first snapshot of a key after a reconnect (to the same server
+    /// or another edge) whose `seq` is the one held before it or the next
+    /// one: no price was missed, the stream resumes by sequence without a
+    /// resync.
+    Resumed,
     /// `seq` was the expected one.
     InOrder,
     /// An update for a key with no expectation yet (no snapshot seen).

@@ -15,6 +15,8 @@ struct Expect {
     next: u64,
     /// A resync snapshot was asked for and has not arrived yet.
     resync_pending: bool,
+    /// A reconnect happened: the next snapshot is checked against `next`.
+    resuming: bool,
 }
 
 /// What [`SeqTracker::on_update`] decided.
@@ -52,6 +54,16 @@ impl SeqTracker {
         self.map.clear();
     }
 
+    /// A new session resumes the old one: every key keeps its expectation,
+    /// and its next snapshot says whether prices were missed
+    /// ([`SeqStatus::Resumed`] or [`SeqStatus::Reset`]).
+    pub fn resume(&mut self) {
+        for e in self.map.values_mut() {
+            e.resuming = true;
+            e.resync_pending = false;
+        }
+    }
+
     /// Keys tracked.
     pub fn len(&self) -> usize {
         self.map.len()
@@ -62,20 +74,34 @@ impl SeqTracker {
         self.map.is_empty()
     }
 
+    /// True while a key waits for its first snapshot after a reconnect.
+    pub fn is_resuming(&self, symbol: u16, tier: u8) -> bool {
+        self.map.get(&(symbol, tier)).is_some_and(|e| e.resuming)
+    }
+
     /// The next sequence number expected for a key, if tracked.
     pub fn expected(&self, symbol: u16, tier: u8) -> Option<u64> {
         self.map.get(&(symbol, tier)).map(|e| e.next)
     }
 
-    /// A PriceSnapshot: always accepted, resets the expectation.
+    /// A PriceSnapshot: always accepted, resets the expectation. The
+    /// first one of a key after [`SeqTracker::resume`] is
+    /// [`SeqStatus::Resumed`] when its `seq` is the last one accepted or
+    /// the next: nothing was missed.
     pub fn on_snapshot(&mut self, symbol: u16, tier: u8, seq: u64) -> SeqStatus {
         match self.slot(symbol, tier) {
             Some(e) => {
+                let resumed = e.resuming && e.next > 0 && (seq + 1 == e.next || seq == e.next);
                 *e = Expect {
                     next: seq.saturating_add(1),
                     resync_pending: false,
+                    resuming: false,
                 };
-                SeqStatus::Reset
+                if resumed {
+                    SeqStatus::Resumed
+                } else {
+                    SeqStatus::Reset
+                }
             }
             None => SeqStatus::Untracked,
         }
@@ -125,6 +151,7 @@ impl SeqTracker {
         Some(self.map.entry((symbol, tier)).or_insert(Expect {
             next: 0,
             resync_pending: false,
+            resuming: false,
         }))
     }
 }
@@ -166,6 +193,30 @@ mod tests {
             t.on_update(1, 2, 23),
             gap(21, true),
             "a new episode asks again"
+        );
+    }
+
+    #[test]
+    fn after_a_resume_a_snapshot_resyncs_only_on_a_real_gap() {
+        let mut t = SeqTracker::new(8);
+        for (sym, seq) in [(1, 10), (2, 10), (3, 10), (4, 10)] {
+            t.on_snapshot(sym, 0, seq);
+        }
+        t.resume();
+        assert!(t.is_resuming(1, 0));
+        // The price held, or the next one: nothing missed.
+        assert_eq!(t.on_snapshot(1, 0, 10), SeqStatus::Resumed);
+        assert_eq!(t.on_snapshot(2, 0, 11), SeqStatus::Resumed);
+        // Prices missed, or a server behind (restarted): a resync.
+        assert_eq!(t.on_snapshot(3, 0, 13), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(4, 0, 4), SeqStatus::Reset);
+        assert_eq!(t.expected(4, 0), Some(5));
+        // Only the first snapshot after the resume is checked.
+        assert!(!t.is_resuming(1, 0));
+        assert_eq!(t.on_snapshot(1, 0, 10), SeqStatus::Reset);
+        assert_eq!(
+            t.on_update(2, 0, 12),
+            UpdateVerdict::Accept(SeqStatus::InOrder)
         );
     }
 

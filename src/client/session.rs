@@ -59,6 +59,17 @@ impl Session {
         self.resyncs.clear();
     }
 
+    /// Forgets buffered bytes and queued resyncs but keeps every key's
+    /// expectation: a new connection (to the same server or another edge
+    /// with the same sequences) resumes by sequence, and only a snapshot
+    /// that does not continue it is a resync ([`SeqTracker::resume`]).
+    pub fn resume(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.seq.resume();
+        self.resyncs.clear();
+    }
+
     /// Bytes received but not yet consumed as frames.
     pub fn buffered(&self) -> usize {
         debug_assert!(self.start <= self.end && self.end <= self.rx.len());
@@ -156,9 +167,13 @@ fn to_event(
         Message::PriceUpdate(b) => return on_update(b, seq, stats, &mut want_resync),
         Message::PriceSnapshot(b) => {
             ClientStats::inc(&stats.prices);
+            let resuming = seq.is_resuming(b.symbol_id, b.tier);
             let status = seq.on_snapshot(b.symbol_id, b.tier, b.seq);
-            if status == SeqStatus::Untracked {
-                ClientStats::inc(&stats.untracked);
+            match status {
+                SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
+                SeqStatus::Resumed => ClientStats::inc(&stats.resumed),
+                SeqStatus::Reset if resuming => ClientStats::inc(&stats.resume_resyncs),
+                _ => {}
             }
             price(PriceKind::Snapshot, b, status)
         }

@@ -48,6 +48,12 @@ client_stats! {
     untracked,
     /// Subscribe requests sent again after a reconnect.
     resubscribes,
+    /// Snapshots after a reconnect that continued the sequence held before
+    /// it (no price missed): delivered as [`SeqStatus::Resumed`](super::SeqStatus::Resumed).
+    resumed,
+    /// Snapshots after a reconnect that did not continue it (prices were
+    /// missed, or the server is behind): a resync ([`SeqStatus::Reset`](super::SeqStatus::Reset)).
+    resume_resyncs,
     /// Events dropped because the bounded event queue was full.
     events_dropped,
     /// Frames from the server with a bad body (skipped).

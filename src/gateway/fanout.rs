@@ -90,9 +90,13 @@ impl Fanout {
         let digits = self.digits[p.symbol as usize];
         let n = wire::encode_model_price(&mut self.scratch, kind, p, digits, self.wall_offset_ns);
         let bytes = &self.scratch[..n];
+        // An edge that lost its bus repeats the last price, same sequence,
+        // as a stale snapshot: it must reach subscribers that had it.
+        let restate = kind == PriceKind::Snapshot && p.flags & price_flags::STALE != 0;
         for s in subscribers {
             if let Some(conn) = slab.conns[s.conn as usize].as_mut() {
-                if deliver(conn, s.slot, p.seq, bytes, now, stats) && !conn.in_write_list {
+                let sent = deliver(conn, s.slot, (p.seq, restate), bytes, now, stats);
+                if sent && !conn.in_write_list {
                     conn.in_write_list = true;
                     slab.write_list.push(s.conn);
                 }
@@ -260,7 +264,7 @@ impl Fanout {
 fn deliver(
     conn: &mut Conn,
     slot: u32,
-    seq: u64,
+    (seq, restate): (u64, bool),
     bytes: &[u8],
     now: u64,
     stats: &ShardStats,
@@ -268,7 +272,8 @@ fn deliver(
     let Some(sub) = conn.subs.get_mut(slot as usize) else {
         return false;
     };
-    if seq <= sub.last_seq {
+    // `restate`: the same sequence again, as a snapshot (a stale flag).
+    if seq < sub.last_seq || (seq == sub.last_seq && !restate) {
         stats.superseded.inc();
         return false;
     }

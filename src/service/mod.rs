@@ -131,7 +131,6 @@ impl Service {
         if let Some(BusRole::Edge(bus)) = cfg.bus.clone() {
             return Self::start_edge(cfg, &bus);
         }
-        check_core_threading(&cfg)?;
         let config = cfg.config.clone();
         let sources = feed_sources(&mut cfg, &config);
         let ports = cfg.ingest.iter().map(|_| "ingest".to_string()).collect();
@@ -191,7 +190,8 @@ impl Service {
     fn start_edge(cfg: ServiceConfig, bus: &BusConfig) -> Result<Service, ServiceError> {
         let config = cfg.config.clone();
         let (shards, ring) = (cfg.pipeline.shards, cfg.pipeline.shard_ring);
-        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring)?;
+        let depth = cfg.pipeline.history_depth;
+        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring, depth)?;
         let handles = PipelineHandles {
             table: parts.table,
             health: crate::model::ProviderHealth::new(config.table.providers().len()),
@@ -199,10 +199,7 @@ impl Service {
             fanout: parts.fanout,
             feeds: Vec::new(),
             engine_doorbell: crate::runtime::Doorbell::new(),
-            history: Arc::new(crate::engine::TickHistory::new(
-                config.table.len(),
-                cfg.pipeline.history_depth,
-            )),
+            history: parts.history,
         };
         let overload = Arc::new(OverloadStats::default());
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
@@ -302,7 +299,7 @@ impl Service {
     }
 
     /// Subscriber connections still open.
-    pub(crate) fn open_connections(&self) -> u64 {
+    pub fn open_connections(&self) -> u64 {
         self.gateway.as_ref().map_or(0, |g| g.connections())
     }
 
@@ -330,20 +327,6 @@ impl Service {
             let _ = t.join();
         }
     }
-}
-
-/// A core's engine needs its own thread: with shared threading shard 0
-/// would host it, and the bus thread takes shard 0's ring instead.
-fn check_core_threading(cfg: &ServiceConfig) -> Result<(), ServiceError> {
-    let core = matches!(cfg.bus, Some(BusRole::Core(_)));
-    if core && cfg.pipeline.threading == Threading::Shared {
-        return Err(BusError::Invalid {
-            flag: "--threading",
-            reason: "a core needs --threading dedicated".into(),
-        }
-        .into());
-    }
-    Ok(())
 }
 
 /// The feed sources `cfg` asks for: the synthetic feed first, if wanted,

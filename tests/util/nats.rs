@@ -217,6 +217,17 @@ impl NatsServer {
         }
     }
 
+    /// Starts the node again after [`NatsServer::kill`]: same ports, same
+    /// JetStream store (a node coming back after a crash); healthy.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+        let deadline = Instant::now() + START_TIMEOUT;
+        if let Err(e) = self.await_healthy(deadline) {
+            panic!("nats-server did not restart: {e}");
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

@@ -230,7 +230,6 @@ impl ServeArgs {
     /// `--role` and the bus flags, checked against the other flags.
     pub fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, String> {
         self.bus.bus_role(&crate::cli::bus_args::RoleFacts {
-            threading: self.threading,
             listens: !self.gateway.no_listen,
             feed_listen: self.gateway.feed_listen.is_some(),
         })

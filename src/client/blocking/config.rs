@@ -27,14 +27,23 @@ pub const EVENTS_QUEUED_MAX_DEFAULT: usize = 4_096;
 /// gateway's default 16 KiB frame limit (`--max-frame-bytes`), not only
 /// the protocol's 64 KiB, so a resubscribe is never refused as oversize.
 pub const SUBSCRIBE_ENTRIES_MAX: usize = 500;
+/// Most gateway addresses a client fails over between (`addr` and
+/// `failover` together).
+pub const ADDRS_MAX: usize = 16;
 /// Most symbols in one SnapshotRequest (2 bytes each; same frame bound).
 pub const SNAPSHOT_SYMBOLS_MAX: usize = 4_096;
 
 /// Client settings; [`ClientConfig::new`] fills the defaults.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// The gateway's subscriber address.
+    /// The gateway's subscriber address (the first one tried).
     pub addr: SocketAddr,
+    /// More gateways serving the same prices (other edges of one core),
+    /// tried in turn after `addr`: the first connect tries each once, and
+    /// every lost session or failed attempt moves the next attempt, after
+    /// the usual jittered backoff, to the next address (wrapping). Empty by
+    /// default; at most [`ADDRS_MAX`] addresses in all.
+    pub failover: Vec<SocketAddr>,
     /// Account name (at most 255 bytes).
     pub account: String,
     /// Logon token (at most 255 bytes).
@@ -76,6 +85,7 @@ impl ClientConfig {
     pub fn new(addr: SocketAddr, account: &str, token: &str) -> Self {
         ClientConfig {
             addr,
+            failover: Vec::new(),
             account: account.to_string(),
             token: token.to_string(),
             heartbeat_ms: 0,
@@ -110,6 +120,9 @@ impl ClientConfig {
         if self.connect_timeout_ms == 0 || self.logon_timeout_ms == 0 || self.write_timeout_ms == 0
         {
             return bad("timeouts: at least 1 ms");
+        }
+        if self.failover.len() >= ADDRS_MAX {
+            return bad("failover: at most 15 addresses after addr");
         }
         if self.max_subscriptions == 0 || self.events_queued_max == 0 {
             return bad("max_subscriptions and events_queued_max: at least 1");

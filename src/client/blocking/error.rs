@@ -97,12 +97,9 @@ impl OpenError {
         }
     }
 
-    pub(super) fn into_error(self, cfg: &ClientConfig) -> ClientError {
+    pub(super) fn into_error(self, cfg: &ClientConfig, addr: SocketAddr) -> ClientError {
         match self {
-            OpenError::Connect(source) => ClientError::Unreachable {
-                addr: cfg.addr,
-                source,
-            },
+            OpenError::Connect(source) => ClientError::Unreachable { addr, source },
             OpenError::Io(e) => ClientError::Io(e),
             OpenError::Rejected(reason, retry_after_ms) => ClientError::LogonRejected {
                 reason,

@@ -52,7 +52,7 @@ impl Client {
     /// Connects, sends Logon and waits for the answer.
     pub(super) fn open(&mut self) -> Result<LogonInfo, OpenError> {
         let timeout = Duration::from_millis(self.cfg.connect_timeout_ms);
-        let stream = match TcpStream::connect_timeout(&self.cfg.addr, timeout) {
+        let stream = match TcpStream::connect_timeout(&self.target_addr(), timeout) {
             Ok(s) => s,
             Err(e) => {
                 ClientStats::inc(&self.stats.connect_failures);
@@ -74,7 +74,9 @@ impl Client {
             }
         };
         ClientStats::inc(&self.stats.connects);
-        self.session.reset();
+        // Expectations survive the connection: the next gateway (this one
+        // again, or another edge with the same sequences) resumes them.
+        self.session.resume();
         self.stream = Some(stream);
         let res = self.logon_exchange();
         if res.is_err() {
@@ -190,6 +192,8 @@ impl Client {
 
     fn schedule(&mut self, cause: DisconnectCause, retry_after_ms: u32, now: u64) {
         self.stream = None;
+        // The next attempt goes to the next address (failover).
+        self.target = (self.target + 1) % self.addrs();
         let info = DisconnectInfo::new(&cause, retry_after_ms);
         let delay_ms = self.policy.next_delay(now, &info, &mut self.rng);
         self.state = match delay_ms {

@@ -31,7 +31,7 @@ mod error;
 mod life;
 
 pub use config::{
-    ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, DEAD_AFTER_HEARTBEATS_DEFAULT,
+    ClientConfig, ADDRS_MAX, CONNECT_TIMEOUT_MS_DEFAULT, DEAD_AFTER_HEARTBEATS_DEFAULT,
     EVENTS_QUEUED_MAX_DEFAULT, LOGON_TIMEOUT_MS_DEFAULT, MAX_SUBSCRIPTIONS_DEFAULT,
     RESYNC_BUDGET_US_DEFAULT, SNAPSHOT_SYMBOLS_MAX, SUBSCRIBE_ENTRIES_MAX,
     WRITE_TIMEOUT_MS_DEFAULT,
@@ -74,6 +74,9 @@ pub struct Client {
     last_rx_ns: u64,
     last_tx_ns: u64,
     stats: Arc<ClientStats>,
+    /// Index of the address the next attempt uses: 0 is `cfg.addr`, `i`
+    /// is `cfg.failover[i - 1]`.
+    target: usize,
 }
 
 impl Client {
@@ -119,13 +122,33 @@ impl Client {
             stats,
             clock,
             cfg,
+            target: 0,
         };
-        match c.open() {
-            Ok(info) => {
-                c.logged_on(info);
-                Ok(c)
+        // Each address once, in order; the last refusal is the error.
+        loop {
+            match c.open() {
+                Ok(info) => {
+                    c.logged_on(info);
+                    return Ok(c);
+                }
+                Err(e) if c.target + 1 == c.addrs() => {
+                    return Err(e.into_error(&c.cfg, c.target_addr()))
+                }
+                Err(_) => c.target += 1,
             }
-            Err(e) => Err(e.into_error(&c.cfg)),
+        }
+    }
+
+    /// How many gateway addresses the client fails over between.
+    fn addrs(&self) -> usize {
+        1 + self.cfg.failover.len()
+    }
+
+    /// The address the next attempt uses.
+    fn target_addr(&self) -> std::net::SocketAddr {
+        match self.target.checked_sub(1) {
+            None => self.cfg.addr,
+            Some(i) => self.cfg.failover[i],
         }
     }
 
