@@ -1,0 +1,107 @@
+//! The argon2 verifier: worker threads fed by a bounded queue, so that
+//! milliseconds of hashing never run on a shard thread between prices.
+//! A full queue is refused at once ([`Verifier::submit`] gives the job
+//! back); the caller answers LogonRejected(busy). The brute-force
+//! lockouts stop repeat offenders before they reach this queue.
+
+use std::io;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use super::hash;
+
+/// Default verifier threads.
+pub const WORKERS_DEFAULT: usize = 1;
+/// Default queue length (logons waiting for a verifier thread).
+pub const QUEUE_DEFAULT: usize = 64;
+
+/// Called with the outcome on the verifier thread.
+pub type Done = Box<dyn FnOnce(bool) + Send>;
+
+/// One verification.
+pub struct Job {
+    /// The stored credential (a PHC string, or a decoy hash for an
+    /// unknown account).
+    pub stored: String,
+    /// The token presented (at most 64 bytes); zeroed after use.
+    pub token: Vec<u8>,
+    /// Receives whether it matched.
+    pub done: Done,
+}
+
+/// The worker pool (threads `pw-auth<N>`); they exit when the last
+/// handle is dropped.
+pub struct Verifier {
+    tx: Sender<Job>,
+}
+
+impl Verifier {
+    /// Starts `workers` threads with a queue of `queue` jobs.
+    ///
+    /// # Errors
+    /// A thread could not be spawned.
+    pub fn start(workers: usize, queue: usize) -> io::Result<Verifier> {
+        let (tx, rx) = crossbeam_channel::bounded(queue.max(1));
+        for n in 0..workers.max(1) {
+            let rx: Receiver<Job> = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("pw-auth{n}"))
+                .spawn(move || work(&rx))?;
+        }
+        Ok(Verifier { tx })
+    }
+
+    /// Queues a job; `Err(job)` when the queue is full.
+    pub fn submit(&self, job: Job) -> Result<(), Box<Job>> {
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => Err(Box::new(j)),
+        }
+    }
+
+    /// Jobs waiting.
+    pub fn queued(&self) -> usize {
+        self.tx.len()
+    }
+}
+
+fn work(rx: &Receiver<Job>) {
+    while let Ok(mut job) = rx.recv() {
+        let ok = hash::verify(&job.stored, &job.token);
+        job.token.fill(0);
+        (job.done)(ok);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn verifies_off_thread_and_refuses_when_full() {
+        let v = Verifier::start(1, 1).unwrap();
+        let h = hash::hash_token(b"t0k").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut refused = 0;
+        for tok in [&b"t0k"[..], b"bad", b"bad", b"bad", b"bad"] {
+            let tx = tx.clone();
+            let job = Job {
+                stored: h.clone(),
+                token: tok.to_vec(),
+                done: Box::new(move |ok| tx.send(ok).unwrap()),
+            };
+            if v.submit(job).is_err() {
+                refused += 1;
+            }
+        }
+        // One in the worker, one queued at most: the rest were refused.
+        assert!(refused >= 3, "{refused}");
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(first, "the good token verifies");
+        let n = 5 - refused;
+        for _ in 1..n {
+            assert!(!rx.recv_timeout(Duration::from_secs(10)).unwrap());
+        }
+    }
+}
