@@ -27,6 +27,8 @@ use pricewire::wire::{
 use server::Raw;
 
 const ACCOUNTS: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[accounts]]
 name = "flood"
 token = "flood-token"

@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 
-use blake2::digest::{FixedOutput, KeyInit, Update};
 use blake2::digest::consts::U32;
+use blake2::digest::{FixedOutput, KeyInit, Update};
 use blake2::Blake2bMac;
 
 type Blake2bMac256 = Blake2bMac<U32>;
@@ -61,7 +61,9 @@ impl VerifiedCache {
         let Some(e) = self.map.get(account) else {
             return false;
         };
-        e.expires_ns > now_ns && e.stored == stored && constant_time_eq(&e.mac, &self.mac(account, token))
+        e.expires_ns > now_ns
+            && e.stored == stored
+            && constant_time_eq(&e.mac, &self.mac(account, token))
     }
 
     /// Notes a successful verification at `now_ns`.

@@ -73,10 +73,12 @@ pub fn check_stored(stored: &str, allow_plain: bool) -> Result<(), String> {
         return Ok(());
     }
     if !allow_plain {
-        return Err("is a clear token; store its hash instead: run `pricewire token hash` \
+        return Err(
+            "is a clear token; store its hash instead: run `pricewire token hash` \
              and put the printed $argon2id$... string here (or set \
              insecure_plain_tokens = true for a loopback demo)"
-            .into());
+                .into(),
+        );
     }
     if stored.is_empty() || stored.len() > TOKEN_LEN_MAX {
         return Err(format!("must be 1..={TOKEN_LEN_MAX} bytes"));

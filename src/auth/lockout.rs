@@ -144,7 +144,10 @@ impl Lockout {
         if s.failures < p.threshold.max(1) {
             return Failed::Counted;
         }
-        let lock = p.base_ms.saturating_mul(1u64 << s.strikes.min(40)).min(p.cap_ms);
+        let lock = p
+            .base_ms
+            .saturating_mul(1u64 << s.strikes.min(40))
+            .min(p.cap_ms);
         let lock = lock + self.rng.gen_range(0..=lock / 4);
         let s = &mut self.slots[i];
         s.strikes = s.strikes.saturating_add(1);

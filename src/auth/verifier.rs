@@ -15,8 +15,9 @@ pub const WORKERS_DEFAULT: usize = 1;
 /// Default queue length (logons waiting for a verifier thread).
 pub const QUEUE_DEFAULT: usize = 64;
 
-/// Called with the outcome on the verifier thread.
-pub type Done = Box<dyn FnOnce(bool) + Send>;
+/// Called on the verifier thread with the outcome and the token (for the
+/// verification cache; zeroed right after).
+pub type Done = Box<dyn FnOnce(bool, &[u8]) + Send>;
 
 /// One verification.
 pub struct Job {
@@ -68,8 +69,8 @@ impl Verifier {
 fn work(rx: &Receiver<Job>) {
     while let Ok(mut job) = rx.recv() {
         let ok = hash::verify(&job.stored, &job.token);
+        (job.done)(ok, &job.token);
         job.token.fill(0);
-        (job.done)(ok);
     }
 }
 
@@ -89,7 +90,7 @@ mod tests {
             let job = Job {
                 stored: h.clone(),
                 token: tok.to_vec(),
-                done: Box::new(move |ok| tx.send(ok).unwrap()),
+                done: Box::new(move |ok, _| tx.send(ok).unwrap()),
             };
             if v.submit(job).is_err() {
                 refused += 1;

@@ -48,6 +48,11 @@ pub struct ConfigFile {
     pub tiers: Option<Vec<TierFile>>,
     pub providers: Option<Vec<ProviderFile>>,
     pub accounts: Option<Vec<AccountFile>>,
+    /// Accept clear tokens in `accounts[].token` and `providers[].token`
+    /// (loopback demos only; see docs/security.md). Default false: every
+    /// token must be an argon2id hash from `pricewire token hash`.
+    #[serde(default)]
+    pub insecure_plain_tokens: bool,
     /// `serve` flags (`synthetic-rate = 50000`, `shards = 2`, ...): applied
     /// as if given on the command line, unless the command line gives them.
     /// See the `serve` flags (`cli::config_flags`).
@@ -99,6 +104,8 @@ pub struct ProviderFile {
 #[serde(deny_unknown_fields)]
 pub struct AccountFile {
     pub name: String,
+    /// The token's argon2id PHC string (`pricewire token hash`), or the
+    /// clear token under `insecure_plain_tokens`.
     pub token: String,
     /// Symbol names, or `["*"]` for all.
     #[serde(default = "all")]
@@ -152,6 +159,8 @@ impl Default for EngineConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
     pub name: String,
+    /// The stored credential: an argon2id PHC string, or a clear token
+    /// (only under `insecure_plain_tokens`); see [`crate::auth::hash`].
     pub token: String,
     /// Entitled symbol ids; `None` means every symbol.
     pub symbols: Option<Vec<u16>>,
@@ -168,6 +177,11 @@ impl Account {
     pub fn entitled_tier(&self, tier: u8) -> bool {
         self.tiers.contains(&tier)
     }
+    /// Whether the account may see no symbol at all (`symbols = []`): its
+    /// logon is refused with LogonRejected(not_entitled).
+    pub fn entitled_to_nothing(&self) -> bool {
+        self.symbols.as_ref().is_some_and(Vec::is_empty)
+    }
 }
 
 /// The resolved configuration.
@@ -178,6 +192,8 @@ pub struct Config {
     pub accounts: Vec<Account>,
     /// One resolved session per `kind = "fix"` provider.
     pub fix: Vec<fix::FixSessionConfig>,
+    /// The file set `insecure_plain_tokens`: clear tokens were accepted.
+    pub insecure_plain_tokens: bool,
 }
 
 impl Config {
@@ -226,6 +242,7 @@ impl ConfigFile {
             None => default_tiers(),
             Some(list) => resolve_tiers(list, &names)?,
         };
+        let plain = self.insecure_plain_tokens;
         let mut fix = Vec::new();
         let providers = match self.providers {
             None => {
@@ -239,16 +256,17 @@ impl ConfigFile {
             }
             Some(list) => {
                 fix = fix::resolve_all(&list, &instruments)?;
-                resolve_providers(list)?
+                resolve_providers(list, plain)?
             }
         };
         let engine = resolve_engine(&self.engine)?;
         let tier_names: Vec<String> = tiers.iter().map(|t| t.name.clone()).collect();
         let accounts = match self.accounts {
             None => vec![demo_account(tiers.len())],
-            Some(list) => resolve_accounts(list, &names, &tier_names)?,
+            Some(list) => resolve_accounts(list, &names, &tier_names, plain)?,
         };
         Ok(Config {
+            insecure_plain_tokens: plain,
             table: InstrumentTable::new(instruments, tiers, providers),
             engine,
             accounts,
@@ -257,15 +275,16 @@ impl ConfigFile {
     }
 }
 
-/// The built-in demo account: token `demo`, every symbol, every tier with
-/// `standard` (id 1 when present) as its default.
+/// The built-in demo account: token `demo` (stored hashed, like any
+/// other), every symbol, every tier with `standard` (id 1 when present)
+/// as its default.
 fn demo_account(tiers: usize) -> Account {
     let default = if tiers > 1 { 1 } else { 0 };
     let mut order: Vec<u8> = vec![default];
     order.extend((0..tiers as u8).filter(|&t| t != default));
     Account {
         name: "demo".into(),
-        token: "demo".into(),
+        token: crate::auth::hash::demo_hash().to_string(),
         symbols: None,
         tiers: order,
         max_sessions: ACCOUNT_SESSIONS_DEFAULT,
@@ -386,7 +405,10 @@ fn resolve_tiers(
     Ok(out)
 }
 
-fn resolve_providers(list: Vec<ProviderFile>) -> Result<Vec<ProviderDef>, ConfigError> {
+fn resolve_providers(
+    list: Vec<ProviderFile>,
+    plain: bool,
+) -> Result<Vec<ProviderDef>, ConfigError> {
     if list.is_empty() || list.len() > PROVIDERS_MAX {
         return Err(invalid(
             "providers",
@@ -407,6 +429,10 @@ fn resolve_providers(list: Vec<ProviderFile>) -> Result<Vec<ProviderDef>, Config
                 "an ingest provider needs a token",
             ));
         }
+        if !f.token.is_empty() {
+            crate::auth::hash::check_stored(&f.token, plain)
+                .map_err(|r| invalid(format!("providers[{i}].token"), r))?;
+        }
         out.push(ProviderDef {
             id: i as u16,
             name: f.name,
@@ -422,6 +448,7 @@ fn resolve_accounts(
     list: Vec<AccountFile>,
     names: &BTreeMap<String, u16>,
     tiers: &[String],
+    plain: bool,
 ) -> Result<Vec<Account>, ConfigError> {
     let mut out: Vec<Account> = Vec::with_capacity(list.len());
     for (i, f) in list.into_iter().enumerate() {
@@ -432,9 +459,7 @@ fn resolve_accounts(
                 "empty, longer than 32 bytes, or duplicate",
             ));
         }
-        if f.token.is_empty() || f.token.len() > 64 {
-            return Err(invalid(key("token"), "must be 1..=64 bytes"));
-        }
+        crate::auth::hash::check_stored(&f.token, plain).map_err(|r| invalid(key("token"), r))?;
         let symbols =
             if f.symbols.iter().any(|s| s == "*") {
                 None
@@ -548,7 +573,7 @@ mod tests {
         );
         assert_eq!(
             key_of(err(
-                "[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"gold\"]\n"
+                "insecure_plain_tokens = true\n[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"gold\"]\n"
             )),
             "accounts[0].tiers"
         );
@@ -567,9 +592,33 @@ mod tests {
     }
 
     #[test]
+    fn clear_tokens_are_refused_naming_the_key_and_the_command() {
+        let e = err("[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"raw\"]\n");
+        let text = e.to_string();
+        assert_eq!(key_of(e), "accounts[0].token");
+        assert!(text.contains("pricewire token hash"), "{text}");
+        let p = "[[providers]]\nname = \"lp\"\nkind = \"ingest\"\ntoken = \"t\"\n";
+        assert_eq!(key_of(err(p)), "providers[0].token");
+        let h = crate::auth::hash::hash_token(b"t").unwrap();
+        let ok = format!("[[accounts]]\nname = \"a\"\ntoken = \"{h}\"\ntiers = [\"raw\"]\n");
+        let c = Config::parse(&ok, 3).unwrap();
+        assert!(!c.insecure_plain_tokens);
+        assert!(crate::auth::hash::verify(
+            &c.account("a").unwrap().token,
+            b"t"
+        ));
+        // The built-in demo account is stored hashed too.
+        let demo = Config::builtin(3);
+        assert!(crate::auth::hash::verify(
+            &demo.account("demo").unwrap().token,
+            b"demo"
+        ));
+    }
+
+    #[test]
     fn accounts_resolve_entitlements() {
         let c = Config::parse(
-            "[[accounts]]\nname = \"a\"\ntoken = \"t\"\nsymbols = [\"EURUSD\"]\ntiers = [\"retail\", \"raw\"]\n",
+            "insecure_plain_tokens = true\n[[accounts]]\nname = \"a\"\ntoken = \"t\"\nsymbols = [\"EURUSD\"]\ntiers = [\"retail\", \"raw\"]\n",
             3,
         )
         .unwrap();

@@ -47,6 +47,9 @@ pub struct Conn {
     /// had to drop (its ring to this shard full) is never counted back,
     /// so past [`ANSWER_WAIT_NS`] the count no longer holds a move.
     pub last_request_ns: u64,
+    /// Non-zero while this connection's Logon is with the verifier: the
+    /// ticket its verdict must carry (see `gateway::logon`).
+    pub logon_ticket: u64,
 }
 
 /// Longest a request's answer is waited for before a session may move

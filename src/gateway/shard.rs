@@ -103,6 +103,7 @@ pub fn spawn(
         requests,
     );
     shard.exchange = exchange;
+    shard.waker = Some(waker.clone());
     shard.peers = lanes.peers.clone();
     shard.loads = Vec::with_capacity(lanes.peers.len());
     shard.adopt_rx = lanes.take_inbox(index);
@@ -187,6 +188,13 @@ pub(super) struct Shard {
     /// The last poll returned input (readable sockets or the waker), not
     /// only writable edges: such a turn counts as busy.
     pub(super) had_input: bool,
+    /// The argon2 verifier's verdicts for this shard's logons, and the
+    /// waker the verifier rings after sending one.
+    pub(super) verdicts_tx: Sender<super::logon::Verdict>,
+    pub(super) verdicts_rx: Receiver<super::logon::Verdict>,
+    pub(super) waker: Option<Arc<Waker>>,
+    /// The last logon ticket handed out (see `gateway::logon`).
+    pub(super) next_ticket: u64,
 }
 
 impl Shard {
@@ -208,6 +216,7 @@ impl Shard {
         // briefly while its engine holds prices for a full ring: see
         // `poll_once`.)
         waiter.set_retrying(false);
+        let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
         Shard {
             slab: Slab::new(cap),
             fanout: Fanout::new(
@@ -248,6 +257,10 @@ impl Shard {
             moves_open: Arc::new(AtomicBool::new(false)),
             disconnecting: false,
             had_input: false,
+            verdicts_tx,
+            verdicts_rx,
+            waker: None,
+            next_ticket: 0,
         }
     }
 
@@ -263,7 +276,8 @@ impl Shard {
             // this shard's ring, which is drained and written in this turn.
             let now = monotonic_ns();
             let hosted = self.input.hosted.turn(now);
-            let got = hosted + self.drain_prices(now) + self.drain_answers();
+            let got =
+                hosted + self.drain_prices(now) + self.drain_answers() + self.drain_verdicts(now);
             // `park` sleeps in epoll_wait right after a turn with work (it
             // returns at once if anything is ready); other strategies poll
             // once more without sleeping first.
@@ -322,8 +336,10 @@ impl Shard {
         let answers = &self.requests.answers;
         let hosted = &self.input.hosted;
         let adopt = &self.adopt_rx;
+        let verdicts = &self.verdicts_rx;
         let pending = || {
             !consumer.is_empty()
+                || !verdicts.is_empty()
                 || answers.iter().any(|a| !a.is_empty())
                 || hosted.has_work()
                 || !adopt.is_empty()
@@ -464,6 +480,7 @@ impl Shard {
             in_read_list: false,
             requests_out: 0,
             last_request_ns: 0,
+            logon_ticket: 0,
         };
         self.slab.put(i, conn);
         GatewayStats::add(&self.shared.stats.open, 1);

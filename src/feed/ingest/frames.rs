@@ -198,13 +198,16 @@ fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
 
 fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
     let id = usize::from(l.provider_id);
+    // A provider's own token is stored hashed (argon2, verified here on
+    // the ingest thread: provider logons are few, see docs/security.md);
+    // the `--ingest-token` default for the others is compared in
+    // constant time.
     let ok = cx.table.providers().get(id).is_some_and(|p| {
-        let expected = if p.kind == ProviderKind::Ingest && !p.token.is_empty() {
-            p.token.as_bytes()
+        if p.kind == ProviderKind::Ingest && !p.token.is_empty() {
+            crate::auth::hash::verify(&p.token, l.token)
         } else {
-            cx.cfg.default_token.as_bytes()
-        };
-        expected == l.token
+            crate::auth::hash::constant_time_eq(cx.cfg.default_token.as_bytes(), l.token)
+        }
     });
     let reason = if !ok {
         Some(LogonRejectReason::AUTH)
