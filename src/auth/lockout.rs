@@ -2,9 +2,11 @@
 //! key (a source address, or an account), and a growing lockout.
 //!
 //! Policy per scope ([`LockoutPolicy`]): `threshold` failures within
-//! `window_ms` of the first lock the key for `base_ms`; each further
-//! lockout of the same key doubles that, up to `cap_ms`, until the key has
-//! had no failure for `forget_ms`. Every lock is lengthened by a random
+//! `window_ms` of the first lock the key for `base_ms`. Once a key has
+//! been locked, its next failure after the lock locks it again, for twice
+//! as long each time up to `cap_ms`, until the key has had no failure for
+//! `forget_ms`. Failures while locked (verifications already under way
+//! when the lock began) are counted but do not lengthen the lock. Every lock is lengthened by a random
 //! 0–25 % so that a crowd of locked clients does not come back at once,
 //! and a refusal's retry-after is the lock's remaining time (at least
 //! 1 ms). A success clears the key.
@@ -24,8 +26,6 @@ use std::net::IpAddr;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-
-use crate::admission::ip_key;
 
 const MS: u64 = 1_000_000;
 /// Slots per set.
@@ -132,6 +132,9 @@ impl Lockout {
         let p = self.policy;
         let i = self.slot_for(key, now_ns);
         let s = &mut self.slots[i];
+        if s.locked_until_ns > now_ns {
+            return Failed::Counted;
+        }
         if s.strikes > 0 && now_ns.saturating_sub(s.last_failure_ns) > p.forget_ms * MS {
             s.strikes = 0;
         }
@@ -141,7 +144,8 @@ impl Lockout {
         }
         s.failures += 1;
         s.last_failure_ns = now_ns;
-        if s.failures < p.threshold.max(1) {
+        let threshold = if s.strikes > 0 { 1 } else { p.threshold.max(1) };
+        if s.failures < threshold {
             return Failed::Counted;
         }
         let lock = p
@@ -238,6 +242,19 @@ impl Keyer {
         h.write_u8(2);
         h.write(name);
         h.finish()
+    }
+}
+
+/// The address as admission counts it (`admission::ip_key`, kept here so
+/// that `auth` stays below `admission` and `config`): IPv4 and
+/// IPv4-mapped IPv6 by address, other IPv6 by its /64.
+fn ip_key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)) | (0xffff << 32),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => ip_key(IpAddr::V4(v4)),
+            None => u128::from(v6) & !u128::from(u64::MAX),
+        },
     }
 }
 

@@ -138,6 +138,7 @@ impl Shard {
         let heartbeat_ms = logon.heartbeat_interval_ms;
         let key = stored.clone();
         let done = move |ok: bool, token: &[u8]| {
+            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
             let known = acct.is_some();
             let acct = acct.filter(|_| ok);
             match &acct {

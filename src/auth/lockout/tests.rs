@@ -13,12 +13,16 @@ fn policy() -> LockoutPolicy {
     }
 }
 
+/// `n` failures at `now`; the first lock they caused, if any.
 fn fail_n(t: &mut Lockout, key: u64, n: u32, now: u64) -> Failed {
-    let mut last = Failed::Counted;
+    let mut first = Failed::Counted;
     for _ in 0..n {
-        last = t.failure(key, now);
+        let f = t.failure(key, now);
+        if first == Failed::Counted {
+            first = f;
+        }
     }
-    last
+    first
 }
 
 #[test]
@@ -45,23 +49,27 @@ fn five_failures_lock_for_a_jittered_second() {
 fn locks_double_to_the_cap_then_forget() {
     let mut t = Lockout::new(policy(), 2);
     let mut now = S;
+    assert_eq!(fail_n(&mut t, 9, 4, now), Failed::Counted);
     let mut locks = Vec::new();
     for _ in 0..6 {
-        match fail_n(&mut t, 9, 5, now) {
-            Failed::Locked(ms) => {
-                locks.push(ms);
-                now += ms * MS;
-            }
-            Failed::Counted => panic!("not locked"),
-        }
+        // The fifth failure locks a fresh key; once locked, one does.
+        let Failed::Locked(ms) = t.failure(9, now) else {
+            panic!("not locked after {locks:?}")
+        };
+        locks.push(ms);
+        // Failures during the lock (verifications under way) do not extend it.
+        assert_eq!(t.failure(9, now + MS), Failed::Counted);
+        assert_eq!(t.check(9, now).unwrap_err(), ms as u32);
+        now += ms * MS;
     }
     let bases = [1_000, 2_000, 4_000, 8_000, 8_000, 8_000];
     for (ms, base) in locks.iter().zip(bases) {
         assert!((base..=base + base / 4).contains(ms), "{locks:?}");
     }
-    // Quiet for longer than forget_ms: back to the first lock.
+    // Quiet for longer than forget_ms: five failures again, a first lock.
     now += 601 * S;
-    let Failed::Locked(ms) = fail_n(&mut t, 9, 5, now) else {
+    assert_eq!(fail_n(&mut t, 9, 4, now), Failed::Counted);
+    let Failed::Locked(ms) = t.failure(9, now) else {
         panic!()
     };
     assert!(ms <= 1_250, "{ms}");
@@ -110,4 +118,8 @@ fn keyer_separates_scopes_and_groups_ipv6_by_64() {
     assert_eq!(k.address(a), k.address(b));
     assert_ne!(k.address(c), k.address(d));
     assert_ne!(k.account(b"x"), k.account(b"y"));
+    // IPv4-mapped IPv6 is the IPv4 address (as admission counts it).
+    let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+    assert_eq!(ip_key(mapped), ip_key(c));
+    assert_eq!(k.address(mapped), k.address(c));
 }

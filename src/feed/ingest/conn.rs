@@ -136,7 +136,11 @@ impl Ingest {
             return;
         }
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
+        let ip = stream
+            .peer_addr()
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
         self.bridges[i] = Some(Bridge {
+            ip,
             stream,
             provider: None,
             inbuf: vec![0u8; IN_BYTES].into_boxed_slice(),
@@ -212,8 +216,10 @@ impl Ingest {
                         provider: &mut b.provider,
                         keep: &mut b.keep,
                         out: &mut b.out,
+                        ip: b.ip,
                     };
                     let mut cx = Ctx {
+                        auth: &self.auth,
                         table: &self.table,
                         cfg: &self.cfg,
                         port: &mut self.port,

@@ -7,6 +7,7 @@
 //! what could be read of the refused frame: its template id and, for
 //! messages that carry one, its requestId.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 use super::keepalive::{Keepalive, PROVIDER_HEARTBEAT_MS};
@@ -106,6 +107,7 @@ pub(super) fn push_disconnect(out: &mut Vec<u8>, reason: DisconnectReason, text:
 
 /// The listener's state a frame may read or change.
 pub(super) struct Ctx<'a> {
+    pub auth: &'a crate::auth::AuthGuard,
     pub table: &'a InstrumentTable,
     pub cfg: &'a IngestConfig,
     pub port: &'a mut FeedPort,
@@ -121,6 +123,7 @@ pub(super) struct Peer<'a> {
     pub provider: &'a mut Option<u16>,
     pub keep: &'a mut Keepalive,
     pub out: &'a mut Vec<u8>,
+    pub ip: IpAddr,
 }
 
 /// Handles one frame, appending any reply to the peer's output (quotes,
@@ -186,6 +189,29 @@ pub(super) fn handle(frame: &[u8], mut peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool
     }
 }
 
+/// Checks a provider's token. Its own token is stored hashed: argon2
+/// runs here, on the ingest thread (provider logons are few; a repeat
+/// logon with the same token reuses a cached verification, and a locked
+/// address never gets here; see docs/security.md). The `--ingest-token`
+/// default for the other providers is compared in constant time.
+fn provider_token_ok(l: &wire::ProviderLogon<'_>, id: usize, ip: IpAddr, cx: &Ctx<'_>) -> bool {
+    let Some(p) = cx.table.providers().get(id) else {
+        return false;
+    };
+    if p.kind != ProviderKind::Ingest || p.token.is_empty() {
+        return crate::auth::hash::constant_time_eq(cx.cfg.default_token.as_bytes(), l.token);
+    }
+    let key = format!("provider:{id}");
+    if cx.auth.cached(&key, &p.token, l.token, cx.now_ns) {
+        return true;
+    }
+    let ok = crate::auth::hash::verify(&p.token, l.token);
+    if ok {
+        cx.auth.succeeded(ip, &key, &p.token, l.token, cx.now_ns);
+    }
+    ok
+}
+
 /// Before logon, an error ends the session: appends the Disconnect and
 /// returns true. After logon: false.
 fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
@@ -198,17 +224,21 @@ fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
 
 fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
     let id = usize::from(l.provider_id);
-    // A provider's own token is stored hashed (argon2, verified here on
-    // the ingest thread: provider logons are few, see docs/security.md);
-    // the `--ingest-token` default for the others is compared in
-    // constant time.
-    let ok = cx.table.providers().get(id).is_some_and(|p| {
-        if p.kind == ProviderKind::Ingest && !p.token.is_empty() {
-            crate::auth::hash::verify(&p.token, l.token)
-        } else {
-            crate::auth::hash::constant_time_eq(cx.cfg.default_token.as_bytes(), l.token)
-        }
-    });
+    let (ip, now) = (peer.ip, cx.now_ns);
+    if let Err(retry) = cx.auth.check_address(ip, now) {
+        cx.stats.logons_rejected.fetch_add(1, Ordering::Relaxed);
+        let m = LogonRejected {
+            reason: LogonRejectReason::RATE_LIMITED,
+            retry_after_ms: retry,
+        };
+        reply(peer.out, |b| wire::encode_logon_rejected(b, &m));
+        return true;
+    }
+    let ok = provider_token_ok(l, id, ip, cx);
+    let name = l.provider_id.to_le_bytes();
+    if !ok {
+        cx.auth.failed(ip, &name, true, now);
+    }
     let reason = if !ok {
         Some(LogonRejectReason::AUTH)
     } else if cx.held.get(id).copied().unwrap_or(true) {

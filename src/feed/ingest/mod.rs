@@ -93,6 +93,8 @@ pub struct IngestConfig {
 
 struct Bridge {
     stream: TcpStream,
+    /// The peer's address, for the logon's brute-force limits.
+    ip: std::net::IpAddr,
     provider: Option<u16>,
     inbuf: Box<[u8]>,
     in_len: usize,
@@ -235,6 +237,7 @@ fn bind(
         stop: stop.clone(),
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
         held_providers,
+        auth: crate::auth::AuthGuard::default(),
         clock: Arc::new(MonotonicClock),
         next_check_ns: 0,
         hold_when_full: false,
@@ -269,6 +272,8 @@ struct Ingest {
     batch: Vec<Tick>,
     /// Provider ids held by a logged-on bridge, indexed by id.
     held_providers: Vec<bool>,
+    /// Provider-logon lockouts per address and the verification cache.
+    auth: crate::auth::AuthGuard,
     /// Time of every timer decision.
     clock: Arc<dyn Clock>,
     /// When the bridges' timers are next checked.

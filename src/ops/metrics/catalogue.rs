@@ -132,6 +132,10 @@ pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+pub const LOGON_FAILURES: &str = "pricewire_logon_failures_total";
+pub const LOGON_VERIFICATIONS: &str = "pricewire_logon_verifications_total";
+pub const LOCKOUTS: &str = "pricewire_lockouts_total";
+pub const LOCKOUTS_ACTIVE: &str = "pricewire_lockouts_active";
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
 pub const REQUEST_QUEUE_CAPACITY: &str = "pricewire_request_queue_capacity";
 pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds";
@@ -222,6 +226,14 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Connections or session steps refused by admission control, by stage"),
     counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
         "Connections closed because they stayed above the outbound high-water mark too long"),
+    counter(LOGON_FAILURES, &["reason"], "logons", "gateway",
+        "Subscriber logons refused for their credentials, by reason (bad_token, unknown_account, locked, verifier_busy)"),
+    counter(LOGON_VERIFICATIONS, &["path"], "logons", "gateway",
+        "Subscriber tokens checked, by path (verifier: a verifier thread ran argon2id; cache: a recent verification of the same token was reused)"),
+    counter(LOCKOUTS, &["scope"], "lockouts", "gateway",
+        "Brute-force lockouts started, by scope (address, account)"),
+    gauge(LOCKOUTS_ACTIVE, &["scope"], "keys", "gateway",
+        "Addresses or accounts locked out at scrape time, by scope"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
