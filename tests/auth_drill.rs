@@ -417,3 +417,66 @@ fn no_token_or_hash_in_the_logs_at_trace_level() {
         logs.lines().count()
     );
 }
+
+#[test]
+fn clear_tokens_are_refused_off_loopback_and_in_the_config_without_the_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |text: &str, listen: &str| {
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .args([
+                "serve",
+                "--config",
+                path.to_str().unwrap(),
+                "--listen",
+                listen,
+            ])
+            .args(["--ops-listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let clear = "[[accounts]]\nname = \"a\"\ntoken = \"x\"\ntiers = [\"raw\"]\n";
+    let (code, err) = run(clear, "127.0.0.1:0");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("accounts[0].token") && err.contains("pricewire token hash"),
+        "{err}"
+    );
+    let switched = format!("insecure_plain_tokens = true\n{clear}");
+    let (code, err) = run(&switched, "0.0.0.0:0");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--listen") && err.contains("loopback"),
+        "{err}"
+    );
+}
+
+#[test]
+fn token_hash_reads_stdin_and_prints_a_verifiable_hash() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args(["token", "hash"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Piped-token-0b8e\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let phc = String::from_utf8(out.stdout).unwrap();
+    let phc = phc.trim();
+    assert!(phc.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{phc}");
+    assert!(verify(phc, b"Piped-token-0b8e") && !verify(phc, b"Piped-token-0b8f"));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("Piped-token"));
+}
