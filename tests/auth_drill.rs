@@ -236,13 +236,19 @@ fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
     // One argon2id verification in this (dev-profile, argon2 at opt-level 2)
     // test process, for the figures.
     let h = hash_token(b"measure").unwrap();
-    let t = Instant::now();
-    for _ in 0..5 {
-        assert!(verify(&h, b"measure"));
-    }
-    let one = t.elapsed() / 5;
-    println!("argon2id verification (m=19 MiB, t=2, p=1): {one:?} each, mean of 5");
-    assert!(one < Duration::from_secs(2), "{one:?}");
+    let mut runs: Vec<Duration> = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            assert!(verify(&h, b"measure"));
+            t.elapsed()
+        })
+        .collect();
+    let med = median(&mut runs);
+    println!(
+        "argon2id verification (m=19 MiB, t=2, p=1): min {:?}, median {med:?} of 7",
+        runs[0]
+    );
+    assert!(med < Duration::from_secs(2), "{med:?}");
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "provider-unused");
@@ -302,7 +308,7 @@ fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
         during.push(d);
         // alice's real token from the good address: not cached, so argon2
         // runs, behind whatever the flood queued for the verifier.
-        if during_fresh.len() < 3 {
+        if during_fresh.is_empty() {
             let (a, d) = logon(GOOD_FROM, server.addr, "alice", TARGET);
             assert_eq!(
                 a,
@@ -339,8 +345,9 @@ fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
     println!(
         "good logon from {GOOD_FROM}: no flood first (argon2) {quiet_first:?}, cached median \
          {quiet_m:?}; during the flood median {during_m:?}, worst {worst:?} over {} logons; \
-         fresh (argon2) during the flood {during_fresh:?}",
-        during.len()
+         alice's own token from {GOOD_FROM} during the flood (argon2, not cached) {:?}",
+        during.len(),
+        during_fresh[0]
     );
     assert!(took <= Duration::from_secs(12), "the flood took {took:?}");
     assert_eq!(other, 0, "every bad logon got a LogonRejected");
