@@ -30,23 +30,25 @@ pub struct Job {
     pub done: Done,
 }
 
-/// The worker pool (threads `pw-auth<N>`); they exit when the last
-/// handle is dropped.
+/// The worker pool (threads `<name><N>`: `pw-auth0` for subscribers,
+/// `pw-feedauth0` for providers); they exit when the last handle is
+/// dropped.
 pub struct Verifier {
     tx: Sender<Job>,
 }
 
 impl Verifier {
-    /// Starts `workers` threads with a queue of `queue` jobs.
+    /// Starts `workers` threads named `name<N>` with a queue of `queue`
+    /// jobs.
     ///
     /// # Errors
     /// A thread could not be spawned.
-    pub fn start(workers: usize, queue: usize) -> io::Result<Verifier> {
+    pub fn start(name: &str, workers: usize, queue: usize) -> io::Result<Verifier> {
         let (tx, rx) = crossbeam_channel::bounded(queue.max(1));
         for n in 0..workers.max(1) {
             let rx: Receiver<Job> = rx.clone();
             std::thread::Builder::new()
-                .name(format!("pw-auth{n}"))
+                .name(format!("{name}{n}"))
                 .spawn(move || work(&rx))?;
         }
         Ok(Verifier { tx })
@@ -81,7 +83,7 @@ mod tests {
 
     #[test]
     fn verifies_off_thread_and_refuses_when_full() {
-        let v = Verifier::start(1, 1).unwrap();
+        let v = Verifier::start("pw-test-auth", 1, 1).unwrap();
         let h = hash::hash_token(b"t0k").unwrap();
         let (tx, rx) = crossbeam_channel::unbounded();
         let mut refused = 0;

@@ -338,6 +338,7 @@ impl Gateway {
             config,
             auth: Arc::new(crate::auth::AuthGuard::default()),
             verifier: crate::auth::verifier::Verifier::start(
+                "pw-auth",
                 crate::auth::verifier::WORKERS_DEFAULT,
                 crate::auth::verifier::QUEUE_DEFAULT,
             )?,
