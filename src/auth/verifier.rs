@@ -12,12 +12,17 @@ use super::hash;
 
 /// Default verifier threads.
 pub const WORKERS_DEFAULT: usize = 1;
-/// Default queue length (logons waiting for a verifier thread).
-pub const QUEUE_DEFAULT: usize = 64;
+/// Default queue length (logons waiting for a verifier thread). Waiting
+/// logons of a token that verified meanwhile cost only a cache check
+/// ([`Job::cached`]), so a herd of one account's sessions passes.
+pub const QUEUE_DEFAULT: usize = 256;
 
 /// Called on the verifier thread with the outcome and the token (for the
 /// verification cache; zeroed right after).
 pub type Done = Box<dyn FnOnce(bool, &[u8]) + Send>;
+/// Asked on the verifier thread before argon2: whether the token verified
+/// since the job was queued (the verification cache).
+pub type Cached = Box<dyn Fn(&[u8]) -> bool + Send>;
 
 /// One verification.
 pub struct Job {
@@ -26,12 +31,14 @@ pub struct Job {
     pub stored: String,
     /// The token presented (at most 64 bytes); zeroed after use.
     pub token: Vec<u8>,
+    /// A cache check run first; a hit skips argon2 (`None`: always hash).
+    pub cached: Option<Cached>,
     /// Receives whether it matched.
     pub done: Done,
 }
 
 /// The worker pool (threads `<name><N>`: `pw-auth0` for subscribers,
-/// `pw-feedauth0` for providers); they exit when the last handle is
+/// `pw-provauth0` for providers); they exit when the last handle is
 /// dropped.
 pub struct Verifier {
     tx: Sender<Job>,
@@ -70,7 +77,8 @@ impl Verifier {
 
 fn work(rx: &Receiver<Job>) {
     while let Ok(mut job) = rx.recv() {
-        let ok = hash::verify(&job.stored, &job.token);
+        let hit = job.cached.as_ref().is_some_and(|c| c(&job.token));
+        let ok = hit || hash::verify(&job.stored, &job.token);
         (job.done)(ok, &job.token);
         job.token.fill(0);
     }
@@ -92,6 +100,7 @@ mod tests {
             let job = Job {
                 stored: h.clone(),
                 token: tok.to_vec(),
+                cached: None,
                 done: Box::new(move |ok, _| tx.send(ok).unwrap()),
             };
             if v.submit(job).is_err() {

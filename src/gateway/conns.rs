@@ -177,6 +177,11 @@ impl Shard {
             let Some(conn) = self.slab.conns[i].as_mut() else {
                 return;
             };
+            if conn.logon_ticket != 0 {
+                // Its Logon is with the verifier: what follows stays in the
+                // socket until the verdict (`gateway::logon`).
+                return;
+            }
             let buf = conn.session.read_buf();
             if buf.is_empty() {
                 // Cannot happen while max frame <= buffer; treat as abuse.
@@ -220,9 +225,19 @@ impl Shard {
 
     /// Hands every complete frame read so far to the session, and what it
     /// returns to the shard's handlers.
-    fn process_frames(&mut self, i: usize, now: u64) {
+    pub(super) fn process_frames(&mut self, i: usize, now: u64) {
         let mut frame = std::mem::take(&mut self.frame);
-        while let Some((session, mut ctx)) = self.session_ctx(i, now) {
+        loop {
+            // Frames after a Logon wait for its verdict, in order.
+            if self.slab.conns[i]
+                .as_ref()
+                .is_none_or(|c| c.logon_ticket != 0)
+            {
+                break;
+            }
+            let Some((session, mut ctx)) = self.session_ctx(i, now) else {
+                break;
+            };
             let step = session.poll_frame(&mut frame[..], &mut ctx);
             self.settle(i);
             match step {

@@ -8,6 +8,10 @@
 //! comes back through the shard's verdict channel ([`Shard::drain_verdicts`])
 //! and is matched to its connection by a ticket, so a connection that
 //! closed (or was reused) in the meantime is not confused with another.
+//! Until then the connection's later frames are neither read nor handled
+//! (`Shard::on_readable`, `Shard::process_frames`), so a client that sends
+//! Subscribe right behind its Logon has it handled after LogonAccepted,
+//! in order, as when the logon was decided at once.
 //! argon2 never runs on the shard thread; a full verifier queue is
 //! LogonRejected(busy), a locked address or account LogonRejected
 //! (rate_limited) with the lock's remaining time as retry-after.
@@ -19,7 +23,7 @@ use std::sync::Arc;
 use super::session::Admitted;
 use super::shard::Shard;
 use super::Shared;
-use crate::auth::verifier::Job;
+use crate::auth::verifier::{Cached, Job};
 use crate::auth::{hash, FailReason};
 use crate::clock::wall_ns;
 use crate::config::Account;
@@ -137,6 +141,12 @@ impl Shard {
         let name = logon.account.to_vec();
         let heartbeat_ms = logon.heartbeat_interval_ms;
         let key = stored.clone();
+        // Logons of one account and token queued together (a herd): the
+        // first verifies, the others find it in the cache.
+        let cached = acct.as_ref().map(|a| {
+            let (auth, name, stored) = (self.shared.auth.clone(), a.name.clone(), a.token.clone());
+            Box::new(move |token: &[u8]| auth.cached(&name, &stored, token, now)) as Cached
+        });
         let done = move |ok: bool, token: &[u8]| {
             auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
             let known = acct.is_some();
@@ -160,6 +170,7 @@ impl Shard {
         let job = Job {
             stored,
             token: logon.token.to_vec(),
+            cached,
             done: Box::new(done),
         };
         if self.shared.verifier.submit(job).is_err() {
@@ -209,6 +220,10 @@ impl Shard {
                 }
                 Decision::Pending => {}
             }
+            // What the client sent after its Logon (a pipelined Subscribe)
+            // waited for this: the frames already read, then the socket.
+            self.process_frames(i, now);
+            self.on_readable(i, now);
         }
         n
     }

@@ -65,7 +65,9 @@ impl Ingest {
             let Some(b) = self.bridges[i].as_mut() else {
                 continue;
             };
-            if b.closing {
+            if b.closing || b.logon_ticket != 0 {
+                // Closing, or its logon is with the verifier (no
+                // Heartbeat may come before LogonAccepted).
                 continue;
             }
             match b.keep.due(now) {
@@ -299,6 +301,7 @@ impl Ingest {
         let job = crate::auth::verifier::Job {
             stored,
             token,
+            cached: None,
             done: Box::new(done),
         };
         if self.verifier.submit(job).is_err() {

@@ -241,7 +241,7 @@ fn bind(
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
         held_providers,
         auth: Arc::new(crate::auth::AuthGuard::default()),
-        verifier: crate::auth::verifier::Verifier::start("pw-feedauth", 1, 8)?,
+        verifier: crate::auth::verifier::Verifier::start("pw-provauth", 1, 8)?,
         verdicts: crossbeam_channel::unbounded(),
         next_ticket: 0,
         clock: Arc::new(MonotonicClock),
@@ -285,7 +285,7 @@ struct Ingest {
     /// Provider-logon lockouts per address and the verification cache.
     auth: Arc<crate::auth::AuthGuard>,
     /// argon2 for provider tokens, off this thread (which may be a
-    /// gateway shard's): one `pw-feedauth0` thread, 8 waiting logons.
+    /// gateway shard's): one `pw-provauth0` thread, 8 waiting logons.
     verifier: crate::auth::verifier::Verifier,
     /// Verdicts (bridge, ticket, provider id, token matched), read every
     /// loop turn and timer check.

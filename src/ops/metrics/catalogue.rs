@@ -229,7 +229,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(LOGON_FAILURES, &["reason"], "logons", "gateway",
         "Subscriber logons refused for their credentials, by reason (bad_token, unknown_account, locked, verifier_busy)"),
     counter(LOGON_VERIFICATIONS, &["path"], "logons", "gateway",
-        "Subscriber tokens checked, by path (verifier: a verifier thread ran argon2id; cache: a recent verification of the same token was reused)"),
+        "Subscriber tokens checked, by path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: on the shard, a recent verification of the same token reused)"),
     counter(LOCKOUTS, &["scope"], "lockouts", "gateway",
         "Brute-force lockouts started, by scope (address, account)"),
     gauge(LOCKOUTS_ACTIVE, &["scope"], "keys", "gateway",
