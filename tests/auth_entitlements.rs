@@ -345,3 +345,41 @@ fn an_account_entitled_to_nothing_is_refused_at_logon() {
         other => panic!("expected LogonRejected(auth), got {other:?}"),
     }
 }
+
+#[test]
+fn frames_pipelined_behind_a_logon_wait_for_its_verdict_in_order() {
+    let server = TestServer::start_with(ServerOpts {
+        config: config(),
+        ..Default::default()
+    });
+    // Logon and Subscribe in one write: the Subscribe waits for the
+    // verifier's verdict, then is answered (not refused as before logon).
+    let mut raw = Raw::connect(server.addr);
+    let mut b = [0u8; 512];
+    let logon = wire::Logon {
+        heartbeat_interval_ms: 0,
+        account: b"eur",
+        token: b"t-eur",
+    };
+    let mut n = wire::encode_logon(&mut b, &logon).unwrap();
+    let e = SymbolRef {
+        symbol_id: server.symbol_id(E),
+        name: Default::default(),
+    };
+    n += wire::encode_subscribe(&mut b[n..], 7, TIER_ACCOUNT_DEFAULT, [e]).unwrap();
+    raw.send(&b[..n]);
+    match raw.next(T) {
+        RawRead::Msg(OwnedMessage::LogonAccepted(a)) => assert_eq!(a.default_tier, RETAIL),
+        other => panic!("expected LogonAccepted first, got {other:?}"),
+    }
+    match raw.next(T) {
+        RawRead::Msg(OwnedMessage::SubscribeResponse {
+            request_id,
+            results,
+        }) => {
+            assert_eq!(request_id, 7);
+            assert_eq!(results[0].status, SubscribeStatus::OK);
+        }
+        other => panic!("expected the SubscribeResponse, got {other:?}"),
+    }
+}
