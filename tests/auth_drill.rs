@@ -231,10 +231,9 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
-#[test]
-fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
-    // One argon2id verification in this (dev-profile, argon2 at opt-level 2)
-    // test process, for the figures.
+/// One argon2id verification in this test process (dev profile, argon2
+/// at opt-level 2), for the figures.
+fn measure_verification() {
     let h = hash_token(b"measure").unwrap();
     let mut runs: Vec<Duration> = (0..7)
         .map(|_| {
@@ -249,7 +248,96 @@ fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
         runs[0]
     );
     assert!(med < Duration::from_secs(2), "{med:?}");
+}
 
+/// The flood: [`FLOOD`] bad-token logons for alice from [`FLOOD_FROM`],
+/// paced over 10 s. Returns (auth, rate_limited, other answers, time).
+fn flood(addr: SocketAddr) -> (u32, u32, u32, Duration) {
+    let start = Instant::now();
+    let (mut auth, mut limited, mut other) = (0u32, 0u32, 0u32);
+    for i in 0..FLOOD {
+        let due = start + FLOOD_GAP * i;
+        if let Some(d) = due.checked_duration_since(Instant::now()) {
+            std::thread::park_timeout(d);
+        }
+        match logon(FLOOD_FROM, addr, "alice", &format!("guess-{i}")).0 {
+            Answer::Rejected(LogonRejectReason::AUTH, _) => auth += 1,
+            Answer::Rejected(LogonRejectReason::RATE_LIMITED, r) => {
+                assert!(r > 0, "a lockout gives a retry-after");
+                limited += 1;
+            }
+            Answer::Accepted => panic!("a guess logged on"),
+            _ => other += 1,
+        }
+    }
+    (auth, limited, other, start.elapsed())
+}
+
+/// Prints the flood's answers and the server's counters; returns the
+/// address lockouts started.
+fn print_flood_metrics(
+    ops: SocketAddr,
+    (auth, limited, other, took): (u32, u32, u32, Duration),
+) -> f64 {
+    let server_ops = ops;
+    let lockouts = metric(server_ops, "pricewire_lockouts_total{scope=\"address\"}");
+    let locked = metric(
+        server_ops,
+        "pricewire_logon_failures_total{reason=\"locked\"}",
+    );
+    let bad = metric(
+        server_ops,
+        "pricewire_logon_failures_total{reason=\"bad_token\"}",
+    );
+    let argon = metric(
+        server_ops,
+        "pricewire_logon_verifications_total{path=\"verifier\"}",
+    );
+    println!(
+        "flood: {FLOOD} bad logons from {FLOOD_FROM} in {took:?}: {auth} verified and refused \
+         (auth), {limited} refused locked (rate_limited), {other} other; \
+         lockouts_total{{address}} {lockouts}, failures locked {locked}, bad_token {bad}, \
+         argon2 verifications {argon}"
+    );
+    lockouts
+}
+
+/// Good logons from [`GOOD_FROM`] every 200 ms until the flood ends: bob's
+/// (cached after the first) and once alice's own token (not cached: argon2
+/// behind whatever the flood queued). Their times.
+fn good_logons_while<T>(
+    flood: &std::thread::JoinHandle<T>,
+    addr: SocketAddr,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let mut during = Vec::new();
+    let mut during_fresh = Vec::new();
+    while !flood.is_finished() {
+        let (a, d) = logon(GOOD_FROM, addr, "bob", GOOD);
+        assert_eq!(
+            a,
+            Answer::Accepted,
+            "the good account logs on during the flood"
+        );
+        during.push(d);
+        // alice's real token from the good address: not cached, so argon2
+        // runs, behind whatever the flood queued for the verifier.
+        if during_fresh.is_empty() {
+            let (a, d) = logon(GOOD_FROM, addr, "alice", TARGET);
+            assert_eq!(
+                a,
+                Answer::Accepted,
+                "the target itself, from another address"
+            );
+            during_fresh.push(d);
+        }
+        std::thread::park_timeout(Duration::from_millis(200));
+    }
+    (during, during_fresh)
+}
+
+#[test]
+fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
+    measure_verification();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "provider-unused");
     // The per-address connect rate (50/s by default) would refuse most of
@@ -276,69 +364,10 @@ fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
 
     // The flood, on its own thread; good logons from 127.0.0.2 meanwhile.
     let addr = server.addr;
-    let flood = std::thread::spawn(move || {
-        let start = Instant::now();
-        let (mut auth, mut limited, mut other) = (0u32, 0u32, 0u32);
-        for i in 0..FLOOD {
-            let due = start + FLOOD_GAP * i;
-            if let Some(d) = due.checked_duration_since(Instant::now()) {
-                std::thread::park_timeout(d);
-            }
-            match logon(FLOOD_FROM, addr, "alice", &format!("guess-{i}")).0 {
-                Answer::Rejected(LogonRejectReason::AUTH, _) => auth += 1,
-                Answer::Rejected(LogonRejectReason::RATE_LIMITED, r) => {
-                    assert!(r > 0, "a lockout gives a retry-after");
-                    limited += 1;
-                }
-                Answer::Accepted => panic!("a guess logged on"),
-                _ => other += 1,
-            }
-        }
-        (auth, limited, other, start.elapsed())
-    });
-    let mut during = Vec::new();
-    let mut during_fresh = Vec::new();
-    while !flood.is_finished() {
-        let (a, d) = logon(GOOD_FROM, server.addr, "bob", GOOD);
-        assert_eq!(
-            a,
-            Answer::Accepted,
-            "the good account logs on during the flood"
-        );
-        during.push(d);
-        // alice's real token from the good address: not cached, so argon2
-        // runs, behind whatever the flood queued for the verifier.
-        if during_fresh.is_empty() {
-            let (a, d) = logon(GOOD_FROM, server.addr, "alice", TARGET);
-            assert_eq!(
-                a,
-                Answer::Accepted,
-                "the target itself, from another address"
-            );
-            during_fresh.push(d);
-        }
-        std::thread::park_timeout(Duration::from_millis(200));
-    }
+    let flood = std::thread::spawn(move || flood(addr));
+    let (mut during, during_fresh) = good_logons_while(&flood, server.addr);
     let (auth, limited, other, took) = flood.join().unwrap();
-    let lockouts = metric(server.ops, "pricewire_lockouts_total{scope=\"address\"}");
-    let locked = metric(
-        server.ops,
-        "pricewire_logon_failures_total{reason=\"locked\"}",
-    );
-    let bad = metric(
-        server.ops,
-        "pricewire_logon_failures_total{reason=\"bad_token\"}",
-    );
-    let argon = metric(
-        server.ops,
-        "pricewire_logon_verifications_total{path=\"verifier\"}",
-    );
-    println!(
-        "flood: {FLOOD} bad logons from {FLOOD_FROM} in {took:?}: {auth} verified and refused \
-         (auth), {limited} refused locked (rate_limited), {other} other; \
-         lockouts_total{{address}} {lockouts}, failures locked {locked}, bad_token {bad}, \
-         argon2 verifications {argon}"
-    );
+    let lockouts = print_flood_metrics(server.ops, (auth, limited, other, took));
     let quiet_m = median(&mut quiet);
     let during_m = median(&mut during);
     let worst = *during.iter().max().unwrap();

@@ -100,9 +100,11 @@ pub struct ProviderFile {
     pub fix: Option<fix::FixProviderFile>,
 }
 
+/// One `[[accounts]]` entry as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccountFile {
+    /// Account name the Logon carries (1..=32 bytes, unique).
     pub name: String,
     /// The token's argon2id PHC string (`pricewire token hash`), or the
     /// clear token under `insecure_plain_tokens`.
@@ -112,6 +114,7 @@ pub struct AccountFile {
     pub symbols: Vec<String>,
     /// Tier names the account may subscribe to; the first is its default.
     pub tiers: Vec<String>,
+    /// Concurrent sessions allowed (≥ 1; default 10,000).
     #[serde(default = "default_max_sessions")]
     pub max_sessions: u32,
     /// Whether the account may mark requests critical.
@@ -158,6 +161,7 @@ impl Default for EngineConfig {
 /// An account that may log on to the subscriber gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
+    /// The name a Logon carries.
     pub name: String,
     /// The stored credential: an argon2id PHC string, or a clear token
     /// (only under `insecure_plain_tokens`); see [`crate::auth::hash`].
@@ -166,14 +170,19 @@ pub struct Account {
     pub symbols: Option<Vec<u16>>,
     /// Entitled tier ids, default first.
     pub tiers: Vec<u8>,
+    /// Concurrent sessions allowed.
     pub max_sessions: u32,
+    /// Whether its requests may be marked critical (shed last).
     pub critical: bool,
 }
 
 impl Account {
+    /// Whether the account may see symbol id `symbol` (any path: prices,
+    /// snapshots, history, the directory).
     pub fn entitled_symbol(&self, symbol: u16) -> bool {
         self.symbols.as_ref().is_none_or(|s| s.contains(&symbol))
     }
+    /// Whether the account may use tier id `tier`.
     pub fn entitled_tier(&self, tier: u8) -> bool {
         self.tiers.contains(&tier)
     }

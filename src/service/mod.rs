@@ -6,6 +6,7 @@
 // Documentation debt: remove this allow once the public items here are documented.
 #![allow(missing_docs)]
 
+mod auth_metrics;
 pub mod report;
 
 use std::sync::Arc;
@@ -500,7 +501,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             move || d.conflated.get(),
         )?;
     }
-    register_auth(r, &g.shared.auth)?;
+    auth_metrics::register(r, &g.shared.auth)?;
     let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
     r.register_counter_fn(m::CONNECTIONS_ACCEPTED, &[("shard", "all")], move || {
         crate::gateway::GatewayStats::get(&a.accepted)
@@ -510,35 +511,6 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         &[("shard", "all")],
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
-    Ok(())
-}
-
-/// Logon failures, verifications and brute-force lockouts.
-fn register_auth(r: &Registry, auth: &Arc<crate::auth::AuthGuard>) -> Result<(), OpsError> {
-    use crate::auth::{FailReason, Scope};
-    use std::sync::atomic::Ordering::Relaxed;
-    for reason in FailReason::ALL {
-        let a = auth.clone();
-        r.register_counter_fn(m::LOGON_FAILURES, &[("reason", reason.name())], move || {
-            a.stats.failures(reason)
-        })?;
-    }
-    let (a, b) = (auth.clone(), auth.clone());
-    r.register_counter_fn(m::LOGON_VERIFICATIONS, &[("path", "verifier")], move || {
-        a.stats.verifications.load(Relaxed)
-    })?;
-    r.register_counter_fn(m::LOGON_VERIFICATIONS, &[("path", "cache")], move || {
-        b.stats.cache_hits.load(Relaxed)
-    })?;
-    for scope in Scope::ALL {
-        let (a, b) = (auth.clone(), auth.clone());
-        r.register_counter_fn(m::LOCKOUTS, &[("scope", scope.name())], move || {
-            a.stats.lockouts(scope)
-        })?;
-        r.register_gauge_fn(m::LOCKOUTS_ACTIVE, &[("scope", scope.name())], move || {
-            b.active_lockouts(scope, crate::clock::monotonic_ns()) as f64
-        })?;
-    }
     Ok(())
 }
 
