@@ -5,10 +5,12 @@
 //! lockouts stop repeat offenders before they reach this queue.
 
 use std::io;
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::hash;
+use crate::clock::{Clock, MonotonicClock};
 
 /// Default verifier threads.
 pub const WORKERS_DEFAULT: usize = 1;
@@ -33,6 +35,10 @@ pub struct Job {
     pub token: Vec<u8>,
     /// A cache check run first; a hit skips argon2 (`None`: always hash).
     pub cached: Option<Cached>,
+    /// On the verifier's clock: a job taken after this is dropped unrun
+    /// and `done` is not called (its connection's logon timeout has cut
+    /// it). 0: no deadline.
+    pub deadline_ns: u64,
     /// Receives whether it matched.
     pub done: Done,
 }
@@ -42,6 +48,8 @@ pub struct Job {
 /// dropped.
 pub struct Verifier {
     tx: Sender<Job>,
+    /// Jobs dropped past their deadline.
+    expired: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Verifier {
@@ -51,14 +59,35 @@ impl Verifier {
     /// # Errors
     /// A thread could not be spawned.
     pub fn start(name: &str, workers: usize, queue: usize) -> io::Result<Verifier> {
+        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock))
+    }
+
+    /// [`Verifier::start`] with the clock job deadlines are judged by
+    /// (the callers' `monotonic_ns` base in production).
+    ///
+    /// # Errors
+    /// A thread could not be spawned.
+    pub fn start_with_clock(
+        name: &str,
+        workers: usize,
+        queue: usize,
+        clock: Arc<dyn Clock>,
+    ) -> io::Result<Verifier> {
         let (tx, rx) = crossbeam_channel::bounded(queue.max(1));
+        let expired = Arc::new(std::sync::atomic::AtomicU64::new(0));
         for n in 0..workers.max(1) {
-            let rx: Receiver<Job> = rx.clone();
+            let (rx, clock, expired): (Receiver<Job>, _, _) =
+                (rx.clone(), clock.clone(), expired.clone());
             std::thread::Builder::new()
                 .name(format!("{name}{n}"))
-                .spawn(move || work(&rx))?;
+                .spawn(move || work(&rx, &*clock, &expired))?;
         }
-        Ok(Verifier { tx })
+        Ok(Verifier { tx, expired })
+    }
+
+    /// Jobs dropped unrun because their deadline had passed.
+    pub fn expired(&self) -> u64 {
+        self.expired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Queues a job; `Err(job)` when the queue is full.
@@ -75,8 +104,13 @@ impl Verifier {
     }
 }
 
-fn work(rx: &Receiver<Job>) {
+fn work(rx: &Receiver<Job>, clock: &dyn Clock, expired: &std::sync::atomic::AtomicU64) {
     while let Ok(mut job) = rx.recv() {
+        if job.deadline_ns != 0 && clock.now_ns() > job.deadline_ns {
+            job.token.fill(0);
+            expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            continue;
+        }
         let hit = job.cached.as_ref().is_some_and(|c| c(&job.token));
         let ok = hit || hash::verify(&job.stored, &job.token);
         (job.done)(ok, &job.token);
@@ -101,6 +135,7 @@ mod tests {
                 stored: h.clone(),
                 token: tok.to_vec(),
                 cached: None,
+                deadline_ns: 0,
                 done: Box::new(move |ok, _| tx.send(ok).unwrap()),
             };
             if v.submit(job).is_err() {
@@ -115,5 +150,27 @@ mod tests {
         for _ in 1..n {
             assert!(!rx.recv_timeout(Duration::from_secs(10)).unwrap());
         }
+    }
+
+    #[test]
+    fn a_job_past_its_deadline_is_dropped_unrun() {
+        let clock = crate::clock::ManualClock::new(1_000);
+        let v = Verifier::start_with_clock("pw-test-auth", 1, 4, clock.clone()).unwrap();
+        let h = hash::hash_token(b"t0k").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let job = |deadline_ns: u64, tx: Sender<bool>| Job {
+            stored: h.clone(),
+            token: b"t0k".to_vec(),
+            cached: None,
+            deadline_ns,
+            done: Box::new(move |ok, _| tx.send(ok).unwrap()),
+        };
+        clock.set_ns(5_000);
+        assert!(v.submit(job(4_999, tx.clone())).is_ok());
+        assert!(v.submit(job(5_000, tx.clone())).is_ok());
+        // Only the second (deadline not passed) is answered.
+        assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap());
+        assert_eq!(v.expired(), 1);
+        assert!(rx.try_recv().is_err());
     }
 }

@@ -171,6 +171,8 @@ impl Shard {
             stored,
             token: logon.token.to_vec(),
             cached,
+            // Past the logon timeout the connection is cut: skip argon2.
+            deadline_ns: now + self.shared.cfg.logon_timeout_ms * 1_000_000,
             done: Box::new(done),
         };
         if self.shared.verifier.submit(job).is_err() {

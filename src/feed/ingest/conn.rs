@@ -302,6 +302,7 @@ impl Ingest {
             stored,
             token,
             cached: None,
+            deadline_ns: 0,
             done: Box::new(done),
         };
         if self.verifier.submit(job).is_err() {
