@@ -16,6 +16,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod admission;
+pub mod auth;
 pub mod bus;
 pub mod capture;
 pub mod cli;

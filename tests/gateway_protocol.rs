@@ -121,6 +121,7 @@ fn snapshot_request_leaves_unknown_ids_out() {
 fn snapshot_request_leaves_unentitled_ids_out() {
     let config = pricewire::config::Config::parse(
         r#"
+        insecure_plain_tokens = true
         [[accounts]]
         name = "eur"
         token = "eur-token"

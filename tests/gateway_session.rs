@@ -21,6 +21,7 @@ const T: Duration = Duration::from_secs(5);
 fn entitlement_config() -> Config {
     Config::parse(
         r#"
+        insecure_plain_tokens = true
         [[accounts]]
         name = "demo"
         token = "demo"

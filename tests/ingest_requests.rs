@@ -18,6 +18,8 @@ use pricewire::wire::{self, OwnedMessage, RejectReason};
 use server::Raw;
 
 const CONFIG: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[providers]]
 name = "bridge-a"
 kind = "ingest"

@@ -21,6 +21,8 @@ use pricewire::wire::{
 use server::{Raw, RawRead};
 
 const CONFIG: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[providers]]
 name = "bridge-a"
 kind = "ingest"

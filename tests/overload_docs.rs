@@ -14,6 +14,8 @@ use pricewire::pipeline::PipelineConfig;
 use pricewire::runtime::WaitStrategy;
 
 const CONFIG: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[providers]]
 name = "bridge-a"
 kind = "ingest"

@@ -23,6 +23,11 @@ use pricewire::resilience::{BreakerState, Outcome};
 
 use redis::RedisServer;
 
+/// The argon2id hash (`pricewire token hash`) of the token `s3cret`:
+/// Redis records hold hashes, never clear tokens.
+const S3CRET_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$0AJWc/lTgUy122bCxwBSFQ$mTXWY39fXRGlEfwhI57vijpZIdEAI1J4a2828ptcp4U";
+
 const IO_TIMEOUT_MS: u64 = 400;
 const SLOW_MS: u64 = 100;
 const OPEN_WAIT_MS: u64 = 1_000;
@@ -54,7 +59,7 @@ fn config(addr: SocketAddr) -> RedisConfig {
 /// A server with account `alice`, and a proxy in front of it.
 fn setup() -> (RedisServer, FaultProxy) {
     let server = RedisServer::start();
-    server.put_account("alice", &[("token", "s3cret"), ("tiers", "raw")]);
+    server.put_account("alice", &[("token", S3CRET_HASH), ("tiers", "raw")]);
     let proxy = FaultProxy::start(loopback(), server.addr()).unwrap();
     (server, proxy)
 }
@@ -104,7 +109,7 @@ fn client_errors_per_fault_and_their_classification() {
     };
 
     let (r, o) = timed(&store, "alice");
-    assert!(matches!(&r, Ok(Some(a)) if a.token == "s3cret"), "{r:?}");
+    assert!(matches!(&r, Ok(Some(a)) if a.token == S3CRET_HASH), "{r:?}");
     assert!(matches!(o, Outcome::Success { .. }));
 
     // Key not found: HGETALL answers an empty array -> Ok(None) -> ignored.

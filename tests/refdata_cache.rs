@@ -302,7 +302,9 @@ fn the_cache_is_bounded_and_evicts_negative_entries_first() {
 fn config_file_accounts_are_the_fallback_source() {
     let rd = RefData::from_accounts(&Config::builtin(2).accounts);
     assert!(!rd.is_redis());
-    assert!(matches!(rd.lookup("demo", 0), Lookup::Found(a) if a.token == "demo"));
+    // The demo account's token `demo` is stored hashed.
+    let found = |a: &pricewire::config::Account| pricewire::auth::hash::verify(&a.token, b"demo");
+    assert!(matches!(rd.lookup("demo", 0), Lookup::Found(a) if found(&a)));
     assert_eq!(rd.lookup("nobody", 0), Lookup::NotFound);
 }
 

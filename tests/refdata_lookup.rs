@@ -24,6 +24,11 @@ use pricewire::resilience::BreakerState;
 use redis::RedisServer;
 use wait::wait_until;
 
+/// The argon2id hash (`pricewire token hash`) of the token `s3cret`:
+/// Redis records hold hashes, never clear tokens.
+const S3CRET_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$0AJWc/lTgUy122bCxwBSFQ$mTXWY39fXRGlEfwhI57vijpZIdEAI1J4a2828ptcp4U";
+
 const WAIT: Duration = Duration::from_secs(10);
 
 fn table() -> InstrumentTable {
@@ -57,7 +62,7 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
     server.put_account(
         "alice",
         &[
-            ("token", "s3cret"),
+            ("token", S3CRET_HASH),
             ("symbols", "EURUSD, USDJPY"),
             ("tiers", "raw,retail"),
             ("max_sessions", "5"),
@@ -66,9 +71,15 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
     );
     server.put_account(
         "bob",
-        &[("token", "b"), ("symbols", "*"), ("tiers", "standard")],
+        &[
+            ("token", S3CRET_HASH),
+            ("symbols", "*"),
+            ("tiers", "standard"),
+        ],
     );
     server.put_account("broken", &[("token", "x"), ("tiers", "gold")]);
+    // A clear token in a record: malformed (Redis holds hashes only).
+    server.put_account("clear", &[("token", "s3cret"), ("tiers", "raw")]);
     let cfg = RefDataConfig {
         redis: redis_config(&server),
         cache: CacheConfig::default(),
@@ -81,7 +92,7 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         panic!("alice not found");
     };
     let id = |s: &str| t.by_name(s).unwrap().id;
-    assert_eq!(alice.token, "s3cret");
+    assert_eq!(alice.token, S3CRET_HASH);
     assert_eq!(alice.symbols, Some(vec![id("EURUSD"), id("USDJPY")]));
     assert!(alice.entitled_symbol(id("USDJPY")) && !alice.entitled_symbol(id("GBPUSD")));
     assert_eq!(alice.tiers, vec![0, 2]);
@@ -98,10 +109,11 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
 
     // Unknown tier: refused like the config file would, served as absent.
     assert_eq!(lookup_settled(&rd, "broken"), Lookup::NotFound);
+    assert_eq!(lookup_settled(&rd, "clear"), Lookup::NotFound);
     assert_eq!(lookup_settled(&rd, "carol"), Lookup::NotFound);
 
     let s = rd.stats().snapshot();
-    assert!(s.redis_ok >= 2 && s.redis_invalid_record >= 1 && s.redis_not_found >= 1);
+    assert!(s.redis_ok >= 2 && s.redis_invalid_record >= 2 && s.redis_not_found >= 1);
     assert_eq!(s.redis_timeouts + s.redis_connection_errors, 0);
     assert_eq!(rd.breaker_stats().unwrap().state(), BreakerState::Closed);
     assert!(rd.pool_stats().unwrap().checkouts.load(Relaxed) >= 4);
@@ -110,7 +122,7 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
 #[test]
 fn cached_accounts_keep_serving_when_redis_dies() {
     let mut server = RedisServer::start();
-    server.put_account("alice", &[("token", "s3cret"), ("tiers", "raw")]);
+    server.put_account("alice", &[("token", S3CRET_HASH), ("tiers", "raw")]);
     let store = GuardedStore::new(
         &redis_config(&server),
         table(),
@@ -141,7 +153,7 @@ fn cached_accounts_keep_serving_when_redis_dies() {
     for _ in 0..10 {
         clock.advance_ms(2_000);
         match rd.lookup("alice", clock.now_ns()) {
-            Lookup::Found(a) => assert_eq!(a.token, "s3cret"),
+            Lookup::Found(a) => assert_eq!(a.token, S3CRET_HASH),
             other => panic!("stale entry not served: {other:?}"),
         }
         let _ = rd.lookup("newcomer", clock.now_ns());
@@ -181,7 +193,7 @@ fn cached_accounts_keep_serving_when_redis_dies() {
 #[test]
 fn refresher_thread_serves_stale_entries_while_redis_is_down() {
     let mut server = RedisServer::start();
-    server.put_account("alice", &[("token", "s3cret"), ("tiers", "raw")]);
+    server.put_account("alice", &[("token", S3CRET_HASH), ("tiers", "raw")]);
     let cfg = RefDataConfig {
         redis: redis_config(&server),
         cache: CacheConfig {

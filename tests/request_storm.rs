@@ -30,6 +30,8 @@ use server::Raw;
 use storm::{answer_of, gauge, hop_quantiles, http_get, pace_until, FrameReader, Server, Tally};
 
 const ACCOUNTS: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[accounts]]
 name = "flood"
 token = "flood-token"

@@ -24,6 +24,8 @@ use pricewire::service::report::Totals;
 use pricewire::service::{Service, ServiceConfig};
 
 const CONFIG: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[providers]]
 name = "bridge-a"
 kind = "ingest"

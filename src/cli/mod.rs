@@ -8,6 +8,7 @@ pub mod bus_args;
 pub mod gateway_args;
 pub mod replay;
 pub mod serve;
+pub mod token;
 pub mod watch;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,10 @@ pub enum Command {
     Capture(crate::capture::cli::CaptureCmd),
     /// Live terminal view of prices from a running server.
     Watch(watch::WatchArgs),
+    /// Credentials: `token hash` prints a token's argon2id hash for the
+    /// config or Redis (the token is read from stdin, never argv).
+    #[command(subcommand)]
+    Token(token::TokenCmd),
 
     /// Latency benchmark against pricewire or a peer (Redis, NATS, relay):
     /// runs the pricewire-bench binary (tools/bench) with these arguments.
@@ -80,6 +85,7 @@ pub fn run(cli: Cli) -> i32 {
             }
         },
         Command::Watch(args) => watch::run(args),
+        Command::Token(cmd) => token::run(cmd),
     }
 }
 

@@ -64,6 +64,11 @@ pub struct ConfigFile {
     pub providers: Option<Vec<ProviderFile>>,
     /// `[[accounts]]`; absent = the built-in demo account.
     pub accounts: Option<Vec<AccountFile>>,
+    /// Accept clear tokens in `accounts[].token` and `providers[].token`
+    /// (loopback demos only; see docs/security.md). Default false: every
+    /// token must be an argon2id hash from `pricewire token hash`.
+    #[serde(default)]
+    pub insecure_plain_tokens: bool,
     /// `serve` flags (`synthetic-rate = 50000`, `shards = 2`, ...): applied
     /// as if given on the command line, unless the command line gives them.
     /// See the `serve` flags (`cli::config_flags`).
@@ -132,19 +137,22 @@ pub struct ProviderFile {
     pub fix: Option<fix::FixProviderFile>,
 }
 
+/// One `[[accounts]]` entry as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 /// One `[[accounts]]` entry as written.
 pub struct AccountFile {
-    /// Account name (unique, at most 32 bytes).
+    /// Account name the Logon carries (1..=32 bytes, unique).
     pub name: String,
-    /// Logon token (1..=64 bytes).
+    /// The token's argon2id PHC string (`pricewire token hash`), or the
+    /// clear token under `insecure_plain_tokens`.
     pub token: String,
     /// Symbol names, or `["*"]` for all.
     #[serde(default = "all")]
     pub symbols: Vec<String>,
     /// Tier names the account may subscribe to; the first is its default.
     pub tiers: Vec<String>,
+    /// Concurrent sessions allowed (≥ 1; default 10,000).
     #[serde(default = "default_max_sessions")]
     /// Concurrent sessions allowed (default [`ACCOUNT_SESSIONS_DEFAULT`]).
     pub max_sessions: u32,
@@ -195,9 +203,10 @@ impl Default for EngineConfig {
 /// An account that may log on to the subscriber gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
-    /// Account name, as sent in Logon.
+    /// The name a Logon carries.
     pub name: String,
-    /// Logon token.
+    /// The stored credential: an argon2id PHC string, or a clear token
+    /// (only under `insecure_plain_tokens`); see [`crate::auth::hash`].
     pub token: String,
     /// Entitled symbol ids; `None` means every symbol.
     pub symbols: Option<Vec<u16>>,
@@ -205,18 +214,24 @@ pub struct Account {
     pub tiers: Vec<u8>,
     /// Concurrent sessions allowed.
     pub max_sessions: u32,
-    /// Whether the account may mark requests critical.
+    /// Whether its requests may be marked critical (shed last).
     pub critical: bool,
 }
 
 impl Account {
-    /// Whether the account may see `symbol`.
+    /// Whether the account may see symbol id `symbol` (any path: prices,
+    /// snapshots, history, the directory).
     pub fn entitled_symbol(&self, symbol: u16) -> bool {
         self.symbols.as_ref().is_none_or(|s| s.contains(&symbol))
     }
-    /// Whether the account may subscribe at `tier`.
+    /// Whether the account may use tier id `tier`.
     pub fn entitled_tier(&self, tier: u8) -> bool {
         self.tiers.contains(&tier)
+    }
+    /// Whether the account may see no symbol at all (`symbols = []`): its
+    /// logon is refused with LogonRejected(not_entitled).
+    pub fn entitled_to_nothing(&self) -> bool {
+        self.symbols.as_ref().is_some_and(Vec::is_empty)
     }
 }
 
@@ -234,6 +249,8 @@ pub struct Config {
     /// The `[refdata]` table as written (empty when absent); `serve`
     /// checks it at start and applies it with `--redis`.
     pub refdata: toml::Table,
+    /// The file set `insecure_plain_tokens`: clear tokens were accepted.
+    pub insecure_plain_tokens: bool,
 }
 
 impl Config {
@@ -283,6 +300,7 @@ impl ConfigFile {
             None => default_tiers(),
             Some(list) => resolve_tiers(list, &names)?,
         };
+        let plain = self.insecure_plain_tokens;
         let mut fix = Vec::new();
         let providers = match self.providers {
             None => {
@@ -296,17 +314,18 @@ impl ConfigFile {
             }
             Some(list) => {
                 fix = fix::resolve_all(&list, &instruments)?;
-                resolve_providers(list)?
+                resolve_providers(list, plain)?
             }
         };
         let engine = resolve_engine(&self.engine)?;
         let tier_names: Vec<String> = tiers.iter().map(|t| t.name.clone()).collect();
         let accounts = match self.accounts {
             None => vec![demo_account(tiers.len())],
-            Some(list) => resolve_accounts(list, &names, &tier_names)?,
+            Some(list) => resolve_accounts(list, &names, &tier_names, plain)?,
         };
         let refdata = self.refdata.unwrap_or_default();
         Ok(Config {
+            insecure_plain_tokens: plain,
             table: InstrumentTable::new(instruments, tiers, providers),
             engine,
             accounts,
@@ -316,15 +335,16 @@ impl ConfigFile {
     }
 }
 
-/// The built-in demo account: token `demo`, every symbol, every tier with
-/// `standard` (id 1 when present) as its default.
+/// The built-in demo account: token `demo` (stored hashed, like any
+/// other), every symbol, every tier with `standard` (id 1 when present)
+/// as its default.
 fn demo_account(tiers: usize) -> Account {
     let default = if tiers > 1 { 1 } else { 0 };
     let mut order: Vec<u8> = vec![default];
     order.extend((0..tiers as u8).filter(|&t| t != default));
     Account {
         name: "demo".into(),
-        token: "demo".into(),
+        token: crate::auth::hash::demo_hash().to_string(),
         symbols: None,
         tiers: order,
         max_sessions: ACCOUNT_SESSIONS_DEFAULT,
@@ -445,7 +465,10 @@ fn resolve_tiers(
     Ok(out)
 }
 
-fn resolve_providers(list: Vec<ProviderFile>) -> Result<Vec<ProviderDef>, ConfigError> {
+fn resolve_providers(
+    list: Vec<ProviderFile>,
+    plain: bool,
+) -> Result<Vec<ProviderDef>, ConfigError> {
     if list.is_empty() || list.len() > PROVIDERS_MAX {
         return Err(invalid(
             "providers",
@@ -466,6 +489,10 @@ fn resolve_providers(list: Vec<ProviderFile>) -> Result<Vec<ProviderDef>, Config
                 "an ingest provider needs a token",
             ));
         }
+        if !f.token.is_empty() {
+            crate::auth::hash::check_stored(&f.token, plain)
+                .map_err(|r| invalid(format!("providers[{i}].token"), r))?;
+        }
         out.push(ProviderDef {
             id: i as u16,
             name: f.name,
@@ -481,6 +508,7 @@ fn resolve_accounts(
     list: Vec<AccountFile>,
     names: &BTreeMap<String, u16>,
     tiers: &[String],
+    plain: bool,
 ) -> Result<Vec<Account>, ConfigError> {
     let mut out: Vec<Account> = Vec::with_capacity(list.len());
     for (i, f) in list.into_iter().enumerate() {
@@ -491,9 +519,7 @@ fn resolve_accounts(
                 "empty, longer than 32 bytes, or duplicate",
             ));
         }
-        if f.token.is_empty() || f.token.len() > 64 {
-            return Err(invalid(key("token"), "must be 1..=64 bytes"));
-        }
+        crate::auth::hash::check_stored(&f.token, plain).map_err(|r| invalid(key("token"), r))?;
         let symbols =
             if f.symbols.iter().any(|s| s == "*") {
                 None
@@ -607,7 +633,7 @@ mod tests {
         );
         assert_eq!(
             key_of(err(
-                "[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"gold\"]\n"
+                "insecure_plain_tokens = true\n[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"gold\"]\n"
             )),
             "accounts[0].tiers"
         );
@@ -626,9 +652,33 @@ mod tests {
     }
 
     #[test]
+    fn clear_tokens_are_refused_naming_the_key_and_the_command() {
+        let e = err("[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"raw\"]\n");
+        let text = e.to_string();
+        assert_eq!(key_of(e), "accounts[0].token");
+        assert!(text.contains("pricewire token hash"), "{text}");
+        let p = "[[providers]]\nname = \"lp\"\nkind = \"ingest\"\ntoken = \"t\"\n";
+        assert_eq!(key_of(err(p)), "providers[0].token");
+        let h = crate::auth::hash::hash_token(b"t").unwrap();
+        let ok = format!("[[accounts]]\nname = \"a\"\ntoken = \"{h}\"\ntiers = [\"raw\"]\n");
+        let c = Config::parse(&ok, 3).unwrap();
+        assert!(!c.insecure_plain_tokens);
+        assert!(crate::auth::hash::verify(
+            &c.account("a").unwrap().token,
+            b"t"
+        ));
+        // The built-in demo account is stored hashed too.
+        let demo = Config::builtin(3);
+        assert!(crate::auth::hash::verify(
+            &demo.account("demo").unwrap().token,
+            b"demo"
+        ));
+    }
+
+    #[test]
     fn accounts_resolve_entitlements() {
         let c = Config::parse(
-            "[[accounts]]\nname = \"a\"\ntoken = \"t\"\nsymbols = [\"EURUSD\"]\ntiers = [\"retail\", \"raw\"]\n",
+            "insecure_plain_tokens = true\n[[accounts]]\nname = \"a\"\ntoken = \"t\"\nsymbols = [\"EURUSD\"]\ntiers = [\"retail\", \"raw\"]\n",
             3,
         )
         .unwrap();

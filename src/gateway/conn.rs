@@ -53,6 +53,9 @@ pub struct Conn {
     pub last_request_ns: u64,
     /// Answers in `out` not yet written: the `gateway_write` hop.
     pub(crate) answer_marks: AnswerMarks,
+    /// Non-zero while this connection's Logon is with the verifier: the
+    /// ticket its verdict must carry (see `gateway::logon`).
+    pub logon_ticket: u64,
 }
 
 /// Longest a request's answer is waited for before a session may move

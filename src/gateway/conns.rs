@@ -193,6 +193,11 @@ impl Shard {
             let Some(conn) = self.slab.conns[i].as_mut() else {
                 return;
             };
+            if conn.logon_ticket != 0 {
+                // Its Logon is with the verifier: what follows stays in the
+                // socket until the verdict (`gateway::logon`).
+                return;
+            }
             let buf = conn.session.read_buf();
             if buf.is_empty() {
                 // Cannot happen while max frame <= buffer; treat as abuse.
@@ -239,10 +244,18 @@ impl Shard {
     /// Hands every complete frame read so far to the session, and what it
     /// returns to the shard's handlers, until `left` (this connection's) or
     /// the turn's request budget runs out: false then (frames may remain).
-    fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> bool {
+    /// Frames after a Logon wait for its verdict, in order (true: nothing
+    /// to do until it comes).
+    pub(super) fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> bool {
         let mut frame = std::mem::take(&mut self.frame);
         let mut all = true;
         loop {
+            if self.slab.conns[i]
+                .as_ref()
+                .is_none_or(|c| c.logon_ticket != 0)
+            {
+                break;
+            }
             if *left == 0 || self.requests_left == 0 {
                 all = false;
                 break;

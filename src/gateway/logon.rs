@@ -1,54 +1,258 @@
-//! Logon on the shard: the admission and reference-data decisions the
-//! session asks for ([`super::session::Event::Logon`]), carried out here
-//! because they need the listener's shared state.
+//! Logon on the shard: the admission, brute-force and reference-data
+//! decisions the session asks for ([`super::session::Event::Logon`]),
+//! carried out here because they need the listener's shared state.
+//!
+//! Order (see [`crate::auth`]): logon rate → address lockout → reference
+//! data → a cached verification of the same token (logs on at once) →
+//! account lockout → the argon2 verifier's queue. The verifier's verdict
+//! comes back through the shard's verdict channel ([`Shard::drain_verdicts`])
+//! and is matched to its connection by a ticket, so a connection that
+//! closed (or was reused) in the meantime is not confused with another.
+//! Until then the connection's later frames are neither read nor handled
+//! (`Shard::on_readable`, `Shard::process_frames`), so a client that sends
+//! Subscribe right behind its Logon has it handled after LogonAccepted,
+//! in order, as when the logon was decided at once.
+//! argon2 never runs on the shard thread; a full verifier queue is
+//! LogonRejected(busy), a locked address or account LogonRejected
+//! (rate_limited) with the lock's remaining time as retry-after.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::session::Admitted;
 use super::shard::Shard;
 use super::Shared;
+use crate::auth::verifier::{Cached, Job};
+use crate::auth::{hash, FailReason};
 use crate::clock::wall_ns;
+use crate::config::Account;
 use crate::refdata::Lookup;
-use crate::wire::{self, LogonRejectReason};
+use crate::wire::{self, LogonRejectReason, RejectReason};
+
+/// A verification's outcome, sent from the verifier to the shard.
+pub(crate) struct Verdict {
+    conn: u32,
+    ticket: u64,
+    heartbeat_ms: u32,
+    /// The account, when it exists and the token matched.
+    acct: Option<Arc<Account>>,
+}
+
+/// What the logon checks decided on the shard.
+enum Decision {
+    Accept(Admitted),
+    Reject(LogonRejectReason, u32),
+    /// Handed to the verifier; the verdict follows.
+    Pending,
+}
+
+type Refusal = (LogonRejectReason, u32);
 
 impl Shard {
     pub(super) fn on_logon(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) {
-        match self.admit(logon, now) {
-            Ok(a) => {
-                let hb = logon.heartbeat_interval_ms;
+        let pending = self.slab.conns[i]
+            .as_ref()
+            .is_some_and(|c| c.logon_ticket != 0);
+        if pending {
+            // A second Logon while the first is being verified.
+            let (t, r) = (wire::template::LOGON, RejectReason::ALREADY_LOGGED_ON);
+            return self.reject(i, 0, t, r, 0, "logon in progress");
+        }
+        let hb = logon.heartbeat_interval_ms;
+        match self.decide(i, logon, now) {
+            Decision::Accept(a) => {
                 self.with_session(i, now, |s, ctx| s.logon_accepted(a, hb, ctx));
             }
-            Err((reason, retry)) => {
+            Decision::Reject(reason, retry) => {
                 self.with_session(i, now, |s, ctx| s.logon_rejected(reason, retry, ctx));
             }
+            Decision::Pending => {}
         }
     }
 
-    /// Admission (logon rate, the account's session limit) and
-    /// credentials; on refusal the reason and its retry-after.
-    fn admit(
-        &self,
-        logon: &wire::Logon<'_>,
-        now: u64,
-    ) -> Result<Admitted, (LogonRejectReason, u32)> {
-        let shared = &self.shared;
+    /// Admission, lockouts and credentials up to the verifier.
+    fn decide(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) -> Decision {
+        let shared = self.shared.clone();
         let admission = || shared.admission.lock().expect("admission lock");
         if let Err(r) = admission().on_logon(now) {
-            return Err((LogonRejectReason::RATE_LIMITED, r.retry_after_ms));
+            return Decision::Reject(LogonRejectReason::RATE_LIMITED, r.retry_after_ms);
+        }
+        let Some(ip) = self.slab.conns[i].as_ref().map(|c| c.peer.ip()) else {
+            return Decision::Pending;
+        };
+        if let Err(retry) = shared.auth.check_address(ip, now) {
+            return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
         }
         let name = std::str::from_utf8(logon.account).unwrap_or("");
         let acct = match shared.refdata.lookup(name, now) {
-            Lookup::Found(a) if constant_time_eq(a.token.as_bytes(), logon.token) => a,
+            Lookup::Found(a) => Some(a),
             Lookup::Unavailable { retry_after_ms } => {
                 // Reference data is unreachable: come back later, not "wrong".
                 let retry = u32::try_from(retry_after_ms).unwrap_or(u32::MAX);
-                return Err((LogonRejectReason::BUSY, retry));
+                return Decision::Reject(LogonRejectReason::BUSY, retry);
             }
-            // 0: wrong credentials do not get better by retrying.
-            _ => return Err((LogonRejectReason::AUTH, 0)),
+            Lookup::NotFound => None,
         };
+        if let Some(a) = &acct {
+            if !hash::is_hash(&a.token) {
+                // A clear token (`insecure_plain_tokens`): microseconds.
+                return self.plain(ip, name, a.clone(), logon.token, now);
+            }
+            if shared.auth.cached(name, &a.token, logon.token, now) {
+                return self.finish(name, a.clone());
+            }
+        }
+        if let Err(retry) = shared.auth.check_account(logon.account, now) {
+            return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
+        }
+        self.submit(i, ip, logon, acct, now)
+    }
+
+    fn plain(&self, ip: IpAddr, name: &str, a: Arc<Account>, token: &[u8], now: u64) -> Decision {
+        if hash::verify(&a.token, token) {
+            self.shared.auth.succeeded(ip, name, &a.token, token, now);
+            return self.finish(name, a);
+        }
+        self.shared.auth.failed(ip, name.as_bytes(), true, now);
+        Decision::Reject(LogonRejectReason::AUTH, 0)
+    }
+
+    /// Queues the verification (an unknown account against a decoy hash,
+    /// so it costs the same as a wrong token).
+    fn submit(
+        &mut self,
+        i: usize,
+        ip: IpAddr,
+        logon: &wire::Logon<'_>,
+        acct: Option<Arc<Account>>,
+        now: u64,
+    ) -> Decision {
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        let stored = acct
+            .as_ref()
+            .map_or_else(|| hash::decoy_hash().to_string(), |a| a.token.clone());
+        let (auth, tx, waker) = (
+            self.shared.auth.clone(),
+            self.verdicts_tx.clone(),
+            self.waker.clone(),
+        );
+        let name = logon.account.to_vec();
+        let heartbeat_ms = logon.heartbeat_interval_ms;
+        let key = stored.clone();
+        // Logons of one account and token queued together (a herd): the
+        // first verifies, the others find it in the cache.
+        let cached = acct.as_ref().map(|a| {
+            let (auth, name, stored) = (self.shared.auth.clone(), a.name.clone(), a.token.clone());
+            Box::new(move |token: &[u8]| auth.cached(&name, &stored, token, now)) as Cached
+        });
+        let done = move |ok: bool, token: &[u8]| {
+            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
+            let known = acct.is_some();
+            let acct = acct.filter(|_| ok);
+            match &acct {
+                Some(a) => auth.succeeded(ip, &a.name, &key, token, now),
+                None => auth.failed(ip, &name, known, now),
+            }
+            let v = Verdict {
+                conn: i as u32,
+                ticket,
+                heartbeat_ms,
+                acct,
+            };
+            if tx.send(v).is_ok() {
+                if let Some(w) = &waker {
+                    let _ = w.wake();
+                }
+            }
+        };
+        let job = Job {
+            stored,
+            token: logon.token.to_vec(),
+            cached,
+            // Past the logon timeout the connection is cut: skip argon2.
+            deadline_ns: now + self.shared.cfg.logon_timeout_ms * 1_000_000,
+            done: Box::new(done),
+        };
+        if self.shared.verifier.submit(job).is_err() {
+            self.shared.auth.stats.failed(FailReason::VerifierBusy);
+            let retry = self.jitter(self.shared.cfg.admission.retry_after);
+            return Decision::Reject(LogonRejectReason::BUSY, retry);
+        }
+        if let Some(c) = self.slab.conns[i].as_mut() {
+            c.logon_ticket = ticket;
+        }
+        Decision::Pending
+    }
+
+    /// Applies the verifier's verdicts to their connections (if still
+    /// waiting for them).
+    pub(super) fn drain_verdicts(&mut self, now: u64) -> usize {
+        let mut n = 0;
+        while let Ok(v) = self.verdicts_rx.try_recv() {
+            n += 1;
+            let i = v.conn as usize;
+            let waiting = self
+                .slab
+                .conns
+                .get_mut(i)
+                .and_then(Option::as_mut)
+                .filter(|c| {
+                    c.logon_ticket == v.ticket && !c.is_active() && !c.session.is_closing()
+                });
+            let Some(c) = waiting else {
+                continue; // closed (logon timeout, peer gone) meanwhile
+            };
+            c.logon_ticket = 0;
+            let decision = match v.acct {
+                Some(a) => {
+                    let name = a.name.clone();
+                    self.finish(&name, a)
+                }
+                None => Decision::Reject(LogonRejectReason::AUTH, 0),
+            };
+            let hb = v.heartbeat_ms;
+            match decision {
+                Decision::Accept(a) => {
+                    self.with_session(i, now, |s, ctx| s.logon_accepted(a, hb, ctx));
+                }
+                Decision::Reject(reason, retry) => {
+                    self.with_session(i, now, |s, ctx| s.logon_rejected(reason, retry, ctx));
+                }
+                Decision::Pending => {}
+            }
+            // What the client sent after its Logon (a pipelined Subscribe)
+            // waited for this: the frames already read, then the socket
+            // (`on_readable` takes both, within the turn's budget).
+            self.on_readable(i, now);
+        }
+        n
+    }
+
+    /// The credentials are good: entitlement and the account's session
+    /// limit.
+    fn finish(&self, name: &str, acct: Arc<Account>) -> Decision {
+        match self.admit(name, acct) {
+            Ok(a) => Decision::Accept(a),
+            Err((reason, retry)) => Decision::Reject(reason, retry),
+        }
+    }
+
+    fn admit(&self, name: &str, acct: Arc<Account>) -> Result<Admitted, Refusal> {
+        if acct.entitled_to_nothing() {
+            // `symbols = []`: the account may see nothing; retrying will
+            // not change that.
+            return Err((LogonRejectReason::NOT_ENTITLED, 0));
+        }
+        let shared = &self.shared;
         let account = account_index(shared, name);
-        if let Err(r) = admission().on_session_open(account) {
+        let opened = shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_session_open(account);
+        if let Err(r) = opened {
             return Err((LogonRejectReason::SESSION_LIMIT, r.retry_after_ms));
         }
         Ok(Admitted {
@@ -76,12 +280,4 @@ fn account_index(shared: &Shared, name: &str) -> u32 {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     (fixed + h % slots) as u32
-}
-
-/// Compares secrets in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

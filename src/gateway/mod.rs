@@ -248,6 +248,10 @@ pub struct Shared {
     pub accepting: AtomicBool,
     /// Accounts, tokens and entitlements: the config file's, or Redis.
     pub refdata: Arc<RefData>,
+    /// Brute-force tables, the verification cache and their counters.
+    pub auth: Arc<crate::auth::AuthGuard>,
+    /// The argon2 worker threads (never a shard thread).
+    pub verifier: crate::auth::verifier::Verifier,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -362,6 +366,12 @@ impl Gateway {
                 .clone()
                 .unwrap_or_else(|| Arc::new(RefData::from_accounts(&config.accounts))),
             config,
+            auth: Arc::new(crate::auth::AuthGuard::default()),
+            verifier: crate::auth::verifier::Verifier::start(
+                "pw-auth",
+                crate::auth::verifier::WORKERS_DEFAULT,
+                crate::auth::verifier::QUEUE_DEFAULT,
+            )?,
         });
         Self::apply_account_limits(&shared);
         let mut shards = Vec::new();

@@ -112,6 +112,12 @@ impl Shard {
         if let Err(reason) = self.entitled_symbol(i, r.symbol_id) {
             return self.reject(i, r.request_id, t, reason, 0, "");
         }
+        // History is the providers' raw quotes: only for an account that
+        // may already see the symbol without markup.
+        if !self.entitled_unmarked(i, r.symbol_id) {
+            let text = "history needs a tier without markup";
+            return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, text);
+        }
         let mut m = self.request_msg(i, account, r.request_id, RequestKind::History, now);
         m.symbols[0] = r.symbol_id;
         m.nsym = 1;
@@ -127,6 +133,22 @@ impl Shard {
         let tier = conn.session.tier(tier);
         let ok = (tier as usize) < self.fanout.tiers && conn.session.acct()?.entitled_tier(tier);
         ok.then_some(tier)
+    }
+
+    /// Whether the session's account has a tier with no markup on `id`
+    /// (so raw provider quotes tell it nothing it may not see).
+    pub(super) fn entitled_unmarked(&self, i: usize, id: u16) -> bool {
+        let tiers = self.shared.config.table.tiers();
+        self.slab.conns[i]
+            .as_ref()
+            .and_then(|c| c.session.acct())
+            .is_some_and(|a| {
+                a.tiers.iter().any(|&t| {
+                    tiers
+                        .get(usize::from(t))
+                        .is_some_and(|t| t.markup_for(id) == 0)
+                })
+            })
     }
 
     pub(super) fn entitled_symbol(&self, i: usize, id: u16) -> Result<(), RejectReason> {

@@ -113,6 +113,7 @@ pub fn spawn(
         requests,
     );
     shard.exchange = exchange;
+    shard.waker = Some(waker.clone());
     shard.peers = lanes.peers.clone();
     shard.loads = Vec::with_capacity(lanes.peers.len());
     shard.adopt_rx = lanes.take_inbox(index);
@@ -206,6 +207,13 @@ pub(super) struct Shard {
     /// The last poll returned input (readable sockets or the waker), not
     /// only writable edges: such a turn counts as busy.
     pub(super) had_input: bool,
+    /// The argon2 verifier's verdicts for this shard's logons, and the
+    /// waker the verifier rings after sending one.
+    pub(super) verdicts_tx: Sender<super::logon::Verdict>,
+    pub(super) verdicts_rx: Receiver<super::logon::Verdict>,
+    pub(super) waker: Option<Arc<Waker>>,
+    /// The last logon ticket handed out (see `gateway::logon`).
+    pub(super) next_ticket: u64,
 }
 
 impl Shard {
@@ -227,6 +235,7 @@ impl Shard {
         // briefly while its engine holds prices for a full ring: see
         // `poll_once`.)
         waiter.set_retrying(false);
+        let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
         Shard {
             slab: Slab::new(cap),
             fanout: Fanout::new(
@@ -271,6 +280,10 @@ impl Shard {
             moves_open: Arc::new(AtomicBool::new(false)),
             disconnecting: false,
             had_input: false,
+            verdicts_tx,
+            verdicts_rx,
+            waker: None,
+            next_ticket: 0,
         }
     }
 
@@ -299,7 +312,7 @@ impl Shard {
             if late > 0 {
                 self.flush_writes(monotonic_ns());
             }
-            got += late + self.drain_answers();
+            got += late + self.drain_answers() + self.drain_verdicts(now);
             // `park` sleeps in epoll_wait right after a turn with work (it
             // returns at once if anything is ready); other strategies poll
             // once more without sleeping first.
@@ -359,8 +372,10 @@ impl Shard {
         let answers = &self.requests.answers;
         let hosted = &self.input.hosted;
         let adopt = &self.adopt_rx;
+        let verdicts = &self.verdicts_rx;
         let pending = || {
             !consumer.is_empty()
+                || !verdicts.is_empty()
                 || answers.iter().any(|a| !a.is_empty())
                 || hosted.has_work()
                 || !adopt.is_empty()
@@ -502,6 +517,7 @@ impl Shard {
             requests_out: 0,
             last_request_ns: 0,
             answer_marks: super::answer_marks::AnswerMarks::new(),
+            logon_ticket: 0,
         };
         self.slab.put(i, conn);
         GatewayStats::add(&self.shared.stats.open, 1);

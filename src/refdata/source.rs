@@ -31,8 +31,9 @@ use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, NotPermitted
 
 /// Longest account name (as in the config file).
 pub const ACCOUNT_NAME_LEN_MAX: usize = 32;
-/// Longest token (as in the config file).
-pub const TOKEN_LEN_MAX: usize = 64;
+/// Longest stored token field (an argon2id PHC string; see
+/// [`crate::auth::hash`]).
+pub const TOKEN_LEN_MAX: usize = crate::auth::hash::STORED_LEN_MAX;
 
 /// Why one account fetch gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -257,10 +258,15 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
     if name.is_empty() || name.len() > ACCOUNT_NAME_LEN_MAX {
         return Err(invalid("name", "must be 1..=32 bytes"));
     }
+    // Redis records always hold the hash: a clear token is a malformed
+    // record (there is no insecure switch for a shared store).
     let token = f.token.clone().unwrap_or_default();
-    if token.is_empty() || token.len() > TOKEN_LEN_MAX {
-        return Err(invalid("token", "must be 1..=64 bytes"));
-    }
+    crate::auth::hash::check_stored(&token, false).map_err(|_| {
+        invalid(
+            "token",
+            "must be an argon2id PHC string (pricewire token hash)",
+        )
+    })?;
     let symbols = resolve_symbols(f.symbols.as_deref().unwrap_or("*"), table)?;
     let tiers = resolve_tiers(f.tiers.as_deref().unwrap_or(""), table)?;
     let max_sessions = match f.max_sessions.as_deref() {

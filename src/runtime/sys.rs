@@ -238,3 +238,30 @@ pub fn resident_bytes() -> Option<u64> {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page).ok()?)
 }
+
+/// Turns terminal echo on `fd` off (`on = false`) or back on; `Ok(false)`
+/// when `fd` is not a terminal (nothing changed). Used by
+/// `pricewire token hash` so a typed token is not shown.
+pub fn set_echo(fd: &impl AsRawFd, on: bool) -> io::Result<bool> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: isatty only reads the descriptor number.
+    if unsafe { libc::isatty(fd) } != 1 {
+        return Ok(false);
+    }
+    // SAFETY: zeroed termios is a valid out-value; tcgetattr fills it.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: `t` is a valid termios that outlives the call.
+    if unsafe { libc::tcgetattr(fd, &mut t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if on {
+        t.c_lflag |= libc::ECHO;
+    } else {
+        t.c_lflag &= !libc::ECHO;
+    }
+    // SAFETY: `t` is a valid termios read from this descriptor.
+    if unsafe { libc::tcsetattr(fd, libc::TCSANOW, &t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(true)
+}

@@ -162,6 +162,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             move || d.conflated.get(),
         )?;
     }
+    super::auth_metrics::register(r, &g.shared.auth)?;
     let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
     r.register_counter_fn(m::CONNECTIONS_ACCEPTED, &[("shard", "all")], move || {
         crate::gateway::GatewayStats::get(&a.accepted)

@@ -4,9 +4,10 @@
 //! `pricewire serve`, the integration tests and the bench tool all start
 //! the service through [`Service::start`], so they run the same wiring.
 
+mod auth_metrics;
 mod metrics;
-mod tls_metrics;
 pub mod report;
+mod tls_metrics;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -168,15 +168,15 @@ open_enum! {
     pub struct LogonRejectReason(u8) {
         /// Unknown account or provider, or a wrong token.
         AUTH = 1 => "auth",
-        /// The server cannot take this logon now (its logon capacity, or reference data unreachable); a full connection capacity is refused at accept with Disconnect(busy) instead.
+        /// The server cannot take this logon now (its logon capacity, the token verifier's queue full, or reference data unreachable); a full connection capacity is refused at accept with Disconnect(busy) instead.
         BUSY = 2 => "busy",
-        /// Too many logons from this address or account recently.
+        /// Too many logons recently: the logon rate, or a brute-force lockout of this address or account after failed logons (retryAfterMs: the lock's remaining time).
         RATE_LIMITED = 3 => "rate_limited",
         /// The server is shutting down.
         SHUTTING_DOWN = 4 => "shutting_down",
         /// The account already has its maximum number of sessions; on the ingest listener, another session holds this providerId.
         SESSION_LIMIT = 5 => "session_limit",
-        /// The account is disabled or has no market-data entitlement.
+        /// The account has no market-data entitlement (no symbol); sent only after the token verified.
         NOT_ENTITLED = 6 => "not_entitled",
     }
 }

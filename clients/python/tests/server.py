@@ -26,6 +26,8 @@ STOP_TIMEOUT_S = 10.0
 # default, as in the built-in account); `narrow` sees two symbols at one tier and holds at
 # most one session; `nomd` has no market-data entitlement.
 CONFIG_TOML = """
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
 [[accounts]]
 name = "demo"
 token = "demo"

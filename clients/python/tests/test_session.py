@@ -60,6 +60,16 @@ def test_logon_of_an_unknown_account_is_rejected_auth(server: Server) -> None:
     assert err.value.answer.int("reason") == LogonRejectReason.AUTH
 
 
+def test_logon_of_an_account_without_entitlement_is_rejected_not_entitled(server: Server) -> None:
+    """§4.2: LogonRejected(not_entitled) for an account that may see no symbol, no floor."""
+    sess = connect(server)
+    with pytest.raises(LogonRefused) as err:
+        sess.logon("nomd", "n2")
+    assert err.value.answer.int("reason") == LogonRejectReason.NOT_ENTITLED
+    assert err.value.answer.int("retryAfterMs") == 0
+    until_closed(sess)
+
+
 def test_session_limit_rejects_with_a_retry_floor(server: Server) -> None:
     first = connect(server)
     first.logon("narrow", "n1")

@@ -420,7 +420,46 @@ impl ServeArgs {
         if self.report_interval_ms == 0 {
             return Err("--report-interval-ms: must be at least 1".into());
         }
+        self.check_exposure(&config)?;
         Ok(config)
+    }
+
+    /// Clear tokens (`insecure_plain_tokens`) are for loopback demos: a
+    /// subscriber or ingest listener on any other address is refused. The
+    /// demo account with the token `demo` (built in when there are no
+    /// `[[accounts]]`) on such an address is allowed for trials but logged
+    /// as a warning.
+    fn check_exposure(&self, config: &Config) -> Result<(), String> {
+        let listeners = [
+            (
+                "--listen",
+                (!self.gateway.no_listen).then_some(self.gateway.listen),
+            ),
+            ("--feed-listen", self.gateway.feed_listen),
+        ];
+        for (flag, addr) in listeners {
+            let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) else {
+                continue;
+            };
+            if config.insecure_plain_tokens {
+                return Err(format!(
+                    "{flag} {addr}: insecure_plain_tokens (clear tokens in the config) is for \
+                     loopback listeners only; store hashes (pricewire token hash) instead"
+                ));
+            }
+            // One argon2 verification at start, only for a non-loopback listener.
+            let demo = |a: &crate::config::Account| {
+                a.name == "demo" && crate::auth::hash::verify(&a.token, b"demo")
+            };
+            if flag == "--listen" && config.accounts.iter().any(demo) {
+                tracing::warn!(
+                    %addr,
+                    "the demo account (token demo) can log on from the network: configure \
+                     [[accounts]] with hashed tokens (docs/security.md)"
+                );
+            }
+        }
+        Ok(())
     }
 }
 

@@ -8,7 +8,10 @@ use std::time::Duration;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
 
-use super::frames::{handle, push_disconnect, push_reject, reply, Ctx, Peer, Readable};
+use super::frames::{
+    handle, logon_decided, provider_key, push_disconnect, push_reject, reply, Ctx, Peer, Readable,
+    FEED_RETRY_AFTER_MS,
+};
 use super::keepalive::{Due, Keepalive, CHECK_EVERY_NS};
 use super::{Bridge, Ingest, IN_BYTES, LISTENER, OUT_BYTES, READ_ROOM, WAKER};
 use crate::runtime::tls::Link;
@@ -35,6 +38,7 @@ impl Ingest {
             for e in events.iter() {
                 self.on_token(e.token().0, e.is_read_closed() || e.is_error());
             }
+            self.drain_verdicts();
             self.check_timers();
         }
     }
@@ -62,7 +66,9 @@ impl Ingest {
             let Some(b) = self.bridges[i].as_mut() else {
                 continue;
             };
-            if b.closing {
+            if b.closing || b.logon_ticket != 0 {
+                // Closing, or its logon is with the verifier (no
+                // Heartbeat may come before LogonAccepted).
                 continue;
             }
             if b.stream.handshake_expired(now) {
@@ -152,7 +158,13 @@ impl Ingest {
             return;
         }
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
+        let ip = stream
+            .socket()
+            .peer_addr()
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
         self.bridges[i] = Some(Bridge {
+            ip,
+            logon_ticket: 0,
             stream,
             provider: None,
             inbuf: vec![0u8; IN_BYTES].into_boxed_slice(),
@@ -184,6 +196,9 @@ impl Ingest {
             let Some(b) = self.bridges[i].as_mut() else {
                 return;
             };
+            if b.logon_ticket != 0 {
+                break; // read on once the verdict is in
+            }
             let asked = b.inbuf.len() - b.in_len;
             let drains = short_drains && b.stream.short_read_drains();
             let r = b.stream.read(&mut b.inbuf[b.in_len..]);
@@ -212,6 +227,7 @@ impl Ingest {
 
     fn frames(&mut self, i: usize) {
         let mut off = 0;
+        let mut verify = None;
         loop {
             let Some(b) = self.bridges[i].as_mut() else {
                 return;
@@ -219,6 +235,9 @@ impl Ingest {
             if b.closing {
                 b.in_len = 0;
                 return;
+            }
+            if b.logon_ticket != 0 || verify.is_some() {
+                break; // later frames wait for the logon's verdict
             }
             match wire::split(&b.inbuf[off..b.in_len]) {
                 Ok(None) => break,
@@ -229,8 +248,11 @@ impl Ingest {
                         provider: &mut b.provider,
                         keep: &mut b.keep,
                         out: &mut b.out,
+                        ip: b.ip,
                     };
                     let mut cx = Ctx {
+                        auth: &self.auth,
+                        verify: &mut verify,
                         table: &self.table,
                         cfg: &self.cfg,
                         port: &mut self.port,
@@ -262,7 +284,96 @@ impl Ingest {
             b.inbuf.copy_within(off..b.in_len, 0);
             b.in_len -= off;
         }
+        if let Some((provider, token)) = verify {
+            self.submit_verify(i, provider, token);
+        }
         self.port.notify();
+    }
+
+    /// Hands a ProviderLogon's token to the verifier thread; a full queue
+    /// is LogonRejected(busy).
+    fn submit_verify(&mut self, i: usize, provider: u16, token: Vec<u8>) {
+        let Some(b) = self.bridges[i].as_mut() else {
+            return;
+        };
+        let id = usize::from(provider);
+        let stored = self.table.providers()[id].token.clone();
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        let (auth, tx, ip, now) = (
+            self.auth.clone(),
+            self.verdicts.0.clone(),
+            b.ip,
+            self.clock.now_ns(),
+        );
+        let key = stored.clone();
+        let done = move |ok: bool, token: &[u8]| {
+            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
+            if ok {
+                auth.succeeded(ip, &provider_key(id), &key, token, now);
+            } else {
+                auth.failed(ip, &provider.to_le_bytes(), true, now);
+            }
+            let _ = tx.send((i, ticket, provider, ok));
+        };
+        let job = crate::auth::verifier::Job {
+            stored,
+            token,
+            cached: None,
+            deadline_ns: 0,
+            done: Box::new(done),
+        };
+        if self.verifier.submit(job).is_err() {
+            self.stats.logons_rejected.fetch_add(1, Ordering::Relaxed);
+            let m = wire::LogonRejected {
+                reason: wire::LogonRejectReason::BUSY,
+                retry_after_ms: FEED_RETRY_AFTER_MS,
+            };
+            reply(&mut b.out, |buf| wire::encode_logon_rejected(buf, &m));
+            b.closing = true;
+        } else {
+            b.logon_ticket = ticket;
+        }
+    }
+
+    /// Finishes the ProviderLogons the verifier has judged, then reads on
+    /// the frames their bridges sent meanwhile. Returns how many.
+    pub(super) fn drain_verdicts(&mut self) -> usize {
+        let mut n = 0;
+        while let Ok((i, ticket, provider, ok)) = self.verdicts.1.try_recv() {
+            let Some(b) = self.bridges.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            if b.logon_ticket != ticket || b.closing {
+                continue; // closed (and the slot maybe reused) meanwhile
+            }
+            b.logon_ticket = 0;
+            n += 1;
+            let mut verify = None;
+            let peer = Peer {
+                provider: &mut b.provider,
+                keep: &mut b.keep,
+                out: &mut b.out,
+                ip: b.ip,
+            };
+            let mut cx = Ctx {
+                auth: &self.auth,
+                verify: &mut verify,
+                table: &self.table,
+                cfg: &self.cfg,
+                port: &mut self.port,
+                batch: &mut self.batch,
+                stats: &self.stats,
+                held: &mut self.held_providers,
+                now_ns: self.clock.now_ns(),
+            };
+            if logon_decided(provider, ok, peer, &mut cx) {
+                b.closing = true;
+            }
+            self.frames(i);
+            self.on_ready(i, false);
+        }
+        n
     }
 
     fn flush(&mut self, i: usize) {

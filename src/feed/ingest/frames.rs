@@ -7,6 +7,7 @@
 //! what could be read of the refused frame: its template id and, for
 //! messages that carry one, its requestId.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 use super::keepalive::{Keepalive, PROVIDER_HEARTBEAT_MS};
@@ -106,6 +107,10 @@ pub(super) fn push_disconnect(out: &mut Vec<u8>, reason: DisconnectReason, text:
 
 /// The listener's state a frame may read or change.
 pub(super) struct Ctx<'a> {
+    pub auth: &'a crate::auth::AuthGuard,
+    /// Set by a ProviderLogon whose token needs argon2: the provider id
+    /// and the token, for the caller to hand to the verifier.
+    pub verify: &'a mut Option<(u16, Vec<u8>)>,
     pub table: &'a InstrumentTable,
     pub cfg: &'a IngestConfig,
     pub port: &'a mut FeedPort,
@@ -121,6 +126,7 @@ pub(super) struct Peer<'a> {
     pub provider: &'a mut Option<u16>,
     pub keep: &'a mut Keepalive,
     pub out: &'a mut Vec<u8>,
+    pub ip: IpAddr,
 }
 
 /// Handles one frame, appending any reply to the peer's output (quotes,
@@ -186,6 +192,47 @@ pub(super) fn handle(frame: &[u8], mut peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool
     }
 }
 
+/// A provider's token check: decided here, or (a hashed token without a
+/// cached verification) for the verifier thread.
+enum TokenCheck {
+    Ok,
+    Bad,
+    Verify,
+}
+
+/// Checks a provider's token. Its own token is stored hashed: a repeat
+/// logon with the same token reuses a cached verification; otherwise
+/// argon2 runs on the verifier thread, never here (see docs/security.md).
+/// The `--ingest-token` default for the other providers is compared in
+/// constant time.
+fn provider_token(l: &wire::ProviderLogon<'_>, id: usize, cx: &Ctx<'_>) -> TokenCheck {
+    let Some(p) = cx.table.providers().get(id) else {
+        return TokenCheck::Bad;
+    };
+    let ok = if p.kind != ProviderKind::Ingest || p.token.is_empty() {
+        crate::auth::hash::constant_time_eq(cx.cfg.default_token.as_bytes(), l.token)
+    } else if !crate::auth::hash::is_hash(&p.token) {
+        crate::auth::hash::verify(&p.token, l.token) // clear (loopback demo)
+    } else if cx
+        .auth
+        .cached(&provider_key(id), &p.token, l.token, cx.now_ns)
+    {
+        true
+    } else {
+        return TokenCheck::Verify;
+    };
+    if ok {
+        TokenCheck::Ok
+    } else {
+        TokenCheck::Bad
+    }
+}
+
+/// The verification cache's key of provider `id`.
+pub(super) fn provider_key(id: usize) -> String {
+    format!("provider:{id}")
+}
+
 /// Before logon, an error ends the session: appends the Disconnect and
 /// returns true. After logon: false.
 fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
@@ -198,14 +245,35 @@ fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
 
 fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
     let id = usize::from(l.provider_id);
-    let ok = cx.table.providers().get(id).is_some_and(|p| {
-        let expected = if p.kind == ProviderKind::Ingest && !p.token.is_empty() {
-            p.token.as_bytes()
-        } else {
-            cx.cfg.default_token.as_bytes()
+    let (ip, now) = (peer.ip, cx.now_ns);
+    if let Err(retry) = cx.auth.check_address(ip, now) {
+        cx.stats.logons_rejected.fetch_add(1, Ordering::Relaxed);
+        let m = LogonRejected {
+            reason: LogonRejectReason::RATE_LIMITED,
+            retry_after_ms: retry,
         };
-        expected == l.token
-    });
+        reply(peer.out, |b| wire::encode_logon_rejected(b, &m));
+        return true;
+    }
+    let ok = match provider_token(l, id, cx) {
+        TokenCheck::Ok => true,
+        TokenCheck::Bad => false,
+        TokenCheck::Verify => {
+            *cx.verify = Some((l.provider_id, l.token.to_vec()));
+            return false;
+        }
+    };
+    if !ok {
+        cx.auth.failed(ip, &l.provider_id.to_le_bytes(), true, now);
+    }
+    logon_decided(l.provider_id, ok, peer, cx)
+}
+
+/// The rest of a ProviderLogon once its token is judged (here, or by the
+/// verifier): the one-session-per-id rule and the answer. Returns
+/// whether to close.
+pub(super) fn logon_decided(provider_id: u16, ok: bool, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
+    let id = usize::from(provider_id);
     let reason = if !ok {
         Some(LogonRejectReason::AUTH)
     } else if cx.held.get(id).copied().unwrap_or(true) {
@@ -225,10 +293,10 @@ fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool 
         return true;
     }
     cx.held[id] = true;
-    *peer.provider = Some(l.provider_id);
+    *peer.provider = Some(provider_id);
     cx.stats.logons_accepted.fetch_add(1, Ordering::Relaxed);
     let m = LogonAccepted {
-        session_id: u64::from(l.provider_id),
+        session_id: u64::from(provider_id),
         heartbeat_interval_ms: PROVIDER_HEARTBEAT_MS,
         server_time_ns: wall_ns(),
         default_tier: 0,

@@ -46,7 +46,7 @@ impl HostedTask for HostedIngest {
         if self.finished() {
             return 0;
         }
-        let timers = self.ingest.check_timers();
+        let timers = self.ingest.check_timers() + self.ingest.drain_verdicts();
         if self.ingest.held.is_empty() {
             return timers;
         }

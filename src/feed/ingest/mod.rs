@@ -107,6 +107,11 @@ pub struct IngestConfig {
 
 struct Bridge {
     stream: crate::runtime::tls::Link,
+    /// The peer's address, for the logon's brute-force limits.
+    ip: std::net::IpAddr,
+    /// Non-zero while its ProviderLogon is with the verifier: the ticket
+    /// the verdict must carry. Its later frames wait unread meanwhile.
+    logon_ticket: u64,
     provider: Option<u16>,
     inbuf: Box<[u8]>,
     in_len: usize,
@@ -254,6 +259,10 @@ fn bind(
         stop: stop.clone(),
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
         held_providers,
+        auth: Arc::new(crate::auth::AuthGuard::default()),
+        verifier: crate::auth::verifier::Verifier::start("pw-provauth", 1, 8)?,
+        verdicts: crossbeam_channel::unbounded(),
+        next_ticket: 0,
         clock: Arc::new(MonotonicClock),
         next_check_ns: 0,
         hold_when_full: false,
@@ -272,6 +281,10 @@ fn bind(
     Ok((handle, ingest))
 }
 
+/// A provider token's verdict: bridge slot, logon ticket, provider id,
+/// whether the token matched.
+type FeedVerdict = (usize, u64, u16, bool);
+
 struct Ingest {
     cfg: IngestConfig,
     table: Arc<InstrumentTable>,
@@ -289,6 +302,19 @@ struct Ingest {
     batch: Vec<Tick>,
     /// Provider ids held by a logged-on bridge, indexed by id.
     held_providers: Vec<bool>,
+    /// Provider-logon lockouts per address and the verification cache.
+    auth: Arc<crate::auth::AuthGuard>,
+    /// argon2 for provider tokens, off this thread (which may be a
+    /// gateway shard's): one `pw-provauth0` thread, 8 waiting logons.
+    verifier: crate::auth::verifier::Verifier,
+    /// Verdicts (bridge, ticket, provider id, token matched), read every
+    /// loop turn and timer check.
+    verdicts: (
+        crossbeam_channel::Sender<FeedVerdict>,
+        crossbeam_channel::Receiver<FeedVerdict>,
+    ),
+    /// The last logon ticket handed out.
+    next_ticket: u64,
     /// Time of every timer decision.
     clock: Arc<dyn Clock>,
     /// When the bridges' timers are next checked.

@@ -194,6 +194,14 @@ pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 /// Connections closed because they stayed above the outbound high-water mark
 /// too long (counter, by `shard`).
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+/// Subscriber logons refused for their credentials (counter, by `reason`).
+pub const LOGON_FAILURES: &str = "pricewire_logon_failures_total";
+/// Subscriber tokens checked, by path: verifier or cache (counter, by `path`).
+pub const LOGON_VERIFICATIONS: &str = "pricewire_logon_verifications_total";
+/// Brute-force lockouts started (counter, by `scope`).
+pub const LOCKOUTS: &str = "pricewire_lockouts_total";
+/// Addresses or accounts locked out at scrape time (gauge, by `scope`).
+pub const LOCKOUTS_ACTIVE: &str = "pricewire_lockouts_active";
 /// Requests waiting in the bounded request queue (gauge).
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
 /// Configured capacity of the request queue (gauge).
@@ -351,6 +359,15 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "TLS handshakes that failed or timed out, by listener and reason"),
     counter(TLS_CERT_RELOADS, &["listener", "result"], "reloads", "runtime::tls",
         "Certificate reloads on SIGHUP, by listener and result (ok, failed: the old chain stays)"),
+    // Logon credentials and brute force (src/auth)
+    counter(LOGON_FAILURES, &["reason"], "logons", "gateway",
+        "Subscriber logons refused for their credentials, by reason (bad_token, unknown_account, locked, verifier_busy)"),
+    counter(LOGON_VERIFICATIONS, &["path"], "logons", "gateway",
+        "Subscriber tokens checked, by path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: on the shard, a recent verification of the same token reused)"),
+    counter(LOCKOUTS, &["scope"], "lockouts", "gateway",
+        "Brute-force lockouts started, by scope (address, account)"),
+    gauge(LOCKOUTS_ACTIVE, &["scope"], "keys", "gateway",
+        "Addresses or accounts locked out at scrape time, by scope"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),

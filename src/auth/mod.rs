@@ -1,0 +1,214 @@
+//! Credentials and brute-force limits for the subscriber logon (and the
+//! provider logon on the ingest listener); see docs/security.md.
+//!
+//! - [`hash`]: argon2id PHC strings (`pricewire token hash`) and the
+//!   verifier; clear tokens only under `insecure_plain_tokens`.
+//! - [`lockout`]: per-address and per-account failure tables with a
+//!   growing, jittered lockout, fixed-size.
+//! - [`cache`]: recent successful verifications, so a reconnect with the
+//!   same token skips argon2.
+//! - [`verifier`]: the bounded worker thread that runs argon2 off the
+//!   shard threads.
+//!
+//! [`AuthGuard`] ties them together for one listener. The order a logon
+//! goes through (in `gateway::logon`): address lockout → reference data
+//! → cache (a hit logs on) → account lockout → the verifier queue (full:
+//! LogonRejected(busy)) → argon2 on the worker → the verdict back on the
+//! shard. A locked address or account never reaches argon2.
+
+pub mod cache;
+pub mod hash;
+pub mod lockout;
+pub mod verifier;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use cache::VerifiedCache;
+use lockout::{Failed, Keyer, Lockout, LockoutPolicy};
+
+/// How long a successful verification is reused for new sessions of the
+/// same account and token (a session itself never verifies again).
+pub const CACHE_TTL_NS: u64 = 600 * 1_000_000_000;
+/// Accounts in the verification cache.
+pub const CACHE_ACCOUNTS_MAX: usize = 4096;
+
+/// Why a logon failed, as `pricewire_logon_failures_total{reason}` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// The account exists; the token is wrong.
+    BadToken,
+    /// No such account (verified against a decoy hash all the same).
+    UnknownAccount,
+    /// Refused before verification: the address or account is locked.
+    Locked,
+    /// Refused before verification: the verifier's queue is full.
+    VerifierBusy,
+}
+
+impl FailReason {
+    /// Every reason, in label order.
+    pub const ALL: [FailReason; 4] = [
+        FailReason::BadToken,
+        FailReason::UnknownAccount,
+        FailReason::Locked,
+        FailReason::VerifierBusy,
+    ];
+
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailReason::BadToken => "bad_token",
+            FailReason::UnknownAccount => "unknown_account",
+            FailReason::Locked => "locked",
+            FailReason::VerifierBusy => "verifier_busy",
+        }
+    }
+}
+
+/// The scope of a lockout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The logon's source address (IPv6 by /64).
+    Address,
+    /// The account named in the logon.
+    Account,
+}
+
+impl Scope {
+    /// Both scopes, in label order.
+    pub const ALL: [Scope; 2] = [Scope::Address, Scope::Account];
+
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Address => "address",
+            Scope::Account => "account",
+        }
+    }
+}
+
+/// Counters of one listener's logon checks.
+#[derive(Debug, Default)]
+pub struct AuthStats {
+    failures: [AtomicU64; 4],
+    lockouts: [AtomicU64; 2],
+    /// argon2 verifications run.
+    pub verifications: AtomicU64,
+    /// Logons that reused a cached verification.
+    pub cache_hits: AtomicU64,
+}
+
+impl AuthStats {
+    /// Counts a failed logon.
+    pub fn failed(&self, r: FailReason) {
+        self.failures[r as usize].fetch_add(1, Relaxed);
+    }
+    /// Failed logons for `r` since start.
+    pub fn failures(&self, r: FailReason) -> u64 {
+        self.failures[r as usize].load(Relaxed)
+    }
+    /// Lockouts started in `s` since start.
+    pub fn lockouts(&self, s: Scope) -> u64 {
+        self.lockouts[s as usize].load(Relaxed)
+    }
+}
+
+/// One listener's credential checks and brute-force tables (see the
+/// module docs). Every decision takes `now_ns` from the caller's clock.
+pub struct AuthGuard {
+    keyer: Keyer,
+    addresses: Mutex<Lockout>,
+    accounts: Mutex<Lockout>,
+    cache: Mutex<VerifiedCache>,
+    /// The counters.
+    pub stats: AuthStats,
+}
+
+impl AuthGuard {
+    /// A guard with the given policies and the default cache.
+    pub fn new(address: LockoutPolicy, account: LockoutPolicy) -> AuthGuard {
+        let seed = rand::random::<u64>();
+        AuthGuard {
+            keyer: Keyer::default(),
+            addresses: Mutex::new(Lockout::new(address, seed)),
+            accounts: Mutex::new(Lockout::new(account, seed ^ 0x9e37_79b9_7f4a_7c15)),
+            cache: Mutex::new(VerifiedCache::new(CACHE_TTL_NS, CACHE_ACCOUNTS_MAX)),
+            stats: AuthStats::default(),
+        }
+    }
+
+    /// `Err(retry_after_ms)` while `ip` is locked (counted as a failure).
+    pub fn check_address(&self, ip: IpAddr, now_ns: u64) -> Result<(), u32> {
+        let r = lock(&self.addresses).check(self.keyer.address(ip), now_ns);
+        if r.is_err() {
+            self.stats.failed(FailReason::Locked);
+        }
+        r
+    }
+
+    /// `Err(retry_after_ms)` while `account` is locked (counted).
+    pub fn check_account(&self, account: &[u8], now_ns: u64) -> Result<(), u32> {
+        let r = lock(&self.accounts).check(self.keyer.account(account), now_ns);
+        if r.is_err() {
+            self.stats.failed(FailReason::Locked);
+        }
+        r
+    }
+
+    /// Whether `token` verified for `account` against `stored` recently.
+    pub fn cached(&self, account: &str, stored: &str, token: &[u8], now_ns: u64) -> bool {
+        let hit = lock(&self.cache).hit(account, stored, token, now_ns);
+        if hit {
+            self.stats.cache_hits.fetch_add(1, Relaxed);
+        }
+        hit
+    }
+
+    /// A verification succeeded: the address's and account's counts are
+    /// cleared and the token is cached.
+    pub fn succeeded(&self, ip: IpAddr, account: &str, stored: &str, token: &[u8], now_ns: u64) {
+        lock(&self.addresses).success(self.keyer.address(ip));
+        lock(&self.accounts).success(self.keyer.account(account.as_bytes()));
+        lock(&self.cache).insert(account, stored, token, now_ns);
+    }
+
+    /// A verification failed (`known`: the account exists): counted per
+    /// address and per account, which may start lockouts.
+    pub fn failed(&self, ip: IpAddr, account: &[u8], known: bool, now_ns: u64) {
+        let reason = if known {
+            FailReason::BadToken
+        } else {
+            FailReason::UnknownAccount
+        };
+        self.stats.failed(reason);
+        let by_ip = lock(&self.addresses).failure(self.keyer.address(ip), now_ns);
+        let by_account = lock(&self.accounts).failure(self.keyer.account(account), now_ns);
+        for (scope, f) in [(Scope::Address, by_ip), (Scope::Account, by_account)] {
+            if let Failed::Locked(ms) = f {
+                self.stats.lockouts[scope as usize].fetch_add(1, Relaxed);
+                tracing::warn!(scope = scope.name(), lock_ms = ms, %ip, "logon lockout");
+            }
+        }
+    }
+
+    /// Keys of `scope` locked at `now_ns`.
+    pub fn active_lockouts(&self, scope: Scope, now_ns: u64) -> usize {
+        match scope {
+            Scope::Address => lock(&self.addresses).active(now_ns),
+            Scope::Account => lock(&self.accounts).active(now_ns),
+        }
+    }
+}
+
+impl Default for AuthGuard {
+    fn default() -> Self {
+        AuthGuard::new(LockoutPolicy::ADDRESS, LockoutPolicy::ACCOUNT)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The tables stay consistent under a panic elsewhere (plain values).
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
