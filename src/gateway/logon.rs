@@ -13,6 +13,9 @@ use crate::wire::{self, LogonRejectReason};
 
 impl Shard {
     pub(super) fn on_logon(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) {
+        if self.lag_refuse_logon(i, now) {
+            return;
+        }
         match self.admit(logon, now) {
             Ok(a) => {
                 let hb = logon.heartbeat_interval_ms;

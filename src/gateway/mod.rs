@@ -27,6 +27,7 @@ pub mod acceptor;
 pub mod conn;
 mod conns;
 mod fanout;
+pub mod lag;
 mod lanes;
 mod logon;
 mod moves;
@@ -111,6 +112,8 @@ pub struct GatewayConfig {
     /// Disconnect(protocol_error).
     pub bad_frame_limit: u32,
     pub bad_frame_window_ms: u64,
+    /// Loop lag (ms) above which a shard sheds (see [`lag`]); 0 = never.
+    pub loop_lag_target_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     pub shard_wait: WaitStrategy,
@@ -151,6 +154,7 @@ impl Default for GatewayConfig {
             flood_disconnect_after: 100,
             bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
+            loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
             cpus: crate::runtime::CpuMap::default(),
@@ -198,6 +202,9 @@ impl GatewayConfig {
         }
         if self.shard0_spill_permille > 1000 {
             return Err("--shard0-spill-pct: 0..=100".into());
+        }
+        if self.loop_lag_target_ms > 60_000 {
+            return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }
         if self.slow_consumer_ms == 0 {
             return Err("--slow-consumer-ms: at least 1".into());

@@ -187,6 +187,8 @@ pub(super) struct Shard {
     /// The last poll returned input (readable sockets or the waker), not
     /// only writable edges: such a turn counts as busy.
     pub(super) had_input: bool,
+    /// Loop-lag detector and conflation scratch (`lag.rs`).
+    pub(super) lag: super::lag::LagState,
 }
 
 impl Shard {
@@ -208,7 +210,10 @@ impl Shard {
         // briefly while its engine holds prices for a full ring: see
         // `poll_once`.)
         waiter.set_retrying(false);
+        let lag_target = shared.cfg.loop_lag_target_ms * 1_000_000;
+        let lag = super::lag::LagState::new(lag_target, shared.config.table.len(), monotonic_ns());
         Shard {
+            lag,
             slab: Slab::new(cap),
             fanout: Fanout::new(
                 &shared.config,
@@ -278,6 +283,7 @@ impl Shard {
                 self.spill_step(now);
             }
             if now >= self.next_sweep_ns {
+                self.lag_on_sweep(now);
                 if self.note_stall(now) {
                     // Sweep next turn, after its poll has read every
                     // socket that became readable during the stall.
@@ -473,14 +479,23 @@ impl Shard {
     // ---- prices -------------------------------------------------------
 
     pub(super) fn drain_prices(&mut self, now: u64) -> usize {
+        if self.lag.detector.is_lagging() {
+            let n = self.drain_conflated(now);
+            self.swap_histogram();
+            return n;
+        }
         let n = self.input.consumer.slots().min(PRICE_BATCH);
         // After reading the ring's fill: a session handed over before the
         // first price published after its hand-over is attached before that
         // price is delivered (the push that made it visible came after the
         // send into the lane).
         self.adopt();
-        for _ in 0..n {
+        for k in 0..n {
             if let Ok(p) = self.input.consumer.pop() {
+                if k == 0 {
+                    // The oldest unserved price's age: the ring's lag.
+                    self.lag_sample(now.saturating_sub(p.engine_time_ns), now);
+                }
                 self.hist
                     .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
                 self.fanout.on_price(&p, &mut self.slab, &self.stats, now);
