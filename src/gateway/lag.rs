@@ -28,7 +28,7 @@ use super::shard::Shard;
 use crate::ops::HistogramSnapshot;
 use crate::overload::{ShedReason, Stage};
 use crate::runtime::counter::{Counter, Gauge};
-use crate::wire::{self, LogonRejectReason, RejectReason};
+use crate::wire::{LogonRejectReason, RejectReason};
 
 /// Default of `--loop-lag-target-ms`.
 pub const LOOP_LAG_TARGET_MS_DEFAULT: u64 = 100;
@@ -318,16 +318,6 @@ impl Shard {
         }
         self.lag.owed_list.clear();
         n
-    }
-}
-
-/// Which template a request kind's Reject names.
-pub(super) fn request_template(kind: crate::requests::service::RequestKind) -> u16 {
-    use crate::requests::service::RequestKind;
-    match kind {
-        RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
-        RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
-        RequestKind::History => wire::template::HISTORY_REQUEST,
     }
 }
 
