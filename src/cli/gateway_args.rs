@@ -64,7 +64,7 @@ pub struct GatewayArgs {
     pub slow_consumer_ms: u64,
 
     /// Loop lag above which a shard sheds, in milliseconds: while its loop
-    /// runs later than this (two 100-ms windows in a row; ends after ten
+    /// runs later than this (three 100-ms windows in a row; ends after ten
     /// below half of it) it takes no new sessions (Disconnect(busy),
     /// LogonRejected(busy)), rejects requests (Reject(overloaded)) and
     /// sends only the latest price per symbol. 0 = never shed.

@@ -35,7 +35,7 @@ pub const LOOP_LAG_TARGET_MS_DEFAULT: u64 = 100;
 /// Length of one detector window.
 pub const LAG_WINDOW_NS: u64 = 100_000_000;
 /// Windows in a row above the target that make a shard lagging.
-pub const ENGAGE_WINDOWS: u32 = 2;
+pub const ENGAGE_WINDOWS: u32 = 3;
 /// Windows in a row below half the target that end lagging.
 pub const RELEASE_WINDOWS: u32 = 10;
 /// Upper bounds (seconds) of the lag histogram's buckets.
@@ -341,13 +341,15 @@ mod tests {
     }
 
     #[test]
-    fn engages_after_two_windows_above_target_and_not_on_one() {
+    fn engages_after_three_windows_above_target_and_not_on_two() {
         let mut t = 0;
         let mut d = LagDetector::new(100 * MS, t);
         assert!(run(&mut d, &mut t, 5, 20).is_empty());
-        // One window above (a stall) then below: no shedding.
+        // One window above (a stall), or two, then below: no shedding.
         assert!(run(&mut d, &mut t, 1, 4_000).is_empty());
         assert!(run(&mut d, &mut t, 2, 20).is_empty());
+        assert!(run(&mut d, &mut t, 2, 150).is_empty());
+        assert!(run(&mut d, &mut t, 1, 20).is_empty());
         assert!(!d.is_lagging());
         assert_eq!(run(&mut d, &mut t, 3, 150), vec![LagChange::Engaged]);
         assert!(d.is_lagging());
