@@ -133,8 +133,9 @@ impl Raw {
         self.last_tx = now;
     }
 
-    /// Connects and sends Logon.
-    fn open(&mut self, dst: SocketAddrV4, t: &Tally, now: Instant) {
+    /// Connects, sends Logon and registers the socket for readability
+    /// under `token`.
+    fn open(&mut self, dst: SocketAddrV4, reg: (&mio::Registry, usize), t: &Tally, now: Instant) {
         let Ok(s) = connect_from(self.src, dst) else {
             t.connect_errors.fetch_add(1, Relaxed);
             self.state = State::Waiting(now + Duration::from_millis(200));
@@ -152,7 +153,17 @@ impl Raw {
         };
         let n = wire::encode_logon(&mut b, &logon).unwrap();
         self.send(&b[..n], now);
-        let _ = self.stream.as_ref().map(|s| s.set_nonblocking(true));
+        if let Some(s) = self.stream.as_ref() {
+            use std::os::fd::AsRawFd;
+            let _ = s.set_nonblocking(true);
+            let fd = s.as_raw_fd();
+            let (registry, token) = reg;
+            let mut source = mio::unix::SourceFd(&fd);
+            // Closing the socket (`ended`) takes it out of the poller.
+            registry
+                .register(&mut source, mio::Token(token), mio::Interest::READABLE)
+                .unwrap();
+        }
         self.state = State::AwaitingLogon(now);
     }
 
@@ -244,38 +255,51 @@ impl Raw {
         }
     }
 
-    fn step(&mut self, dst: SocketAddrV4, t: &Tally, now: Instant) {
+    /// The client's timers: (re)connect, logon timeout, heartbeat.
+    fn timers(&mut self, dst: SocketAddrV4, reg: (&mio::Registry, usize), t: &Tally, now: Instant) {
         match self.state {
-            State::Waiting(at) if now >= at => self.open(dst, t, now),
-            State::Waiting(_) => {}
+            State::Waiting(at) if now >= at => self.open(dst, reg, t, now),
             State::AwaitingLogon(since) if now - since > Duration::from_secs(10) => {
                 // No answer at all: a failure the drill reports.
                 t.connect_errors.fetch_add(1, Relaxed);
                 self.ended(0, t, now);
             }
-            State::AwaitingLogon(_) => self.read(t, now),
-            State::LoggedOn => {
-                self.read(t, now);
-                if now - self.last_tx >= Duration::from_millis(u64::from(HEARTBEAT_MS)) {
-                    let mut b = [0u8; 32];
-                    let n = wire::encode_heartbeat(&mut b).unwrap();
-                    self.send(&b[..n], now);
-                }
+            State::LoggedOn
+                if now - self.last_tx >= Duration::from_millis(u64::from(HEARTBEAT_MS)) =>
+            {
+                let mut b = [0u8; 32];
+                let n = wire::encode_heartbeat(&mut b).unwrap();
+                self.send(&b[..n], now);
             }
+            _ => {}
         }
     }
 }
 
-/// One driver: its clients, stepped until `stop`.
+/// One driver: its clients, read when their sockets are readable (epoll)
+/// and their timers run every 10 ms, until `stop`.
 fn drive(dst: SocketAddrV4, mut clients: Vec<Raw>, t: Arc<Tally>, stop: Arc<AtomicBool>) {
+    let mut poll = mio::Poll::new().unwrap();
+    let mut events = mio::Events::with_capacity(1024);
+    let mut next_timers = Instant::now();
     while !stop.load(Relaxed) {
         let now = Instant::now();
-        for c in &mut clients {
-            c.step(dst, &t, now);
+        if now >= next_timers {
+            for (k, c) in clients.iter_mut().enumerate() {
+                c.timers(dst, (poll.registry(), k), &t, now);
+            }
+            next_timers = now + Duration::from_millis(10);
         }
-        // The pace of a polling client (every socket is non-blocking), not
-        // a synchronisation: nothing waits for this to pass.
-        std::thread::park_timeout(Duration::from_millis(2));
+        let wait = next_timers.saturating_duration_since(Instant::now());
+        if poll.poll(&mut events, Some(wait)).is_err() {
+            continue;
+        }
+        let now = Instant::now();
+        for e in events.iter() {
+            if let Some(c) = clients.get_mut(e.token().0) {
+                c.read(&t, now);
+            }
+        }
     }
 }
 
