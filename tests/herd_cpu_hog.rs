@@ -439,24 +439,32 @@ fn lag_report(text: &str) -> (Vec<String>, f64) {
     (lines, samples)
 }
 
-#[test]
-fn herd_from_15_addresses_beside_a_cpu_hog_logs_on_without_idle_cuts() {
-    let (n, bound) = if full() {
-        (HERD_FULL, Duration::from_secs(120))
-    } else {
-        (HERD, Duration::from_secs(20))
-    };
-    net::raise_open_files_limit(2 * n + 256);
-    let (addr, ops) = (net::free_addr(), net::free_addr());
+/// What one drill run saw.
+struct Outcome {
+    n: usize,
+    bound: Duration,
+    herd_took: Duration,
+    /// Herd clients logged on when the herd phase ended, and after the hold.
+    all_on: u64,
+    still_on: u64,
+    spins: u64,
+    tally: Arc<Tally>,
+    /// (worst gap, prices, sessions lost) per steady subscriber.
+    steady: Vec<(Duration, u64, u64)>,
+    /// The scrape at the end of the hold.
+    metrics: String,
+}
+
+/// Steady subscribers, then the herd beside the hog until every client is
+/// on (or `bound`), then the hold; every thread stopped and joined.
+fn run_drill(addr: SocketAddr, ops: SocketAddr, n: usize, bound: Duration) -> Outcome {
     let SocketAddr::V4(dst) = addr else {
         panic!("loopback v4")
     };
-    let server = start_server(addr, ops);
     let stop_steady = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..STEADY)
         .map(|k| steady(addr, 1_000 + k as u64, stop_steady.clone()))
         .collect();
-
     let stop_hog = Arc::new(AtomicBool::new(false));
     let hog = cpu_hog(stop_hog.clone());
     let tally = Arc::new(Tally::default());
@@ -484,64 +492,96 @@ fn herd_from_15_addresses_beside_a_cpu_hog_logs_on_without_idle_cuts() {
     }
     let still_on = tally.on.load(Relaxed);
     stop_hog.store(true, Relaxed);
-    let spins: u64 = hog.into_iter().map(|h| h.join().unwrap()).sum();
+    let spins = hog.into_iter().map(|h| h.join().unwrap()).sum();
     let metrics = scrape(ops);
     stop_herd.store(true, Relaxed);
     stop_steady.store(true, Relaxed);
     for d in drivers {
         d.join().unwrap();
     }
-    let steady: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let steady = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    Outcome {
+        n,
+        bound,
+        herd_took,
+        all_on,
+        still_on,
+        spins,
+        tally,
+        steady,
+        metrics,
+    }
+}
 
-    let (lines, samples) = lag_report(&metrics);
-    let rejects = sum_of(
-        &metrics,
-        "pricewire_admission_rejects_total{stage=\"loop_lag\"}",
-    );
-    let sheds = sum_of(&metrics, "pricewire_sheds_total{reason=\"loop_lag\"}");
+/// Prints the figures; returns the loop-lag report lines and samples.
+fn report(o: &Outcome) -> (Vec<String>, f64) {
+    let (t, m) = (&o.tally, &o.metrics);
+    let (lines, samples) = lag_report(m);
+    let rejects = sum_of(m, "pricewire_admission_rejects_total{stage=\"loop_lag\"}");
+    let sheds = sum_of(m, "pricewire_sheds_total{reason=\"loop_lag\"}");
     eprintln!(
-        "herd of {n} from {SOURCES} addresses beside {spins} hog spins: {all_on} logged on in \
-         {:.2} s, {still_on} still on after {HOLD:?}; {} refusals ({} without retry), \
+        "herd of {} from {SOURCES} addresses beside {} hog spins: {} logged on in \
+         {:.2} s, {} still on after {HOLD:?}; {} refusals ({} without retry), \
          {} connect errors, {} idle cuts, {} other cuts, {} herd prices",
-        herd_took.as_secs_f64(),
-        tally.refusals.load(Relaxed),
-        tally.refused_without_retry.load(Relaxed),
-        tally.connect_errors.load(Relaxed),
-        tally.idle_cuts.load(Relaxed),
-        tally.other_cuts.load(Relaxed),
-        tally.prices.load(Relaxed),
+        o.n,
+        o.spins,
+        o.all_on,
+        o.herd_took.as_secs_f64(),
+        o.still_on,
+        t.refusals.load(Relaxed),
+        t.refused_without_retry.load(Relaxed),
+        t.connect_errors.load(Relaxed),
+        t.idle_cuts.load(Relaxed),
+        t.other_cuts.load(Relaxed),
+        t.prices.load(Relaxed),
     );
     for l in &lines {
         eprintln!("{l}");
     }
     eprintln!("loop_lag admission rejects {rejects}, request sheds {sheds}");
-    eprintln!("steady (worst gap, prices, sessions lost): {steady:?}");
+    eprintln!("steady (worst gap, prices, sessions lost): {:?}", o.steady);
+    (lines, samples)
+}
 
+#[test]
+fn herd_from_15_addresses_beside_a_cpu_hog_logs_on_without_idle_cuts() {
+    let (n, bound) = if full() {
+        (HERD_FULL, Duration::from_secs(120))
+    } else {
+        (HERD, Duration::from_secs(20))
+    };
+    net::raise_open_files_limit(2 * n + 256);
+    let (addr, ops) = (net::free_addr(), net::free_addr());
+    let mut server = start_server(addr, ops);
+    let o = run_drill(addr, ops, n, bound);
+    let (lines, samples) = report(&o);
+    let t = &o.tally;
     assert_eq!(
-        all_on, n as u64,
-        "every herd client logged on within {bound:?}"
+        o.all_on, n as u64,
+        "every herd client logged on within {:?}",
+        o.bound
     );
     assert_eq!(
-        still_on, n as u64,
-        "every herd client still logged on after {HOLD:?}"
+        o.still_on, n as u64,
+        "every herd client still on after {HOLD:?}"
     );
     assert_eq!(
-        tally.idle_cuts.load(Relaxed),
+        t.idle_cuts.load(Relaxed),
         0,
         "a receiving client was cut as idle"
     );
     assert_eq!(
-        tally.other_cuts.load(Relaxed),
+        t.other_cuts.load(Relaxed),
         0,
         "a logged-on client lost its session"
     );
     assert_eq!(
-        tally.refused_without_retry.load(Relaxed),
+        t.refused_without_retry.load(Relaxed),
         0,
         "a refusal without retryAfterMs"
     );
-    assert!(tally.prices.load(Relaxed) > 0, "the herd read prices");
-    for (worst, prices, lost) in &steady {
+    assert!(t.prices.load(Relaxed) > 0, "the herd read prices");
+    for (worst, prices, lost) in &o.steady {
         assert!(*prices > 0, "a steady subscriber got no price");
         assert_eq!(*lost, 0, "a steady subscriber lost its session");
         assert!(
@@ -549,11 +589,7 @@ fn herd_from_15_addresses_beside_a_cpu_hog_logs_on_without_idle_cuts() {
             "a steady subscriber's worst gap {worst:?} > {MAX_GAP:?}"
         );
     }
-    assert!(
-        samples > 0.0,
-        "loop-lag histogram of every shard exposed: {lines:?}"
-    );
-    let mut server = server;
+    assert!(samples > 0.0, "loop-lag histogram exposed: {lines:?}");
     assert!(
         matches!(server.0.try_wait(), Ok(None)),
         "server died during the drill"
