@@ -110,6 +110,14 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub slow_consumer_ms: u64,
 
+    /// Loop lag above which a shard sheds, in milliseconds: while its loop
+    /// runs later than this (three 100-ms windows in a row; ends after ten
+    /// below half of it) it takes no new sessions (Disconnect(busy),
+    /// LogonRejected(busy)), rejects requests (Reject(overloaded)) and
+    /// sends only the latest price per symbol. 0 = never shed.
+    #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]
+    pub loop_lag_target_ms: u64,
+
     /// Heartbeat interval offered to clients that ask for 0, in milliseconds.
     #[arg(long, default_value_t = 1_000, value_name = "MS")]
     pub heartbeat_ms: u32,
@@ -222,6 +230,7 @@ impl GatewayArgs {
             high_water_bytes: self.high_water_bytes,
             out_cap_bytes: self.out_cap_bytes,
             slow_consumer_ms: self.slow_consumer_ms,
+            loop_lag_target_ms: self.loop_lag_target_ms,
             heartbeat_ms: self.heartbeat_ms,
             dead_after_heartbeats: self.dead_after_heartbeats,
             logon_timeout_ms: self.logon_timeout_ms,

@@ -21,6 +21,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::{GatewayStats, Shared};
 use crate::clock::monotonic_ns;
+use crate::overload::Stage;
 use crate::wire::{self, DisconnectReason};
 
 const LISTENER: Token = Token(0);
@@ -188,14 +189,26 @@ impl Acceptor {
         };
         self.loads.clear();
         for h in &self.shards {
-            self.loads
-                .push(h.stats.connections.get() + h.tx.len() as u64);
+            // A lagging shard takes no new session (see `lag.rs`).
+            let lagging = h.stats.lag.is_lagging();
+            let load = h.stats.connections.get() + h.tx.len() as u64;
+            self.loads.push(if lagging { u64::MAX } else { load });
         }
         let spill = super::spill::SpillPolicy {
             threshold_permille: self.shared.cfg.shard0_spill_permille,
         };
         let busy = spill.is_busy(self.shards[0].stats.busy_permille.get() as u32);
         let shard = &self.shards[place(&self.loads, self.shared.cfg.shard0_fill, busy)];
+        if shard.stats.lag.is_lagging() {
+            // Every shard lags: Disconnect(busy), counted at `loop_lag`.
+            shard
+                .stats
+                .lag
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+            self.shared.overload.record_reject(Stage::LoopLag);
+            return self.refuse_jittered(link, peer);
+        }
         match shard.tx.try_send((link, peer)) {
             Ok(()) => {
                 let _ = shard.waker.wake();
@@ -204,13 +217,19 @@ impl Acceptor {
                 // The shard's inbox is full: it is not keeping up with
                 // accepts. Refuse rather than queue.
                 let (stream, peer) = e.into_inner();
-                self.release(peer);
-                // Jittered, or every refused client would return together.
-                let w = self.shared.cfg.admission.retry_after;
-                let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
-                refuse_busy(stream, retry, stats);
+                self.refuse_jittered(stream, peer);
             }
         }
+    }
+
+    /// Releases `peer`'s admission slot and sends Disconnect(busy) with a
+    /// retry-after drawn from the busy window.
+    fn refuse_jittered(&mut self, stream: Link, peer: SocketAddr) {
+        self.release(peer);
+        // Jittered, or every refused client would return together.
+        let w = self.shared.cfg.admission.retry_after;
+        let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
+        refuse_busy(stream, retry, &self.shared.stats);
     }
 }
 

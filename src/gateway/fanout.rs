@@ -72,6 +72,19 @@ impl Fanout {
         }
     }
 
+    /// Sends the price table's latest price of every tier of `symbol`,
+    /// flagged conflated (a snapshot), to its subscribers: a lagging
+    /// shard's catch-up (see `lag.rs`).
+    pub(super) fn on_latest(&mut self, symbol: u16, slab: &mut Slab, stats: &ShardStats, now: u64) {
+        stats.prices_in.inc();
+        for tier in 0..self.tiers as u8 {
+            if let Some(mut p) = self.table.read(symbol, tier) {
+                p.flags |= price_flags::CONFLATED;
+                self.fan_out_tier(&p, slab, stats, now);
+            }
+        }
+    }
+
     /// Encodes one (symbol, tier) price once and copies it to every
     /// subscriber of that key.
     #[inline]

@@ -59,6 +59,9 @@ impl Shard {
             let (t, r) = (wire::template::LOGON, RejectReason::ALREADY_LOGGED_ON);
             return self.reject(i, 0, t, r, 0, "logon in progress");
         }
+        if self.lag_refuse_logon(i, now) {
+            return;
+        }
         let hb = logon.heartbeat_interval_ms;
         match self.decide(i, logon, now) {
             Decision::Accept(a) => {

@@ -26,6 +26,7 @@ mod answer_marks;
 pub mod conn;
 mod conns;
 mod fanout;
+pub mod lag;
 mod lanes;
 mod logon;
 mod moves;
@@ -122,6 +123,8 @@ pub struct GatewayConfig {
     pub bad_frame_limit: u32,
     /// The window, ms, in which `bad_frame_limit` refused frames are counted.
     pub bad_frame_window_ms: u64,
+    /// Loop lag (ms) above which a shard sheds (see [`lag`]); 0 = never.
+    pub loop_lag_target_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     /// How an idle shard waits for prices and sockets (`--shard-wait`).
@@ -167,6 +170,7 @@ impl Default for GatewayConfig {
             flood_disconnect_after: 100,
             bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
+            loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
             cpus: crate::runtime::CpuMap::default(),
@@ -215,6 +219,9 @@ impl GatewayConfig {
         }
         if self.shard0_spill_permille > 1000 {
             return Err("--shard0-spill-pct: 0..=100".into());
+        }
+        if self.loop_lag_target_ms > 60_000 {
+            return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }
         if self.slow_consumer_ms == 0 {
             return Err("--slow-consumer-ms: at least 1".into());

@@ -9,6 +9,7 @@ use mio::{Interest, Token};
 use super::conn::{Conn, ANSWER_WAIT_NS};
 use super::lanes::release_symbols;
 use super::shard::Shard;
+use super::shard::{STALL_MIN_NS, SWEEP_NS};
 use super::spill::{self, ShardLoad};
 use super::GatewayStats;
 use crate::clock::monotonic_ns;
@@ -159,6 +160,11 @@ impl Shard {
         let Some(mut conn) = self.release_slot(i) else {
             unreachable!("slot {i} was checked above");
         };
+        // A stall this shard has not noted yet (its sweep comes later in
+        // this turn) would miss the session: it moves with its deadlines
+        // already moved out.
+        conn.session
+            .on_stall(unnoted_stall_ns(self.last_sweep_ns, now));
         conn.in_write_list = false;
         conn.in_read_list = false;
         // Answers still counted here are long lost (see `pick_mover`).
@@ -281,5 +287,41 @@ impl Shard {
             let retry = self.jitter(self.shared.cfg.admission.retry_after);
             super::acceptor::refuse_busy(conn.stream, retry, &self.shared.stats);
         }
+    }
+}
+
+/// The loop stall at `now` that the sweep has not yet noted: how much later
+/// than its period the next sweep comes after the last one at
+/// `last_sweep_ns` (0: none yet), if that is a stall (at least
+/// [`STALL_MIN_NS`]); else 0. The measure of `Shard::note_stall`.
+pub(super) fn unnoted_stall_ns(last_sweep_ns: u64, now: u64) -> u64 {
+    let late = now.saturating_sub(last_sweep_ns).saturating_sub(SWEEP_NS);
+    if last_sweep_ns == 0 || late < STALL_MIN_NS {
+        0
+    } else {
+        late
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::session::{Session, SessionConfig};
+
+    #[test]
+    fn a_session_moved_after_a_stall_carries_it_and_not_otherwise() {
+        let ms = 1_000_000;
+        let last = 10_000 * ms;
+        assert_eq!(unnoted_stall_ns(0, last), 0, "no sweep yet");
+        assert_eq!(unnoted_stall_ns(last, last + SWEEP_NS + 20 * ms), 0);
+        let stall = 6_000 * ms;
+        assert_eq!(unnoted_stall_ns(last, last + SWEEP_NS + stall), stall);
+        let cfg = SessionConfig::from(&crate::gateway::GatewayConfig::default());
+        let mut s = Session::new(&cfg, last);
+        // Waiting for a logon (5 s) through a 6-s stall.
+        let before = s.silence_due(&cfg, last + stall);
+        s.on_stall(unnoted_stall_ns(last, last + SWEEP_NS + stall));
+        assert!(!s.silence_due(&cfg, last + stall));
+        assert!(before, "the stall alone would have made it silent");
     }
 }

@@ -206,6 +206,13 @@ impl Shard {
     /// Hands a request to the request path; a full ring is an immediate
     /// Reject(overloaded) with a jittered retry-after, never a wait.
     pub(super) fn enqueue(&mut self, i: usize, m: RequestMsg) {
+        if self.lag_shed_request(
+            i,
+            m.request_id,
+            crate::requests::answers::template_of(m.kind),
+        ) {
+            return;
+        }
         // The port keeps one account from filling the ring.
         let pushed = self.requests.push(m);
         if pushed {

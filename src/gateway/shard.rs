@@ -214,6 +214,8 @@ pub(super) struct Shard {
     pub(super) waker: Option<Arc<Waker>>,
     /// The last logon ticket handed out (see `gateway::logon`).
     pub(super) next_ticket: u64,
+    /// Loop-lag detector and conflation scratch (`lag.rs`).
+    pub(super) lag: super::lag::LagState,
 }
 
 impl Shard {
@@ -236,7 +238,10 @@ impl Shard {
         // `poll_once`.)
         waiter.set_retrying(false);
         let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
+        let lag_target = shared.cfg.loop_lag_target_ms * 1_000_000;
+        let lag = super::lag::LagState::new(lag_target, shared.config.table.len(), monotonic_ns());
         Shard {
+            lag,
             slab: Slab::new(cap),
             fanout: Fanout::new(
                 &shared.config,
@@ -327,6 +332,7 @@ impl Shard {
                 self.spill_step(now);
             }
             if now >= self.next_sweep_ns {
+                self.lag_on_sweep(now);
                 if self.note_stall(now) {
                     // Sweep next turn, after its poll has read every
                     // socket that became readable during the stall.
@@ -527,14 +533,23 @@ impl Shard {
     // ---- prices -------------------------------------------------------
 
     pub(super) fn drain_prices(&mut self, now: u64) -> usize {
+        if self.lag.detector.is_lagging() {
+            let n = self.drain_conflated(now);
+            self.swap_histogram();
+            return n;
+        }
         let n = self.input.consumer.slots().min(PRICE_BATCH);
         // After reading the ring's fill: a session handed over before the
         // first price published after its hand-over is attached before that
         // price is delivered (the push that made it visible came after the
         // send into the lane).
         self.adopt();
-        for _ in 0..n {
+        for k in 0..n {
             if let Ok(p) = self.input.consumer.pop() {
+                if k == 0 {
+                    // The oldest unserved price's age: the ring's lag.
+                    self.lag_sample(now.saturating_sub(p.engine_time_ns), now);
+                }
                 self.hist
                     .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
                 self.fanout.on_price(&p, &mut self.slab, &self.stats, now);

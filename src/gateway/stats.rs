@@ -100,4 +100,6 @@ pub struct ShardStats {
     pub stalls: Counter,
     /// The longest stall measured, in milliseconds.
     pub max_stall_ms: Gauge,
+    /// Loop lag: histogram, windowed value, lagging flag (`gateway::lag`).
+    pub lag: super::lag::LagStats,
 }

@@ -22,11 +22,13 @@ pub enum Stage {
     SymbolList = 6,
     /// The account has its maximum of concurrent sessions (or is unknown).
     AccountSessions = 7,
+    /// The shard the session is on is lagging (loop lag above target).
+    LoopLag = 8,
 }
 
 impl Stage {
     /// Number of stages; the length of per-stage counter arrays.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     /// Every stage in discriminant order, so `ALL[s as usize] == s`.
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::Accept,
@@ -37,6 +39,7 @@ impl Stage {
         Stage::FirstSubscribe,
         Stage::SymbolList,
         Stage::AccountSessions,
+        Stage::LoopLag,
     ];
 
     /// Stable label for metrics.
@@ -50,6 +53,7 @@ impl Stage {
             Stage::FirstSubscribe => "first_subscribe",
             Stage::SymbolList => "symbol_list",
             Stage::AccountSessions => "account_sessions",
+            Stage::LoopLag => "loop_lag",
         }
     }
 }
@@ -68,11 +72,13 @@ pub enum ShedReason {
     Expired = 3,
     /// The account index is outside the table; refused at push.
     BadAccount = 4,
+    /// The shard the request arrived on is lagging; refused at the shard.
+    LoopLag = 5,
 }
 
 impl ShedReason {
     /// Number of reasons; the length of per-reason counter arrays.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
     /// Every reason in discriminant order, so `ALL[r as usize] == r`.
     pub const ALL: [ShedReason; ShedReason::COUNT] = [
         ShedReason::Overloaded,
@@ -80,6 +86,7 @@ impl ShedReason {
         ShedReason::RateLimited,
         ShedReason::Expired,
         ShedReason::BadAccount,
+        ShedReason::LoopLag,
     ];
 
     /// Stable label for metrics.
@@ -90,6 +97,7 @@ impl ShedReason {
             ShedReason::RateLimited => "rate_limited",
             ShedReason::Expired => "expired",
             ShedReason::BadAccount => "bad_account",
+            ShedReason::LoopLag => "loop_lag",
         }
     }
 }

@@ -174,6 +174,7 @@ pub(crate) fn shed_reject(reason: ShedReason) -> (RejectReason, &'static str) {
         ShedReason::RateLimited => (RejectReason::RATE_LIMITED, "account rate"),
         ShedReason::Expired => (RejectReason::DEADLINE_EXPIRED, "deadline expired"),
         ShedReason::BadAccount => (RejectReason::INTERNAL, "account"),
+        ShedReason::LoopLag => (RejectReason::OVERLOADED, "loop lag"),
     }
 }
 

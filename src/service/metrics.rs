@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Service;
 use crate::feed::ingest;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, ShardStats};
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 use crate::overload::stats::OverloadStats;
@@ -108,6 +108,24 @@ impl Service {
     }
 }
 
+/// One shard's loop-lag series (`gateway::lag`).
+fn register_lag(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), OpsError> {
+    let labels = [("shard", shard)];
+    let (a, b, c, d, e) = (s.clone(), s.clone(), s.clone(), s.clone(), s.clone());
+    r.register_histogram_fn(m::SHARD_LOOP_LAG, &labels, move || a.lag.snapshot())?;
+    r.register_gauge_fn(m::SHARD_LOOP_LAG_WINDOW, &labels, move || {
+        b.lag.windowed_ns.get() as f64 * 1e-9
+    })?;
+    r.register_gauge_fn(m::SHARD_LAGGING, &labels, move || {
+        c.lag.lagging.get() as f64
+    })?;
+    r.register_counter_fn(m::SHARD_LAG_EPISODES, &labels, move || d.lag.episodes.get())?;
+    let reason = format!("loop_lag_shard{shard}");
+    r.register_counter_fn(m::CONFLATIONS, &[("reason", &reason)], move || {
+        e.lag.conflated.get()
+    })
+}
+
 fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     for (i, s) in g.shard_stats.iter().enumerate() {
         let shard = i.to_string();
@@ -141,6 +159,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         r.register_gauge_fn(m::SHARD_MAX_STALL, &[("shard", &shard)], move || {
             k.max_stall_ms.get() as f64 / 1000.0
         })?;
+        register_lag(r, &shard, s)?;
         for (direction, out) in [("out", true), ("in", false)] {
             let g = s.clone();
             r.register_counter_fn(

@@ -38,6 +38,8 @@ impl Default for ServerOpts {
         ServerOpts {
             gateway: GatewayConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
+                // See `ingest_service_with`.
+                loop_lag_target_ms: 0,
                 ..Default::default()
             },
             config: Config::builtin(3),
@@ -67,6 +69,11 @@ pub fn ingest_service_with(
     cfg.pipeline = pipeline;
     let mut gw = GatewayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
+        // An in-process server shares this process's CPU with the test's
+        // clients (and other tests): its loop lag measures the harness.
+        // Loop-lag shedding is tested against the real binary
+        // (tests/loop_lag_shed.rs, tests/herd_cpu_hog.rs).
+        loop_lag_target_ms: 0,
         ..GatewayConfig::default()
     };
     gw.admission.ip_connect_rate_per_s = 10_000;

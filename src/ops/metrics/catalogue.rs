@@ -172,6 +172,17 @@ pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
 pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
 /// Longest loop stall a shard measured since start (gauge, by `shard`).
 pub const SHARD_MAX_STALL: &str = "pricewire_shard_max_stall_seconds";
+/// How late a shard's loop serves what is due: timer-sweep lateness and the
+/// age of the oldest unserved price in its ring (histogram, by `shard`).
+pub const SHARD_LOOP_LAG: &str = "pricewire_shard_loop_lag_seconds";
+/// The largest loop-lag sample of a shard's last closed 100-ms window
+/// (gauge, by `shard`).
+pub const SHARD_LOOP_LAG_WINDOW: &str = "pricewire_shard_loop_lag_window_seconds";
+/// 1 while a shard lags (loop lag above `--loop-lag-target-ms`) and sheds
+/// (gauge, by `shard`).
+pub const SHARD_LAGGING: &str = "pricewire_shard_lagging";
+/// Times a shard started lagging (counter, by `shard`).
+pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 /// Prices through the NATS bus thread, by event (published, received,
 /// gap_flagged, ...) (counter, by `event`).
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
@@ -344,6 +355,14 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Loop stalls a shard measured (a timer sweep 100 ms or more late: process stopped or starved); deadlines were extended by each"),
     gauge(SHARD_MAX_STALL, &["shard"], "seconds", "gateway",
         "Longest loop stall a shard measured since start"),
+    histogram(SHARD_LOOP_LAG, &["shard"], "gateway",
+        "How late a shard's loop serves what is due: timer-sweep lateness and the age of the oldest unserved price in its ring"),
+    gauge(SHARD_LOOP_LAG_WINDOW, &["shard"], "seconds", "gateway",
+        "The largest loop-lag sample of a shard's last closed 100-ms window"),
+    gauge(SHARD_LAGGING, &["shard"], "boolean", "gateway",
+        "1 while a shard lags (loop lag above --loop-lag-target-ms) and sheds new sessions and requests and conflates prices"),
+    counter(SHARD_LAG_EPISODES, &["shard"], "events", "gateway",
+        "Times a shard started lagging"),
     counter(SESSIONS_MOVED, &["shard", "direction"], "sessions", "gateway",
         "Sessions a busy shard 0 moved to another shard (out) or a shard took over (in)"),
     counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",
