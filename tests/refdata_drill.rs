@@ -135,7 +135,7 @@ fn logon_when_loaded(addr: SocketAddr, account: &str) -> Raw {
 fn accounts(server: &RedisServer, n: usize) {
     for i in 0..n {
         let name = format!("u{i:02}");
-        server.put_account(&name, &[("token", "t"), ("tiers", "raw")]);
+        server.put_account(&name, &[("token", redis::token_t_hash()), ("tiers", "raw")]);
     }
 }
 
@@ -233,7 +233,7 @@ fn revocation_bound(ttl_ms: u64) -> Duration {
 fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     let server = RedisServer::start();
     let fields = [
-        ("token", "t"),
+        ("token", redis::token_t_hash()),
         ("tiers", "raw,retail"),
         ("symbols", "EURUSD,USDJPY"),
     ];

@@ -148,11 +148,18 @@ fn an_oversized_record_is_invalid_for_its_account_only() {
     let server = RedisServer::start();
     for i in 0..50 {
         let name = format!("acct{i:02}");
-        server.put_account(&name, &[("token", "t"), ("tiers", "raw")]);
+        server.put_account(&name, &[("token", redis::token_t_hash()), ("tiers", "raw")]);
     }
     // One field of 70 KB: the reply is over the client's 64-KiB limit.
     let huge = "x".repeat(70 * 1024);
-    server.put_account("fat", &[("token", "t"), ("tiers", "raw"), ("note", &huge)]);
+    server.put_account(
+        "fat",
+        &[
+            ("token", redis::token_t_hash()),
+            ("tiers", "raw"),
+            ("note", &huge),
+        ],
+    );
     let mut d = drill(server.addr());
     for _ in 0..10 {
         d.refresher.step(&*d.clock);
@@ -179,7 +186,10 @@ fn an_oversized_record_is_invalid_for_its_account_only() {
 fn the_backlog_after_an_outage_is_worked_off_at_the_recovery_pace() {
     let server = RedisServer::start();
     for i in 0..100 {
-        server.put_account(&format!("a{i:03}"), &[("token", "t"), ("tiers", "raw")]);
+        server.put_account(
+            &format!("a{i:03}"),
+            &[("token", redis::token_t_hash()), ("tiers", "raw")],
+        );
     }
     let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), server.addr()).unwrap();
     let mut d = drill_with(proxy.local_addr(), |c| c.cache.prefetch_max = 0);

@@ -112,7 +112,7 @@ pub struct GatewayArgs {
 
     /// Loop lag above which a shard sheds, in milliseconds: while its loop
     /// runs later than this (three 100-ms windows in a row; ends after ten
-    /// below half of it) it takes no new sessions (Disconnect(busy),
+    /// at or below it) it takes no new sessions (Disconnect(busy),
     /// LogonRejected(busy)), rejects requests (Reject(overloaded)) and
     /// sends only the latest price per symbol. 0 = never shed.
     #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]

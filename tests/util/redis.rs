@@ -166,3 +166,11 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+/// The stored form (argon2id, as `pricewire token hash` makes it) of the
+/// token `t` the refdata drills log on with: Redis records hold hashes,
+/// never clear tokens. Computed once per test binary.
+pub fn token_t_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| pricewire::auth::hash::hash_token(b"t").expect("argon2id hash"))
+}
