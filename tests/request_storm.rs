@@ -113,7 +113,10 @@ fn start_server(config: &std::path::Path) -> (Server, SocketAddr, SocketAddr) {
 
 fn start_server_with(config: &std::path::Path, extra: &[&str]) -> (Server, SocketAddr, SocketAddr) {
     let (addr, ops) = (net::free_addr(), net::free_addr());
-    let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+    // `PRICEWIRE_BIN` runs another build of the binary (an A/B of two
+    // commits with the same test).
+    let bin = std::env::var("PRICEWIRE_BIN").unwrap_or(env!("CARGO_BIN_EXE_pricewire").into());
+    let child = Command::new(bin)
         .args([
             "serve",
             "--synthetic-rate",
@@ -367,6 +370,8 @@ fn print_figures(
             || l.starts_with("pricewire_drops_total{reason=\"request")
             || l.starts_with("pricewire_request_rejects_deferred")
             || l.starts_with("pricewire_request_overload_episodes")
+            || l.starts_with("pricewire_sessions_moved_total")
+            || l.starts_with("pricewire_session_drains_total")
     }) {
         eprintln!("metrics: {l}");
     }

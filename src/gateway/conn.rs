@@ -54,6 +54,14 @@ pub struct Conn {
     pub last_request_ns: u64,
     /// Answers in `out` not yet written: the `gateway_write` hop.
     pub(crate) answer_marks: AnswerMarks,
+    /// Requests (SymbolList, Snapshot, History frames) handled in the
+    /// shard's current measurement window: a draining move takes the
+    /// session with the most (see `gateway::drain`).
+    pub window_requests: u32,
+    /// Set while a draining move holds the session's input (its socket is
+    /// not read, so TCP pushes back on the peer): when its deadlines were
+    /// last moved out by the time held (see [`Conn::held_catch_up`]).
+    pub held_since_ns: Option<u64>,
 }
 
 /// Longest a request's answer is waited for before a session may move
@@ -69,5 +77,32 @@ impl Conn {
     /// The logged-on account's index, if logged on.
     pub fn account(&self) -> Option<u32> {
         self.session.account()
+    }
+
+    /// Whether a draining move holds the session's input.
+    pub fn is_held(&self) -> bool {
+        self.held_since_ns.is_some()
+    }
+
+    /// Stops reading the session's input from `now_ns` on.
+    pub fn hold(&mut self, now_ns: u64) {
+        self.held_since_ns = Some(now_ns);
+    }
+
+    /// While held, the peer's silence is the server's doing: its idle,
+    /// logon and partial-frame deadlines move out by the time held since
+    /// the last call (see [`Session::on_stall`]). Nothing if not held.
+    pub fn held_catch_up(&mut self, now_ns: u64) {
+        if let Some(since) = self.held_since_ns.as_mut() {
+            self.session.on_stall(now_ns.saturating_sub(*since));
+            *since = now_ns;
+        }
+    }
+
+    /// Ends a hold at `now_ns` (its deadlines caught up first); the caller
+    /// reads the socket again.
+    pub fn unhold(&mut self, now_ns: u64) {
+        self.held_catch_up(now_ns);
+        self.held_since_ns = None;
     }
 }
