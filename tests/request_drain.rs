@@ -18,6 +18,7 @@ use pricewire::gateway::ShardStats;
 use pricewire::model::{price_flags, Tick};
 use pricewire::pipeline::PipelineConfig;
 use pricewire::runtime::{Threading, WaitStrategy};
+use pricewire::service::Service;
 
 const CONFIG: &str = r#"
 [[providers]]
@@ -97,11 +98,11 @@ fn flood(
     panic!("flood answers still outstanding: {outstanding}");
 }
 
-#[test]
-fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request() {
-    // Shard 0 takes every session; the subscriber spill only at 100 %
-    // busy, so only the drain (its own 20 % mark) moves anyone.
-    let svc = server::ingest_service_tuned(
+/// Shared threading, every session on shard 0, the subscriber spill only
+/// at 100 % busy (so only a drain, at its own 20 % mark, moves anyone),
+/// the per-connection and per-account request limits out of the way.
+fn start() -> Service {
+    server::ingest_service_tuned(
         CONFIG,
         PipelineConfig {
             shards: 2,
@@ -119,7 +120,82 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
             s.requests.queue.account_rate_per_s = 1_000_000;
             s.requests.queue.account_burst = 1_000_000;
         },
-    );
+    )
+}
+
+/// Reads every price of `sym` in order, no skip, no merge, publishing the
+/// last bid in `seen`, until the bid in `last`; returns the count.
+fn read_prices(
+    mut sub: Client,
+    sym: u16,
+    seen: Arc<AtomicI64>,
+    last: Arc<AtomicI64>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (mut bid, mut seq, mut n) = (0i64, 0u64, 0u64);
+        while bid != last.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "last quote not seen");
+            match sub.next_event(Duration::from_millis(50)).unwrap() {
+                Some(Event::Price(p)) if p.body.symbol_id == sym => {
+                    assert_eq!(p.body.flags & price_flags::CONFLATED, 0, "merged");
+                    assert!(seq == 0 || p.body.seq == seq + 1, "sequence skipped");
+                    assert!(p.body.bid > bid, "out of order");
+                    (bid, seq) = (p.body.bid, p.body.seq);
+                    n += 1;
+                    seen.store(bid, Ordering::SeqCst);
+                }
+                Some(Event::Disconnected { .. }) => panic!("subscriber lost"),
+                _ => {}
+            }
+        }
+        n
+    })
+}
+
+/// Sends quotes from `bid` on in batches of 20, each once the subscriber
+/// has the last one (`seen`), until shard 0 has moved a drained session,
+/// the flood has had [`AFTER_MOVE`] answers since (`after`) and at least
+/// 200 prices went out after the move. Returns the last bid sent.
+fn quote_until_moved(
+    bridge: &mut Bridge,
+    sym: u16,
+    mut bid: i64,
+    (seen, after): (&AtomicI64, &AtomicU64),
+    stats0: &ShardStats,
+) -> i64 {
+    let moved_by = Instant::now() + Duration::from_secs(30);
+    let mut moved_at = None;
+    loop {
+        let batch: Vec<Tick> = (1..=20).map(|k| quote(sym, bid + k)).collect();
+        bridge.send(&batch).unwrap();
+        bid += 20;
+        let got = || seen.load(Ordering::SeqCst) == bid;
+        assert!(
+            server::wait_until(Duration::from_secs(10), got),
+            "subscriber stuck before {bid}"
+        );
+        let moved = stats0.drains_moved.get() > 0;
+        assert!(
+            moved || Instant::now() < moved_by,
+            "no drain: shard 0 busy {} per mille, aborted {}",
+            stats0.busy_permille.get(),
+            stats0.drains_aborted.get()
+        );
+        if moved {
+            let since = *moved_at.get_or_insert(bid);
+            if bid >= since + 200 && after.load(Ordering::SeqCst) >= AFTER_MOVE {
+                return bid;
+            }
+        }
+        let limit = moved_by + Duration::from_secs(30);
+        assert!(Instant::now() < limit, "flood stalled after the move");
+    }
+}
+
+#[test]
+fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request() {
+    let svc = start();
     let ingest = svc.ingest.as_ref().unwrap().local_addr;
     let gw = svc.gateway.as_ref().unwrap().local_addr;
     let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
@@ -127,41 +203,17 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
     let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
     let first = 100_000;
     bridge.send(&[quote(eurusd, first)]).unwrap();
-
     let mut sub = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
     sub.subscribe_ids(RAW_TIER, &[eurusd]).unwrap();
     let flooder = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
     assert!(server::wait_until(Duration::from_secs(5), || {
         stats[0].connections.get() == 2
     }));
-
-    // The subscriber: every price of EURUSD in order, no skip, no merge,
-    // until the last quote's bid (once the sender knows it).
-    let seen = Arc::new(AtomicI64::new(0));
-    let last = Arc::new(AtomicI64::new(i64::MAX));
-    let reader = {
-        let (seen, last) = (seen.clone(), last.clone());
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let (mut bid, mut seq, mut n) = (0i64, 0u64, 0u64);
-            while bid != last.load(Ordering::SeqCst) {
-                assert!(Instant::now() < deadline, "last quote not seen");
-                match sub.next_event(Duration::from_millis(50)).unwrap() {
-                    Some(Event::Price(p)) if p.body.symbol_id == eurusd => {
-                        assert_eq!(p.body.flags & price_flags::CONFLATED, 0, "merged");
-                        assert!(seq == 0 || p.body.seq == seq + 1, "sequence skipped");
-                        assert!(p.body.bid > bid, "out of order");
-                        (bid, seq) = (p.body.bid, p.body.seq);
-                        n += 1;
-                        seen.store(bid, Ordering::SeqCst);
-                    }
-                    Some(Event::Disconnected { .. }) => panic!("subscriber lost"),
-                    _ => {}
-                }
-            }
-            n
-        })
-    };
+    let (seen, last) = (
+        Arc::new(AtomicI64::new(0)),
+        Arc::new(AtomicI64::new(i64::MAX)),
+    );
+    let reader = read_prices(sub, eurusd, seen.clone(), last.clone());
     assert!(server::wait_until(Duration::from_secs(10), || {
         seen.load(Ordering::SeqCst) == first
     }));
@@ -172,39 +224,7 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
         let (stats0, stop, after) = (stats[0].clone(), stop.clone(), after.clone());
         std::thread::spawn(move || flood(flooder, eurusd, stats0, stop, after))
     };
-    // Quotes in batches of 20, each sent once the subscriber has the last
-    // one, until the flood has been moved and has had AFTER_MOVE answers
-    // on shard 1, and at least 200 prices went out after the move.
-    let mut bid = first;
-    let moved_by = Instant::now() + Duration::from_secs(30);
-    let mut moved_at = None;
-    loop {
-        let batch: Vec<Tick> = (1..=20).map(|k| quote(eurusd, bid + k)).collect();
-        bridge.send(&batch).unwrap();
-        bid += 20;
-        assert!(
-            server::wait_until(Duration::from_secs(10), || seen.load(Ordering::SeqCst)
-                == bid),
-            "subscriber stuck before {bid}"
-        );
-        let moved = stats[0].drains_moved.get() > 0;
-        assert!(
-            moved || Instant::now() < moved_by,
-            "no drain: shard 0 busy {} per mille, aborted {}",
-            stats[0].busy_permille.get(),
-            stats[0].drains_aborted.get()
-        );
-        if moved {
-            let since = *moved_at.get_or_insert(bid);
-            if bid >= since + 200 && after.load(Ordering::SeqCst) >= AFTER_MOVE {
-                break;
-            }
-        }
-        assert!(
-            Instant::now() < moved_by + Duration::from_secs(30),
-            "flood stalled after the move"
-        );
-    }
+    let bid = quote_until_moved(&mut bridge, eurusd, first, (&seen, &after), &stats[0]);
     stop.store(true, Ordering::SeqCst);
     last.store(bid, Ordering::SeqCst);
     let f = flood.join().unwrap();

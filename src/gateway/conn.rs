@@ -46,7 +46,8 @@ pub struct Conn {
     pub in_read_list: bool,
     /// Requests handed to the request path and not answered yet: a
     /// session with answers on their way to this shard is not moved to
-    /// another (see `gateway::spill`).
+    /// another (see `gateway::spill`) until a drain has held it to 0 (see
+    /// `gateway::drain`).
     pub requests_out: u32,
     /// When the last of those was handed over: an answer the request path
     /// had to drop (its ring to this shard full) is never counted back,

@@ -16,6 +16,8 @@
 //! even with the others' ([`SpillPolicy`]), and the acceptor places new
 //! sessions as if `--shard0-fill` were 0: the layout that measured best
 //! under a heavy feed, reached once the feed is heavy.
+//! A session with request answers in flight is not moved by the spill;
+//! request-heavy sessions are drained instead (`drain.rs`), and go first.
 //! Sessions are not moved back when the load falls: a move costs the
 //! session nothing it can see, but moving back and forth on a load that
 //! swings around the mark would.
