@@ -115,7 +115,9 @@ impl Shard {
 
     /// At the end of a window on the shard that runs the engine: holds the
     /// heaviest session if the policy says so and a shard has room.
-    /// Returns whether a drain is due or under way (the spill then waits).
+    /// Returns whether request work is what keeps shard 0 busy (a drain
+    /// under way, or busy and request share at the policy's marks): the
+    /// spill then waits, as moving a subscriber would not relieve it.
     pub(super) fn consider_drain(
         &mut self,
         busy: u32,
@@ -126,18 +128,20 @@ impl Shard {
         if self.drain.is_some() {
             return true;
         }
-        let Some((slot, n)) = heaviest else {
-            return false;
-        };
-        let share = self.busy.request_share();
-        if closing || self.peers.len() < 2 || !self.drain_policy.due(busy, share, n) {
+        if closing || self.peers.len() < 2 {
             return false;
         }
+        let share = self.busy.request_share();
+        let p = self.drain_policy;
+        let requests_heavy = busy >= p.busy_permille && share >= p.request_share_permille;
+        let Some((slot, n)) = heaviest.filter(|&(_, n)| p.due(busy, share, n)) else {
+            return requests_heavy;
+        };
         let Some(to) = spill::fewest(self.peer_loads()).map(|s| s.index) else {
-            return false;
+            return requests_heavy;
         };
         let Some(conn) = self.slab.conns[slot].as_mut() else {
-            return false;
+            return requests_heavy;
         };
         conn.hold(now);
         conn.in_read_list = false;
@@ -167,6 +171,7 @@ impl Shard {
         };
         let Some(conn) = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held()) else {
             // Closed while held (its slot free or taken by a new session).
+            tracing::debug!(shard = self.input.index, "drained session closed");
             self.drain = None;
             return;
         };
@@ -185,6 +190,8 @@ impl Shard {
             }
             if self.move_slot(d.slot, d.to, now) {
                 self.stats.drains_moved.inc();
+                let held_us = now.saturating_sub(d.since_ns) / 1_000;
+                tracing::debug!(shard = self.input.index, held_us, "drained session moved");
                 return;
             }
         } else if self.drain_policy.expired(d.since_ns, now) {
@@ -193,6 +200,8 @@ impl Shard {
             return;
         }
         // Not moved: read where it is.
+        let held_us = now.saturating_sub(d.since_ns) / 1_000;
+        tracing::debug!(shard = self.input.index, held_us, "drain aborted");
         self.release_hold(d.slot, now);
         self.stats.drains_aborted.inc();
     }
