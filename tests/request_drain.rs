@@ -124,13 +124,14 @@ fn start() -> Service {
 }
 
 /// Reads every price of `sym` in order, no skip, no merge, publishing the
-/// last bid in `seen`, until the bid in `last`; returns the count.
+/// last bid in `seen`, until the bid in `last`; returns the count and the
+/// client (still connected).
 fn read_prices(
     mut sub: Client,
     sym: u16,
     seen: Arc<AtomicI64>,
     last: Arc<AtomicI64>,
-) -> std::thread::JoinHandle<u64> {
+) -> std::thread::JoinHandle<(u64, Client)> {
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(60);
         let (mut bid, mut seq, mut n) = (0i64, 0u64, 0u64);
@@ -149,7 +150,7 @@ fn read_prices(
                 _ => {}
             }
         }
-        n
+        (n, sub)
     })
 }
 
@@ -228,7 +229,7 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
     stop.store(true, Ordering::SeqCst);
     last.store(bid, Ordering::SeqCst);
     let f = flood.join().unwrap();
-    let prices = reader.join().unwrap();
+    let (prices, _sub) = reader.join().unwrap();
     let after_move = after.load(Ordering::SeqCst);
 
     let lost = f.answers.values().filter(|&&n| n == 0).count();
