@@ -28,8 +28,9 @@
 //! at most one starts per window; `--shard0-spill-pct 0` turns drains off
 //! with the spill.
 //!
-//! Request-heavy sessions go first: while a drain is due or under way the
-//! spill moves no subscriber, so the price subscribers stay with the engine
+//! Request-heavy sessions go first: while a drain is under way, or shard 0
+//! is at the drain's busy and request-share marks, the spill moves no
+//! subscriber, so the price subscribers stay with the engine
 //! (a price to them crosses no thread) and the flood leaves instead. Once
 //! the flood is gone and shard 0 is still busy, the spill evens the
 //! sessions out as before. Counted by outcome in `pricewire_session_drains_total`
