@@ -45,7 +45,8 @@ pub struct Conn {
     pub in_read_list: bool,
     /// Requests handed to the request path and not answered yet: a
     /// session with answers on their way to this shard is not moved to
-    /// another (see `gateway::spill`).
+    /// another (see `gateway::spill`) until a drain has held it to 0 (see
+    /// `gateway::drain`).
     pub requests_out: u32,
     /// When the last of those was handed over: an answer the request path
     /// had to drop (its ring to this shard full) is never counted back,
@@ -56,6 +57,14 @@ pub struct Conn {
     /// Non-zero while this connection's Logon is with the verifier: the
     /// ticket its verdict must carry (see `gateway::logon`).
     pub logon_ticket: u64,
+    /// Requests (SymbolList, Snapshot, History frames) handled in the
+    /// shard's current measurement window: a draining move takes the
+    /// session with the most (see `gateway::drain`).
+    pub window_requests: u32,
+    /// Set while a draining move holds the session's input (its socket is
+    /// not read, so TCP pushes back on the peer): when its deadlines were
+    /// last moved out by the time held (see [`Conn::held_catch_up`]).
+    pub held_since_ns: Option<u64>,
 }
 
 /// Longest a request's answer is waited for before a session may move
@@ -71,5 +80,32 @@ impl Conn {
     /// The logged-on account's index, if logged on.
     pub fn account(&self) -> Option<u32> {
         self.session.account()
+    }
+
+    /// Whether a draining move holds the session's input.
+    pub fn is_held(&self) -> bool {
+        self.held_since_ns.is_some()
+    }
+
+    /// Stops reading the session's input from `now_ns` on.
+    pub fn hold(&mut self, now_ns: u64) {
+        self.held_since_ns = Some(now_ns);
+    }
+
+    /// While held, the peer's silence is the server's doing: its idle,
+    /// logon and partial-frame deadlines move out by the time held since
+    /// the last call (see [`Session::on_stall`]). Nothing if not held.
+    pub fn held_catch_up(&mut self, now_ns: u64) {
+        if let Some(since) = self.held_since_ns.as_mut() {
+            self.session.on_stall(now_ns.saturating_sub(*since));
+            *since = now_ns;
+        }
+    }
+
+    /// Ends a hold at `now_ns` (its deadlines caught up first); the caller
+    /// reads the socket again.
+    pub fn unhold(&mut self, now_ns: u64) {
+        self.held_catch_up(now_ns);
+        self.held_since_ns = None;
     }
 }

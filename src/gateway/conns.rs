@@ -185,6 +185,11 @@ impl Shard {
         // connections; the rest is read next turn (edge-triggered:
         // remembered here). Frames left buffered by last turn's request
         // budget come before more bytes.
+        // A session held for a draining move is not read (see
+        // `gateway::drain`); it is queued again when the hold ends.
+        if self.slab.conns[i].as_ref().is_none_or(Conn::is_held) {
+            return;
+        }
         let mut left = REQUESTS_PER_CONN_TURN;
         if !self.process_frames(i, now, &mut left) {
             return self.slab.queue_read(i);
@@ -273,6 +278,9 @@ impl Shard {
                     if matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_)) {
                         *left -= 1;
                         self.requests_left -= 1;
+                        if let Some(c) = self.slab.conns[i].as_mut() {
+                            c.window_requests = c.window_requests.saturating_add(1);
+                        }
                     }
                     self.on_event(i, ev, now)
                 }
@@ -419,6 +427,8 @@ impl Shard {
                 self.close_now(i);
                 continue;
             }
+            // No deadline counts against a session while it is held.
+            conn.held_catch_up(now);
             conflating += u64::from(conn.out.is_conflating());
             queued += conn.out.len() as u64;
             if conn.session.silence_due(&self.session_cfg, now) {

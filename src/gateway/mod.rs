@@ -25,6 +25,7 @@ pub mod acceptor;
 mod answer_marks;
 pub mod conn;
 mod conns;
+mod drain;
 mod fanout;
 pub mod lag;
 mod lanes;

@@ -26,7 +26,13 @@ impl Shard {
             return;
         };
         self.stats.busy_permille.set(u64::from(permille));
+        let heaviest = self.take_window_requests();
         if self.hosts_engine() && self.spill.enabled() {
+            // Request-heavy sessions leave first (see `drain.rs`).
+            if self.consider_drain(permille, heaviest, now) {
+                self.spill_to = None;
+                return;
+            }
             let sessions = self.stats.connections.get();
             let spill = self.spill;
             self.spill_to = spill.target(permille, sessions, self.peer_loads());
@@ -98,16 +104,17 @@ impl Shard {
         };
     }
 
-    /// The session to move: logged on, no request answer on its way here
-    /// (or none for [`ANSWER_WAIT_NS`]), the most subscriptions (the most
-    /// fan-out work), the highest slot on a tie.
+    /// The session to move: logged on, not held for a draining move, no
+    /// request answer on its way here (or none for [`ANSWER_WAIT_NS`]), the
+    /// most subscriptions (the most fan-out work), the highest slot on a
+    /// tie.
     pub(super) fn pick_mover(&self, now: u64) -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
         for (i, c) in self.slab.conns[..self.slab.live_end].iter().enumerate() {
             let Some(c) = c else { continue };
             let awaited =
                 c.requests_out > 0 && now.saturating_sub(c.last_request_ns) < ANSWER_WAIT_NS;
-            if !c.is_active() || awaited {
+            if !c.is_active() || awaited || c.is_held() {
                 continue;
             }
             if best.is_none_or(|(_, n)| c.subs.len() >= n) {
@@ -140,6 +147,14 @@ impl Shard {
         let Some(i) = self.pick_mover(now) else {
             return false;
         };
+        self.move_slot(i, to, now)
+    }
+
+    /// Hands the session in slot `i` to shard `to` (steps 2 and 3 of
+    /// [`Shard::spill_one`]; the caller drained this shard's ring). A held
+    /// session is let go first (its deadlines caught up): the receiver
+    /// reads it. Returns false if it stayed (no room, or the lane full).
+    pub(super) fn move_slot(&mut self, i: usize, to: usize, now: u64) -> bool {
         let peers = self.peers.clone();
         let peer = &peers[to];
         let tiers = self.fanout.tiers;
@@ -167,6 +182,8 @@ impl Shard {
             .on_stall(unnoted_stall_ns(self.last_sweep_ns, now));
         conn.in_write_list = false;
         conn.in_read_list = false;
+        conn.unhold(now);
+        conn.window_requests = 0;
         // Answers still counted here are long lost (see `pick_mover`).
         conn.requests_out = 0;
         match peer.adopt.try_send(conn) {
@@ -226,6 +243,9 @@ impl Shard {
         if owes {
             self.queue_write(i);
         }
+        // Frames left in its inbound buffer (a spent read budget, a hold)
+        // raise no socket event here: read it next turn.
+        self.slab.queue_read(i);
         Ok(i)
     }
 

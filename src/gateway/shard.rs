@@ -28,6 +28,7 @@ use rand::{Rng, SeedableRng};
 
 use super::acceptor::Handoff;
 use super::conn::Conn;
+use super::drain::{Drain, DrainPolicy};
 use super::fanout::Fanout;
 use super::lanes::{Lanes, MovesClosedOnExit, Peer};
 use super::outbound::OutBuf;
@@ -197,6 +198,10 @@ pub(super) struct Shard {
     pub(super) spill_to: Option<usize>,
     /// Sessions still to move on an operator's request.
     pub(super) spill_forced: u32,
+    /// When a request-heavy session is drained off this shard.
+    pub(super) drain_policy: DrainPolicy,
+    /// The draining move under way, if any.
+    pub(super) drain: Option<Drain>,
     /// Scratch for [`Shard::peer_loads`].
     pub(super) loads: Vec<ShardLoad>,
     /// See [`Lanes`]; cleared by shard 0 once it stops moving sessions.
@@ -281,6 +286,8 @@ impl Shard {
             },
             spill_to: None,
             spill_forced: 0,
+            drain_policy: DrainPolicy::DEFAULT,
+            drain: None,
             loads: Vec::new(),
             moves_open: Arc::new(AtomicBool::new(false)),
             disconnecting: false,
@@ -310,14 +317,19 @@ impl Shard {
             // which is bounded (see `queries::REQUESTS_PER_TURN`).
             self.flush_writes(monotonic_ns());
             self.requests_left = super::queries::REQUESTS_PER_TURN;
+            let reads = monotonic_ns();
             self.read_again();
+            self.busy.requests(reads, monotonic_ns());
             // Prices that arrived during the request reads go out before
             // the answers are copied.
             let late = self.drain_prices(monotonic_ns());
             if late > 0 {
                 self.flush_writes(monotonic_ns());
             }
-            got += late + self.drain_answers() + self.drain_verdicts(now);
+            let answers = monotonic_ns();
+            got += late + self.drain_answers();
+            self.busy.requests(answers, monotonic_ns());
+            got += self.drain_verdicts(now);
             // `park` sleeps in epoll_wait right after a turn with work (it
             // returns at once if anything is ready); other strategies poll
             // once more without sleeping first.
@@ -330,6 +342,9 @@ impl Shard {
             }
             if self.spill_forced > 0 || self.spill_to.is_some() {
                 self.spill_step(now);
+            }
+            if self.drain.is_some() {
+                self.drain_step(now);
             }
             if now >= self.next_sweep_ns {
                 self.lag_on_sweep(now);
@@ -524,6 +539,8 @@ impl Shard {
             last_request_ns: 0,
             answer_marks: super::answer_marks::AnswerMarks::new(),
             logon_ticket: 0,
+            window_requests: 0,
+            held_since_ns: None,
         };
         self.slab.put(i, conn);
         GatewayStats::add(&self.shared.stats.open, 1);

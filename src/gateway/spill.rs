@@ -16,6 +16,8 @@
 //! even with the others' ([`SpillPolicy`]), and the acceptor places new
 //! sessions as if `--shard0-fill` were 0: the layout that measured best
 //! under a heavy feed, reached once the feed is heavy.
+//! A session with request answers in flight is not moved by the spill;
+//! request-heavy sessions are drained instead (`drain.rs`), and go first.
 //! Sessions are not moved back when the load falls: a move costs the
 //! session nothing it can see, but moving back and forth on a load that
 //! swings around the mark would.
@@ -29,13 +31,16 @@
 //! [`SymbolInterest`]: crate::engine::SymbolInterest
 
 /// Share of wall time a shard's loop spends on turns that did work,
-/// measured over windows of at least `window_ns`. Time is given, never
-/// read, so the arithmetic is tested without a clock.
+/// measured over windows of at least `window_ns`, and the share of that
+/// work spent on request work (reading sessions' input, copying answers).
+/// Time is given, never read, so the arithmetic is tested without a clock.
 #[derive(Debug, Clone)]
 pub struct BusyMeter {
     window_ns: u64,
     start_ns: u64,
     busy_ns: u64,
+    request_ns: u64,
+    request_permille: u32,
 }
 
 impl BusyMeter {
@@ -45,7 +50,22 @@ impl BusyMeter {
             window_ns: window_ns.max(1),
             start_ns: now_ns,
             busy_ns: 0,
+            request_ns: 0,
+            request_permille: 0,
         }
+    }
+
+    /// Request work inside a turn, from `from_ns` to `to_ns` (counted in
+    /// [`BusyMeter::request_share`] only if the turn is counted as worked).
+    #[inline]
+    pub fn requests(&mut self, from_ns: u64, to_ns: u64) {
+        self.request_ns += to_ns.saturating_sub(from_ns);
+    }
+
+    /// Of the last closed window's busy time, the share spent on request
+    /// work, per-mille (at most 1000; 0 for a window without work).
+    pub fn request_share(&self) -> u32 {
+        self.request_permille
     }
 
     /// A turn that did work, from `from_ns` to `to_ns`.
@@ -62,8 +82,12 @@ impl BusyMeter {
             return None;
         }
         let permille = (u128::from(self.busy_ns) * 1000 / u128::from(span)).min(1000) as u32;
+        self.request_permille = (u128::from(self.request_ns) * 1000)
+            .checked_div(u128::from(self.busy_ns))
+            .map_or(0, |p| p.min(1000) as u32);
         self.start_ns = now_ns;
         self.busy_ns = 0;
+        self.request_ns = 0;
         Some(permille)
     }
 }
@@ -160,6 +184,27 @@ mod tests {
         // Time that goes backwards counts as nothing.
         m.worked(1_300 * MS, 1_200 * MS);
         assert_eq!(m.roll(1_230 * MS), Some(0));
+    }
+
+    #[test]
+    fn the_meter_reports_the_request_share_of_the_busy_time() {
+        let mut m = BusyMeter::new(50 * MS, 0);
+        assert_eq!(m.request_share(), 0, "no window closed yet");
+        // 20 ms worked, 15 of them on requests.
+        m.worked(0, 10 * MS);
+        m.requests(2 * MS, 9 * MS);
+        m.worked(20 * MS, 30 * MS);
+        m.requests(21 * MS, 29 * MS);
+        assert_eq!(m.roll(50 * MS), Some(400));
+        assert_eq!(m.request_share(), 750);
+        // An idle window: no share.
+        assert_eq!(m.roll(100 * MS), Some(0));
+        assert_eq!(m.request_share(), 0);
+        // Request time beyond the worked time is capped.
+        m.worked(100 * MS, 101 * MS);
+        m.requests(100 * MS, 110 * MS);
+        assert_eq!(m.roll(150 * MS), Some(20));
+        assert_eq!(m.request_share(), 1000);
     }
 
     #[test]

@@ -91,6 +91,11 @@ pub struct ShardStats {
     pub sessions_moved_out: Counter,
     /// Sessions this shard took over from another shard.
     pub sessions_moved_in: Counter,
+    /// Request-heavy sessions held and then moved away (`gateway::drain`).
+    pub drains_moved: Counter,
+    /// Holds ended without a move: the answers took longer than the
+    /// drain's wait, or no shard had room.
+    pub drains_aborted: Counter,
     /// Connections above the high water mark right now.
     pub conflating_now: Gauge,
     /// Sum of bytes waiting in outbound buffers (sampled each sweep).

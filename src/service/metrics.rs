@@ -174,6 +174,20 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
                 },
             )?;
         }
+        for (outcome, moved) in [("moved", true), ("aborted", false)] {
+            let g = s.clone();
+            r.register_counter_fn(
+                m::SESSION_DRAINS,
+                &[("shard", &shard), ("outcome", outcome)],
+                move || {
+                    if moved {
+                        g.drains_moved.get()
+                    } else {
+                        g.drains_aborted.get()
+                    }
+                },
+            )?;
+        }
         let d = s.clone();
         r.register_counter_fn(
             m::CONFLATIONS,

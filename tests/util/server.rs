@@ -63,6 +63,17 @@ pub fn ingest_service_with(
     pipeline: PipelineConfig,
     gateway: impl FnOnce(&mut GatewayConfig),
 ) -> Service {
+    ingest_service_tuned(config, pipeline, gateway, |_| {})
+}
+
+/// [`ingest_service_with`], with the whole service's settings (e.g. the
+/// request path's) adjusted last by `service`.
+pub fn ingest_service_tuned(
+    config: &str,
+    pipeline: PipelineConfig,
+    gateway: impl FnOnce(&mut GatewayConfig),
+    service: impl FnOnce(&mut ServiceConfig),
+) -> Service {
     let config = Arc::new(Config::parse(config, 0).unwrap());
     let mut cfg = ServiceConfig::new(config);
     cfg.synthetic = None;
@@ -87,6 +98,7 @@ pub fn ingest_service_with(
         cpus: Default::default(),
         tls: None,
     });
+    service(&mut cfg);
     Service::start(cfg).unwrap()
 }
 

@@ -197,6 +197,11 @@ pub const TLS_CERT_RELOADS: &str = "pricewire_tls_cert_reloads_total";
 /// Sessions a busy shard 0 moved to another shard (out) or a shard took over
 /// (in) (counter, by `shard`, `direction`).
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
+/// Request-heavy sessions a busy shard 0 held to move them away, by
+/// outcome: moved, or aborted (their answers not all in within the wait, or
+/// no room) and read again where they were (counter, by `shard`,
+/// `outcome`).
+pub const SESSION_DRAINS: &str = "pricewire_session_drains_total";
 /// Subscriber connections accepted by a gateway shard (counter, by `shard`).
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 /// Connections or session steps refused by admission control, by stage
@@ -365,6 +370,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Times a shard started lagging"),
     counter(SESSIONS_MOVED, &["shard", "direction"], "sessions", "gateway",
         "Sessions a busy shard 0 moved to another shard (out) or a shard took over (in)"),
+    counter(SESSION_DRAINS, &["shard", "outcome"], "sessions", "gateway",
+        "Request-heavy sessions a busy shard 0 held to move them away: moved, or aborted (answers not all in within the wait, or no room) and read again"),
     counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",
         "Subscriber connections accepted by a gateway shard"),
     counter(ADMISSION_REJECTS, &["stage"], "events", "gateway",

@@ -1,0 +1,262 @@
+//! Draining a request-heavy session off a busy shard 0 (`--threading
+//! shared`).
+//!
+//! With shared threading shard 0 also runs the engine, so every request a
+//! session on shard 0 sends is read, handed over and answered on the
+//! engine's thread. The spill (`spill.rs`) moves sessions off a busy shard
+//! 0, but only sessions with no request answer on its way
+//! (`Shard::pick_mover`: an answer is routed to the shard and slot that
+//! asked), and a flooding session always has answers on their way: in the
+//! storm drill the spill moved the price subscriber away and left the
+//! flood with the engine.
+//!
+//! A draining move gets such a session off. At the end of a measurement
+//! window in which shard 0 was busy (at least
+//! [`DrainPolicy::busy_permille`] of its wall time) and spent at least
+//! [`DrainPolicy::request_share_permille`] of that on request work, the
+//! session that sent the most requests in the window
+//! (at least [`DrainPolicy::min_requests`]) is *held*: its socket is no
+//! longer read, so its bytes wait there and TCP pushes back on the peer;
+//! no deadline counts against it while held (its idle, logon and frame
+//! deadlines move out by the time held). Once its last answer has been
+//! copied into its outbound buffer (`requests_out == 0`) it moves through
+//! the lane like any other session (`Shard::move_slot`: gap-free, a slot
+//! reserved there), outbound bytes and all, and the receiving shard reads
+//! it. If the answers have not all come within [`DrainPolicy::wait_ns`],
+//! or the move finds no room, the hold ends, the session is read again
+//! where it is, and the drain counts as aborted. One drain runs at a time,
+//! at most one starts per window; `--shard0-spill-pct 0` turns drains off
+//! with the spill.
+//!
+//! Request-heavy sessions go first: while a drain is under way, or shard 0
+//! is at the drain's busy and request-share marks, the spill moves no
+//! subscriber, so the price subscribers stay with the engine
+//! (a price to them crosses no thread) and the flood leaves instead. Once
+//! the flood is gone and shard 0 is still busy, the spill evens the
+//! sessions out as before. Counted by outcome in `pricewire_session_drains_total`
+//! (and, when moved, in `pricewire_sessions_moved_total`).
+
+use super::shard::Shard;
+use super::spill;
+
+/// When shard 0 drains a request-heavy session, and how long it waits for
+/// the session's answers. Decisions take the time as an argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DrainPolicy {
+    /// Busy share of shard 0's wall time, per-mille, at or above which it
+    /// drains (below the spill's default 50 %: a flood that keeps the
+    /// engine's thread a fifth busy already delays its prices).
+    pub(crate) busy_permille: u32,
+    /// Requests a session must have sent in the window (50 ms) to be
+    /// drained: 32, i.e. about 640 requests/s.
+    pub(crate) min_requests: u32,
+    /// Share of shard 0's busy time spent on request work (reading
+    /// sessions' input, copying answers), per-mille, at or above which it
+    /// drains.
+    pub(crate) request_share_permille: u32,
+    /// Longest a held session waits for its answers (well inside a
+    /// request's deadline budget; a held peer's own requests wait in its
+    /// socket meanwhile).
+    pub(crate) wait_ns: u64,
+}
+
+impl DrainPolicy {
+    /// The policy every shard runs with.
+    pub(crate) const DEFAULT: DrainPolicy = DrainPolicy {
+        busy_permille: 200,
+        min_requests: 32,
+        request_share_permille: 250,
+        wait_ns: 500_000_000,
+    };
+
+    /// Whether a shard `busy` per-mille busy, which spent `request_share`
+    /// per-mille of its busy time on request work and whose heaviest
+    /// session sent `heaviest` requests in the window, starts a drain.
+    pub(crate) fn due(&self, busy: u32, request_share: u32, heaviest: u32) -> bool {
+        busy >= self.busy_permille
+            && request_share >= self.request_share_permille
+            && heaviest >= self.min_requests
+    }
+
+    /// Whether a hold that started at `since_ns` has run out at `now_ns`.
+    pub(crate) fn expired(&self, since_ns: u64, now_ns: u64) -> bool {
+        now_ns.saturating_sub(since_ns) >= self.wait_ns
+    }
+}
+
+/// The slot and count of the candidate with the most requests, ties to the
+/// higher slot; `None` if there is no candidate.
+pub(crate) fn heaviest(candidates: impl Iterator<Item = (usize, u32)>) -> Option<(usize, u32)> {
+    candidates.fold(None, |best, (i, n)| match best {
+        Some((_, m)) if m > n => best,
+        _ => Some((i, n)),
+    })
+}
+
+/// A draining move under way: the held session's slot, the shard it goes
+/// to, and when the hold started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Drain {
+    pub(crate) slot: usize,
+    pub(crate) to: usize,
+    pub(crate) since_ns: u64,
+}
+
+impl Shard {
+    /// Ends the measurement window of every session's request count: the
+    /// heaviest logged-on session not already held (slot, requests).
+    pub(super) fn take_window_requests(&mut self) -> Option<(usize, u32)> {
+        let live = &mut self.slab.conns[..self.slab.live_end];
+        heaviest(live.iter_mut().enumerate().filter_map(|(i, c)| {
+            let c = c.as_mut()?;
+            let n = std::mem::take(&mut c.window_requests);
+            (c.is_active() && !c.is_held()).then_some((i, n))
+        }))
+    }
+
+    /// At the end of a window on the shard that runs the engine: holds the
+    /// heaviest session if the policy says so and a shard has room.
+    /// Returns whether request work is what keeps shard 0 busy (a drain
+    /// under way, or busy and request share at the policy's marks): the
+    /// spill then waits, as moving a subscriber would not relieve it.
+    pub(super) fn consider_drain(
+        &mut self,
+        busy: u32,
+        heaviest: Option<(usize, u32)>,
+        now: u64,
+    ) -> bool {
+        let closing = self.stopping.is_some() || self.disconnecting;
+        if self.drain.is_some() {
+            return true;
+        }
+        if closing || self.peers.len() < 2 {
+            return false;
+        }
+        let share = self.busy.request_share();
+        let p = self.drain_policy;
+        let requests_heavy = busy >= p.busy_permille && share >= p.request_share_permille;
+        let Some((slot, n)) = heaviest.filter(|&(_, n)| p.due(busy, share, n)) else {
+            return requests_heavy;
+        };
+        let Some(to) = spill::fewest(self.peer_loads()).map(|s| s.index) else {
+            return requests_heavy;
+        };
+        let Some(conn) = self.slab.conns[slot].as_mut() else {
+            return requests_heavy;
+        };
+        conn.hold(now);
+        conn.in_read_list = false;
+        self.slab.read_list.retain(|&k| k as usize != slot);
+        self.drain = Some(Drain {
+            slot,
+            to,
+            since_ns: now,
+        });
+        tracing::debug!(
+            shard = self.input.index,
+            slot,
+            to,
+            n,
+            share,
+            "draining a session"
+        );
+        true
+    }
+
+    /// Each turn while a drain runs: moves the held session once its
+    /// answers are all in, or lets it go when the wait runs out, the move
+    /// fails or the shard starts closing.
+    pub(super) fn drain_step(&mut self, now: u64) {
+        let Some(d) = self.drain else {
+            return;
+        };
+        let Some(conn) = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held()) else {
+            // Closed while held (its slot free or taken by a new session).
+            tracing::debug!(shard = self.input.index, "drained session closed");
+            self.drain = None;
+            return;
+        };
+        if self.stopping.is_some() || self.disconnecting || !conn.is_active() {
+            self.drain = None;
+            self.release_hold(d.slot, now);
+            return;
+        }
+        // Prices the engine holds for this shard's ring must be through
+        // first (see `spill_step`).
+        let ready = conn.requests_out == 0 && self.input.fanout.parked.get() == 0;
+        if ready {
+            self.drain = None;
+            while !self.input.consumer.is_empty() {
+                self.drain_prices(now);
+            }
+            if self.move_slot(d.slot, d.to, now) {
+                self.stats.drains_moved.inc();
+                let held_us = now.saturating_sub(d.since_ns) / 1_000;
+                tracing::debug!(shard = self.input.index, held_us, "drained session moved");
+                return;
+            }
+        } else if self.drain_policy.expired(d.since_ns, now) {
+            self.drain = None;
+        } else {
+            return;
+        }
+        // Not moved: read where it is.
+        let held_us = now.saturating_sub(d.since_ns) / 1_000;
+        tracing::debug!(shard = self.input.index, held_us, "drain aborted");
+        self.release_hold(d.slot, now);
+        self.stats.drains_aborted.inc();
+    }
+
+    /// Ends the hold on slot `i` (if still held) and reads it next turn.
+    fn release_hold(&mut self, i: usize, now: u64) {
+        if let Some(c) = self.slab.conns[i].as_mut().filter(|c| c.is_held()) {
+            c.unhold(now);
+            self.slab.queue_read(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_drain_is_due_only_on_a_busy_shard_doing_mostly_requests_for_a_heavy_session() {
+        let p = DrainPolicy::DEFAULT;
+        assert!(p.due(200, 250, 32));
+        assert!(p.due(1000, 1000, 5000));
+        assert!(!p.due(199, 1000, 5000), "shard 0 not busy enough");
+        assert!(!p.due(900, 249, 5000), "its work is mostly not requests");
+        assert!(!p.due(900, 1000, 31), "no session sends enough");
+        // A quiet tenant's 200 requests/s are 10 a window: never drained.
+        assert!(!p.due(1000, 1000, 10));
+    }
+
+    #[test]
+    fn a_hold_runs_out_after_the_wait_measured_from_its_start() {
+        let p = DrainPolicy {
+            wait_ns: 500 * MS,
+            ..DrainPolicy::DEFAULT
+        };
+        let start = 7_000 * MS;
+        assert!(!p.expired(start, start));
+        assert!(!p.expired(start, start + 499 * MS));
+        assert!(p.expired(start, start + 500 * MS));
+        // A clock read before the start (another thread's) is no expiry.
+        assert!(!p.expired(start, start - MS));
+    }
+
+    #[test]
+    fn the_heaviest_session_is_picked_ties_to_the_higher_slot() {
+        assert_eq!(heaviest(std::iter::empty()), None);
+        assert_eq!(heaviest([(0, 5)].into_iter()), Some((0, 5)));
+        assert_eq!(
+            heaviest([(0, 5), (3, 90), (4, 12)].into_iter()),
+            Some((3, 90))
+        );
+        assert_eq!(heaviest([(1, 9), (2, 9)].into_iter()), Some((2, 9)));
+        assert_eq!(heaviest([(1, 0), (2, 0)].into_iter()), Some((2, 0)));
+    }
+}
