@@ -20,7 +20,9 @@ use pricewire::pipeline::PipelineConfig;
 use pricewire::runtime::{Threading, WaitStrategy};
 use pricewire::service::Service;
 
+// A loopback test server: a clear provider token is allowed with the switch.
 const CONFIG: &str = r#"
+insecure_plain_tokens = true
 [[providers]]
 name = "bridge-a"
 kind = "ingest"

@@ -88,7 +88,9 @@ pub struct GatewayArgs {
     #[arg(long, conflicts_with = "feed_tls_client_ca")]
     pub feed_plaintext: bool,
 
-    /// Token accepted at ProviderLogon for providers without their own.
+    /// Token accepted at ProviderLogon for providers without their own,
+    /// on a loopback --feed-listen only (a clear, shared value; from the
+    /// network each provider needs its own hashed token).
     #[arg(long, default_value = INGEST_TOKEN_DEFAULT, value_name = "TOKEN")]
     pub ingest_token: String,
 

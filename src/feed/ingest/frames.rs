@@ -200,17 +200,25 @@ enum TokenCheck {
     Verify,
 }
 
+/// The shared `--ingest-token` logs a provider on only on a loopback
+/// listener, compared in constant time.
+fn shared_token_accepted(listen: std::net::SocketAddr, expected: &str, presented: &[u8]) -> bool {
+    listen.ip().is_loopback() && crate::auth::hash::constant_time_eq(expected.as_bytes(), presented)
+}
+
 /// Checks a provider's token. Its own token is stored hashed: a repeat
 /// logon with the same token reuses a cached verification; otherwise
 /// argon2 runs on the verifier thread, never here (see docs/security.md).
 /// The `--ingest-token` default for the other providers is compared in
-/// constant time.
+/// constant time, and only on a loopback ingest listener: it is a clear,
+/// shared value (a command-line flag with a documented default), so from
+/// the network only a provider's own hashed token logs on.
 fn provider_token(l: &wire::ProviderLogon<'_>, id: usize, cx: &Ctx<'_>) -> TokenCheck {
     let Some(p) = cx.table.providers().get(id) else {
         return TokenCheck::Bad;
     };
     let ok = if p.kind != ProviderKind::Ingest || p.token.is_empty() {
-        crate::auth::hash::constant_time_eq(cx.cfg.default_token.as_bytes(), l.token)
+        shared_token_accepted(cx.cfg.listen, &cx.cfg.default_token, l.token)
     } else if !crate::auth::hash::is_hash(&p.token) {
         crate::auth::hash::verify(&p.token, l.token) // clear (loopback demo)
     } else if cx
@@ -351,5 +359,29 @@ mod tests {
         assert_eq!(readable(&hb).template_id, wire::template::HEARTBEAT);
         assert_eq!(readable(&hb).request_id, 0);
         assert_eq!(readable(&frame[..7]), Readable::default());
+    }
+
+    #[test]
+    fn the_shared_ingest_token_works_on_loopback_only() {
+        let on = |a: &str| a.parse::<std::net::SocketAddr>().unwrap();
+        for loopback in ["127.0.0.1:9500", "127.0.0.9:9500", "[::1]:9500"] {
+            assert!(shared_token_accepted(
+                on(loopback),
+                "demo-feed",
+                b"demo-feed"
+            ));
+            assert!(!shared_token_accepted(
+                on(loopback),
+                "demo-feed",
+                b"demo-fee"
+            ));
+        }
+        for network in ["0.0.0.0:9500", "10.1.2.3:9500", "[::]:9500"] {
+            assert!(!shared_token_accepted(
+                on(network),
+                "demo-feed",
+                b"demo-feed"
+            ));
+        }
     }
 }
