@@ -19,7 +19,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -363,8 +363,8 @@ fn steady(
 
 fn start_server(addr: SocketAddr, ops: SocketAddr) -> net::Server {
     let bin = std::env::var("PRICEWIRE_BIN").unwrap_or(env!("CARGO_BIN_EXE_pricewire").into());
-    let child = Command::new(bin)
-        .args(["serve", "--synthetic-rate", "2000", "--shards", "2"])
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--synthetic-rate", "2000", "--shards", "2"])
         .args(["--report-interval-ms", "60000", "--drain-delay-ms", "0"])
         .args([
             "--listen",
@@ -378,18 +378,8 @@ fn start_server(addr: SocketAddr, ops: SocketAddr) -> net::Server {
             vec![]
         } else {
             vec!["--busy-retry-min-ms", "500", "--busy-retry-max-ms", "2000"]
-        })
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = net::Server(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !net::ready(ops) {
-        assert!(Instant::now() < deadline, "server never became ready");
-        std::thread::yield_now();
-    }
-    server
+        });
+    net::start_ready(&mut cmd, ops)
 }
 
 /// `GET /metrics`.

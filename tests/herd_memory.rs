@@ -8,7 +8,7 @@
 //! round.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pricewire::client::{Client, ClientConfig, Event};
@@ -33,8 +33,8 @@ fn herd_size() -> usize {
 }
 
 fn start_server(addr: SocketAddr, ops: SocketAddr) -> net::Server {
-    let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args(["serve", "--synthetic-rate", "500"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pricewire"));
+    cmd.args(["serve", "--synthetic-rate", "500"])
         .args(["--report-interval-ms", "60000", "--drain-delay-ms", "0"])
         .args([
             "--listen",
@@ -59,18 +59,8 @@ fn start_server(addr: SocketAddr, ops: SocketAddr) -> net::Server {
         // Nor loop-lag shedding: a debug build on a loaded host lags under
         // a herd, and a refused client here is not what is measured
         // (tests/herd_cpu_hog.rs is the lag drill).
-        .args(["--loop-lag-target-ms", "0"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = net::Server(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !net::ready(ops) {
-        assert!(Instant::now() < deadline, "server never became ready");
-        std::thread::yield_now();
-    }
-    server
+        .args(["--loop-lag-target-ms", "0"]);
+    net::start_ready(&mut cmd, ops)
 }
 
 /// One round: `n` clients log on and subscribe, every client reads its

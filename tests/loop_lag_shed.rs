@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,8 +75,8 @@ fn config(addr: SocketAddr, seed: u64) -> ClientConfig {
 }
 
 fn start(addr: SocketAddr, ops: SocketAddr) -> net::Server {
-    let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args(["serve", "--synthetic-rate", "1000", "--shards", "1"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pricewire"));
+    cmd.args(["serve", "--synthetic-rate", "1000", "--shards", "1"])
         .args(["--report-interval-ms", "60000", "--drain-delay-ms", "0"])
         .args([
             "--listen",
@@ -86,18 +86,8 @@ fn start(addr: SocketAddr, ops: SocketAddr) -> net::Server {
         ])
         .args(["--loop-lag-target-ms", "50"])
         .args(["--busy-retry-min-ms", &RETRY_MIN_MS.to_string()])
-        .args(["--busy-retry-max-ms", &RETRY_MAX_MS.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = net::Server(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !net::ready(ops) {
-        assert!(Instant::now() < deadline, "server never became ready");
-        std::thread::yield_now();
-    }
-    server
+        .args(["--busy-retry-max-ms", &RETRY_MAX_MS.to_string()]);
+    net::start_ready(&mut cmd, ops)
 }
 
 /// Reads events until a Reject for `rid` (bounded); counts prices seen.

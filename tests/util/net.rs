@@ -70,3 +70,23 @@ impl Drop for Server {
         let _ = self.0.wait();
     }
 }
+
+/// Starts the server `cmd` describes (stdout discarded, `RUST_LOG=warn`)
+/// and waits up to 30 s for `/readyz` on its ops listener `ops`.
+pub fn start_ready(cmd: &mut std::process::Command, ops: SocketAddr) -> Server {
+    let child = cmd
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready(ops) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server never became ready"
+        );
+        std::thread::yield_now();
+    }
+    server
+}
