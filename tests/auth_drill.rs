@@ -114,26 +114,16 @@ fn start(config: &Path, extra: &[&str], log_dir: Option<&Path>) -> Server {
         feed,
     };
     let deadline = Instant::now() + WAIT;
-    while !http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+    while !net::http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
         assert!(Instant::now() < deadline, "server not ready");
         std::thread::park_timeout(Duration::from_millis(20));
     }
     server
 }
 
-fn http_get(ops: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&ops, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
-}
-
 /// One sample of the ops endpoint's /metrics (`name{labels}`), 0 if absent.
 fn metric(ops: SocketAddr, series: &str) -> f64 {
-    let body = http_get(ops, "/metrics").unwrap_or_default();
+    let body = net::http_get(ops, "/metrics").unwrap_or_default();
     body.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())

@@ -4,8 +4,7 @@
 //! SIGCONT no subscriber is disconnected and none sees a sequence gap: the
 //! server's stall is its own silence, not theirs.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,33 +27,15 @@ struct Server(Child);
 impl Drop for Server {
     fn drop(&mut self) {
         // A stopped child cannot die of SIGKILL until continued.
-        signal(self.0.id(), "-CONT");
+        net::signal(self.0.id(), "-CONT");
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
-}
-
-fn http_get(ops: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&ops, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
-}
-
 /// Sum of a metric family's samples in the ops endpoint's /metrics.
 fn metric_sum(ops: SocketAddr, name: &str) -> f64 {
-    let body = http_get(ops, "/metrics").unwrap_or_default();
+    let body = net::http_get(ops, "/metrics").unwrap_or_default();
     body.lines()
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -83,7 +64,7 @@ fn start_server() -> (Server, SocketAddr, SocketAddr) {
         .expect("start pricewire");
     let server = Server(child);
     wait_until("server ready", || {
-        http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+        net::http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     });
     (server, addr, ops)
 }
@@ -143,7 +124,7 @@ fn a_six_second_sigstop_disconnects_no_heartbeating_subscriber() {
             .all(|(s, _)| s.prices.load(Ordering::Relaxed) > 0)
     });
 
-    signal(pid, "-STOP");
+    net::signal(pid, "-STOP");
     // The drill itself: the server stays stopped this long (not a wait
     // for a condition).
     std::thread::sleep(STOP_FOR);
@@ -151,7 +132,7 @@ fn a_six_second_sigstop_disconnects_no_heartbeating_subscriber() {
         .iter()
         .map(|(s, _)| s.prices.load(Ordering::Relaxed))
         .collect();
-    signal(pid, "-CONT");
+    net::signal(pid, "-CONT");
 
     // Past the first sweeps after the stall: every subscriber receives
     // again, and the server measured the stall.

@@ -24,23 +24,15 @@ mod net;
 const RETRY_MIN_MS: u32 = 200;
 const RETRY_MAX_MS: u32 = 600;
 
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
-}
-
 /// SIGSTOP/SIGCONT pulses until `stop`; always leaves the server running.
 fn pulses(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         while !stop.load(Relaxed) {
-            signal(pid, "-STOP");
+            net::signal(pid, "-STOP");
             // The stimulus's duty cycle (a starved server), not a wait for
             // anything to happen.
             std::thread::sleep(Duration::from_millis(120));
-            signal(pid, "-CONT");
+            net::signal(pid, "-CONT");
             std::thread::sleep(Duration::from_millis(30));
         }
     })

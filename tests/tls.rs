@@ -70,7 +70,7 @@ impl Server {
             feed,
         };
         wait_until("server ready", || {
-            http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+            net::http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
         });
         s
     }
@@ -78,7 +78,7 @@ impl Server {
     /// Sum of the samples of `family` whose labels contain every `labels`
     /// entry (`name="value"`).
     fn metric(&self, family: &str, labels: &[&str]) -> f64 {
-        let body = http_get(self.ops, "/metrics").unwrap_or_default();
+        let body = net::http_get(self.ops, "/metrics").unwrap_or_default();
         body.lines()
             .filter(|l| l.starts_with(&format!("{family}{{")))
             .filter(|l| labels.iter().all(|want| l.contains(want)))
@@ -87,22 +87,8 @@ impl Server {
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig}");
+        net::signal(self.child.id(), sig);
     }
-}
-
-fn http_get(ops: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&ops, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
 }
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -375,6 +361,6 @@ fn feed_plaintext_keeps_the_ingest_listener_plain_beside_tls_subscribers() {
     assert!(provider_logon(&mut raw), "plaintext ingest answers");
     assert!(watch(server.addr, &ca_pem).status.success());
     // Without TLS on the feed listener it registers no TLS series.
-    let body = http_get(server.ops, "/metrics").unwrap_or_default();
+    let body = net::http_get(server.ops, "/metrics").unwrap_or_default();
     assert!(!body.contains("listener=\"feed\""), "no feed TLS series");
 }

@@ -90,3 +90,26 @@ pub fn start_ready(cmd: &mut std::process::Command, ops: SocketAddr) -> Server {
     }
     server
 }
+
+/// `GET path` on the ops listener `ops`: the whole response (status line,
+/// headers and body), or `None` if it could not be had in time.
+pub fn http_get(ops: SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&ops, Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// Sends signal `sig` (`-STOP`, `-CONT`, `-HUP`, …) to process `pid`
+/// with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
