@@ -23,13 +23,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::codec::BUS_MESSAGE_LEN;
 use super::lease::Lease;
 use super::nats::client::Client;
 use super::nats::jetstream::{self, KvError, KvKey};
+use super::thread::BusThread;
 use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_POLL_MS};
 use crate::clock::monotonic_ns;
 use crate::engine::ShardInput;
@@ -38,8 +38,7 @@ use crate::runtime::HostedTasks;
 
 /// A running core publisher; [`BusPublisher::stop`] drains and flushes.
 pub struct BusPublisher {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: BusThread,
     /// The bus thread's counters.
     pub stats: Arc<BusStats>,
 }
@@ -87,7 +86,6 @@ impl BusPublisher {
     ) -> Result<BusPublisher, BusError> {
         input.interest.set_all();
         let stats = Arc::new(BusStats::default());
-        let stop = Arc::new(AtomicBool::new(false));
         let subjects = table
             .instruments()
             .iter()
@@ -96,49 +94,23 @@ impl BusPublisher {
         let digits = table.instruments().iter().map(|i| i.digits).collect();
         let names: Vec<String> = table.instruments().iter().map(|i| i.name.clone()).collect();
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
-        let (cfg, st, stop2) = (cfg.clone(), stats.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("pw-bus".into())
-            .spawn(move || {
-                let tables = (subjects, digits, names);
-                let ring = (input.consumer, input.hosted);
-                bus_thread(cfg, st, tables, ring, ready_tx, &stop2)
-            })
-            .map_err(|e| BusError::Thread(e.to_string()))?;
+        let (cfg, st) = (cfg.clone(), stats.clone());
+        let thread = BusThread::spawn(move |stop| {
+            let tables = (subjects, digits, names);
+            let ring = (input.consumer, input.hosted);
+            bus_thread(cfg, st, tables, ring, ready_tx, &stop)
+        })?;
         let started = ready_rx
             .recv_timeout(super::CONNECT_TIMEOUT * 2)
             .map_err(|_| BusError::Thread("no start-up report".into()))
             .and_then(|r| r);
-        let mut publisher = BusPublisher {
-            stop,
-            thread: Some(thread),
-            stats,
-        };
-        match started {
-            Ok(()) => Ok(publisher),
-            Err(e) => {
-                publisher.halt();
-                Err(e)
-            }
-        }
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // On an error the thread is halted as `thread` drops.
+        started.map(|()| BusPublisher { thread, stats })
     }
 
     /// Publishes what is left in the ring, flushes the client and joins.
     pub fn stop(mut self) {
-        self.halt();
-    }
-}
-
-impl Drop for BusPublisher {
-    fn drop(&mut self) {
-        self.halt();
+        self.thread.halt();
     }
 }
 

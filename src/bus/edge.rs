@@ -25,12 +25,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::nats::client::Client;
 use super::nats::jetstream::{self, JsError};
 use super::staleness::Staleness;
+use super::thread::BusThread;
 use super::{connect, BusConfig, BusError, BusStats, LOAD_TIMEOUT};
 use crate::clock::monotonic_ns;
 use crate::engine::{
@@ -63,8 +63,7 @@ pub struct EdgeParts {
 
 /// A running edge subscriber.
 pub struct BusSubscriber {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: BusThread,
     /// The bus thread's counters.
     pub stats: Arc<BusStats>,
 }
@@ -141,48 +140,21 @@ impl BusSubscriber {
             wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
             stats: stats.clone(),
         };
-        let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
-        let (cfg, stop2) = (cfg.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("pw-bus".into())
-            .spawn(move || inbox.run(cfg, ready_tx, stop2))
-            .map_err(|e| BusError::Thread(e.to_string()))?;
-        let mut sub = BusSubscriber {
-            stop,
-            thread: Some(thread),
-            stats,
-        };
+        let cfg = cfg.clone();
+        let thread = BusThread::spawn(move |stop| inbox.run(cfg, ready_tx, stop))?;
         let wait = super::CONNECT_TIMEOUT * 2 + LOAD_TIMEOUT;
+        // On an error the thread is halted as `thread` drops.
         match ready_rx.recv_timeout(wait) {
-            Ok(Ok(())) => Ok((sub, parts)),
-            Ok(Err(e)) => {
-                sub.halt();
-                Err(e)
-            }
-            Err(_) => {
-                sub.halt();
-                Err(BusError::Load(format!("not loaded within {wait:?}")))
-            }
-        }
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            Ok(Ok(())) => Ok((BusSubscriber { thread, stats }, parts)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(BusError::Load(format!("not loaded within {wait:?}"))),
         }
     }
 
     /// Stops taking prices; the shards' rings are then abandoned.
     pub fn stop(mut self) {
-        self.halt();
-    }
-}
-
-impl Drop for BusSubscriber {
-    fn drop(&mut self) {
-        self.halt();
+        self.thread.halt();
     }
 }
 

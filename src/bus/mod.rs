@@ -39,6 +39,7 @@ pub mod lease;
 mod nats;
 mod staleness;
 mod stats;
+mod thread;
 
 pub use self::staleness::{MAX_AGE_MS_DEFAULT, MAX_AGE_MS_MAX, MAX_AGE_MS_MIN};
 
