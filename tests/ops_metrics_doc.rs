@@ -187,8 +187,31 @@ fn families(text: &str) -> Vec<(String, Family)> {
     fams
 }
 
-/// Values the code lists but a scrape shows only once they were counted.
+/// Values the code lists but a scrape shows only once they were counted,
+/// or only for the threads one configuration happens to run.
 fn add_listed_values(fams: &mut [(String, Family)]) {
+    if let Some((_, f)) = fams
+        .iter_mut()
+        .find(|(n, _)| n == catalogue::THREAD_RT_PRIORITY)
+    {
+        let seen = f.labels.iter().flat_map(|(_, values)| values.iter());
+        for thread in seen {
+            assert!(
+                catalogue::THREAD_NAMES
+                    .iter()
+                    .any(|t| match t.strip_suffix('-') {
+                        Some(feed) => thread.starts_with(t) && thread.len() > feed.len() + 1,
+                        None => thread == t,
+                    }),
+                "thread {thread} is missing from catalogue::THREAD_NAMES"
+            );
+        }
+        let names = catalogue::THREAD_NAMES
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        f.labels = vec![("thread".into(), names)];
+    }
     let Some((_, f)) = fams
         .iter_mut()
         .find(|(n, _)| n == catalogue::OPS_HTTP_REQUESTS)
@@ -307,9 +330,12 @@ fn operations_doc_metrics_equal_the_generated_catalogue() {
             .position(|(a, b)| a != b)
             .unwrap_or(0);
         panic!(
-            "docs/operations.md's metrics differ from the code near line {}; \
+            "docs/operations.md's metrics differ from the code near line {}: \
+             the doc says {:?}, the code {:?}; \
              run PRICEWIRE_BLESS=1 cargo test --test ops_metrics_doc",
-            line + 1
+            line + 1,
+            doc.lines().nth(line).unwrap_or(""),
+            fresh.lines().nth(line).unwrap_or("")
         );
     }
 }

@@ -294,6 +294,24 @@ pub const BUILD_INFO: &str = "pricewire_build_info";
 /// Real-time (SCHED_FIFO/SCHED_RR) priority of each pw-* thread as the kernel
 /// reports it now; 0 = normal scheduling (gauge, by `thread`).
 pub const THREAD_RT_PRIORITY: &str = "pricewire_thread_rt_priority";
+/// Every `pw-*` thread name a `serve` process can run, as
+/// [`THREAD_RT_PRIORITY`]'s `thread` label shows it with indices written `N`
+/// (`pw-feedN-` is followed by the first letters of the feed's name; the
+/// kernel keeps 15 bytes of a thread name). Which of them exist depends on
+/// the configuration: `pw-engine` only with `--threading dedicated`,
+/// `pw-bus` only on a bus core or edge.
+pub const THREAD_NAMES: &[&str] = &[
+    "pw-acceptor",
+    "pw-authN",
+    "pw-bus",
+    "pw-dispatch",
+    "pw-engine",
+    "pw-feedN-",
+    "pw-ingest",
+    "pw-provauthN",
+    "pw-requestN",
+    "pw-shardN",
+];
 /// Times the allocator's free memory was returned to the kernel after
 /// connections left (counter).
 pub const MEMORY_TRIMS: &str = "pricewire_memory_trims_total";
