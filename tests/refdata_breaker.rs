@@ -96,18 +96,26 @@ fn slow_duration(o: Outcome) -> bool {
         if duration_ns > SLOW_MS * 1_000_000)
 }
 
-#[test]
-fn client_errors_per_fault_and_their_classification() {
-    let (mut server, proxy) = setup();
-    let store = AccountStore::new(&config(proxy.local_addr()), table());
-    let timed = |s: &AccountStore, name: &str| {
-        let t = std::time::Instant::now();
-        let r = s.fetch(name);
-        let d = t.elapsed().as_nanos() as u64;
-        let o = classify(&r, d);
-        (r, o)
-    };
+/// One fetch of `name`, and how the breaker classifies it by its result and
+/// the time it took.
+fn timed(
+    s: &AccountStore,
+    name: &str,
+) -> (
+    Result<Option<pricewire::config::Account>, FetchError>,
+    Outcome,
+) {
+    let t = std::time::Instant::now();
+    let r = s.fetch(name);
+    let d = t.elapsed().as_nanos() as u64;
+    let o = classify(&r, d);
+    (r, o)
+}
 
+#[test]
+fn record_answers_are_successes_or_ignored() {
+    let (server, proxy) = setup();
+    let store = AccountStore::new(&config(proxy.local_addr()), table());
     let (r, o) = timed(&store, "alice");
     assert!(matches!(&r, Ok(Some(a)) if a.token == S3CRET_HASH), "{r:?}");
     assert!(matches!(o, Outcome::Success { .. }));
@@ -125,7 +133,12 @@ fn client_errors_per_fault_and_their_classification() {
         "{r:?}"
     );
     assert_eq!(o, Outcome::Ignored);
+}
 
+#[test]
+fn network_faults_are_failures_and_latency_a_slow_success() {
+    let (_server, proxy) = setup();
+    let store = AccountStore::new(&config(proxy.local_addr()), table());
     // Blackholed connection: the request vanishes, the read hits the
     // command deadline.
     proxy.set_toxic(Toxic::Blackhole);
@@ -172,17 +185,19 @@ fn client_errors_per_fault_and_their_classification() {
         "{o:?}"
     );
     proxy.clear_toxics();
+}
 
+#[test]
+fn a_refused_or_killed_server_is_a_failure() {
+    let (mut server, _proxy) = setup();
+    let refused_connect = Err(FetchError::Pool(PoolError::Connect(RedisError::Connect {
+        kind: ErrorKind::ConnectionRefused,
+    })));
     // Refused: nothing listens.
     let refused = AccountStore::new(&config(closed_port()), table());
     let (r, o) = timed(&refused, "alice");
     println!("refused -> {r:?}");
-    assert_eq!(
-        r,
-        Err(FetchError::Pool(PoolError::Connect(RedisError::Connect {
-            kind: ErrorKind::ConnectionRefused
-        })))
-    );
+    assert_eq!(r, refused_connect);
     assert!(matches!(o, Outcome::Failure { .. }));
 
     // Server killed: the pooled connection sees EOF, the next connect is
@@ -198,12 +213,7 @@ fn client_errors_per_fault_and_their_classification() {
     assert!(is_reset(&r), "{r:?}");
     assert!(matches!(o, Outcome::Failure { .. }));
     let (r, _) = timed(&direct, "alice");
-    assert_eq!(
-        r,
-        Err(FetchError::Pool(PoolError::Connect(RedisError::Connect {
-            kind: ErrorKind::ConnectionRefused
-        })))
-    );
+    assert_eq!(r, refused_connect);
 }
 
 /// `n` fetches of `name` at the clock's time; returns the breaker state.

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use pricewire::config::Config;
 use pricewire::resilience::proxy::{FaultProxy, Toxic};
 use pricewire::wire::{
-    self, DisconnectReason, LogonRejectReason, OwnedMessage, SubscribeStatus, SymbolRef,
-    TIER_ACCOUNT_DEFAULT,
+    self, DisconnectReason, LogonRejectReason, OwnedMessage, SubscribeResult, SubscribeStatus,
+    SymbolRef, TIER_ACCOUNT_DEFAULT,
 };
 
 use redis::RedisServer;
@@ -229,6 +229,30 @@ fn revocation_bound(ttl_ms: u64) -> Duration {
     Duration::from_millis(ttl_ms * 120 / 100 + 2 * 1_000 + 850)
 }
 
+/// Sets one field of alice's Redis record and waits for the unsolicited
+/// SubscribeResponse that ends the withdrawn subscriptions; its results.
+fn withdraw(
+    server: &RedisServer,
+    s: &mut Raw,
+    field: &[u8],
+    value: &[u8],
+    bound: Duration,
+) -> Vec<SubscribeResult> {
+    server.command(&[b"HSET", b"pricewire:account:alice", field, value]);
+    let changed = Instant::now();
+    let withdrawn = s.until(bound + Duration::from_secs(5), |m| {
+        matches!(m, OwnedMessage::SubscribeResponse { request_id: 0, .. })
+    });
+    let took = changed.elapsed();
+    let what = String::from_utf8_lossy(field);
+    let Some(OwnedMessage::SubscribeResponse { results, .. }) = withdrawn else {
+        panic!("no {what} withdrawal within {took:?}");
+    };
+    eprintln!("{what} withdrawn: reached the session after {took:?} (bound {bound:?})");
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    results
+}
+
 #[test]
 fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     let server = RedisServer::start();
@@ -261,35 +285,15 @@ fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     assert!(s.until(START, ok(2)).is_some(), "retail subscribe refused");
 
     // A tier withdrawn (not the default): its subscriptions end.
-    server.command(&[b"HSET", b"pricewire:account:alice", b"tiers", b"raw"]);
-    let changed = Instant::now();
     let bound = revocation_bound(ttl_ms);
-    let withdrawn = s.until(bound + Duration::from_secs(5), |m| {
-        matches!(m, OwnedMessage::SubscribeResponse { request_id: 0, .. })
-    });
-    let took = changed.elapsed();
-    let Some(OwnedMessage::SubscribeResponse { results, .. }) = withdrawn else {
-        panic!("no tier withdrawal within {took:?}");
-    };
-    eprintln!("tier withdrawn: reached the session after {took:?} (bound {bound:?})");
-    assert!(took <= bound, "{took:?} > {bound:?}");
+    let results = withdraw(&server, &mut s, b"tiers", b"raw", bound);
     assert_eq!(results.len(), 1);
     assert_eq!(
         (results[0].symbol_id, results[0].status),
         (eurusd, SubscribeStatus::TIER_NOT_ENTITLED)
     );
 
-    server.command(&[b"HSET", b"pricewire:account:alice", b"symbols", b"EURUSD"]);
-    let changed = Instant::now();
-    let withdrawn = s.until(bound + Duration::from_secs(5), |m| {
-        matches!(m, OwnedMessage::SubscribeResponse { request_id: 0, .. })
-    });
-    let took = changed.elapsed();
-    let Some(OwnedMessage::SubscribeResponse { results, .. }) = withdrawn else {
-        panic!("no withdrawal within {took:?}");
-    };
-    eprintln!("symbol withdrawn: reached the session after {took:?} (bound {bound:?})");
-    assert!(took <= bound, "{took:?} > {bound:?}");
+    let results = withdraw(&server, &mut s, b"symbols", b"EURUSD", bound);
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].symbol_id, usdjpy);
     assert_eq!(results[0].status, SubscribeStatus::NOT_ENTITLED);
