@@ -5,8 +5,6 @@
 //! name, and the provider turns healthy. SIGTERM logs the provider out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -18,19 +16,6 @@ use pricewire::feed::fix::sim::{FixSim, SimConfig, SimSymbol};
 mod net;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn http_body(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-}
 
 fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + LIMIT;
@@ -135,7 +120,7 @@ fn fix_metrics_of_the_binary_match_the_docs_and_shutdown_logs_out() {
     let healthy = "pricewire_provider_healthy{provider=\"lp-a\"} 1";
     let mut body = String::new();
     let up = wait_for(|| {
-        body = http_body(ops, "/metrics").unwrap_or_default();
+        body = net::http_body(ops, "/metrics").unwrap_or_default();
         body.contains(healthy)
     });
     assert!(up, "{healthy} never appeared:\n{body}");

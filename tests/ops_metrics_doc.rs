@@ -12,8 +12,6 @@ mod net;
 mod wait;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -51,21 +49,6 @@ impl Drop for Server {
     }
 }
 
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
-
 /// One `/metrics` answer of the binary in the reference configuration.
 fn scrape_reference() -> String {
     let (ops, record) = (net::free_addr(), tempfile::tempdir().unwrap());
@@ -85,8 +68,8 @@ fn scrape_reference() -> String {
     let _server = Server(child);
     let mut body = None;
     let ready = wait::wait_until(Duration::from_secs(30), || {
-        if get(ops, "/readyz").is_some_and(|(code, _)| code == 200) {
-            if let Some((200, b)) = get(ops, "/metrics") {
+        if net::http_answer(ops, "/readyz").is_some_and(|(code, _)| code == 200) {
+            if let Some((200, b)) = net::http_answer(ops, "/metrics") {
                 body = Some(b);
             }
         }

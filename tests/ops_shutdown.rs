@@ -6,7 +6,7 @@
 //! Disconnect(shutdown) with a retryAfterMs, the process exits 0 within the
 //! grace period and the capture is complete.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,19 +20,6 @@ const GRACE_MS: u64 = 10_000;
 
 #[path = "util/net.rs"]
 mod net;
-
-fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_whitespace().nth(1)?.parse().ok()
-}
 
 fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -115,26 +102,11 @@ fn disconnect_of(c: &mut Client, timeout: Duration) -> Option<(DisconnectReason,
     None
 }
 
-fn http_body(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
-}
-
 /// The real service's /metrics is valid exposition and carries every
 /// family the operations issue lists (breakers appear per dependency, and
 /// this run has none).
 fn check_metrics(ops: SocketAddr) {
-    let body = http_body(ops, "/metrics");
+    let body = net::http_body(ops, "/metrics").unwrap_or_default();
     let lines = body.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
     let names: std::collections::BTreeSet<&str> =
@@ -264,8 +236,9 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
     let record = tempfile::tempdir().unwrap();
     let mut server = serve_with_recorder(listen_addr, ops_addr, record.path());
     assert!(
-        wait_for(Duration::from_secs(30), || http_status(ops_addr, "/readyz")
-            == Some(200)),
+        wait_for(Duration::from_secs(30), || net::http_status(
+            ops_addr, "/readyz"
+        ) == Some(200)),
         "server never became ready"
     );
     check_metrics(ops_addr);
@@ -285,7 +258,7 @@ fn sigterm_drains_then_disconnects_in_order_and_exits_zero() {
 
     // Readiness fails at once.
     assert!(
-        wait_for(Duration::from_millis(500), || http_status(
+        wait_for(Duration::from_millis(500), || net::http_status(
             ops_addr, "/readyz"
         ) == Some(503)),
         "/readyz did not turn 503 right after SIGTERM"

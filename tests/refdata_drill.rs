@@ -19,7 +19,6 @@ mod server;
 #[path = "util/wait.rs"]
 mod wait;
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -78,21 +77,8 @@ fn start(dir: &Path, redis: SocketAddr, config: &str, log: &str, rust_log: &str)
     Binary { child, listen, ops }
 }
 
-fn http_body(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-}
-
 fn metric(b: &Binary, line_start: &str) -> Option<f64> {
-    let body = http_body(b.ops, "/metrics")?;
+    let body = net::http_body(b.ops, "/metrics")?;
     body.lines()
         .find(|l| l.starts_with(line_start))
         .and_then(|l| l.rsplit(' ').next())

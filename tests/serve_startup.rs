@@ -3,8 +3,7 @@
 //! started, bad numbers are refused naming the flag, and a plain `serve`
 //! does not wait out a start-up stagger.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -139,19 +138,6 @@ fn a_negative_number_in_the_config_file_names_the_key() {
     );
 }
 
-fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_whitespace().nth(1)?.parse().ok()
-}
-
 #[test]
 fn a_plain_serve_with_a_hostname_starts_at_once() {
     let ops = net::free_addr();
@@ -170,7 +156,7 @@ fn a_plain_serve_with_a_hostname_starts_at_once() {
         .unwrap();
     let mut ready = false;
     while start.elapsed() < Duration::from_secs(8) {
-        if http_status(ops, "/readyz") == Some(200) {
+        if net::http_status(ops, "/readyz") == Some(200) {
             ready = true;
             break;
         }

@@ -100,8 +100,28 @@ pub fn http_get(ops: SocketAddr, path: &str) -> Option<String> {
     let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).ok()?;
     let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
+    // A reset after the answer (the server closing at once) keeps what
+    // was read.
+    let _ = s.read_to_string(&mut buf);
+    (!buf.is_empty()).then_some(buf)
+}
+
+/// `GET path`: the status code and the body.
+pub fn http_answer(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let text = http_get(addr, path)?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// `GET path`: the status code.
+pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    http_answer(addr, path).map(|(status, _)| status)
+}
+
+/// `GET path`: the body.
+pub fn http_body(addr: SocketAddr, path: &str) -> Option<String> {
+    http_answer(addr, path).map(|(_, body)| body)
 }
 
 /// Sends signal `sig` (`-STOP`, `-CONT`, `-HUP`, …) to process `pid`
