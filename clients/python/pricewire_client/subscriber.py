@@ -110,6 +110,8 @@ class Subscriber:
         self._connect = connect or self._open_session
         self.dead_after_heartbeats = dead_after_heartbeats
         self.tracker = SeqTracker()
+        self.prices: dict[tuple[int, int], Message] = {}
+        """The last price received per (symbol, tier), over every session."""
         self.subscriptions: list[tuple[int, list[messages.SymbolRef]]] = []
         self.session: Session | None = None
         self.target = 0
@@ -212,6 +214,7 @@ class Subscriber:
                 self._lost(f"dead peer: nothing received for {silent:.1f} s", None)
             return None
         if msg.name in ("PriceSnapshot", "PriceUpdate"):
+            self.prices[(msg.int("symbolId"), msg.int("tier"))] = msg
             return Event("price", msg, status=sess.last_status, address=self._address())
         if msg.name == "Disconnect":
             self._lost(f"Disconnect({self._reason(msg)}) {msg.text('text')!r}", msg)
