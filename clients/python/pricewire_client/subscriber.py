@@ -25,9 +25,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from . import messages, schema
-from .codec import Message
+from .codec import CodecError, FramingError, Message
 from .reconnect import ReconnectPolicy, retry_floor, system_rng
 from .session import ConnectionClosed, LogonRefused, SeqTracker, Session
 
@@ -121,6 +122,8 @@ class Subscriber:
         self.closed_reason: str | None = None
         self.logons = 0
         self.disconnects = 0
+        self.skipped_frames = 0
+        """Frames skipped whole: an unknown template or a malformed body."""
         self.pending: deque[Event] = deque()
 
     # ---- what the terminal asks for ---------------------------------------------------
@@ -205,8 +208,11 @@ class Subscriber:
         until_dead = sess.last_received + dead_after_s - now
         try:
             msg = sess.recv(max(min(deadline - now, until_dead), 0.001))
-        except (ConnectionClosed, OSError, ValueError) as err:
+        except (ConnectionClosed, OSError, FramingError) as err:
             self._lost(f"connection lost: {err}", None)
+            return None
+        except CodecError:
+            self.skipped_frames += 1  # a whole frame this client cannot read: skip it
             return None
         if msg is None:
             silent = self.clock() - sess.last_received
@@ -258,7 +264,7 @@ class Subscriber:
             refused = err.answer
             self._failed(f"{refused.name}({self._reason(refused)}) at {addr}", refused)
             return
-        except (ConnectionClosed, OSError, TimeoutError, ValueError) as err:
+        except (ConnectionClosed, OSError, TimeoutError, CodecError) as err:
             if sess is not None:
                 sess.close()
             self._failed(f"connect to {addr} failed: {err}", None)
@@ -269,9 +275,8 @@ class Subscriber:
         self.policy.on_connected(now)
         self.pending.append(Event("logon", accepted, address=addr))
         for tier, symbols in self.subscriptions:
-            if self._send_request(lambda rid, s=symbols, t=tier: messages.subscribe(rid, s, t)):
-                continue
-            return  # the send failed: the session is already lost
+            if self._send_request(partial(messages.subscribe, symbols=symbols, tier=tier)) is None:
+                return  # the send failed: the session is already lost
 
     def _send_request(self, build: Callable[[int], Message]) -> int | None:
         sess = self.session

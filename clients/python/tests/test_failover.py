@@ -2,7 +2,8 @@
 JetStream, a ``pricewire serve --role core`` fed by a provider on its ingest port, and two
 ``--role edge`` servers. A :class:`Subscriber` listing both edges must come back on the
 other edge when its edge is killed (SIGKILL) and resume by sequence: one ``resumed``
-snapshot per symbol and no resync when no price was missed, a resync only for the symbol
+snapshot per symbol and no resync when no price was missed; and after the first edge
+comes back and the second is killed, it rotates back with a resync only for the symbol
 that really missed prices.
 
 Prices move only when the test quotes (no synthetic feed; the core's max quote age and the
@@ -108,84 +109,115 @@ def has_prices_of_every_symbol(events: list[Event]) -> bool:
     return len(prices_after_logon(events)) >= len(SYMBOLS)
 
 
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[NatsServer]:
-    """One nats-server with JetStream."""
-    node = NatsServer(tmp_path)
-    yield node
-    node.stop()
-
-
 def edge(tmp: Path, bus: NatsServer, port: int | None = None) -> Server:
     """An edge on ``bus``; ready only once it loaded the last values."""
     args = ["--bus-prefix", PREFIX, "--bus-max-age-ms", "600000"]
     return Server(tmp, args, role="edge", bus=bus.url, port=port)
 
 
-def test_a_killed_edge_moves_its_terminal_to_the_other_resuming_by_sequence(
-    tmp_path: Path, bus: NatsServer
-) -> None:
-    core_args = ["--bus-prefix", PREFIX, "--max-quote-age-ms", "600000"]
-    core = Server(tmp_path, core_args, role="core", bus=bus.url)
-    edges = [edge(tmp_path, bus), edge(tmp_path, bus)]
-    feed = Feed(core)
-    feed.start()
-    sub = Subscriber(
-        [("127.0.0.1", e.port) for e in edges],
-        heartbeat_ms=HEARTBEAT_MS,
-        policy=ReconnectPolicy(Backoff(20, 200), give_up_after_s=WAIT_S),
-    )
-    try:
-        for sym in SYMBOLS.values():
-            feed.move(sym)
-        watch2 = observer(edges[1])
-        sub.subscribe(list(SYMBOLS), TIER)
-        # Prices flow on edge 1; edge 2 holds the same sequences as the terminal.
-        for _ in range(3):
-            for sym in SYMBOLS.values():
-                feed.move(sym)
-        current = {(s, TIER): bid for s, bid in feed.bid.items()}
-        pump(sub, lambda _: {k: p.int("bid") for k, p in sub.prices.items()} == current)
-        for sym, bid in feed.bid.items():
-            until_bid(watch2, sym, bid)
-        held = dict(sub.tracker.expected)
-        assert held == watch2.tracker.expected, "the edges send the core's sequences"
+class Pair:
+    """A core fed by a :class:`Feed`, two edges, and a Subscriber listing both edges."""
 
-        # Edge 1 dies: the terminal comes back on edge 2, missing nothing.
-        edges[0].crash()
-        moved = pump(sub, has_prices_of_every_symbol)
-        assert moved[0].kind == "disconnected" and "connection lost" in moved[0].reason
-        logon = [e for e in moved if e.kind == "logon"][-1]
-        assert logon.address == ("127.0.0.1", edges[1].port)
-        assert [e.status for e in prices_after_logon(moved)] == ["resumed"] * len(SYMBOLS)
-        t = sub.tracker
-        assert (t.resumed, t.resume_resyncs, t.gaps) == (len(SYMBOLS), 0, [])
-        assert t.expected == held, "the sequences did not move"
+    def __init__(self, tmp: Path, bus: NatsServer) -> None:
+        self.tmp, self.bus = tmp, bus
+        core_args = ["--bus-prefix", PREFIX, "--max-quote-age-ms", "600000"]
+        self.core = Server(tmp, core_args, role="core", bus=bus.url)
+        self.edges = [edge(tmp, bus), edge(tmp, bus)]
+        self.feed = Feed(self.core)
+        self.feed.start()
+        self.sub = Subscriber(
+            [self.address(0), self.address(1)],
+            heartbeat_ms=HEARTBEAT_MS,
+            policy=ReconnectPolicy(Backoff(20, 200), give_up_after_s=WAIT_S),
+        )
 
-        # Edge 1 comes back; edge 2 dies; while the terminal is away EURUSD moves twice
-        # (a real gap), GBPUSD once (the snapshot is that price) and USDJPY not at all.
-        edges[0] = edge(tmp_path, bus, port=edges[0].port)
-        sub.next_event(0.1)  # heartbeat to edge 2 after the pause
-        watch1 = observer(edges[0])
-        for sym, bid in feed.bid.items():
-            until_bid(watch1, sym, bid)
-        edges[1].crash()
-        for sym, moves in ((0, 2), (1, 1)):
-            for _ in range(moves):
-                until_bid(watch1, sym, feed.move(sym))
-        back = pump(sub, has_prices_of_every_symbol)
-        logon = [e for e in back if e.kind == "logon"][-1]
-        assert logon.address == ("127.0.0.1", edges[0].port), "rotated back to the first"
-        status = {e.msg.int("symbolId"): e.status for e in prices_after_logon(back) if e.msg}
-        assert status == {0: "resync", 1: "resumed", 2: "resumed"}
-        assert (t.resumed, t.resume_resyncs, t.gaps) == (len(SYMBOLS) + 2, 1, [])
-        assert t.expected == watch1.tracker.expected
-        assert (sub.logons, sub.disconnects) == (3, 2)
-        assert feed.error is None, feed.error
-    finally:
-        sub.close()
-        feed.stop_event.set()
-        feed.join(5)
-        for srv in (*edges, core):
+    def address(self, i: int) -> tuple[str, int]:
+        return ("127.0.0.1", self.edges[i].port)
+
+    def close(self) -> None:
+        self.sub.close()
+        self.feed.stop_event.set()
+        self.feed.join(5)
+        for srv in (*self.edges, self.core):
             srv.crash()
 
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    """A nats-server with JetStream, a core and two edges; all killed afterwards."""
+    bus = NatsServer(tmp_path)
+    try:
+        pair = Pair(tmp_path, bus)
+        try:
+            yield pair
+        finally:
+            pair.close()
+        assert pair.feed.error is None, pair.feed.error
+    finally:
+        bus.stop()
+
+
+def moves_to(pair: Pair, i: int) -> dict[int, str]:
+    """Read until the subscriber logged on again and has a price of every symbol; checks
+    it is on edge ``i``; each symbol's status on the new session."""
+    events = pump(pair.sub, has_prices_of_every_symbol)
+    assert events[0].kind == "disconnected" and "connection lost" in events[0].reason
+    logon = [e for e in events if e.kind == "logon"][-1]
+    assert logon.address == pair.address(i)
+    return {e.msg.int("symbolId"): e.status for e in prices_after_logon(events) if e.msg}
+
+
+def test_a_killed_edge_moves_its_terminal_to_the_other_resuming_by_sequence(
+    pair: Pair,
+) -> None:
+    feed, sub, edges = pair.feed, pair.sub, pair.edges
+    for sym in SYMBOLS.values():
+        feed.move(sym)
+    watch2 = observer(edges[1])
+    sub.subscribe(list(SYMBOLS), TIER)
+    # Prices flow on edge 1; edge 2 holds the same sequences as the terminal.
+    for _ in range(3):
+        for sym in SYMBOLS.values():
+            feed.move(sym)
+    current = {(s, TIER): bid for s, bid in feed.bid.items()}
+    pump(sub, lambda _: {k: p.int("bid") for k, p in sub.prices.items()} == current)
+    for sym, bid in feed.bid.items():
+        until_bid(watch2, sym, bid)
+    held = dict(sub.tracker.expected)
+    assert held == watch2.tracker.expected, "the edges send the core's sequences"
+
+    # Edge 1 dies: the terminal comes back on edge 2, missing nothing.
+    edges[0].crash()
+    assert moves_to(pair, 1) == {s: "resumed" for s in SYMBOLS.values()}
+    t = sub.tracker
+    assert (t.resumed, t.resume_resyncs, t.gaps) == (len(SYMBOLS), 0, [])
+    assert t.expected == held, "the sequences did not move"
+
+
+def test_only_a_symbol_that_missed_prices_is_resynced_after_a_move(pair: Pair) -> None:
+    feed, sub, edges = pair.feed, pair.sub, pair.edges
+    for sym in SYMBOLS.values():
+        feed.move(sym)
+    sub.subscribe(list(SYMBOLS), TIER)
+    pump(sub, lambda _: len(sub.prices) == len(SYMBOLS))
+    watch2 = observer(edges[1])
+    for sym, bid in feed.bid.items():
+        until_bid(watch2, sym, bid)
+    edges[0].crash()
+    assert moves_to(pair, 1) == {s: "resumed" for s in SYMBOLS.values()}
+    # Edge 1 comes back on its port; edge 2 dies; while the terminal is away EURUSD moves
+    # twice (a real gap), GBPUSD once (the snapshot is that price), USDJPY not at all.
+    edges[0] = edge(pair.tmp, pair.bus, port=edges[0].port)
+    sub.next_event(0.1)  # heartbeat to edge 2 after the pause
+    watch1 = observer(edges[0])
+    for sym, bid in feed.bid.items():
+        until_bid(watch1, sym, bid)
+    edges[1].crash()
+    for sym, moves in ((0, 2), (1, 1)):
+        for _ in range(moves):
+            until_bid(watch1, sym, feed.move(sym))
+    assert moves_to(pair, 0) == {0: "resync", 1: "resumed", 2: "resumed"}, "rotated back"
+    t = sub.tracker
+    assert (t.resumed, t.resume_resyncs, t.gaps) == (len(SYMBOLS) + 2, 1, [])
+    assert t.expected == watch1.tracker.expected
+    assert (sub.logons, sub.disconnects) == (3, 2)

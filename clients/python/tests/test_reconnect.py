@@ -11,6 +11,7 @@ from collections import deque
 import pytest
 
 from pricewire_client import Message, decode, encode
+from pricewire_client.codec import raw_frame
 from pricewire_client.reconnect import Backoff, ReconnectPolicy, retry_floor, system_rng
 from pricewire_client.schema import DisconnectReason, LogonRejectReason
 from pricewire_client.session import ConnectionClosed, SeqTracker, Session
@@ -155,7 +156,7 @@ class FakeClock:
         self.now += seconds
 
 
-Script = list[Message | Exception]
+Script = list[Message | Exception | bytes]
 
 
 class ScriptedSession(Session):
@@ -167,6 +168,7 @@ class ScriptedSession(Session):
 
     def __init__(self, script: Script, clock: FakeClock) -> None:  # noqa: D107
         self.clock = clock
+        self.fake_clock = clock
         self.heartbeat_ms = 0
         self.last_sent = self.last_received = clock()
         self.closed = False
@@ -184,13 +186,13 @@ class ScriptedSession(Session):
 
     def recv_raw(self, timeout_s: float) -> bytes | None:
         if not self.script:
-            self.clock.now += timeout_s
+            self.fake_clock.now += timeout_s
             return None
         item = self.script.popleft()
         if isinstance(item, Exception):
             raise item
         self.last_received = self.clock()
-        return encode(item)
+        return item if isinstance(item, bytes) else encode(item)
 
     def close(self) -> None:
         self.closed = True
@@ -233,7 +235,7 @@ def subscriber(clock: FakeClock, peers: Peers, **kw: object) -> Subscriber:
 
 def kinds(sub: Subscriber, n: int) -> list[tuple[str, str]]:
     """The next ``n`` events as (kind, price status or message name or reason)."""
-    out = []
+    out: list[tuple[str, str]] = []
     for _ in range(n):
         ev = sub.next_event(10.0)
         assert ev is not None, f"no event after {out}"
@@ -243,11 +245,11 @@ def kinds(sub: Subscriber, n: int) -> list[tuple[str, str]]:
 
 def test_a_dead_first_address_then_failover_resumes_by_sequence() -> None:
     clock = FakeClock()
-    on_b = [ACCEPTED, price("PriceSnapshot", 0, 10), price("PriceUpdate", 0, 11)]
+    on_b: Script = [ACCEPTED, price("PriceSnapshot", 0, 10), price("PriceUpdate", 0, 11)]
     on_b += [price("PriceSnapshot", 1, 40), ConnectionClosed("EOF")]
     # A refuses the first connect; B serves and dies; A then has the same sequences
     # (symbol 0 moved on by one price, symbol 1 not at all).
-    on_a = [ACCEPTED, price("PriceSnapshot", 0, 12), price("PriceSnapshot", 1, 40)]
+    on_a: Script = [ACCEPTED, price("PriceSnapshot", 0, 12), price("PriceSnapshot", 1, 40)]
     peers = Peers(clock, {A: [None, on_a], B: [on_b]})
     sub = subscriber(clock, peers)
     assert sub.subscribe(["EURUSD", "GBPUSD"], 0) is None, "kept until a session is up"
@@ -278,8 +280,8 @@ def test_a_dead_first_address_then_failover_resumes_by_sequence() -> None:
 
 def test_a_missed_price_is_a_resync_on_the_new_session() -> None:
     clock = FakeClock()
-    on_a = [ACCEPTED, price("PriceSnapshot", 0, 10), ConnectionClosed("reset")]
-    on_b = [ACCEPTED, price("PriceSnapshot", 0, 12)]  # seq 11 was missed
+    on_a: Script = [ACCEPTED, price("PriceSnapshot", 0, 10), ConnectionClosed("reset")]
+    on_b: Script = [ACCEPTED, price("PriceSnapshot", 0, 12)]  # seq 11 was missed
     sub = subscriber(clock, Peers(clock, {A: [on_a], B: [on_b]}))
     sub.subscribe([0], 0)
     got = kinds(sub, 5)
@@ -334,6 +336,19 @@ def test_a_silent_server_is_dead_after_three_heartbeats_and_attempts_are_bounded
     assert [e.kind for e in got if e] == ["disconnected"] * 3 + ["closed"]
     assert got[-1] is not None and "attempts exhausted" in got[-1].reason
     assert len(clock.slept) == 3
+
+
+def test_an_unreadable_frame_is_skipped_and_a_bad_length_ends_the_session() -> None:
+    clock = FakeClock()
+    unknown = raw_frame(99, b"", 0)  # a template a newer server might send
+    bad_length = b"\x00\x00\x00\x02\xeb\x50"  # SOFH length below the minimum
+    on_a: Script = [ACCEPTED, unknown, price("PriceSnapshot", 0, 10), bad_length]
+    sub = subscriber(clock, Peers(clock, {A: [on_a]}))
+    got = kinds(sub, 3)
+    assert got[:2] == [("logon", "LogonAccepted"), ("price", "snapshot")]
+    assert got[2][0] == "disconnected"
+    assert got[2][1].startswith("connection lost: frame length 2 outside")
+    assert sub.skipped_frames == 1
 
 
 def test_addresses_parse_with_a_default_host_and_a_bound() -> None:
