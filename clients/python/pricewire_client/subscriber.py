@@ -167,8 +167,8 @@ class Subscriber:
         if self.session is not None:
             try:
                 self.session.logout(timeout_s)
-            except (OSError, ConnectionClosed):
-                pass
+            except (OSError, ConnectionClosed, CodecError):
+                pass  # closing anyway
             self.session.close()
             self.session = None
         self.closed_reason = self.closed_reason or "closed by the client"
