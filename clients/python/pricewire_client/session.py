@@ -34,22 +34,43 @@ class LogonRefused(Exception):
 
 @dataclass
 class SeqTracker:
-    """Per-(symbol, tier) expected sequence numbers (protocol.md §5)."""
+    """Per-(symbol, tier) expected sequence numbers (protocol.md §5).
+
+    The expectations outlive a connection: after :meth:`resume` (a new session, to the same
+    server or another edge of the same core), the first snapshot of each key says whether a
+    price was missed in between: 'resumed' when its ``seq`` is the last one accepted or the
+    next one, 'resync' otherwise (prices were missed, or the server is behind).
+    """
 
     expected: dict[tuple[int, int], int] = field(default_factory=dict)
     gaps: list[tuple[int, int, int, int]] = field(default_factory=list)
     accepted: int = 0
     old: int = 0
+    resuming: set[tuple[int, int]] = field(default_factory=set)
+    resumed: int = 0
+    resume_resyncs: int = 0
+
+    def resume(self) -> None:
+        """A new session starts: every tracked key checks its next snapshot against it."""
+        self.resuming = set(self.expected)
 
     def apply(self, msg: Message) -> str:
-        """Apply a PriceSnapshot or PriceUpdate: 'snapshot', 'ok', 'old' or 'gap'."""
+        """Apply a PriceSnapshot or PriceUpdate: 'snapshot', 'resumed', 'resync', 'ok',
+        'old' or 'gap'."""
         key = (msg.int("symbolId"), msg.int("tier"))
         seq = msg.int("seq")
+        want = self.expected.get(key)
         if msg.name == "PriceSnapshot":
             self.expected[key] = seq + 1
             self.accepted += 1
-            return "snapshot"
-        want = self.expected.get(key)
+            if key not in self.resuming:
+                return "snapshot"
+            self.resuming.discard(key)
+            if want is not None and seq in (want - 1, want):
+                self.resumed += 1
+                return "resumed"
+            self.resume_resyncs += 1
+            return "resync"
         if want is not None and seq < want:
             self.old += 1
             return "old"
@@ -73,6 +94,7 @@ class Connection:
     With ``tls`` (an :class:`ssl.SSLContext`, e.g. ``ssl.create_default_context(cafile=...)``)
     the connection speaks TLS; the handshake runs in the constructor within ``timeout_s`` and
     checks the server's certificate against ``server_hostname`` (default: ``host``).
+    ``clock`` (seconds, monotonic) times deadlines, heartbeats and ``last_received``.
     """
 
     def __init__(
@@ -83,7 +105,9 @@ class Connection:
         rcvbuf: int | None = None,
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:  # before connect, so the window is negotiated with it
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -94,21 +118,21 @@ class Connection:
             self.sock = tls.wrap_socket(self.sock, server_hostname=server_hostname or host)
         self.reader = FrameReader()
         self.heartbeat_ms = 0
-        self.last_sent = time.monotonic()
-        self.last_received = time.monotonic()
+        self.last_sent = self.clock()
+        self.last_received = self.clock()
         self.closed = False
 
     def send(self, msg: Message | bytes) -> None:
         """Send one message (or raw bytes, for tests)."""
         self.sock.sendall(encode(msg) if isinstance(msg, Message) else msg)
-        self.last_sent = time.monotonic()
+        self.last_sent = self.clock()
 
     def _heartbeat_if_idle(self) -> None:
-        if self.heartbeat_ms and time.monotonic() - self.last_sent >= self.heartbeat_ms / 1000:
+        if self.heartbeat_ms and self.clock() - self.last_sent >= self.heartbeat_ms / 1000:
             self.send(messages.heartbeat())
 
     def _read_some(self, deadline: float) -> bool:
-        wait = deadline - time.monotonic()
+        wait = deadline - self.clock()
         if self.heartbeat_ms:
             wait = min(wait, self.heartbeat_ms / 2000)
         self.sock.settimeout(max(wait, 0.001))
@@ -123,12 +147,12 @@ class Connection:
             self.closed = True
             raise ConnectionClosed("EOF")
         self.reader.feed(data)
-        self.last_received = time.monotonic()
+        self.last_received = self.clock()
         return True
 
     def recv_raw(self, timeout_s: float) -> bytes | None:
         """The next frame's bytes, or None when ``timeout_s`` passes first."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock() + timeout_s
         while True:
             frame = self.reader.next_frame()
             if frame is not None:
@@ -136,7 +160,7 @@ class Connection:
             if self.closed:
                 raise ConnectionClosed("EOF")
             self._heartbeat_if_idle()
-            if time.monotonic() >= deadline:
+            if self.clock() >= deadline:
                 return None
             self._read_some(deadline)
 
@@ -157,8 +181,8 @@ class Connection:
 
         Messages that do not match are still passed to :meth:`on_message`, then dropped.
         """
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
+        deadline = self.clock() + timeout_s
+        while (left := deadline - self.clock()) > 0:
             msg = self.recv(left)
             if msg is not None and pred(msg):
                 return msg
@@ -170,9 +194,9 @@ class Connection:
         Raises TimeoutError if the connection is still open after ``timeout_s``.
         """
         seen: list[Message] = []
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock() + timeout_s
         try:
-            while (left := deadline - time.monotonic()) > 0:
+            while (left := deadline - self.clock()) > 0:
                 msg = self.recv(left)
                 if msg is not None:
                     seen.append(msg)
@@ -197,9 +221,12 @@ class Session(Connection):
         rcvbuf: int | None = None,
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tracker: SeqTracker | None = None,
     ) -> None:
-        super().__init__(host, port, timeout_s, rcvbuf, tls, server_hostname)
-        self.tracker = SeqTracker()
+        super().__init__(host, port, timeout_s, rcvbuf, tls, server_hostname, clock)
+        self.tracker = tracker if tracker is not None else SeqTracker()
+        self.last_status = ""
         self.next_request_id = 1
         self.resync_ids: set[int] = set()
         self.prices: dict[tuple[int, int], Message] = {}
@@ -235,7 +262,8 @@ class Session(Connection):
         """Track prices; on a gap, ask for a critical snapshot to resync."""
         if msg.name in ("PriceSnapshot", "PriceUpdate"):
             self.prices[(msg.int("symbolId"), msg.int("tier"))] = msg
-            if self.tracker.apply(msg) == "gap":
+            self.last_status = self.tracker.apply(msg)
+            if self.last_status == "gap":
                 self.resync(msg.int("symbolId"), msg.int("tier"))
         elif msg.name == "SnapshotResponse" and msg.int("requestId") in self.resync_ids:
             self.resync_ids.discard(msg.int("requestId"))

@@ -70,23 +70,38 @@ def free_port() -> int:
 class Server:
     """One running pricewire process with a subscriber, ingest and ops port."""
 
-    def __init__(self, tmp: Path, extra: list[str] | None = None, drain_delay_ms: int = 0) -> None:
-        self.port = free_port()
-        self.feed_port = free_port()
+    def __init__(
+        self,
+        tmp: Path,
+        extra: list[str] | None = None,
+        drain_delay_ms: int = 0,
+        role: str = "standalone",
+        bus: str | None = None,
+        port: int | None = None,
+    ) -> None:
+        """Start and wait until ready. ``role`` ``core`` or ``edge`` runs on the NATS
+        ``bus`` (an edge has no ingest port: ``feed_port`` is 0); ``port`` reuses a
+        subscriber port (a server coming back where it was)."""
+        self.port = port or free_port()
+        self.feed_port = free_port() if role != "edge" else 0
         self.ops_port = free_port()
-        config = tmp / f"pricewire-{self.port}.toml"
+        config = tmp / f"pricewire-{self.port}-{self.ops_port}.toml"
         config.write_text(CONFIG_TOML)
         self.terminated = False
-        self.log_path = tmp / f"pricewire-{self.port}.log"
+        self.log_path = tmp / f"pricewire-{self.port}-{self.ops_port}.log"
         args = [
             str(binary()), "serve", "--no-synthetic", "--config", str(config),
             "--listen", f"127.0.0.1:{self.port}",
-            "--feed-listen", f"127.0.0.1:{self.feed_port}",
             "--ops-listen", f"127.0.0.1:{self.ops_port}",
             "--drain-delay-ms", str(drain_delay_ms),
             "--grace-ms", str(drain_delay_ms + 3000),
             "--report-interval-ms", "60000",
-        ] + (extra or [])  # fmt: skip
+        ]  # fmt: skip
+        if self.feed_port:
+            args += ["--feed-listen", f"127.0.0.1:{self.feed_port}"]
+        if bus is not None:
+            args += ["--role", role, "--bus", bus]
+        args += extra or []
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
@@ -136,6 +151,11 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(STOP_TIMEOUT_S)
+
+    def crash(self) -> None:
+        """SIGKILL now, as in a crash (no Disconnect, no drain), and reap the process."""
+        self.kill_if_running()
+        self.log.close()
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if still running after the bounded wait; the exit code."""
