@@ -208,7 +208,10 @@ impl Acceptor {
         let link = match &self.shared.cfg.tls {
             None => Link::Plain(stream),
             Some(tls) => match tls.link(stream, monotonic_ns()) {
-                Ok(l) => l,
+                Ok(mut l) => {
+                    l.set_client(peer);
+                    l
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "TLS session could not be set up");
                     self.release(peer);
