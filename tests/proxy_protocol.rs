@@ -177,6 +177,35 @@ fn the_headers_address_is_what_per_ip_limits_count() {
 }
 
 #[test]
+fn the_headers_address_is_what_the_logon_lockout_locks() {
+    let pw = Pw::start(&["--proxy-from", "127.0.0.1"]);
+    let mut rejected = 0;
+    // Bad tokens from 127.0.0.40 until its address is locked (5 failures).
+    let locked = (0..8).any(|i| {
+        let mut r = as_client(pw.addr, &format!("127.0.0.40:{}", 42000 + i));
+        r.send_logon("demo", "not-the-token", 0);
+        match r.next(WAIT) {
+            RawRead::Msg(OwnedMessage::LogonRejected(_)) => rejected += 1,
+            other => panic!("a bad token: {other:?}"),
+        }
+        pw.metric("pricewire_lockouts_total", &["scope=\"address\""]) == 1.0
+    });
+    assert!(locked, "no address lockout after {rejected} bad logons");
+    // The good token from the locked address is refused without a check...
+    let mut r = as_client(pw.addr, "127.0.0.40:42100");
+    r.send_logon("demo", "demo", 0);
+    match r.next(WAIT) {
+        RawRead::Msg(OwnedMessage::LogonRejected(lr)) => {
+            assert_eq!(lr.reason, wire::LogonRejectReason::RATE_LIMITED)
+        }
+        other => panic!("the locked address: {other:?}"),
+    }
+    // ...while another terminal behind the same balancer logs on.
+    let mut other = as_client(pw.addr, "127.0.0.41:42101");
+    assert_logged_on(&mut other, "a terminal of 127.0.0.41");
+}
+
+#[test]
 fn missing_bad_late_and_untrusted_headers_are_closed_and_counted() {
     let pw = Pw::start(&[
         "--proxy-from",
