@@ -358,3 +358,36 @@ fn haproxy_sends_the_header_before_the_tls_handshake() {
     assert_eq!(pw.metric("pricewire_tls_handshakes_total", &tls), 1.0);
     assert_eq!(pw.metric("pricewire_proxy_header_failures_total", &[]), 0.0);
 }
+
+#[test]
+fn the_proxy_flags_are_refused_when_incomplete_or_malformed() {
+    let refused = |extra: &[&str], says: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+            .args(["serve", "--duration-s", "1", "--ops-listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .output()
+            .expect("run serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} must be refused");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    };
+    refused(&["--proxy-protocol"], "--proxy-from");
+    refused(&["--proxy-from", "10.0.0.0/8"], "--proxy-protocol");
+    refused(
+        &["--proxy-protocol", "--proxy-from", "10.0.0.0/33"],
+        "10.0.0.0/33",
+    );
+    refused(
+        &["--proxy-protocol", "--proxy-from", "10.0.0.0/8,balancer"],
+        "balancer",
+    );
+    let slow = [
+        "--proxy-protocol",
+        "--proxy-from",
+        "10.0.0.0/8",
+        "--proxy-header-timeout-ms",
+        "0",
+    ];
+    refused(&slow, "--proxy-header-timeout-ms");
+}
