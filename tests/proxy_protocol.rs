@@ -391,3 +391,23 @@ fn the_proxy_flags_are_refused_when_incomplete_or_malformed() {
     ];
     refused(&slow, "--proxy-header-timeout-ms");
 }
+
+#[test]
+fn every_failure_reason_is_documented_and_in_the_metric_help() {
+    use pricewire::ops::metrics::catalogue;
+    use pricewire::runtime::proxy::ProxyFailure;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md");
+    let doc = std::fs::read_to_string(path).expect("docs/security.md");
+    let family = catalogue::FAMILIES
+        .iter()
+        .find(|f| f.name == catalogue::PROXY_HEADER_FAILURES)
+        .expect("the failures family is in the catalogue");
+    for why in ProxyFailure::ALL {
+        let label = why.label();
+        assert!(
+            doc.contains(&format!("`{label}`")),
+            "security.md lacks {label}"
+        );
+        assert!(family.help.contains(label), "the metric help lacks {label}");
+    }
+}
