@@ -270,6 +270,22 @@ fn missing_bad_late_and_untrusted_headers_are_closed_and_counted() {
 }
 
 #[test]
+fn connections_waiting_for_their_header_are_bounded() {
+    let pw = Pw::start(&["--proxy-from", "127.0.0.1", "--proxy-pending-max", "2"]);
+    let silent: Vec<Raw> = (0..2).map(|_| Raw::connect(pw.addr)).collect();
+    // The two silent ones are waiting once a third is refused for them.
+    let mut third = Raw::connect(pw.addr);
+    assert_busy(&mut third, "a third connection while two wait");
+    assert_eq!(pw.failures("overflow"), 1.0);
+    drop(silent);
+    wait_until("the waits end with their peers", || {
+        pw.failures("peer_closed") == 2.0
+    });
+    let mut next = as_client(pw.addr, "127.0.0.50:1");
+    assert_logged_on(&mut next, "a connection once the waits ended");
+}
+
+#[test]
 fn haproxy_relays_terminals_and_the_limits_see_their_addresses() {
     let dir = tempfile::tempdir().unwrap();
     // haproxy reaches pricewire from 127.0.0.5, the only trusted peer.

@@ -11,7 +11,9 @@ use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
 use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
-use crate::runtime::proxy::{AllowList, Cidr, ProxyProtocol, HEADER_TIMEOUT_MS_DEFAULT};
+use crate::runtime::proxy::{
+    AllowList, Cidr, ProxyProtocol, HEADER_TIMEOUT_MS_DEFAULT, PENDING_MAX,
+};
 use crate::runtime::tls::{TlsAcceptor, TlsFiles, HANDSHAKE_TIMEOUT_MS_DEFAULT};
 use crate::runtime::WaitStrategy;
 
@@ -104,6 +106,12 @@ pub struct GatewayArgs {
     /// milliseconds, 100..=60000.
     #[arg(long, default_value_t = HEADER_TIMEOUT_MS_DEFAULT, value_name = "MS")]
     pub proxy_header_timeout_ms: u64,
+
+    /// Connections at most waiting for their PROXY header at once
+    /// (1..=65536); one more is refused (Disconnect(busy) on plaintext)
+    /// and counted (pricewire_proxy_header_failures_total{reason="overflow"}).
+    #[arg(long, default_value_t = PENDING_MAX, value_name = "N")]
+    pub proxy_pending_max: usize,
 
     /// PEM CA certificates: provider bridges must present a client
     /// certificate chain from one of them (needs --tls-cert).
@@ -310,8 +318,13 @@ impl GatewayArgs {
                     .into(),
             );
         }
-        let allow = AllowList::new(self.proxy_from.clone());
-        Ok(Some(Arc::new(ProxyProtocol::new(allow, ms))))
+        let pending = self.proxy_pending_max;
+        if !(1..=65_536).contains(&pending) {
+            return Err(format!("--proxy-pending-max {pending}: must be 1..=65536"));
+        }
+        let mut proxy = ProxyProtocol::new(AllowList::new(self.proxy_from.clone()), ms);
+        proxy.pending_max = pending;
+        Ok(Some(Arc::new(proxy)))
     }
 
     /// Every per-second rate: 0 would let the burst through and then

@@ -29,8 +29,8 @@ pub use header::{parse, Command, Header, Parse, ProxyFailure};
 /// closed and counted as [`ProxyFailure::Timeout`].
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = super::tls::HANDSHAKE_TIMEOUT_MS_DEFAULT;
 
-/// Connections at most waiting for their header at once; one more is
-/// refused as [`ProxyFailure::Overflow`].
+/// Default of `--proxy-pending-max`: connections at most waiting for
+/// their header at once; one more is refused as [`ProxyFailure::Overflow`].
 pub const PENDING_MAX: usize = 4096;
 
 /// A listener's PROXY protocol settings and counters.
