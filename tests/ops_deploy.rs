@@ -417,6 +417,40 @@ fn edges_sit_behind_a_service_that_keeps_terminal_addresses() {
 }
 
 #[test]
+fn the_edges_proxy_protocol_note_names_flags_the_binary_takes() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/scale-out/edge.yaml");
+    let text = std::fs::read_to_string(path).expect("edge.yaml");
+    let note = text
+        .lines()
+        .find_map(|l| l.strip_prefix("#   --proxy-protocol"))
+        .expect("edge.yaml notes the PROXY protocol flags");
+    let docs = scale_out("edge.yaml");
+    let c = container(find(&docs, "Deployment", "pricewire-edge"));
+    let mut argv = vec!["pricewire".to_string()];
+    argv.extend(args(c));
+    argv.push("--proxy-protocol".into());
+    argv.extend(note.split_whitespace().map(String::from));
+    use clap::Parser;
+    let cli = pricewire::cli::Cli::try_parse_from(argv).expect("the noted flags parse");
+    let pricewire::cli::Command::Serve(a) = cli.command else {
+        panic!("not serve");
+    };
+    let cfg = a
+        .gateway
+        .gateway_config(
+            pricewire::runtime::WaitStrategy::SpinPark,
+            &Default::default(),
+        )
+        .expect("a gateway config")
+        .expect("edges listen");
+    let proxy = cfg.proxy.expect("PROXY v2 on");
+    assert!(proxy.allow.allows("10.20.30.40".parse().unwrap()));
+    assert!(!proxy.allow.allows("192.0.2.1".parse().unwrap()));
+    let svc = find(&docs, "Service", "pricewire-edge");
+    assert_eq!(svc["spec"]["externalTrafficPolicy"].as_str(), Some("Local"));
+}
+
+#[test]
 fn cores_and_edges_run_the_shipped_budgets_and_probes() {
     let core = scale_out("core.yaml");
     let edge = scale_out("edge.yaml");

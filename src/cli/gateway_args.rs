@@ -11,6 +11,9 @@ use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
 use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
+use crate::runtime::proxy::{
+    AllowList, Cidr, ProxyProtocol, HEADER_TIMEOUT_MS_DEFAULT, PENDING_MAX,
+};
 use crate::runtime::tls::{TlsAcceptor, TlsFiles, HANDSHAKE_TIMEOUT_MS_DEFAULT};
 use crate::runtime::WaitStrategy;
 
@@ -77,6 +80,38 @@ pub struct GatewayArgs {
     /// in milliseconds, 100..=60000.
     #[arg(long, default_value_t = HANDSHAKE_TIMEOUT_MS_DEFAULT, value_name = "MS")]
     pub tls_handshake_timeout_ms: u64,
+
+    /// PROXY protocol v2 on the subscriber listener, for running behind an
+    /// L4 balancer: every connection must open with a v2 header (before
+    /// TLS) from a peer in --proxy-from, and the header's source address is
+    /// what per-IP limits, lockouts, logs and metrics see. Off by default.
+    #[arg(long, requires = "proxy_from")]
+    pub proxy_protocol: bool,
+
+    /// Networks of the balancers trusted to send PROXY headers
+    /// (comma-separated, e.g. 10.0.0.0/8,fd00::/8; a bare address is one
+    /// host). A connection from anywhere else is closed (a header would let
+    /// it pick its own address). Required by --proxy-protocol.
+    #[arg(
+        long,
+        value_name = "CIDR[,CIDR...]",
+        value_delimiter = ',',
+        requires = "proxy_protocol"
+    )]
+    pub proxy_from: Vec<Cidr>,
+
+    /// A connection without a complete PROXY header this long after accept
+    /// is closed and counted
+    /// (pricewire_proxy_header_failures_total{reason="timeout"}), in
+    /// milliseconds, 100..=60000.
+    #[arg(long, default_value_t = HEADER_TIMEOUT_MS_DEFAULT, value_name = "MS")]
+    pub proxy_header_timeout_ms: u64,
+
+    /// Connections at most waiting for their PROXY header at once
+    /// (1..=65536); one more is refused (Disconnect(busy) on plaintext)
+    /// and counted (pricewire_proxy_header_failures_total{reason="overflow"}).
+    #[arg(long, default_value_t = PENDING_MAX, value_name = "N")]
+    pub proxy_pending_max: usize,
 
     /// PEM CA certificates: provider bridges must present a client
     /// certificate chain from one of them (needs --tls-cert).
@@ -260,8 +295,36 @@ impl GatewayArgs {
         a.retry_after =
             crate::admission::RetryWindow::new(self.busy_retry_min_ms, self.busy_retry_max_ms);
         c.heartbeat_min_ms = c.heartbeat_min_ms.min(self.heartbeat_ms);
+        c.proxy = self.proxy_protocol()?;
         c.validate()?;
         Ok(Some(c))
+    }
+
+    /// The PROXY protocol settings, `None` when off.
+    fn proxy_protocol(&self) -> Result<Option<Arc<ProxyProtocol>>, String> {
+        if !self.proxy_protocol {
+            return Ok(None);
+        }
+        let ms = self.proxy_header_timeout_ms;
+        if !(100..=60_000).contains(&ms) {
+            return Err(format!(
+                "--proxy-header-timeout-ms {ms}: must be 100..=60000"
+            ));
+        }
+        if self.proxy_from.is_empty() {
+            return Err(
+                "--proxy-protocol needs --proxy-from CIDR[,CIDR...]: the balancers \
+                        trusted to send PROXY headers"
+                    .into(),
+            );
+        }
+        let pending = self.proxy_pending_max;
+        if !(1..=65_536).contains(&pending) {
+            return Err(format!("--proxy-pending-max {pending}: must be 1..=65536"));
+        }
+        let mut proxy = ProxyProtocol::new(AllowList::new(self.proxy_from.clone()), ms);
+        proxy.pending_max = pending;
+        Ok(Some(Arc::new(proxy)))
     }
 
     /// Every per-second rate: 0 would let the burst through and then

@@ -6,6 +6,12 @@
 //! A connection over budget is accepted only to receive an immediate
 //! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
 //! never held in a queue to time out.
+//!
+//! With `--proxy-protocol` a connection from a trusted balancer first
+//! waits here for its PROXY v2 header ([`super::proxy_wait`]); admission,
+//! TLS and placement then run as above with the header's client address
+//! in place of the balancer's. A connection from an untrusted peer, or
+//! with a missing, malformed or late header, is closed and counted.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -17,15 +23,21 @@ use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 
 use crate::runtime::tls::Link;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
+use super::proxy_wait::{Ended, Outcome, ProxyWait};
 use super::{GatewayStats, Shared};
 use crate::clock::monotonic_ns;
 use crate::overload::Stage;
+use crate::runtime::proxy::ProxyFailure;
 use crate::wire::{self, DisconnectReason};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
+/// The token of the first connection waiting for its PROXY header.
+const FIRST_WAITING: Token = Token(2);
+/// The acceptor's longest sleep (it re-checks the stop flag after it).
+const IDLE_POLL: Duration = Duration::from_millis(500);
 
 /// A shard's inbox for new connections.
 #[derive(Clone)]
@@ -90,11 +102,18 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("pw-acceptor".into())
         .spawn(move || {
+            let waiting = shared
+                .cfg
+                .proxy
+                .as_ref()
+                .map(|p| ProxyWait::new(p.pending_max, p.header_timeout_ns, FIRST_WAITING));
             let mut a = Acceptor {
                 shared,
                 shards,
                 loads: Vec::new(),
                 rng: rand::SeedableRng::from_entropy(),
+                waiting,
+                ended: Vec::new(),
             };
             a.run(poll, listener, stop_rx);
         })?;
@@ -114,6 +133,10 @@ struct Acceptor {
     /// Scratch for [`place`] (sized once).
     loads: Vec<u64>,
     rng: rand::rngs::SmallRng,
+    /// Connections waiting for their PROXY header (`--proxy-protocol`).
+    waiting: Option<ProxyWait>,
+    /// Scratch for the waits that expired in one sweep.
+    ended: Vec<Ended>,
 }
 
 impl Acceptor {
@@ -125,25 +148,31 @@ impl Acceptor {
     ) {
         let mut events = Events::with_capacity(64);
         loop {
-            if poll
-                .poll(&mut events, Some(Duration::from_millis(500)))
-                .is_err()
-            {
+            if poll.poll(&mut events, Some(self.poll_timeout())).is_err() {
                 continue;
             }
             if stop.try_recv().is_ok() || !self.shared.accepting.load(Ordering::SeqCst) {
                 break;
             }
-            self.accept_all(&listener);
+            for e in events.iter() {
+                if e.token().0 >= FIRST_WAITING.0 {
+                    self.on_waiting(poll.registry(), e.token());
+                }
+            }
+            self.accept_all(&listener, poll.registry());
+            self.expire_waiting(poll.registry());
         }
         drop(listener);
         tracing::info!("listener closed: no longer accepting");
     }
 
     /// Drains the accept queue until `WouldBlock` (mio's contract).
-    fn accept_all(&mut self, listener: &TcpListener) {
+    fn accept_all(&mut self, listener: &TcpListener, registry: &Registry) {
         loop {
             match listener.accept() {
+                Ok((stream, peer)) if self.waiting.is_some() => {
+                    self.await_header(registry, stream, peer)
+                }
                 Ok((stream, peer)) => self.admit(stream, peer),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -179,7 +208,10 @@ impl Acceptor {
         let link = match &self.shared.cfg.tls {
             None => Link::Plain(stream),
             Some(tls) => match tls.link(stream, monotonic_ns()) {
-                Ok(l) => l,
+                Ok(mut l) => {
+                    l.set_client(peer);
+                    l
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "TLS session could not be set up");
                     self.release(peer);
@@ -230,6 +262,93 @@ impl Acceptor {
         let w = self.shared.cfg.admission.retry_after;
         let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
         refuse_busy(stream, retry, &self.shared.stats);
+    }
+}
+
+/// The PROXY header stage (`--proxy-protocol`).
+impl Acceptor {
+    /// Until the next header deadline, at most [`IDLE_POLL`].
+    fn poll_timeout(&self) -> Duration {
+        let due = self
+            .waiting
+            .as_ref()
+            .and_then(|w| w.next_due_in(monotonic_ns()));
+        due.map_or(IDLE_POLL, |ns| IDLE_POLL.min(Duration::from_nanos(ns)))
+    }
+
+    /// A trusted balancer's connection starts waiting for its header;
+    /// anyone else's is refused.
+    fn await_header(&mut self, registry: &Registry, stream: TcpStream, peer: SocketAddr) {
+        let (Some(proxy), Some(waiting)) = (&self.shared.cfg.proxy, self.waiting.as_mut()) else {
+            return self.admit(stream, peer);
+        };
+        if !proxy.allow.allows(peer.ip()) {
+            return self.proxy_failed(stream, peer, ProxyFailure::Untrusted);
+        }
+        if let Err((stream, why)) = waiting.insert(registry, stream, peer, monotonic_ns()) {
+            self.proxy_failed(stream, peer, why);
+        }
+    }
+
+    fn on_waiting(&mut self, registry: &Registry, token: Token) {
+        let ended = self
+            .waiting
+            .as_mut()
+            .and_then(|w| w.on_ready(registry, token));
+        if let Some((stream, peer, outcome)) = ended {
+            self.header_ended(stream, peer, outcome);
+        }
+    }
+
+    fn expire_waiting(&mut self, registry: &Registry) {
+        let Some(w) = self.waiting.as_mut() else {
+            return;
+        };
+        let mut ended = std::mem::take(&mut self.ended);
+        w.expire(registry, monotonic_ns(), |e| ended.push(e));
+        for (stream, peer, outcome) in ended.drain(..) {
+            self.header_ended(stream, peer, outcome);
+        }
+        self.ended = ended;
+    }
+
+    /// A complete header admits the connection as its client; a failed
+    /// one closes it.
+    fn header_ended(&mut self, stream: TcpStream, peer: SocketAddr, outcome: Outcome) {
+        let Some(proxy) = self.shared.cfg.proxy.clone() else {
+            return;
+        };
+        match outcome {
+            Outcome::Done(h) => {
+                proxy.stats.count_header(h.command);
+                let client = h.client(peer);
+                tracing::debug!(balancer = %peer, %client, command = h.command.label(),
+                    "PROXY header");
+                self.admit(stream, client);
+            }
+            Outcome::Failed(why) => self.proxy_failed(stream, peer, why),
+            Outcome::Wait => {}
+        }
+    }
+
+    /// Counts and logs a refused header (the log thinned to the first 16
+    /// of each reason, then every power of two) and closes the socket; a
+    /// plaintext listener tells a connection refused for
+    /// [`ProxyFailure::Overflow`] to come back (Disconnect(busy)).
+    fn proxy_failed(&mut self, stream: TcpStream, peer: SocketAddr, why: ProxyFailure) {
+        let Some(proxy) = &self.shared.cfg.proxy else {
+            return;
+        };
+        let n = proxy.stats.count_failure(why);
+        if n <= 16 || n.is_power_of_two() {
+            tracing::warn!(%peer, reason = why.label(), count = n, "connection refused: {}",
+                why.describe());
+        }
+        if why == ProxyFailure::Overflow && self.shared.cfg.tls.is_none() {
+            let w = self.shared.cfg.admission.retry_after;
+            let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
+            refuse_busy(Link::Plain(stream), retry, &self.shared.stats);
+        }
     }
 }
 

@@ -32,6 +32,7 @@ mod lanes;
 mod logon;
 mod moves;
 pub mod outbound;
+pub(crate) mod proxy_wait;
 mod queries;
 pub mod revoke;
 pub mod session;
@@ -145,6 +146,9 @@ pub struct GatewayConfig {
     /// TLS on the subscriber listener (`--tls-cert`, `--tls-key`); `None`
     /// is plaintext.
     pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
+    /// PROXY protocol v2 on the subscriber listener (`--proxy-protocol`,
+    /// `--proxy-from`); `None`: off, the TCP peer is the client.
+    pub proxy: Option<Arc<crate::runtime::proxy::ProxyProtocol>>,
 }
 
 impl Default for GatewayConfig {
@@ -180,6 +184,7 @@ impl Default for GatewayConfig {
             error_retry: RetryWindow::new(1_000, 5_000),
             rate_limited_retry: RetryWindow::new(250, 1_000),
             tls: None,
+            proxy: None,
         }
     }
 }
@@ -409,6 +414,11 @@ impl Gateway {
         let peers = lanes.peers.clone();
         let (acceptor, local_addr) = acceptor::spawn(shared.clone(), handoffs)?;
         tracing::info!(%local_addr, shards = shards.len(), "gateway listening");
+        if let Some(p) = &shared.cfg.proxy {
+            let from: Vec<String> = p.allow.nets().iter().map(|n| n.to_string()).collect();
+            tracing::info!(from = %from.join(","), header_timeout_ms = p.header_timeout_ns / 1_000_000,
+                "PROXY protocol v2 required on the subscriber listener");
+        }
         Ok(Gateway {
             requests: Some(request_service),
             shared,

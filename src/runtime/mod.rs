@@ -18,6 +18,7 @@ pub mod latency;
 pub mod listen;
 #[cfg(all(test, pricewire_loom))]
 mod loom_models;
+pub mod proxy;
 pub mod source;
 pub(crate) mod sync;
 pub mod sys;

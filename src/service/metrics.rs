@@ -42,6 +42,13 @@ impl Service {
         for tls in gateway_tls.into_iter().chain(ingest_tls) {
             super::tls_metrics::register(r, tls)?;
         }
+        let proxy = self
+            .gateway
+            .as_ref()
+            .and_then(|g| g.shared.cfg.proxy.as_ref());
+        if let Some(p) = proxy {
+            super::tls_metrics::register_proxy(r, p)?;
+        }
         register_overload(r, &self.overload)
     }
 

@@ -1,5 +1,7 @@
-//! The metrics of a TLS listener (`runtime::tls`): handshakes, handshake
-//! failures by reason, certificate reloads by result, each by listener.
+//! The metrics of a listener's transport: TLS (`runtime::tls`:
+//! handshakes, handshake failures by reason, certificate reloads by
+//! result, each by listener) and the PROXY v2 header of the subscriber
+//! listener (`runtime::proxy`: headers by command, failures by reason).
 
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
@@ -28,6 +30,31 @@ pub(super) fn register(
             true => s.reloads_ok.load(Relaxed),
             false => s.reloads_failed.load(Relaxed),
         })?;
+    }
+    Ok(())
+}
+
+/// The counters of the subscriber listener's PROXY protocol stage.
+pub(super) fn register_proxy(
+    r: &Registry,
+    proxy: &std::sync::Arc<crate::runtime::proxy::ProxyProtocol>,
+) -> Result<(), OpsError> {
+    use crate::runtime::proxy::{Command, ProxyFailure};
+    for command in [Command::Proxy, Command::Local] {
+        let p = proxy.clone();
+        r.register_counter_fn(
+            m::PROXY_HEADERS,
+            &[("command", command.label())],
+            move || p.stats.headers(command),
+        )?;
+    }
+    for why in ProxyFailure::ALL {
+        let p = proxy.clone();
+        r.register_counter_fn(
+            m::PROXY_HEADER_FAILURES,
+            &[("reason", why.label())],
+            move || p.stats.failures(why),
+        )?;
     }
     Ok(())
 }

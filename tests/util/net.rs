@@ -133,3 +133,35 @@ pub fn signal(pid: u32, sig: &str) {
         .is_ok_and(|s| s.success());
     assert!(ok, "kill {sig} {pid}");
 }
+
+/// A TCP connection to `dst` from the loopback address `src` (any of
+/// 127.0.0.0/8 is local on Linux), so one test can be several clients.
+pub fn connect_from(src: std::net::Ipv4Addr, dst: SocketAddr) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(dst) = dst else {
+        panic!("connect_from: IPv4 only, got {dst}");
+    };
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let (from, to) = (sockaddr(src, 0), sockaddr(*dst.ip(), dst.port()));
+    // SAFETY: a fresh socket descriptor, owned by the TcpStream made from
+    // it right away (closed on drop); bind and connect get pointers to
+    // sockaddr_in values on this frame with their true length.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = std::net::TcpStream::from_raw_fd(fd);
+        let rc = libc::bind(fd, (&from as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(rc, 0, "bind {src}: {}", std::io::Error::last_os_error());
+        let rc = libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(rc, 0, "connect {dst}: {}", std::io::Error::last_os_error());
+        stream
+    }
+}

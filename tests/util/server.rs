@@ -230,7 +230,12 @@ pub enum RawRead {
 
 impl Raw {
     pub fn connect(addr: SocketAddr) -> Raw {
-        let stream = TcpStream::connect(addr).expect("connect");
+        Raw::from_stream(TcpStream::connect(addr).expect("connect"))
+    }
+
+    /// A raw connection over a stream connected elsewhere (e.g. from a
+    /// chosen source address).
+    pub fn from_stream(stream: TcpStream) -> Raw {
         stream.set_nodelay(true).unwrap();
         stream
             .set_write_timeout(Some(Duration::from_secs(5)))

@@ -188,6 +188,12 @@ pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 /// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// Connections refused at the PROXY protocol v2 header (counter, by
+/// `reason`: bad_signature, v1_unsupported, bad_version, bad_command,
+/// bad_address, too_long, timeout, peer_closed, untrusted, overflow).
+pub const PROXY_HEADER_FAILURES: &str = "pricewire_proxy_header_failures_total";
+/// PROXY protocol v2 headers accepted (counter, by `command`: proxy, local).
+pub const PROXY_HEADERS: &str = "pricewire_proxy_headers_total";
 /// TLS handshakes completed (counter, by `listener`).
 pub const TLS_HANDSHAKES: &str = "pricewire_tls_handshakes_total";
 /// TLS handshakes that failed or timed out (counter, by `listener`, `reason`).
@@ -396,6 +402,11 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Connections or session steps refused by admission control, by stage"),
     counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
         "Connections closed because they stayed above the outbound high-water mark too long"),
+    // PROXY protocol v2 (serve --proxy-protocol)
+    counter(PROXY_HEADERS, &["command"], "connections", "gateway",
+        "PROXY v2 headers accepted on the subscriber listener, by command (proxy: the header's source is the client; local: a balancer health check keeps the balancer's address)"),
+    counter(PROXY_HEADER_FAILURES, &["reason"], "connections", "gateway",
+        "Subscriber connections closed at the PROXY v2 header, by reason (bad_signature, v1_unsupported, bad_version, bad_command, bad_address, too_long, timeout, peer_closed, untrusted, overflow)"),
     // TLS (serve --tls-cert)
     counter(TLS_HANDSHAKES, &["listener"], "handshakes", "runtime::tls",
         "TLS handshakes completed, by listener (subscriber, feed)"),

@@ -39,6 +39,9 @@ pub struct TlsLink {
     deadline_ns: u64,
     /// The handshake failed or expired: counted once, nothing more is read.
     failed: bool,
+    /// The client's address when it is not the socket's peer (a PROXY
+    /// header named it); logs use it.
+    client: Option<std::net::SocketAddr>,
     listener: &'static str,
     stats: Arc<TlsStats>,
 }
@@ -65,6 +68,7 @@ impl TlsLink {
             tls,
             deadline_ns,
             failed: false,
+            client: None,
             listener,
             stats,
         }
@@ -81,7 +85,7 @@ impl TlsLink {
         self.failed = true;
         let n = self.stats.count_failure(why);
         if n <= 16 || n.is_power_of_two() {
-            let peer = self.stream.peer_addr().ok();
+            let peer = self.client.or_else(|| self.stream.peer_addr().ok());
             tracing::warn!(listener = self.listener, ?peer, reason = why.label(),
                 count = n, detail = %detail, "TLS handshake failed");
         }
@@ -158,6 +162,15 @@ impl Link {
         match self {
             Link::Plain(s) => s,
             Link::Tls(t) => &t.stream,
+        }
+    }
+
+    /// Names the client when it is not the socket's peer (the address a
+    /// PROXY header gave): a failed handshake is logged with it. No effect
+    /// on plaintext.
+    pub fn set_client(&mut self, client: std::net::SocketAddr) {
+        if let Link::Tls(t) = self {
+            t.client = Some(client);
         }
     }
 

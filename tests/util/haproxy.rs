@@ -1,0 +1,124 @@
+//! A real `haproxy` (TCP mode, `send-proxy-v2`) on a free loopback port in
+//! front of one server, for one test.
+//!
+//! Include with `#[path = "util/haproxy.rs"] mod haproxy;` next to
+//! `util/net.rs` as `net`. The proxy runs in the foreground (`-db`), is
+//! killed when the [`Haproxy`] is dropped, and is ready when its port
+//! listens (read from /proc/net/tcp, so waiting opens no connection),
+//! bounded by [`START_TIMEOUT`]. When `haproxy` is missing the helper
+//! installs it from Debian's packages (`apt-get install -y haproxy`) once
+//! per test process, and fails with a clear message if that is impossible.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Longest wait for the proxy's port to listen.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running haproxy; killed on drop.
+pub struct Haproxy {
+    child: Child,
+    /// Where clients connect.
+    pub addr: SocketAddr,
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(cmd: &mut Command) -> bool {
+    cmd.env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn present() -> bool {
+    run(Command::new("haproxy").arg("-v"))
+}
+
+/// Installs haproxy if missing (once per process).
+pub fn ensure_installed() {
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = INSTALLED.get_or_init(|| {
+        if present() {
+            return Ok(());
+        }
+        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", "haproxy"]));
+        if !install() {
+            // A fresh machine may have no package lists yet.
+            run(Command::new("apt-get").args(["update", "-q"]));
+            install();
+        }
+        match present() {
+            true => Ok(()),
+            false => Err(
+                "haproxy is not installed and `apt-get install -y haproxy` failed \
+                          (needs root and Debian's package mirror); install it by hand"
+                    .to_string(),
+            ),
+        }
+    });
+    if let Err(msg) = result {
+        panic!("{msg}");
+    }
+}
+
+/// Whether 127.0.0.1:`port` is in LISTEN state (/proc/net/tcp).
+fn listening(port: u16) -> bool {
+    let want = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| {
+            let mut f = l.split_whitespace();
+            f.nth(1) == Some(want.as_str()) && f.nth(1) == Some("0A")
+        })
+    })
+}
+
+impl Haproxy {
+    /// Starts haproxy on `front` (a free 127.0.0.1 address) relaying every
+    /// connection to `server` with a PROXY v2 header, connecting to it
+    /// from `source` (haproxy's own address as the server sees it).
+    pub fn start(dir: &Path, front: SocketAddr, server: SocketAddr, source: Ipv4Addr) -> Haproxy {
+        ensure_installed();
+        let cfg = dir.join("haproxy.cfg");
+        let text = format!(
+            "global\n  maxconn 256\n\
+             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\
+             frontend terminals\n  bind {front}\n  default_backend pricewire\n\
+             backend pricewire\n  server pw {server} send-proxy-v2 source {source}\n"
+        );
+        std::fs::write(&cfg, text).expect("write haproxy.cfg");
+        let child = Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start haproxy");
+        let mut h = Haproxy { child, addr: front };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !listening(front.port()) {
+            if let Ok(Some(status)) = h.child.try_wait() {
+                panic!("haproxy exited at start ({status}); its config: {cfg:?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "haproxy never listened on {front}"
+            );
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+        h
+    }
+}
