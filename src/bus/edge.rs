@@ -21,12 +21,15 @@
 //! the bus for longer than the max age ([`super::staleness`]), it repeats
 //! every symbol's last price flagged STALE (and CONFLATED, so gateways send
 //! it as a PriceSnapshot with the same sequence, which a terminal always
-//! accepts); the next fresh price clears the flag.
+//! accepts); the next fresh price clears the flag. Hearing the bus means a
+//! valid price or a heartbeat ([`super::heartbeat`]) of the current lease
+//! epoch, so a quiet market whose core is alive is not flagged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::heartbeat::{self, FLAG_LEADER};
 use super::nats::client::Client;
 use super::nats::jetstream::{self, JsError};
 use super::staleness::Staleness;
@@ -75,9 +78,12 @@ struct Inbox {
     publishers: Vec<ShardPublisher>,
     last_seq: Vec<u64>,
     history: Arc<TickHistory>,
+    /// Liveness of the bus, and the newest lease epoch heard.
     staleness: Staleness,
-    /// The newest lease epoch seen.
-    epoch: u64,
+    max_age_ms: u64,
+    heartbeat_subject: String,
+    /// The core whose heartbeats were taken last (0 before any).
+    core_id: u64,
     wall_offset_ns: i64,
     stats: Arc<BusStats>,
 }
@@ -136,7 +142,9 @@ impl BusSubscriber {
             last_seq: vec![0; instruments.len()],
             history: parts.history.clone(),
             staleness: Staleness::new(cfg.max_age_ms, monotonic_ns()),
-            epoch: 0,
+            max_age_ms: cfg.max_age_ms,
+            heartbeat_subject: cfg.heartbeat_subject(),
+            core_id: 0,
             wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
             stats: stats.clone(),
         };
@@ -173,6 +181,7 @@ impl Inbox {
         // is missed (it waits in the client during the gets), and the
         // overlap is dropped by sequence.
         client.subscribe(&cfg.wildcard());
+        client.subscribe(&cfg.heartbeat_subject());
         if let Err(e) = self.load(&mut client, &cfg, &stop) {
             return drop(ready.send(Err(e)));
         }
@@ -236,7 +245,11 @@ impl Inbox {
             }
             let wait = if self.parked() { 1 } else { POLL_MS };
             c.poll(Duration::from_millis(wait), &mut |subject, payload| {
-                self.take(subject, payload);
+                if subject == self.heartbeat_subject.as_bytes() {
+                    self.take_heartbeat(payload);
+                } else {
+                    self.take(subject, payload);
+                }
             });
             if self.staleness.due(monotonic_ns()) {
                 self.flag_stale();
@@ -254,7 +267,7 @@ impl Inbox {
     /// a core that lost the lease).
     fn take(&mut self, subject: &[u8], payload: &[u8]) -> bool {
         let epoch = super::codec::epoch(payload);
-        if epoch < self.epoch {
+        if !self.staleness.admits(epoch) {
             self.stats.stale_epoch_dropped.inc();
             return false;
         }
@@ -265,14 +278,51 @@ impl Inbox {
             Ok(p) => {
                 // Only a valid price moves the epoch on and shows the bus
                 // alive.
-                self.epoch = epoch;
-                self.staleness.heard(now);
+                self.staleness.heard(epoch, now);
                 self.apply(p)
             }
             Err(e) => {
                 self.stats.decode_errors.inc();
                 tracing::debug!(symbol, error = %e, "bus message refused");
                 false
+            }
+        }
+    }
+
+    /// Takes one message of the heartbeat subject: a leader's heartbeat of
+    /// the current (or a newer) epoch shows the bus alive; an older
+    /// epoch's is dropped, anything else refused, each counted. Allocates
+    /// nothing except the log line when a new core's heartbeats begin.
+    fn take_heartbeat(&mut self, payload: &[u8]) {
+        let hb = match heartbeat::decode(payload) {
+            Ok(hb) if hb.flags & FLAG_LEADER != 0 => hb,
+            Ok(_) => return self.stats.heartbeat_refused.inc(),
+            Err(e) => {
+                self.stats.heartbeat_refused.inc();
+                return tracing::debug!(error = %e, "bus heartbeat refused");
+            }
+        };
+        let now = monotonic_ns();
+        if !self.staleness.heard(hb.epoch, now) {
+            return self.stats.heartbeat_stale_epoch.inc();
+        }
+        self.stats.heartbeats_received.inc();
+        self.stats.heartbeat_at(now);
+        if hb.core_id != self.core_id {
+            self.core_id = hb.core_id;
+            tracing::info!(
+                core_id = format_args!("{:016x}", hb.core_id),
+                epoch = hb.epoch,
+                interval_ms = hb.interval_ms,
+                "heartbeats from a core"
+            );
+            if u64::from(hb.interval_ms).saturating_mul(2) > self.max_age_ms {
+                tracing::warn!(
+                    interval_ms = hb.interval_ms,
+                    max_age_ms = self.max_age_ms,
+                    "the core's heartbeat period is more than half this edge's \
+                     --bus-max-age-ms: a quiet market may be flagged stale"
+                );
             }
         }
     }

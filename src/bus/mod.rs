@@ -35,6 +35,7 @@ pub mod codec;
 mod connect;
 pub mod core;
 pub mod edge;
+pub mod heartbeat;
 pub mod lease;
 mod nats;
 mod staleness;
@@ -132,9 +133,13 @@ pub struct BusConfig {
     pub replicas: usize,
     /// Leader lease period of cores, in milliseconds.
     pub lease_ms: u64,
-    /// Edge: how long without any price from the bus (no server, or a
-    /// silent core) before every price is flagged stale, in milliseconds.
+    /// Edge: how long without any price or heartbeat of the current
+    /// lease epoch (no server, or no live core) before every price is
+    /// flagged stale, in milliseconds.
     pub max_age_ms: u64,
+    /// Core: the lease holder's heartbeat period on
+    /// `<prefix>.heartbeat`, in milliseconds.
+    pub heartbeat_ms: u64,
 }
 
 /// Why the bus could not start or was refused.
@@ -206,6 +211,7 @@ impl BusConfig {
             replicas,
             lease_ms: LEASE_MS_DEFAULT,
             max_age_ms: MAX_AGE_MS_DEFAULT,
+            heartbeat_ms: heartbeat::HEARTBEAT_MS_DEFAULT,
         })
     }
 
@@ -218,6 +224,20 @@ impl BusConfig {
             });
         }
         self.max_age_ms = max_age_ms;
+        Ok(self)
+    }
+
+    /// The same, with a core's heartbeat period of `heartbeat_ms`
+    /// (`--bus-heartbeat-ms`).
+    pub fn with_heartbeat_ms(mut self, heartbeat_ms: u64) -> Result<BusConfig, BusError> {
+        use heartbeat::{HEARTBEAT_MS_MAX, HEARTBEAT_MS_MIN};
+        if !(HEARTBEAT_MS_MIN..=HEARTBEAT_MS_MAX).contains(&heartbeat_ms) {
+            return Err(BusError::Invalid {
+                flag: "--bus-heartbeat-ms",
+                reason: format!("{heartbeat_ms}: must be {HEARTBEAT_MS_MIN}..={HEARTBEAT_MS_MAX}"),
+            });
+        }
+        self.heartbeat_ms = heartbeat_ms;
         Ok(self)
     }
 
@@ -241,6 +261,12 @@ impl BusConfig {
     /// The subject of one symbol's prices.
     pub fn subject(&self, symbol: &str) -> String {
         format!("{}.price.{symbol}", self.prefix)
+    }
+
+    /// The subject of the lease holder's heartbeats (outside the price
+    /// wildcard, so not kept in the last-value stream).
+    pub fn heartbeat_subject(&self) -> String {
+        format!("{}.heartbeat", self.prefix)
     }
 
     /// The wildcard over every symbol's prices.

@@ -1,6 +1,6 @@
 //! Counters of the bus thread (read by /metrics and the tests).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::runtime::counter::{Counter, Gauge};
 
@@ -40,6 +40,21 @@ pub struct BusStats {
     pub stale_flagged: Counter,
     /// Last-value reloads after a reconnect (edge).
     pub reloads: Counter,
+    /// Heartbeats handed to the NATS client (core, while it leads).
+    pub heartbeats_sent: Counter,
+    /// Heartbeats the client refused (core; no server at the time).
+    pub heartbeat_errors: Counter,
+    /// Heartbeats of the current lease epoch taken (edge).
+    pub heartbeats_received: Counter,
+    /// Heartbeats of an older lease epoch than one already seen, dropped
+    /// (edge).
+    pub heartbeat_stale_epoch: Counter,
+    /// Messages on the heartbeat subject that were not a heartbeat this
+    /// build reads (edge).
+    pub heartbeat_refused: Counter,
+    /// When the last heartbeat was sent (core) or taken (edge), monotonic
+    /// ns; 0 before any.
+    last_heartbeat_ns: AtomicU64,
     /// 1 while the client has a server connection.
     pub connected: Gauge,
     /// Set when the client reconnected: an edge reloads last values.
@@ -49,6 +64,21 @@ pub struct BusStats {
 impl BusStats {
     pub(super) fn mark_reconnected(&self) {
         self.reconnected.store(true, Ordering::Release);
+    }
+
+    /// Records a heartbeat sent or taken at `now_ns` (monotonic).
+    pub(super) fn heartbeat_at(&self, now_ns: u64) {
+        self.last_heartbeat_ns
+            .store(now_ns.max(1), Ordering::Relaxed);
+    }
+
+    /// Seconds from the last heartbeat sent (core) or taken (edge) to
+    /// `now_ns` (monotonic); -1 before any.
+    pub fn last_heartbeat_age_s(&self, now_ns: u64) -> f64 {
+        match self.last_heartbeat_ns.load(Ordering::Relaxed) {
+            0 => -1.0,
+            t => now_ns.saturating_sub(t) as f64 / 1e9,
+        }
     }
 
     /// True once after each reconnect.

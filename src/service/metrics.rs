@@ -232,6 +232,21 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
         let s = stats.clone();
         r.register_counter_fn(m::BUS_MESSAGES, &[("event", event)], move || read(&s))?;
     }
+    let beats: [(&str, Read); 5] = [
+        ("sent", |s| s.heartbeats_sent.get()),
+        ("send_error", |s| s.heartbeat_errors.get()),
+        ("received", |s| s.heartbeats_received.get()),
+        ("stale_epoch_dropped", |s| s.heartbeat_stale_epoch.get()),
+        ("refused", |s| s.heartbeat_refused.get()),
+    ];
+    for (event, read) in beats {
+        let s = stats.clone();
+        r.register_counter_fn(m::BUS_HEARTBEATS, &[("event", event)], move || read(&s))?;
+    }
+    let s = stats.clone();
+    r.register_gauge_fn(m::BUS_LAST_HEARTBEAT_AGE, &[], move || {
+        s.last_heartbeat_age_s(crate::clock::monotonic_ns())
+    })?;
     let s = stats.clone();
     r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
 }

@@ -188,6 +188,13 @@ pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 /// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// Heartbeats of the lease-holding core on the bus, by event: sent and
+/// send_error (core), received, stale_epoch_dropped and refused (edge)
+/// (counter, by `event`).
+pub const BUS_HEARTBEATS: &str = "pricewire_bus_heartbeats_total";
+/// Seconds since the last heartbeat was sent (core) or taken (edge); -1
+/// before any (gauge).
+pub const BUS_LAST_HEARTBEAT_AGE: &str = "pricewire_bus_last_heartbeat_age_seconds";
 /// TLS handshakes completed (counter, by `listener`).
 pub const TLS_HANDSHAKES: &str = "pricewire_tls_handshakes_total";
 /// TLS handshakes that failed or timed out (counter, by `listener`, `reason`).
@@ -417,6 +424,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
     gauge(BUS_CONNECTED, &[], "boolean", "bus",
         "1 while the bus client has a NATS server connection"),
+    counter(BUS_HEARTBEATS, &["event"], "messages", "bus",
+        "Heartbeats of the lease-holding core, by event: sent, send_error (core); received, stale_epoch_dropped, refused (edge)"),
+    gauge(BUS_LAST_HEARTBEAT_AGE, &[], "seconds", "bus",
+        "Seconds since the last heartbeat was sent (core) or taken of the current lease epoch (edge); -1 before any"),
     // request workers
     gauge(REQUEST_QUEUE_DEPTH, &[], "requests", "requests",
         "Requests waiting in the bounded request queue"),
