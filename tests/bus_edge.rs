@@ -253,3 +253,74 @@ fn a_core_under_shared_threading_publishes_from_its_bus_thread() {
     // An orderly stop: the hosted engine finishes inside the bus thread.
     core.stop();
 }
+
+#[test]
+fn a_quiet_market_stays_fresh_while_its_core_beats_and_goes_stale_when_it_dies() {
+    const MAX_AGE_MS: u64 = 500;
+    let node = NatsServer::start();
+    let b = bus(&node.url(), "hb1", 1);
+    // A first core leaves every symbol's last value in the stream, then
+    // stops in order (handing the lease on at once).
+    let first = core(b.clone(), 2_000);
+    assert!(wait_until(WAIT, || published(&first) >= 500));
+    first.stop();
+    // The market goes quiet: a core whose only feed is a provider ingest
+    // port that no provider sends to, beating every 100 ms, takes the
+    // lease. (A core with no feed at all would finish its engine.)
+    let feed = free_addr().to_string();
+    let beat = ["--no-synthetic", "--feed-listen", &feed];
+    let beat = [&beat[..], &["--bus-heartbeat-ms", "100"]].concat();
+    let mut quiet = ServeProcess::core(&node.url(), "hb1", &beat);
+    assert!(
+        wait_until(WAIT, || quiet
+            .metric("pricewire_bus_heartbeats_total", "sent")
+            >= 1),
+        "the quiet core never sent a heartbeat"
+    );
+    let e = edge(b.with_max_age_ms(MAX_AGE_MS).unwrap());
+    let stats = e.bus.as_ref().unwrap().stats().clone();
+    let mut c = subscriber(&e);
+    let mut seen = Seen::default();
+    assert!(read_until(&mut c, &mut seen, |s| s.updates() >= SYMBOLS.len()));
+    // Six max ages without a single price: no stale flag, because the
+    // core's heartbeats keep coming.
+    let (beats0, prices0) = (stats.heartbeats_received.get(), stats.received.get());
+    let watch = Instant::now();
+    let window = Duration::from_millis(6 * MAX_AGE_MS);
+    read_until(&mut c, &mut seen, |_| watch.elapsed() >= window);
+    assert!(watch.elapsed() >= window, "the watch ended early");
+    assert_eq!(stats.received.get(), prices0, "the market was not quiet");
+    assert_eq!(stats.stale_flagged.get(), 0, "flagged stale while beating");
+    let beats = stats.heartbeats_received.get() - beats0;
+    assert!(beats >= 10, "{beats} heartbeats in {window:?}");
+    assert!(
+        seen.prices.iter().all(|p| p.4 & price_flags::STALE == 0),
+        "a subscriber saw STALE while the core was alive"
+    );
+    // The core dies (no standby): the subscriber sees every symbol
+    // flagged within the max age and a margin for the bus thread's turn.
+    let from = seen.updates();
+    quiet.kill();
+    let killed_at = Instant::now();
+    let all_stale = |s: &Seen| {
+        let stale: std::collections::BTreeSet<u16> = s.prices[from..]
+            .iter()
+            .filter(|p| p.4 & price_flags::STALE != 0)
+            .map(|p| p.0)
+            .collect();
+        stale.len() == SYMBOLS.len()
+    };
+    assert!(
+        read_until(&mut c, &mut seen, all_stale),
+        "no stale flag after the core died"
+    );
+    let took = killed_at.elapsed();
+    assert!(
+        took <= Duration::from_millis(MAX_AGE_MS + 1_000),
+        "stale flag {took:?} after the core died (max age {MAX_AGE_MS} ms)"
+    );
+    assert!(stats.stale_flagged.get() >= SYMBOLS.len() as u64);
+    seen.assert_ordered_and_gaps_flagged("edge");
+    drop(c);
+    e.stop();
+}
