@@ -255,7 +255,7 @@ fn a_core_under_shared_threading_publishes_from_its_bus_thread() {
 }
 
 #[test]
-fn a_quiet_market_stays_fresh_while_its_core_beats_and_goes_stale_when_it_dies() {
+fn a_quiet_market_is_flagged_stale_only_while_no_core_beats() {
     const MAX_AGE_MS: u64 = 500;
     let node = NatsServer::start();
     let b = bus(&node.url(), "hb1", 1);
@@ -267,10 +267,13 @@ fn a_quiet_market_stays_fresh_while_its_core_beats_and_goes_stale_when_it_dies()
     // The market goes quiet: a core whose only feed is a provider ingest
     // port that no provider sends to, beating every 100 ms, takes the
     // lease. (A core with no feed at all would finish its engine.)
-    let feed = free_addr().to_string();
-    let beat = ["--no-synthetic", "--feed-listen", &feed];
-    let beat = [&beat[..], &["--bus-heartbeat-ms", "100"]].concat();
-    let mut quiet = ServeProcess::core(&node.url(), "hb1", &beat);
+    let quiet_core = || {
+        let feed = free_addr().to_string();
+        let beat = ["--no-synthetic", "--feed-listen", &feed];
+        let flags = ["--bus-heartbeat-ms", "100", "--bus-lease-ms", "1000"];
+        ServeProcess::core(&node.url(), "hb1", &[&beat[..], &flags].concat())
+    };
+    let mut quiet = quiet_core();
     assert!(
         wait_until(WAIT, || quiet
             .metric("pricewire_bus_heartbeats_total", "sent")
@@ -320,6 +323,31 @@ fn a_quiet_market_stays_fresh_while_its_core_beats_and_goes_stale_when_it_dies()
         "stale flag {took:?} after the core died (max age {MAX_AGE_MS} ms)"
     );
     assert!(stats.stale_flagged.get() >= SYMBOLS.len() as u64);
+    let stale_seqs = last_seqs(&seen);
+    // A core comes back (once the dead one's lease expired) and the market
+    // is still quiet: its heartbeats alone clear the flag, each symbol
+    // restated with the same sequence.
+    let from = seen.updates();
+    let _back = quiet_core();
+    let all_fresh = |s: &Seen| {
+        let fresh: std::collections::BTreeSet<u16> = s.prices[from..]
+            .iter()
+            .filter(|p| p.4 & price_flags::STALE == 0)
+            .map(|p| p.0)
+            .collect();
+        fresh.len() == SYMBOLS.len()
+    };
+    assert!(
+        read_until(&mut c, &mut seen, all_fresh),
+        "still stale after a core came back"
+    );
+    assert_eq!(stats.received.get(), prices0, "the market was not quiet");
+    assert_eq!(
+        last_seqs(&seen),
+        stale_seqs,
+        "restated with other sequences"
+    );
+    assert!(stats.stale_cleared.get() >= SYMBOLS.len() as u64);
     seen.assert_ordered_and_gaps_flagged("edge");
     drop(c);
     e.stop();

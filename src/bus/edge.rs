@@ -84,6 +84,14 @@ struct Inbox {
     heartbeat_subject: String,
     /// The core whose heartbeats were taken last (0 before any).
     core_id: u64,
+    /// Per symbol: this edge flagged its price stale (not the core's
+    /// engine) and no fresh price came since.
+    stale_by_edge: Vec<bool>,
+    /// Some entry of `stale_by_edge` is set.
+    stale_shown: bool,
+    /// The last load of last values (at start or after a reconnect)
+    /// succeeded: the table is as new as the stream.
+    loaded: bool,
     wall_offset_ns: i64,
     stats: Arc<BusStats>,
 }
@@ -145,6 +153,9 @@ impl BusSubscriber {
             max_age_ms: cfg.max_age_ms,
             heartbeat_subject: cfg.heartbeat_subject(),
             core_id: 0,
+            stale_by_edge: vec![false; instruments.len()],
+            stale_shown: false,
+            loaded: false,
             wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
             stats: stats.clone(),
         };
@@ -185,6 +196,7 @@ impl Inbox {
         if let Err(e) = self.load(&mut client, &cfg, &stop) {
             return drop(ready.send(Err(e)));
         }
+        self.loaded = true;
         let _ = ready.send(Ok(()));
         self.live(&mut client, &cfg, &stop);
     }
@@ -239,8 +251,10 @@ impl Inbox {
                 // newest of each symbol comes back from the stream (a
                 // skipped sequence is flagged like any gap).
                 self.stats.reloads.inc();
-                if let Err(e) = self.load(c, cfg, stop) {
-                    tracing::warn!(error = %e, "reloading last values after a reconnect");
+                self.loaded = false;
+                match self.load(c, cfg, stop) {
+                    Ok(()) => self.loaded = true,
+                    Err(e) => tracing::warn!(error = %e, "reloading last values after a reconnect"),
                 }
             }
             let wait = if self.parked() { 1 } else { POLL_MS };
@@ -253,6 +267,8 @@ impl Inbox {
             });
             if self.staleness.due(monotonic_ns()) {
                 self.flag_stale();
+            } else if self.stale_shown && !self.staleness.is_flagged() && self.loaded {
+                self.clear_stale();
             }
             self.notify();
         }
@@ -341,6 +357,7 @@ impl Inbox {
             self.stats.gaps_flagged.inc();
         }
         self.last_seq[s] = p.seq;
+        self.stale_by_edge[s] = false;
         self.table.write(&p);
         for publisher in &mut self.publishers {
             publisher.publish(&p);
@@ -368,12 +385,48 @@ impl Inbox {
             for publisher in &mut self.publishers {
                 publisher.publish(&p);
             }
+            self.stale_by_edge[symbol] = true;
             flagged += 1;
         }
         self.stats.stale_flagged.add(flagged);
+        self.stale_shown = true;
         tracing::warn!(
             symbols = flagged,
             "no price from the bus within the max age; flagged stale"
+        );
+    }
+
+    /// The bus is heard again (a price or heartbeat of the current epoch)
+    /// and the table is as new as the stream: every price this edge
+    /// flagged STALE (not one the core's engine flagged) goes out again,
+    /// same sequence, without the flag (CONFLATED, so gateways send it as
+    /// a PriceSnapshot to subscribers that had the stale one). A quiet
+    /// market's prices do not stay stale until its next tick. Allocates
+    /// nothing.
+    fn clear_stale(&mut self) {
+        let mut cleared = 0u64;
+        for symbol in 0..self.last_seq.len() {
+            if !std::mem::take(&mut self.stale_by_edge[symbol]) {
+                continue;
+            }
+            let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
+                continue;
+            };
+            if p.flags & price_flags::STALE == 0 {
+                continue;
+            }
+            p.flags = (p.flags & !price_flags::STALE) | price_flags::CONFLATED;
+            self.table.write(&p);
+            for publisher in &mut self.publishers {
+                publisher.publish(&p);
+            }
+            cleared += 1;
+        }
+        self.stats.stale_cleared.add(cleared);
+        self.stale_shown = false;
+        tracing::info!(
+            symbols = cleared,
+            "the bus is heard again; stale flags cleared"
         );
     }
 

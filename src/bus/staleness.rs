@@ -82,8 +82,8 @@ impl Staleness {
         self.epoch
     }
 
-    /// True while the prices are flagged stale.
-    #[cfg(test)]
+    /// True while the prices are flagged stale (nothing of the current
+    /// epoch heard since they were).
     pub(crate) fn is_flagged(&self) -> bool {
         self.flagged
     }

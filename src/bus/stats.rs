@@ -38,6 +38,10 @@ pub struct BusStats {
     /// Prices repeated flagged STALE because the bus was silent for longer
     /// than the max age (edge; one per symbol per silence).
     pub stale_flagged: Counter,
+    /// Prices restated without the STALE flag once the bus was heard
+    /// again with the table as new as the stream (edge; one per symbol
+    /// still flagged).
+    pub stale_cleared: Counter,
     /// Last-value reloads after a reconnect (edge).
     pub reloads: Counter,
     /// Heartbeats handed to the NATS client (core, while it leads).

@@ -212,7 +212,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
 fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
     use crate::bus::BusStats;
     type Read = fn(&BusStats) -> u64;
-    let events: [(&str, Read); 14] = [
+    let events: [(&str, Read); 15] = [
         ("published", |s| s.published.get()),
         ("publish_error", |s| s.publish_errors.get()),
         ("received", |s| s.received.get()),
@@ -227,6 +227,7 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
         ("lease_lost", |s| s.leases_lost.get()),
         ("stale_epoch_dropped", |s| s.stale_epoch_dropped.get()),
         ("stale_flagged", |s| s.stale_flagged.get()),
+        ("stale_cleared", |s| s.stale_cleared.get()),
     ];
     for (event, read) in events {
         let s = stats.clone();

@@ -91,13 +91,17 @@ impl Seen {
     }
 
     /// Per symbol, sequence numbers only go up (an edge that lost its bus
-    /// may repeat the last one as a stale snapshot); every skip in an
-    /// update is flagged.
+    /// may repeat the last one as a stale snapshot, and once more without
+    /// the flag when it hears the bus again); every skip in an update is
+    /// flagged.
     pub fn assert_ordered_and_gaps_flagged(&self, who: &str) {
         let mut last: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut was_stale: BTreeMap<u16, bool> = BTreeMap::new();
         for &(s, q, _, _, flags, st) in &self.prices {
+            let stale = flags & price_flags::STALE != 0;
+            let stale_before = was_stale.insert(s, stale).unwrap_or(false);
             if let Some(&l) = last.get(&s) {
-                let restated = q == l && st == SeqStatus::Reset && flags & price_flags::STALE != 0;
+                let restated = q == l && st == SeqStatus::Reset && (stale || stale_before);
                 assert!(q > l || restated, "{who}: symbol {s} went from {l} to {q}");
                 // A snapshot (Reset) is an explicit resync, not a gap.
                 if q > l + 1 && st != SeqStatus::Reset {
