@@ -18,7 +18,9 @@
 //! `<prefix>.price.<SYMBOL>`. The core's per-symbol sequence number travels
 //! unchanged. A JetStream stream `<PREFIX>_PRICES` over `<prefix>.price.>`
 //! keeps one message per subject: every symbol's last value, which an edge
-//! loads before it reports itself started.
+//! loads before it reports itself started. The core that holds the lease
+//! also sends a heartbeat on `<prefix>.heartbeat` ([`heartbeat`]), so an
+//! edge tells a quiet market from a dead core (`staleness.rs`).
 //!
 //! The NATS client is pricewire's own (`nats`, private to this module): a
 //! sans-IO protocol core and a readiness loop over one mio socket, driven
