@@ -81,8 +81,24 @@ fn subscribers_on_two_edges_receive_identical_streams() {
             .lines()
             .filter(|l| l.starts_with("pricewire_bus_messages_total{"))
             .count();
-        assert_eq!(events, 14, "{text}");
+        assert_eq!(events, 15, "{text}");
+        let beats = text
+            .lines()
+            .filter(|l| l.starts_with("pricewire_bus_heartbeats_total{"))
+            .count();
+        assert_eq!(beats, 5, "{text}");
+        assert!(
+            text.contains("pricewire_bus_last_heartbeat_age_seconds "),
+            "{text}"
+        );
     }
+    // The core beats and both edges take its heartbeats.
+    assert!(wait_until(WAIT, || {
+        [&e1, &e2]
+            .iter()
+            .all(|e| e.bus.as_ref().unwrap().stats().heartbeats_received.get() > 0)
+    }));
+    assert!(core.bus.as_ref().unwrap().stats().heartbeats_sent.get() > 0);
     drop((c1, c2));
     e1.stop();
     e2.stop();
