@@ -198,6 +198,9 @@ fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
         "the second core is not a warm standby"
     );
     assert_eq!(b.bus_count("published"), 0, "two cores published at once");
+    let beats = |p: &ServeProcess| p.metric("pricewire_bus_heartbeats_total", "sent");
+    assert!(beats(&a) > 0, "the leader sends no heartbeat");
+    assert_eq!(beats(&b), 0, "a standby sent heartbeats");
     let e = edge(bus(&node.url(), "t4", 1));
     let mut c = subscriber(&e);
     let mut seen = Seen::default();
@@ -215,6 +218,7 @@ fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
     );
     let before = seen.updates();
     assert!(read_until(&mut c, &mut seen, |s| s.updates() >= before + 200));
+    assert!(beats(&b) > 0, "the new leader sends no heartbeat");
     seen.assert_ordered_and_gaps_flagged("edge");
     // At most one flagged gap per symbol across the takeover.
     let after_kill = &seen.prices[before.saturating_sub(50)..];
