@@ -389,7 +389,7 @@ impl Inbox {
             flagged += 1;
         }
         self.stats.stale_flagged.add(flagged);
-        self.stale_shown = true;
+        self.stale_shown |= flagged > 0;
         tracing::warn!(
             symbols = flagged,
             "no price from the bus within the max age; flagged stale"

@@ -92,7 +92,8 @@ impl Seen {
 
     /// Per symbol, sequence numbers only go up (an edge that lost its bus
     /// may repeat the last one as a stale snapshot, and once more without
-    /// the flag when it hears the bus again); every skip in an update is
+    /// the flag when it hears the bus again; a client that reconnected
+    /// gets the one it holds again, resumed); every skip in an update is
     /// flagged.
     pub fn assert_ordered_and_gaps_flagged(&self, who: &str) {
         let mut last: BTreeMap<u16, u64> = BTreeMap::new();
@@ -102,7 +103,13 @@ impl Seen {
             let stale_before = was_stale.insert(s, stale).unwrap_or(false);
             if let Some(&l) = last.get(&s) {
                 let restated = q == l && st == SeqStatus::Reset && (stale || stale_before);
-                assert!(q > l || restated, "{who}: symbol {s} went from {l} to {q}");
+                let resumed = q == l && st == SeqStatus::Resumed;
+                assert!(
+                    q > l || restated || resumed,
+                    "{who}: symbol {s} went from {l} to {q} (flags {flags:#x}, {st:?}, \
+                     stale before: {stale_before}): {:?}",
+                    self.prices.iter().filter(|p| p.0 == s).collect::<Vec<_>>()
+                );
                 // A snapshot (Reset) is an explicit resync, not a gap.
                 if q > l + 1 && st != SeqStatus::Reset {
                     assert_ne!(
