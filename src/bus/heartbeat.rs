@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | 0 | magic `PWHB` | not a price frame |
 //! | 4 | version (u16) | [`VERSION`]; an edge refuses a newer one |
-//! | 6 | flags (u16) | bit 0: sent by the lease holder ([`FLAG_LEADER`]) |
+//! | 6 | flags (u16) | bit 0: sent by the lease holder ([`FLAG_LEADER`]); an edge refuses a heartbeat without it |
 //! | 8 | interval (u32) | the sender's heartbeat period, ms |
 //! | 12 | reserved (u32) | 0 |
 //! | 16 | epoch (u64) | the sender's lease epoch, as on its prices |
