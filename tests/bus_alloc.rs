@@ -2,8 +2,8 @@
 //!
 //! The engine side of a core's ring allocates nothing (the engine's own
 //! zero-allocation tests hold), and neither does the bus thread's NATS
-//! client in steady state: publishing on a core (lease renewals included)
-//! and receiving on an edge. This counts every allocation in the process
+//! client in steady state: publishing on a core (lease renewals and
+//! heartbeats included) and receiving on an edge (heartbeats included). This counts every allocation in the process
 //! with a counting allocator over a steady window and requires exactly 0,
 //! printing the figure (`--nocapture`). One test in this binary, so
 //! nothing else allocates meanwhile.
@@ -46,18 +46,23 @@ impl Drop for Kill {
     }
 }
 
-/// Allocations in the process over the next `n` steps of `count` (and
-/// at least [`WINDOW_MIN`]), and the steps taken.
-fn allocations_over(count: impl Fn() -> u64, n: u64) -> (u64, u64) {
+/// Heartbeats (sent by a core, taken by an edge) the window holds at
+/// least.
+const WINDOW_BEATS: u64 = 2;
+
+/// Allocations in the process over the next `n` steps of `count` (and at
+/// least [`WINDOW_MIN`] and [`WINDOW_BEATS`] steps of `beats`), and the
+/// steps of each taken.
+fn allocations_over(count: impl Fn() -> u64, n: u64, beats: impl Fn() -> u64) -> [u64; 3] {
     let t0 = std::time::Instant::now();
-    let (a0, c0) = (alloc::allocations(), count());
-    let done = || count() >= c0 + n && t0.elapsed() >= WINDOW_MIN;
+    let (a0, c0, b0) = (alloc::allocations(), count(), beats());
+    let done = || count() >= c0 + n && t0.elapsed() >= WINDOW_MIN && beats() >= b0 + WINDOW_BEATS;
     assert!(wait::wait_until(WAIT, done), "stalled");
-    let (a1, c1) = (alloc::allocations(), count());
-    (a1 - a0, c1 - c0)
+    let (a1, c1, b1) = (alloc::allocations(), count(), beats());
+    [a1 - a0, c1 - c0, b1 - b0]
 }
 
-fn core_allocations(bus: &BusConfig) -> (u64, u64) {
+fn core_allocations(bus: &BusConfig) -> [u64; 3] {
     let mut cfg = ServiceConfig::new(Arc::new(Config::builtin(3)));
     cfg.synthetic = Some(SyntheticConfig {
         rate_per_s: 20_000,
@@ -72,12 +77,13 @@ fn core_allocations(bus: &BusConfig) -> (u64, u64) {
     let st = core.bus.as_ref().unwrap().stats().clone();
     let published = || st.published.get();
     assert!(wait::wait_until(WAIT, || published() >= 5_000), "warm-up");
-    let counted = allocations_over(published, WINDOW_PRICES);
+    let beats = || st.heartbeats_sent.get();
+    let counted = allocations_over(published, WINDOW_PRICES, beats);
     core.stop();
     counted
 }
 
-fn edge_allocations(node: &nats::NatsServer, bus: &BusConfig) -> (u64, u64) {
+fn edge_allocations(node: &nats::NatsServer, bus: &BusConfig) -> [u64; 3] {
     // The core in its own process: only the edge allocates here.
     let _core = Kill(
         Command::new(env!("CARGO_BIN_EXE_pricewire"))
@@ -97,7 +103,8 @@ fn edge_allocations(node: &nats::NatsServer, bus: &BusConfig) -> (u64, u64) {
     let st = edge.bus.as_ref().unwrap().stats().clone();
     let received = || st.received.get();
     assert!(wait::wait_until(WAIT, || received() >= 5_000), "warm-up");
-    let counted = allocations_over(received, WINDOW_PRICES);
+    let beats = || st.heartbeats_received.get();
+    let counted = allocations_over(received, WINDOW_PRICES, beats);
     edge.stop();
     counted
 }
@@ -105,12 +112,13 @@ fn edge_allocations(node: &nats::NatsServer, bus: &BusConfig) -> (u64, u64) {
 #[test]
 fn the_bus_thread_allocates_nothing_per_price_in_steady_state() {
     let node = nats::NatsServer::start();
-    let (core, published) = core_allocations(&BusConfig::parse(&node.url(), "alloc1", 1).unwrap());
-    let (edge, received) =
+    let [core, published, sent] =
+        core_allocations(&BusConfig::parse(&node.url(), "alloc1", 1).unwrap());
+    let [edge, received, taken] =
         edge_allocations(&node, &BusConfig::parse(&node.url(), "alloc2", 1).unwrap());
     eprintln!(
-        "bus allocations: core {core} over {published} prices published, \
-         edge {edge} over {received} prices received"
+        "bus allocations: core {core} over {published} prices and {sent} heartbeats \
+         published, edge {edge} over {received} prices and {taken} heartbeats received"
     );
     assert_eq!(core, 0, "core: {core} allocations over {published} prices");
     assert_eq!(edge, 0, "edge: {edge} allocations over {received} prices");

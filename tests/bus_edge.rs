@@ -253,3 +253,91 @@ fn a_core_under_shared_threading_publishes_from_its_bus_thread() {
     // An orderly stop: the hosted engine finishes inside the bus thread.
     core.stop();
 }
+
+/// A core whose only feed is a provider ingest port that no provider
+/// sends to (a quiet market; a core with no feed at all would finish its
+/// engine), beating every 100 ms, with a 1-s lease.
+fn quiet_core(url: &str, prefix: &str) -> ServeProcess {
+    let feed = free_addr().to_string();
+    let beat = ["--no-synthetic", "--feed-listen", &feed];
+    let flags = ["--bus-heartbeat-ms", "100", "--bus-lease-ms", "1000"];
+    ServeProcess::core(url, prefix, &[&beat[..], &flags].concat())
+}
+
+/// True once every subscribed symbol had a price since `from` whose STALE
+/// flag is `stale`.
+fn every_symbol_since(from: usize, stale: bool) -> impl Fn(&Seen) -> bool {
+    move |s: &Seen| {
+        let symbols: std::collections::BTreeSet<u16> = s.prices[from..]
+            .iter()
+            .filter(|p| (p.4 & price_flags::STALE != 0) == stale)
+            .map(|p| p.0)
+            .collect();
+        symbols.len() == SYMBOLS.len()
+    }
+}
+
+#[test]
+fn a_quiet_market_is_flagged_stale_only_while_no_core_beats() {
+    // Ten heartbeat periods: a loaded machine may delay a few.
+    const MAX_AGE_MS: u64 = 1_000;
+    let node = NatsServer::start();
+    let b = bus(&node.url(), "hb1", 1);
+    // A first core leaves every symbol's last value in the stream, then
+    // stops in order (handing the lease on at once). The market goes
+    // quiet: a core with no ticks takes the lease.
+    let first = core(b.clone(), 2_000);
+    assert!(wait_until(WAIT, || published(&first) >= 500));
+    first.stop();
+    let mut quiet = quiet_core(&node.url(), "hb1");
+    let beating = || quiet.metric("pricewire_bus_heartbeats_total", "sent") >= 1;
+    assert!(
+        wait_until(WAIT, beating),
+        "the quiet core sent no heartbeat"
+    );
+    let e = edge(b.with_max_age_ms(MAX_AGE_MS).unwrap());
+    let stats = e.bus.as_ref().unwrap().stats().clone();
+    let mut c = subscriber(&e);
+    let mut seen = Seen::default();
+    assert!(read_until(&mut c, &mut seen, |s| s.updates() >= SYMBOLS.len()));
+    // Four max ages without a single price: no stale flag, because the
+    // core's heartbeats keep coming.
+    let (beats0, prices0) = (stats.heartbeats_received.get(), stats.received.get());
+    let watch = Instant::now();
+    let window = Duration::from_millis(4 * MAX_AGE_MS);
+    read_until(&mut c, &mut seen, |_| watch.elapsed() >= window);
+    assert!(watch.elapsed() >= window, "the watch ended early");
+    assert_eq!(stats.received.get(), prices0, "the market was not quiet");
+    assert_eq!(stats.stale_flagged.get(), 0, "flagged stale while beating");
+    let beats = stats.heartbeats_received.get() - beats0;
+    assert!(beats >= 10, "{beats} heartbeats in {window:?}");
+    assert!(
+        seen.prices.iter().all(|p| p.4 & price_flags::STALE == 0),
+        "a subscriber saw STALE while the core was alive"
+    );
+    // The core dies (no standby): the subscriber sees every symbol
+    // flagged within the max age and a margin for the bus thread's turn.
+    let all_stale = every_symbol_since(seen.updates(), true);
+    quiet.kill();
+    let killed_at = Instant::now();
+    assert!(read_until(&mut c, &mut seen, all_stale), "no stale flag");
+    let took = killed_at.elapsed();
+    assert!(
+        took <= Duration::from_millis(MAX_AGE_MS + 1_000),
+        "stale flag {took:?} after the core died (max age {MAX_AGE_MS} ms)"
+    );
+    assert!(stats.stale_flagged.get() >= SYMBOLS.len() as u64);
+    let stale_seqs = last_seqs(&seen);
+    // A core comes back (once the dead one's lease expired) and the market
+    // is still quiet: its heartbeats alone clear the flag, each symbol
+    // restated with the same sequence.
+    let all_fresh = every_symbol_since(seen.updates(), false);
+    let _back = quiet_core(&node.url(), "hb1");
+    assert!(read_until(&mut c, &mut seen, all_fresh), "still stale");
+    assert_eq!(stats.received.get(), prices0, "the market was not quiet");
+    assert_eq!(last_seqs(&seen), stale_seqs, "restated at other sequences");
+    assert!(stats.stale_cleared.get() >= SYMBOLS.len() as u64);
+    seen.assert_ordered_and_gaps_flagged("edge");
+    drop(c);
+    e.stop();
+}

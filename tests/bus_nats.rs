@@ -81,8 +81,24 @@ fn subscribers_on_two_edges_receive_identical_streams() {
             .lines()
             .filter(|l| l.starts_with("pricewire_bus_messages_total{"))
             .count();
-        assert_eq!(events, 14, "{text}");
+        assert_eq!(events, 15, "{text}");
+        let beats = text
+            .lines()
+            .filter(|l| l.starts_with("pricewire_bus_heartbeats_total{"))
+            .count();
+        assert_eq!(beats, 5, "{text}");
+        assert!(
+            text.contains("pricewire_bus_last_heartbeat_age_seconds "),
+            "{text}"
+        );
     }
+    // The core beats and both edges take its heartbeats.
+    assert!(wait_until(WAIT, || {
+        [&e1, &e2]
+            .iter()
+            .all(|e| e.bus.as_ref().unwrap().stats().heartbeats_received.get() > 0)
+    }));
+    assert!(core.bus.as_ref().unwrap().stats().heartbeats_sent.get() > 0);
     drop((c1, c2));
     e1.stop();
     e2.stop();
@@ -182,6 +198,9 @@ fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
         "the second core is not a warm standby"
     );
     assert_eq!(b.bus_count("published"), 0, "two cores published at once");
+    let beats = |p: &ServeProcess| p.metric("pricewire_bus_heartbeats_total", "sent");
+    assert!(beats(&a) > 0, "the leader sends no heartbeat");
+    assert_eq!(beats(&b), 0, "a standby sent heartbeats");
     let e = edge(bus(&node.url(), "t4", 1));
     let mut c = subscriber(&e);
     let mut seen = Seen::default();
@@ -199,6 +218,7 @@ fn killing_the_active_core_hands_over_within_two_leases_without_regression() {
     );
     let before = seen.updates();
     assert!(read_until(&mut c, &mut seen, |s| s.updates() >= before + 200));
+    assert!(beats(&b) > 0, "the new leader sends no heartbeat");
     seen.assert_ordered_and_gaps_flagged("edge");
     // At most one flagged gap per symbol across the takeover.
     let after_kill = &seen.prices[before.saturating_sub(50)..];

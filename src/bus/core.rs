@@ -20,12 +20,19 @@
 //! Only the holder of the leader lease publishes ([`super::lease`]); a
 //! standby drains its ring unpublished. On takeover each symbol's sequence
 //! continues from the last value in the stream.
+//!
+//! The lease holder also sends a heartbeat ([`super::heartbeat`]) every
+//! `--bus-heartbeat-ms`, checked once per turn of the bus thread (never per
+//! price) and encoded on the stack, so edges can tell a quiet market from
+//! a dead core. A standby, or a leader fenced at three quarters of its
+//! lease, sends none.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::codec::BUS_MESSAGE_LEN;
+use super::heartbeat::{self, Heartbeat, Pacer, HEARTBEAT_LEN};
 use super::lease::Lease;
 use super::nats::client::Client;
 use super::nats::jetstream::{self, KvError, KvKey};
@@ -52,6 +59,20 @@ struct Outbox {
     wall_offset_ns: i64,
     stats: Arc<BusStats>,
     leader: Leader,
+    beacon: Beacon,
+}
+
+/// The lease holder's heartbeat: subject, pacing and what it reports.
+struct Beacon {
+    subject: String,
+    pacer: Pacer,
+    core_id: u64,
+    interval_ms: u32,
+    /// Heartbeats sent so far (the next one's sequence is this + 1).
+    seq: u64,
+    /// Engine time (monotonic ns) of the newest price published; 0 before
+    /// any.
+    newest_engine_ns: u64,
 }
 
 /// The lease and what leading needs: the KV key, the last-value stream
@@ -135,6 +156,16 @@ fn bus_thread(
         Err(e) => return drop(ready_tx.send(Err(e))),
     };
     let _ = ready_tx.send(Ok(()));
+    let core_id = rand::random::<u64>();
+    tracing::info!(core_id = format_args!("{core_id:016x}"), "bus core");
+    let beacon = Beacon {
+        subject: cfg.heartbeat_subject(),
+        pacer: Pacer::new(cfg.heartbeat_ms),
+        core_id,
+        interval_ms: u32::try_from(cfg.heartbeat_ms).unwrap_or(u32::MAX),
+        seq: 0,
+        newest_engine_ns: 0,
+    };
     let leader = Leader {
         lease: Lease::new(cfg.lease_ms * 1_000_000),
         key,
@@ -147,6 +178,7 @@ fn bus_thread(
     let outbox = Outbox {
         client,
         leader,
+        beacon,
         subjects,
         digits,
         wall_offset_ns: crate::wire::wall_offset_ns(
@@ -163,6 +195,7 @@ impl Outbox {
         let idle = Duration::from_millis(IDLE_POLL_MS);
         loop {
             self.leader.turn(&mut self.client, &self.stats);
+            self.beat(monotonic_ns());
             // A hosted engine prices what its feeds left, into the ring.
             let engine_work = hosted.turn(monotonic_ns());
             let moved = self.turn(&mut ring);
@@ -192,6 +225,7 @@ impl Outbox {
         let mut moved = 0;
         let mut frame = [0u8; BUS_MESSAGE_LEN];
         let epoch = self.leader.lease.publishing_epoch(monotonic_ns());
+        let mut newest_engine_ns = 0;
         while moved < BATCH_MAX {
             let Ok(mut price) = ring.pop() else { break };
             moved += 1;
@@ -211,11 +245,50 @@ impl Outbox {
             let n = super::codec::encode(&mut frame, &price, epoch, digits, self.wall_offset_ns);
             if self.client.publish(subject, &frame[..n]) {
                 self.stats.published.inc();
+                newest_engine_ns = price.engine_time_ns;
             } else {
                 self.stats.publish_errors.inc();
             }
         }
+        if newest_engine_ns != 0 {
+            self.beacon.newest_engine_ns = newest_engine_ns;
+        }
         moved
+    }
+
+    /// Sends a heartbeat when one is due and this core may publish (holds
+    /// the lease, not fenced). Allocates nothing.
+    fn beat(&mut self, now_ns: u64) {
+        let Some(epoch) = self.leader.lease.publishing_epoch(now_ns) else {
+            return;
+        };
+        if !self.beacon.pacer.due(now_ns) {
+            return;
+        }
+        let utc = |mono: u64| mono.saturating_add_signed(self.wall_offset_ns);
+        let b = &mut self.beacon;
+        let hb = Heartbeat {
+            flags: heartbeat::FLAG_LEADER,
+            interval_ms: b.interval_ms,
+            epoch,
+            core_id: b.core_id,
+            seq: b.seq + 1,
+            published: self.stats.published.get(),
+            newest_price_utc_ns: match b.newest_engine_ns {
+                0 => 0,
+                t => utc(t),
+            },
+            sent_utc_ns: utc(now_ns),
+        };
+        let mut frame = [0u8; HEARTBEAT_LEN];
+        let n = heartbeat::encode(&mut frame, &hb);
+        if self.client.publish(&b.subject, &frame[..n]) {
+            b.seq += 1;
+            self.stats.heartbeats_sent.inc();
+            self.stats.heartbeat_at(now_ns);
+        } else {
+            self.stats.heartbeat_errors.inc();
+        }
     }
 }
 

@@ -21,12 +21,15 @@
 //! the bus for longer than the max age ([`super::staleness`]), it repeats
 //! every symbol's last price flagged STALE (and CONFLATED, so gateways send
 //! it as a PriceSnapshot with the same sequence, which a terminal always
-//! accepts); the next fresh price clears the flag.
+//! accepts); the next fresh price clears the flag. Hearing the bus means a
+//! valid price or a heartbeat ([`super::heartbeat`]) of the current lease
+//! epoch, so a quiet market whose core is alive is not flagged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::heartbeat::{self, FLAG_LEADER};
 use super::nats::client::Client;
 use super::nats::jetstream::{self, JsError};
 use super::staleness::Staleness;
@@ -75,9 +78,20 @@ struct Inbox {
     publishers: Vec<ShardPublisher>,
     last_seq: Vec<u64>,
     history: Arc<TickHistory>,
+    /// Liveness of the bus, and the newest lease epoch heard.
     staleness: Staleness,
-    /// The newest lease epoch seen.
-    epoch: u64,
+    max_age_ms: u64,
+    heartbeat_subject: String,
+    /// The core whose heartbeats were taken last (0 before any).
+    core_id: u64,
+    /// Per symbol: this edge flagged its price stale (not the core's
+    /// engine) and no fresh price came since.
+    stale_by_edge: Vec<bool>,
+    /// Some entry of `stale_by_edge` is set.
+    stale_shown: bool,
+    /// The last load of last values (at start or after a reconnect)
+    /// succeeded: the table is as new as the stream.
+    loaded: bool,
     wall_offset_ns: i64,
     stats: Arc<BusStats>,
 }
@@ -136,7 +150,12 @@ impl BusSubscriber {
             last_seq: vec![0; instruments.len()],
             history: parts.history.clone(),
             staleness: Staleness::new(cfg.max_age_ms, monotonic_ns()),
-            epoch: 0,
+            max_age_ms: cfg.max_age_ms,
+            heartbeat_subject: cfg.heartbeat_subject(),
+            core_id: 0,
+            stale_by_edge: vec![false; instruments.len()],
+            stale_shown: false,
+            loaded: false,
             wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
             stats: stats.clone(),
         };
@@ -173,9 +192,11 @@ impl Inbox {
         // is missed (it waits in the client during the gets), and the
         // overlap is dropped by sequence.
         client.subscribe(&cfg.wildcard());
+        client.subscribe(&cfg.heartbeat_subject());
         if let Err(e) = self.load(&mut client, &cfg, &stop) {
             return drop(ready.send(Err(e)));
         }
+        self.loaded = true;
         let _ = ready.send(Ok(()));
         self.live(&mut client, &cfg, &stop);
     }
@@ -230,16 +251,24 @@ impl Inbox {
                 // newest of each symbol comes back from the stream (a
                 // skipped sequence is flagged like any gap).
                 self.stats.reloads.inc();
-                if let Err(e) = self.load(c, cfg, stop) {
-                    tracing::warn!(error = %e, "reloading last values after a reconnect");
+                self.loaded = false;
+                match self.load(c, cfg, stop) {
+                    Ok(()) => self.loaded = true,
+                    Err(e) => tracing::warn!(error = %e, "reloading last values after a reconnect"),
                 }
             }
             let wait = if self.parked() { 1 } else { POLL_MS };
             c.poll(Duration::from_millis(wait), &mut |subject, payload| {
-                self.take(subject, payload);
+                if subject == self.heartbeat_subject.as_bytes() {
+                    self.take_heartbeat(payload);
+                } else {
+                    self.take(subject, payload);
+                }
             });
             if self.staleness.due(monotonic_ns()) {
                 self.flag_stale();
+            } else if self.stale_shown && !self.staleness.is_flagged() && self.loaded {
+                self.clear_stale();
             }
             self.notify();
         }
@@ -254,7 +283,7 @@ impl Inbox {
     /// a core that lost the lease).
     fn take(&mut self, subject: &[u8], payload: &[u8]) -> bool {
         let epoch = super::codec::epoch(payload);
-        if epoch < self.epoch {
+        if !self.staleness.admits(epoch) {
             self.stats.stale_epoch_dropped.inc();
             return false;
         }
@@ -265,14 +294,51 @@ impl Inbox {
             Ok(p) => {
                 // Only a valid price moves the epoch on and shows the bus
                 // alive.
-                self.epoch = epoch;
-                self.staleness.heard(now);
+                self.staleness.heard(epoch, now);
                 self.apply(p)
             }
             Err(e) => {
                 self.stats.decode_errors.inc();
                 tracing::debug!(symbol, error = %e, "bus message refused");
                 false
+            }
+        }
+    }
+
+    /// Takes one message of the heartbeat subject: a leader's heartbeat of
+    /// the current (or a newer) epoch shows the bus alive; an older
+    /// epoch's is dropped, anything else refused, each counted. Allocates
+    /// nothing except the log line when a new core's heartbeats begin.
+    fn take_heartbeat(&mut self, payload: &[u8]) {
+        let hb = match heartbeat::decode(payload) {
+            Ok(hb) if hb.flags & FLAG_LEADER != 0 => hb,
+            Ok(_) => return self.stats.heartbeat_refused.inc(),
+            Err(e) => {
+                self.stats.heartbeat_refused.inc();
+                return tracing::debug!(error = %e, "bus heartbeat refused");
+            }
+        };
+        let now = monotonic_ns();
+        if !self.staleness.heard(hb.epoch, now) {
+            return self.stats.heartbeat_stale_epoch.inc();
+        }
+        self.stats.heartbeats_received.inc();
+        self.stats.heartbeat_at(now);
+        if hb.core_id != self.core_id {
+            self.core_id = hb.core_id;
+            tracing::info!(
+                core_id = format_args!("{:016x}", hb.core_id),
+                epoch = hb.epoch,
+                interval_ms = hb.interval_ms,
+                "heartbeats from a core"
+            );
+            if u64::from(hb.interval_ms).saturating_mul(2) > self.max_age_ms {
+                tracing::warn!(
+                    interval_ms = hb.interval_ms,
+                    max_age_ms = self.max_age_ms,
+                    "the core's heartbeat period is more than half this edge's \
+                     --bus-max-age-ms: a quiet market may be flagged stale"
+                );
             }
         }
     }
@@ -291,6 +357,7 @@ impl Inbox {
             self.stats.gaps_flagged.inc();
         }
         self.last_seq[s] = p.seq;
+        self.stale_by_edge[s] = false;
         self.table.write(&p);
         for publisher in &mut self.publishers {
             publisher.publish(&p);
@@ -318,12 +385,48 @@ impl Inbox {
             for publisher in &mut self.publishers {
                 publisher.publish(&p);
             }
+            self.stale_by_edge[symbol] = true;
             flagged += 1;
         }
         self.stats.stale_flagged.add(flagged);
+        self.stale_shown |= flagged > 0;
         tracing::warn!(
             symbols = flagged,
             "no price from the bus within the max age; flagged stale"
+        );
+    }
+
+    /// The bus is heard again (a price or heartbeat of the current epoch)
+    /// and the table is as new as the stream: every price this edge
+    /// flagged STALE (not one the core's engine flagged) goes out again,
+    /// same sequence, without the flag (CONFLATED, so gateways send it as
+    /// a PriceSnapshot to subscribers that had the stale one). A quiet
+    /// market's prices do not stay stale until its next tick. Allocates
+    /// nothing.
+    fn clear_stale(&mut self) {
+        let mut cleared = 0u64;
+        for symbol in 0..self.last_seq.len() {
+            if !std::mem::take(&mut self.stale_by_edge[symbol]) {
+                continue;
+            }
+            let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
+                continue;
+            };
+            if p.flags & price_flags::STALE == 0 {
+                continue;
+            }
+            p.flags = (p.flags & !price_flags::STALE) | price_flags::CONFLATED;
+            self.table.write(&p);
+            for publisher in &mut self.publishers {
+                publisher.publish(&p);
+            }
+            cleared += 1;
+        }
+        self.stats.stale_cleared.add(cleared);
+        self.stale_shown = false;
+        tracing::info!(
+            symbols = cleared,
+            "the bus is heard again; stale flags cleared"
         );
     }
 

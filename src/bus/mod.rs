@@ -18,7 +18,9 @@
 //! `<prefix>.price.<SYMBOL>`. The core's per-symbol sequence number travels
 //! unchanged. A JetStream stream `<PREFIX>_PRICES` over `<prefix>.price.>`
 //! keeps one message per subject: every symbol's last value, which an edge
-//! loads before it reports itself started.
+//! loads before it reports itself started. The core that holds the lease
+//! also sends a heartbeat on `<prefix>.heartbeat` ([`heartbeat`]), so an
+//! edge tells a quiet market from a dead core (`staleness.rs`).
 //!
 //! The NATS client is pricewire's own (`nats`, private to this module): a
 //! sans-IO protocol core and a readiness loop over one mio socket, driven
@@ -35,6 +37,7 @@ pub mod codec;
 mod connect;
 pub mod core;
 pub mod edge;
+pub mod heartbeat;
 pub mod lease;
 mod nats;
 mod staleness;
@@ -132,9 +135,13 @@ pub struct BusConfig {
     pub replicas: usize,
     /// Leader lease period of cores, in milliseconds.
     pub lease_ms: u64,
-    /// Edge: how long without any price from the bus (no server, or a
-    /// silent core) before every price is flagged stale, in milliseconds.
+    /// Edge: how long without any price or heartbeat of the current
+    /// lease epoch (no server, or no live core) before every price is
+    /// flagged stale, in milliseconds.
     pub max_age_ms: u64,
+    /// Core: the lease holder's heartbeat period on
+    /// `<prefix>.heartbeat`, in milliseconds.
+    pub heartbeat_ms: u64,
 }
 
 /// Why the bus could not start or was refused.
@@ -206,6 +213,7 @@ impl BusConfig {
             replicas,
             lease_ms: LEASE_MS_DEFAULT,
             max_age_ms: MAX_AGE_MS_DEFAULT,
+            heartbeat_ms: heartbeat::HEARTBEAT_MS_DEFAULT,
         })
     }
 
@@ -218,6 +226,20 @@ impl BusConfig {
             });
         }
         self.max_age_ms = max_age_ms;
+        Ok(self)
+    }
+
+    /// The same, with a core's heartbeat period of `heartbeat_ms`
+    /// (`--bus-heartbeat-ms`).
+    pub fn with_heartbeat_ms(mut self, heartbeat_ms: u64) -> Result<BusConfig, BusError> {
+        use heartbeat::{HEARTBEAT_MS_MAX, HEARTBEAT_MS_MIN};
+        if !(HEARTBEAT_MS_MIN..=HEARTBEAT_MS_MAX).contains(&heartbeat_ms) {
+            return Err(BusError::Invalid {
+                flag: "--bus-heartbeat-ms",
+                reason: format!("{heartbeat_ms}: must be {HEARTBEAT_MS_MIN}..={HEARTBEAT_MS_MAX}"),
+            });
+        }
+        self.heartbeat_ms = heartbeat_ms;
         Ok(self)
     }
 
@@ -241,6 +263,12 @@ impl BusConfig {
     /// The subject of one symbol's prices.
     pub fn subject(&self, symbol: &str) -> String {
         format!("{}.price.{symbol}", self.prefix)
+    }
+
+    /// The subject of the lease holder's heartbeats (outside the price
+    /// wildcard, so not kept in the last-value stream).
+    pub fn heartbeat_subject(&self) -> String {
+        format!("{}.heartbeat", self.prefix)
     }
 
     /// The wildcard over every symbol's prices.

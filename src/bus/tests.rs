@@ -7,6 +7,17 @@ fn servers_prefix_and_replicas_are_validated_with_the_flag_named() {
     assert_eq!(ok.subject("EURUSD"), "pw.eu.price.EURUSD");
     assert_eq!(ok.wildcard(), "pw.eu.price.>");
     assert_eq!(ok.stream(), "PW_EU_PRICES");
+    assert_eq!(ok.heartbeat_subject(), "pw.eu.heartbeat");
+    assert!(
+        !ok.heartbeat_subject().starts_with("pw.eu.price."),
+        "heartbeats stay out of the last-value stream"
+    );
+    assert_eq!(ok.heartbeat_ms, heartbeat::HEARTBEAT_MS_DEFAULT);
+    assert_eq!(ok.clone().with_heartbeat_ms(10).unwrap().heartbeat_ms, 10);
+    for refused in [9, 150_001] {
+        let e = ok.clone().with_heartbeat_ms(refused).unwrap_err();
+        assert!(e.to_string().contains("`--bus-heartbeat-ms`"), "{e}");
+    }
     let refused = |bus: &str, prefix: &str, r: usize| {
         BusConfig::parse(bus, prefix, r).unwrap_err().to_string()
     };

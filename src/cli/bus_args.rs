@@ -33,11 +33,18 @@ pub struct BusArgs {
     #[arg(long, default_value_t = crate::bus::LEASE_MS_DEFAULT, value_name = "MS")]
     pub bus_lease_ms: u64,
 
-    /// Edge: how long without any price from the bus (no NATS server, or
-    /// a silent core) before every price is sent again flagged stale; the
-    /// next fresh price clears the flag.
+    /// Edge: how long without any price or heartbeat of the current lease
+    /// epoch from the bus (no NATS server, or no live core) before every
+    /// price is sent again flagged stale; the next fresh price clears the
+    /// flag. Keep it at least twice the cores' --bus-heartbeat-ms.
     #[arg(long, default_value_t = crate::bus::MAX_AGE_MS_DEFAULT, value_name = "MS")]
     pub bus_max_age_ms: u64,
+
+    /// Core: how often the lease holder publishes a heartbeat on
+    /// `<prefix>.heartbeat`, so edges tell a quiet market from a dead core
+    /// (10..=150000; the default is a quarter of the default max age).
+    #[arg(long, default_value_t = crate::bus::heartbeat::HEARTBEAT_MS_DEFAULT, value_name = "MS")]
+    pub bus_heartbeat_ms: u64,
 }
 
 /// What the rest of `serve` needs to know to check the role against.
@@ -54,6 +61,7 @@ impl BusArgs {
             BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
                 .and_then(|c| c.with_lease_ms(self.bus_lease_ms))
                 .and_then(|c| c.with_max_age_ms(self.bus_max_age_ms))
+                .and_then(|c| c.with_heartbeat_ms(self.bus_heartbeat_ms))
                 .map_err(|e| e.to_string())
         };
         match (self.role, self.bus.as_deref()) {
@@ -152,6 +160,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("--bus-lease-ms"), "{e}");
+        let e = role(
+            &[
+                "--role",
+                "core",
+                "--bus",
+                "nats://h:1",
+                "--bus-heartbeat-ms",
+                "5",
+            ],
+            &FACTS,
+        )
+        .unwrap_err();
+        assert!(e.contains("--bus-heartbeat-ms"), "{e}");
         let ok = role(
             &[
                 "--role",
@@ -167,6 +188,7 @@ mod tests {
             panic!("{ok:?}")
         };
         assert_eq!((c.lease_ms, c.prefix.as_str()), (1000, "pricewire"));
+        assert_eq!(c.heartbeat_ms, crate::bus::heartbeat::HEARTBEAT_MS_DEFAULT);
     }
 
     #[test]

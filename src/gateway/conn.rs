@@ -21,6 +21,9 @@ pub struct Sub {
     pub last_seq: u64,
     /// Changed while the connection was conflating; a snapshot is owed.
     pub dirty: bool,
+    /// The last price sent for this key was flagged STALE (an edge that
+    /// lost its bus): the same sequence may be sent again, fresh.
+    pub stale: bool,
 }
 
 /// A subscriber connection.

@@ -104,11 +104,13 @@ impl Fanout {
         let n = wire::encode_model_price(&mut self.scratch, kind, p, digits, self.wall_offset_ns);
         let bytes = &self.scratch[..n];
         // An edge that lost its bus repeats the last price, same sequence,
-        // as a stale snapshot: it must reach subscribers that had it.
-        let restate = kind == PriceKind::Snapshot && p.flags & price_flags::STALE != 0;
+        // as a stale snapshot, and again without the flag once the bus is
+        // back: both must reach subscribers that had that sequence.
+        let snapshot = kind == PriceKind::Snapshot;
+        let stale = p.flags & price_flags::STALE != 0;
         for s in subscribers {
             if let Some(conn) = slab.conns[s.conn as usize].as_mut() {
-                let sent = deliver(conn, s.slot, (p.seq, restate), bytes, now, stats);
+                let sent = deliver(conn, s.slot, (p.seq, snapshot, stale), bytes, now, stats);
                 if sent && !conn.in_write_list {
                     conn.in_write_list = true;
                     slab.write_list.push(s.conn);
@@ -155,6 +157,7 @@ impl Fanout {
             pos,
             last_seq: 0,
             dirty: false,
+            stale: false,
         });
         // Before the snapshot is read (send_snapshots): see SymbolInterest.
         self.hold(key / self.tiers);
@@ -257,6 +260,7 @@ impl Fanout {
                         break;
                     }
                     sub.last_seq = p.seq;
+                    sub.stale = p.flags & price_flags::STALE != 0;
                     sent += 1;
                 }
             }
@@ -277,7 +281,7 @@ impl Fanout {
 fn deliver(
     conn: &mut Conn,
     slot: u32,
-    (seq, restate): (u64, bool),
+    (seq, snapshot, stale): (u64, bool, bool),
     bytes: &[u8],
     now: u64,
     stats: &ShardStats,
@@ -285,7 +289,9 @@ fn deliver(
     let Some(sub) = conn.subs.get_mut(slot as usize) else {
         return false;
     };
-    // `restate`: the same sequence again, as a snapshot (a stale flag).
+    // A restatement: the same sequence again, as a snapshot that sets the
+    // stale flag or clears the one this subscriber was last sent.
+    let restate = snapshot && (stale || sub.stale);
     if seq < sub.last_seq || (seq == sub.last_seq && !restate) {
         stats.superseded.inc();
         return false;
@@ -318,6 +324,7 @@ fn deliver(
         return false;
     }
     sub.last_seq = seq;
+    sub.stale = stale;
     conn.session.note_sent(now);
     stats.prices_out.inc();
     conn.out.update_flow(now);

@@ -219,7 +219,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
 fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
     use crate::bus::BusStats;
     type Read = fn(&BusStats) -> u64;
-    let events: [(&str, Read); 14] = [
+    let events: [(&str, Read); 15] = [
         ("published", |s| s.published.get()),
         ("publish_error", |s| s.publish_errors.get()),
         ("received", |s| s.received.get()),
@@ -234,11 +234,27 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
         ("lease_lost", |s| s.leases_lost.get()),
         ("stale_epoch_dropped", |s| s.stale_epoch_dropped.get()),
         ("stale_flagged", |s| s.stale_flagged.get()),
+        ("stale_cleared", |s| s.stale_cleared.get()),
     ];
     for (event, read) in events {
         let s = stats.clone();
         r.register_counter_fn(m::BUS_MESSAGES, &[("event", event)], move || read(&s))?;
     }
+    let beats: [(&str, Read); 5] = [
+        ("sent", |s| s.heartbeats_sent.get()),
+        ("send_error", |s| s.heartbeat_errors.get()),
+        ("received", |s| s.heartbeats_received.get()),
+        ("stale_epoch_dropped", |s| s.heartbeat_stale_epoch.get()),
+        ("refused", |s| s.heartbeat_refused.get()),
+    ];
+    for (event, read) in beats {
+        let s = stats.clone();
+        r.register_counter_fn(m::BUS_HEARTBEATS, &[("event", event)], move || read(&s))?;
+    }
+    let s = stats.clone();
+    r.register_gauge_fn(m::BUS_LAST_HEARTBEAT_AGE, &[], move || {
+        s.last_heartbeat_age_s(crate::clock::monotonic_ns())
+    })?;
     let s = stats.clone();
     r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
 }

@@ -91,14 +91,25 @@ impl Seen {
     }
 
     /// Per symbol, sequence numbers only go up (an edge that lost its bus
-    /// may repeat the last one as a stale snapshot); every skip in an
-    /// update is flagged.
+    /// may repeat the last one as a stale snapshot, and once more without
+    /// the flag when it hears the bus again; a client that reconnected
+    /// gets the one it holds again, resumed); every skip in an update is
+    /// flagged.
     pub fn assert_ordered_and_gaps_flagged(&self, who: &str) {
         let mut last: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut was_stale: BTreeMap<u16, bool> = BTreeMap::new();
         for &(s, q, _, _, flags, st) in &self.prices {
+            let stale = flags & price_flags::STALE != 0;
+            let stale_before = was_stale.insert(s, stale).unwrap_or(false);
             if let Some(&l) = last.get(&s) {
-                let restated = q == l && st == SeqStatus::Reset && flags & price_flags::STALE != 0;
-                assert!(q > l || restated, "{who}: symbol {s} went from {l} to {q}");
+                let restated = q == l && st == SeqStatus::Reset && (stale || stale_before);
+                let resumed = q == l && st == SeqStatus::Resumed;
+                assert!(
+                    q > l || restated || resumed,
+                    "{who}: symbol {s} went from {l} to {q} (flags {flags:#x}, {st:?}, \
+                     stale before: {stale_before}): {:?}",
+                    self.prices.iter().filter(|p| p.0 == s).collect::<Vec<_>>()
+                );
                 // A snapshot (Reset) is an explicit resync, not a gap.
                 if q > l + 1 && st != SeqStatus::Reset {
                     assert_ne!(
@@ -148,12 +159,18 @@ pub struct ServeProcess {
 
 impl ServeProcess {
     pub fn start(urls: &str, prefix: &str, lease_ms: u64) -> ServeProcess {
+        let lease = lease_ms.to_string();
+        let flags = ["--bus-lease-ms", &lease, "--synthetic-rate", "2000"];
+        ServeProcess::core(urls, prefix, &flags)
+    }
+
+    /// A core process (dedicated threading) with `flags` added.
+    pub fn core(urls: &str, prefix: &str, flags: &[&str]) -> ServeProcess {
         let ops = free_addr();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
             .args(["serve", "--role", "core", "--threading", "dedicated"])
             .args(["--bus", urls, "--bus-prefix", prefix])
-            .args(["--bus-lease-ms", &lease_ms.to_string()])
-            .args(["--synthetic-rate", "2000"])
+            .args(flags)
             .args(["--ops-listen", &ops.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -189,6 +206,12 @@ impl ServeProcess {
     /// `pricewire_bus_messages_total{event=...}` from /metrics (0 if the
     /// ops listener is not up yet).
     pub fn bus_count(&self, event: &str) -> u64 {
+        self.metric("pricewire_bus_messages_total", event)
+    }
+
+    /// `family{event=...}` from /metrics (0 if the ops listener is not up
+    /// yet or the series is missing).
+    pub fn metric(&self, family: &str, event: &str) -> u64 {
         use std::io::{Read, Write};
         let Ok(mut s) = std::net::TcpStream::connect_timeout(&self.ops, Duration::from_secs(1))
         else {
@@ -198,7 +221,7 @@ impl ServeProcess {
         let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
         let mut text = String::new();
         let _ = s.read_to_string(&mut text);
-        let line = format!("pricewire_bus_messages_total{{event=\"{event}\"}} ");
+        let line = format!("{family}{{event=\"{event}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&line))
             .and_then(|v| v.trim().parse().ok())

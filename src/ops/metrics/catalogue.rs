@@ -194,6 +194,13 @@ pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
 pub const PROXY_HEADER_FAILURES: &str = "pricewire_proxy_header_failures_total";
 /// PROXY protocol v2 headers accepted (counter, by `command`: proxy, local).
 pub const PROXY_HEADERS: &str = "pricewire_proxy_headers_total";
+/// Heartbeats of the lease-holding core on the bus, by event: sent and
+/// send_error (core), received, stale_epoch_dropped and refused (edge)
+/// (counter, by `event`).
+pub const BUS_HEARTBEATS: &str = "pricewire_bus_heartbeats_total";
+/// Seconds since the last heartbeat was sent (core) or taken (edge); -1
+/// before any (gauge).
+pub const BUS_LAST_HEARTBEAT_AGE: &str = "pricewire_bus_last_heartbeat_age_seconds";
 /// TLS handshakes completed (counter, by `listener`).
 pub const TLS_HANDSHAKES: &str = "pricewire_tls_handshakes_total";
 /// TLS handshakes that failed or timed out (counter, by `listener`, `reason`).
@@ -428,6 +435,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
     gauge(BUS_CONNECTED, &[], "boolean", "bus",
         "1 while the bus client has a NATS server connection"),
+    counter(BUS_HEARTBEATS, &["event"], "messages", "bus",
+        "Heartbeats of the lease-holding core, by event: sent, send_error (core); received, stale_epoch_dropped, refused (edge)"),
+    gauge(BUS_LAST_HEARTBEAT_AGE, &[], "seconds", "bus",
+        "Seconds since the last heartbeat was sent (core) or taken of the current lease epoch (edge); -1 before any"),
     // request workers
     gauge(REQUEST_QUEUE_DEPTH, &[], "requests", "requests",
         "Requests waiting in the bounded request queue"),
