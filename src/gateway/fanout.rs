@@ -277,6 +277,17 @@ impl Fanout {
 
 /// Copies one encoded price to one connection, or marks it owed if the
 /// connection is conflating. Returns true if bytes were appended.
+/// Whether a price of sequence `seq` is news to `sub`: a newer sequence,
+/// or a restatement — the same sequence again, as a snapshot that sets the
+/// stale flag or clears the one this subscriber was last sent (an edge
+/// that lost its bus, then heard it again). The same sequence with the
+/// same flag (a lagging shard's catch-up re-reading a price it already
+/// sent) is not sent twice.
+#[inline]
+fn is_news(sub: &Sub, seq: u64, snapshot: bool, stale: bool) -> bool {
+    seq > sub.last_seq || (seq == sub.last_seq && snapshot && stale != sub.stale)
+}
+
 #[inline]
 fn deliver(
     conn: &mut Conn,
@@ -289,10 +300,7 @@ fn deliver(
     let Some(sub) = conn.subs.get_mut(slot as usize) else {
         return false;
     };
-    // A restatement: the same sequence again, as a snapshot that sets the
-    // stale flag or clears the one this subscriber was last sent.
-    let restate = snapshot && (stale || sub.stale);
-    if seq < sub.last_seq || (seq == sub.last_seq && !restate) {
+    if !is_news(sub, seq, snapshot, stale) {
         stats.superseded.inc();
         return false;
     }
@@ -329,4 +337,39 @@ fn deliver(
     stats.prices_out.inc();
     conn.out.update_flow(now);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(last_seq: u64, stale: bool) -> Sub {
+        Sub {
+            key: 0,
+            pos: 0,
+            last_seq,
+            dirty: false,
+            stale,
+        }
+    }
+
+    #[test]
+    fn a_sequence_is_sent_once_unless_its_stale_flag_changes() {
+        let fresh = sub(7, false);
+        assert!(is_news(&fresh, 8, false, false), "newer");
+        assert!(
+            !is_news(&fresh, 6, true, true),
+            "older, even as a stale snapshot"
+        );
+        assert!(!is_news(&fresh, 7, false, false), "same update");
+        assert!(!is_news(&fresh, 7, true, false), "same snapshot, same flag");
+        assert!(
+            !is_news(&fresh, 7, false, true),
+            "a stale update is no restatement"
+        );
+        assert!(is_news(&fresh, 7, true, true), "restated stale");
+        let stale = sub(7, true);
+        assert!(is_news(&stale, 7, true, false), "restated fresh");
+        assert!(!is_news(&stale, 7, true, true), "stale again: already said");
+    }
 }
