@@ -18,6 +18,14 @@ pub const WORKERS_DEFAULT: usize = 1;
 /// logons of a token that verified meanwhile cost only a cache check
 /// ([`Job::cached`]), so a herd of one account's sessions passes.
 pub const QUEUE_DEFAULT: usize = 256;
+/// Default queue length of the provider listener's verifier (one thread):
+/// providers are few, and a bridge that finds it full retries.
+pub const FEED_QUEUE_DEFAULT: usize = 8;
+/// Most verifier threads a listener may have (`--verifier-threads`):
+/// each argon2id check holds 19 MiB while it runs.
+pub const WORKERS_MAX: usize = 32;
+/// Longest verifier queue (`--verifier-queue`, `--feed-verifier-queue`).
+pub const QUEUE_MAX: usize = 65_536;
 
 /// Called on the verifier thread with the outcome and the token (for the
 /// verification cache; zeroed right after).

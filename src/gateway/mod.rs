@@ -145,6 +145,9 @@ pub struct GatewayConfig {
     /// TLS on the subscriber listener (`--tls-cert`, `--tls-key`); `None`
     /// is plaintext.
     pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
+    /// Brute-force lockouts and the argon2 verifier's threads and queue
+    /// (`--lockout-*`, `--verifier-*`).
+    pub auth: crate::auth::AuthLimits,
 }
 
 impl Default for GatewayConfig {
@@ -180,6 +183,7 @@ impl Default for GatewayConfig {
             error_retry: RetryWindow::new(1_000, 5_000),
             rate_limited_retry: RetryWindow::new(250, 1_000),
             tls: None,
+            auth: crate::auth::AuthLimits::default(),
         }
     }
 }
@@ -360,6 +364,7 @@ impl Gateway {
         )
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let config = deps.config.clone();
+        let limits = cfg.auth;
         let shared = Arc::new(Shared {
             cfg,
             table: deps.table.clone(),
@@ -374,11 +379,14 @@ impl Gateway {
                 .clone()
                 .unwrap_or_else(|| Arc::new(RefData::from_accounts(&config.accounts))),
             config,
-            auth: Arc::new(crate::auth::AuthGuard::default()),
+            auth: Arc::new(crate::auth::AuthGuard::new(
+                crate::auth::Listener::Subscriber,
+                &limits,
+            )),
             verifier: crate::auth::verifier::Verifier::start(
                 "pw-auth",
-                crate::auth::verifier::WORKERS_DEFAULT,
-                crate::auth::verifier::QUEUE_DEFAULT,
+                limits.verifier_threads,
+                limits.verifier_queue,
             )?,
         });
         Self::apply_account_limits(&shared);

@@ -164,6 +164,8 @@ struct Plan {
     ops: crate::ops::OpsConfig,
     /// Each listener's TLS, loaded once here and reloaded on SIGHUP.
     tls: crate::cli::gateway_args::ListenerTls,
+    /// The provider ingest listener's settings (its shared token read).
+    ingest: Option<crate::feed::ingest::IngestConfig>,
 }
 
 impl Plan {
@@ -178,10 +180,17 @@ impl Plan {
         args.bus_role()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         let tls = args.gateway.listener_tls()?;
+        let mut ingest = args
+            .gateway
+            .ingest_config(args.feed_wait(), &args.placement())?;
+        if let Some(i) = ingest.as_mut() {
+            i.tls = tls.feed.clone();
+        }
         Ok(Plan {
             config: Arc::new(config),
             ops,
             tls,
+            ingest,
         })
     }
 }
@@ -225,12 +234,7 @@ fn start_service(
     if let Some(g) = gateway.as_mut() {
         g.tls = plan.tls.subscriber.clone();
     }
-    let mut ingest = args
-        .gateway
-        .ingest_config(args.feed_wait(), &args.placement());
-    if let Some(i) = ingest.as_mut() {
-        i.tls = plan.tls.feed.clone();
-    }
+    let ingest = plan.ingest.clone();
     let mut cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
@@ -266,6 +270,16 @@ fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData
     // The URL may carry a password: only its redacted form is shown.
     let shown = crate::refdata::settings::redact_url(url);
     let mut cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    let password = crate::cli::secret::Sources {
+        flag: "--redis",
+        value: cfg.redis.password.as_deref(),
+        file_flag: "--redis-password-file",
+        file: args.redis_password_file.as_deref(),
+        env: REDIS_PASSWORD_ENV,
+        env_value: std::env::var_os(REDIS_PASSWORD_ENV),
+    }
+    .resolve(None)?;
+    cfg.redis.password = password.map(|p| p.value);
     file.apply(&mut cfg)
         .map_err(|e| format!("[refdata]: {e}"))?;
     let rd = RefData::start_redis(&cfg, config.table.clone(), Arc::new(MonotonicClock))
@@ -279,6 +293,9 @@ fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData
     );
     Ok(Some(Arc::new(rd)))
 }
+
+/// Environment variable of the Redis `AUTH` password.
+const REDIS_PASSWORD_ENV: &str = "PRICEWIRE_REDIS_PASSWORD";
 
 /// SIGHUP reads every TLS listener's files again (see
 /// [`TlsAcceptor::reload`](crate::runtime::tls::TlsAcceptor::reload));
