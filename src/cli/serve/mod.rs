@@ -166,6 +166,8 @@ struct Plan {
     tls: crate::cli::gateway_args::ListenerTls,
     /// The provider ingest listener's settings (its shared token read).
     ingest: Option<crate::feed::ingest::IngestConfig>,
+    /// The Redis `AUTH` password, if any.
+    redis_password: Option<String>,
 }
 
 impl Plan {
@@ -191,6 +193,7 @@ impl Plan {
             ops,
             tls,
             ingest,
+            redis_password: redis_password(args)?,
         })
     }
 }
@@ -245,7 +248,7 @@ fn start_service(
         shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,
-        refdata: start_refdata(args, &cfg_config)?,
+        refdata: start_refdata(args, &cfg_config, plan.redis_password.as_deref())?,
         bus: args.bus_role()?,
     };
     crate::cli::bus_args::fit_role(&mut cfg);
@@ -258,7 +261,31 @@ fn start_service(
     Ok(service)
 }
 
-fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
+/// The Redis `AUTH` password: from --redis-password-file, the --redis
+/// URL, or PRICEWIRE_REDIS_PASSWORD (see [`crate::cli::secret`]).
+fn redis_password(args: &ServeArgs) -> Result<Option<String>, String> {
+    let Some(url) = &args.redis else {
+        return Ok(None);
+    };
+    let shown = crate::refdata::settings::redact_url(url);
+    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    let password = crate::cli::secret::Sources {
+        flag: "--redis",
+        value: cfg.redis.password.as_deref(),
+        file_flag: "--redis-password-file",
+        file: args.redis_password_file.as_deref(),
+        env: REDIS_PASSWORD_ENV,
+        env_value: std::env::var_os(REDIS_PASSWORD_ENV),
+    }
+    .resolve(None)?;
+    Ok(password.map(|p| p.value))
+}
+
+fn start_refdata(
+    args: &ServeArgs,
+    config: &Config,
+    redis_password: Option<&str>,
+) -> Result<Option<Arc<RefData>>, String> {
     // `[refdata]` is checked with or without `--redis`: a typo is refused
     // at start, not when Redis is switched on.
     let file = RefDataFile::from_table(&config.refdata)
@@ -270,16 +297,7 @@ fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData
     // The URL may carry a password: only its redacted form is shown.
     let shown = crate::refdata::settings::redact_url(url);
     let mut cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
-    let password = crate::cli::secret::Sources {
-        flag: "--redis",
-        value: cfg.redis.password.as_deref(),
-        file_flag: "--redis-password-file",
-        file: args.redis_password_file.as_deref(),
-        env: REDIS_PASSWORD_ENV,
-        env_value: std::env::var_os(REDIS_PASSWORD_ENV),
-    }
-    .resolve(None)?;
-    cfg.redis.password = password.map(|p| p.value);
+    cfg.redis.password = redis_password.map(str::to_string);
     file.apply(&mut cfg)
         .map_err(|e| format!("[refdata]: {e}"))?;
     let rd = RefData::start_redis(&cfg, config.table.clone(), Arc::new(MonotonicClock))

@@ -461,3 +461,41 @@ fn plot(dir: &std::path::Path) -> anyhow::Result<()> {
 fn plot(_: &std::path::Path) -> anyhow::Result<()> {
     bail!("this build has no plotting: rebuild without `--no-default-features`")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<BenchArgs, clap::Error> {
+        let argv = ["pricewire-bench", "--target", "pricewire"];
+        Cli::try_parse_from(argv.iter().chain(flags)).map(|c| c.bench)
+    }
+
+    #[test]
+    fn the_ingest_token_comes_from_a_file_off_the_command_line() {
+        let addr: SocketAddr = "127.0.0.1:9400".parse().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "Bench-feed-token-1a\n").unwrap();
+        let path = file.to_str().unwrap();
+        let args = parse(&["--token-file", path]).unwrap();
+        assert_eq!(
+            spec(&args, addr, "steady").unwrap().token,
+            "Bench-feed-token-1a"
+        );
+        assert!(parse(&["--token", "x", "--token-file", path]).is_err());
+        let missing = parse(&["--token-file", "/nonexistent/bench-token"]).unwrap();
+        let err = spec(&missing, addr, "steady").unwrap_err().to_string();
+        assert!(
+            err.contains("--token-file /nonexistent/bench-token"),
+            "{err}"
+        );
+    }
+}
