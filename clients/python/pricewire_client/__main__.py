@@ -6,11 +6,17 @@ and resynced with a critical SnapshotRequest. On Disconnect or a dead connection
 reconnects after ``max(retryAfterMs, jittered exponential backoff)`` (protocol.md §4.2),
 except after Disconnect(logout/auth) or LogonRejected(auth). Bounded by ``--seconds``,
 ``--count`` and ``--max-reconnects``.
+
+The token comes from ``--token-file`` (its first line), else ``--token``, else the
+``PRICEWIRE_TOKEN`` environment variable, else ``demo``, as for ``pricewire watch``
+(docs/security.md, "Secrets on the command line"): a token typed on the command line is in
+``ps`` output for every user of the host, so one other than ``demo`` draws a warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -34,7 +40,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     watch.add_argument("--host", default="127.0.0.1")
     watch.add_argument("--port", type=int, default=9400)
     watch.add_argument("--account", default="demo")
-    watch.add_argument("--token", default="demo")
+    tokens = watch.add_mutually_exclusive_group()
+    tokens.add_argument("--token", help="visible in ps: prefer --token-file or PRICEWIRE_TOKEN")
+    tokens.add_argument("--token-file", metavar="PATH", help="first line is the token")
     watch.add_argument("--tier", type=int, default=schema.DEFAULT_TIER, help="255 = default")
     watch.add_argument("--heartbeat-ms", type=int, default=0, help="0 = server default")
     watch.add_argument("--seconds", type=float, default=0, help="stop after (0 = never)")
@@ -43,11 +51,48 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+TOKEN_ENV = "PRICEWIRE_TOKEN"
+TOKEN_DEFAULT = "demo"
+TOKEN_FILE_MAX = 4096
+
+
+def resolve_token(args: argparse.Namespace, env: dict[str, str], err: TextIO) -> str:
+    """The logon token (see the module docs); ValueError names a refused source."""
+    if args.token_file is not None:
+        with open(args.token_file, "rb") as f:
+            data = f.read(TOKEN_FILE_MAX + 1)
+        if len(data) > TOKEN_FILE_MAX:
+            raise ValueError(f"--token-file {args.token_file}: larger than {TOKEN_FILE_MAX} bytes")
+        text = data.decode()
+        line = text[:-1] if text.endswith("\n") else text
+        line = line[:-1] if line.endswith("\r") else line
+        if not line:
+            raise ValueError(f"--token-file {args.token_file}: empty")
+        if "\n" in line or "\r" in line:
+            raise ValueError(f"--token-file {args.token_file}: more than one line")
+        return line
+    if args.token is not None:
+        if args.token != TOKEN_DEFAULT:
+            print(
+                "warning: --token puts the secret in the process list (ps) and shell "
+                "history, visible to other users of this host; use --token-file PATH or "
+                f"{TOKEN_ENV} instead",
+                file=err,
+            )
+        return str(args.token)
+    if TOKEN_ENV in env:
+        if not env[TOKEN_ENV]:
+            raise ValueError(f"{TOKEN_ENV}: set but empty")
+        return env[TOKEN_ENV]
+    return TOKEN_DEFAULT
+
+
 class Watch:
     """One watch run: sessions, reconnects and the printed lines."""
 
-    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+    def __init__(self, args: argparse.Namespace, out: TextIO, token: str = TOKEN_DEFAULT) -> None:
         self.args = args
+        self.token = token
         self.out = out
         self.names: dict[int, str] = {}
         self.printed = 0
@@ -61,7 +106,7 @@ class Watch:
     def start(self) -> Session:
         """Connect, log on, read the directory, subscribe."""
         sess = Session(self.args.host, self.args.port)
-        sess.logon(self.args.account, self.args.token, self.args.heartbeat_ms)
+        sess.logon(self.args.account, self.token, self.args.heartbeat_ms)
         directory = sess.symbols()
         if directory.name == "SymbolDirectory":
             self.names = {int(s["symbolId"]): str(s["name"]) for s in directory.groups["symbols"]}
@@ -108,7 +153,12 @@ def backoff_ms(attempt: int, floor_ms: int) -> int:
 
 def run_watch(args: argparse.Namespace, out: TextIO) -> int:
     """The watch loop with reconnects; the exit code."""
-    watch = Watch(args, out)
+    try:
+        token = resolve_token(args, dict(os.environ), sys.stderr)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    watch = Watch(args, out, token)
     for attempt in range(args.max_reconnects + 1):
         floor_ms = 0
         try:
