@@ -82,8 +82,9 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// One secret's sources (see the module docs).
-#[derive(Debug, Clone)]
+/// One secret's sources (see the module docs). Not `Debug`: it holds the
+/// secret.
+#[derive(Clone)]
 pub struct Sources<'a> {
     /// The value flag, e.g. `--token`.
     pub flag: &'a str,
