@@ -10,6 +10,10 @@
 //! a price, for scripts and tests. The SDK reconnects on
 //! its own; the status line says so. An unreachable server or a refused
 //! logon ends the command with a clear message and exit code 1.
+//!
+//! The logon token comes from `--token-file`, `--token` (visible in `ps`:
+//! warned about unless it is `demo`) or `PRICEWIRE_TOKEN`, else `demo`
+//! ([`crate::cli::secret`]); a refused source exits 2.
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
