@@ -270,18 +270,21 @@ fn print_flood_metrics(
     (auth, limited, other, took): (u32, u32, u32, Duration),
 ) -> f64 {
     let server_ops = ops;
-    let lockouts = metric(server_ops, "pricewire_lockouts_total{scope=\"address\"}");
+    let lockouts = metric(
+        server_ops,
+        "pricewire_lockouts_total{listener=\"subscriber\",scope=\"address\"}",
+    );
     let locked = metric(
         server_ops,
-        "pricewire_logon_failures_total{reason=\"locked\"}",
+        "pricewire_logon_failures_total{listener=\"subscriber\",reason=\"locked\"}",
     );
     let bad = metric(
         server_ops,
-        "pricewire_logon_failures_total{reason=\"bad_token\"}",
+        "pricewire_logon_failures_total{listener=\"subscriber\",reason=\"bad_token\"}",
     );
     let argon = metric(
         server_ops,
-        "pricewire_logon_verifications_total{path=\"verifier\"}",
+        "pricewire_logon_verifications_total{listener=\"subscriber\",path=\"verifier\"}",
     );
     println!(
         "flood: {FLOOD} bad logons from {FLOOD_FROM} in {took:?}: {auth} verified and refused \

@@ -139,3 +139,106 @@ fn binary_exits_non_zero_with_a_message_when_unreachable() {
         "{err}"
     );
 }
+
+/// A token file with `content`, readable by its owner only.
+fn token_file(dir: &std::path::Path, content: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("token");
+    std::fs::write(&path, content).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+#[test]
+fn the_token_comes_from_a_file() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = server.addr.to_string();
+    let good = token_file(dir.path(), "demo\n");
+    let a = args(&[
+        "--connect",
+        &addr,
+        "--token-file",
+        good.to_str().unwrap(),
+        "--once",
+        "EURUSD",
+    ]);
+    watch(&a, &mut Vec::new()).unwrap();
+    let bad = token_file(dir.path(), "nope\n");
+    let a = args(&[
+        "--connect",
+        &addr,
+        "--token-file",
+        bad.to_str().unwrap(),
+        "--once",
+        "EURUSD",
+    ]);
+    assert!(matches!(
+        watch(&a, &mut Vec::new()),
+        Err(WatchError::Client(ClientError::LogonRejected { .. }))
+    ));
+    // Both flags are refused by the parser.
+    let both = [
+        "pricewire",
+        "watch",
+        "--token",
+        "demo",
+        "--token-file",
+        "f",
+        "EURUSD",
+    ];
+    assert!(Cli::try_parse_from(both).is_err());
+}
+
+/// Runs the binary's `watch --once EURUSD` against `addr` with `extra`
+/// flags and `PRICEWIRE_TOKEN` set to `env` (or unset).
+fn watch_bin(addr: &str, extra: &[&str], env: Option<&str>) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pricewire"));
+    cmd.args(["watch", "--once", "--connect", addr])
+        .args(extra)
+        .arg("EURUSD")
+        .env_remove("PRICEWIRE_TOKEN");
+    if let Some(v) = env {
+        cmd.env("PRICEWIRE_TOKEN", v);
+    }
+    let out = cmd.output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn binary_takes_the_token_from_the_environment_and_warns_about_argv() {
+    let server = TestServer::start();
+    let addr = server.addr.to_string();
+    let (code, out, err) = watch_bin(&addr, &[], Some("demo"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("EURUSD"), "{out}");
+    assert!(!err.contains("warning"), "{err}");
+    let (code, _, err) = watch_bin(&addr, &[], Some("Env-wrong-token-7a"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("logon"), "{err}");
+    // --token wins over the environment, and says it is visible.
+    let (code, _, err) = watch_bin(&addr, &["--token", "Typed-token-5c"], Some("demo"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("warning: --token puts the secret in the process list")
+            && err.contains("--token-file PATH or PRICEWIRE_TOKEN"),
+        "{err}"
+    );
+    assert!(!err.contains("Typed-token-5c"), "{err}");
+    // The public demo token typed out draws no warning.
+    let (code, _, err) = watch_bin(&addr, &["--token", "demo"], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    // An unreadable file or an empty variable: exit 2, the source named.
+    let missing = ["--token-file", "/nonexistent/pricewire-token"];
+    let (code, _, err) = watch_bin(&addr, &missing, None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--token-file /nonexistent/pricewire-token"),
+        "{err}"
+    );
+    let (code, _, err) = watch_bin(&addr, &[], Some(""));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("PRICEWIRE_TOKEN: set but empty"), "{err}");
+}

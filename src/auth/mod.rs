@@ -89,6 +89,75 @@ impl Scope {
     }
 }
 
+/// The listener a guard serves, as the `listener` label of the logon and
+/// lockout families names it (the TLS families use the same values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// Subscriber terminals (`--listen`): address and account lockouts.
+    Subscriber,
+    /// Provider bridges (`--feed-listen`): address lockout only. A provider
+    /// id is not locked: anyone who reaches the port could otherwise keep
+    /// a liquidity provider's bridge from logging back on.
+    Feed,
+}
+
+impl Listener {
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Listener::Subscriber => "subscriber",
+            Listener::Feed => "feed",
+        }
+    }
+
+    /// The lockout scopes this listener enforces.
+    pub fn scopes(self) -> &'static [Scope] {
+        match self {
+            Listener::Subscriber => &Scope::ALL,
+            Listener::Feed => &[Scope::Address],
+        }
+    }
+}
+
+/// The brute-force and verifier limits of one listener (`serve` flags;
+/// docs/security.md). The defaults are the documented constants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthLimits {
+    /// Per source address.
+    pub address: LockoutPolicy,
+    /// Per account (the subscriber listener only).
+    pub account: LockoutPolicy,
+    /// argon2 verifier threads (≥ 1; each hash takes 19 MiB while it runs).
+    pub verifier_threads: usize,
+    /// Logons waiting for a verifier thread (≥ 1); beyond it
+    /// LogonRejected(busy).
+    pub verifier_queue: usize,
+}
+
+impl Default for AuthLimits {
+    /// The subscriber listener's defaults.
+    fn default() -> Self {
+        AuthLimits {
+            address: LockoutPolicy::ADDRESS,
+            account: LockoutPolicy::ACCOUNT,
+            verifier_threads: verifier::WORKERS_DEFAULT,
+            verifier_queue: verifier::QUEUE_DEFAULT,
+        }
+    }
+}
+
+impl AuthLimits {
+    /// The provider listener's defaults: the same address lockout, one
+    /// verifier thread with [`verifier::FEED_QUEUE_DEFAULT`] waiting.
+    pub fn feed_default() -> AuthLimits {
+        AuthLimits {
+            verifier_threads: 1,
+            verifier_queue: verifier::FEED_QUEUE_DEFAULT,
+            ..AuthLimits::default()
+        }
+    }
+}
+
 /// Counters of one listener's logon checks.
 #[derive(Debug, Default)]
 pub struct AuthStats {
@@ -118,6 +187,7 @@ impl AuthStats {
 /// One listener's credential checks and brute-force tables (see the
 /// module docs). Every decision takes `now_ns` from the caller's clock.
 pub struct AuthGuard {
+    listener: Listener,
     keyer: Keyer,
     addresses: Mutex<Lockout>,
     accounts: Mutex<Lockout>,
@@ -127,12 +197,21 @@ pub struct AuthGuard {
 }
 
 impl AuthGuard {
-    /// A guard with the given policies and the default cache.
-    pub fn new(address: LockoutPolicy, account: LockoutPolicy) -> AuthGuard {
+    /// A guard for `listener` with the lockout policies of `limits` and
+    /// the default cache. The feed listener has no account table.
+    pub fn new(listener: Listener, limits: &AuthLimits) -> AuthGuard {
         let seed = rand::random::<u64>();
+        let account = match listener {
+            Listener::Subscriber => limits.account,
+            Listener::Feed => LockoutPolicy {
+                capacity: lockout::WAYS,
+                ..limits.account
+            },
+        };
         AuthGuard {
+            listener,
             keyer: Keyer::default(),
-            addresses: Mutex::new(Lockout::new(address, seed)),
+            addresses: Mutex::new(Lockout::new(limits.address, seed)),
             accounts: Mutex::new(Lockout::new(account, seed ^ 0x9e37_79b9_7f4a_7c15)),
             cache: Mutex::new(VerifiedCache::new(CACHE_TTL_NS, CACHE_ACCOUNTS_MAX)),
             stats: AuthStats::default(),
@@ -174,8 +253,14 @@ impl AuthGuard {
         lock(&self.cache).insert(account, stored, token, now_ns);
     }
 
+    /// The listener this guard serves.
+    pub fn listener(&self) -> Listener {
+        self.listener
+    }
+
     /// A verification failed (`known`: the account exists): counted per
-    /// address and per account, which may start lockouts.
+    /// address and (on the subscriber listener) per account, which may
+    /// start lockouts.
     pub fn failed(&self, ip: IpAddr, account: &[u8], known: bool, now_ns: u64) {
         let reason = if known {
             FailReason::BadToken
@@ -184,11 +269,17 @@ impl AuthGuard {
         };
         self.stats.failed(reason);
         let by_ip = lock(&self.addresses).failure(self.keyer.address(ip), now_ns);
-        let by_account = lock(&self.accounts).failure(self.keyer.account(account), now_ns);
+        let by_account = match self.listener {
+            Listener::Subscriber => {
+                lock(&self.accounts).failure(self.keyer.account(account), now_ns)
+            }
+            Listener::Feed => Failed::Counted,
+        };
         for (scope, f) in [(Scope::Address, by_ip), (Scope::Account, by_account)] {
             if let Failed::Locked(ms) = f {
                 self.stats.lockouts[scope as usize].fetch_add(1, Relaxed);
-                tracing::warn!(scope = scope.name(), lock_ms = ms, %ip, "logon lockout");
+                let listener = self.listener.name();
+                tracing::warn!(listener, scope = scope.name(), lock_ms = ms, %ip, "logon lockout");
             }
         }
     }
@@ -203,8 +294,9 @@ impl AuthGuard {
 }
 
 impl Default for AuthGuard {
+    /// The subscriber listener's guard on the default limits.
     fn default() -> Self {
-        AuthGuard::new(LockoutPolicy::ADDRESS, LockoutPolicy::ACCOUNT)
+        AuthGuard::new(Listener::Subscriber, &AuthLimits::default())
     }
 }
 

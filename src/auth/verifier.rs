@@ -18,6 +18,14 @@ pub const WORKERS_DEFAULT: usize = 1;
 /// logons of a token that verified meanwhile cost only a cache check
 /// ([`Job::cached`]), so a herd of one account's sessions passes.
 pub const QUEUE_DEFAULT: usize = 256;
+/// Default queue length of the provider listener's verifier (one thread):
+/// providers are few, and a bridge that finds it full retries.
+pub const FEED_QUEUE_DEFAULT: usize = 8;
+/// Most verifier threads a listener may have (`--verifier-threads`):
+/// each argon2id check holds 19 MiB while it runs.
+pub const WORKERS_MAX: usize = 32;
+/// Longest verifier queue (`--verifier-queue`, `--feed-verifier-queue`).
+pub const QUEUE_MAX: usize = 65_536;
 
 /// Called on the verifier thread with the outcome and the token (for the
 /// verification cache; zeroed right after).
@@ -149,6 +157,40 @@ mod tests {
         let n = 5 - refused;
         for _ in 1..n {
             assert!(!rx.recv_timeout(Duration::from_secs(10)).unwrap());
+        }
+    }
+
+    /// On the shipped defaults (one thread; 256 waiting for subscribers, 8
+    /// for providers), with the worker held busy: exactly the queue's
+    /// length is taken, the next job is given back.
+    #[test]
+    fn the_default_queues_take_exactly_their_length_behind_a_busy_worker() {
+        for queue in [QUEUE_DEFAULT, FEED_QUEUE_DEFAULT] {
+            let v = Verifier::start("pw-test-auth", WORKERS_DEFAULT, queue).unwrap();
+            let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
+            let (release, released) = crossbeam_channel::bounded::<()>(1);
+            let job = |cached: Option<Cached>| Job {
+                stored: String::new(),
+                token: b"t".to_vec(),
+                cached,
+                deadline_ns: 0,
+                done: Box::new(|_, _| {}),
+            };
+            // The worker takes this one and blocks in its cache check.
+            let hold: Cached = Box::new(move |_| {
+                let _ = started_tx.send(());
+                let _ = released.recv_timeout(Duration::from_secs(10));
+                true
+            });
+            assert!(v.submit(job(Some(hold))).is_ok());
+            started.recv_timeout(Duration::from_secs(10)).unwrap();
+            let hit: fn() -> Cached = || Box::new(|_| true);
+            for n in 0..queue {
+                assert!(v.submit(job(Some(hit()))).is_ok(), "job {n} of {queue}");
+            }
+            assert_eq!(v.queued(), queue);
+            assert!(v.submit(job(Some(hit()))).is_err(), "queue {queue} full");
+            release.send(()).unwrap();
         }
     }
 

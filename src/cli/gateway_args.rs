@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use crate::feed::ingest::{IngestConfig, INGEST_TOKEN_DEFAULT};
+use crate::feed::ingest::IngestConfig;
 use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
@@ -125,9 +125,21 @@ pub struct GatewayArgs {
 
     /// Token accepted at ProviderLogon for providers without their own,
     /// on a loopback --feed-listen only (a clear, shared value; from the
-    /// network each provider needs its own hashed token).
-    #[arg(long, default_value = INGEST_TOKEN_DEFAULT, value_name = "TOKEN")]
-    pub ingest_token: String,
+    /// network each provider needs its own hashed token). On the command
+    /// line `ps` shows it (a warning says so unless it is the default
+    /// `demo-feed`): prefer --ingest-token-file or PRICEWIRE_INGEST_TOKEN.
+    #[arg(long, value_name = "TOKEN", conflicts_with = "ingest_token_file")]
+    pub ingest_token: Option<String>,
+
+    /// File whose first line is the shared ingest token (chmod 600).
+    /// Without it and --ingest-token: PRICEWIRE_INGEST_TOKEN, else
+    /// `demo-feed`.
+    #[arg(long, value_name = "PATH")]
+    pub ingest_token_file: Option<PathBuf>,
+
+    /// Brute-force lockout and argon2 verifier flags.
+    #[command(flatten)]
+    pub auth: super::auth_args::AuthArgs,
 
     /// Outbound low water mark per connection, in bytes.
     #[arg(long, default_value_t = LOW_WATER_BYTES_DEFAULT, value_name = "BYTES")]
@@ -281,6 +293,7 @@ impl GatewayArgs {
             bad_frame_window_ms: self.bad_frame_window_ms,
             shard_wait,
             cpus: cpus.clone(),
+            auth: self.auth.limits()?,
             ..GatewayConfig::default()
         };
         let a = &mut c.admission;
@@ -380,17 +393,27 @@ impl GatewayArgs {
         Ok(ListenerTls { subscriber, feed })
     }
 
+    /// The ingest listener's settings, or `None` without --feed-listen;
+    /// reads the shared token (see [`super::secret::ingest_token`]).
     pub(crate) fn ingest_config(
         &self,
         wait: WaitStrategy,
         cpus: &crate::runtime::CpuMap,
-    ) -> Option<IngestConfig> {
-        self.feed_listen.map(|listen| IngestConfig {
+    ) -> Result<Option<IngestConfig>, String> {
+        let Some(listen) = self.feed_listen else {
+            return Ok(None);
+        };
+        let default_token = super::secret::ingest_token(
+            ("--ingest-token", self.ingest_token.as_deref()),
+            ("--ingest-token-file", self.ingest_token_file.as_deref()),
+        )?;
+        Ok(Some(IngestConfig {
             listen,
-            default_token: self.ingest_token.clone(),
+            default_token,
             wait,
             cpus: cpus.clone(),
             tls: None,
-        })
+            auth: self.auth.feed_limits()?,
+        }))
     }
 }

@@ -3,10 +3,12 @@
 
 pub mod config_flags;
 
+pub mod auth_args;
 pub mod bench;
 pub mod bus_args;
 pub mod gateway_args;
 pub mod replay;
+pub mod secret;
 pub mod serve;
 pub mod token;
 pub mod watch;

@@ -15,7 +15,6 @@ use crate::capture::{ReplaySource, ReplaySummary};
 use crate::clock::{monotonic_ns, MonotonicClock};
 use crate::config::Config;
 use crate::feed::bridge::Bridge;
-use crate::feed::ingest::INGEST_TOKEN_DEFAULT;
 use crate::feed::{SourcePoll, TickSource};
 use crate::model::Tick;
 use crate::pipeline::determ;
@@ -35,9 +34,16 @@ pub struct ReplayCmd {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub providers: usize,
 
-    /// Token for ProviderLogon with `--to`.
-    #[arg(long, default_value = INGEST_TOKEN_DEFAULT, value_name = "TOKEN")]
-    pub token: String,
+    /// Token for ProviderLogon with `--to`, on the command line (where `ps`
+    /// shows it; a warning says so unless it is the default `demo-feed`).
+    /// Prefer --token-file or PRICEWIRE_INGEST_TOKEN.
+    #[arg(long, value_name = "TOKEN", conflicts_with = "token_file")]
+    pub token: Option<String>,
+
+    /// File whose first line is the ProviderLogon token (chmod 600).
+    /// Without it and --token: PRICEWIRE_INGEST_TOKEN, else `demo-feed`.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// Runs `pricewire replay`; returns the process exit code: 0 on success,
@@ -58,7 +64,13 @@ pub fn run(args: ReplayCmd) -> i32 {
     };
     match &args.replay.to {
         Some(to) => match to.parse() {
-            Ok(addr) => to_server(source, addr, &args.token),
+            Ok(addr) => match super::secret::ingest_token(
+                ("--token", args.token.as_deref()),
+                ("--token-file", args.token_file.as_deref()),
+            ) {
+                Ok(token) => to_server(source, addr, &token),
+                Err(e) => refuse(e),
+            },
             Err(_) => refuse(format!("--to {to}: expected HOST:PORT")),
         },
         None => through_engine(source, config),

@@ -10,6 +10,10 @@
 //! a price, for scripts and tests. The SDK reconnects on
 //! its own; the status line says so. An unreachable server or a refused
 //! logon ends the command with a clear message and exit code 1.
+//!
+//! The logon token comes from `--token-file`, `--token` (visible in `ps`:
+//! warned about unless it is `demo`) or `PRICEWIRE_TOKEN`, else `demo`
+//! ([`crate::cli::secret`]); a refused source exits 2.
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -43,9 +47,17 @@ pub struct WatchArgs {
     #[arg(long, default_value = "demo")]
     pub account: String,
 
-    /// The account's logon token.
-    #[arg(long, default_value = "demo")]
-    pub token: String,
+    /// The account's logon token on the command line, where `ps` and shell
+    /// history show it (a warning says so unless it is the demo token
+    /// `demo`). Prefer --token-file or PRICEWIRE_TOKEN. Default: `demo`.
+    #[arg(long, value_name = "TOKEN", conflicts_with = "token_file")]
+    pub token: Option<String>,
+
+    /// File whose first line is the logon token (chmod 600). Without it
+    /// and --token, the token comes from the PRICEWIRE_TOKEN environment
+    /// variable, else `demo`.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<std::path::PathBuf>,
 
     /// Tier id or name (raw, standard, retail); default: the account's.
     #[arg(long, value_name = "TIER")]
@@ -77,6 +89,35 @@ pub struct WatchArgs {
     pub tls_name: Option<String>,
 }
 
+/// Environment variable `watch` reads the logon token from.
+pub const TOKEN_ENV: &str = "PRICEWIRE_TOKEN";
+/// The token without --token, --token-file or PRICEWIRE_TOKEN: the
+/// built-in demo account's.
+pub const TOKEN_DEFAULT: &str = "demo";
+
+impl WatchArgs {
+    /// The logon token: --token-file, --token, PRICEWIRE_TOKEN, else `demo`
+    /// (see [`crate::cli::secret`]).
+    ///
+    /// # Errors
+    /// [`WatchError::Token`]: both flags, or an unreadable, empty or
+    /// multi-line file, or an empty variable.
+    pub fn logon_token(&self) -> Result<String, WatchError> {
+        let sources = super::secret::Sources {
+            flag: "--token",
+            value: self.token.as_deref(),
+            file_flag: "--token-file",
+            file: self.token_file.as_deref(),
+            env: TOKEN_ENV,
+            env_value: std::env::var_os(TOKEN_ENV),
+        };
+        let s = sources
+            .resolve(Some(TOKEN_DEFAULT))
+            .map_err(WatchError::Token)?;
+        Ok(s.map(|s| s.value).unwrap_or_default())
+    }
+}
+
 /// Why `watch` stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -86,6 +127,10 @@ pub enum WatchError {
     /// `--refresh-ms` or `--once-timeout-ms` is 0.
     #[error("--refresh-ms and --once-timeout-ms: at least 1")]
     Interval,
+    /// The token's file or environment variable was refused (the reason,
+    /// never the token).
+    #[error("{0}")]
+    Token(String),
     /// The client could not connect, log on or send.
     #[error("{0}")]
     Client(#[from] ClientError),
@@ -117,6 +162,7 @@ pub fn run(args: WatchArgs) -> i32 {
             match e {
                 WatchError::Address(_)
                 | WatchError::Interval
+                | WatchError::Token(_)
                 | WatchError::UnknownTier(_)
                 | WatchError::Tls(_) => super::EXIT_USAGE,
                 _ => EXIT_FAILED,
@@ -234,7 +280,8 @@ pub fn watch(args: &WatchArgs, out: &mut dyn Write) -> Result<(), WatchError> {
     }
     let mut addrs = args.connect.split(',').map(str::trim).map(resolve);
     let addr = addrs.next().unwrap_or_else(|| resolve(""))?;
-    let mut cfg = ClientConfig::new(addr, &args.account, &args.token);
+    let token = args.logon_token()?;
+    let mut cfg = ClientConfig::new(addr, &args.account, &token);
     cfg.failover = addrs.collect::<Result<_, _>>()?;
     cfg.tls = client_tls(args)?;
     let mut client = Client::connect(cfg)?;

@@ -149,6 +149,9 @@ pub struct GatewayConfig {
     /// PROXY protocol v2 on the subscriber listener (`--proxy-protocol`,
     /// `--proxy-from`); `None`: off, the TCP peer is the client.
     pub proxy: Option<Arc<crate::runtime::proxy::ProxyProtocol>>,
+    /// Brute-force lockouts and the argon2 verifier's threads and queue
+    /// (`--lockout-*`, `--verifier-*`).
+    pub auth: crate::auth::AuthLimits,
 }
 
 impl Default for GatewayConfig {
@@ -185,6 +188,7 @@ impl Default for GatewayConfig {
             rate_limited_retry: RetryWindow::new(250, 1_000),
             tls: None,
             proxy: None,
+            auth: crate::auth::AuthLimits::default(),
         }
     }
 }
@@ -365,6 +369,7 @@ impl Gateway {
         )
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let config = deps.config.clone();
+        let limits = cfg.auth;
         let shared = Arc::new(Shared {
             cfg,
             table: deps.table.clone(),
@@ -379,11 +384,14 @@ impl Gateway {
                 .clone()
                 .unwrap_or_else(|| Arc::new(RefData::from_accounts(&config.accounts))),
             config,
-            auth: Arc::new(crate::auth::AuthGuard::default()),
+            auth: Arc::new(crate::auth::AuthGuard::new(
+                crate::auth::Listener::Subscriber,
+                &limits,
+            )),
             verifier: crate::auth::verifier::Verifier::start(
                 "pw-auth",
-                crate::auth::verifier::WORKERS_DEFAULT,
-                crate::auth::verifier::QUEUE_DEFAULT,
+                limits.verifier_threads,
+                limits.verifier_queue,
             )?,
         });
         Self::apply_account_limits(&shared);

@@ -1,34 +1,42 @@
-//! The gateway's logon checks on `/metrics`: failures by reason,
-//! verifications by path, lockouts started and active by scope.
+//! The logon checks of the subscriber and provider listeners on
+//! `/metrics`: failures by reason, verifications by path, lockouts started
+//! and active by scope, each labelled with its listener.
 
 use std::sync::Arc;
 
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
 
-/// Logon failures, verifications and brute-force lockouts.
+/// Logon failures, verifications and brute-force lockouts of one
+/// listener's guard (its `listener` label from [`crate::auth::Listener`];
+/// the lockout families only for the scopes it enforces).
 pub(super) fn register(r: &Registry, auth: &Arc<crate::auth::AuthGuard>) -> Result<(), OpsError> {
-    use crate::auth::{FailReason, Scope};
+    use crate::auth::FailReason;
     use std::sync::atomic::Ordering::Relaxed;
+    let listener = auth.listener();
+    let l = ("listener", listener.name());
     for reason in FailReason::ALL {
         let a = auth.clone();
-        r.register_counter_fn(m::LOGON_FAILURES, &[("reason", reason.name())], move || {
-            a.stats.failures(reason)
-        })?;
+        r.register_counter_fn(
+            m::LOGON_FAILURES,
+            &[l, ("reason", reason.name())],
+            move || a.stats.failures(reason),
+        )?;
     }
     let (a, b) = (auth.clone(), auth.clone());
-    r.register_counter_fn(m::LOGON_VERIFICATIONS, &[("path", "verifier")], move || {
-        a.stats.verifications.load(Relaxed)
-    })?;
-    r.register_counter_fn(m::LOGON_VERIFICATIONS, &[("path", "cache")], move || {
+    r.register_counter_fn(
+        m::LOGON_VERIFICATIONS,
+        &[l, ("path", "verifier")],
+        move || a.stats.verifications.load(Relaxed),
+    )?;
+    r.register_counter_fn(m::LOGON_VERIFICATIONS, &[l, ("path", "cache")], move || {
         b.stats.cache_hits.load(Relaxed)
     })?;
-    for scope in Scope::ALL {
+    for &scope in listener.scopes() {
         let (a, b) = (auth.clone(), auth.clone());
-        r.register_counter_fn(m::LOCKOUTS, &[("scope", scope.name())], move || {
-            a.stats.lockouts(scope)
-        })?;
-        r.register_gauge_fn(m::LOCKOUTS_ACTIVE, &[("scope", scope.name())], move || {
+        let labels = [l, ("scope", scope.name())];
+        r.register_counter_fn(m::LOCKOUTS, &labels, move || a.stats.lockouts(scope))?;
+        r.register_gauge_fn(m::LOCKOUTS_ACTIVE, &labels, move || {
             b.active_lockouts(scope, crate::clock::monotonic_ns()) as f64
         })?;
     }

@@ -54,6 +54,7 @@ impl Service {
 
     fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
         if let Some(i) = &self.ingest {
+            super::auth_metrics::register(r, &i.auth)?;
             for why in ingest::quotes::Refusal::ALL {
                 let s = i.stats.clone();
                 r.register_counter_fn(

@@ -97,6 +97,7 @@ pub fn ingest_service_tuned(
         wait: WaitStrategy::SpinPark,
         cpus: Default::default(),
         tls: None,
+        auth: pricewire::auth::AuthLimits::feed_default(),
     });
     service(&mut cfg);
     Service::start(cfg).unwrap()

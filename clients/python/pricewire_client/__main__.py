@@ -9,11 +9,17 @@ subscribes again and resumes by sequence: a symbol that missed no price says ``r
 one that did is resynced by its snapshot. It stops for good after Disconnect(logout/auth)
 or LogonRejected(auth/not_entitled). Bounded by ``--seconds``, ``--count`` and
 ``--max-reconnects`` (failed attempts in a row).
+
+The token comes from ``--token-file`` (its first line), else ``--token``, else the
+``PRICEWIRE_TOKEN`` environment variable, else ``demo``, as for ``pricewire watch``
+(docs/security.md, "Secrets on the command line"): a token typed on the command line is in
+``ps`` output for every user of the host, so one other than ``demo`` draws a warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import TextIO
@@ -42,13 +48,51 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     watch.add_argument("--host", default="127.0.0.1")
     watch.add_argument("--port", type=int, default=9400)
     watch.add_argument("--account", default="demo")
-    watch.add_argument("--token", default="demo")
+    tokens = watch.add_mutually_exclusive_group()
+    tokens.add_argument("--token", help="visible in ps: prefer --token-file or PRICEWIRE_TOKEN")
+    tokens.add_argument("--token-file", metavar="PATH", help="first line is the token")
     watch.add_argument("--tier", type=int, default=schema.DEFAULT_TIER, help="255 = default")
     watch.add_argument("--heartbeat-ms", type=int, default=0, help="0 = server default")
     watch.add_argument("--seconds", type=float, default=0, help="stop after (0 = never)")
     watch.add_argument("--count", type=int, default=0, help="stop after N prices (0 = never)")
     watch.add_argument("--max-reconnects", type=int, default=10, help="failed attempts in a row")
     return parser.parse_args(argv)
+
+
+TOKEN_ENV = "PRICEWIRE_TOKEN"
+TOKEN_DEFAULT = "demo"
+TOKEN_FILE_MAX = 4096
+
+
+def resolve_token(args: argparse.Namespace, env: dict[str, str], err: TextIO) -> str:
+    """The logon token (see the module docs); ValueError names a refused source."""
+    if args.token_file is not None:
+        with open(args.token_file, "rb") as f:
+            data = f.read(TOKEN_FILE_MAX + 1)
+        if len(data) > TOKEN_FILE_MAX:
+            raise ValueError(f"--token-file {args.token_file}: larger than {TOKEN_FILE_MAX} bytes")
+        text = data.decode()
+        line = text[:-1] if text.endswith("\n") else text
+        line = line[:-1] if line.endswith("\r") else line
+        if not line:
+            raise ValueError(f"--token-file {args.token_file}: empty")
+        if "\n" in line or "\r" in line:
+            raise ValueError(f"--token-file {args.token_file}: more than one line")
+        return line
+    if args.token is not None:
+        if args.token != TOKEN_DEFAULT:
+            print(
+                "warning: --token puts the secret in the process list (ps) and shell "
+                "history, visible to other users of this host; use --token-file PATH or "
+                f"{TOKEN_ENV} instead",
+                file=err,
+            )
+        return str(args.token)
+    if TOKEN_ENV in env:
+        if not env[TOKEN_ENV]:
+            raise ValueError(f"{TOKEN_ENV}: set but empty")
+        return env[TOKEN_ENV]
+    return TOKEN_DEFAULT
 
 
 class Watch:
@@ -121,7 +165,12 @@ def run_watch(args: argparse.Namespace, out: TextIO) -> int:
         print(f"# --connect: {err}", file=out)
         return 2
     policy = ReconnectPolicy(Backoff(BACKOFF_BASE_MS, BACKOFF_CAP_MS), args.max_reconnects)
-    sub = Subscriber(addresses, args.account, args.token, args.heartbeat_ms, policy=policy)
+    try:
+        token = resolve_token(args, dict(os.environ), sys.stderr)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    sub = Subscriber(addresses, args.account, token, args.heartbeat_ms, policy=policy)
     sub.subscribe(list(args.symbols), args.tier)
     watch = Watch(args, out)
     try:

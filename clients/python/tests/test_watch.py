@@ -54,3 +54,39 @@ def test_watch_connect_moves_past_a_dead_first_address(server: Server, feeder: F
     assert notes[1] == f"# logged on at 127.0.0.1:{server.port}"
     prices = [line.split() for line in out.stdout.splitlines() if " EURUSD " in line]
     assert len(prices) == 3 and prices[0][7] == "snap", out.stdout
+def run_watch(
+    server: Server, extra: list[str], token_env: str | None
+) -> subprocess.CompletedProcess[str]:
+    """``watch EURUSD`` for two prices with ``extra`` flags and PRICEWIRE_TOKEN=token_env."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PACKAGE_DIR) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("PRICEWIRE_TOKEN", None)
+    if token_env is not None:
+        env["PRICEWIRE_TOKEN"] = token_env
+    return subprocess.run(
+        [sys.executable, "-m", "pricewire_client", "watch", "--port", str(server.port),
+         "--count", "2", "--seconds", "10", "--max-reconnects", "0", *extra, "EURUSD"],
+        capture_output=True, text=True, timeout=20, env=env,
+    )  # fmt: skip
+
+
+def test_watch_takes_the_token_off_the_command_line(
+    server: Server, feeder: Feeder, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("demo\n")
+    token_file.chmod(0o600)
+    out = run_watch(server, ["--token-file", str(token_file)], None)
+    assert out.returncode == 0, out.stderr
+    assert sum(" EURUSD " in line for line in out.stdout.splitlines()) == 2, out.stdout
+    assert run_watch(server, [], "demo").returncode == 0
+    wrong = run_watch(server, [], "Env-wrong-token-3b")
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    typed = run_watch(server, ["--token", "Typed-wrong-token-4c"], None)
+    assert typed.returncode == 1
+    assert "warning: --token puts the secret in the process list" in typed.stderr
+    assert "Typed-wrong-token" not in typed.stderr + typed.stdout
+    missing = run_watch(server, ["--token-file", str(tmp_path / "none")], None)
+    assert missing.returncode == 2 and "none" in missing.stderr, missing.stderr
+    empty = run_watch(server, [], "")
+    assert empty.returncode == 2 and "PRICEWIRE_TOKEN: set but empty" in empty.stderr

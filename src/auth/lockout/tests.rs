@@ -123,3 +123,38 @@ fn keyer_separates_scopes_and_groups_ipv6_by_64() {
     assert_eq!(ip_key(mapped), ip_key(c));
     assert_eq!(k.address(mapped), k.address(c));
 }
+
+/// The shipped defaults, by injected time: per address 5 failures in 60 s
+/// lock 1 s, doubling to 5 min, forgotten after 15 min; per account 20.
+#[test]
+fn the_default_policies_lock_grow_cap_and_forget_as_documented() {
+    let mut t = Lockout::new(LockoutPolicy::ADDRESS, 6);
+    let mut now = S;
+    assert_eq!(fail_n(&mut t, 3, 4, now), Failed::Counted);
+    let mut locks = Vec::new();
+    for _ in 0..11 {
+        let Failed::Locked(ms) = t.failure(3, now) else {
+            panic!("not locked after {locks:?}")
+        };
+        locks.push(ms);
+        now += ms * MS;
+    }
+    let bases = [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300].map(|s: u64| s * 1_000);
+    for (ms, base) in locks.iter().zip(bases) {
+        assert!((base..=base + base / 4).contains(ms), "{locks:?}");
+    }
+    // 15 min without a failure: back to a first lock of about a second,
+    // after five failures again.
+    now += 901 * S;
+    assert_eq!(fail_n(&mut t, 3, 4, now), Failed::Counted);
+    assert!(matches!(t.failure(3, now), Failed::Locked(ms) if ms <= 1_250));
+    // Four failures, then the 60-s window ends: counting starts over.
+    assert_eq!(fail_n(&mut t, 4, 4, now), Failed::Counted);
+    assert_eq!(fail_n(&mut t, 4, 4, now + 61 * S), Failed::Counted);
+
+    let mut a = Lockout::new(LockoutPolicy::ACCOUNT, 7);
+    assert_eq!(fail_n(&mut a, 5, 19, S), Failed::Counted);
+    assert!(matches!(a.failure(5, S), Failed::Locked(ms) if (1_000..=1_250).contains(&ms)));
+    assert_eq!(LockoutPolicy::ADDRESS.capacity, 16_384);
+    assert_eq!(LockoutPolicy::ACCOUNT.capacity, 4_096);
+}

@@ -204,8 +204,17 @@ pub struct ServeArgs {
 
     /// Read accounts, tokens and entitlements from Redis
     /// (redis://HOST:PORT[/DB]); the config file stays the fallback.
+    /// A password in the URL (`redis://:PASSWORD@host`) is on the command
+    /// line, where `ps` shows it (a warning says so): prefer
+    /// --redis-password-file or PRICEWIRE_REDIS_PASSWORD.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+
+    /// File whose first line is the Redis `AUTH` password (chmod 600), for
+    /// a --redis URL without one. Without it: PRICEWIRE_REDIS_PASSWORD, if
+    /// set.
+    #[arg(long, value_name = "PATH", requires = "redis")]
+    pub redis_password_file: Option<PathBuf>,
 
     /// Accept-queue length of every listening socket (subscribers,
     /// provider ingest, ops), 1..=1048576. The kernel caps it at

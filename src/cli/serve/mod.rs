@@ -164,6 +164,10 @@ struct Plan {
     ops: crate::ops::OpsConfig,
     /// Each listener's TLS, loaded once here and reloaded on SIGHUP.
     tls: crate::cli::gateway_args::ListenerTls,
+    /// The provider ingest listener's settings (its shared token read).
+    ingest: Option<crate::feed::ingest::IngestConfig>,
+    /// The Redis `AUTH` password, if any.
+    redis_password: Option<String>,
 }
 
 impl Plan {
@@ -178,10 +182,18 @@ impl Plan {
         args.bus_role()?;
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         let tls = args.gateway.listener_tls()?;
+        let mut ingest = args
+            .gateway
+            .ingest_config(args.feed_wait(), &args.placement())?;
+        if let Some(i) = ingest.as_mut() {
+            i.tls = tls.feed.clone();
+        }
         Ok(Plan {
             config: Arc::new(config),
             ops,
             tls,
+            ingest,
+            redis_password: redis_password(args)?,
         })
     }
 }
@@ -225,12 +237,7 @@ fn start_service(
     if let Some(g) = gateway.as_mut() {
         g.tls = plan.tls.subscriber.clone();
     }
-    let mut ingest = args
-        .gateway
-        .ingest_config(args.feed_wait(), &args.placement());
-    if let Some(i) = ingest.as_mut() {
-        i.tls = plan.tls.feed.clone();
-    }
+    let ingest = plan.ingest.clone();
     let mut cfg = ServiceConfig {
         config,
         pipeline: args.pipeline_config(),
@@ -241,7 +248,7 @@ fn start_service(
         shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,
-        refdata: start_refdata(args, &cfg_config)?,
+        refdata: start_refdata(args, &cfg_config, plan.redis_password.as_deref())?,
         bus: args.bus_role()?,
     };
     crate::cli::bus_args::fit_role(&mut cfg);
@@ -254,7 +261,31 @@ fn start_service(
     Ok(service)
 }
 
-fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData>>, String> {
+/// The Redis `AUTH` password: from --redis-password-file, the --redis
+/// URL, or PRICEWIRE_REDIS_PASSWORD (see [`crate::cli::secret`]).
+fn redis_password(args: &ServeArgs) -> Result<Option<String>, String> {
+    let Some(url) = &args.redis else {
+        return Ok(None);
+    };
+    let shown = crate::refdata::settings::redact_url(url);
+    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    let password = crate::cli::secret::Sources {
+        flag: "--redis",
+        value: cfg.redis.password.as_deref(),
+        file_flag: "--redis-password-file",
+        file: args.redis_password_file.as_deref(),
+        env: REDIS_PASSWORD_ENV,
+        env_value: std::env::var_os(REDIS_PASSWORD_ENV),
+    }
+    .resolve(None)?;
+    Ok(password.map(|p| p.value))
+}
+
+fn start_refdata(
+    args: &ServeArgs,
+    config: &Config,
+    redis_password: Option<&str>,
+) -> Result<Option<Arc<RefData>>, String> {
     // `[refdata]` is checked with or without `--redis`: a typo is refused
     // at start, not when Redis is switched on.
     let file = RefDataFile::from_table(&config.refdata)
@@ -266,6 +297,7 @@ fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData
     // The URL may carry a password: only its redacted form is shown.
     let shown = crate::refdata::settings::redact_url(url);
     let mut cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    cfg.redis.password = redis_password.map(str::to_string);
     file.apply(&mut cfg)
         .map_err(|e| format!("[refdata]: {e}"))?;
     let rd = RefData::start_redis(&cfg, config.table.clone(), Arc::new(MonotonicClock))
@@ -279,6 +311,9 @@ fn start_refdata(args: &ServeArgs, config: &Config) -> Result<Option<Arc<RefData
     );
     Ok(Some(Arc::new(rd)))
 }
+
+/// Environment variable of the Redis `AUTH` password.
+const REDIS_PASSWORD_ENV: &str = "PRICEWIRE_REDIS_PASSWORD";
 
 /// SIGHUP reads every TLS listener's files again (see
 /// [`TlsAcceptor::reload`](crate::runtime::tls::TlsAcceptor::reload));

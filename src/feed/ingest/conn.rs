@@ -325,6 +325,9 @@ impl Ingest {
         };
         if self.verifier.submit(job).is_err() {
             self.stats.logons_rejected.fetch_add(1, Ordering::Relaxed);
+            self.auth
+                .stats
+                .failed(crate::auth::FailReason::VerifierBusy);
             let m = wire::LogonRejected {
                 reason: wire::LogonRejectReason::BUSY,
                 retry_after_ms: FEED_RETRY_AFTER_MS,

@@ -103,6 +103,9 @@ pub struct IngestConfig {
     /// `--feed-tls-client-ca` a client certificate required); `None` is
     /// plaintext.
     pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
+    /// The provider logon's address lockout and verifier queue
+    /// (`--lockout-*`, `--feed-verifier-queue`); one verifier thread.
+    pub auth: crate::auth::AuthLimits,
 }
 
 struct Bridge {
@@ -133,6 +136,8 @@ pub struct IngestHandle {
     pub stats: Arc<IngestStats>,
     /// The listener's TLS, if on (for its metrics).
     pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
+    /// The provider logon's lockout table and counters (for its metrics).
+    pub auth: Arc<crate::auth::AuthGuard>,
     stop: Arc<AtomicBool>,
     /// Wakes the listener's own poller (its own thread).
     waker: Arc<Waker>,
@@ -246,6 +251,15 @@ fn bind(
     let stop = Arc::new(AtomicBool::new(false));
     let held_providers = vec![false; table.providers().len()];
     let tls = cfg.tls.clone();
+    let auth = Arc::new(crate::auth::AuthGuard::new(
+        crate::auth::Listener::Feed,
+        &cfg.auth,
+    ));
+    let verifier = crate::auth::verifier::Verifier::start(
+        "pw-provauth",
+        cfg.auth.verifier_threads,
+        cfg.auth.verifier_queue,
+    )?;
     let ingest = Ingest {
         cfg,
         table,
@@ -259,8 +273,8 @@ fn bind(
         stop: stop.clone(),
         batch: Vec::with_capacity(IN_BYTES / 43 + 1),
         held_providers,
-        auth: Arc::new(crate::auth::AuthGuard::default()),
-        verifier: crate::auth::verifier::Verifier::start("pw-provauth", 1, 8)?,
+        auth: auth.clone(),
+        verifier,
         verdicts: crossbeam_channel::unbounded(),
         next_ticket: 0,
         clock: Arc::new(MonotonicClock),
@@ -271,6 +285,7 @@ fn bind(
     let handle = IngestHandle {
         local_addr,
         stats,
+        auth,
         tls,
         stop,
         waker,
@@ -305,7 +320,7 @@ struct Ingest {
     /// Provider-logon lockouts per address and the verification cache.
     auth: Arc<crate::auth::AuthGuard>,
     /// argon2 for provider tokens, off this thread (which may be a
-    /// gateway shard's): one `pw-provauth0` thread, 8 waiting logons.
+    /// gateway shard's): `pw-provauth0`, `--feed-verifier-queue` waiting.
     verifier: crate::auth::verifier::Verifier,
     /// Verdicts (bridge, ticket, provider id, token matched), read every
     /// loop turn and timer check.

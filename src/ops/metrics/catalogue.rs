@@ -223,13 +223,16 @@ pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 /// Connections closed because they stayed above the outbound high-water mark
 /// too long (counter, by `shard`).
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
-/// Subscriber logons refused for their credentials (counter, by `reason`).
+/// Logons refused for their credentials, subscriber or provider (counter,
+/// by `listener`, `reason`).
 pub const LOGON_FAILURES: &str = "pricewire_logon_failures_total";
-/// Subscriber tokens checked, by path: verifier or cache (counter, by `path`).
+/// Tokens checked, by path: verifier or cache (counter, by `listener`,
+/// `path`).
 pub const LOGON_VERIFICATIONS: &str = "pricewire_logon_verifications_total";
-/// Brute-force lockouts started (counter, by `scope`).
+/// Brute-force lockouts started (counter, by `listener`, `scope`).
 pub const LOCKOUTS: &str = "pricewire_lockouts_total";
-/// Addresses or accounts locked out at scrape time (gauge, by `scope`).
+/// Addresses or accounts locked out at scrape time (gauge, by `listener`,
+/// `scope`).
 pub const LOCKOUTS_ACTIVE: &str = "pricewire_lockouts_active";
 /// Requests waiting in the bounded request queue (gauge).
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
@@ -422,14 +425,14 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(TLS_CERT_RELOADS, &["listener", "result"], "reloads", "runtime::tls",
         "Certificate reloads on SIGHUP, by listener and result (ok, failed: the old chain stays)"),
     // Logon credentials and brute force (src/auth)
-    counter(LOGON_FAILURES, &["reason"], "logons", "gateway",
-        "Subscriber logons refused for their credentials, by reason (bad_token, unknown_account, locked, verifier_busy)"),
-    counter(LOGON_VERIFICATIONS, &["path"], "logons", "gateway",
-        "Subscriber tokens checked, by path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: on the shard, a recent verification of the same token reused)"),
-    counter(LOCKOUTS, &["scope"], "lockouts", "gateway",
-        "Brute-force lockouts started, by scope (address, account)"),
-    gauge(LOCKOUTS_ACTIVE, &["scope"], "keys", "gateway",
-        "Addresses or accounts locked out at scrape time, by scope"),
+    counter(LOGON_FAILURES, &["listener", "reason"], "logons", "auth",
+        "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy)"),
+    counter(LOGON_VERIFICATIONS, &["listener", "path"], "logons", "auth",
+        "Tokens checked, by listener and path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: a recent verification of the same token reused)"),
+    counter(LOCKOUTS, &["listener", "scope"], "lockouts", "auth",
+        "Brute-force lockouts started, by listener and scope (address, account; the feed listener locks addresses only)"),
+    gauge(LOCKOUTS_ACTIVE, &["listener", "scope"], "keys", "auth",
+        "Addresses or accounts locked out at scrape time, by listener and scope"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),

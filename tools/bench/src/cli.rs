@@ -142,9 +142,15 @@ pub struct BenchArgs {
     /// pricewire provider id used by the generator.
     #[arg(long, default_value_t = 0)]
     pub provider: u16,
-    /// pricewire ingest token.
-    #[arg(long, default_value = pricewire::feed::ingest::INGEST_TOKEN_DEFAULT)]
-    pub token: String,
+    /// pricewire ingest token on the command line (where `ps` shows it; a
+    /// warning says so unless it is the default `demo-feed`). Prefer
+    /// --token-file or PRICEWIRE_INGEST_TOKEN.
+    #[arg(long, value_name = "TOKEN", conflicts_with = "token_file")]
+    pub token: Option<String>,
+    /// File whose first line is the pricewire ingest token (chmod 600).
+    /// Without it and --token: PRICEWIRE_INGEST_TOKEN, else `demo-feed`.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
     /// The target's name in result rows and file names (default: the
     /// target's), e.g. `pricewire_shared` for a second pricewire
     /// configuration in the same run. Letters, digits and `_` only.
@@ -243,9 +249,14 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> RunSpec {
+fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> anyhow::Result<RunSpec> {
+    let token = pricewire::cli::secret::ingest_token(
+        ("--token", args.token.as_deref()),
+        ("--token-file", args.token_file.as_deref()),
+    )
+    .map_err(anyhow::Error::msg)?;
     // pricewire takes ticks on its ingest listener, not the subscriber port.
-    RunSpec {
+    Ok(RunSpec {
         target: args.target,
         name: args
             .name
@@ -265,8 +276,8 @@ fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> RunSpec {
         scenario: args.label.clone().unwrap_or_else(|| scenario.to_string()),
         progress: !args.quiet,
         provider: args.provider,
-        token: args.token.clone(),
-    }
+        token,
+    })
 }
 
 /// The publisher's address: pricewire's ingest listener, else the target.
@@ -306,12 +317,12 @@ fn finish(args: &BenchArgs, o: &RunOutcome) -> anyhow::Result<()> {
 }
 
 fn steady(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
-    let o = run::run(&spec(args, addr, "steady"))?;
+    let o = run::run(&spec(args, addr, "steady")?)?;
     finish(args, &o)
 }
 
 fn sweep(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
-    let s = spec(args, addr, "sweep");
+    let s = spec(args, addr, "sweep")?;
     let mut err = Ok(());
     let r = run::sweep(
         &s,
@@ -376,7 +387,7 @@ fn herd_run(args: &BenchArgs, addr: SocketAddr) -> anyhow::Result<()> {
     if args.target != Target::Pricewire {
         bail!("--scenario herd runs against pricewire only");
     }
-    let mut s = spec(args, addr, "herd");
+    let mut s = spec(args, addr, "herd")?;
     // The run lasts until the herd is done; duration bounds it.
     s.duration_s = args.herd_before_s + args.herd_timeout_s + args.herd_after_s + 1;
     let rejects0 = args.ops.map(herd::admission_rejects).transpose()?;
@@ -449,4 +460,42 @@ fn plot(dir: &std::path::Path) -> anyhow::Result<()> {
 #[cfg(not(feature = "plot"))]
 fn plot(_: &std::path::Path) -> anyhow::Result<()> {
     bail!("this build has no plotting: rebuild without `--no-default-features`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<BenchArgs, clap::Error> {
+        let argv = ["pricewire-bench", "--target", "pricewire"];
+        Cli::try_parse_from(argv.iter().chain(flags)).map(|c| c.bench)
+    }
+
+    #[test]
+    fn the_ingest_token_comes_from_a_file_off_the_command_line() {
+        let addr: SocketAddr = "127.0.0.1:9400".parse().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "Bench-feed-token-1a\n").unwrap();
+        let path = file.to_str().unwrap();
+        let args = parse(&["--token-file", path]).unwrap();
+        assert_eq!(
+            spec(&args, addr, "steady").unwrap().token,
+            "Bench-feed-token-1a"
+        );
+        assert!(parse(&["--token", "x", "--token-file", path]).is_err());
+        let missing = parse(&["--token-file", "/nonexistent/bench-token"]).unwrap();
+        let err = spec(&missing, addr, "steady").unwrap_err().to_string();
+        assert!(
+            err.contains("--token-file /nonexistent/bench-token"),
+            "{err}"
+        );
+    }
 }
