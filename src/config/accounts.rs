@@ -29,6 +29,9 @@ pub struct AccountFile {
     /// Whether the account may mark requests critical.
     #[serde(default)]
     pub critical: bool,
+    /// Maximum update frequency of each of its subscriptions, updates per
+    /// second: 0 = unlimited, else 1..=1000; absent = `--max-update-hz`.
+    pub max_update_hz: Option<u32>,
 }
 
 fn all() -> Vec<String> {
@@ -57,6 +60,9 @@ pub struct Account {
     pub max_sessions: u32,
     /// Whether its requests may be marked critical (shed last).
     pub critical: bool,
+    /// Maximum update frequency per subscription (updates/s; 0 =
+    /// unlimited); `None` = the serve-wide `--max-update-hz`.
+    pub max_update_hz: Option<u32>,
 }
 
 impl Account {
@@ -90,6 +96,7 @@ pub(super) fn demo_account(tiers: usize) -> Account {
         tiers: order,
         max_sessions: ACCOUNT_SESSIONS_DEFAULT,
         critical: true,
+        max_update_hz: None,
     }
 }
 
@@ -135,6 +142,9 @@ pub(super) fn resolve_accounts(
         if f.max_sessions == 0 {
             return Err(invalid(key("max_sessions"), "must be at least 1"));
         }
+        if let Some(hz) = f.max_update_hz {
+            crate::gateway::pacer::check_hz(hz).map_err(|r| invalid(key("max_update_hz"), r))?;
+        }
         out.push(Account {
             name: f.name,
             token: f.token,
@@ -142,6 +152,7 @@ pub(super) fn resolve_accounts(
             tiers: tier_ids,
             max_sessions: f.max_sessions,
             critical: f.critical,
+            max_update_hz: f.max_update_hz,
         });
     }
     Ok(out)

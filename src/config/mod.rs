@@ -554,4 +554,26 @@ mod tests {
         assert_eq!(a.tiers, vec![2, 0]);
         assert!(a.entitled_tier(0) && !a.entitled_tier(1));
     }
+
+    #[test]
+    fn max_update_hz_is_per_account_and_range_checked() {
+        let acct = |hz: &str| {
+            format!(
+                "insecure_plain_tokens = true\n[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"raw\"]\n{hz}"
+            )
+        };
+        let c = Config::parse(&acct("max_update_hz = 10\n"), 3).unwrap();
+        assert_eq!(c.account("a").unwrap().max_update_hz, Some(10));
+        let c = Config::parse(&acct("max_update_hz = 0\n"), 3).unwrap();
+        assert_eq!(c.account("a").unwrap().max_update_hz, Some(0));
+        let c = Config::parse(&acct(""), 3).unwrap();
+        assert_eq!(c.account("a").unwrap().max_update_hz, None);
+        let e = err(&acct("max_update_hz = 1001\n"));
+        assert!(e.to_string().contains("1..=1000"), "{e}");
+        assert_eq!(key_of(e), "accounts[0].max_update_hz");
+        assert!(matches!(
+            err(&acct("max_update_hz = -1\n")),
+            ConfigError::Syntax(_)
+        ));
+    }
 }

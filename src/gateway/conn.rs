@@ -21,6 +21,9 @@ pub struct Sub {
     pub last_seq: u64,
     /// Changed while the connection was conflating; a snapshot is owed.
     pub dirty: bool,
+    /// Its node in the shard's pacer when the account's update frequency
+    /// is limited, else [`super::pacer::PACE_NONE`].
+    pub pace: super::pacer::PaceId,
 }
 
 /// A subscriber connection.
