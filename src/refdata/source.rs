@@ -2,7 +2,7 @@
 //!
 //! Key layout (documented in `docs/refdata.md`): hash
 //! `<prefix>account:<name>` with fields `token`, `symbols`, `tiers`,
-//! `max_sessions`, `critical`; set `<prefix>accounts` lists the names to
+//! `max_sessions`, `critical`, `max_update_hz`; set `<prefix>accounts` lists the names to
 //! prefetch. Records are resolved against the instrument table with the
 //! same rules as the config file's `[[accounts]]`.
 //!
