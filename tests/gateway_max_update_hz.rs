@@ -256,3 +256,89 @@ fn a_10_hz_account_gets_at_most_ten_prices_per_second_and_the_last_one() {
         "held {held}, conflated {conflated}"
     );
 }
+
+/// A session whose price is held moves to another shard (an operator's
+/// spill): the held price is not lost, it arrives at once as a conflated
+/// resync snapshot from the new shard, before its 1-s slot, and the SDK
+/// takes it as a reset, not a gap.
+#[test]
+fn a_held_price_moves_with_its_session_to_another_shard() {
+    use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
+    use pricewire::feed::bridge::Bridge;
+    use pricewire::model::Tick;
+    use pricewire::pipeline::PipelineConfig;
+    use pricewire::runtime::{Threading, WaitStrategy};
+
+    const SLOW: &str = r#"
+insecure_plain_tokens = true
+[[providers]]
+name = "bridge"
+kind = "ingest"
+token = "bridge-secret"
+[[accounts]]
+name = "slow"
+token = "s"
+tiers = ["raw"]
+max_update_hz = 1
+"#;
+    let pipeline = PipelineConfig {
+        shards: 2,
+        threading: Threading::Shared,
+        ..PipelineConfig::default()
+    };
+    let svc = server::ingest_service_with(SLOW, pipeline, |g| {
+        g.shard_wait = WaitStrategy::Park;
+        g.shard0_fill = 2;
+    });
+    let gw = svc.gateway.as_ref().unwrap();
+    let stats = gw.shard_stats.clone();
+    let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let mut bridge = Bridge::connect(ingest, 0, "bridge-secret", Duration::from_secs(5)).unwrap();
+    let quote = |bid: i64| Tick {
+        symbol: eurusd,
+        bid,
+        ask: bid + 8,
+        bid_size: 1_000_000,
+        ask_size: 1_000_000,
+        provider_time_ns: 1_700_000_000_000_000_000,
+        ..Tick::EMPTY
+    };
+    let mut next_price = |c: &mut Client| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            match c.next_event(Duration::from_millis(50)) {
+                Ok(Some(Event::Price(p))) => return p,
+                Ok(_) => {}
+                Err(e) => panic!("subscriber: {e}"),
+            }
+        }
+        panic!("no price within 5 s");
+    };
+
+    bridge.send(&[quote(900_000)]).unwrap();
+    let mut c = Client::connect(ClientConfig::new(gw.local_addr, "slow", "s")).unwrap();
+    c.subscribe_ids(0, &[eurusd]).unwrap();
+    // The first price may be the subscribe snapshot of an empty table
+    // slot's successor: wait for the quote's.
+    while next_price(&mut c).body.bid != 900_000 {}
+    assert_eq!(stats[0].connections.get(), 1);
+
+    // Two more inside the 1-s interval: held, the later replacing the first.
+    bridge.send(&[quote(900_001)]).unwrap();
+    bridge.send(&[quote(900_002)]).unwrap();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        stats[0].paced_held.get() >= 2
+    }));
+    gw.spill(1);
+    let p = next_price(&mut c);
+    assert_eq!(p.body.bid, 900_002, "the latest held price");
+    assert!(p.body.flags & price_flags::CONFLATED != 0, "{p:?}");
+    assert_eq!(p.seq, SeqStatus::Reset, "a resync, not a gap");
+    assert_eq!(stats[0].sessions_moved_out.get(), 1);
+    assert_eq!(stats[1].connections.get(), 1);
+    // Sent by the new shard as the move's resync, not by shard 0's slot.
+    assert_eq!(stats[1].resync_snapshots.get(), 1);
+    assert_eq!(stats[0].paced_released.get(), 0);
+    svc.stop();
+}
