@@ -57,7 +57,8 @@ impl Fanout {
         config: &crate::config::Config,
         table: Arc<PriceTable>,
         interest: Arc<SymbolInterest>,
-        (wall_offset_ns, default_hz): (i64, u32),
+        wall_offset_ns: i64,
+        default_hz: u32,
         now: u64,
     ) -> Fanout {
         let symbols = &config.table;

@@ -266,6 +266,7 @@ impl Pacer {
         let head = self.heads[b];
         {
             let n = &mut self.nodes[id as usize];
+            debug_assert!(!n.linked, "node {id} linked twice");
             n.linked = true;
             n.prev = NIL;
             n.next = head;
@@ -279,6 +280,7 @@ impl Pacer {
 
     fn unlink(&mut self, id: PaceId) {
         let n = self.nodes[id as usize];
+        debug_assert!(n.linked, "node {id} not linked");
         if n.prev == NIL {
             self.heads[(n.due_tick & MASK) as usize] = n.next;
         } else {
