@@ -41,6 +41,26 @@ fn default_max_sessions() -> u32 {
     ACCOUNT_SESSIONS_DEFAULT
 }
 
+/// Fewest updates per second a `max_update_hz` may ask for (0 aside,
+/// which is unlimited).
+pub const MAX_UPDATE_HZ_MIN: u32 = 1;
+/// Most updates per second a `max_update_hz` may ask for: one per
+/// millisecond, about the tick of the gateway's pacer (`gateway::pacer`).
+pub const MAX_UPDATE_HZ_MAX: u32 = 1_000;
+
+/// Refuses a maximum update frequency outside 0 (unlimited) or
+/// [`MAX_UPDATE_HZ_MIN`]..=[`MAX_UPDATE_HZ_MAX`], saying why (the config
+/// file's key, a Redis record's field and `--max-update-hz` alike).
+pub fn check_max_update_hz(hz: u32) -> Result<(), String> {
+    if hz > MAX_UPDATE_HZ_MAX {
+        return Err(format!(
+            "{hz}: must be 0 (unlimited) or {MAX_UPDATE_HZ_MIN}..={MAX_UPDATE_HZ_MAX} updates per \
+             second (above {MAX_UPDATE_HZ_MAX} the limit is finer than the shard's 1-ms timer)"
+        ));
+    }
+    Ok(())
+}
+
 /// Default concurrent sessions per account.
 pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 10_000;
 
@@ -143,7 +163,7 @@ pub(super) fn resolve_accounts(
             return Err(invalid(key("max_sessions"), "must be at least 1"));
         }
         if let Some(hz) = f.max_update_hz {
-            crate::gateway::pacer::check_hz(hz).map_err(|r| invalid(key("max_update_hz"), r))?;
+            check_max_update_hz(hz).map_err(|r| invalid(key("max_update_hz"), r))?;
         }
         out.push(Account {
             name: f.name,

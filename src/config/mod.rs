@@ -7,8 +7,11 @@
 mod accounts;
 pub mod fix;
 
+pub use accounts::{
+    check_max_update_hz, Account, AccountFile, ACCOUNT_SESSIONS_DEFAULT, MAX_UPDATE_HZ_MAX,
+    MAX_UPDATE_HZ_MIN,
+};
 use accounts::{demo_account, resolve_accounts};
-pub use accounts::{Account, AccountFile, ACCOUNT_SESSIONS_DEFAULT};
 
 use std::collections::BTreeMap;
 use std::path::Path;

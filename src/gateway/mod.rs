@@ -230,7 +230,8 @@ impl GatewayConfig {
         if self.loop_lag_target_ms > 60_000 {
             return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }
-        pacer::check_hz(self.max_update_hz).map_err(|e| format!("--max-update-hz {e}"))?;
+        crate::config::check_max_update_hz(self.max_update_hz)
+            .map_err(|e| format!("--max-update-hz {e}"))?;
         if self.slow_consumer_ms == 0 {
             return Err("--slow-consumer-ms: at least 1".into());
         }

@@ -17,19 +17,13 @@
 
 use crate::model::Price;
 
-/// Fewest updates per second a limit may ask for (below: refused).
-pub const MAX_UPDATE_HZ_MIN: u32 = 1;
-/// Most updates per second a limit may ask for: one per millisecond, about
-/// the wheel's tick (above: refused, as no limit in effect).
-pub const MAX_UPDATE_HZ_MAX: u32 = 1_000;
-
 /// log2 of the wheel's tick in ns: 2^20 ns ≈ 1.05 ms.
 const TICK_SHIFT: u32 = 20;
 /// The wheel's tick: a held price is due at the first tick boundary at
 /// or after its slot, so it leaves at most one tick (≈ 1 ms) late.
 pub const TICK_NS: u64 = 1 << TICK_SHIFT;
 /// Buckets of the wheel: one revolution (≈ 1.07 s) exceeds the longest
-/// interval (1 s at [`MAX_UPDATE_HZ_MIN`]).
+/// interval (1 s at [`crate::config::MAX_UPDATE_HZ_MIN`]).
 pub const WHEEL_SLOTS: usize = 1024;
 const MASK: u64 = WHEEL_SLOTS as u64 - 1;
 const NIL: u32 = u32::MAX;
@@ -47,18 +41,6 @@ pub fn interval_ns(hz: u32) -> u64 {
     } else {
         1_000_000_000 / u64::from(hz)
     }
-}
-
-/// Refuses a limit outside 0 (unlimited) or
-/// [`MAX_UPDATE_HZ_MIN`]..=[`MAX_UPDATE_HZ_MAX`], saying why.
-pub fn check_hz(hz: u32) -> Result<(), String> {
-    if hz > MAX_UPDATE_HZ_MAX {
-        return Err(format!(
-            "{hz}: must be 0 (unlimited) or {MAX_UPDATE_HZ_MIN}..={MAX_UPDATE_HZ_MAX} updates per \
-             second (above {MAX_UPDATE_HZ_MAX} the limit is finer than the shard's 1-ms timer)"
-        ));
-    }
-    Ok(())
 }
 
 /// What to do with a price offered to a paced subscription.

@@ -291,7 +291,7 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
             let hz = s
                 .parse::<u32>()
                 .map_err(|_| invalid("max_update_hz", "must be an integer (0 = unlimited)"))?;
-            crate::gateway::pacer::check_hz(hz).map_err(|r| invalid("max_update_hz", r))?;
+            crate::config::check_max_update_hz(hz).map_err(|r| invalid("max_update_hz", r))?;
             Some(hz)
         }
     };

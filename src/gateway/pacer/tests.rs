@@ -1,6 +1,7 @@
 //! The pacer driven by an injected clock (plain `u64` nanoseconds).
 
 use super::*;
+use crate::config::MAX_UPDATE_HZ_MIN;
 
 const MS: u64 = 1_000_000;
 /// 10 updates/s.
