@@ -38,6 +38,7 @@ fn account(name: &str) -> Account {
         tiers: vec![0],
         max_sessions: 1,
         critical: false,
+        max_update_hz: None,
     }
 }
 

@@ -67,6 +67,7 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
             ("tiers", "raw,retail"),
             ("max_sessions", "5"),
             ("critical", "1"),
+            ("max_update_hz", "10"),
         ],
     );
     server.put_account(
@@ -78,6 +79,13 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         ],
     );
     server.put_account("broken", &[("token", "x"), ("tiers", "gold")]);
+    // A frequency above 1000/s: refused like the config file would.
+    let too_fast = [
+        ("token", S3CRET_HASH),
+        ("tiers", "raw"),
+        ("max_update_hz", "5000"),
+    ];
+    server.put_account("too-fast", &too_fast);
     // A clear token in a record: malformed (Redis holds hashes only).
     server.put_account("clear", &[("token", "s3cret"), ("tiers", "raw")]);
     let cfg = RefDataConfig {
@@ -97,11 +105,13 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
     assert!(alice.entitled_symbol(id("USDJPY")) && !alice.entitled_symbol(id("GBPUSD")));
     assert_eq!(alice.tiers, vec![0, 2]);
     assert_eq!((alice.max_sessions, alice.critical), (5, true));
+    assert_eq!(alice.max_update_hz, Some(10));
 
     let Lookup::Found(bob) = lookup_settled(&rd, "bob") else {
         panic!("bob not found");
     };
     assert_eq!((bob.symbols.clone(), bob.tiers.clone()), (None, vec![1]));
+    assert_eq!(bob.max_update_hz, None, "absent: serve's --max-update-hz");
     assert_eq!(
         bob.max_sessions,
         pricewire::config::ACCOUNT_SESSIONS_DEFAULT
@@ -110,10 +120,11 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
     // Unknown tier: refused like the config file would, served as absent.
     assert_eq!(lookup_settled(&rd, "broken"), Lookup::NotFound);
     assert_eq!(lookup_settled(&rd, "clear"), Lookup::NotFound);
+    assert_eq!(lookup_settled(&rd, "too-fast"), Lookup::NotFound);
     assert_eq!(lookup_settled(&rd, "carol"), Lookup::NotFound);
 
     let s = rd.stats().snapshot();
-    assert!(s.redis_ok >= 2 && s.redis_invalid_record >= 2 && s.redis_not_found >= 1);
+    assert!(s.redis_ok >= 2 && s.redis_invalid_record >= 3 && s.redis_not_found >= 1);
     assert_eq!(s.redis_timeouts + s.redis_connection_errors, 0);
     assert_eq!(rd.breaker_stats().unwrap().state(), BreakerState::Closed);
     assert!(rd.pool_stats().unwrap().checkouts.load(Relaxed) >= 4);

@@ -125,6 +125,11 @@ fn negative_and_absurd_numbers_are_refused_naming_the_flag() {
     refused(&["--msg-rate-per-s", "0"], &["--msg-rate-per-s 0"]);
     refused(&["--listen-backlog", "0"], &["--listen-backlog"]);
     refused(&["--shards", "-2"], &["--shards", "-2"]);
+    refused(
+        &["--max-update-hz", "1001"],
+        &["--max-update-hz 1001", "1..=1000"],
+    );
+    refused(&["--max-update-hz", "-1"], &["--max-update-hz", "-1"]);
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! subscribed to every symbol, read by one in-process thread; after warm-up
 //! a window of at least 500,000 price frames copied into connection
 //! buffers and written to sockets must see zero allocations on any thread.
+//! A third of the subscribers log on to an account limited to 10 updates/s
+//! (`max_update_hz`): their prices are held and sent at their slots by the
+//! shard's pacer within the same window, with the same zero.
 
 #[path = "util/alloc.rs"]
 mod alloc;
@@ -27,16 +30,33 @@ use pricewire::wire;
 static GLOBAL: alloc::Counting = alloc::Counting;
 
 const SUBSCRIBERS: usize = 120;
+/// Subscribers of the rate-limited account (the first ones).
+const PACED: usize = 40;
+
+/// Two accounts on every symbol: `demo` unlimited, `paced` at 10 Hz.
+const CONFIG: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
+[[accounts]]
+name = "demo"
+token = "demo"
+tiers = ["standard"]
+[[accounts]]
+name = "paced"
+token = "paced"
+tiers = ["standard"]
+max_update_hz = 10
+"#;
 const WINDOW_FRAMES: u64 = 500_000;
 
-fn subscriber(addr: std::net::SocketAddr, names: &[String]) -> TcpStream {
+fn subscriber(addr: std::net::SocketAddr, names: &[String], account: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let mut buf = [0u8; 4096];
     let logon = wire::Logon {
         heartbeat_interval_ms: 30_000,
-        account: b"demo",
-        token: b"demo",
+        account: account.as_bytes(),
+        token: account.as_bytes(),
     };
     let n = wire::encode_logon(&mut buf, &logon).unwrap();
     s.write_all(&buf[..n]).unwrap();
@@ -123,7 +143,7 @@ fn spawn_reader(
 
 #[test]
 fn fan_out_to_many_subscribers_allocates_nothing() {
-    let config = Arc::new(Config::builtin(3));
+    let config = Arc::new(Config::parse(CONFIG, 3).unwrap());
     let names: Vec<String> = config
         .table
         .instruments()
@@ -135,13 +155,18 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
     assert!(gw.local_addr.ip().is_loopback());
     let addr = gw.local_addr;
     let shard = gw.shard_stats[0].clone();
-    let socks: Vec<TcpStream> = (0..SUBSCRIBERS).map(|_| subscriber(addr, &names)).collect();
+    let account = |k: usize| if k < PACED { "paced" } else { "demo" };
+    let socks: Vec<TcpStream> = (0..SUBSCRIBERS)
+        .map(|k| subscriber(addr, &names, account(k)))
+        .collect();
 
     let (stop, read_bytes, reader) = spawn_reader(socks);
 
     assert!(
         wait::wait_until(Duration::from_secs(60), || {
-            shard.connections.get() == SUBSCRIBERS as u64 && shard.prices_out.get() > 200_000
+            shard.connections.get() == SUBSCRIBERS as u64
+                && shard.prices_out.get() > 200_000
+                && shard.paced_released.get() > 1_000
         }),
         "warm-up: {} connections, {} frames",
         shard.connections.get(),
@@ -149,11 +174,14 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
     );
     let before_allocs = alloc::allocations();
     let before = shard.prices_out.get();
+    let (held_before, released_before) = (shard.paced_held.get(), shard.paced_released.get());
     let reached = wait::wait_until(Duration::from_secs(120), || {
         shard.prices_out.get() >= before + WINDOW_FRAMES
     });
     let allocs = alloc::allocations() - before_allocs;
     let frames = shard.prices_out.get() - before;
+    let held = shard.paced_held.get() - held_before;
+    let released = shard.paced_released.get() - released_before;
 
     stop.store(true, Ordering::Relaxed);
     assert_eq!(reader.join().unwrap(), SUBSCRIBERS);
@@ -161,8 +189,15 @@ fn fan_out_to_many_subscribers_allocates_nothing() {
     service.stop();
     assert!(reached, "only {frames} frames in the window");
     assert!(read_bytes.load(Ordering::Relaxed) > 0);
+    eprintln!("window: {frames} frames, {allocs} allocations, {held} held, {released} released");
+    // The rate-limited path ran in the window: prices held and released.
+    assert!(
+        held > 10_000 && released > 100,
+        "{held} held, {released} released in the window"
+    );
     assert_eq!(
         allocs, 0,
-        "{allocs} allocations while {frames} price frames were fanned out ({conflated} conflated)"
+        "{allocs} allocations while {frames} price frames were fanned out ({conflated} conflated, \
+         {held} held and {released} released by the 10-Hz limit)"
     );
 }

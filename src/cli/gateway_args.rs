@@ -159,6 +159,15 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub slow_consumer_ms: u64,
 
+    /// Maximum update frequency per subscription, in updates per second:
+    /// a subscription gets at most one price per 1/N s; a price arriving
+    /// sooner is held (only the latest) and sent at the next slot, as a
+    /// snapshot flagged conflated if prices were skipped. The limit of
+    /// every account without its own `max_update_hz` (config file).
+    /// 0 = unlimited; else 1..=1000.
+    #[arg(long, default_value_t = 0, value_name = "HZ")]
+    pub max_update_hz: u32,
+
     /// Loop lag above which a shard sheds, in milliseconds: while its loop
     /// runs later than this (three 100-ms windows in a row; ends after ten
     /// at or below it) it takes no new sessions (Disconnect(busy),
@@ -280,6 +289,7 @@ impl GatewayArgs {
             out_cap_bytes: self.out_cap_bytes,
             slow_consumer_ms: self.slow_consumer_ms,
             loop_lag_target_ms: self.loop_lag_target_ms,
+            max_update_hz: self.max_update_hz,
             heartbeat_ms: self.heartbeat_ms,
             dead_after_heartbeats: self.dead_after_heartbeats,
             logon_timeout_ms: self.logon_timeout_ms,

@@ -4,7 +4,14 @@
 //!
 //! Errors name the offending key (`instruments[3].digits`) and the reason.
 
+mod accounts;
 pub mod fix;
+
+pub use accounts::{
+    check_max_update_hz, Account, AccountFile, ACCOUNT_SESSIONS_DEFAULT, MAX_UPDATE_HZ_MAX,
+    MAX_UPDATE_HZ_MIN,
+};
+use accounts::{demo_account, resolve_accounts};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -137,39 +144,6 @@ pub struct ProviderFile {
     pub fix: Option<fix::FixProviderFile>,
 }
 
-/// One `[[accounts]]` entry as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-/// One `[[accounts]]` entry as written.
-pub struct AccountFile {
-    /// Account name the Logon carries (1..=32 bytes, unique).
-    pub name: String,
-    /// The token's argon2id PHC string (`pricewire token hash`), or the
-    /// clear token under `insecure_plain_tokens`.
-    pub token: String,
-    /// Symbol names, or `["*"]` for all.
-    #[serde(default = "all")]
-    pub symbols: Vec<String>,
-    /// Tier names the account may subscribe to; the first is its default.
-    pub tiers: Vec<String>,
-    /// Concurrent sessions allowed (≥ 1; default 10,000).
-    #[serde(default = "default_max_sessions")]
-    /// Concurrent sessions allowed (default [`ACCOUNT_SESSIONS_DEFAULT`]).
-    pub max_sessions: u32,
-    /// Whether the account may mark requests critical.
-    #[serde(default)]
-    pub critical: bool,
-}
-
-fn all() -> Vec<String> {
-    vec!["*".to_string()]
-}
-fn default_max_sessions() -> u32 {
-    ACCOUNT_SESSIONS_DEFAULT
-}
-
-/// Default concurrent sessions per account.
-pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 10_000;
 /// Default maximum provider quote age before it is excluded (ms).
 pub const MAX_QUOTE_AGE_MS_DEFAULT: u64 = 2_000;
 /// Default spike filter: a quote whose mid moves more than this many basis
@@ -197,41 +171,6 @@ impl Default for EngineConfig {
             spike_bps: SPIKE_BPS_DEFAULT,
             spike_confirm: SPIKE_CONFIRM_DEFAULT,
         }
-    }
-}
-
-/// An account that may log on to the subscriber gateway.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Account {
-    /// The name a Logon carries.
-    pub name: String,
-    /// The stored credential: an argon2id PHC string, or a clear token
-    /// (only under `insecure_plain_tokens`); see [`crate::auth::hash`].
-    pub token: String,
-    /// Entitled symbol ids; `None` means every symbol.
-    pub symbols: Option<Vec<u16>>,
-    /// Entitled tier ids, default first.
-    pub tiers: Vec<u8>,
-    /// Concurrent sessions allowed.
-    pub max_sessions: u32,
-    /// Whether its requests may be marked critical (shed last).
-    pub critical: bool,
-}
-
-impl Account {
-    /// Whether the account may see symbol id `symbol` (any path: prices,
-    /// snapshots, history, the directory).
-    pub fn entitled_symbol(&self, symbol: u16) -> bool {
-        self.symbols.as_ref().is_none_or(|s| s.contains(&symbol))
-    }
-    /// Whether the account may use tier id `tier`.
-    pub fn entitled_tier(&self, tier: u8) -> bool {
-        self.tiers.contains(&tier)
-    }
-    /// Whether the account may see no symbol at all (`symbols = []`): its
-    /// logon is refused with LogonRejected(not_entitled).
-    pub fn entitled_to_nothing(&self) -> bool {
-        self.symbols.as_ref().is_some_and(Vec::is_empty)
     }
 }
 
@@ -332,23 +271,6 @@ impl ConfigFile {
             fix,
             refdata,
         })
-    }
-}
-
-/// The built-in demo account: token `demo` (stored hashed, like any
-/// other), every symbol, every tier with `standard` (id 1 when present)
-/// as its default.
-fn demo_account(tiers: usize) -> Account {
-    let default = if tiers > 1 { 1 } else { 0 };
-    let mut order: Vec<u8> = vec![default];
-    order.extend((0..tiers as u8).filter(|&t| t != default));
-    Account {
-        name: "demo".into(),
-        token: crate::auth::hash::demo_hash().to_string(),
-        symbols: None,
-        tiers: order,
-        max_sessions: ACCOUNT_SESSIONS_DEFAULT,
-        critical: true,
     }
 }
 
@@ -504,60 +426,6 @@ fn resolve_providers(
     Ok(out)
 }
 
-fn resolve_accounts(
-    list: Vec<AccountFile>,
-    names: &BTreeMap<String, u16>,
-    tiers: &[String],
-    plain: bool,
-) -> Result<Vec<Account>, ConfigError> {
-    let mut out: Vec<Account> = Vec::with_capacity(list.len());
-    for (i, f) in list.into_iter().enumerate() {
-        let key = |field: &str| format!("accounts[{i}].{field}");
-        if f.name.is_empty() || f.name.len() > 32 || out.iter().any(|a| a.name == f.name) {
-            return Err(invalid(
-                key("name"),
-                "empty, longer than 32 bytes, or duplicate",
-            ));
-        }
-        crate::auth::hash::check_stored(&f.token, plain).map_err(|r| invalid(key("token"), r))?;
-        let symbols =
-            if f.symbols.iter().any(|s| s == "*") {
-                None
-            } else {
-                let mut ids = Vec::with_capacity(f.symbols.len());
-                for s in &f.symbols {
-                    ids.push(*names.get(s).ok_or_else(|| {
-                        invalid(key("symbols"), format!("unknown instrument {s}"))
-                    })?);
-                }
-                Some(ids)
-            };
-        if f.tiers.is_empty() {
-            return Err(invalid(key("tiers"), "at least one tier"));
-        }
-        let mut tier_ids = Vec::with_capacity(f.tiers.len());
-        for t in &f.tiers {
-            let id = tiers
-                .iter()
-                .position(|n| n == t)
-                .ok_or_else(|| invalid(key("tiers"), format!("unknown tier {t}")))?;
-            tier_ids.push(id as u8);
-        }
-        if f.max_sessions == 0 {
-            return Err(invalid(key("max_sessions"), "must be at least 1"));
-        }
-        out.push(Account {
-            name: f.name,
-            token: f.token,
-            symbols,
-            tiers: tier_ids,
-            max_sessions: f.max_sessions,
-            critical: f.critical,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,5 +556,27 @@ mod tests {
         assert!(a.entitled_symbol(eur) && !a.entitled_symbol(jpy));
         assert_eq!(a.tiers, vec![2, 0]);
         assert!(a.entitled_tier(0) && !a.entitled_tier(1));
+    }
+
+    #[test]
+    fn max_update_hz_is_per_account_and_range_checked() {
+        let acct = |hz: &str| {
+            format!(
+                "insecure_plain_tokens = true\n[[accounts]]\nname = \"a\"\ntoken = \"t\"\ntiers = [\"raw\"]\n{hz}"
+            )
+        };
+        let c = Config::parse(&acct("max_update_hz = 10\n"), 3).unwrap();
+        assert_eq!(c.account("a").unwrap().max_update_hz, Some(10));
+        let c = Config::parse(&acct("max_update_hz = 0\n"), 3).unwrap();
+        assert_eq!(c.account("a").unwrap().max_update_hz, Some(0));
+        let c = Config::parse(&acct(""), 3).unwrap();
+        assert_eq!(c.account("a").unwrap().max_update_hz, None);
+        let e = err(&acct("max_update_hz = 1001\n"));
+        assert!(e.to_string().contains("1..=1000"), "{e}");
+        assert_eq!(key_of(e), "accounts[0].max_update_hz");
+        assert!(matches!(
+            err(&acct("max_update_hz = -1\n")),
+            ConfigError::Syntax(_)
+        ));
     }
 }

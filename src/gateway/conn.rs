@@ -24,6 +24,9 @@ pub struct Sub {
     /// The last price sent for this key was flagged STALE (an edge that
     /// lost its bus): the same sequence may be sent again, fresh.
     pub stale: bool,
+    /// Its node in the shard's pacer when the account's update frequency
+    /// is limited, else [`super::pacer::PACE_NONE`].
+    pub pace: super::pacer::PaceId,
 }
 
 /// A subscriber connection.

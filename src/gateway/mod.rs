@@ -33,6 +33,7 @@ mod logon;
 mod moves;
 pub mod outbound;
 pub(crate) mod proxy_wait;
+pub mod pacer;
 mod queries;
 pub mod revoke;
 pub mod session;
@@ -125,6 +126,10 @@ pub struct GatewayConfig {
     pub bad_frame_limit: u32,
     /// The window, ms, in which `bad_frame_limit` refused frames are counted.
     pub bad_frame_window_ms: u64,
+    /// Serve-wide maximum update frequency per subscription, updates per
+    /// second (`--max-update-hz`, [`pacer`]): the limit of every account
+    /// that sets no `max_update_hz` of its own. 0 = unlimited.
+    pub max_update_hz: u32,
     /// Loop lag (ms) above which a shard sheds (see [`lag`]); 0 = never.
     pub loop_lag_target_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
@@ -179,6 +184,7 @@ impl Default for GatewayConfig {
             bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
             loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
+            max_update_hz: 0,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
             cpus: crate::runtime::CpuMap::default(),
@@ -233,6 +239,8 @@ impl GatewayConfig {
         if self.loop_lag_target_ms > 60_000 {
             return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }
+        crate::config::check_max_update_hz(self.max_update_hz)
+            .map_err(|e| format!("--max-update-hz {e}"))?;
         if self.slow_consumer_ms == 0 {
             return Err("--slow-consumer-ms: at least 1".into());
         }

@@ -253,6 +253,8 @@ impl Shard {
                 shared.table.clone(),
                 input.interest.clone(),
                 shared.wall_offset_ns,
+                shared.cfg.max_update_hz,
+                monotonic_ns(),
             ),
             ready: Vec::with_capacity(1024),
             events: Events::with_capacity(1024),
@@ -313,6 +315,8 @@ impl Shard {
             let now = monotonic_ns();
             let hosted = self.input.hosted.turn(now);
             let mut got = hosted + self.drain_prices(now);
+            // Held prices of rate-limited subscriptions whose slot came.
+            got += self.fanout.release_due(&mut self.slab, &self.stats, now);
             // Prices first: written before any request work of this turn,
             // which is bounded (see `queries::REQUESTS_PER_TURN`).
             self.flush_writes(monotonic_ns());
@@ -378,14 +382,13 @@ impl Shard {
         };
         let mut sleeping = timeout != Some(Duration::ZERO);
         if sleeping {
-            // Wake for this shard's sweep or a hosted task's timer (the
-            // engine's stale sweep), whichever comes first: an idle park
-            // must not make them late.
-            let due = self
-                .input
-                .hosted
-                .next_timer_ns()
-                .map_or(self.next_sweep_ns, |t| t.min(self.next_sweep_ns));
+            // Wake for this shard's sweep, a hosted task's timer (the
+            // engine's stale sweep) or a held price's slot, whichever comes
+            // first: an idle park must not make them late.
+            let due = [self.input.hosted.next_timer_ns(), self.fanout.next_due_ns()]
+                .into_iter()
+                .flatten()
+                .fold(self.next_sweep_ns, u64::min);
             timeout = crate::runtime::wait::until_due(timeout, monotonic_ns(), due);
             sleeping = timeout != Some(Duration::ZERO);
         }

@@ -42,6 +42,7 @@ impl Shard {
         };
         conn.session.set_first_subscribe_done();
         let tier = conn.session.tier(s.tier);
+        let interval_ns = self.fanout.interval_for(Some(acct));
         self.results.clear();
         self.new_keys.clear();
         for entry in s.entries.clone() {
@@ -50,7 +51,8 @@ impl Shard {
                 let key = id as usize * self.fanout.tiers + tier as usize;
                 let max = self.shared.cfg.max_subscriptions;
                 let new = &mut self.new_keys;
-                self.fanout.add(&mut self.slab, i, key, max, new)
+                self.fanout
+                    .add(&mut self.slab, i, key, (max, interval_ns), new)
             } else {
                 status
             };

@@ -2,7 +2,7 @@
 //!
 //! Key layout (documented in `docs/refdata.md`): hash
 //! `<prefix>account:<name>` with fields `token`, `symbols`, `tiers`,
-//! `max_sessions`, `critical`; set `<prefix>accounts` lists the names to
+//! `max_sessions`, `critical`, `max_update_hz`; set `<prefix>accounts` lists the names to
 //! prefetch. Records are resolved against the instrument table with the
 //! same rules as the config file's `[[accounts]]`.
 //!
@@ -228,6 +228,7 @@ struct Fields {
     tiers: Option<String>,
     max_sessions: Option<String>,
     critical: Option<String>,
+    max_update_hz: Option<String>,
 }
 
 fn fields(items: &[Value]) -> Result<Fields, FetchError> {
@@ -243,6 +244,7 @@ fn fields(items: &[Value]) -> Result<Fields, FetchError> {
             b"tiers" => f.tiers = Some(v),
             b"max_sessions" => f.max_sessions = Some(v),
             b"critical" => f.critical = Some(v),
+            b"max_update_hz" => f.max_update_hz = Some(v),
             _ => {} // unknown fields are left for newer versions
         }
     }
@@ -283,6 +285,16 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
         Some("1" | "true") => true,
         Some(_) => return Err(invalid("critical", "must be 0, 1, true or false")),
     };
+    let max_update_hz = match f.max_update_hz.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(s) => {
+            let hz = s
+                .parse::<u32>()
+                .map_err(|_| invalid("max_update_hz", "must be an integer (0 = unlimited)"))?;
+            crate::config::check_max_update_hz(hz).map_err(|r| invalid("max_update_hz", r))?;
+            Some(hz)
+        }
+    };
     Ok(Account {
         name: name.to_string(),
         token,
@@ -290,6 +302,7 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
         tiers,
         max_sessions,
         critical,
+        max_update_hz,
     })
 }
 

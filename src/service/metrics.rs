@@ -134,6 +134,25 @@ fn register_lag(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), Op
     })
 }
 
+/// One shard's maximum-update-frequency counters (`gateway::pacer`).
+fn register_paced(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), OpsError> {
+    type Read = fn(&ShardStats) -> u64;
+    let events: [(&str, Read); 3] = [
+        ("held", |s| s.paced_held.get()),
+        ("released", |s| s.paced_released.get()),
+        ("conflated", |s| s.paced_conflated.get()),
+    ];
+    for (event, read) in events {
+        let s = s.clone();
+        r.register_counter_fn(
+            m::PACED_PRICES,
+            &[("shard", shard), ("event", event)],
+            move || read(&s),
+        )?;
+    }
+    Ok(())
+}
+
 fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     for (i, s) in g.shard_stats.iter().enumerate() {
         let shard = i.to_string();
@@ -168,6 +187,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             k.max_stall_ms.get() as f64 / 1000.0
         })?;
         register_lag(r, &shard, s)?;
+        register_paced(r, &shard, s)?;
         for (direction, out) in [("out", true), ("in", false)] {
             let g = s.clone();
             r.register_counter_fn(

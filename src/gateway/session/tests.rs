@@ -43,6 +43,7 @@ fn account() -> Arc<Account> {
         tiers: vec![2, 0],
         max_sessions: 10,
         critical: false,
+        max_update_hz: None,
     })
 }
 
