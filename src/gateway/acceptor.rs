@@ -5,7 +5,9 @@
 //!
 //! A connection over budget is accepted only to receive an immediate
 //! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
-//! never held in a queue to time out.
+//! never held in a queue to time out. On a TLS listener the Disconnect
+//! follows a handshake, within a budget ([`super::tls_refusal`]); this
+//! thread drives those handshakes.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -16,9 +18,10 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 
-use crate::runtime::tls::Link;
-use mio::{Events, Interest, Poll, Token, Waker};
+use crate::runtime::tls::{Link, RefusalOutcome, TlsAcceptor};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
+use super::tls_refusal::{Refuser, FIRST_TOKEN};
 use super::{GatewayStats, Shared};
 use crate::clock::monotonic_ns;
 use crate::overload::Stage;
@@ -86,15 +89,21 @@ pub fn spawn(
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    shared.tls_refusals.set_waker(waker.clone());
     let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
     let thread = std::thread::Builder::new()
         .name("pw-acceptor".into())
         .spawn(move || {
+            let refuser = shared.cfg.tls.as_ref().map(|tls| {
+                let per_s = shared.cfg.tls_busy_handshakes_per_s;
+                Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
+            });
             let mut a = Acceptor {
                 shared,
                 shards,
                 loads: Vec::new(),
                 rng: rand::SeedableRng::from_entropy(),
+                refuser,
             };
             a.run(poll, listener, stop_rx);
         })?;
@@ -114,6 +123,8 @@ struct Acceptor {
     /// Scratch for [`place`] (sized once).
     loads: Vec<u64>,
     rng: rand::rngs::SmallRng,
+    /// Refusals over TLS in progress (a TLS listener only).
+    refuser: Option<Refuser>,
 }
 
 impl Acceptor {
@@ -125,26 +136,39 @@ impl Acceptor {
     ) {
         let mut events = Events::with_capacity(64);
         loop {
-            if poll
-                .poll(&mut events, Some(Duration::from_millis(500)))
-                .is_err()
-            {
+            // Open refusals are expired on time.
+            let busy = self.refuser.as_ref().is_some_and(Refuser::is_busy);
+            let timeout = Duration::from_millis(if busy { 50 } else { 500 });
+            if poll.poll(&mut events, Some(timeout)).is_err() {
                 continue;
             }
             if stop.try_recv().is_ok() || !self.shared.accepting.load(Ordering::SeqCst) {
                 break;
             }
-            self.accept_all(&listener);
+            let r = poll.registry();
+            if let Some(refuser) = self.refuser.as_mut() {
+                for ev in events.iter() {
+                    if ev.token().0 >= FIRST_TOKEN {
+                        refuser.on_event(r, ev.token());
+                    }
+                }
+            }
+            self.accept_all(&listener, r);
+            if let Some(refuser) = self.refuser.as_mut() {
+                let now = monotonic_ns();
+                refuser.drain(&self.shared.tls_refusals, r, now);
+                refuser.expire(r, now);
+            }
         }
         drop(listener);
         tracing::info!("listener closed: no longer accepting");
     }
 
     /// Drains the accept queue until `WouldBlock` (mio's contract).
-    fn accept_all(&mut self, listener: &TcpListener) {
+    fn accept_all(&mut self, listener: &TcpListener, r: &Registry) {
         loop {
             match listener.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer),
+                Ok((stream, peer)) => self.admit(stream, peer, r),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     // EMFILE and friends: log and leave the rest in the
@@ -156,7 +180,7 @@ impl Acceptor {
         }
     }
 
-    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr, r: &Registry) {
         let stats = &self.shared.stats;
         GatewayStats::add(&stats.accepted, 1);
         let _ = stream.set_nodelay(true);
@@ -167,14 +191,10 @@ impl Acceptor {
             .expect("admission lock")
             .on_accept(peer.ip(), monotonic_ns());
         if let Err(reject) = decision {
-            // Refused before any TLS work: a TLS listener closes without
-            // the Disconnect (a plaintext frame would only break the
-            // client's handshake).
-            match &self.shared.cfg.tls {
-                None => refuse_busy(Link::Plain(stream), reject.retry_after_ms, stats),
-                Some(_) => GatewayStats::add(&stats.refused, 1),
-            }
-            return;
+            return match &self.shared.cfg.tls {
+                None => refuse_busy(Link::Plain(stream), reject.retry_after_ms, &self.shared),
+                Some(tls) => self.refuse_tls(tls.clone(), stream, reject.retry_after_ms, r),
+            };
         }
         let link = match &self.shared.cfg.tls {
             None => Link::Plain(stream),
@@ -207,7 +227,7 @@ impl Acceptor {
                 .refused_connections
                 .fetch_add(1, Ordering::Relaxed);
             self.shared.overload.record_reject(Stage::LoopLag);
-            return self.refuse_jittered(link, peer);
+            return self.refuse_jittered(link, peer, r);
         }
         match shard.tx.try_send((link, peer)) {
             Ok(()) => {
@@ -217,19 +237,38 @@ impl Acceptor {
                 // The shard's inbox is full: it is not keeping up with
                 // accepts. Refuse rather than queue.
                 let (stream, peer) = e.into_inner();
-                self.refuse_jittered(stream, peer);
+                self.refuse_jittered(stream, peer, r);
             }
         }
     }
 
     /// Releases `peer`'s admission slot and sends Disconnect(busy) with a
     /// retry-after drawn from the busy window.
-    fn refuse_jittered(&mut self, stream: Link, peer: SocketAddr) {
+    fn refuse_jittered(&mut self, stream: Link, peer: SocketAddr, r: &Registry) {
         self.release(peer);
         // Jittered, or every refused client would return together.
         let w = self.shared.cfg.admission.retry_after;
         let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
-        refuse_busy(stream, retry, &self.shared.stats);
+        match self.refuser.as_mut() {
+            Some(refuser) if stream.is_handshaking() => {
+                GatewayStats::add(&self.shared.stats.refused, 1);
+                refuser.take(r, stream, retry, monotonic_ns());
+            }
+            _ => refuse_busy(stream, retry, &self.shared),
+        }
+    }
+
+    /// A connection refused at admission on a TLS listener: a TLS session
+    /// for it only within the refusal budget (see [`super::tls_refusal`]).
+    fn refuse_tls(&mut self, tls: Arc<TlsAcceptor>, s: TcpStream, retry: u32, r: &Registry) {
+        GatewayStats::add(&self.shared.stats.refused, 1);
+        let Some(refuser) = self.refuser.as_mut() else {
+            return;
+        };
+        match tls.link(s, monotonic_ns()) {
+            Ok(link) => refuser.take(r, link, retry, monotonic_ns()),
+            Err(_) => tls.stats().count_refusal(RefusalOutcome::Bare),
+        }
     }
 }
 
@@ -244,11 +283,18 @@ impl Acceptor {
     }
 }
 
-/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it
-/// (a TLS link still handshaking is closed without it, see
-/// [`Link::write_last`]).
-pub fn refuse_busy(mut stream: Link, retry_after_ms: u32, stats: &GatewayStats) {
-    GatewayStats::add(&stats.refused, 1);
+/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it;
+/// a TLS link still handshaking goes to the acceptor, which refuses it
+/// within its handshake budget ([`super::tls_refusal`]).
+pub fn refuse_busy(mut stream: Link, retry_after_ms: u32, shared: &Shared) {
+    GatewayStats::add(&shared.stats.refused, 1);
+    if let (Link::Tls(_), Some(tls)) = (&stream, &shared.cfg.tls) {
+        if stream.is_handshaking() {
+            return shared
+                .tls_refusals
+                .send(stream, retry_after_ms, tls.stats());
+        }
+    }
     let mut buf = [0u8; 64];
     if let Ok(n) =
         wire::encode_disconnect_reason(&mut buf, DisconnectReason::BUSY, retry_after_ms, "busy")

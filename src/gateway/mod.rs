@@ -41,6 +41,7 @@ pub mod spill;
 pub mod stats;
 pub mod subs;
 mod subscribe;
+pub mod tls_refusal;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -145,6 +146,11 @@ pub struct GatewayConfig {
     /// TLS on the subscriber listener (`--tls-cert`, `--tls-key`); `None`
     /// is plaintext.
     pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
+    /// On a TLS listener, connections refused for capacity that get a
+    /// handshake and Disconnect(busy) per second (and at once); more are
+    /// closed before any TLS work. 0: every refusal is closed bare. See
+    /// [`tls_refusal`].
+    pub tls_busy_handshakes_per_s: u32,
 }
 
 impl Default for GatewayConfig {
@@ -180,6 +186,7 @@ impl Default for GatewayConfig {
             error_retry: RetryWindow::new(1_000, 5_000),
             rate_limited_retry: RetryWindow::new(250, 1_000),
             tls: None,
+            tls_busy_handshakes_per_s: tls_refusal::TLS_BUSY_HANDSHAKES_PER_S_DEFAULT,
         }
     }
 }
@@ -260,6 +267,9 @@ pub struct Shared {
     pub auth: Arc<crate::auth::AuthGuard>,
     /// The argon2 worker threads (never a shard thread).
     pub verifier: crate::auth::verifier::Verifier,
+    /// TLS links refused on a shard, for the acceptor to refuse with
+    /// Disconnect(busy) within its handshake budget.
+    pub tls_refusals: tls_refusal::RefusalQueue,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -380,6 +390,7 @@ impl Gateway {
                 crate::auth::verifier::WORKERS_DEFAULT,
                 crate::auth::verifier::QUEUE_DEFAULT,
             )?,
+            tls_refusals: Default::default(),
         });
         Self::apply_account_limits(&shared);
         let mut shards = Vec::new();

@@ -1,5 +1,6 @@
 //! The metrics of a TLS listener (`runtime::tls`): handshakes, handshake
-//! failures by reason, certificate reloads by result, each by listener.
+//! failures by reason, certificate reloads by result, each by listener;
+//! on the subscriber listener also capacity refusals by outcome.
 
 use crate::ops::metrics::catalogue as m;
 use crate::ops::{OpsError, Registry};
@@ -8,6 +9,7 @@ use crate::ops::{OpsError, Registry};
 pub(super) fn register(
     r: &Registry,
     tls: &crate::runtime::tls::TlsAcceptor,
+    refusals: bool,
 ) -> Result<(), OpsError> {
     use crate::runtime::tls::HandshakeFailure;
     use std::sync::atomic::Ordering::Relaxed;
@@ -28,6 +30,13 @@ pub(super) fn register(
             true => s.reloads_ok.load(Relaxed),
             false => s.reloads_failed.load(Relaxed),
         })?;
+    }
+    if refusals {
+        for outcome in crate::runtime::tls::RefusalOutcome::ALL {
+            let s = tls.stats().clone();
+            let labels = [("listener", listener), ("outcome", outcome.label())];
+            r.register_counter_fn(m::TLS_REFUSALS, &labels, move || s.refusals(outcome))?;
+        }
     }
     Ok(())
 }

@@ -242,6 +242,12 @@ impl Link {
         }
     }
 
+    /// Whether this is a TLS link whose handshake has not completed (it
+    /// cannot carry a frame yet). Never for plaintext.
+    pub fn is_handshaking(&self) -> bool {
+        matches!(self, Link::Tls(t) if t.is_handshaking())
+    }
+
     /// Whether this is a TLS link.
     pub fn is_tls(&self) -> bool {
         matches!(self, Link::Tls(_))

@@ -208,10 +208,39 @@ impl HandshakeFailure {
     }
 }
 
+/// What became of a connection refused for capacity on a TLS listener:
+/// the `outcome` label of `pricewire_tls_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalOutcome {
+    /// Handshake completed within the refusal budget and Disconnect(busy)
+    /// with a retry-after was sent over TLS.
+    Busy,
+    /// Over the refusal budget: closed before any TLS work.
+    Bare,
+    /// Within the budget, but the handshake did not finish (peer gone,
+    /// failed, or not within the refusal deadline).
+    Unfinished,
+}
+
+impl RefusalOutcome {
+    /// Every outcome, in label order.
+    pub const ALL: [RefusalOutcome; 3] = [Self::Busy, Self::Bare, Self::Unfinished];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Busy => "busy",
+            Self::Bare => "bare",
+            Self::Unfinished => "unfinished",
+        }
+    }
+}
+
 /// Counters of one TLS listener (atomics, read at scrape time).
 #[derive(Debug, Default)]
 pub struct TlsStats {
     failures: [AtomicU64; 8],
+    refusals: [AtomicU64; 3],
     /// Handshakes completed.
     pub handshakes: AtomicU64,
     /// Certificate reloads that took effect.
@@ -224,6 +253,16 @@ impl TlsStats {
     /// Failed handshakes for `why`.
     pub fn failures(&self, why: HandshakeFailure) -> u64 {
         self.failures[why.index()].load(Ordering::Relaxed)
+    }
+
+    /// Connections refused for capacity, by what became of them.
+    pub fn refusals(&self, outcome: RefusalOutcome) -> u64 {
+        self.refusals[outcome as usize].load(Ordering::Relaxed)
+    }
+
+    /// Counts a refused connection's outcome.
+    pub fn count_refusal(&self, outcome: RefusalOutcome) {
+        self.refusals[outcome as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failure; returns the count of that reason so far.
