@@ -129,6 +129,10 @@ fn beyond_the_refusal_budget_a_tls_client_is_closed_bare_and_backs_off() {
         Err(e) => panic!("expected a close during the handshake, got {e}"),
         Ok(_) => panic!("the cap let another session in"),
     };
+    assert!(
+        source.to_string().contains("during the TLS handshake"),
+        "{source}"
+    );
     let stats = tls.acceptor.stats();
     assert_eq!(refusals(stats, RefusalOutcome::Busy), 1);
     assert_eq!(refusals(stats, RefusalOutcome::Bare), 1);
