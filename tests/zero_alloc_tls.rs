@@ -167,11 +167,10 @@ fn read_raw(socks: &mut [TcpStream], keep: &mut [Vec<u8>], stop: &AtomicBool) {
     }
 }
 
-#[test]
-fn prices_to_tls_subscribers_allocate_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+/// A CA and a subscriber TLS acceptor with a leaf from it, in `dir`.
+fn acceptor(dir: &std::path::Path) -> (pki::Ca, Arc<TlsAcceptor>) {
     let ca = pki::Ca::new("zero-alloc CA");
-    let files = pki::ServerFiles::write(dir.path(), &ca);
+    let files = pki::ServerFiles::write(dir, &ca);
     let tls = TlsAcceptor::new(
         "subscriber",
         TlsFiles {
@@ -182,6 +181,13 @@ fn prices_to_tls_subscribers_allocate_nothing() {
         5_000,
     )
     .unwrap();
+    (ca, tls)
+}
+
+#[test]
+fn prices_to_tls_subscribers_allocate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, tls) = acceptor(dir.path());
     let config = Arc::new(Config::builtin(3));
     let names: Vec<String> = config
         .table

@@ -28,6 +28,9 @@ use super::record::MAX_RECORD;
 use super::traffic::{Opened, Traffic};
 use super::{HandshakeFailure, TlsStats, TLS_SEND_BUFFER_BYTES};
 
+/// Records carrying no application data one `read` opens at most.
+const EMPTY_RECORDS_PER_READ: u32 = 64;
+
 /// A connection's transport.
 #[derive(Debug)]
 pub enum Link {
@@ -177,7 +180,15 @@ impl TlsLink {
             self.early.drain(..n);
             return Ok(n);
         }
+        // Records without data (empty, key updates, warnings) handled in
+        // this call: past the bound the caller gets `Interrupted`. The
+        // gateway counts that against its per-turn read budget, so a
+        // subscriber sending only such records cannot hold its shard.
+        let mut empty = 0;
         loop {
+            if empty >= EMPTY_RECORDS_PER_READ {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
             if !self.plain.is_empty() {
                 let n = buf.len().min(self.plain.len());
                 let at = self.plain.start;
@@ -198,6 +209,7 @@ impl TlsLink {
                 Some((Opened::Data(range), len)) => {
                     if range.is_empty() {
                         self.rx.consume(len);
+                        empty += 1;
                     } else {
                         self.plain = range;
                         self.record = len;
@@ -207,6 +219,7 @@ impl TlsLink {
                 Some((Opened::Control, _)) => {
                     // A key update may have sealed our reply.
                     self.push()?;
+                    empty += 1;
                 }
                 None => match self.rx.read_from(&mut self.stream) {
                     Ok(0) => return Ok(0),

@@ -254,6 +254,39 @@ fn tls12_ends_the_session_when_its_key_is_used_up() {
 }
 
 #[test]
+fn a_flood_of_empty_records_hands_the_loop_back() {
+    let pki = pki();
+    let mut p = connect(&pki, cs::TLS13_AES_128_GCM_SHA256);
+    p.client.writer().write_all(b"a").unwrap();
+    p.until("a", |p| p.at_server == b"a");
+    // 100 key updates (records without data) ahead of "b": one read
+    // opens at most 64 of them before handing the loop back.
+    for _ in 0..100 {
+        p.client.refresh_traffic_keys().unwrap();
+    }
+    p.client.writer().write_all(b"b").unwrap();
+    while p.client.wants_write() {
+        p.client.write_tls(&mut p.sock).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut interrupted = 0;
+    let mut got = Vec::new();
+    while got != b"b" {
+        assert!(Instant::now() < end, "b never arrived");
+        match p.server.read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => interrupted += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                p.server.flush_pending().map(drop).unwrap()
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(interrupted >= 1, "100 key updates in one read");
+}
+
+#[test]
 fn a_forged_record_is_refused() {
     let pki = pki();
     let mut p = connect(&pki, cs::TLS13_AES_128_GCM_SHA256);
