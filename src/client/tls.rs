@@ -73,7 +73,7 @@ impl ClientStream {
         sock.set_read_timeout(Some(timeout))?;
         sock.set_write_timeout(Some(timeout))?;
         while conn.is_handshaking() {
-            conn.complete_io(&mut sock)?;
+            conn.complete_io(&mut sock).map_err(closed_in_handshake)?;
         }
         sock.set_read_timeout(r)?;
         sock.set_write_timeout(w)?;
@@ -91,6 +91,21 @@ impl ClientStream {
     /// Sets the socket's read timeout.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket().set_read_timeout(t)
+    }
+}
+
+/// Names a close during the handshake: a TLS server at capacity closes
+/// refused connections so once its refusal handshake budget is spent
+/// (docs/tls.md). The kind is kept: the reconnect policy retries it under
+/// its jittered backoff like any I/O failure.
+fn closed_in_handshake(e: io::Error) -> io::Error {
+    use io::ErrorKind as K;
+    match e.kind() {
+        K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted => io::Error::new(
+            e.kind(),
+            format!("closed by the server during the TLS handshake ({e}): busy or broken, retried with backoff"),
+        ),
+        _ => e,
     }
 }
 

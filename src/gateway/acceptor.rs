@@ -5,7 +5,9 @@
 //!
 //! A connection over budget is accepted only to receive an immediate
 //! Disconnect(busy) with a jittered retryAfterMs and is closed — it is
-//! never held in a queue to time out.
+//! never held in a queue to time out. On a TLS listener the Disconnect
+//! follows a handshake, within a budget ([`super::tls_refusal`]); this
+//! thread drives those handshakes.
 //!
 //! With `--proxy-protocol` a connection from a trusted balancer first
 //! waits here for its PROXY v2 header ([`super::proxy_wait`]); admission,
@@ -22,10 +24,11 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 
-use crate::runtime::tls::Link;
+use crate::runtime::tls::{Link, RefusalOutcome, TlsAcceptor};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use super::proxy_wait::{Ended, Outcome, ProxyWait};
+use super::tls_refusal::{Refuser, FIRST_TOKEN};
 use super::{GatewayStats, Shared};
 use crate::clock::monotonic_ns;
 use crate::overload::Stage;
@@ -34,10 +37,15 @@ use crate::wire::{self, DisconnectReason};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
-/// The token of the first connection waiting for its PROXY header.
+/// The token of the first connection waiting for its PROXY header (the
+/// waits take at most `--proxy-pending-max`, ≤ 65,536, tokens from here;
+/// the TLS refusals' tokens start above them at [`FIRST_TOKEN`]).
 const FIRST_WAITING: Token = Token(2);
+const _: () = assert!(FIRST_WAITING.0 + 65_536 <= FIRST_TOKEN);
 /// The acceptor's longest sleep (it re-checks the stop flag after it).
 const IDLE_POLL: Duration = Duration::from_millis(500);
+/// The acceptor's longest sleep while TLS refusals are open.
+const REFUSAL_POLL: Duration = Duration::from_millis(50);
 
 /// A shard's inbox for new connections.
 #[derive(Clone)]
@@ -98,6 +106,7 @@ pub fn spawn(
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    shared.tls_refusals.set_waker(waker.clone());
     let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
     let thread = std::thread::Builder::new()
         .name("pw-acceptor".into())
@@ -107,6 +116,10 @@ pub fn spawn(
                 .proxy
                 .as_ref()
                 .map(|p| ProxyWait::new(p.pending_max, p.header_timeout_ns, FIRST_WAITING));
+            let refuser = shared.cfg.tls.as_ref().map(|tls| {
+                let per_s = shared.cfg.tls_busy_handshakes_per_s;
+                Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
+            });
             let mut a = Acceptor {
                 shared,
                 shards,
@@ -114,6 +127,7 @@ pub fn spawn(
                 rng: rand::SeedableRng::from_entropy(),
                 waiting,
                 ended: Vec::new(),
+                refuser,
             };
             a.run(poll, listener, stop_rx);
         })?;
@@ -137,6 +151,8 @@ struct Acceptor {
     waiting: Option<ProxyWait>,
     /// Scratch for the waits that expired in one sweep.
     ended: Vec<Ended>,
+    /// Refusals over TLS in progress (a TLS listener only).
+    refuser: Option<Refuser>,
 }
 
 impl Acceptor {
@@ -154,13 +170,25 @@ impl Acceptor {
             if stop.try_recv().is_ok() || !self.shared.accepting.load(Ordering::SeqCst) {
                 break;
             }
+            let r = poll.registry();
             for e in events.iter() {
-                if e.token().0 >= FIRST_WAITING.0 {
-                    self.on_waiting(poll.registry(), e.token());
+                match e.token().0 {
+                    t if t >= FIRST_TOKEN => {
+                        if let Some(refuser) = self.refuser.as_mut() {
+                            refuser.on_event(r, e.token());
+                        }
+                    }
+                    t if t >= FIRST_WAITING.0 => self.on_waiting(r, e.token()),
+                    _ => {}
                 }
             }
-            self.accept_all(&listener, poll.registry());
-            self.expire_waiting(poll.registry());
+            self.accept_all(&listener, r);
+            self.expire_waiting(r);
+            if let Some(refuser) = self.refuser.as_mut() {
+                let now = monotonic_ns();
+                refuser.drain(&self.shared.tls_refusals, r, now);
+                refuser.expire(r, now);
+            }
         }
         drop(listener);
         tracing::info!("listener closed: no longer accepting");
@@ -173,7 +201,7 @@ impl Acceptor {
                 Ok((stream, peer)) if self.waiting.is_some() => {
                     self.await_header(registry, stream, peer)
                 }
-                Ok((stream, peer)) => self.admit(stream, peer),
+                Ok((stream, peer)) => self.admit(stream, peer, registry),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     // EMFILE and friends: log and leave the rest in the
@@ -185,7 +213,7 @@ impl Acceptor {
         }
     }
 
-    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr, r: &Registry) {
         let stats = &self.shared.stats;
         GatewayStats::add(&stats.accepted, 1);
         let _ = stream.set_nodelay(true);
@@ -196,14 +224,10 @@ impl Acceptor {
             .expect("admission lock")
             .on_accept(peer.ip(), monotonic_ns());
         if let Err(reject) = decision {
-            // Refused before any TLS work: a TLS listener closes without
-            // the Disconnect (a plaintext frame would only break the
-            // client's handshake).
-            match &self.shared.cfg.tls {
-                None => refuse_busy(Link::Plain(stream), reject.retry_after_ms, stats),
-                Some(_) => GatewayStats::add(&stats.refused, 1),
-            }
-            return;
+            return match &self.shared.cfg.tls {
+                None => refuse_busy(Link::Plain(stream), reject.retry_after_ms, &self.shared),
+                Some(tls) => self.refuse_tls(tls.clone(), stream, reject.retry_after_ms, r),
+            };
         }
         let link = match &self.shared.cfg.tls {
             None => Link::Plain(stream),
@@ -239,7 +263,7 @@ impl Acceptor {
                 .refused_connections
                 .fetch_add(1, Ordering::Relaxed);
             self.shared.overload.record_reject(Stage::LoopLag);
-            return self.refuse_jittered(link, peer);
+            return self.refuse_jittered(link, peer, r);
         }
         match shard.tx.try_send((link, peer)) {
             Ok(()) => {
@@ -249,38 +273,60 @@ impl Acceptor {
                 // The shard's inbox is full: it is not keeping up with
                 // accepts. Refuse rather than queue.
                 let (stream, peer) = e.into_inner();
-                self.refuse_jittered(stream, peer);
+                self.refuse_jittered(stream, peer, r);
             }
         }
     }
 
     /// Releases `peer`'s admission slot and sends Disconnect(busy) with a
     /// retry-after drawn from the busy window.
-    fn refuse_jittered(&mut self, stream: Link, peer: SocketAddr) {
+    fn refuse_jittered(&mut self, stream: Link, peer: SocketAddr, r: &Registry) {
         self.release(peer);
         // Jittered, or every refused client would return together.
         let w = self.shared.cfg.admission.retry_after;
         let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
-        refuse_busy(stream, retry, &self.shared.stats);
+        match self.refuser.as_mut() {
+            Some(refuser) if stream.is_handshaking() => {
+                GatewayStats::add(&self.shared.stats.refused, 1);
+                refuser.take(r, stream, retry, monotonic_ns());
+            }
+            _ => refuse_busy(stream, retry, &self.shared),
+        }
+    }
+
+    /// A connection refused at admission on a TLS listener: a TLS session
+    /// for it only within the refusal budget (see [`super::tls_refusal`]).
+    fn refuse_tls(&mut self, tls: Arc<TlsAcceptor>, s: TcpStream, retry: u32, r: &Registry) {
+        GatewayStats::add(&self.shared.stats.refused, 1);
+        let Some(refuser) = self.refuser.as_mut() else {
+            return;
+        };
+        match tls.link(s, monotonic_ns()) {
+            Ok(link) => refuser.take(r, link, retry, monotonic_ns()),
+            Err(_) => tls.stats().count_refusal(RefusalOutcome::Bare),
+        }
     }
 }
 
 /// The PROXY header stage (`--proxy-protocol`).
 impl Acceptor {
-    /// Until the next header deadline, at most [`IDLE_POLL`].
+    /// Until the next header deadline, at most [`IDLE_POLL`]; at most
+    /// [`REFUSAL_POLL`] while TLS refusals are open, so they expire on time.
     fn poll_timeout(&self) -> Duration {
         let due = self
             .waiting
             .as_ref()
             .and_then(|w| w.next_due_in(monotonic_ns()));
-        due.map_or(IDLE_POLL, |ns| IDLE_POLL.min(Duration::from_nanos(ns)))
+        let refusing = self.refuser.as_ref().is_some_and(Refuser::is_busy);
+        let idle = if refusing { REFUSAL_POLL } else { IDLE_POLL };
+        due.map_or(idle, |ns| idle.min(Duration::from_nanos(ns)))
     }
 
     /// A trusted balancer's connection starts waiting for its header;
     /// anyone else's is refused.
     fn await_header(&mut self, registry: &Registry, stream: TcpStream, peer: SocketAddr) {
         let (Some(proxy), Some(waiting)) = (&self.shared.cfg.proxy, self.waiting.as_mut()) else {
-            return self.admit(stream, peer);
+            return self.admit(stream, peer, registry);
         };
         if !proxy.allow.allows(peer.ip()) {
             return self.proxy_failed(stream, peer, ProxyFailure::Untrusted);
@@ -295,8 +341,8 @@ impl Acceptor {
             .waiting
             .as_mut()
             .and_then(|w| w.on_ready(registry, token));
-        if let Some((stream, peer, outcome)) = ended {
-            self.header_ended(stream, peer, outcome);
+        if let Some(ended) = ended {
+            self.header_ended(registry, ended);
         }
     }
 
@@ -306,15 +352,19 @@ impl Acceptor {
         };
         let mut ended = std::mem::take(&mut self.ended);
         w.expire(registry, monotonic_ns(), |e| ended.push(e));
-        for (stream, peer, outcome) in ended.drain(..) {
-            self.header_ended(stream, peer, outcome);
+        for e in ended.drain(..) {
+            self.header_ended(registry, e);
         }
         self.ended = ended;
     }
 
     /// A complete header admits the connection as its client; a failed
     /// one closes it.
-    fn header_ended(&mut self, stream: TcpStream, peer: SocketAddr, outcome: Outcome) {
+    fn header_ended(
+        &mut self,
+        registry: &Registry,
+        (stream, peer, outcome): (TcpStream, SocketAddr, Outcome),
+    ) {
         let Some(proxy) = self.shared.cfg.proxy.clone() else {
             return;
         };
@@ -324,7 +374,7 @@ impl Acceptor {
                 let client = h.client(peer);
                 tracing::debug!(balancer = %peer, %client, command = h.command.label(),
                     "PROXY header");
-                self.admit(stream, client);
+                self.admit(stream, client, registry);
             }
             Outcome::Failed(why) => self.proxy_failed(stream, peer, why),
             Outcome::Wait => {}
@@ -347,7 +397,7 @@ impl Acceptor {
         if why == ProxyFailure::Overflow && self.shared.cfg.tls.is_none() {
             let w = self.shared.cfg.admission.retry_after;
             let retry = rand::Rng::gen_range(&mut self.rng, w.min_ms..=w.max_ms);
-            refuse_busy(Link::Plain(stream), retry, &self.shared.stats);
+            refuse_busy(Link::Plain(stream), retry, &self.shared);
         }
     }
 }
@@ -363,11 +413,18 @@ impl Acceptor {
     }
 }
 
-/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it
-/// (a TLS link still handshaking is closed without it, see
-/// [`Link::write_last`]).
-pub fn refuse_busy(mut stream: Link, retry_after_ms: u32, stats: &GatewayStats) {
-    GatewayStats::add(&stats.refused, 1);
+/// Writes Disconnect(busy, retryAfterMs) on a fresh socket and closes it;
+/// a TLS link still handshaking goes to the acceptor, which refuses it
+/// within its handshake budget ([`super::tls_refusal`]).
+pub fn refuse_busy(mut stream: Link, retry_after_ms: u32, shared: &Shared) {
+    GatewayStats::add(&shared.stats.refused, 1);
+    if let (Link::Tls(_), Some(tls)) = (&stream, &shared.cfg.tls) {
+        if stream.is_handshaking() {
+            return shared
+                .tls_refusals
+                .send(stream, retry_after_ms, tls.stats());
+        }
+    }
     let mut buf = [0u8; 64];
     if let Ok(n) =
         wire::encode_disconnect_reason(&mut buf, DisconnectReason::BUSY, retry_after_ms, "busy")

@@ -440,7 +440,15 @@ fn deliver(
             return false;
         }
     }
-    append(conn, slot as usize, (seq, f.stale), f.bytes, now, stats, pacer)
+    append(
+        conn,
+        slot as usize,
+        (seq, f.stale),
+        f.bytes,
+        now,
+        stats,
+        pacer,
+    )
 }
 
 fn mark_owed(sub: &mut Sub, dirty_subs: &mut u32) {
@@ -511,10 +519,16 @@ mod tests {
     fn a_sequence_is_sent_once_unless_its_stale_flag_changes() {
         let fresh = sub(7, false);
         assert!(is_news(&fresh, 8, false, false), "newer");
-        assert!(!is_news(&fresh, 6, true, true), "older, even as a stale snapshot");
+        assert!(
+            !is_news(&fresh, 6, true, true),
+            "older, even as a stale snapshot"
+        );
         assert!(!is_news(&fresh, 7, false, false), "same update");
         assert!(!is_news(&fresh, 7, true, false), "same snapshot, same flag");
-        assert!(!is_news(&fresh, 7, false, true), "a stale update is no restatement");
+        assert!(
+            !is_news(&fresh, 7, false, true),
+            "a stale update is no restatement"
+        );
         assert!(is_news(&fresh, 7, true, true), "restated stale");
         let stale = sub(7, true);
         assert!(is_news(&stale, 7, true, false), "restated fresh");

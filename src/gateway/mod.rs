@@ -32,8 +32,8 @@ mod lanes;
 mod logon;
 mod moves;
 pub mod outbound;
-pub(crate) mod proxy_wait;
 pub mod pacer;
+pub(crate) mod proxy_wait;
 mod queries;
 pub mod revoke;
 pub mod session;
@@ -43,6 +43,7 @@ pub mod spill;
 pub mod stats;
 pub mod subs;
 mod subscribe;
+pub mod tls_refusal;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,6 +158,11 @@ pub struct GatewayConfig {
     /// Brute-force lockouts and the argon2 verifier's threads and queue
     /// (`--lockout-*`, `--verifier-*`).
     pub auth: crate::auth::AuthLimits,
+    /// On a TLS listener, connections refused for capacity that get a
+    /// handshake and Disconnect(busy) per second (and at once); more are
+    /// closed before any TLS work. 0: every refusal is closed bare. See
+    /// [`tls_refusal`].
+    pub tls_busy_handshakes_per_s: u32,
 }
 
 impl Default for GatewayConfig {
@@ -195,6 +201,7 @@ impl Default for GatewayConfig {
             tls: None,
             proxy: None,
             auth: crate::auth::AuthLimits::default(),
+            tls_busy_handshakes_per_s: tls_refusal::TLS_BUSY_HANDSHAKES_PER_S_DEFAULT,
         }
     }
 }
@@ -277,6 +284,9 @@ pub struct Shared {
     pub auth: Arc<crate::auth::AuthGuard>,
     /// The argon2 worker threads (never a shard thread).
     pub verifier: crate::auth::verifier::Verifier,
+    /// TLS links refused on a shard, for the acceptor to refuse with
+    /// Disconnect(busy) within its handshake budget.
+    pub tls_refusals: tls_refusal::RefusalQueue,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -401,6 +411,7 @@ impl Gateway {
                 limits.verifier_threads,
                 limits.verifier_queue,
             )?,
+            tls_refusals: Default::default(),
         });
         Self::apply_account_limits(&shared);
         let mut shards = Vec::new();

@@ -305,7 +305,7 @@ impl Shard {
         GatewayStats::sub(&self.shared.stats.open, 1);
         if conn.out.is_empty() {
             let retry = self.jitter(self.shared.cfg.admission.retry_after);
-            super::acceptor::refuse_busy(conn.stream, retry, &self.shared.stats);
+            super::acceptor::refuse_busy(conn.stream, retry, &self.shared);
         }
     }
 }

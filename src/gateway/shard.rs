@@ -509,7 +509,7 @@ impl Shard {
         let Some(i) = slot else {
             self.release_ip(peer);
             let retry = self.jitter(self.shared.cfg.admission.retry_after);
-            super::acceptor::refuse_busy(stream, retry, &self.shared.stats);
+            super::acceptor::refuse_busy(stream, retry, &self.shared);
             return;
         };
         let i = i as usize;

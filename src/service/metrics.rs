@@ -39,8 +39,11 @@ impl Service {
             .as_ref()
             .and_then(|g| g.shared.cfg.tls.as_ref());
         let ingest_tls = self.ingest.as_ref().and_then(|i| i.tls.as_ref());
-        for tls in gateway_tls.into_iter().chain(ingest_tls) {
-            super::tls_metrics::register(r, tls)?;
+        if let Some(tls) = gateway_tls {
+            super::tls_metrics::register(r, tls, true)?;
+        }
+        if let Some(tls) = ingest_tls {
+            super::tls_metrics::register(r, tls, false)?;
         }
         let proxy = self
             .gateway

@@ -1,6 +1,7 @@
 //! The metrics of a listener's transport: TLS (`runtime::tls`:
 //! handshakes, handshake failures by reason, certificate reloads by
-//! result, each by listener) and the PROXY v2 header of the subscriber
+//! result, each by listener; on the subscriber listener also capacity
+//! refusals by outcome) and the PROXY v2 header of the subscriber
 //! listener (`runtime::proxy`: headers by command, failures by reason).
 
 use crate::ops::metrics::catalogue as m;
@@ -10,6 +11,7 @@ use crate::ops::{OpsError, Registry};
 pub(super) fn register(
     r: &Registry,
     tls: &crate::runtime::tls::TlsAcceptor,
+    refusals: bool,
 ) -> Result<(), OpsError> {
     use crate::runtime::tls::HandshakeFailure;
     use std::sync::atomic::Ordering::Relaxed;
@@ -30,6 +32,13 @@ pub(super) fn register(
             true => s.reloads_ok.load(Relaxed),
             false => s.reloads_failed.load(Relaxed),
         })?;
+    }
+    if refusals {
+        for outcome in crate::runtime::tls::RefusalOutcome::ALL {
+            let s = tls.stats().clone();
+            let labels = [("listener", listener), ("outcome", outcome.label())];
+            r.register_counter_fn(m::TLS_REFUSALS, &labels, move || s.refusals(outcome))?;
+        }
     }
     Ok(())
 }

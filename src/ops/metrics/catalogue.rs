@@ -207,6 +207,11 @@ pub const TLS_HANDSHAKES: &str = "pricewire_tls_handshakes_total";
 pub const TLS_HANDSHAKE_FAILURES: &str = "pricewire_tls_handshake_failures_total";
 /// Certificate reloads on SIGHUP (counter, by `listener`, `result`).
 pub const TLS_CERT_RELOADS: &str = "pricewire_tls_cert_reloads_total";
+/// Subscriber connections refused for capacity on a TLS listener, by
+/// `outcome`: busy (Disconnect(busy) sent over TLS), bare (over the
+/// refusal handshake budget: closed before any TLS work), unfinished
+/// (the handshake did not complete) (counter, by `listener`, `outcome`).
+pub const TLS_REFUSALS: &str = "pricewire_tls_refusals_total";
 /// Sessions a busy shard 0 moved to another shard (out) or a shard took over
 /// (in) (counter, by `shard`, `direction`).
 pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
@@ -433,6 +438,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "TLS handshakes that failed or timed out, by listener and reason"),
     counter(TLS_CERT_RELOADS, &["listener", "result"], "reloads", "runtime::tls",
         "Certificate reloads on SIGHUP, by listener and result (ok, failed: the old chain stays)"),
+    counter(TLS_REFUSALS, &["listener", "outcome"], "connections", "gateway",
+        "Subscriber connections refused for capacity on a TLS listener, by outcome (busy: Disconnect(busy) sent over TLS; bare: over the refusal handshake budget, closed before any TLS work; unfinished: the handshake did not complete)"),
     // Logon credentials and brute force (src/auth)
     counter(LOGON_FAILURES, &["listener", "reason"], "logons", "auth",
         "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy)"),

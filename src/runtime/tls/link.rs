@@ -1,16 +1,18 @@
-//! One connection's byte link: a plain socket or a rustls server session
-//! over it, behind the same non-blocking `Read`/`Write` the event loops
-//! already use.
+//! One connection's byte link: a plain socket or a TLS session over it,
+//! behind the same non-blocking `Read`/`Write` the event loops already use.
 //!
-//! TLS path: `read` drains plaintext rustls already holds, else
-//! `read_tls` from the socket (until `WouldBlock`), `process_new_packets`,
-//! and sends what the handshake wants sent. `write` hands plaintext to
-//! rustls (which encrypts it into a record) and pushes records to the
-//! socket; when rustls holds [`TLS_SEND_BUFFER_BYTES`](super::TLS_SEND_BUFFER_BYTES)
-//! it takes nothing more and `write` says `WouldBlock`, so back-pressure
-//! stays in the caller's outbound buffer. Encrypted bytes the socket did
-//! not take are pushed by [`Link::flush_pending`] on the next writable
-//! edge.
+//! TLS path: until the handshake completes, rustls's unbuffered server
+//! connection drives it (`handshake.rs`) with the connection's own receive
+//! and send buffers; then rustls hands over the traffic keys and
+//! `traffic.rs` seals and opens records in those same buffers, so an
+//! established session allocates nothing per read or write. `read` opens
+//! the records the socket holds (until `WouldBlock`); `write` seals
+//! plaintext into the send buffer, at most
+//! [`TLS_SEND_BUFFER_BYTES`](super::TLS_SEND_BUFFER_BYTES) of it, and
+//! pushes it to the socket; past that it takes nothing and says
+//! `WouldBlock`, so back-pressure stays in the caller's outbound buffer.
+//! Encrypted bytes the socket did not take are pushed by
+//! [`Link::flush_pending`] on the next writable edge.
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -18,9 +20,16 @@ use std::sync::Arc;
 use mio::event::Source;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
-use rustls::ServerConnection;
+use rustls::server::UnbufferedServerConnection;
 
-use super::{HandshakeFailure, TlsStats};
+use super::buf::Bytes;
+use super::handshake::{self, Driven, Parts};
+use super::record::MAX_RECORD;
+use super::traffic::{Opened, Traffic};
+use super::{HandshakeFailure, TlsStats, TLS_SEND_BUFFER_BYTES};
+
+/// Records carrying no application data one `read` opens at most.
+const EMPTY_RECORDS_PER_READ: u32 = 64;
 
 /// A connection's transport.
 #[derive(Debug)]
@@ -34,7 +43,21 @@ pub enum Link {
 /// A server-side TLS session over a non-blocking socket.
 pub struct TlsLink {
     stream: TcpStream,
-    tls: ServerConnection,
+    /// The handshake, until it completes (then `None`).
+    hs: Option<Box<UnbufferedServerConnection>>,
+    /// The established session, once the handshake completed.
+    traffic: Option<Box<Traffic>>,
+    /// Encrypted bytes from the socket, not yet opened.
+    rx: Bytes,
+    /// Encrypted bytes for the socket, not yet taken by it.
+    tx: Bytes,
+    /// Plaintext of the record at the front of `rx` not yet read, and the
+    /// record's length.
+    plain: std::ops::Range<usize>,
+    record: usize,
+    /// Application data that arrived with the client's last handshake
+    /// flight (rustls hands it over as owned bytes).
+    early: Vec<u8>,
     /// Monotonic deadline of the handshake.
     deadline_ns: u64,
     /// The handshake failed or expired: counted once, nothing more is read.
@@ -50,7 +73,7 @@ impl std::fmt::Debug for TlsLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsLink")
             .field("listener", &self.listener)
-            .field("handshaking", &self.tls.is_handshaking())
+            .field("handshaking", &self.is_handshaking())
             .finish_non_exhaustive()
     }
 }
@@ -58,20 +81,36 @@ impl std::fmt::Debug for TlsLink {
 impl TlsLink {
     pub(super) fn new(
         stream: TcpStream,
-        tls: ServerConnection,
+        conn: UnbufferedServerConnection,
         deadline_ns: u64,
         listener: &'static str,
         stats: Arc<TlsStats>,
     ) -> TlsLink {
         TlsLink {
             stream,
-            tls,
+            hs: Some(Box::new(conn)),
+            traffic: None,
+            rx: Bytes::with_len(MAX_RECORD),
+            tx: Bytes::with_len(TLS_SEND_BUFFER_BYTES),
+            plain: 0..0,
+            record: 0,
+            early: Vec::new(),
             deadline_ns,
             failed: false,
             client: None,
             listener,
             stats,
         }
+    }
+
+    /// The established session's keys (tests drive key limits with it).
+    #[cfg(test)]
+    pub(crate) fn traffic_mut(&mut self) -> Option<&mut Traffic> {
+        self.traffic.as_deref_mut()
+    }
+
+    fn is_handshaking(&self) -> bool {
+        self.traffic.is_none()
     }
 
     /// Counts and logs a failed handshake (once per connection). The log
@@ -83,6 +122,7 @@ impl TlsLink {
             return;
         }
         self.failed = true;
+        self.hs = None;
         let n = self.stats.count_failure(why);
         if n <= 16 || n.is_power_of_two() {
             let peer = self.client.or_else(|| self.stream.peer_addr().ok());
@@ -93,61 +133,115 @@ impl TlsLink {
 
     /// Pushes encrypted bytes to the socket. `Ok(true)` when none are left.
     fn push(&mut self) -> io::Result<bool> {
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut self.stream) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
+        self.tx.write_to(&mut self.stream)
     }
 
-    fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            match self.tls.reader().read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            if self.failed {
-                return Err(io::ErrorKind::ConnectionAborted.into());
-            }
-            let handshaking = self.tls.is_handshaking();
-            match self.tls.read_tls(&mut self.stream) {
-                Ok(0) => {
-                    if handshaking {
-                        self.fail(HandshakeFailure::PeerClosed, &"closed by peer");
-                    }
-                    return Ok(0);
-                }
-                Ok(_) => {}
-                Err(e) => return Err(e),
-            }
-            if let Err(e) = self.tls.process_new_packets() {
-                if handshaking {
-                    self.fail(HandshakeFailure::of(&e), &e);
-                }
-                // rustls queued an alert for the peer: send it if it fits.
-                let _ = self.push();
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
-            if handshaking && !self.tls.is_handshaking() {
+    /// Runs the handshake as far as the socket allows: `Ok` once it is
+    /// complete, `WouldBlock` while it waits for the peer, `UnexpectedEof`
+    /// when the peer closed first; failures are counted here.
+    fn handshake(&mut self) -> io::Result<()> {
+        if self.failed {
+            return Err(io::ErrorKind::ConnectionAborted.into());
+        }
+        let mut parts = Parts {
+            stream: &mut self.stream,
+            rx: &mut self.rx,
+            tx: &mut self.tx,
+        };
+        match handshake::drive(&mut self.hs, &mut parts)? {
+            Driven::Done(traffic, early) => {
+                self.traffic = Some(traffic);
+                self.early = early;
                 self.stats
                     .handshakes
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.push()?;
+                Ok(())
             }
-            // Handshake replies (and key updates); a full socket leaves
-            // them for the next writable edge.
-            self.push()?;
+            Driven::Blocked => Err(io::ErrorKind::WouldBlock.into()),
+            Driven::PeerClosed => {
+                self.fail(HandshakeFailure::PeerClosed, &"closed by peer");
+                Err(io::ErrorKind::UnexpectedEof.into())
+            }
+            Driven::Failed(e) => {
+                self.fail(HandshakeFailure::of(&e), &e);
+                Err(io::Error::new(io::ErrorKind::InvalidData, e))
+            }
+        }
+    }
+
+    fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.traffic.is_none() {
+            match self.handshake() {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+        }
+        if !self.early.is_empty() {
+            let n = buf.len().min(self.early.len());
+            buf[..n].copy_from_slice(&self.early[..n]);
+            self.early.drain(..n);
+            return Ok(n);
+        }
+        // Records without data (empty, key updates, warnings) handled in
+        // this call: past the bound the caller gets `Interrupted`. The
+        // gateway counts that against its per-turn read budget, so a
+        // subscriber sending only such records cannot hold its shard.
+        let mut empty = 0;
+        loop {
+            if empty >= EMPTY_RECORDS_PER_READ {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            if !self.plain.is_empty() {
+                let n = buf.len().min(self.plain.len());
+                let at = self.plain.start;
+                buf[..n].copy_from_slice(&self.rx.filled()[at..at + n]);
+                self.plain.start += n;
+                if self.plain.is_empty() {
+                    self.rx.consume(self.record);
+                }
+                return Ok(n);
+            }
+            let Some(t) = self.traffic.as_mut() else {
+                return Err(io::ErrorKind::NotConnected.into());
+            };
+            if t.peer_closed {
+                return Ok(0);
+            }
+            match t.open_next(&mut self.rx, &mut self.tx)? {
+                Some((Opened::Data(range), len)) => {
+                    if range.is_empty() {
+                        self.rx.consume(len);
+                        empty += 1;
+                    } else {
+                        self.plain = range;
+                        self.record = len;
+                    }
+                }
+                Some((Opened::Closed, _)) => return Ok(0),
+                Some((Opened::Control, _)) => {
+                    // A key update may have sealed our reply.
+                    self.push()?;
+                    empty += 1;
+                }
+                None => match self.rx.read_from(&mut self.stream) {
+                    Ok(0) => return Ok(0),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                },
+            }
         }
     }
 
     fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.push()?;
-        let n = self.tls.writer().write(buf)?;
+        let Some(t) = self.traffic.as_mut() else {
+            // Nothing is sent before the handshake completes.
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
+        let n = t.seal_from(buf, &mut self.tx, TLS_SEND_BUFFER_BYTES)?;
         self.push()?;
         if n == 0 && !buf.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
@@ -174,6 +268,12 @@ impl Link {
         }
     }
 
+    /// Whether this is a TLS link whose handshake has not completed (it
+    /// cannot carry a frame yet). Never for plaintext.
+    pub fn is_handshaking(&self) -> bool {
+        matches!(self, Link::Tls(t) if t.is_handshaking())
+    }
+
     /// Whether this is a TLS link.
     pub fn is_tls(&self) -> bool {
         matches!(self, Link::Tls(_))
@@ -194,7 +294,7 @@ impl Link {
     pub fn has_pending(&self) -> bool {
         match self {
             Link::Plain(_) => false,
-            Link::Tls(t) => t.tls.wants_write(),
+            Link::Tls(t) => !t.tx.is_empty(),
         }
     }
 
@@ -212,7 +312,7 @@ impl Link {
         let Link::Tls(t) = self else {
             return false;
         };
-        if t.failed || !t.tls.is_handshaking() || now_ns < t.deadline_ns {
+        if t.failed || !t.is_handshaking() || now_ns < t.deadline_ns {
             return false;
         }
         t.fail(HandshakeFailure::Timeout, &"handshake deadline passed");
@@ -231,8 +331,8 @@ impl Link {
     /// takes it) and then the socket's write half.
     pub fn shutdown_write(&mut self) {
         if let Link::Tls(t) = self {
-            if !t.tls.is_handshaking() {
-                t.tls.send_close_notify();
+            if let Some(traffic) = t.traffic.as_mut() {
+                traffic.close_notify(&mut t.tx);
                 let _ = t.push();
             }
         }
@@ -247,9 +347,8 @@ impl Link {
             Link::Plain(s) => {
                 let _ = s.write(bytes);
             }
-            Link::Tls(t) if !t.tls.is_handshaking() => {
-                let _ = t.tls.writer().write(bytes);
-                let _ = t.push();
+            Link::Tls(t) if !t.is_handshaking() => {
+                let _ = t.write_plain(bytes);
             }
             Link::Tls(_) => {}
         }

@@ -13,7 +13,13 @@
 //! material. Plaintext connections are a [`Link::Plain`] and pay one enum
 //! match per socket call.
 
+mod buf;
+mod handshake;
 pub mod link;
+#[cfg(test)]
+mod link_tests;
+mod record;
+mod traffic;
 
 use std::fmt;
 use std::io;
@@ -24,8 +30,9 @@ use std::sync::{Arc, RwLock};
 use mio::net::TcpStream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::UnbufferedServerConnection;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::{RootCertStore, ServerConfig};
 
 pub use link::{Link, TlsLink};
 
@@ -33,8 +40,8 @@ pub use link::{Link, TlsLink};
 /// long after accept is cut and counted as [`HandshakeFailure::Timeout`].
 pub const HANDSHAKE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 
-/// Most encrypted bytes a connection buffers inside rustls beyond its own
-/// outbound buffer: the water marks and the slow-consumer limit keep
+/// Size of a TLS connection's send buffer of encrypted bytes, beyond its
+/// own outbound buffer: the water marks and the slow-consumer limit keep
 /// deciding on the outbound buffer, and TLS adds at most this much.
 pub const TLS_SEND_BUFFER_BYTES: usize = 32 * 1024;
 
@@ -123,9 +130,12 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let cfg = builder
+    let mut cfg = builder
         .with_single_cert(certs, key)
         .map_err(|e| TlsError::Config(format!("certificate and key: {e}")))?;
+    // rustls hands the traffic keys of a finished handshake over to
+    // `traffic.rs`, which seals records in the connection's own buffers.
+    cfg.enable_secret_extraction = true;
     Ok(Arc::new(cfg))
 }
 
@@ -198,10 +208,39 @@ impl HandshakeFailure {
     }
 }
 
+/// What became of a connection refused for capacity on a TLS listener:
+/// the `outcome` label of `pricewire_tls_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalOutcome {
+    /// Handshake completed within the refusal budget and Disconnect(busy)
+    /// with a retry-after was sent over TLS.
+    Busy,
+    /// Over the refusal budget: closed before any TLS work.
+    Bare,
+    /// Within the budget, but the handshake did not finish (peer gone,
+    /// failed, or not within the refusal deadline).
+    Unfinished,
+}
+
+impl RefusalOutcome {
+    /// Every outcome, in label order.
+    pub const ALL: [RefusalOutcome; 3] = [Self::Busy, Self::Bare, Self::Unfinished];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Busy => "busy",
+            Self::Bare => "bare",
+            Self::Unfinished => "unfinished",
+        }
+    }
+}
+
 /// Counters of one TLS listener (atomics, read at scrape time).
 #[derive(Debug, Default)]
 pub struct TlsStats {
     failures: [AtomicU64; 8],
+    refusals: [AtomicU64; 3],
     /// Handshakes completed.
     pub handshakes: AtomicU64,
     /// Certificate reloads that took effect.
@@ -214,6 +253,16 @@ impl TlsStats {
     /// Failed handshakes for `why`.
     pub fn failures(&self, why: HandshakeFailure) -> u64 {
         self.failures[why.index()].load(Ordering::Relaxed)
+    }
+
+    /// Connections refused for capacity, by what became of them.
+    pub fn refusals(&self, outcome: RefusalOutcome) -> u64 {
+        self.refusals[outcome as usize].load(Ordering::Relaxed)
+    }
+
+    /// Counts a refused connection's outcome.
+    pub fn count_refusal(&self, outcome: RefusalOutcome) {
+        self.refusals[outcome as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failure; returns the count of that reason so far.
@@ -276,14 +325,14 @@ impl TlsAcceptor {
     }
 
     /// Wraps a freshly accepted socket (monotonic `now_ns`: the handshake
-    /// deadline counts from here). Allocates the rustls connection state.
+    /// deadline counts from here). Allocates the rustls connection state
+    /// and the connection's receive and send buffers.
     pub fn link(&self, stream: TcpStream, now_ns: u64) -> io::Result<Link> {
         let cfg = self.current.read().map(|c| c.clone()).unwrap_or_else(|p| {
             // A panic while swapping left the old Arc in place: use it.
             p.into_inner().clone()
         });
-        let mut conn = ServerConnection::new(cfg).map_err(io::Error::other)?;
-        conn.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+        let conn = UnbufferedServerConnection::new(cfg).map_err(io::Error::other)?;
         Ok(Link::Tls(Box::new(TlsLink::new(
             stream,
             conn,
