@@ -323,6 +323,7 @@ pub(crate) fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> RunSpe
         recv_threads: args.recv_threads.unwrap_or(1),
         recv_in_bytes: crate::recv::IN_BYTES,
         ready_timeout_ms: run::READY_TIMEOUT_MS,
+        drain_grace_ms: run::DRAIN_GRACE_MS,
     }
 }
 

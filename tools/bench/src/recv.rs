@@ -73,6 +73,9 @@ pub struct RecvShared {
     pub received: AtomicU64,
     /// Ticks sent so far (written by the sender's progress).
     pub sent: AtomicU64,
+    /// Deliveries so far, measured or not, counted when they arrive (a
+    /// throughput by arrival time; added once per read).
+    pub arrived: AtomicU64,
 }
 
 impl RecvShared {
@@ -322,6 +325,7 @@ impl Receiver<'_> {
     }
 
     fn consume(&mut self, sub: &mut Sub, now_wall: u64) {
+        let total0 = self.r.received_total;
         let mut used = 0;
         loop {
             match target::parse(self.plan.target, &sub.inbuf[used..sub.have]) {
@@ -338,6 +342,10 @@ impl Receiver<'_> {
         }
         sub.inbuf.copy_within(used..sub.have, 0);
         sub.have -= used;
+        let arrived = self.r.received_total - total0;
+        if arrived > 0 {
+            self.shared.arrived.fetch_add(arrived, Ordering::Relaxed);
+        }
     }
 
     #[inline]

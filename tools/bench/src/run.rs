@@ -55,6 +55,9 @@ pub struct RunSpec {
     /// Longest wait for every subscriber to be subscribed, in ms
     /// ([`READY_TIMEOUT_MS`] unless the run has thousands).
     pub ready_timeout_ms: u64,
+    /// Longest wait after the last tick for deliveries still in flight,
+    /// in ms ([`DRAIN_GRACE_MS`] unless the run expects queues of seconds).
+    pub drain_grace_ms: u64,
 }
 
 /// One result row.
@@ -285,7 +288,7 @@ fn drive(
         anyhow::Ok((send, cpu0.zip(cpu1).map(|(a, b)| b - a)))
     })?;
     let expected: u64 = expected_deliveries(spec, &send);
-    wait_for(DRAIN_GRACE_MS, || {
+    wait_for(spec.drain_grace_ms, || {
         shared.received.load(Ordering::Relaxed) >= expected
     });
     publisher.close();

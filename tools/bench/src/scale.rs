@@ -341,6 +341,7 @@ fn run_on(
 #[derive(Debug, Default)]
 struct Readings {
     rss_kib: [u64; 2],
+    arrived: [u64; 2],
     cpu_s: Vec<[f64; 2]>,
     recv_cpu_s: [f64; 2],
 }
@@ -354,7 +355,8 @@ struct CapacityHook {
 }
 
 impl CapacityHook {
-    fn read(&mut self, at: usize) {
+    fn read(&mut self, at: usize, shared: &RecvShared) {
+        self.w.arrived[at] = shared.arrived.load(std::sync::atomic::Ordering::Relaxed);
         self.w.rss_kib[at] = procs::rss_kib(self.server_pid).unwrap_or(0);
         self.w.recv_cpu_s[at] = procs::threads_cpu_s("bench-recv");
         self.w.cpu_s.resize(self.pids.len(), [0.0; 2]);
@@ -366,9 +368,9 @@ impl CapacityHook {
 
 impl DuringRun for CapacityHook {
     fn during(&mut self, shared: &RecvShared, window: Window, clock: BenchClock) {
-        self.read(0);
+        self.read(0, shared);
         run::Steady.during(shared, window, clock);
-        self.read(1);
+        self.read(1, shared);
     }
 }
 
@@ -386,7 +388,12 @@ pub struct CapacityRow {
     pub duration_s: u64,
     /// From the first connect until all subscribers were subscribed.
     pub logon_all_ms: f64,
-    /// Updates the subscribers received per second (measured window).
+    /// Updates that arrived at the subscribers during the measured
+    /// window, per second (whenever their ticks were sent): the edge's
+    /// throughput.
+    pub arrived_per_s: f64,
+    /// Updates of the ticks sent in the measured window that arrived
+    /// (within the drain grace), per second of the window.
     pub updates_per_s: f64,
     /// Updates per second the feed asked for: every tick to every
     /// subscriber of its symbol. Above what the server delivered, the
@@ -454,6 +461,7 @@ pub fn edge_capacity(
         rate_achieved_per_s: o.row.rate_achieved_per_s,
         duration_s: spec.duration_s,
         logon_all_ms: o.ready_ms,
+        arrived_per_s: (w.arrived[1] - w.arrived[0]) as f64 / secs,
         updates_per_s: o.row.updates_per_s,
         demanded_updates_per_s: o.row.deliveries_expected as f64 / secs,
         latency: o.row.latency,

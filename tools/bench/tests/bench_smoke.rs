@@ -451,6 +451,7 @@ fn edge_capacity_quick_mode_measures_one_edge() {
     assert_eq!(v["subscriber_errors"], 0, "{v}");
     assert!(v["logon_all_ms"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["updates_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["arrived_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["latency"]["p99_ns"].as_u64().unwrap() > 0, "{v}");
     // 300 connections grow the edge's RSS; the share is per connection.
     let per = v["rss_per_connection_kib"].as_f64().unwrap();
