@@ -118,7 +118,20 @@ pub struct Proc {
 
 impl Proc {
     /// Spawns `cmd` with stdout discarded and stderr to `<logs>/<name>.log`.
+    /// The child is killed if this process dies first (`PR_SET_PDEATHSIG`),
+    /// so an interrupted run leaves no server behind.
     pub fn spawn(name: &str, mut cmd: Command, logs: &Path) -> anyhow::Result<Proc> {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only prctl(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let log = logs.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
         let child = cmd
