@@ -497,6 +497,16 @@ impl Shard {
             };
             self.accept(stream, peer);
         }
+        // More than a batch was waiting: the acceptor's wakes coalesced
+        // into this one, and no further wake comes once a herd has
+        // arrived. Ring again so the next turn takes the next batch,
+        // rather than strand the rest in the inbox (not logged on, not
+        // read) until some later accept.
+        if !self.inbox.is_empty() {
+            if let Some(w) = &self.waker {
+                let _ = w.wake();
+            }
+        }
     }
 
     fn accept(&mut self, mut stream: Link, peer: SocketAddr) {

@@ -26,6 +26,14 @@ pub enum Scenario {
     /// Steady subscribers measured while N clients log on at once
     /// (pricewire only).
     Herd,
+    /// Tick → terminal latency of `serve` standalone against core → NATS
+    /// → edge, interleaved rounds (`--rounds`), and the ratio edge ÷
+    /// standalone per percentile. Starts its own servers.
+    BusRatio,
+    /// One edge's capacity: `--subscribers` × `--symbols-per-subscriber`
+    /// at `--rate` through core → NATS → edge (logon time, delivered
+    /// updates/s, latency, RSS per connection). Starts its own servers.
+    EdgeCapacity,
 }
 
 /// Flags of `pricewire-bench`.
@@ -139,6 +147,41 @@ pub struct BenchArgs {
     /// Where a summary of several `--rounds-from` folders is written.
     #[arg(long, value_name = "DIR")]
     pub rounds_out: Option<PathBuf>,
+    /// Receiver threads the subscribers are split over, each polling its
+    /// share of non-blocking sockets (default: 1; 2 for edge-capacity).
+    #[arg(long, value_name = "N")]
+    pub recv_threads: Option<usize>,
+    /// bus-ratio: interleaved rounds, each running both topologies
+    /// (odd rounds standalone first, even rounds the bus first).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
+    /// bus-ratio, edge-capacity: the `pricewire` binary they start
+    /// (default: the one beside this executable, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub pricewire_bin: Option<PathBuf>,
+    /// bus-ratio, edge-capacity: the `nats-server` binary they start
+    /// (Debian's package: `apt-get install nats-server`).
+    #[arg(long, default_value = "nats-server", value_name = "PATH")]
+    pub nats_server_bin: String,
+    /// bus-ratio, edge-capacity: an extra `serve` argument for the process
+    /// terminals connect to (the edge, and the standalone server), e.g.
+    /// `--edge-arg=--max-update-hz --edge-arg=10` or `--edge-arg
+    /// "--max-update-hz 10"` (split at spaces). Repeatable. Without it,
+    /// `PRICEWIRE_BENCH_EDGE_ARGS` (split at whitespace) is used.
+    #[arg(
+        long = "edge-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        value_delimiter = ' '
+    )]
+    pub edge_args: Vec<String>,
+    /// edge-capacity: also run a standalone server under the same load,
+    /// after the edge, as the reference.
+    #[arg(long)]
+    pub capacity_reference: bool,
+    /// edge-capacity: longest wait for every subscriber to be subscribed.
+    #[arg(long, default_value_t = 120, value_name = "S")]
+    pub ready_timeout_s: u64,
     /// pricewire provider id used by the generator.
     #[arg(long, default_value_t = 0)]
     pub provider: u16,
@@ -193,6 +236,12 @@ fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     validate(args)?;
+    if matches!(args.scenario, Scenario::BusRatio | Scenario::EdgeCapacity) {
+        if args.connect.is_some() || args.feed.is_some() {
+            bail!("--scenario bus-ratio and edge-capacity start their own servers: no --connect or --feed");
+        }
+        return crate::scale_cli::run(args);
+    }
     let relay = match (args.connect, args.target) {
         (Some(_), _) => None,
         (None, Target::Floor) => Some(relay::spawn(RelayConfig::new("127.0.0.1:0".parse()?))?),
@@ -206,6 +255,8 @@ fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
         Scenario::Steady => steady(args, addr),
         Scenario::Sweep => sweep(args, addr),
         Scenario::Herd => herd_run(args, addr),
+        // Dispatched before any relay starts (above); correct here too.
+        Scenario::BusRatio | Scenario::EdgeCapacity => crate::scale_cli::run(args),
     };
     if let Some(r) = relay {
         r.stop();
@@ -228,6 +279,9 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.subscribers > 10_000 || args.herd_clients > 20_000 {
         bail!("--subscribers at most 10000, --herd-clients at most 20000");
     }
+    if args.rounds == 0 || args.recv_threads == Some(0) || args.ready_timeout_s > 600 {
+        bail!("--rounds and --recv-threads must be positive, --ready-timeout-s at most 600");
+    }
     if args.herd_symbol.is_some() && args.scenario != Scenario::Herd {
         bail!("--herd-symbol applies to --scenario herd only");
     }
@@ -249,7 +303,7 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> anyhow::Result<RunSpec> {
+pub(crate) fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> anyhow::Result<RunSpec> {
     let token = pricewire::cli::secret::ingest_token(
         ("--token", args.token.as_deref()),
         ("--token-file", args.token_file.as_deref()),
@@ -277,6 +331,10 @@ fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> anyhow::Result<Ru
         progress: !args.quiet,
         provider: args.provider,
         token,
+        recv_threads: args.recv_threads.unwrap_or(1),
+        recv_in_bytes: crate::recv::IN_BYTES,
+        ready_timeout_ms: run::READY_TIMEOUT_MS,
+        drain_grace_ms: run::DRAIN_GRACE_MS,
     })
 }
 
@@ -289,7 +347,7 @@ pub fn feed_addr(args: &BenchArgs, addr: SocketAddr) -> SocketAddr {
     }
 }
 
-fn finish(args: &BenchArgs, o: &RunOutcome) -> anyhow::Result<()> {
+pub(crate) fn finish(args: &BenchArgs, o: &RunOutcome) -> anyhow::Result<()> {
     let r = &o.row;
     let l = &r.latency;
     println!(

@@ -31,7 +31,10 @@
 //!   bounds and record with `saturating_record`; buffers are allocated at
 //!   connect; connection counts and batch sizes are capped by flags.
 //! - **Loopback only.** Targets are addresses on 127.0.0.1 given by the
-//!   caller; nothing here starts or stops a server process.
+//!   caller; nothing here starts or stops a server process, except the
+//!   scale-out scenarios ([`scale`]), which start `nats-server` and
+//!   `pricewire serve` on free 127.0.0.1 ports and stop them after their
+//!   runs ([`procs`]).
 //! - The generator's own cost is reported: the lag between a tick's
 //!   scheduled and actual send time ([`send::SendResult::lag`]).
 
@@ -40,11 +43,14 @@ pub mod herd;
 pub mod hist;
 #[cfg(feature = "plot")]
 pub mod plot;
+pub mod procs;
 pub mod recv;
 pub mod relay;
 pub mod report;
 pub mod rounds;
 pub mod run;
+pub mod scale;
+pub mod scale_cli;
 pub mod send;
 pub mod target;
 

@@ -1,5 +1,5 @@
-//! The subscribers: S connections on one receiver thread polling
-//! non-blocking sockets with mio. Each delivery's latency (scheduled send
+//! The subscribers: S connections on one or more receiver threads, each
+//! polling its share of non-blocking sockets with mio. Each delivery's latency (scheduled send
 //! → receive, both on this process's clock) goes into the histogram of
 //! the current phase with `saturating_record`; per-(subscriber, symbol)
 //! sequence numbers count gaps (drops or conflation).
@@ -24,6 +24,13 @@ use pricewire::clock::monotonic_ns;
 
 /// Inbound buffer per subscriber connection (the largest server frame).
 pub const IN_BYTES: usize = pricewire::wire::SERVER_FRAME_LEN_MAX;
+/// Shortest wait before a refused subscriber connects again, in ms.
+pub const RETRY_MIN_MS: u64 = 50;
+/// How often a receiver looks for retries that are due, in ms.
+const RETRY_SCAN_MS: u64 = 10;
+/// The smallest inbound buffer a plan may ask for ([`RecvPlan::in_bytes`]):
+/// a subscribe answer for a few symbols and a read's worth of updates.
+pub const IN_BYTES_MIN: usize = 16 * 1024;
 /// Phases a run records separately (herd: before, during, after).
 pub const PHASES: usize = 3;
 /// Interval of the subscribers' heartbeats (pricewire's default interval
@@ -41,6 +48,10 @@ pub struct RecvPlan {
     pub label: Option<String>,
     /// Expected run length, for the progress bar.
     pub run_s: u64,
+    /// Inbound buffer per connection ([`IN_BYTES`] unless the run knows
+    /// its largest frame is smaller: thousands of subscribers that only
+    /// receive prices need far less than the largest server frame).
+    pub in_bytes: usize,
 }
 
 /// State shared between the receiver thread and the run driver.
@@ -62,6 +73,9 @@ pub struct RecvShared {
     pub received: AtomicU64,
     /// Ticks sent so far (written by the sender's progress).
     pub sent: AtomicU64,
+    /// Deliveries so far, measured or not, counted when they arrive (a
+    /// throughput by arrival time; added once per read).
+    pub arrived: AtomicU64,
 }
 
 impl RecvShared {
@@ -99,6 +113,50 @@ pub struct RecvResult {
     pub gaps: u64,
     pub errors: u64,
     pub rejects: u64,
+    /// Connections opened again after a refusal or a close before the
+    /// subscription was acknowledged.
+    pub retries: u64,
+}
+
+impl RecvResult {
+    /// Adds another receiver thread's result to this one: histograms
+    /// phase by phase, counters summed.
+    pub fn merge(&mut self, other: RecvResult) {
+        for (mine, theirs) in self.phases.iter_mut().zip(&other.phases) {
+            // Same bounds on both sides: adding cannot overflow them.
+            let _ = mine.add(theirs);
+        }
+        self.received_measured += other.received_measured;
+        self.received_total += other.received_total;
+        self.gaps += other.gaps;
+        self.errors += other.errors;
+        self.rejects += other.rejects;
+        self.retries += other.retries;
+    }
+}
+
+/// Joins every receiver thread and merges what they saw; the first
+/// error (or panic) wins.
+pub fn join(
+    receivers: Vec<std::thread::ScopedJoinHandle<'_, std::io::Result<RecvResult>>>,
+) -> anyhow::Result<RecvResult> {
+    let mut merged: Option<RecvResult> = None;
+    let mut first_err = None;
+    for r in receivers {
+        match r.join() {
+            Ok(Ok(res)) => match merged.as_mut() {
+                Some(m) => m.merge(res),
+                None => merged = Some(res),
+            },
+            Ok(Err(e)) => first_err = first_err.or(Some(anyhow::Error::from(e))),
+            Err(_) => first_err = first_err.or(Some(anyhow::anyhow!("receiver panicked"))),
+        }
+    }
+    match (first_err, merged) {
+        (Some(e), _) => Err(e),
+        (None, Some(m)) => Ok(m),
+        (None, None) => Err(anyhow::anyhow!("no receiver thread")),
+    }
 }
 
 struct Sub {
@@ -110,36 +168,65 @@ struct Sub {
     last_seq: Box<[u64]>,
     symbols: Vec<u16>,
     alive: bool,
+    /// When a refused or closed subscriber not yet subscribed connects
+    /// again (monotonic ns; 0: no retry pending).
+    retry_at_ns: u64,
+    /// The server's retryAfterMs of its last refusal.
+    retry_after_ms: u32,
 }
 
-/// Connects every subscriber and sends its hello (blocking connect, then
-/// non-blocking).
-fn connect(plan: &RecvPlan, poll: &Poll) -> io::Result<Vec<Sub>> {
-    let mut subs = Vec::with_capacity(plan.subscriptions.len());
+/// Subscribers a receiver connects between two polls while it is still
+/// connecting: the sessions connected so far are served (logon answers
+/// read, subscriptions sent) while the rest connect, so a large run does
+/// not connect thousands of sockets before reading any of them.
+pub const CONNECT_CHUNK: usize = 64;
+
+/// Opens one subscriber connection: blocking connect, its hello, then
+/// non-blocking and registered for reads under `token`.
+fn open(plan: &RecvPlan, poll: &Poll, symbols: &[u16], token: usize) -> io::Result<TcpStream> {
+    let std = std::net::TcpStream::connect_timeout(&plan.addr, Duration::from_secs(5))?;
+    std.set_nodelay(true)?;
     let mut hello = Vec::with_capacity(1024);
-    for (i, symbols) in plan.subscriptions.iter().enumerate() {
-        let std = std::net::TcpStream::connect_timeout(&plan.addr, Duration::from_secs(5))?;
-        std.set_nodelay(true)?;
-        hello.clear();
-        target::subscriber_hello(plan.target, symbols, &mut hello);
-        (&std).write_all(&hello)?;
-        std.set_nonblocking(true)?;
-        let mut stream = TcpStream::from_std(std);
-        poll.registry()
-            .register(&mut stream, Token(i), Interest::READABLE)?;
+    target::subscriber_hello(plan.target, symbols, &mut hello);
+    (&std).write_all(&hello)?;
+    std.set_nonblocking(true)?;
+    let mut stream = TcpStream::from_std(std);
+    poll.registry()
+        .register(&mut stream, Token(token), Interest::READABLE)?;
+    Ok(stream)
+}
+
+/// Connects the next [`CONNECT_CHUNK`] subscribers of the plan (the first
+/// alone) and sends each its hello.
+fn connect_some(
+    plan: &RecvPlan,
+    poll: &Poll,
+    subs: &mut Vec<Sub>,
+    shared: &RecvShared,
+) -> io::Result<()> {
+    let from = subs.len();
+    let chunk = if from == 0 { 1 } else { CONNECT_CHUNK };
+    let to = (from + chunk).min(plan.subscriptions.len());
+    for (i, symbols) in plan.subscriptions[from..to].iter().enumerate() {
+        let stream = open(plan, poll, symbols, from + i)?;
         let ready = target::acks_expected(plan.target, symbols.len()) == 0;
+        if ready {
+            shared.ready.fetch_add(1, Ordering::Relaxed);
+        }
         subs.push(Sub {
             stream,
-            inbuf: vec![0u8; IN_BYTES].into_boxed_slice(),
+            inbuf: vec![0u8; plan.in_bytes.max(IN_BYTES_MIN)].into_boxed_slice(),
             have: 0,
             acks: 0,
             ready,
             last_seq: vec![0u64; plan.symbols_total as usize].into_boxed_slice(),
             symbols: symbols.clone(),
             alive: true,
+            retry_at_ns: 0,
+            retry_after_ms: 0,
         });
     }
-    Ok(subs)
+    Ok(())
 }
 
 struct Receiver<'a> {
@@ -150,14 +237,14 @@ struct Receiver<'a> {
     interval: Histogram<u64>,
     r: RecvResult,
     scratch: Vec<u8>,
+    /// Subscribers waiting for [`Receiver::retry_due`].
+    pending_retries: usize,
 }
 
 /// Runs the subscribers until `shared.stop`; returns what they saw.
 pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Result<RecvResult> {
     let mut poll = Poll::new()?;
-    let mut subs = connect(plan, &poll)?;
-    let ready0 = subs.iter().filter(|s| s.ready).count();
-    shared.ready.store(ready0, Ordering::Relaxed);
+    let mut subs = Vec::with_capacity(plan.subscriptions.len());
     let mut rx = Receiver {
         plan,
         shared,
@@ -171,15 +258,27 @@ pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Resul
             gaps: 0,
             errors: 0,
             rejects: 0,
+            retries: 0,
         },
+        pending_retries: 0,
         scratch: Vec::with_capacity(4096),
     };
     let mut events = Events::with_capacity(1024);
     let t0 = monotonic_ns();
     let (mut next_hb, mut next_progress) = (t0, t0 + 1_000_000_000);
+    let mut next_retry = t0;
     let mut last_sent = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
-        match poll.poll(&mut events, Some(Duration::from_millis(5))) {
+        let connecting = subs.len() < plan.subscriptions.len();
+        // Each receiver connects one subscriber, then waits until some
+        // subscriber is subscribed: the first logon of the account pays
+        // the server's one password verification, and the rest find it
+        // cached instead of queueing behind it.
+        if connecting && (subs.is_empty() || shared.ready.load(Ordering::Relaxed) > 0) {
+            connect_some(plan, &poll, &mut subs, shared)?;
+        }
+        let wait = Duration::from_millis(if connecting { 0 } else { 5 });
+        match poll.poll(&mut events, Some(wait)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
@@ -190,6 +289,10 @@ pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Resul
             }
         }
         let now = monotonic_ns();
+        if rx.pending_retries > 0 && now >= next_retry {
+            next_retry = now + RETRY_SCAN_MS * 1_000_000;
+            rx.retry_due(&poll, &mut subs);
+        }
         if now >= next_hb {
             next_hb = now + HEARTBEAT_MS * 1_000_000;
             rx.heartbeats(&mut subs);
@@ -221,12 +324,13 @@ impl Receiver<'_> {
                 Err(_) => sub.alive = false,
             }
             if !sub.alive {
-                self.r.errors += 1;
+                self.lost(sub);
             }
         }
     }
 
     fn consume(&mut self, sub: &mut Sub, now_wall: u64) {
+        let total0 = self.r.received_total;
         let mut used = 0;
         loop {
             match target::parse(self.plan.target, &sub.inbuf[used..sub.have]) {
@@ -243,6 +347,10 @@ impl Receiver<'_> {
         }
         sub.inbuf.copy_within(used..sub.have, 0);
         sub.have -= used;
+        let arrived = self.r.received_total - total0;
+        if arrived > 0 {
+            self.shared.arrived.fetch_add(arrived, Ordering::Relaxed);
+        }
     }
 
     #[inline]
@@ -267,7 +375,16 @@ impl Receiver<'_> {
                 self.scratch.extend_from_slice(target::pong());
                 self.write(sub);
             }
-            Event::Rejected { .. } => self.r.rejects += 1,
+            Event::Rejected { retry_after_ms, .. } => {
+                self.r.rejects += 1;
+                if !sub.ready {
+                    // Refused at logon or first subscribe: the connection
+                    // is done; it connects again after the server's
+                    // retryAfterMs, as a terminal would.
+                    sub.retry_after_ms = retry_after_ms;
+                    sub.alive = false;
+                }
+            }
             Event::Closed => sub.alive = false,
             Event::LoggedOn | Event::Other => {}
         }
@@ -292,12 +409,52 @@ impl Receiver<'_> {
         }
     }
 
+    /// A connection ended: an error once subscribed; before that (refused
+    /// or closed while logging on), a retry after the server's
+    /// retryAfterMs (at least [`RETRY_MIN_MS`]).
+    fn lost(&mut self, sub: &mut Sub) {
+        if sub.ready || sub.retry_at_ns != 0 {
+            if sub.ready {
+                self.r.errors += 1;
+            }
+            return;
+        }
+        let wait_ms = u64::from(sub.retry_after_ms).max(RETRY_MIN_MS);
+        sub.retry_at_ns = monotonic_ns() + wait_ms * 1_000_000;
+        self.pending_retries += 1;
+    }
+
+    /// Connects again every subscriber whose retry is due; a failed
+    /// connect waits for another retry.
+    fn retry_due(&mut self, poll: &Poll, subs: &mut [Sub]) {
+        let now = monotonic_ns();
+        for (i, sub) in subs.iter_mut().enumerate() {
+            if sub.retry_at_ns == 0 || sub.retry_at_ns > now {
+                continue;
+            }
+            self.pending_retries -= 1;
+            sub.retry_at_ns = 0;
+            self.r.retries += 1;
+            // Dropping the old stream closes it and leaves the poll.
+            match open(self.plan, poll, &sub.symbols, i) {
+                Ok(stream) => {
+                    sub.stream = stream;
+                    sub.have = 0;
+                    sub.acks = 0;
+                    sub.last_seq.fill(0);
+                    sub.alive = true;
+                }
+                Err(_) => self.lost(sub),
+            }
+        }
+    }
+
     /// Writes `scratch` to a subscriber; small control messages fit the
     /// socket buffer, so a short write marks the connection broken.
     fn write(&mut self, sub: &mut Sub) {
         if sub.stream.write(&self.scratch).ok() != Some(self.scratch.len()) {
+            // The drain loop this runs in calls `lost` once it sees it.
             sub.alive = false;
-            self.r.errors += 1;
         }
     }
 
@@ -340,6 +497,31 @@ impl Receiver<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(latency_ns: u64, gaps: u64) -> RecvResult {
+        let mut phases: Vec<Histogram<u64>> = (0..PHASES).map(|_| latency_histogram()).collect();
+        phases[0].saturating_record(latency_ns);
+        RecvResult {
+            phases,
+            received_measured: 1,
+            received_total: 2,
+            gaps,
+            errors: 1,
+            rejects: 0,
+            retries: 0,
+        }
+    }
+
+    /// Receiver threads' results add up: every sample, every counter.
+    #[test]
+    fn merged_results_hold_every_thread() {
+        let mut a = result(1_000, 3);
+        a.merge(result(9_000, 4));
+        assert_eq!(a.phases[0].len(), 2);
+        assert!(a.phases[0].max() >= 9_000);
+        assert_eq!((a.received_measured, a.received_total), (2, 4));
+        assert_eq!((a.gaps, a.errors), (7, 2));
+    }
 
     /// A tick belongs to the phase it was due in, whenever it arrives.
     #[test]

@@ -47,6 +47,17 @@ pub struct RunSpec {
     pub progress: bool,
     pub provider: u16,
     pub token: String,
+    /// Receiver threads the subscribers are split over (at least 1).
+    pub recv_threads: usize,
+    /// Inbound buffer per subscriber connection, bytes
+    /// ([`recv::IN_BYTES`] unless the run's frames are known to be small).
+    pub recv_in_bytes: usize,
+    /// Longest wait for every subscriber to be subscribed, in ms
+    /// ([`READY_TIMEOUT_MS`] unless the run has thousands).
+    pub ready_timeout_ms: u64,
+    /// Longest wait after the last tick for deliveries still in flight,
+    /// in ms ([`DRAIN_GRACE_MS`] unless the run expects queues of seconds).
+    pub drain_grace_ms: u64,
 }
 
 /// One result row.
@@ -85,23 +96,35 @@ pub struct RunOutcome {
     pub row: RunRow,
     pub hist: Histogram<u64>,
     pub recv: RecvResult,
+    /// From the first subscriber's connect until every subscriber's
+    /// subscription was acknowledged, in ms: connect, logon and subscribe
+    /// of the whole population.
+    pub ready_ms: f64,
 }
 
-fn recv_plan(spec: &RunSpec) -> RecvPlan {
-    let subscriptions = (0..spec.subscribers)
-        .map(|j| symbols_of(j, spec.symbols_per_subscriber, spec.symbols_total))
-        .collect();
-    let label = spec
-        .progress
-        .then(|| format!("{:>9} {:<12}", spec.name, spec.scenario));
-    RecvPlan {
-        target: spec.target,
-        addr: spec.addr,
-        subscriptions,
-        symbols_total: spec.symbols_total,
-        label,
-        run_s: spec.warmup_s + spec.duration_s,
-    }
+/// The subscribers split over the run's receiver threads: subscriber `j`
+/// goes to thread `j % threads`; only the first thread prints progress.
+fn recv_plans(spec: &RunSpec) -> Vec<RecvPlan> {
+    let threads = spec.recv_threads.clamp(1, spec.subscribers.max(1));
+    (0..threads)
+        .map(|t| {
+            let subscriptions = (t..spec.subscribers)
+                .step_by(threads)
+                .map(|j| symbols_of(j, spec.symbols_per_subscriber, spec.symbols_total))
+                .collect();
+            let label = (spec.progress && t == 0)
+                .then(|| format!("{:>9} {:<12}", spec.name, spec.scenario));
+            RecvPlan {
+                target: spec.target,
+                addr: spec.addr,
+                subscriptions,
+                symbols_total: spec.symbols_total,
+                label,
+                run_s: spec.warmup_s + spec.duration_s,
+                in_bytes: spec.recv_in_bytes,
+            }
+        })
+        .collect()
 }
 
 fn send_plan(spec: &RunSpec) -> SendPlan {
@@ -165,38 +188,43 @@ pub fn run_with(spec: &RunSpec, hook: &mut dyn DuringRun) -> anyhow::Result<RunO
     let shared = RecvShared::default();
     shared.measure_to_ns.store(u64::MAX, Ordering::Relaxed);
     shared.measure_from_ns.store(u64::MAX, Ordering::Relaxed);
-    let rplan = recv_plan(spec);
+    let rplans = recv_plans(spec);
     let splan = send_plan(spec);
     std::thread::scope(|scope| {
-        let receiver = std::thread::Builder::new()
-            .name("bench-recv".into())
-            .spawn_scoped(scope, || {
-                generator_priority(spec)?;
-                recv::run(&rplan, &shared, clock)
-            })?;
-        let all_ready = wait_for(READY_TIMEOUT_MS, || {
-            receiver.is_finished() || shared.ready.load(Ordering::Relaxed) >= spec.subscribers
+        let t0 = monotonic_ns();
+        let receivers = rplans
+            .iter()
+            .map(|rplan| {
+                std::thread::Builder::new()
+                    .name("bench-recv".into())
+                    .spawn_scoped(scope, || {
+                        generator_priority(spec)?;
+                        recv::run(rplan, &shared, clock)
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let any_done = || receivers.iter().any(|r| r.is_finished());
+        let all_ready = wait_for(spec.ready_timeout_ms, || {
+            any_done() || shared.ready.load(Ordering::Relaxed) >= spec.subscribers
         });
-        if !all_ready || receiver.is_finished() {
+        let ready_ms = (monotonic_ns() - t0) as f64 / 1e6;
+        if !all_ready || any_done() {
             shared.stop.store(true, Ordering::Relaxed);
-            let r = receiver
-                .join()
-                .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
-            r.context("subscribers")?;
+            recv::join(receivers).context("subscribers")?;
             bail!(
-                "only {} of {} subscribers ready after {READY_TIMEOUT_MS} ms",
+                "only {} of {} subscribers ready after {} ms",
                 shared.ready.load(Ordering::Relaxed),
-                spec.subscribers
+                spec.subscribers,
+                spec.ready_timeout_ms
             );
         }
         let result = drive(spec, &splan, &shared, clock, hook);
         shared.stop.store(true, Ordering::Relaxed);
-        let recv = receiver
-            .join()
-            .map_err(|_| anyhow::anyhow!("receiver panicked"))?
-            .context("subscribers")?;
+        let recv = recv::join(receivers).context("subscribers")?;
         let (send, cpu_s) = result?;
-        Ok(outcome(spec, send, recv, cpu_s))
+        let mut o = outcome(spec, send, recv, cpu_s);
+        o.ready_ms = ready_ms;
+        Ok(o)
     })
 }
 
@@ -260,7 +288,7 @@ fn drive(
         anyhow::Ok((send, cpu0.zip(cpu1).map(|(a, b)| b - a)))
     })?;
     let expected: u64 = expected_deliveries(spec, &send);
-    wait_for(DRAIN_GRACE_MS, || {
+    wait_for(spec.drain_grace_ms, || {
         shared.received.load(Ordering::Relaxed) >= expected
     });
     publisher.close();
@@ -314,7 +342,12 @@ fn outcome(
     };
     // Put the measured histogram back for callers that read phases.
     recv.phases[0] = hist.clone();
-    RunOutcome { row, hist, recv }
+    RunOutcome {
+        row,
+        hist,
+        recv,
+        ready_ms: 0.0,
+    }
 }
 
 /// Result of a saturation sweep for one target.

@@ -8,6 +8,8 @@
 //! The pricewire binary is the one beside `pricewire-bench` in the target
 //! directory: `cargo test --workspace` builds both.
 
+#[path = "../../../tests/util/nats.rs"]
+mod nats;
 #[path = "../../../tests/util/net.rs"]
 mod net;
 #[path = "../../../tests/util/redis.rs"]
@@ -344,4 +346,123 @@ fn herd_on_a_quiet_symbol_reports_before_during_and_after() {
     // The ops listener's reject counters were read (none refused here).
     let stages = v["rejects_by_stage"].as_array().unwrap();
     assert!(stages.iter().any(|s| s[0] == "logon"), "{v}");
+}
+
+/// `pricewire-bench ARGS --quiet --out DIR` with the service binary
+/// beside it; fails the test with both outputs when the run fails.
+fn scale_run(args: &[&str], out: &std::path::Path) -> String {
+    nats::ensure_installed();
+    let output = Command::new(BENCH)
+        .args(args)
+        .args(["--pricewire-bin", &service_bin().display().to_string()])
+        .args(["--quiet", "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The ratio scenario in its smallest form: one round of standalone and
+/// core → NATS → edge (real nats-server), both delivering every measured
+/// tick to every subscriber, and a ratio per percentile.
+#[test]
+fn bus_ratio_runs_both_topologies_and_divides() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = scale_run(
+        &[
+            "--scenario",
+            "bus-ratio",
+            "--rounds",
+            "1",
+            "--rate",
+            "500",
+            "--subscribers",
+            "4",
+            "--duration-s",
+            "1",
+            "--warmup-s",
+            "1",
+        ],
+        out.path(),
+    );
+    assert!(stdout.contains("| edge ÷ standalone |"), "{stdout}");
+    let line = std::fs::read_to_string(out.path().join("bus-ratio.jsonl")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    for t in ["standalone", "core_nats_edge"] {
+        assert!(v[t]["count"].as_u64().unwrap() > 0, "{t}: {v}");
+    }
+    // Warm-up and drain: every measured tick reached every subscriber.
+    assert_eq!(v["missing"], serde_json::json!([0, 0]), "{v}");
+    let r = v["ratio"]["p50"].as_f64().unwrap();
+    let direct = v["core_nats_edge"]["p50_ns"].as_f64().unwrap()
+        / v["standalone"]["p50_ns"].as_f64().unwrap();
+    assert!((r - direct).abs() < 1e-9, "{v}");
+    // Each topology's run is a row of its own, and its servers' logs stay.
+    let rows = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    assert!(
+        rows.contains("standalone,bus-ratio-r1,") && rows.contains("core_nats_edge,bus-ratio-r1,")
+    );
+    assert!(out.path().join("logs/edge-bus-ratio-r1.log").is_file());
+}
+
+/// The capacity scenario, quick: 300 subscribers x 5 symbols on an edge,
+/// split over two receiver threads, with an extra edge argument passed
+/// through: every subscriber logs on and receives, and the logon time,
+/// RSS per connection and the receivers' CPU share are on the record.
+#[test]
+fn edge_capacity_quick_mode_measures_one_edge() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = scale_run(
+        &[
+            "--scenario",
+            "edge-capacity",
+            "--subscribers",
+            "300",
+            "--rate",
+            "1000",
+            "--duration-s",
+            "1",
+            "--warmup-s",
+            "1",
+            "--edge-arg",
+            "--heartbeat-ms 900",
+        ],
+        out.path(),
+    );
+    assert!(
+        stdout.contains("core_nats_edge capacity: 300 subscribers"),
+        "{stdout}"
+    );
+    let line = std::fs::read_to_string(out.path().join("capacity.jsonl")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(v["topology"], "bus", "{v}");
+    assert_eq!(v["recv_threads"], 2, "{v}");
+    assert_eq!(
+        v["edge_args"],
+        serde_json::json!(["--heartbeat-ms", "900"]),
+        "{v}"
+    );
+    assert_eq!(v["subscriber_errors"], 0, "{v}");
+    assert!(v["logon_all_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["updates_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["arrived_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["latency"]["p99_ns"].as_u64().unwrap() > 0, "{v}");
+    // 300 connections grow the edge's RSS; the share is per connection.
+    let per = v["rss_per_connection_kib"].as_f64().unwrap();
+    assert!(per > 0.0 && per < 1024.0, "{v}");
+    let share = v["recv_cpu_share"].as_f64().unwrap();
+    assert!((0.0..=1.5).contains(&share), "{v}");
+    let names: Vec<&str> = v["cpu_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["nats", "core", "edge"], "{v}");
 }
