@@ -10,6 +10,7 @@
 //! verbatim inside their own framing. Parsers never allocate: they borrow
 //! the caller's receive buffer and report how many bytes they consumed.
 
+use pricewire::model::price_flags;
 use pricewire::wire::{
     self, Message, PriceBody, PriceKind, QuoteEntry, SymbolRef, PRICE_FRAME_LEN,
 };
@@ -124,15 +125,22 @@ pub fn payload(t: &BenchTick) -> [u8; PAYLOAD_LEN] {
     out
 }
 
+/// The price a frame delivers: a PriceUpdate, or a PriceSnapshot flagged
+/// conflated (the latest price sent in place of skipped ones: a slow
+/// consumer's catch-up, or a rate-limited subscription's slot under
+/// `--max-update-hz`). Its latency runs from the tick it carries; the
+/// skipped sequence numbers count as gaps.
 fn delivery_of(frame: &[u8]) -> Option<Delivery> {
-    match wire::decode(frame) {
-        Ok(Message::PriceUpdate(b)) => Some(Delivery {
-            symbol: b.symbol_id,
-            seq: b.seq,
-            scheduled_ns: b.provider_time_ns,
-        }),
-        _ => None,
-    }
+    let b = match wire::decode(frame) {
+        Ok(Message::PriceUpdate(b)) => b,
+        Ok(Message::PriceSnapshot(b)) if b.flags & price_flags::CONFLATED != 0 => b,
+        _ => return None,
+    };
+    Some(Delivery {
+        symbol: b.symbol_id,
+        seq: b.seq,
+        scheduled_ns: b.provider_time_ns,
+    })
 }
 
 /// Channel / subject name of a symbol for Redis and NATS.
@@ -504,6 +512,23 @@ mod tests {
         let p = payload(&tick());
         assert_eq!(p.len(), 76);
         assert_eq!(delivery_of(&p), Some(want()));
+    }
+
+    #[test]
+    fn a_conflated_snapshot_is_a_delivery_and_a_plain_one_is_not() {
+        let t = tick();
+        let mut body = PriceBody {
+            symbol_id: t.symbol,
+            seq: t.seq,
+            provider_time_ns: t.scheduled_ns,
+            ..PriceBody::default()
+        };
+        let mut out = [0u8; PAYLOAD_LEN];
+        let n = wire::encode_price(&mut out, PriceKind::Snapshot, &body);
+        assert_eq!(delivery_of(&out[..n]), None, "a subscribe snapshot");
+        body.flags = price_flags::CONFLATED;
+        let n = wire::encode_price(&mut out, PriceKind::Snapshot, &body);
+        assert_eq!(delivery_of(&out[..n]), Some(want()));
     }
 
     #[test]
