@@ -61,13 +61,43 @@ pub(crate) struct DrainPolicy {
 }
 
 impl DrainPolicy {
-    /// The policy every shard runs with.
+    /// The policy every shard runs with unless the flags say otherwise.
     pub(crate) const DEFAULT: DrainPolicy = DrainPolicy {
         busy_permille: 200,
         min_requests: 32,
         request_share_permille: 250,
         wait_ns: 500_000_000,
     };
+
+    /// The policy of `cfg`'s `drain_*` settings, or the flag whose value
+    /// is out of range: busy and request share 1..=1000 per-mille (a
+    /// whole per cent on the command line), the request count
+    /// 1..=100000, the wait 1..=5000 ms.
+    pub(crate) fn from_config(cfg: &super::GatewayConfig) -> Result<DrainPolicy, String> {
+        let pct = |flag: &str, permille: u32| {
+            if (1..=1000).contains(&permille) {
+                Ok(permille)
+            } else {
+                Err(format!("{flag}: 1..=100"))
+            }
+        };
+        let p = DrainPolicy {
+            busy_permille: pct("--shard0-drain-busy-pct", cfg.drain_busy_permille)?,
+            request_share_permille: pct(
+                "--shard0-drain-request-share-pct",
+                cfg.drain_request_share_permille,
+            )?,
+            min_requests: cfg.drain_min_requests,
+            wait_ns: cfg.drain_abort_ms.saturating_mul(1_000_000),
+        };
+        if !(1..=100_000).contains(&p.min_requests) {
+            return Err("--shard0-drain-min-requests: 1..=100000".into());
+        }
+        if !(1..=5_000).contains(&cfg.drain_abort_ms) {
+            return Err("--shard0-drain-abort-ms: 1..=5000".into());
+        }
+        Ok(p)
+    }
 
     /// Whether a shard `busy` per-mille busy, which spent `request_share`
     /// per-mille of its busy time on request work and whose heaviest
@@ -100,6 +130,56 @@ pub(crate) struct Drain {
     pub(crate) slot: usize,
     pub(crate) to: usize,
     pub(crate) since_ns: u64,
+}
+
+/// The held session as a turn of the drain sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Still in the slot and still held (not closed, not replaced).
+    pub(crate) present: bool,
+    /// Logged on and not closing.
+    pub(crate) active: bool,
+    /// Its requests with the request path, answers not yet copied.
+    pub(crate) requests_out: u32,
+    /// Prices the engine holds for this shard's full ring.
+    pub(crate) parked: u64,
+    /// The shard is stopping or disconnecting everyone.
+    pub(crate) closing: bool,
+}
+
+/// What a drain does in one turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DrainStep {
+    /// Keep holding: answers on their way, time left.
+    Hold,
+    /// Every answer is in: move it now (a failed move is an abort).
+    Move,
+    /// The wait ran out: read it where it is, counted as aborted.
+    Abort,
+    /// The shard is closing or the session ending: read it where it is,
+    /// not counted (no move was possible).
+    Release,
+    /// The session closed while held: nothing to let go of.
+    Gone,
+}
+
+impl Drain {
+    /// This turn's step at `now_ns` under `policy`, for the held session
+    /// as `held` describes it. Answers all in move it even past the wait
+    /// (a turn that came late must not abort a session ready to go).
+    pub(crate) fn step(&self, policy: &DrainPolicy, held: Held, now_ns: u64) -> DrainStep {
+        if !held.present {
+            DrainStep::Gone
+        } else if held.closing || !held.active {
+            DrainStep::Release
+        } else if held.requests_out == 0 && held.parked == 0 {
+            DrainStep::Move
+        } else if policy.expired(self.since_ns, now_ns) {
+            DrainStep::Abort
+        } else {
+            DrainStep::Hold
+        }
+    }
 }
 
 impl Shard {
@@ -146,6 +226,7 @@ impl Shard {
         };
         conn.hold(now);
         conn.in_read_list = false;
+        let (out, account) = (conn.requests_out, conn.account());
         self.slab.read_list.retain(|&k| k as usize != slot);
         self.drain = Some(Drain {
             slot,
@@ -155,9 +236,12 @@ impl Shard {
         tracing::debug!(
             shard = self.input.index,
             slot,
+            ?account,
             to,
             n,
+            busy,
             share,
+            out,
             "draining a session"
         );
         true
@@ -165,44 +249,54 @@ impl Shard {
 
     /// Each turn while a drain runs: moves the held session once its
     /// answers are all in, or lets it go when the wait runs out, the move
-    /// fails or the shard starts closing.
+    /// fails or the shard starts closing (see [`Drain::step`]).
     pub(super) fn drain_step(&mut self, now: u64) {
         let Some(d) = self.drain else {
             return;
         };
-        let Some(conn) = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held()) else {
-            // Closed while held (its slot free or taken by a new session).
-            tracing::debug!(shard = self.input.index, "drained session closed");
-            self.drain = None;
-            return;
+        let conn = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held());
+        let held = Held {
+            present: conn.is_some(),
+            active: conn.is_some_and(|c| c.is_active()),
+            requests_out: conn.map_or(0, |c| c.requests_out),
+            parked: self.input.fanout.parked.get(),
+            closing: self.stopping.is_some() || self.disconnecting,
         };
-        if self.stopping.is_some() || self.disconnecting || !conn.is_active() {
-            self.drain = None;
-            self.release_hold(d.slot, now);
-            return;
-        }
-        // Prices the engine holds for this shard's ring must be through
-        // first (see `spill_step`).
-        let ready = conn.requests_out == 0 && self.input.fanout.parked.get() == 0;
-        if ready {
-            self.drain = None;
-            while !self.input.consumer.is_empty() {
-                self.drain_prices(now);
-            }
-            if self.move_slot(d.slot, d.to, now) {
-                self.stats.drains_moved.inc();
-                let held_us = now.saturating_sub(d.since_ns) / 1_000;
-                tracing::debug!(shard = self.input.index, held_us, "drained session moved");
-                return;
-            }
-        } else if self.drain_policy.expired(d.since_ns, now) {
-            self.drain = None;
-        } else {
-            return;
-        }
-        // Not moved: read where it is.
+        let step = d.step(&self.drain_policy, held, now);
         let held_us = now.saturating_sub(d.since_ns) / 1_000;
-        tracing::debug!(shard = self.input.index, held_us, "drain aborted");
+        let shard = self.input.index;
+        match step {
+            DrainStep::Hold => return,
+            DrainStep::Gone => {
+                // Closed while held (its slot free or taken by a new session).
+                tracing::debug!(shard, held_us, "drained session closed");
+            }
+            DrainStep::Release => self.release_hold(d.slot, now),
+            DrainStep::Move => {
+                // Prices the engine published for this shard must be
+                // through first (see `spill_step`).
+                while !self.input.consumer.is_empty() {
+                    self.drain_prices(now);
+                }
+                if self.move_slot(d.slot, d.to, now) {
+                    self.stats.drains_moved.inc();
+                    tracing::debug!(shard, held_us, to = d.to, "drained session moved");
+                } else {
+                    self.abort_drain(d, now);
+                }
+            }
+            DrainStep::Abort => self.abort_drain(d, now),
+        }
+        self.drain = None;
+    }
+
+    /// Ends a hold without a move: the session is read where it is.
+    fn abort_drain(&mut self, d: Drain, now: u64) {
+        let held_us = now.saturating_sub(d.since_ns) / 1_000;
+        let out = self.slab.conns[d.slot]
+            .as_ref()
+            .map_or(0, |c| c.requests_out);
+        tracing::debug!(shard = self.input.index, held_us, out, "drain aborted");
         self.release_hold(d.slot, now);
         self.stats.drains_aborted.inc();
     }
@@ -246,6 +340,105 @@ mod tests {
         assert!(p.expired(start, start + 500 * MS));
         // A clock read before the start (another thread's) is no expiry.
         assert!(!p.expired(start, start - MS));
+    }
+
+    const HELD: Held = Held {
+        present: true,
+        active: true,
+        requests_out: 3,
+        parked: 0,
+        closing: false,
+    };
+
+    #[test]
+    fn a_hold_whose_answers_do_not_come_is_aborted_at_the_wait_by_the_given_clock() {
+        let p = DrainPolicy {
+            wait_ns: 500 * MS,
+            ..DrainPolicy::DEFAULT
+        };
+        let d = Drain {
+            slot: 4,
+            to: 1,
+            since_ns: 10_000 * MS,
+        };
+        // Answers on their way: held until the wait runs out, not a
+        // nanosecond longer, then aborted.
+        for t in [0, 1, 250, 499] {
+            assert_eq!(
+                d.step(&p, HELD, d.since_ns + t * MS),
+                DrainStep::Hold,
+                "{t} ms"
+            );
+        }
+        assert_eq!(d.step(&p, HELD, d.since_ns + 500 * MS), DrainStep::Abort);
+        // A turn that comes 2.6 s late still aborts, it does not hold on.
+        assert_eq!(d.step(&p, HELD, d.since_ns + 2_600 * MS), DrainStep::Abort);
+        // Prices parked for this shard's ring hold the move back like
+        // answers do, and run out the same way.
+        let parked = Held {
+            requests_out: 0,
+            parked: 2,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, parked, d.since_ns + 10 * MS), DrainStep::Hold);
+        assert_eq!(d.step(&p, parked, d.since_ns + 500 * MS), DrainStep::Abort);
+    }
+
+    #[test]
+    fn a_hold_with_its_answers_in_moves_even_past_the_wait() {
+        let p = DrainPolicy::DEFAULT;
+        let d = Drain {
+            slot: 0,
+            to: 1,
+            since_ns: 0,
+        };
+        let ready = Held {
+            requests_out: 0,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, ready, 0), DrainStep::Move);
+        assert_eq!(d.step(&p, ready, 10_000 * MS), DrainStep::Move);
+    }
+
+    #[test]
+    fn a_closing_shard_or_session_releases_and_a_closed_one_is_gone() {
+        let p = DrainPolicy::DEFAULT;
+        let d = Drain {
+            slot: 0,
+            to: 1,
+            since_ns: 0,
+        };
+        let closing = Held {
+            closing: true,
+            requests_out: 0,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, closing, MS), DrainStep::Release);
+        let ending = Held {
+            active: false,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, ending, MS), DrainStep::Release);
+        let gone = Held {
+            present: false,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, gone, 900 * MS), DrainStep::Gone);
+    }
+
+    #[test]
+    fn the_policy_comes_from_the_gateway_settings_checked() {
+        let mut cfg = crate::gateway::GatewayConfig::default();
+        assert_eq!(DrainPolicy::from_config(&cfg), Ok(DrainPolicy::DEFAULT));
+        cfg.drain_abort_ms = 250;
+        cfg.drain_min_requests = 8;
+        let p = DrainPolicy::from_config(&cfg).unwrap();
+        assert_eq!((p.wait_ns, p.min_requests), (250 * MS, 8));
+        cfg.drain_abort_ms = 0;
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .contains("--shard0-drain-abort-ms"));
     }
 
     #[test]

@@ -147,6 +147,20 @@ impl Shard {
         let Some(i) = self.pick_mover(now) else {
             return false;
         };
+        if let Some(c) = self.slab.conns[i].as_ref() {
+            let (subs, account) = (c.subs.len(), c.account());
+            let busy = self.stats.busy_permille.get();
+            let share = self.busy.request_share();
+            tracing::debug!(
+                shard = self.input.index,
+                to,
+                subs,
+                ?account,
+                busy,
+                share,
+                "spilling a session"
+            );
+        }
         self.move_slot(i, to, now)
     }
 

@@ -244,6 +244,8 @@ impl Shard {
         waiter.set_retrying(false);
         let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
         let lag_target = shared.cfg.loop_lag_target_ms * 1_000_000;
+        // Checked when the gateway started (`GatewayConfig::validate`).
+        let drain_policy = DrainPolicy::from_config(&shared.cfg).unwrap_or(DrainPolicy::DEFAULT);
         let lag = super::lag::LagState::new(lag_target, shared.config.table.len(), monotonic_ns());
         Shard {
             lag,
@@ -286,7 +288,7 @@ impl Shard {
             },
             spill_to: None,
             spill_forced: 0,
-            drain_policy: DrainPolicy::DEFAULT,
+            drain_policy,
             drain: None,
             loads: Vec::new(),
             moves_open: Arc::new(AtomicBool::new(false)),
