@@ -61,6 +61,10 @@ pub struct Conn {
     /// shard's current measurement window: a draining move takes the
     /// session with the most (see `gateway::drain`).
     pub window_requests: u32,
+    /// Measurement windows in a row, up to the last closed one, in which
+    /// the session sent at least the drain's request count: only a
+    /// sustained requester is drained, not a burst (see `gateway::drain`).
+    pub heavy_windows: u8,
     /// Set while a draining move holds the session's input (its socket is
     /// not read, so TCP pushes back on the peer): when its deadlines were
     /// last moved out by the time held (see [`Conn::held_catch_up`]).

@@ -108,11 +108,39 @@ impl DrainPolicy {
             && heaviest >= self.min_requests
     }
 
+    /// A session's run of heavy windows after one in which it sent `n`
+    /// requests, having been heavy `streak` windows in a row before it.
+    pub(crate) fn streak(&self, streak: u8, n: u32) -> u8 {
+        if n >= self.min_requests {
+            streak.saturating_add(1)
+        } else {
+            0
+        }
+    }
+
+    /// Whether a session heavy `streak` windows in a row, with
+    /// `requests_out` requests unanswered now, floods: heavy in this window
+    /// with several requests in flight at once (it pipelines), or heavy
+    /// [`HEAVY_WINDOWS`] in a row (a sustained requester), not one burst of
+    /// one request at a time.
+    pub(crate) fn flooding(streak: u8, requests_out: u32) -> bool {
+        streak >= HEAVY_WINDOWS || (streak >= 1 && requests_out >= 2)
+    }
+
     /// Whether a hold that started at `since_ns` has run out at `now_ns`.
     pub(crate) fn expired(&self, since_ns: u64, now_ns: u64) -> bool {
         now_ns.saturating_sub(since_ns) >= self.wait_ns
     }
 }
+
+/// Windows in a row a session that never has two requests in flight must
+/// reach the request count in to be drained. One is not enough: a client
+/// that paces its requests one at a time and catches up after a stall of
+/// its own (or of the host) sends a burst that fills one window. In the
+/// storm drill the quiet account sent 62 in a window after a stall and was
+/// drained in the baseline; the flood's sessions pipeline (30–48 in
+/// flight) and are drained from their first heavy window.
+pub(crate) const HEAVY_WINDOWS: u8 = 2;
 
 /// The slot and count of the candidate with the most requests, ties to the
 /// higher slot; `None` if there is no candidate.
@@ -184,13 +212,17 @@ impl Drain {
 
 impl Shard {
     /// Ends the measurement window of every session's request count: the
-    /// heaviest logged-on session not already held (slot, requests).
+    /// heaviest logged-on session not already held that floods (see
+    /// [`DrainPolicy::flooding`]; slot, requests in this window).
     pub(super) fn take_window_requests(&mut self) -> Option<(usize, u32)> {
+        let p = self.drain_policy;
         let live = &mut self.slab.conns[..self.slab.live_end];
         heaviest(live.iter_mut().enumerate().filter_map(|(i, c)| {
             let c = c.as_mut()?;
             let n = std::mem::take(&mut c.window_requests);
-            (c.is_active() && !c.is_held()).then_some((i, n))
+            c.heavy_windows = p.streak(c.heavy_windows, n);
+            let flooding = DrainPolicy::flooding(c.heavy_windows, c.requests_out);
+            (c.is_active() && !c.is_held() && flooding).then_some((i, n))
         }))
     }
 
@@ -326,6 +358,36 @@ mod tests {
         assert!(!p.due(900, 1000, 31), "no session sends enough");
         // A quiet tenant's 200 requests/s are 10 a window: never drained.
         assert!(!p.due(1000, 1000, 10));
+    }
+
+    #[test]
+    fn a_catch_up_burst_is_not_drained_a_flood_is() {
+        let p = DrainPolicy::DEFAULT;
+        // (requests in the window, requests in flight at its end)
+        let run = |windows: &[(u32, u32)]| {
+            let mut streak = 0;
+            windows
+                .iter()
+                .map(|&(n, out)| {
+                    streak = p.streak(streak, n);
+                    DrainPolicy::flooding(streak, out)
+                })
+                .collect::<Vec<_>>()
+        };
+        // The drill's quiet account, one at a time: 10 a window, 62 after
+        // a stall.
+        assert_eq!(run(&[(10, 1), (62, 1), (9, 0), (10, 1)]), [false; 4]);
+        // Two such bursts with a quiet window between: still no.
+        assert_eq!(run(&[(40, 1), (3, 0), (40, 0)]), [false; 3]);
+        // The flood pipelines: drained from its first heavy window.
+        assert_eq!(run(&[(480, 40), (496, 33)]), [true, true]);
+        // Many in flight but few sent is no flood.
+        assert_eq!(run(&[(20, 48)]), [false]);
+        // One at a time but fast and sustained: from its second window.
+        assert_eq!(run(&[(480, 1), (496, 0)]), [false, true]);
+        // Exactly at the count counts; one below ends the run.
+        let at = [(32, 0), (32, 0), (31, 0), (32, 0)];
+        assert_eq!(run(&at), [false, true, false, false]);
     }
 
     #[test]

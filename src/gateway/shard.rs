@@ -282,7 +282,7 @@ impl Shard {
             requests,
             peers: Arc::new([]),
             adopt_rx: crossbeam_channel::never(),
-            busy: BusyMeter::new(SWEEP_NS, monotonic_ns()),
+            busy: BusyMeter::new(SWEEP_NS, monotonic_ns(), 0),
             spill: SpillPolicy {
                 threshold_permille: shared_spill,
             },
@@ -542,6 +542,7 @@ impl Shard {
             answer_marks: super::answer_marks::AnswerMarks::new(),
             logon_ticket: 0,
             window_requests: 0,
+            heavy_windows: 0,
             held_since_ns: None,
         };
         self.slab.put(i, conn);
