@@ -158,6 +158,9 @@ pub(crate) struct Drain {
     pub(crate) slot: usize,
     pub(crate) to: usize,
     pub(crate) since_ns: u64,
+    /// When the last turn of the hold looked at it: a hold that ends long
+    /// after its wait shows here whether the shard's turns came late.
+    pub(crate) seen_ns: u64,
 }
 
 /// The held session as a turn of the drain sees it.
@@ -264,6 +267,7 @@ impl Shard {
             slot,
             to,
             since_ns: now,
+            seen_ns: now,
         });
         tracing::debug!(
             shard = self.input.index,
@@ -296,9 +300,15 @@ impl Shard {
         };
         let step = d.step(&self.drain_policy, held, now);
         let held_us = now.saturating_sub(d.since_ns) / 1_000;
+        // The gap since the hold's last turn: a hold far past its wait
+        // with a gap as long came from a late turn (a stalled thread).
+        let gap_us = now.saturating_sub(d.seen_ns) / 1_000;
         let shard = self.input.index;
         match step {
-            DrainStep::Hold => return,
+            DrainStep::Hold => {
+                self.drain = Some(Drain { seen_ns: now, ..d });
+                return;
+            }
             DrainStep::Gone => {
                 // Closed while held (its slot free or taken by a new session).
                 tracing::debug!(shard, held_us, "drained session closed");
@@ -312,7 +322,7 @@ impl Shard {
                 }
                 if self.move_slot(d.slot, d.to, now) {
                     self.stats.drains_moved.inc();
-                    tracing::debug!(shard, held_us, to = d.to, "drained session moved");
+                    tracing::debug!(shard, held_us, gap_us, to = d.to, "drained session moved");
                 } else {
                     self.abort_drain(d, now);
                 }
@@ -422,6 +432,7 @@ mod tests {
             slot: 4,
             to: 1,
             since_ns: 10_000 * MS,
+            seen_ns: 10_000 * MS,
         };
         // Answers on their way: held until the wait runs out, not a
         // nanosecond longer, then aborted.
@@ -453,6 +464,7 @@ mod tests {
             slot: 0,
             to: 1,
             since_ns: 0,
+            seen_ns: 0,
         };
         let ready = Held {
             requests_out: 0,
@@ -469,6 +481,7 @@ mod tests {
             slot: 0,
             to: 1,
             since_ns: 0,
+            seen_ns: 0,
         };
         let closing = Held {
             closing: true,
