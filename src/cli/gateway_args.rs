@@ -134,7 +134,9 @@ pub struct GatewayArgs {
     pub shard0_drain_request_share_pct: u32,
 
     /// Requests a session must have sent in one 50-ms window to be drained
-    /// off shard 0 (1..=100000).
+    /// off shard 0 (1..=100000), with two or more in flight at the
+    /// window's end or as many in the window before (a one-at-a-time
+    /// burst is not drained).
     #[arg(long, default_value_t = DRAIN_DEFAULT.min_requests, value_name = "N")]
     pub shard0_drain_min_requests: u32,
 

@@ -97,7 +97,8 @@ pub struct GatewayConfig {
     /// 1..=100 %).
     pub drain_request_share_permille: u32,
     /// Requests a session must have sent in one 50-ms window to be drained
-    /// (`--shard0-drain-min-requests`, 1..=100000).
+    /// (`--shard0-drain-min-requests`, 1..=100000), with two or more in
+    /// flight at the window's end or as many in the window before.
     pub drain_min_requests: u32,
     /// Longest a drained session is held waiting for its answers before
     /// the hold is aborted and it is read where it is, in milliseconds
