@@ -137,6 +137,7 @@ fn overload_doc_defaults_are_the_code_constants() {
     use pricewire::requests::queue::*;
     let overload = doc("overload.md");
     let w = SHED_RETRY_WINDOW_DEFAULT;
+    let g = pricewire::gateway::GatewayConfig::default();
     let rows = [
         ("queue `capacity`", format!("{}", QUEUE_CAPACITY_DEFAULT)),
         (
@@ -159,6 +160,19 @@ fn overload_doc_defaults_are_the_code_constants() {
                 SOJOURN_INTERVAL_NS_DEFAULT / 1_000_000
             ),
         ),
+        (
+            "`--shard0-drain-busy-pct`",
+            format!("{}", g.drain_busy_permille / 10),
+        ),
+        (
+            "`--shard0-drain-request-share-pct`",
+            format!("{}", g.drain_request_share_permille / 10),
+        ),
+        (
+            "`--shard0-drain-min-requests`",
+            format!("{}", g.drain_min_requests),
+        ),
+        ("`--shard0-drain-abort-ms`", format!("{}", g.drain_abort_ms)),
         ("per-connection `retry_after`", {
             let w = pricewire::gateway::GatewayConfig::default().rate_limited_retry;
             format!("{}–{} ms", w.min_ms, w.max_ms)

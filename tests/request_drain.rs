@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pricewire::client::{Client, ClientConfig, Event};
 use pricewire::feed::bridge::Bridge;
-use pricewire::gateway::ShardStats;
+use pricewire::gateway::{GatewayConfig, ShardStats};
 use pricewire::model::{price_flags, Tick};
 use pricewire::pipeline::PipelineConfig;
 use pricewire::runtime::{Threading, WaitStrategy};
@@ -53,30 +53,35 @@ struct Flood {
     sent: u64,
     /// Answers (or Rejects) per request id.
     answers: HashMap<u64, u32>,
-    before_move: u64,
+    /// Answers that came before `marked` held.
+    before: u64,
 }
 
-/// Sends SnapshotRequests with [`WINDOW`] outstanding until `stop`, then
-/// waits (bounded) for every outstanding answer; answers that arrive once
-/// shard 0 has moved a drained session are counted in `after`.
-fn flood(
-    mut c: Client,
-    sym: u16,
-    stats0: Arc<ShardStats>,
+/// How the flooding client runs: `window` requests outstanding for
+/// `symbols` until `stop`; answers that arrive once `marked` holds (shard 0
+/// moved or aborted drains) are counted in `after`.
+struct FloodPlan<M> {
+    symbols: Vec<u16>,
+    window: usize,
+    marked: M,
     stop: Arc<AtomicBool>,
     after: Arc<AtomicU64>,
-) -> Flood {
+}
+
+/// Sends SnapshotRequests as `plan` says, then waits (bounded) for every
+/// outstanding answer.
+fn flood<M: Fn() -> bool>(mut c: Client, plan: FloodPlan<M>) -> Flood {
     let mut f = Flood::default();
     let mut outstanding = 0usize;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        let stopping = stop.load(Ordering::SeqCst);
+        let stopping = plan.stop.load(Ordering::SeqCst);
         if stopping && outstanding == 0 {
             return f;
         }
-        while !stopping && outstanding < WINDOW {
-            let rid = c.request_snapshot(RAW_TIER, &[sym], 0, false).unwrap();
-            f.answers.insert(rid, 0);
+        while !stopping && outstanding < plan.window {
+            let rid = c.request_snapshot(RAW_TIER, &plan.symbols, 0, false);
+            f.answers.insert(rid.unwrap(), 0);
             f.sent += 1;
             outstanding += 1;
         }
@@ -91,19 +96,40 @@ fn flood(
             .get_mut(&rid)
             .expect("answer to a request never sent") += 1;
         outstanding -= 1;
-        if stats0.drains_moved.get() > 0 {
-            after.fetch_add(1, Ordering::SeqCst);
+        if (plan.marked)() {
+            plan.after.fetch_add(1, Ordering::SeqCst);
         } else {
-            f.before_move += 1;
+            f.before += 1;
         }
     }
     panic!("flood answers still outstanding: {outstanding}");
 }
 
+/// Every request answered exactly once: none lost, none answered twice.
+fn assert_each_answered_once(f: &Flood) {
+    let lost = f.answers.values().filter(|&&n| n == 0).count();
+    let doubled = f.answers.values().filter(|&&n| n > 1).count();
+    assert_eq!((lost, doubled), (0, 0), "of {} requests", f.sent);
+}
+
+/// Stops the service, bounded.
+fn stop_service(svc: Service) {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        svc.stop();
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "stop hung"
+    );
+}
+
 /// Shared threading, every session on shard 0, the subscriber spill only
 /// at 100 % busy (so only a drain, at its own 20 % mark, moves anyone),
-/// the per-connection and per-account request limits out of the way.
-fn start() -> Service {
+/// the per-connection and per-account request limits out of the way;
+/// `drain` adjusts the gateway's settings further.
+fn start(drain: impl FnOnce(&mut GatewayConfig)) -> Service {
     server::ingest_service_tuned(
         CONFIG,
         PipelineConfig {
@@ -117,6 +143,7 @@ fn start() -> Service {
             g.shard0_spill_permille = 1000;
             g.msg_rate_per_s = 1_000_000;
             g.msg_burst = 1_000_000;
+            drain(g);
         },
         |s| {
             s.requests.queue.account_rate_per_s = 1_000_000;
@@ -198,7 +225,7 @@ fn quote_until_moved(
 
 #[test]
 fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request() {
-    let svc = start();
+    let svc = start(|_| {});
     let ingest = svc.ingest.as_ref().unwrap().local_addr;
     let gw = svc.gateway.as_ref().unwrap().local_addr;
     let eurusd = svc.config.table.by_name("EURUSD").unwrap().id;
@@ -224,8 +251,15 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
     let stop = Arc::new(AtomicBool::new(false));
     let after = Arc::new(AtomicU64::new(0));
     let flood = {
-        let (stats0, stop, after) = (stats[0].clone(), stop.clone(), after.clone());
-        std::thread::spawn(move || flood(flooder, eurusd, stats0, stop, after))
+        let stats0 = stats[0].clone();
+        let plan = FloodPlan {
+            symbols: vec![eurusd],
+            window: WINDOW,
+            marked: move || stats0.drains_moved.get() > 0,
+            stop: stop.clone(),
+            after: after.clone(),
+        };
+        std::thread::spawn(move || flood(flooder, plan))
     };
     let bid = quote_until_moved(&mut bridge, eurusd, first, (&seen, &after), &stats[0]);
     stop.store(true, Ordering::SeqCst);
@@ -234,10 +268,8 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
     let (prices, _sub) = reader.join().unwrap();
     let after_move = after.load(Ordering::SeqCst);
 
-    let lost = f.answers.values().filter(|&&n| n == 0).count();
-    let doubled = f.answers.values().filter(|&&n| n > 1).count();
-    assert_eq!((lost, doubled), (0, 0), "of {} requests", f.sent);
-    assert!(f.before_move > 0, "no answer before the move");
+    assert_each_answered_once(&f);
+    assert!(f.before > 0, "no answer before the move");
     assert!(after_move >= AFTER_MOVE);
     assert_eq!(prices as i64, bid - first + 1, "every price");
     // The flood went, the subscriber stayed with the engine.
@@ -249,18 +281,96 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
         "flood: {} sent, {} answered before the move, {} after; \
          subscriber: {prices} prices; drains aborted {}",
         f.sent,
-        f.before_move,
+        f.before,
         after_move,
         stats[0].drains_aborted.get()
     );
     drop(bridge);
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::spawn(move || {
-        svc.stop();
-        let _ = tx.send(());
+    stop_service(svc);
+}
+
+/// Requests the flooding client keeps outstanding in the abort test: more
+/// than the request path answers within the 1-ms wait.
+const ABORT_WINDOW: usize = 64;
+/// Aborted holds to see, and answers after them (more than the window,
+/// so the session's socket was read again after its holds).
+const ABORTS: u64 = 3;
+const AFTER_ABORTS: u64 = 1_000;
+
+/// A drain whose wait (1 ms here, `--shard0-drain-abort-ms`) runs out
+/// before the held session's answers are in is aborted: the session is
+/// read again on shard 0, drained again in a later window, and every one
+/// of its requests is answered exactly once through it all.
+#[test]
+fn a_hold_whose_answers_do_not_come_in_time_is_aborted_and_read_again() {
+    let svc = start(|g| {
+        g.drain_abort_ms = 1;
+        g.drain_busy_permille = 10;
+        g.drain_request_share_permille = 10;
+        g.drain_min_requests = 8;
+    });
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let gw = svc.gateway.as_ref().unwrap().local_addr;
+    let stats = svc.gateway.as_ref().unwrap().shard_stats.clone();
+    let symbols: Vec<u16> = svc
+        .config
+        .table
+        .instruments()
+        .iter()
+        .map(|i| i.id)
+        .take(32)
+        .collect();
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", Duration::from_secs(5)).unwrap();
+    let quotes: Vec<Tick> = symbols.iter().map(|&s| quote(s, 100_000)).collect();
+    bridge.send(&quotes).unwrap();
+    let flooder = Client::connect(ClientConfig::new(gw, "demo", "demo")).unwrap();
+    assert!(server::wait_until(Duration::from_secs(5), || {
+        stats[0].connections.get() == 1
+    }));
+    let stop = Arc::new(AtomicBool::new(false));
+    let after = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let stats0 = stats[0].clone();
+        let plan = FloodPlan {
+            symbols,
+            window: ABORT_WINDOW,
+            marked: move || stats0.drains_aborted.get() >= ABORTS,
+            stop: stop.clone(),
+            after: after.clone(),
+        };
+        std::thread::spawn(move || flood(flooder, plan))
+    };
+    let aborted = server::wait_until(Duration::from_secs(30), || {
+        stats[0].drains_aborted.get() >= ABORTS
     });
     assert!(
-        rx.recv_timeout(Duration::from_secs(20)).is_ok(),
-        "stop hung"
+        aborted,
+        "aborted {}, moved {}, shard 0 busy {} per mille",
+        stats[0].drains_aborted.get(),
+        stats[0].drains_moved.get(),
+        stats[0].busy_permille.get()
     );
+    let resumed = server::wait_until(Duration::from_secs(30), || {
+        after.load(Ordering::SeqCst) >= AFTER_ABORTS
+    });
+    stop.store(true, Ordering::SeqCst);
+    let f = flood.join().unwrap();
+    assert!(resumed, "the session was not read again after its holds");
+    assert_each_answered_once(&f);
+    // Only drains moved anyone; the aborts left the session where it was.
+    assert_eq!(
+        stats[0].sessions_moved_out.get(),
+        stats[0].drains_moved.get()
+    );
+    eprintln!(
+        "flood: {} sent, {} answered before the third abort, {} after; \
+         drains aborted {}, moved {}",
+        f.sent,
+        f.before,
+        after.load(Ordering::SeqCst),
+        stats[0].drains_aborted.get(),
+        stats[0].drains_moved.get()
+    );
+    drop(bridge);
+    stop_service(svc);
 }

@@ -134,7 +134,11 @@ fn start_server_with(config: &std::path::Path, extra: &[&str]) -> (Server, Socke
         .args(["--account-request-rate-per-s", "1000000"])
         .args(["--account-request-burst", "1000000"])
         .args(extra)
-        .env("RUST_LOG", "warn")
+        // `PRICEWIRE_DRILL_LOG=pricewire::gateway=debug` shows each drain.
+        .env(
+            "RUST_LOG",
+            std::env::var("PRICEWIRE_DRILL_LOG").unwrap_or("warn".into()),
+        )
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

@@ -10,7 +10,7 @@ use crate::feed::ingest::IngestConfig;
 use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
-use crate::gateway::{GatewayConfig, LISTEN_DEFAULT};
+use crate::gateway::{GatewayConfig, DRAIN_DEFAULT, LISTEN_DEFAULT};
 use crate::runtime::proxy::{
     AllowList, Cidr, ProxyProtocol, HEADER_TIMEOUT_MS_DEFAULT, PENDING_MAX,
 };
@@ -176,6 +176,32 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]
     pub loop_lag_target_ms: u64,
 
+    /// Draining moves (`--threading shared`, with the spill on): at the
+    /// end of a 50-ms window in which shard 0 was busy at least this share
+    /// of the time (1-100) and spent --shard0-drain-request-share-pct of
+    /// that on request work, the session that sent the most requests
+    /// (at least --shard0-drain-min-requests) is held and moved away.
+    #[arg(long, default_value_t = DRAIN_DEFAULT.busy_permille / 10, value_name = "PCT")]
+    pub shard0_drain_busy_pct: u32,
+
+    /// Share of shard 0's busy time spent on request work (1-100) at or
+    /// above which it drains a request-heavy session.
+    #[arg(long, default_value_t = DRAIN_DEFAULT.request_share_permille / 10, value_name = "PCT")]
+    pub shard0_drain_request_share_pct: u32,
+
+    /// Requests a session must have sent in one 50-ms window to be drained
+    /// off shard 0 (1..=100000), with two or more in flight at the
+    /// window's end or as many in the window before (a one-at-a-time
+    /// burst is not drained).
+    #[arg(long, default_value_t = DRAIN_DEFAULT.min_requests, value_name = "N")]
+    pub shard0_drain_min_requests: u32,
+
+    /// Longest a drained session is held waiting for its answers, in
+    /// milliseconds (1..=5000): then the hold is aborted and the session
+    /// is read again where it is.
+    #[arg(long, default_value_t = DRAIN_DEFAULT.wait_ns / 1_000_000, value_name = "MS")]
+    pub shard0_drain_abort_ms: u64,
+
     /// Heartbeat interval offered to clients that ask for 0, in milliseconds.
     #[arg(long, default_value_t = 1_000, value_name = "MS")]
     pub heartbeat_ms: u32,
@@ -290,6 +316,10 @@ impl GatewayArgs {
             slow_consumer_ms: self.slow_consumer_ms,
             loop_lag_target_ms: self.loop_lag_target_ms,
             max_update_hz: self.max_update_hz,
+            drain_busy_permille: self.shard0_drain_busy_pct.saturating_mul(10),
+            drain_request_share_permille: self.shard0_drain_request_share_pct.saturating_mul(10),
+            drain_min_requests: self.shard0_drain_min_requests,
+            drain_abort_ms: self.shard0_drain_abort_ms,
             heartbeat_ms: self.heartbeat_ms,
             dead_after_heartbeats: self.dead_after_heartbeats,
             logon_timeout_ms: self.logon_timeout_ms,

@@ -67,6 +67,10 @@ pub struct Conn {
     /// shard's current measurement window: a draining move takes the
     /// session with the most (see `gateway::drain`).
     pub window_requests: u32,
+    /// Measurement windows in a row, up to the last closed one, in which
+    /// the session sent at least the drain's request count: only a
+    /// sustained requester is drained, not a burst (see `gateway::drain`).
+    pub heavy_windows: u8,
     /// Set while a draining move holds the session's input (its socket is
     /// not read, so TCP pushes back on the peer): when its deadlines were
     /// last moved out by the time held (see [`Conn::held_catch_up`]).
@@ -102,16 +106,55 @@ impl Conn {
     /// logon and partial-frame deadlines move out by the time held since
     /// the last call (see [`Session::on_stall`]). Nothing if not held.
     pub fn held_catch_up(&mut self, now_ns: u64) {
-        if let Some(since) = self.held_since_ns.as_mut() {
-            self.session.on_stall(now_ns.saturating_sub(*since));
-            *since = now_ns;
-        }
+        held_catch_up(&mut self.held_since_ns, &mut self.session, now_ns);
     }
 
     /// Ends a hold at `now_ns` (its deadlines caught up first); the caller
     /// reads the socket again.
     pub fn unhold(&mut self, now_ns: u64) {
-        self.held_catch_up(now_ns);
-        self.held_since_ns = None;
+        unhold(&mut self.held_since_ns, &mut self.session, now_ns);
+    }
+}
+
+/// [`Conn::held_catch_up`] on a connection's hold clock and session.
+fn held_catch_up(held_since_ns: &mut Option<u64>, session: &mut Session, now_ns: u64) {
+    if let Some(since) = held_since_ns.as_mut() {
+        session.on_stall(now_ns.saturating_sub(*since));
+        *since = now_ns;
+    }
+}
+
+/// [`Conn::unhold`] on a connection's hold clock and session.
+fn unhold(held_since_ns: &mut Option<u64>, session: &mut Session, now_ns: u64) {
+    held_catch_up(held_since_ns, session, now_ns);
+    *held_since_ns = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::session::SessionConfig;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_hold_moves_deadlines_out_by_its_length_and_they_run_again_after() {
+        let cfg = SessionConfig::from(&crate::gateway::GatewayConfig::default());
+        // Waiting for its logon (5 s) from t0; held from t0 + 1 s to t0 + 8 s
+        // (an aborted or slow drain), with sweeps catching up meanwhile.
+        let t0 = 100 * S;
+        let mut session = Session::new(&cfg, t0);
+        let mut held = Some(t0 + S);
+        held_catch_up(&mut held, &mut session, t0 + 3 * S);
+        held_catch_up(&mut held, &mut session, t0 + 7 * S);
+        assert!(!session.silence_due(&cfg, t0 + 7 * S), "cut while held");
+        unhold(&mut held, &mut session, t0 + 8 * S);
+        assert_eq!(held, None);
+        // 1 s of its 5 s ran before the hold: 4 s are left after it.
+        assert!(!session.silence_due(&cfg, t0 + 12 * S - 1));
+        assert!(session.silence_due(&cfg, t0 + 12 * S + 1));
+        // Not held: a catch-up changes nothing.
+        held_catch_up(&mut held, &mut session, t0 + 30 * S);
+        assert!(session.silence_due(&cfg, t0 + 30 * S));
     }
 }

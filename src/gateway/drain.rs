@@ -61,13 +61,43 @@ pub(crate) struct DrainPolicy {
 }
 
 impl DrainPolicy {
-    /// The policy every shard runs with.
+    /// The policy every shard runs with unless the flags say otherwise.
     pub(crate) const DEFAULT: DrainPolicy = DrainPolicy {
         busy_permille: 200,
         min_requests: 32,
         request_share_permille: 250,
         wait_ns: 500_000_000,
     };
+
+    /// The policy of `cfg`'s `drain_*` settings, or the flag whose value
+    /// is out of range: busy and request share 1..=1000 per-mille (a
+    /// whole per cent on the command line), the request count
+    /// 1..=100000, the wait 1..=5000 ms.
+    pub(crate) fn from_config(cfg: &super::GatewayConfig) -> Result<DrainPolicy, String> {
+        let pct = |flag: &str, permille: u32| {
+            if (1..=1000).contains(&permille) {
+                Ok(permille)
+            } else {
+                Err(format!("{flag}: 1..=100"))
+            }
+        };
+        let p = DrainPolicy {
+            busy_permille: pct("--shard0-drain-busy-pct", cfg.drain_busy_permille)?,
+            request_share_permille: pct(
+                "--shard0-drain-request-share-pct",
+                cfg.drain_request_share_permille,
+            )?,
+            min_requests: cfg.drain_min_requests,
+            wait_ns: cfg.drain_abort_ms.saturating_mul(1_000_000),
+        };
+        if !(1..=100_000).contains(&p.min_requests) {
+            return Err("--shard0-drain-min-requests: 1..=100000".into());
+        }
+        if !(1..=5_000).contains(&cfg.drain_abort_ms) {
+            return Err("--shard0-drain-abort-ms: 1..=5000".into());
+        }
+        Ok(p)
+    }
 
     /// Whether a shard `busy` per-mille busy, which spent `request_share`
     /// per-mille of its busy time on request work and whose heaviest
@@ -78,11 +108,39 @@ impl DrainPolicy {
             && heaviest >= self.min_requests
     }
 
+    /// A session's run of heavy windows after one in which it sent `n`
+    /// requests, having been heavy `streak` windows in a row before it.
+    pub(crate) fn streak(&self, streak: u8, n: u32) -> u8 {
+        if n >= self.min_requests {
+            streak.saturating_add(1)
+        } else {
+            0
+        }
+    }
+
+    /// Whether a session heavy `streak` windows in a row, with
+    /// `requests_out` requests unanswered now, floods: heavy in this window
+    /// with several requests in flight at once (it pipelines), or heavy
+    /// [`HEAVY_WINDOWS`] in a row (a sustained requester), not one burst of
+    /// one request at a time.
+    pub(crate) fn flooding(streak: u8, requests_out: u32) -> bool {
+        streak >= HEAVY_WINDOWS || (streak >= 1 && requests_out >= 2)
+    }
+
     /// Whether a hold that started at `since_ns` has run out at `now_ns`.
     pub(crate) fn expired(&self, since_ns: u64, now_ns: u64) -> bool {
         now_ns.saturating_sub(since_ns) >= self.wait_ns
     }
 }
+
+/// Windows in a row a session that never has two requests in flight must
+/// reach the request count in to be drained. One is not enough: a client
+/// that paces its requests one at a time and catches up after a stall of
+/// its own (or of the host) sends a burst that fills one window. In the
+/// storm drill the quiet account sent 62 in a window after a stall and was
+/// drained in the baseline; the flood's sessions pipeline (30–48 in
+/// flight) and are drained from their first heavy window.
+pub(crate) const HEAVY_WINDOWS: u8 = 2;
 
 /// The slot and count of the candidate with the most requests, ties to the
 /// higher slot; `None` if there is no candidate.
@@ -100,17 +158,74 @@ pub(crate) struct Drain {
     pub(crate) slot: usize,
     pub(crate) to: usize,
     pub(crate) since_ns: u64,
+    /// When the last turn of the hold looked at it: a hold that ends long
+    /// after its wait shows here whether the shard's turns came late.
+    pub(crate) seen_ns: u64,
+}
+
+/// The held session as a turn of the drain sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Still in the slot and still held (not closed, not replaced).
+    pub(crate) present: bool,
+    /// Logged on and not closing.
+    pub(crate) active: bool,
+    /// Its requests with the request path, answers not yet copied.
+    pub(crate) requests_out: u32,
+    /// Prices the engine holds for this shard's full ring.
+    pub(crate) parked: u64,
+    /// The shard is stopping or disconnecting everyone.
+    pub(crate) closing: bool,
+}
+
+/// What a drain does in one turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DrainStep {
+    /// Keep holding: answers on their way, time left.
+    Hold,
+    /// Every answer is in: move it now (a failed move is an abort).
+    Move,
+    /// The wait ran out: read it where it is, counted as aborted.
+    Abort,
+    /// The shard is closing or the session ending: read it where it is,
+    /// not counted (no move was possible).
+    Release,
+    /// The session closed while held: nothing to let go of.
+    Gone,
+}
+
+impl Drain {
+    /// This turn's step at `now_ns` under `policy`, for the held session
+    /// as `held` describes it. Answers all in move it even past the wait
+    /// (a turn that came late must not abort a session ready to go).
+    pub(crate) fn step(&self, policy: &DrainPolicy, held: Held, now_ns: u64) -> DrainStep {
+        if !held.present {
+            DrainStep::Gone
+        } else if held.closing || !held.active {
+            DrainStep::Release
+        } else if held.requests_out == 0 && held.parked == 0 {
+            DrainStep::Move
+        } else if policy.expired(self.since_ns, now_ns) {
+            DrainStep::Abort
+        } else {
+            DrainStep::Hold
+        }
+    }
 }
 
 impl Shard {
     /// Ends the measurement window of every session's request count: the
-    /// heaviest logged-on session not already held (slot, requests).
+    /// heaviest logged-on session not already held that floods (see
+    /// [`DrainPolicy::flooding`]; slot, requests in this window).
     pub(super) fn take_window_requests(&mut self) -> Option<(usize, u32)> {
+        let p = self.drain_policy;
         let live = &mut self.slab.conns[..self.slab.live_end];
         heaviest(live.iter_mut().enumerate().filter_map(|(i, c)| {
             let c = c.as_mut()?;
             let n = std::mem::take(&mut c.window_requests);
-            (c.is_active() && !c.is_held()).then_some((i, n))
+            c.heavy_windows = p.streak(c.heavy_windows, n);
+            let flooding = DrainPolicy::flooding(c.heavy_windows, c.requests_out);
+            (c.is_active() && !c.is_held() && flooding).then_some((i, n))
         }))
     }
 
@@ -146,18 +261,23 @@ impl Shard {
         };
         conn.hold(now);
         conn.in_read_list = false;
+        let (out, account) = (conn.requests_out, conn.account());
         self.slab.read_list.retain(|&k| k as usize != slot);
         self.drain = Some(Drain {
             slot,
             to,
             since_ns: now,
+            seen_ns: now,
         });
         tracing::debug!(
             shard = self.input.index,
             slot,
+            ?account,
             to,
             n,
+            busy,
             share,
+            out,
             "draining a session"
         );
         true
@@ -165,44 +285,60 @@ impl Shard {
 
     /// Each turn while a drain runs: moves the held session once its
     /// answers are all in, or lets it go when the wait runs out, the move
-    /// fails or the shard starts closing.
+    /// fails or the shard starts closing (see [`Drain::step`]).
     pub(super) fn drain_step(&mut self, now: u64) {
         let Some(d) = self.drain else {
             return;
         };
-        let Some(conn) = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held()) else {
-            // Closed while held (its slot free or taken by a new session).
-            tracing::debug!(shard = self.input.index, "drained session closed");
-            self.drain = None;
-            return;
+        let conn = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held());
+        let held = Held {
+            present: conn.is_some(),
+            active: conn.is_some_and(|c| c.is_active()),
+            requests_out: conn.map_or(0, |c| c.requests_out),
+            parked: self.input.fanout.parked.get(),
+            closing: self.stopping.is_some() || self.disconnecting,
         };
-        if self.stopping.is_some() || self.disconnecting || !conn.is_active() {
-            self.drain = None;
-            self.release_hold(d.slot, now);
-            return;
-        }
-        // Prices the engine holds for this shard's ring must be through
-        // first (see `spill_step`).
-        let ready = conn.requests_out == 0 && self.input.fanout.parked.get() == 0;
-        if ready {
-            self.drain = None;
-            while !self.input.consumer.is_empty() {
-                self.drain_prices(now);
-            }
-            if self.move_slot(d.slot, d.to, now) {
-                self.stats.drains_moved.inc();
-                let held_us = now.saturating_sub(d.since_ns) / 1_000;
-                tracing::debug!(shard = self.input.index, held_us, "drained session moved");
+        let step = d.step(&self.drain_policy, held, now);
+        let held_us = now.saturating_sub(d.since_ns) / 1_000;
+        // The gap since the hold's last turn: a hold far past its wait
+        // with a gap as long came from a late turn (a stalled thread).
+        let gap_us = now.saturating_sub(d.seen_ns) / 1_000;
+        let shard = self.input.index;
+        match step {
+            DrainStep::Hold => {
+                self.drain = Some(Drain { seen_ns: now, ..d });
                 return;
             }
-        } else if self.drain_policy.expired(d.since_ns, now) {
-            self.drain = None;
-        } else {
-            return;
+            DrainStep::Gone => {
+                // Closed while held (its slot free or taken by a new session).
+                tracing::debug!(shard, held_us, "drained session closed");
+            }
+            DrainStep::Release => self.release_hold(d.slot, now),
+            DrainStep::Move => {
+                // Prices the engine published for this shard must be
+                // through first (see `spill_step`).
+                while !self.input.consumer.is_empty() {
+                    self.drain_prices(now);
+                }
+                if self.move_slot(d.slot, d.to, now) {
+                    self.stats.drains_moved.inc();
+                    tracing::debug!(shard, held_us, gap_us, to = d.to, "drained session moved");
+                } else {
+                    self.abort_drain(d, now);
+                }
+            }
+            DrainStep::Abort => self.abort_drain(d, now),
         }
-        // Not moved: read where it is.
+        self.drain = None;
+    }
+
+    /// Ends a hold without a move: the session is read where it is.
+    fn abort_drain(&mut self, d: Drain, now: u64) {
         let held_us = now.saturating_sub(d.since_ns) / 1_000;
-        tracing::debug!(shard = self.input.index, held_us, "drain aborted");
+        let out = self.slab.conns[d.slot]
+            .as_ref()
+            .map_or(0, |c| c.requests_out);
+        tracing::debug!(shard = self.input.index, held_us, out, "drain aborted");
         self.release_hold(d.slot, now);
         self.stats.drains_aborted.inc();
     }
@@ -235,6 +371,36 @@ mod tests {
     }
 
     #[test]
+    fn a_catch_up_burst_is_not_drained_a_flood_is() {
+        let p = DrainPolicy::DEFAULT;
+        // (requests in the window, requests in flight at its end)
+        let run = |windows: &[(u32, u32)]| {
+            let mut streak = 0;
+            windows
+                .iter()
+                .map(|&(n, out)| {
+                    streak = p.streak(streak, n);
+                    DrainPolicy::flooding(streak, out)
+                })
+                .collect::<Vec<_>>()
+        };
+        // The drill's quiet account, one at a time: 10 a window, 62 after
+        // a stall.
+        assert_eq!(run(&[(10, 1), (62, 1), (9, 0), (10, 1)]), [false; 4]);
+        // Two such bursts with a quiet window between: still no.
+        assert_eq!(run(&[(40, 1), (3, 0), (40, 0)]), [false; 3]);
+        // The flood pipelines: drained from its first heavy window.
+        assert_eq!(run(&[(480, 40), (496, 33)]), [true, true]);
+        // Many in flight but few sent is no flood.
+        assert_eq!(run(&[(20, 48)]), [false]);
+        // One at a time but fast and sustained: from its second window.
+        assert_eq!(run(&[(480, 1), (496, 0)]), [false, true]);
+        // Exactly at the count counts; one below ends the run.
+        let at = [(32, 0), (32, 0), (31, 0), (32, 0)];
+        assert_eq!(run(&at), [false, true, false, false]);
+    }
+
+    #[test]
     fn a_hold_runs_out_after_the_wait_measured_from_its_start() {
         let p = DrainPolicy {
             wait_ns: 500 * MS,
@@ -246,6 +412,108 @@ mod tests {
         assert!(p.expired(start, start + 500 * MS));
         // A clock read before the start (another thread's) is no expiry.
         assert!(!p.expired(start, start - MS));
+    }
+
+    const HELD: Held = Held {
+        present: true,
+        active: true,
+        requests_out: 3,
+        parked: 0,
+        closing: false,
+    };
+
+    #[test]
+    fn a_hold_whose_answers_do_not_come_is_aborted_at_the_wait_by_the_given_clock() {
+        let p = DrainPolicy {
+            wait_ns: 500 * MS,
+            ..DrainPolicy::DEFAULT
+        };
+        let d = Drain {
+            slot: 4,
+            to: 1,
+            since_ns: 10_000 * MS,
+            seen_ns: 10_000 * MS,
+        };
+        // Answers on their way: held until the wait runs out, not a
+        // nanosecond longer, then aborted.
+        for t in [0, 1, 250, 499] {
+            assert_eq!(
+                d.step(&p, HELD, d.since_ns + t * MS),
+                DrainStep::Hold,
+                "{t} ms"
+            );
+        }
+        assert_eq!(d.step(&p, HELD, d.since_ns + 500 * MS), DrainStep::Abort);
+        // A turn that comes 2.6 s late still aborts, it does not hold on.
+        assert_eq!(d.step(&p, HELD, d.since_ns + 2_600 * MS), DrainStep::Abort);
+        // Prices parked for this shard's ring hold the move back like
+        // answers do, and run out the same way.
+        let parked = Held {
+            requests_out: 0,
+            parked: 2,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, parked, d.since_ns + 10 * MS), DrainStep::Hold);
+        assert_eq!(d.step(&p, parked, d.since_ns + 500 * MS), DrainStep::Abort);
+    }
+
+    #[test]
+    fn a_hold_with_its_answers_in_moves_even_past_the_wait() {
+        let p = DrainPolicy::DEFAULT;
+        let d = Drain {
+            slot: 0,
+            to: 1,
+            since_ns: 0,
+            seen_ns: 0,
+        };
+        let ready = Held {
+            requests_out: 0,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, ready, 0), DrainStep::Move);
+        assert_eq!(d.step(&p, ready, 10_000 * MS), DrainStep::Move);
+    }
+
+    #[test]
+    fn a_closing_shard_or_session_releases_and_a_closed_one_is_gone() {
+        let p = DrainPolicy::DEFAULT;
+        let d = Drain {
+            slot: 0,
+            to: 1,
+            since_ns: 0,
+            seen_ns: 0,
+        };
+        let closing = Held {
+            closing: true,
+            requests_out: 0,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, closing, MS), DrainStep::Release);
+        let ending = Held {
+            active: false,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, ending, MS), DrainStep::Release);
+        let gone = Held {
+            present: false,
+            ..HELD
+        };
+        assert_eq!(d.step(&p, gone, 900 * MS), DrainStep::Gone);
+    }
+
+    #[test]
+    fn the_policy_comes_from_the_gateway_settings_checked() {
+        let mut cfg = crate::gateway::GatewayConfig::default();
+        assert_eq!(DrainPolicy::from_config(&cfg), Ok(DrainPolicy::DEFAULT));
+        cfg.drain_abort_ms = 250;
+        cfg.drain_min_requests = 8;
+        let p = DrainPolicy::from_config(&cfg).unwrap();
+        assert_eq!((p.wait_ns, p.min_requests), (250 * MS, 8));
+        cfg.drain_abort_ms = 0;
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .contains("--shard0-drain-abort-ms"));
     }
 
     #[test]

@@ -69,6 +69,9 @@ use crate::runtime::WaitStrategy;
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
 
+/// Defaults of the `--shard0-drain-*` flags (see `gateway::drain`).
+pub(crate) const DRAIN_DEFAULT: drain::DrainPolicy = drain::DrainPolicy::DEFAULT;
+
 /// Default of `--bad-frame-limit`.
 pub const BAD_FRAME_LIMIT_DEFAULT: u32 = 10;
 /// Default of `--bad-frame-window-ms`.
@@ -88,6 +91,22 @@ pub struct GatewayConfig {
     /// engine moves sessions to the other shards and takes no new ones
     /// (see [`spill`]); 0 = never.
     pub shard0_spill_permille: u32,
+    /// Busy share of shard 0's wall time (per-mille of a 50-ms window) at
+    /// or above which it drains a request-heavy session off itself
+    /// (`gateway::drain`; `--shard0-drain-busy-pct`, 1..=100 %).
+    pub drain_busy_permille: u32,
+    /// Share of shard 0's busy time spent on request work (per-mille) at
+    /// or above which it drains (`--shard0-drain-request-share-pct`,
+    /// 1..=100 %).
+    pub drain_request_share_permille: u32,
+    /// Requests a session must have sent in one 50-ms window to be drained
+    /// (`--shard0-drain-min-requests`, 1..=100000), with two or more in
+    /// flight at the window's end or as many in the window before.
+    pub drain_min_requests: u32,
+    /// Longest a drained session is held waiting for its answers before
+    /// the hold is aborted and it is read where it is, in milliseconds
+    /// (`--shard0-drain-abort-ms`, 1..=5000).
+    pub drain_abort_ms: u64,
     /// Outbound bytes below which a conflating connection writes prices through again.
     pub low_water_bytes: usize,
     /// Outbound bytes above which a connection starts conflating prices.
@@ -175,6 +194,10 @@ impl Default for GatewayConfig {
             slow_consumer_ms: 5_000,
             shard0_fill: 0,
             shard0_spill_permille: 0,
+            drain_busy_permille: drain::DrainPolicy::DEFAULT.busy_permille,
+            drain_request_share_permille: drain::DrainPolicy::DEFAULT.request_share_permille,
+            drain_min_requests: drain::DrainPolicy::DEFAULT.min_requests,
+            drain_abort_ms: drain::DrainPolicy::DEFAULT.wait_ns / 1_000_000,
             heartbeat_ms: 1_000,
             heartbeat_min_ms: 100,
             heartbeat_max_ms: 30_000,
@@ -243,6 +266,7 @@ impl GatewayConfig {
         if self.shard0_spill_permille > 1000 {
             return Err("--shard0-spill-pct: 0..=100".into());
         }
+        drain::DrainPolicy::from_config(self)?;
         if self.loop_lag_target_ms > 60_000 {
             return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }

@@ -22,7 +22,8 @@ impl Shard {
     /// on the shard that hosts the engine, decides whether to move a
     /// session away.
     pub(super) fn measure(&mut self, now: u64) {
-        let Some(permille) = self.busy.roll(now) else {
+        let cpu = crate::runtime::sys::thread_cpu_ns();
+        let Some(permille) = self.busy.roll(now, cpu) else {
             return;
         };
         self.stats.busy_permille.set(u64::from(permille));
@@ -147,6 +148,20 @@ impl Shard {
         let Some(i) = self.pick_mover(now) else {
             return false;
         };
+        if let Some(c) = self.slab.conns[i].as_ref() {
+            let (subs, account) = (c.subs.len(), c.account());
+            let busy = self.stats.busy_permille.get();
+            let share = self.busy.request_share();
+            tracing::debug!(
+                shard = self.input.index,
+                to,
+                subs,
+                ?account,
+                busy,
+                share,
+                "spilling a session"
+            );
+        }
         self.move_slot(i, to, now)
     }
 
@@ -184,6 +199,7 @@ impl Shard {
         conn.in_read_list = false;
         conn.unhold(now);
         conn.window_requests = 0;
+        conn.heavy_windows = 0;
         // Answers still counted here are long lost (see `pick_mover`).
         conn.requests_out = 0;
         match peer.adopt.try_send(conn) {

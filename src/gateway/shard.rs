@@ -244,6 +244,8 @@ impl Shard {
         waiter.set_retrying(false);
         let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
         let lag_target = shared.cfg.loop_lag_target_ms * 1_000_000;
+        // Checked when the gateway started (`GatewayConfig::validate`).
+        let drain_policy = DrainPolicy::from_config(&shared.cfg).unwrap_or(DrainPolicy::DEFAULT);
         let lag = super::lag::LagState::new(lag_target, shared.config.table.len(), monotonic_ns());
         Shard {
             lag,
@@ -282,13 +284,13 @@ impl Shard {
             requests,
             peers: Arc::new([]),
             adopt_rx: crossbeam_channel::never(),
-            busy: BusyMeter::new(SWEEP_NS, monotonic_ns()),
+            busy: BusyMeter::new(SWEEP_NS, monotonic_ns(), 0),
             spill: SpillPolicy {
                 threshold_permille: shared_spill,
             },
             spill_to: None,
             spill_forced: 0,
-            drain_policy: DrainPolicy::DEFAULT,
+            drain_policy,
             drain: None,
             loads: Vec::new(),
             moves_open: Arc::new(AtomicBool::new(false)),
@@ -553,6 +555,7 @@ impl Shard {
             answer_marks: super::answer_marks::AnswerMarks::new(),
             logon_ticket: 0,
             window_requests: 0,
+            heavy_windows: 0,
             held_since_ns: None,
         };
         self.slab.put(i, conn);

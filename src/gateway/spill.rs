@@ -34,21 +34,33 @@
 /// measured over windows of at least `window_ns`, and the share of that
 /// work spent on request work (reading sessions' input, copying answers).
 /// Time is given, never read, so the arithmetic is tested without a clock.
+///
+/// A turn's wall time includes any time its thread was not running (other
+/// processes on the host, a stop): one turn preempted for 45 ms read as a
+/// window 90 % busy, and the spill moved the price subscriber off the
+/// engine's shard on a loaded host with nothing to do. So the busy time of
+/// a window is capped by the CPU time the shard's thread ran in it
+/// (`CLOCK_THREAD_CPUTIME_ID`, given to [`BusyMeter::roll`]); a thread that
+/// spins idle (spinning wait strategies) runs without working turns, so the
+/// worked time caps the CPU time in turn.
 #[derive(Debug, Clone)]
 pub struct BusyMeter {
     window_ns: u64,
     start_ns: u64,
+    start_cpu_ns: u64,
     busy_ns: u64,
     request_ns: u64,
     request_permille: u32,
 }
 
 impl BusyMeter {
-    /// A meter whose first window of `window_ns` starts at `now_ns`.
-    pub fn new(window_ns: u64, now_ns: u64) -> Self {
+    /// A meter whose first window of `window_ns` starts at `now_ns`, when
+    /// the shard's thread had run `cpu_ns`.
+    pub fn new(window_ns: u64, now_ns: u64, cpu_ns: u64) -> Self {
         BusyMeter {
             window_ns: window_ns.max(1),
             start_ns: now_ns,
+            start_cpu_ns: cpu_ns,
             busy_ns: 0,
             request_ns: 0,
             request_permille: 0,
@@ -74,14 +86,24 @@ impl BusyMeter {
         self.busy_ns += to_ns.saturating_sub(from_ns);
     }
 
-    /// Closes the window once it has run its length: the busy share in
-    /// per-mille (at most 1000), and a new window starts at `now_ns`.
-    pub fn roll(&mut self, now_ns: u64) -> Option<u32> {
+    /// Closes the window once it has run its length, the shard's thread
+    /// having run `cpu_ns` by `now_ns` (0: unknown, no cap): the busy share in per-mille (at
+    /// most 1000) of the worked time capped by the CPU time run in the
+    /// window, and a new window starts at `now_ns`.
+    pub fn roll(&mut self, now_ns: u64, cpu_ns: u64) -> Option<u32> {
         let span = now_ns.saturating_sub(self.start_ns);
         if span < self.window_ns {
             return None;
         }
-        let permille = (u128::from(self.busy_ns) * 1000 / u128::from(span)).min(1000) as u32;
+        let ran = cpu_ns.saturating_sub(self.start_cpu_ns);
+        self.start_cpu_ns = cpu_ns;
+        // 0: the clock could not be read; the worked time stands.
+        let busy = if cpu_ns == 0 {
+            self.busy_ns
+        } else {
+            self.busy_ns.min(ran)
+        };
+        let permille = (u128::from(busy) * 1000 / u128::from(span)).min(1000) as u32;
         self.request_permille = (u128::from(self.request_ns) * 1000)
             .checked_div(u128::from(self.busy_ns))
             .map_or(0, |p| p.min(1000) as u32);
@@ -170,40 +192,55 @@ mod tests {
 
     #[test]
     fn the_meter_reports_the_worked_share_of_each_full_window() {
-        let mut m = BusyMeter::new(50 * MS, 1_000 * MS);
+        let mut m = BusyMeter::new(50 * MS, 1_000 * MS, 1_000 * MS);
         m.worked(1_000 * MS, 1_010 * MS);
-        assert_eq!(m.roll(1_049 * MS), None, "window not over");
+        assert_eq!(m.roll(1_049 * MS, 1_049 * MS), None, "window not over");
         m.worked(1_040 * MS, 1_045 * MS);
         // 15 ms of 50.
-        assert_eq!(m.roll(1_050 * MS), Some(300));
+        assert_eq!(m.roll(1_050 * MS, 1_050 * MS), Some(300));
         // A new window: nothing worked, a longer span than asked.
-        assert_eq!(m.roll(1_130 * MS), Some(0));
+        assert_eq!(m.roll(1_130 * MS, 1_130 * MS), Some(0));
         // Work counted past the window's end (a long turn) is capped.
         m.worked(1_130 * MS, 1_200 * MS);
-        assert_eq!(m.roll(1_180 * MS), Some(1000));
+        assert_eq!(m.roll(1_180 * MS, 1_180 * MS), Some(1000));
         // Time that goes backwards counts as nothing.
         m.worked(1_300 * MS, 1_200 * MS);
-        assert_eq!(m.roll(1_230 * MS), Some(0));
+        assert_eq!(m.roll(1_230 * MS, 1_230 * MS), Some(0));
+    }
+
+    #[test]
+    fn a_turn_preempted_by_the_host_is_not_read_as_work() {
+        let mut m = BusyMeter::new(50 * MS, 0, 7_000 * MS);
+        // One turn took 45 ms of wall time, its thread ran 2 ms of it.
+        m.worked(MS, 46 * MS);
+        m.requests(MS, 2 * MS);
+        assert_eq!(m.roll(50 * MS, 7_002 * MS), Some(40));
+        // The next window: 30 ms worked, all of it running.
+        m.worked(55 * MS, 85 * MS);
+        assert_eq!(m.roll(100 * MS, 7_032 * MS), Some(600));
+        // A thread that spins idle runs the whole window but works 5 ms.
+        m.worked(110 * MS, 115 * MS);
+        assert_eq!(m.roll(150 * MS, 7_082 * MS), Some(100));
     }
 
     #[test]
     fn the_meter_reports_the_request_share_of_the_busy_time() {
-        let mut m = BusyMeter::new(50 * MS, 0);
+        let mut m = BusyMeter::new(50 * MS, 0, 0);
         assert_eq!(m.request_share(), 0, "no window closed yet");
         // 20 ms worked, 15 of them on requests.
         m.worked(0, 10 * MS);
         m.requests(2 * MS, 9 * MS);
         m.worked(20 * MS, 30 * MS);
         m.requests(21 * MS, 29 * MS);
-        assert_eq!(m.roll(50 * MS), Some(400));
+        assert_eq!(m.roll(50 * MS, 50 * MS), Some(400));
         assert_eq!(m.request_share(), 750);
         // An idle window: no share.
-        assert_eq!(m.roll(100 * MS), Some(0));
+        assert_eq!(m.roll(100 * MS, 100 * MS), Some(0));
         assert_eq!(m.request_share(), 0);
         // Request time beyond the worked time is capped.
         m.worked(100 * MS, 101 * MS);
         m.requests(100 * MS, 110 * MS);
-        assert_eq!(m.roll(150 * MS), Some(20));
+        assert_eq!(m.roll(150 * MS, 150 * MS), Some(20));
         assert_eq!(m.request_share(), 1000);
     }
 

@@ -520,6 +520,46 @@ mod tests {
     }
 
     #[test]
+    fn the_drain_marks_are_flags_with_the_documented_defaults() {
+        let g = |flags: &[&str]| args(flags).gateway_config().map(|g| g.unwrap());
+        let d = g(&[]).unwrap();
+        let marks = |g: &crate::gateway::GatewayConfig| {
+            (
+                g.drain_busy_permille,
+                g.drain_request_share_permille,
+                g.drain_min_requests,
+                g.drain_abort_ms,
+            )
+        };
+        assert_eq!(marks(&d), (200, 250, 32, 500));
+        let set = g(&[
+            "--shard0-drain-busy-pct",
+            "35",
+            "--shard0-drain-request-share-pct",
+            "60",
+            "--shard0-drain-min-requests",
+            "100",
+            "--shard0-drain-abort-ms",
+            "250",
+        ])
+        .unwrap();
+        assert_eq!(marks(&set), (350, 600, 100, 250));
+        for (flag, bad) in [
+            ("--shard0-drain-busy-pct", "0"),
+            ("--shard0-drain-busy-pct", "101"),
+            ("--shard0-drain-request-share-pct", "0"),
+            ("--shard0-drain-request-share-pct", "4294967295"),
+            ("--shard0-drain-min-requests", "0"),
+            ("--shard0-drain-min-requests", "100001"),
+            ("--shard0-drain-abort-ms", "0"),
+            ("--shard0-drain-abort-ms", "5001"),
+        ] {
+            let err = g(&[flag, bad]).unwrap_err();
+            assert!(err.contains(flag), "{flag} {bad}: {err}");
+        }
+    }
+
+    #[test]
     fn real_time_stages_park_by_default() {
         let normal = args(&["--threading", "dedicated"]);
         assert_eq!(normal.feed_wait(), WaitStrategy::SpinPark);

@@ -164,8 +164,9 @@ pub const CONNECTIONS: &str = "pricewire_connections";
 /// Times a shard ran its hosted stages (ingest, engine) in the middle of a long
 /// loop turn (counter, by `shard`).
 pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
-/// Share of wall time a shard's loop spent on turns that did work, over its
-/// last 50-ms window (gauge, by `shard`).
+/// Share of wall time a shard's loop spent on turns that did work, capped
+/// by the CPU time its thread ran, over its last 50-ms window (gauge, by
+/// `shard`).
 pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
 /// Loop stalls a shard measured (a timer sweep 100 ms or more late: process
 /// stopped or starved); deadlines were extended by each (counter, by `shard`).
@@ -401,7 +402,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(HOSTED_INTERLEAVES, &["shard"], "events", "gateway",
         "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
     gauge(SHARD_BUSY, &["shard"], "ratio", "gateway",
-        "Share of wall time a shard's loop spent on turns that did work, over its last 50-ms window"),
+        "Share of wall time a shard's loop spent on turns that did work (capped by the CPU time its thread ran), over its last 50-ms window"),
     counter(SHARD_STALLS, &["shard"], "events", "gateway",
         "Loop stalls a shard measured (a timer sweep 100 ms or more late: process stopped or starved); deadlines were extended by each"),
     gauge(SHARD_MAX_STALL, &["shard"], "seconds", "gateway",
