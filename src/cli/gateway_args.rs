@@ -10,6 +10,9 @@ use crate::feed::ingest::IngestConfig;
 use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
 };
+use crate::gateway::tls_refusal::{
+    TLS_BUSY_HANDSHAKES_PER_S_DEFAULT, TLS_BUSY_HANDSHAKES_PER_S_MAX,
+};
 use crate::gateway::{GatewayConfig, DRAIN_DEFAULT, LISTEN_DEFAULT};
 use crate::runtime::proxy::{
     AllowList, Cidr, ProxyProtocol, HEADER_TIMEOUT_MS_DEFAULT, PENDING_MAX,
@@ -80,6 +83,13 @@ pub struct GatewayArgs {
     /// in milliseconds, 100..=60000.
     #[arg(long, default_value_t = HANDSHAKE_TIMEOUT_MS_DEFAULT, value_name = "MS")]
     pub tls_handshake_timeout_ms: u64,
+
+    /// On the TLS subscriber listener, connections refused for capacity
+    /// that still get a handshake and Disconnect(busy) with a retry-after,
+    /// per second (and at once); beyond it a refused connection is closed
+    /// before any TLS work. 0..=1024; 0 closes every refusal bare.
+    #[arg(long, default_value_t = TLS_BUSY_HANDSHAKES_PER_S_DEFAULT, value_name = "N")]
+    pub tls_busy_handshakes_per_s: u32,
 
     /// PROXY protocol v2 on the subscriber listener, for running behind an
     /// L4 balancer: every connection must open with a v2 header (before
@@ -349,6 +359,13 @@ impl GatewayArgs {
             crate::admission::RetryWindow::new(self.busy_retry_min_ms, self.busy_retry_max_ms);
         c.heartbeat_min_ms = c.heartbeat_min_ms.min(self.heartbeat_ms);
         c.proxy = self.proxy_protocol()?;
+        let per_s = self.tls_busy_handshakes_per_s;
+        if per_s > TLS_BUSY_HANDSHAKES_PER_S_MAX {
+            return Err(format!(
+                "--tls-busy-handshakes-per-s {per_s}: must be 0..={TLS_BUSY_HANDSHAKES_PER_S_MAX}"
+            ));
+        }
+        c.tls_busy_handshakes_per_s = per_s;
         c.validate()?;
         Ok(Some(c))
     }

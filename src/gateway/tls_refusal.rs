@@ -32,6 +32,9 @@ use crate::wire::{self, DisconnectReason};
 /// Default of `tls_busy_handshakes_per_s`: refusal handshakes per second
 /// (and their burst).
 pub const TLS_BUSY_HANDSHAKES_PER_S_DEFAULT: u32 = 32;
+/// Largest `--tls-busy-handshakes-per-s`: each refusal handshake costs the
+/// acceptor thread a full TLS handshake while the server is at capacity.
+pub const TLS_BUSY_HANDSHAKES_PER_S_MAX: u32 = 1024;
 /// Refusal handshakes open at once at most.
 pub const REFUSALS_IN_FLIGHT: usize = 32;
 /// A refused connection gets this long to finish its handshake, read the

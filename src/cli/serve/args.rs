@@ -560,6 +560,17 @@ mod tests {
     }
 
     #[test]
+    fn the_tls_refusal_budget_is_a_flag_with_its_default() {
+        let g = |flags: &[&str]| args(flags).gateway_config().map(|g| g.unwrap());
+        let budget = |flags: &[&str]| g(flags).unwrap().tls_busy_handshakes_per_s;
+        assert_eq!(budget(&[]), 32);
+        assert_eq!(budget(&["--tls-busy-handshakes-per-s", "0"]), 0);
+        assert_eq!(budget(&["--tls-busy-handshakes-per-s", "1024"]), 1024);
+        let err = g(&["--tls-busy-handshakes-per-s", "1025"]).unwrap_err();
+        assert!(err.contains("--tls-busy-handshakes-per-s"), "{err}");
+    }
+
+    #[test]
     fn real_time_stages_park_by_default() {
         let normal = args(&["--threading", "dedicated"]);
         assert_eq!(normal.feed_wait(), WaitStrategy::SpinPark);
