@@ -330,3 +330,35 @@ fn a_forged_record_is_refused() {
     let want = rustls::Error::AlertReceived(rustls::AlertDescription::BadRecordMac);
     assert_eq!(alert, want);
 }
+
+#[test]
+fn data_sent_with_the_clients_finished_arrives_once() {
+    let pki = pki();
+    for suite in &SUITES[..3] {
+        let mut p = connect(&pki, *suite);
+        // Written before the handshake: rustls sends it right after its
+        // Finished, in the same write.
+        p.client.writer().write_all(b"early").unwrap();
+        p.client.write_tls(&mut p.sock).unwrap();
+        let mut buf = [0u8; 64];
+        let end = Instant::now() + Duration::from_secs(10);
+        while p.client.is_handshaking() {
+            assert!(Instant::now() < end, "no server flight");
+            let e = p.server.read(&mut buf).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+            if let Some(n) = would_block(p.client.read_tls(&mut p.sock)).unwrap() {
+                assert!(n > 0, "server closed");
+                p.client.process_new_packets().unwrap();
+            }
+        }
+        while p.client.wants_write() {
+            p.client.write_tls(&mut p.sock).unwrap();
+        }
+        // Finished and the data are in the socket: the read that completes
+        // the handshake returns the data, once.
+        let n = p.server.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"early", "{suite:?}");
+        let e = p.server.read(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{suite:?}: {e}");
+    }
+}
