@@ -302,6 +302,21 @@ fn refused_records_seal_the_alert_rfc_8446_names() {
             },
             22,
         ),
+        // Refused on the header, before the body arrives.
+        (
+            "TLS 1.3 header of 2^14+257",
+            Tls13,
+            false,
+            |_| vec![23, 3, 3, 0x41, 0x01],
+            22,
+        ),
+        (
+            "TLS 1.2 header of 2^14+2049",
+            Tls12,
+            true,
+            |_| vec![23, 3, 3, 0x48, 0x01],
+            22,
+        ),
         (
             "TLS 1.2 plaintext over 2^14",
             Tls12,
