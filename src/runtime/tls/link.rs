@@ -245,7 +245,14 @@ impl TlsLink {
             // Nothing is sent before the handshake completes.
             return Err(io::ErrorKind::WouldBlock.into());
         };
-        let n = t.seal_from(buf, &mut self.tx, TLS_SEND_BUFFER_BYTES)?;
+        let n = match t.seal_from(buf, &mut self.tx, TLS_SEND_BUFFER_BYTES) {
+            Ok(n) => n,
+            Err(e) => {
+                // The close_notify sealed when a TLS 1.2 key is used up.
+                let _ = self.push();
+                return Err(e);
+            }
+        };
         self.push()?;
         if n == 0 && !buf.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());

@@ -25,8 +25,8 @@ use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
 use super::buf::Bytes;
 use super::record::{Keys, RecordError, Version, ALERT, APP_DATA, HANDSHAKE, MAX_PLAIN};
 
-/// Send-buffer bytes kept free for control records (a key update is 26
-/// bytes sealed, a close_notify 24).
+/// Send-buffer bytes kept free for control records: a KeyUpdate (27 bytes
+/// sealed) and an alert (at most 31: TLS 1.2 GCM) fit together.
 pub(crate) const CONTROL_RESERVE: usize = 64;
 
 /// TLS 1.3 KeyUpdate handshake message type.
