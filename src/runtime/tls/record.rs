@@ -178,9 +178,11 @@ impl Keys {
         })
     }
 
-    /// Whether this key has sealed (or opened) as many records as it may.
+    /// Whether this key has one record left within its limit: the
+    /// KeyUpdate (TLS 1.3) or close_notify (TLS 1.2) that retires it, so
+    /// no key ever seals more than its limit.
     pub(crate) fn exhausted(&self) -> bool {
-        self.seq >= self.limit
+        self.seq.saturating_add(1) >= self.limit
     }
 
     #[cfg(test)]

@@ -468,7 +468,7 @@ fn alerts_close_warn_or_end_as_each_version_says() {
 #[test]
 fn tls12_sends_close_notify_when_its_key_is_used_up() {
     let (mut t, mut peer) = session(Version::Tls12, false);
-    t.tx.set_limit(1);
+    t.tx.set_limit(2);
     let mut out = Bytes::with_len(32 * 1024);
     assert_eq!(t.seal_from(b"a", &mut out, 32 * 1024).unwrap(), 1);
     assert!(t.seal_from(b"b", &mut out, 32 * 1024).is_err());
@@ -583,4 +583,30 @@ proptest! {
         let o = feed(&mut t, &mut out, &stream, &chunks);
         prop_assert!(o.data.is_empty());
     }
+}
+
+#[test]
+fn no_key_seals_more_records_than_its_limit() {
+    let (mut t, mut peer) = session(Version::Tls13, false);
+    let mut out = Bytes::with_len(32 * 1024);
+    for k in 0..10u8 {
+        t.tx.set_limit(3);
+        assert_eq!(t.seal_from(&[b'0' + k], &mut out, 32 * 1024).unwrap(), 1);
+    }
+    let sent = peer.open_all(&mut out);
+    // Records under each key, the KeyUpdate that retires it included.
+    let mut per_key = vec![0];
+    for (typ, _) in &sent {
+        *per_key.last_mut().unwrap() += 1;
+        if *typ == HANDSHAKE {
+            per_key.push(0);
+        }
+    }
+    assert!(per_key.iter().all(|&n| n <= 3), "{per_key:?}");
+    let data: Vec<u8> = sent
+        .iter()
+        .filter(|(t, _)| *t == APP_DATA)
+        .flat_map(|(_, b)| b.clone())
+        .collect();
+    assert_eq!(data, b"0123456789");
 }
