@@ -209,7 +209,15 @@ impl TlsLink {
             if t.peer_closed {
                 return Ok(0);
             }
-            match t.open_next(&mut self.rx, &mut self.tx)? {
+            let opened = match t.open_next(&mut self.rx, &mut self.tx) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    // The fatal alert sealed for a refused record.
+                    let _ = self.push();
+                    return Err(e);
+                }
+            };
+            match opened {
                 Some((Opened::Data(range), len)) => {
                     if range.is_empty() {
                         self.rx.consume(len);
@@ -220,11 +228,7 @@ impl TlsLink {
                     }
                 }
                 Some((Opened::Closed, _)) => return Ok(0),
-                Some((Opened::Control, _)) => {
-                    // A key update may have sealed our reply.
-                    self.push()?;
-                    empty += 1;
-                }
+                Some((Opened::Control, _)) => empty += 1,
                 None => match self.rx.read_from(&mut self.stream) {
                     Ok(0) => return Ok(0),
                     Ok(_) => {}
@@ -241,7 +245,14 @@ impl TlsLink {
             // Nothing is sent before the handshake completes.
             return Err(io::ErrorKind::WouldBlock.into());
         };
-        let n = t.seal_from(buf, &mut self.tx, TLS_SEND_BUFFER_BYTES)?;
+        let n = match t.seal_from(buf, &mut self.tx, TLS_SEND_BUFFER_BYTES) {
+            Ok(n) => n,
+            Err(e) => {
+                // The close_notify sealed when a TLS 1.2 key is used up.
+                let _ = self.push();
+                return Err(e);
+            }
+        };
         self.push()?;
         if n == 0 && !buf.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());

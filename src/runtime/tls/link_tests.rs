@@ -14,6 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, SupportedCipherSuite};
 
+use super::record::{Keys, Version, APP_DATA};
 use super::{Link, TlsAcceptor, TlsFiles};
 
 struct Pki {
@@ -77,11 +78,13 @@ fn connect(pki: &Pki, suite: SupportedCipherSuite) -> Pair {
         ..rustls::crypto::ring::default_provider()
     };
     let versions = [suite.version()];
-    let cfg = ClientConfig::builder_with_provider(Arc::new(provider))
+    let mut cfg = ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&versions)
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // Tests that write records by hand take the client's keys.
+    cfg.enable_secret_extraction = true;
     let name = ServerName::try_from("localhost").unwrap();
     let client = ClientConnection::new(Arc::new(cfg), name).unwrap();
     Pair {
@@ -247,10 +250,37 @@ fn tls12_ends_the_session_when_its_key_is_used_up() {
     let Link::Tls(t) = &mut p.server else {
         unreachable!()
     };
-    t.traffic_mut().unwrap().tx.set_limit(2);
+    // Its Finished took sequence 0: "x" is 1, close_notify 2.
+    t.traffic_mut().unwrap().tx.set_limit(3);
     p.server_write_all(b"x").unwrap();
     let e = p.server_write_all(b"y").unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    // As rustls does, the session ends with close_notify, pushed by the
+    // failing write itself (the gateway closes the socket after it).
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        assert!(Instant::now() < end, "no close_notify at the client");
+        if let Some(n) = would_block(p.client.read_tls(&mut p.sock)).unwrap() {
+            assert!(n > 0, "closed without close_notify");
+            p.client.process_new_packets().unwrap();
+        }
+        match would_block(p.client.reader().read(&mut buf)).unwrap() {
+            Some(0) => break,
+            Some(n) => got.extend_from_slice(&buf[..n]),
+            None => {}
+        }
+    }
+    assert_eq!(got, b"x");
+}
+
+/// The client's sending key, taken from rustls once its session is idle:
+/// the test seals records by hand with it.
+fn client_keys(client: ClientConnection) -> Keys {
+    let secrets = client.dangerous_extract_secrets().unwrap();
+    let (seq, tx) = secrets.tx;
+    Keys::new(Version::Tls13, seq, tx).unwrap()
 }
 
 #[test]
@@ -259,31 +289,30 @@ fn a_flood_of_empty_records_hands_the_loop_back() {
     let mut p = connect(&pki, cs::TLS13_AES_128_GCM_SHA256);
     p.client.writer().write_all(b"a").unwrap();
     p.until("a", |p| p.at_server == b"a");
-    // 100 key updates (records without data) ahead of "b": one read
+    let (mut keys, mut sock, mut server) = (client_keys(p.client), p.sock, p.server);
+    // 100 empty data records (allowed in TLS 1.3) ahead of "b": one read
     // opens at most 64 of them before handing the loop back.
+    let mut rec = [0u8; 64];
     for _ in 0..100 {
-        p.client.refresh_traffic_keys().unwrap();
+        let n = keys.seal(APP_DATA, b"", &mut rec).unwrap();
+        sock.write_all(&rec[..n]).unwrap();
     }
-    p.client.writer().write_all(b"b").unwrap();
-    while p.client.wants_write() {
-        p.client.write_tls(&mut p.sock).unwrap();
-    }
+    let n = keys.seal(APP_DATA, b"b", &mut rec).unwrap();
+    sock.write_all(&rec[..n]).unwrap();
     let mut buf = [0u8; 16];
     let end = Instant::now() + Duration::from_secs(10);
     let mut interrupted = 0;
     let mut got = Vec::new();
     while got != b"b" {
         assert!(Instant::now() < end, "b never arrived");
-        match p.server.read(&mut buf) {
+        match server.read(&mut buf) {
             Ok(n) => got.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => interrupted += 1,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                p.server.flush_pending().map(drop).unwrap()
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(interrupted >= 1, "100 key updates in one read");
+    assert!(interrupted >= 1, "100 empty records in one read");
 }
 
 #[test]
@@ -303,4 +332,49 @@ fn a_forged_record_is_refused() {
         }
     };
     assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    // The client is told why: bad_record_mac (RFC 8446 §5.2).
+    let end = Instant::now() + Duration::from_secs(10);
+    let alert = loop {
+        assert!(Instant::now() < end, "no alert at the client");
+        if let Some(0) = would_block(p.client.read_tls(&mut p.sock)).unwrap() {
+            panic!("closed without an alert");
+        }
+        if let Err(e) = p.client.process_new_packets() {
+            break e;
+        }
+    };
+    let want = rustls::Error::AlertReceived(rustls::AlertDescription::BadRecordMac);
+    assert_eq!(alert, want);
+}
+
+#[test]
+fn data_sent_with_the_clients_finished_arrives_once() {
+    let pki = pki();
+    for suite in &SUITES[..3] {
+        let mut p = connect(&pki, *suite);
+        // Written before the handshake: rustls sends it right after its
+        // Finished, in the same write.
+        p.client.writer().write_all(b"early").unwrap();
+        p.client.write_tls(&mut p.sock).unwrap();
+        let mut buf = [0u8; 64];
+        let end = Instant::now() + Duration::from_secs(10);
+        while p.client.is_handshaking() {
+            assert!(Instant::now() < end, "no server flight");
+            let e = p.server.read(&mut buf).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+            if let Some(n) = would_block(p.client.read_tls(&mut p.sock)).unwrap() {
+                assert!(n > 0, "server closed");
+                p.client.process_new_packets().unwrap();
+            }
+        }
+        while p.client.wants_write() {
+            p.client.write_tls(&mut p.sock).unwrap();
+        }
+        // Finished and the data are in the socket: the read that completes
+        // the handshake returns the data, once.
+        let n = p.server.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"early", "{suite:?}");
+        let e = p.server.read(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{suite:?}: {e}");
+    }
 }

@@ -20,6 +20,8 @@ pub mod link;
 mod link_tests;
 mod record;
 mod traffic;
+#[cfg(test)]
+mod traffic_tests;
 
 use std::fmt;
 use std::io;

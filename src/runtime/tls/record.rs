@@ -10,8 +10,9 @@
 //! secrets on a key update), and this module does only the symmetric part
 //! with ring's in-place AEAD, exactly as RFC 8446 §5.2 (TLS 1.3),
 //! RFC 5288 (TLS 1.2 AES-GCM) and RFC 7905 (TLS 1.2 ChaCha20-Poly1305)
-//! define it. The tests in `tls/tests.rs` run every cipher suite against a
-//! rustls client.
+//! define it. The tests in `link_tests.rs` run every cipher suite against a
+//! rustls client; `traffic_tests.rs` seals by hand what a client should
+//! not send and checks the alert each refusal seals.
 
 use std::ops::Range;
 
@@ -29,6 +30,11 @@ pub(crate) const MAX_PLAIN: usize = 16 * 1024;
 /// Largest record on the wire: TLS 1.2 allows 2048 bytes of expansion
 /// (TLS 1.3 only 256), plus the header.
 pub(crate) const MAX_RECORD: usize = HEADER + MAX_PLAIN + 2048;
+/// Largest TLS 1.3 ciphertext (RFC 8446 §5.2: 2^14 + 256).
+const MAX_CIPHER_13: usize = MAX_PLAIN + 256;
+/// The only record version after the handshake (`legacy_record_version`
+/// in TLS 1.3, the negotiated version in TLS 1.2).
+const RECORD_VERSION: [u8; 2] = [3, 3];
 
 /// Content types (RFC 8446 §5.1).
 pub(crate) const ALERT: u8 = 21;
@@ -37,26 +43,60 @@ pub(crate) const HANDSHAKE: u8 = 22;
 /// Application data.
 pub(crate) const APP_DATA: u8 = 23;
 
-/// A record that cannot be opened: the session must end.
+/// A record that cannot be opened: the session must end. Each names the
+/// fatal alert the peer is sent ([`RecordError::alert`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RecordError {
-    /// A header with a length beyond [`MAX_RECORD`] or below the overhead.
+    /// A header length below the suite's overhead, or a malformed alert
+    /// or KeyUpdate: decode_error.
     BadLength,
-    /// The tag did not verify (tampered or out of order).
+    /// A ciphertext or plaintext longer than the version allows:
+    /// record_overflow.
+    Overflow,
+    /// A header version other than 0x0303: protocol_version.
+    BadVersion,
+    /// The tag did not verify (tampered or out of order): bad_record_mac.
     Decrypt,
-    /// A TLS 1.3 record whose inner plaintext is all padding, or an outer
-    /// type other than application data.
+    /// A TLS 1.3 record whose inner plaintext is all padding, an outer
+    /// type other than application data, or a content or handshake type
+    /// not allowed after the handshake: unexpected_message.
     BadType,
-    /// The sequence number space of the key is used up.
+    /// A field with a value the protocol does not define (an alert level,
+    /// a KeyUpdate request): illegal_parameter.
+    Illegal,
+    /// More warnings or KeyUpdates than a peer has reason to send:
+    /// unexpected_message.
+    TooMany,
+    /// The sequence number space of the key is used up: internal_error.
     Exhausted,
-    /// The output buffer cannot hold the record (a caller bug).
+    /// The output buffer cannot hold the record (a caller bug):
+    /// internal_error.
     NoRoom,
+}
+
+impl RecordError {
+    /// The alert description (RFC 8446 §6.2) sent to the peer for it.
+    pub(crate) fn alert(self) -> u8 {
+        match self {
+            Self::BadLength => 50,
+            Self::Overflow => 22,
+            Self::BadVersion => 70,
+            Self::Decrypt => 20,
+            Self::BadType | Self::TooMany => 10,
+            Self::Illegal => 47,
+            Self::Exhausted | Self::NoRoom => 80,
+        }
+    }
 }
 
 impl std::fmt::Display for RecordError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = match self {
-            Self::BadLength => "TLS record length out of range",
+            Self::BadLength => "TLS record or message too short",
+            Self::Overflow => "TLS record too long",
+            Self::BadVersion => "TLS record of another version",
+            Self::Illegal => "TLS message with an illegal value",
+            Self::TooMany => "too many TLS warnings or key updates",
             Self::Decrypt => "TLS record failed to decrypt",
             Self::BadType => "TLS record of an unexpected type",
             Self::Exhausted => "TLS traffic keys exhausted",
@@ -100,6 +140,14 @@ impl std::fmt::Debug for Keys {
     }
 }
 
+impl Drop for Keys {
+    fn drop(&mut self) {
+        // ring offers no way to wipe the expanded key inside `LessSafeKey`;
+        // the static IV at least does not outlive the key.
+        zeroize::Zeroize::zeroize(&mut self.iv);
+    }
+}
+
 impl Keys {
     /// The key of one direction from rustls's extracted secrets, starting
     /// at sequence number `seq`.
@@ -130,9 +178,11 @@ impl Keys {
         })
     }
 
-    /// Whether this key has sealed (or opened) as many records as it may.
+    /// Whether this key has one record left within its limit: the
+    /// KeyUpdate (TLS 1.3) or close_notify (TLS 1.2) that retires it, so
+    /// no key ever seals more than its limit.
     pub(crate) fn exhausted(&self) -> bool {
-        self.seq >= self.limit
+        self.seq.saturating_add(1) >= self.limit
     }
 
     #[cfg(test)]
@@ -143,6 +193,42 @@ impl Keys {
     #[cfg(test)]
     pub(crate) fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// Checks the header at the front of `h` (at least [`HEADER`] bytes)
+    /// before the body arrives: version 0x0303, a TLS 1.3 outer type of
+    /// application data, a length within the version's bounds. Returns
+    /// the whole record's length.
+    pub(crate) fn check_header(&self, h: &[u8]) -> Result<usize, RecordError> {
+        if h[1..3] != RECORD_VERSION {
+            return Err(RecordError::BadVersion);
+        }
+        if self.version == Version::Tls13 && h[0] != APP_DATA {
+            return Err(RecordError::BadType);
+        }
+        let body = usize::from(u16::from_be_bytes([h[3], h[4]]));
+        let max = match self.version {
+            Version::Tls13 => MAX_CIPHER_13,
+            Version::Tls12 => MAX_RECORD - HEADER,
+        };
+        if body > max {
+            return Err(RecordError::Overflow);
+        }
+        if body + HEADER < self.overhead() {
+            return Err(RecordError::BadLength);
+        }
+        Ok(HEADER + body)
+    }
+
+    /// Length of the whole record at the front of `buf`, its header
+    /// checked ([`Keys::check_header`]) as soon as it is in: `Ok(None)`
+    /// while the record's bytes have not all arrived.
+    pub(crate) fn record_len(&self, buf: &[u8]) -> Result<Option<usize>, RecordError> {
+        if buf.len() < HEADER {
+            return Ok(None);
+        }
+        let len = self.check_header(buf)?;
+        Ok((buf.len() >= len).then_some(len))
     }
 
     /// Bytes a record adds to its plaintext.
@@ -234,8 +320,7 @@ impl Keys {
     /// [`record_len`] measured it) in place; returns its content type and
     /// where its plaintext now lies in `rec`.
     pub(crate) fn open(&mut self, rec: &mut [u8]) -> Result<(u8, Range<usize>), RecordError> {
-        let min = self.overhead();
-        if rec.len() < min || rec.len() > MAX_RECORD {
+        if rec.len() < HEADER || self.check_header(rec)? != rec.len() {
             return Err(RecordError::BadLength);
         }
         if self.seq == u64::MAX {
@@ -253,7 +338,6 @@ impl Keys {
         };
         let aad: [u8; 13];
         let aad: &[u8] = match self.version {
-            Version::Tls13 if outer != APP_DATA => return Err(RecordError::BadType),
             Version::Tls13 => &header,
             Version::Tls12 => {
                 aad = self.tls12_aad(outer, rec.len() - body_at - TAG);
@@ -272,7 +356,11 @@ impl Keys {
         self.seq += 1;
         let plain = &rec[body_at..body_at + plain_len];
         match self.version {
+            Version::Tls12 if plain_len > MAX_PLAIN => Err(RecordError::Overflow),
             Version::Tls12 => Ok((outer, body_at..body_at + plain_len)),
+            // The whole TLSInnerPlaintext (content, type, padding) is at
+            // most 2^14 + 1 bytes (RFC 8446 §5.4).
+            Version::Tls13 if plain_len > MAX_PLAIN + 1 => Err(RecordError::Overflow),
             Version::Tls13 => {
                 // TLSInnerPlaintext: content, type, zero padding.
                 let at = plain
@@ -283,17 +371,4 @@ impl Keys {
             }
         }
     }
-}
-
-/// Length of the whole record at the front of `buf`: `Ok(None)` while its
-/// bytes have not all arrived.
-pub(crate) fn record_len(buf: &[u8]) -> Result<Option<usize>, RecordError> {
-    if buf.len() < HEADER {
-        return Ok(None);
-    }
-    let len = HEADER + usize::from(u16::from_be_bytes([buf[3], buf[4]]));
-    if len > MAX_RECORD {
-        return Err(RecordError::BadLength);
-    }
-    Ok((buf.len() >= len).then_some(len))
 }
