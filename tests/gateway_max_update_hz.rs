@@ -1,4 +1,4 @@
-//! Per-subscription maximum update frequency end to end (docs/scale-out.md,
+//! Maximum update frequency (pace groups) end to end (docs/scale-out.md,
 //! "Capacity per edge"): the real binary over loopback TCP. A provider
 //! bridge pushes 1,000 ticks/s (500 per symbol, every tick a new price) for
 //! 2.5 s into the ingest listener; an account limited to 10 Hz and an
