@@ -15,7 +15,8 @@ pub use super::session::SessionState;
 pub struct Sub {
     /// (symbol, tier) key.
     pub key: u32,
-    /// Position in the shard index's list for `key`.
+    /// Position in the shard index's list for `key` (unlimited
+    /// subscriptions only; a paced one is not in the index).
     pub pos: u32,
     /// Highest sequence number sent for this key.
     pub last_seq: u64,
@@ -24,8 +25,9 @@ pub struct Sub {
     /// The last price sent for this key was flagged STALE (an edge that
     /// lost its bus): the same sequence may be sent again, fresh.
     pub stale: bool,
-    /// Its node in the shard's pacer when the account's update frequency
-    /// is limited, else [`super::pacer::PACE_NONE`].
+    /// Its membership of a pace group in the shard's pacer when the
+    /// account's update frequency is limited, else
+    /// [`super::pacer::PACE_NONE`].
     pub pace: super::pacer::PaceId,
 }
 

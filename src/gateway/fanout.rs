@@ -2,16 +2,19 @@
 //! and copied into the outbound buffer of every subscribed connection;
 //! the shard's subscription index and symbol interest kept in step;
 //! conflation bookkeeping and the snapshots that resync a connection.
-//! Subscriptions of an account with a maximum update frequency go through
-//! the shard's [`Pacer`] (held prices leave at their slot, see
-//! [`Fanout::release_due`]). Nothing on the price path allocates (index
-//! lists and pacer nodes grow only when a subscription is added).
+//! Subscriptions of an account with a maximum update frequency are not in
+//! the index but members of the shard's [`Pacer`] groups, one per (key,
+//! interval): a price visits each unlimited subscriber and each group of
+//! its key, and a group's members get it at the group's slot (held prices
+//! leave at their slot, see [`Fanout::release_due`]). Nothing on the price
+//! path allocates (index lists, groups and member lists grow only when a
+//! subscription is added).
 
 use std::sync::Arc;
 
 use super::conn::{Conn, Sub};
 use super::outbound::Append;
-use super::pacer::{self, Offer, Pacer, PACE_NONE};
+use super::pacer::{self, Member, Offer, Pacer, PACE_NONE};
 use super::slab::Slab;
 use super::subs::{SubIndex, Subscriber};
 use super::ShardStats;
@@ -22,6 +25,10 @@ use crate::wire::{self, PriceBody, PriceKind, SubscribeStatus, PRICE_FRAME_LEN};
 /// Offset of the SBE templateId in a frame (after the 6-byte SOFH and the
 /// 2-byte blockLength).
 const TEMPLATE_ID_OFFSET: usize = 8;
+
+/// `Sub::pos` of a paced subscription (it is in a pace group, not in the
+/// index).
+const NOT_INDEXED: u32 = u32::MAX;
 
 /// A shard's fan-out state: who subscribes to what, and what it needs to
 /// encode a price.
@@ -35,6 +42,9 @@ pub(super) struct Fanout {
     pub(super) tiers: usize,
     digits: Box<[u8]>,
     scratch: [u8; PRICE_FRAME_LEN],
+    /// A paced price re-encoded as a conflated snapshot, for members that
+    /// missed prices.
+    conflated: Conflated,
     table: Arc<PriceTable>,
     /// UTC = monotonic + this (see `Shared::wall_offset_ns`).
     wall_offset_ns: i64,
@@ -72,6 +82,11 @@ impl Fanout {
             tiers,
             digits: symbols.instruments().iter().map(|i| i.digits).collect(),
             scratch: [0; PRICE_FRAME_LEN],
+            conflated: Conflated {
+                buf: [0; PRICE_FRAME_LEN],
+                len: 0,
+                wall_offset_ns,
+            },
             table,
             wall_offset_ns,
             pacer: Pacer::new(now),
@@ -116,55 +131,24 @@ impl Fanout {
         }
     }
 
-    /// Delivers every held price whose slot has come by `now` (O(due)):
-    /// a PriceUpdate if it follows the last price sent, else a snapshot
-    /// flagged conflated (prices were skipped). Returns how many went out.
+    /// Delivers every held price whose slot has come by `now` to its
+    /// group's members (O(due groups + their members)), the price encoded
+    /// once: to each member a PriceUpdate if it follows the last price sent
+    /// to it, else a snapshot flagged conflated (prices were skipped).
+    /// Returns how many prices went out.
     pub(super) fn release_due(&mut self, slab: &mut Slab, stats: &ShardStats, now: u64) -> usize {
         let mut sent = 0;
-        while let Some(due) = self.pacer.pop_due(now) {
-            let i = due.conn as usize;
-            let Some(conn) = slab.conns.get_mut(i).and_then(Option::as_mut) else {
-                continue;
-            };
-            let Some(sub) = conn.subs.get_mut(due.slot as usize) else {
-                continue;
-            };
-            let mut p = due.price;
-            if sub.pace != due.id || p.seq <= sub.last_seq {
-                continue;
-            }
-            if conn.out.is_conflating() {
-                mark_owed(sub, &mut conn.dirty_subs);
-                stats.conflated.inc();
-                continue;
-            }
-            let skipped = p.seq > sub.last_seq + 1 || p.flags & price_flags::CONFLATED != 0;
-            let kind = if skipped {
-                p.flags |= price_flags::CONFLATED;
-                PriceKind::Snapshot
-            } else {
-                PriceKind::Update
-            };
-            let digits = self.digits[p.symbol as usize];
-            let n =
-                wire::encode_model_price(&mut self.scratch, kind, &p, digits, self.wall_offset_ns);
-            let bytes = &self.scratch[..n];
-            if append(
-                conn,
-                due.slot as usize,
-                (p.seq, p.flags & price_flags::STALE != 0),
-                bytes,
-                now,
-                stats,
-                &mut self.pacer,
-            ) {
-                stats.paced_released.inc();
-                if skipped {
-                    stats.paced_conflated.inc();
-                }
-                sent += 1;
-                slab.queue_write(i);
-            }
+        while let Some((g, p)) = self.pacer.pop_due(now) {
+            let n = encode_plain(&mut self.scratch, &p, &self.digits, self.wall_offset_ns);
+            self.conflated.len = 0;
+            let members = self.pacer.members(g);
+            let out = (
+                &self.scratch[..n],
+                &mut self.conflated,
+                self.digits[p.symbol as usize],
+            );
+            sent += emit(members, &p, out, slab, stats, (now, true));
+            self.pacer.sent(g, now);
         }
         sent
     }
@@ -176,39 +160,60 @@ impl Fanout {
     }
 
     /// Encodes one (symbol, tier) price once and copies it to every
-    /// subscriber of that key.
+    /// unlimited subscriber of that key, then offers it to each of the
+    /// key's pace groups.
     #[inline]
     fn fan_out_tier(&mut self, p: &Price, slab: &mut Slab, stats: &ShardStats, now: u64) {
         let key = p.symbol as usize * self.tiers + p.tier as usize;
         let subscribers = self.index.subscribers(key);
-        if subscribers.is_empty() {
+        let groups = self.pacer.groups_of(key).len();
+        if subscribers.is_empty() && groups == 0 {
             return;
         }
-        // The engine conflated this key: send a resync point, not a delta.
-        let kind = if p.flags & price_flags::CONFLATED != 0 {
-            PriceKind::Snapshot
-        } else {
-            PriceKind::Update
-        };
-        let digits = self.digits[p.symbol as usize];
-        let n = wire::encode_model_price(&mut self.scratch, kind, p, digits, self.wall_offset_ns);
-        let bytes = &self.scratch[..n];
+        let n = encode_plain(&mut self.scratch, p, &self.digits, self.wall_offset_ns);
         // An edge that lost its bus repeats the last price, same sequence,
         // as a stale snapshot, and again without the flag once the bus is
         // back: both must reach subscribers that had that sequence.
         let frame = Frame {
             price: p,
-            snapshot: kind == PriceKind::Snapshot,
+            snapshot: p.flags & price_flags::CONFLATED != 0,
             stale: p.flags & price_flags::STALE != 0,
-            bytes,
+            bytes: &self.scratch[..n],
         };
-        let pacer = &mut self.pacer;
         for s in subscribers {
             if let Some(conn) = slab.conns[s.conn as usize].as_mut() {
-                let sent = deliver(conn, s.slot, &frame, now, stats, pacer);
+                let sent = deliver(conn, s.slot, &frame, now, stats);
                 if sent && !conn.in_write_list {
                     conn.in_write_list = true;
                     slab.write_list.push(s.conn);
+                }
+            }
+        }
+        self.conflated.len = 0;
+        for k in 0..groups {
+            let g = self.pacer.groups_of(key)[k];
+            let seen = self.pacer.seen_seq(g);
+            // A stale restatement is not paced: it must reach the members
+            // that had that sequence (O(members), only for restatements).
+            let restate = frame.snapshot && p.seq == seen;
+            if restate {
+                restate_to(self.pacer.members(g), &frame, slab, stats, now);
+            }
+            let news = p.seq > seen || (restate && self.pacer.holds(g));
+            if !news {
+                if !restate {
+                    stats.superseded.inc();
+                }
+                continue;
+            }
+            match self.pacer.offer(g, p, now) {
+                Offer::Held { .. } => stats.paced_held.inc(),
+                Offer::Send => {
+                    let members = self.pacer.members(g);
+                    let digits = self.digits[p.symbol as usize];
+                    let out = (frame.bytes, &mut self.conflated, digits);
+                    emit(members, p, out, slab, stats, (now, false));
+                    self.pacer.sent(g, now);
                 }
             }
         }
@@ -240,17 +245,15 @@ impl Fanout {
             return SubscribeStatus::LIMIT_REACHED;
         }
         let slot = conn.subs.len() as u32;
-        let pos = self.index.add(
-            key,
-            Subscriber {
+        let (pos, pace) = if interval_ns > 0 {
+            let pace = self.pacer.add(key as u32, i as u32, slot, interval_ns);
+            (NOT_INDEXED, pace)
+        } else {
+            let s = Subscriber {
                 conn: i as u32,
                 slot,
-            },
-        );
-        let pace = if interval_ns > 0 {
-            self.pacer.add(i as u32, slot, interval_ns)
-        } else {
-            PACE_NONE
+            };
+            (self.index.add(key, s), PACE_NONE)
         };
         conn.subs.push(Sub {
             key: key as u32,
@@ -278,16 +281,17 @@ impl Fanout {
         }
         if slot < conn.subs.len() {
             let m = conn.subs[slot];
-            self.index.set_slot(m.key as usize, m.pos, slot as u32);
-            if m.pace != PACE_NONE {
+            if m.pace == PACE_NONE {
+                self.index.set_slot(m.key as usize, m.pos, slot as u32);
+            } else {
                 self.pacer.set_slot(m.pace, slot as u32);
             }
         }
     }
 
     /// Takes subscription `slot` of connection `i` out of this shard's
-    /// index (and the symbol out of its interest if it was the last) and
-    /// out of its pacer (a price it held becomes owed: a move's new shard
+    /// index or pace group (and the symbol out of its interest if it was
+    /// the last; a price its group held becomes owed: a move's new shard
     /// sends the latest as a resync), leaving the connection's own list as
     /// it is.
     pub(super) fn unindex(&mut self, slab: &mut Slab, i: usize, slot: usize) {
@@ -301,8 +305,8 @@ impl Fanout {
                 mark_owed(s, &mut conn.dirty_subs);
             }
             s.pace = PACE_NONE;
-        }
-        if let Some(moved) = self.index.remove(sub.key as usize, sub.pos) {
+            s.pos = NOT_INDEXED;
+        } else if let Some(moved) = self.index.remove(sub.key as usize, sub.pos) {
             if let Some(other) = slab.conns[moved.conn as usize].as_mut() {
                 other.subs[moved.slot as usize].pos = sub.pos;
             }
@@ -319,15 +323,17 @@ impl Fanout {
     pub(super) fn index_conn(&mut self, conn: &mut Conn, i: usize) {
         let interval_ns = self.interval_for(conn.session.acct().map(|a| &**a));
         for (k, sub) in conn.subs.iter_mut().enumerate() {
-            if interval_ns > 0 {
-                sub.pace = self.pacer.add(i as u32, k as u32, interval_ns);
-            }
             let key = sub.key as usize;
-            let s = Subscriber {
-                conn: i as u32,
-                slot: k as u32,
-            };
-            sub.pos = self.index.add(key, s);
+            if interval_ns > 0 {
+                sub.pace = self.pacer.add(sub.key, i as u32, k as u32, interval_ns);
+                sub.pos = NOT_INDEXED;
+            } else {
+                let s = Subscriber {
+                    conn: i as u32,
+                    slot: k as u32,
+                };
+                sub.pos = self.index.add(key, s);
+            }
             self.hold(key / self.tiers);
         }
     }
@@ -379,9 +385,6 @@ impl Fanout {
                     }
                     sub.last_seq = p.seq;
                     sub.stale = p.flags & price_flags::STALE != 0;
-                    if sub.pace != PACE_NONE {
-                        self.pacer.sent(sub.pace, now);
-                    }
                     sent += 1;
                 }
             }
@@ -407,18 +410,11 @@ fn is_news(sub: &Sub, seq: u64, snapshot: bool, stale: bool) -> bool {
     seq > sub.last_seq || (seq == sub.last_seq && snapshot && stale != sub.stale)
 }
 
-/// Copies one encoded price to one connection, marks it owed if the
-/// connection is conflating, or holds it for the subscription's next slot
-/// if its update frequency is limited. Returns true if bytes were appended.
+/// Copies one encoded price to one unlimited subscription (or restates
+/// it to a paced one), or marks it owed if the connection is conflating.
+/// Returns true if bytes were appended.
 #[inline]
-fn deliver(
-    conn: &mut Conn,
-    slot: u32,
-    f: &Frame<'_>,
-    now: u64,
-    stats: &ShardStats,
-    pacer: &mut Pacer,
-) -> bool {
+fn deliver(conn: &mut Conn, slot: u32, f: &Frame<'_>, now: u64, stats: &ShardStats) -> bool {
     let Some(sub) = conn.subs.get_mut(slot as usize) else {
         return false;
     };
@@ -427,28 +423,121 @@ fn deliver(
         stats.superseded.inc();
         return false;
     }
-    let restate = seq == sub.last_seq;
     if conn.out.is_conflating() {
         mark_owed(sub, &mut conn.dirty_subs);
         stats.conflated.inc();
         return false;
     }
-    // A stale restatement is not paced: it must reach the subscriber.
-    if sub.pace != PACE_NONE && !restate {
-        if let Offer::Held { .. } = pacer.offer(sub.pace, f.price, now) {
-            stats.paced_held.inc();
-            return false;
+    append(conn, slot as usize, (seq, f.stale), f.bytes, now, stats)
+}
+
+/// A restatement (same sequence, as a snapshot) to the members of one
+/// pace group that were last sent that sequence, unpaced.
+fn restate_to(members: &[Member], f: &Frame<'_>, slab: &mut Slab, stats: &ShardStats, now: u64) {
+    for m in members {
+        let Some(conn) = slab.conns[m.conn as usize].as_mut() else {
+            continue;
+        };
+        let ours = conn.subs.get(m.slot as usize);
+        if ours.is_none_or(|s| s.pace != m.id || s.last_seq != f.price.seq) {
+            continue;
+        }
+        if deliver(conn, m.slot, f, now, stats) && !conn.in_write_list {
+            conn.in_write_list = true;
+            slab.write_list.push(m.conn);
         }
     }
-    append(
-        conn,
-        slot as usize,
-        (seq, f.stale),
-        f.bytes,
-        now,
-        stats,
-        pacer,
-    )
+}
+
+/// Encodes `p` as every subscriber of its key gets it first: an update,
+/// or a snapshot (a resync point) if the engine conflated the key.
+/// Returns the frame's length in `buf`.
+#[inline]
+fn encode_plain(buf: &mut [u8; PRICE_FRAME_LEN], p: &Price, digits: &[u8], wall: i64) -> usize {
+    let kind = if p.flags & price_flags::CONFLATED != 0 {
+        PriceKind::Snapshot
+    } else {
+        PriceKind::Update
+    };
+    wire::encode_model_price(buf, kind, p, digits[p.symbol as usize], wall)
+}
+
+/// A paced price as a snapshot flagged conflated, encoded on first use
+/// (`len == 0` until then) for the members that missed prices.
+struct Conflated {
+    buf: [u8; PRICE_FRAME_LEN],
+    len: usize,
+    wall_offset_ns: i64,
+}
+
+impl Conflated {
+    fn bytes(&mut self, p: &Price, digits: u8) -> &[u8] {
+        if self.len == 0 {
+            let mut q = *p;
+            q.flags |= price_flags::CONFLATED;
+            self.len = wire::encode_model_price(
+                &mut self.buf,
+                PriceKind::Snapshot,
+                &q,
+                digits,
+                self.wall_offset_ns,
+            );
+        }
+        &self.buf[..self.len]
+    }
+}
+
+/// Copies one price of a pace group to each of its members that has not
+/// had it: as `plain` if it follows the member's last price, else as the
+/// conflated snapshot; a conflating member is marked owed. `at_slot`
+/// counts the deliveries as released (per member). Returns how many
+/// members were sent the price.
+fn emit(
+    members: &[Member],
+    p: &Price,
+    (plain, conflated, digits): (&[u8], &mut Conflated, u8),
+    slab: &mut Slab,
+    stats: &ShardStats,
+    (now, at_slot): (u64, bool),
+) -> usize {
+    let stale = p.flags & price_flags::STALE != 0;
+    let mut sent = 0;
+    for m in members {
+        let Some(conn) = slab.conns.get_mut(m.conn as usize).and_then(Option::as_mut) else {
+            continue;
+        };
+        let Some(sub) = conn.subs.get_mut(m.slot as usize) else {
+            continue;
+        };
+        if sub.pace != m.id || p.seq <= sub.last_seq {
+            continue;
+        }
+        if conn.out.is_conflating() {
+            mark_owed(sub, &mut conn.dirty_subs);
+            stats.conflated.inc();
+            continue;
+        }
+        let skipped = p.seq > sub.last_seq + 1 || p.flags & price_flags::CONFLATED != 0;
+        let bytes = if skipped {
+            conflated.bytes(p, digits)
+        } else {
+            plain
+        };
+        if append(conn, m.slot as usize, (p.seq, stale), bytes, now, stats) {
+            if at_slot {
+                stats.paced_released.inc();
+                if skipped {
+                    stats.paced_conflated.inc();
+                }
+            }
+            sent += 1;
+            if !conn.in_write_list {
+                conn.in_write_list = true;
+                slab.write_list.push(m.conn);
+            }
+        }
+    }
+    sent
 }
 
 fn mark_owed(sub: &mut Sub, dirty_subs: &mut u32) {
@@ -468,7 +557,6 @@ fn append(
     bytes: &[u8],
     now: u64,
     stats: &ShardStats,
-    pacer: &mut Pacer,
 ) -> bool {
     let Some(sub) = conn.subs.get_mut(slot) else {
         return false;
@@ -491,9 +579,6 @@ fn append(
     }
     sub.last_seq = seq;
     sub.stale = stale;
-    if sub.pace != PACE_NONE {
-        pacer.sent(sub.pace, now);
-    }
     conn.session.note_sent(now);
     stats.prices_out.inc();
     conn.out.update_flow(now);

@@ -73,13 +73,13 @@ pub struct ShardStats {
     pub resync_snapshots: Counter,
     /// Updates older than what the connection already had (after resync).
     pub superseded: Counter,
-    /// Prices held back by a subscription's maximum update frequency
-    /// (each later replaced, or sent at the subscription's next slot).
+    /// Prices held back by a pace group's maximum update frequency, once
+    /// per group (each later replaced, or sent at the group's next slot).
     pub paced_held: Counter,
-    /// Held prices sent at their subscription's slot.
+    /// Held prices sent at their group's slot, once per member reached.
     pub paced_released: Counter,
-    /// Of those, the ones that replaced skipped prices (sent as a snapshot
-    /// flagged conflated).
+    /// Of those, per member, the ones that replaced skipped prices (sent
+    /// as a snapshot flagged conflated).
     pub paced_conflated: Counter,
     /// Bytes handed to sockets.
     pub bytes_written: Counter,

@@ -222,11 +222,12 @@ pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
 /// `outcome`).
 pub const SESSION_DRAINS: &str = "pricewire_session_drains_total";
 /// Prices of subscriptions with a maximum update frequency
-/// (`max_update_hz`, `--max-update-hz`), by event: `held` (arrived inside
-/// the subscription's interval, kept as its latest), `released` (a held
-/// price sent at the subscription's next slot) and `conflated` (of those,
-/// the ones that replaced skipped prices, sent flagged conflated)
-/// (counter, by `shard`, `event`).
+/// (`max_update_hz`, `--max-update-hz`), by event: `held` (a price that
+/// arrived inside a pace group's interval, kept as its latest: counted once
+/// per group, whatever its number of members), `released` (a held price
+/// sent at the group's next slot: counted per member it reached) and
+/// `conflated` (of those, per member, the ones that replaced skipped
+/// prices, sent flagged conflated) (counter, by `shard`, `event`).
 pub const PACED_PRICES: &str = "pricewire_paced_prices_total";
 /// Subscriber connections accepted by a gateway shard (counter, by `shard`).
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
@@ -420,7 +421,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(SESSION_DRAINS, &["shard", "outcome"], "sessions", "gateway",
         "Request-heavy sessions a busy shard 0 held to move them away: moved, or aborted (answers not all in within the wait, or no room) and read again"),
     counter(PACED_PRICES, &["shard", "event"], "prices", "gateway",
-        "Prices of rate-limited subscriptions (max_update_hz): held inside the interval, released at the next slot, and released flagged conflated (prices skipped)"),
+        "Prices of rate-limited subscriptions (max_update_hz): held inside a pace group's interval (per group), released at the group's next slot (per member), and released flagged conflated (per member, prices skipped)"),
     counter(CONNECTIONS_ACCEPTED, &["shard"], "connections", "gateway",
         "Subscriber connections accepted by a gateway shard"),
     counter(ADMISSION_REJECTS, &["stage"], "events", "gateway",
