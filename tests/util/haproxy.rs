@@ -11,6 +11,11 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+// A test binary may include two server helpers, each with its own copy.
+#[allow(clippy::duplicate_mod)]
+#[path = "apt.rs"]
+mod apt;
+
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -34,44 +39,10 @@ impl Drop for Haproxy {
     }
 }
 
-fn run(cmd: &mut Command) -> bool {
-    cmd.env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn present() -> bool {
-    run(Command::new("haproxy").arg("-v"))
-}
-
 /// Installs haproxy if missing (once per process).
 pub fn ensure_installed() {
     static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = INSTALLED.get_or_init(|| {
-        if present() {
-            return Ok(());
-        }
-        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", "haproxy"]));
-        if !install() {
-            // A fresh machine may have no package lists yet.
-            run(Command::new("apt-get").args(["update", "-q"]));
-            install();
-        }
-        match present() {
-            true => Ok(()),
-            false => Err(
-                "haproxy is not installed and `apt-get install -y haproxy` failed \
-                          (needs root and Debian's package mirror); install it by hand"
-                    .to_string(),
-            ),
-        }
-    });
-    if let Err(msg) = result {
-        panic!("{msg}");
-    }
+    apt::ensure_installed(&INSTALLED, "haproxy", "-v", "haproxy");
 }
 
 /// Whether 127.0.0.1:`port` is in LISTEN state (/proc/net/tcp).

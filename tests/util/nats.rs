@@ -11,6 +11,11 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+// A test binary may include two server helpers, each with its own copy.
+#[allow(clippy::duplicate_mod)]
+#[path = "apt.rs"]
+mod apt;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -21,44 +26,10 @@ use std::time::{Duration, Instant};
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-fn run(cmd: &mut Command) -> bool {
-    cmd.env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn present() -> bool {
-    run(Command::new("nats-server").arg("--version"))
-}
-
 /// Installs nats-server if missing (once per process).
 pub fn ensure_installed() {
     static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = INSTALLED.get_or_init(|| {
-        if present() {
-            return Ok(());
-        }
-        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", "nats-server"]));
-        if !install() {
-            run(Command::new("apt-get").args(["update", "-q"]));
-            install();
-        }
-        if present() {
-            Ok(())
-        } else {
-            Err(
-                "nats-server is not installed and `apt-get install -y nats-server` \
-                 failed (needs root and Debian's package mirror); install it by hand"
-                    .to_string(),
-            )
-        }
-    });
-    if let Err(msg) = result {
-        panic!("{msg}");
-    }
+    apt::ensure_installed(&INSTALLED, "nats-server", "--version", "nats-server");
 }
 
 fn free_port() -> u16 {

@@ -11,6 +11,11 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+// A test binary may include two server helpers, each with its own copy.
+#[allow(clippy::duplicate_mod)]
+#[path = "apt.rs"]
+mod apt;
+
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -32,45 +37,10 @@ pub struct RedisServer {
     addr: SocketAddr,
 }
 
-fn run(cmd: &mut Command) -> bool {
-    cmd.env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn present() -> bool {
-    run(Command::new("redis-server").arg("--version"))
-}
-
 /// Installs redis-server if missing (once per process).
 pub fn ensure_installed() {
     static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = INSTALLED.get_or_init(|| {
-        if present() {
-            return Ok(());
-        }
-        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", "redis-server"]));
-        if !install() {
-            // A fresh machine may have no package lists yet.
-            run(Command::new("apt-get").args(["update", "-q"]));
-            install();
-        }
-        if present() {
-            Ok(())
-        } else {
-            Err(
-                "redis-server is not installed and `apt-get install -y redis-server` \
-                 failed (needs root and Debian's package mirror); install it by hand"
-                    .to_string(),
-            )
-        }
-    });
-    if let Err(msg) = result {
-        panic!("{msg}");
-    }
+    apt::ensure_installed(&INSTALLED, "redis-server", "--version", "redis-server");
 }
 
 fn free_port() -> u16 {
