@@ -293,14 +293,18 @@ fn a_flooding_session_is_drained_off_the_engines_shard_without_losing_a_request(
 /// than the request path answers within the 1-ms wait.
 const ABORT_WINDOW: usize = 64;
 /// Aborted holds to see, and answers after them (more than the window,
-/// so the session's socket was read again after its holds).
-const ABORTS: u64 = 3;
+/// so the session's socket was read again after its hold). One: when a
+/// later hold's answers all come within the 1-ms wait the session moves
+/// to shard 1, where no more holds happen (seen on a loaded CI host), so
+/// more aborts cannot be waited for; `Drain::step`'s unit tests cover
+/// repeated holds deterministically.
+const ABORTS: u64 = 1;
 const AFTER_ABORTS: u64 = 1_000;
 
 /// A drain whose wait (1 ms here, `--shard0-drain-abort-ms`) runs out
 /// before the held session's answers are in is aborted: the session is
-/// read again on shard 0, drained again in a later window, and every one
-/// of its requests is answered exactly once through it all.
+/// read again (on shard 0, or on shard 1 if a later drain moves it), and
+/// every one of its requests is answered exactly once through it all.
 #[test]
 fn a_hold_whose_answers_do_not_come_in_time_is_aborted_and_read_again() {
     let svc = start(|g| {
@@ -363,7 +367,7 @@ fn a_hold_whose_answers_do_not_come_in_time_is_aborted_and_read_again() {
         stats[0].drains_moved.get()
     );
     eprintln!(
-        "flood: {} sent, {} answered before the third abort, {} after; \
+        "flood: {} sent, {} answered before the first abort, {} after; \
          drains aborted {}, moved {}",
         f.sent,
         f.before,
