@@ -18,7 +18,7 @@
 //! Every applied price is also appended to the edge's tick history (the
 //! store request workers answer HistoryRequest from), so every edge holds
 //! the same recent prices of a symbol. While the edge hears nothing from
-//! the bus for longer than the max age ([`super::staleness`]), it repeats
+//! the bus for longer than the max age (`bus::staleness`), it repeats
 //! every symbol's last price flagged STALE (and CONFLATED, so gateways send
 //! it as a PriceSnapshot with the same sequence, which a terminal always
 //! accepts); the next fresh price clears the flag. Hearing the bus means a

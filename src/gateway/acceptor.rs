@@ -10,7 +10,7 @@
 //! thread drives those handshakes.
 //!
 //! With `--proxy-protocol` a connection from a trusted balancer first
-//! waits here for its PROXY v2 header ([`super::proxy_wait`]); admission,
+//! waits here for its PROXY v2 header (`gateway::proxy_wait`); admission,
 //! TLS and placement then run as above with the header's client address
 //! in place of the balancer's. A connection from an untrusted peer, or
 //! with a missing, malformed or late header, is closed and counted.

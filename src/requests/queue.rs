@@ -46,7 +46,7 @@
 //!   is never shed, so the queue always makes progress and yields a fresh
 //!   sample. The only request an account has queued is not shed for
 //!   overload while another account holds more, nor while at most
-//!   [`SINGLES_STANDING_MIN`] requests are queued at all. LIFO ends (FIFO
+//!   `SINGLES_STANDING_MIN` requests are queued at all. LIFO ends (FIFO
 //!   again) once the queue has been empty within the last interval; a
 //!   worker finding it empty also clears the overloaded verdict at once.
 //! - **Critical lane**: a request is critical only if the client flagged it

@@ -8,7 +8,7 @@
 //! established session allocates nothing per read or write. `read` opens
 //! the records the socket holds (until `WouldBlock`); `write` seals
 //! plaintext into the send buffer, at most
-//! [`TLS_SEND_BUFFER_BYTES`](super::TLS_SEND_BUFFER_BYTES) of it, and
+//! [`super::TLS_SEND_BUFFER_BYTES`] of it, and
 //! pushes it to the socket; past that it takes nothing and says
 //! `WouldBlock`, so back-pressure stays in the caller's outbound buffer.
 //! Encrypted bytes the socket did not take are pushed by
