@@ -263,6 +263,7 @@ impl Shard {
             acct,
             session_id: shared.next_session_id.fetch_add(1, Ordering::Relaxed),
             server_time_ns: wall_ns(),
+            stream_id: shared.table.stream_id(),
         })
     }
 }
