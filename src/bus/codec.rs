@@ -1,8 +1,11 @@
 //! A price on the bus: the protocol's own PriceUpdate frame (SOFH + SBE,
 //! 76 bytes, schema id and version in the header) followed by the
-//! publishing core's lease epoch, 8 bytes little-endian: 84 bytes. (In
-//! the payload rather than a NATS header, which would cost the client
-//! several allocations per message to build and to parse.)
+//! publishing core's lease epoch and the id of the stream that numbered
+//! the price's sequence, 8 bytes each, little-endian: 92 bytes. (In the
+//! payload rather than NATS headers, which would cost the client several
+//! allocations per message to build and to parse.) A message of 84 bytes
+//! (a core of an earlier version: frame and epoch, no stream id) is read
+//! with stream id 0.
 //!
 //! Encoding writes into a caller's fixed array and allocates nothing.
 //! Decoding checks the frame (length, schema, version, template), that
@@ -13,13 +16,15 @@
 use crate::model::{InstrumentTable, Price};
 use crate::wire::{self, Message, PriceBody, PRICE_FRAME_LEN};
 
-/// Length of a bus message: the price frame and the epoch.
-pub const BUS_MESSAGE_LEN: usize = PRICE_FRAME_LEN + 8;
+/// Length of a bus message: the price frame, the epoch, the stream id.
+pub const BUS_MESSAGE_LEN: usize = PRICE_FRAME_LEN + 16;
+/// Length of an earlier version's bus message (no stream id).
+pub const BUS_MESSAGE_LEN_V1: usize = PRICE_FRAME_LEN + 8;
 
 /// Why a bus message was refused (each is counted by the edge).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
-    /// The message is not [`BUS_MESSAGE_LEN`] bytes long.
+    /// The message is neither [`BUS_MESSAGE_LEN`] nor [`BUS_MESSAGE_LEN_V1`] bytes long.
     #[error("{0} bytes, a bus price message has {BUS_MESSAGE_LEN}")]
     Length(usize),
     /// The frame's decoder refused it (SOFH, schema, version, layout).
@@ -43,8 +48,18 @@ pub enum CodecError {
     },
 }
 
+/// One decoded bus price: the price (its `stream_id` set) and the epoch
+/// of the core that published it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusPrice {
+    /// The price, symbol id and times turned to this host's.
+    pub price: Price,
+    /// The publishing core's lease epoch.
+    pub epoch: u64,
+}
+
 /// Encodes `price` (engine monotonic times turned to UTC by
-/// `wall_offset_ns`) and `epoch` into `out`.
+/// `wall_offset_ns`; its `stream_id` carried) and `epoch` into `out`.
 #[inline]
 pub fn encode(
     out: &mut [u8; BUS_MESSAGE_LEN],
@@ -56,16 +71,27 @@ pub fn encode(
     let (frame, tail) = out.split_at_mut(PRICE_FRAME_LEN);
     let frame: &mut [u8; PRICE_FRAME_LEN] = frame.try_into().expect("split at the frame length");
     wire::encode_update(frame, &PriceBody::from_price(price, digits, wall_offset_ns));
-    tail.copy_from_slice(&epoch.to_le_bytes());
+    let (e, s) = tail.split_at_mut(8);
+    e.copy_from_slice(&epoch.to_le_bytes());
+    s.copy_from_slice(&price.stream_id.to_le_bytes());
     BUS_MESSAGE_LEN
+}
+
+fn word_at(message: &[u8], at: usize) -> u64 {
+    message
+        .get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
 }
 
 /// The epoch of a bus message (0 if it is too short to carry one).
 pub fn epoch(message: &[u8]) -> u64 {
-    message
-        .get(PRICE_FRAME_LEN..BUS_MESSAGE_LEN)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
+    word_at(message, PRICE_FRAME_LEN)
+}
+
+/// The stream id of a bus message (0 for an earlier version's message).
+pub fn stream_id(message: &[u8]) -> u64 {
+    word_at(message, PRICE_FRAME_LEN + 8)
 }
 
 /// Decodes one bus message for `symbol` (the subject's last token). The
@@ -74,16 +100,16 @@ pub fn epoch(message: &[u8]) -> u64 {
 /// turned back to this host's monotonic clock with `wall_offset_ns`, and
 /// `receive_time_ns` is when the edge took the message off the bus.
 pub fn decode(
-    frame: &[u8],
+    message: &[u8],
     symbol: &str,
     table: &InstrumentTable,
     wall_offset_ns: i64,
     receive_time_ns: u64,
-) -> Result<Price, CodecError> {
-    if frame.len() != BUS_MESSAGE_LEN {
-        return Err(CodecError::Length(frame.len()));
+) -> Result<BusPrice, CodecError> {
+    if message.len() != BUS_MESSAGE_LEN && message.len() != BUS_MESSAGE_LEN_V1 {
+        return Err(CodecError::Length(message.len()));
     }
-    let body = match wire::decode(&frame[..PRICE_FRAME_LEN]) {
+    let body = match wire::decode(&message[..PRICE_FRAME_LEN]) {
         Ok(Message::PriceUpdate(b)) => b,
         Ok(other) => return Err(CodecError::NotAPrice(other.template_id())),
         Err(e) => return Err(CodecError::Frame(e.to_string())),
@@ -99,7 +125,7 @@ pub fn decode(
         });
     }
     let back = |utc: u64| utc.saturating_add_signed(wall_offset_ns.saturating_neg());
-    Ok(Price {
+    let price = Price {
         bid: body.bid,
         ask: body.ask,
         bid_size: body.bid_size,
@@ -108,11 +134,27 @@ pub fn decode(
         provider_time_ns: body.provider_time_ns,
         engine_time_ns: back(body.engine_time_ns),
         receive_time_ns,
-        stream_id: 0,
+        stream_id: stream_id(message),
         symbol: inst.id,
         tier: body.tier,
         flags: body.flags,
         providers: body.providers,
         _reserved: [0; 3],
+    };
+    Ok(BusPrice {
+        price,
+        epoch: epoch(message),
     })
+}
+
+/// The (stream id, epoch, sequence) of a bus message, without the checks
+/// of [`decode`] beyond the frame's: what a core following the bus needs.
+pub fn peek(message: &[u8]) -> Option<(u64, u64, u64)> {
+    if message.len() != BUS_MESSAGE_LEN && message.len() != BUS_MESSAGE_LEN_V1 {
+        return None;
+    }
+    match wire::decode(&message[..PRICE_FRAME_LEN]) {
+        Ok(Message::PriceUpdate(b)) => Some((stream_id(message), epoch(message), b.seq)),
+        _ => None,
+    }
 }

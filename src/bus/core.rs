@@ -1,47 +1,56 @@
 //! Core side: the engine's prices from a shard ring onto the bus.
 //!
 //! The engine writes into an ordinary shard ring (every symbol wanted);
-//! the `pw-bus` thread drains it, encodes each price into a fixed frame on
-//! its stack and hands it to the NATS client. The engine never waits on
-//! the bus: a full ring makes it conflate per symbol (latest wins, flagged
-//! CONFLATED) exactly as for a slow gateway shard. When the ring is empty
-//! the thread waits up to [`IDLE_POLL_MS`] on the NATS socket (answering
-//! PINGs, reconnecting when due). Publishing allocates nothing: the
-//! subjects are built once and the client encodes into a reused buffer.
+//! the `pw-bus` thread drains it, numbers each price for the stream it
+//! leads (`bus::sequencer`), encodes it into a fixed frame on its stack
+//! and hands it to the NATS client. The engine never waits on the bus: a
+//! full ring makes it conflate per symbol (latest wins, flagged CONFLATED)
+//! exactly as for a slow gateway shard. When the ring is empty the thread
+//! sleeps in the NATS socket's poll, woken by the engine's doorbell (a
+//! mio waker on the same poll) when a price arrives, by the socket, or
+//! after at most [`super::IDLE_WAIT_MS`] for its timers. Publishing
+//! allocates nothing: the subjects are built once and the client encodes
+//! into a reused buffer.
 //!
 //! With `--threading shared` the engine has no thread of its own: it is a
-//! hosted task of the ring's consumer (as it is of gateway shard 0 on a
-//! standalone server), so the bus thread turns it ahead of draining the
-//! ring, and does not wait on the socket while it has ticks to take. A
-//! tick that arrives while the bus thread waits idle is taken at the end
-//! of the wait, at most [`IDLE_POLL_MS`] later (the feeds' doorbell
-//! cannot wake the NATS socket's wait either).
+//! hosted task of the ring's consumer, so the bus thread turns it ahead of
+//! draining the ring; the feeds ring the same doorbell.
 //!
-//! Only the holder of the leader lease publishes ([`super::lease`]); a
-//! standby drains its ring unpublished. On takeover each symbol's sequence
-//! continues from the last value in the stream.
+//! Every core follows the bus as an edge does (`bus::follow`): the
+//! leader's prices and heartbeats tell a standby the current stream, its
+//! epoch and every symbol's highest sequence. Only the holder of the
+//! leader lease publishes (`bus::lease`, driven without blocking by
+//! `bus::leadership`), and only a core whose feeds are healthy
+//! (`bus::health`) holds it. On taking it a core reads every symbol's last
+//! value, continues the stream it can prove (or starts a new one), and
+//! restates its engine's current price of every symbol at once, so the
+//! new leader stands behind every price terminals see. A standby drains
+//! its ring unpublished.
 //!
-//! The lease holder also sends a heartbeat ([`super::heartbeat`]) every
+//! The lease holder also sends a heartbeat (`bus::heartbeat`) every
 //! `--bus-heartbeat-ms`, checked once per turn of the bus thread (never per
-//! price) and encoded on the stack, so edges can tell a quiet market from
-//! a dead core. A standby, or a leader fenced at three quarters of its
-//! lease, sends none.
+//! price) and encoded on the stack. A standby, or a fenced leader, sends
+//! none.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::codec::BUS_MESSAGE_LEN;
+use super::follow::Known;
+use super::health::FeedHealth;
 use super::heartbeat::{self, Heartbeat, Pacer, HEARTBEAT_LEN};
-use super::lease::Lease;
+use super::leadership::Leadership;
+use super::lease::{Lease, LeaseState, LeaseTiming, LossCause, Transition};
 use super::nats::client::Client;
-use super::nats::jetstream::{self, KvError, KvKey};
+use super::nats::jetstream;
+use super::sequencer::{Numbered, Sequencer};
 use super::thread::BusThread;
-use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_POLL_MS};
+use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_WAIT_MS};
 use crate::clock::monotonic_ns;
-use crate::engine::ShardInput;
-use crate::model::{price_flags, InstrumentTable, Price};
-use crate::runtime::HostedTasks;
+use crate::engine::{PriceTable, ShardInput};
+use crate::model::{price_flags, InstrumentTable, Price, TOP_OF_BOOK};
+use crate::runtime::{Doorbell, HostedTasks};
 
 /// A running core publisher; [`BusPublisher::stop`] drains and flushes.
 pub struct BusPublisher {
@@ -50,23 +59,10 @@ pub struct BusPublisher {
     pub stats: Arc<BusStats>,
 }
 
-/// What the publishing loop needs, built before the thread starts.
-struct Outbox {
-    client: Client,
-    /// One subject per symbol id, built once.
-    subjects: Vec<String>,
-    digits: Vec<u8>,
-    wall_offset_ns: i64,
-    stats: Arc<BusStats>,
-    leader: Leader,
-    beacon: Beacon,
-}
-
 /// The lease holder's heartbeat: subject, pacing and what it reports.
 struct Beacon {
     subject: String,
     pacer: Pacer,
-    core_id: u64,
     interval_ms: u32,
     /// Heartbeats sent so far (the next one's sequence is this + 1).
     seq: u64,
@@ -75,51 +71,63 @@ struct Beacon {
     newest_engine_ns: u64,
 }
 
-/// The lease and what leading needs: the KV key, the last-value stream
-/// (to continue sequences on takeover) and the per-symbol rebase.
-struct Leader {
-    lease: Lease,
-    key: KvKey,
-    cfg: BusConfig,
-    names: Vec<String>,
-    /// Per symbol: the last published sequence found at takeover.
-    base: Vec<u64>,
-    /// Per symbol: added to the engine's sequence, once known.
-    offset: Vec<Option<u64>>,
-    /// Per symbol: prices were drained unpublished (fenced) since the last
-    /// publish, so the next one is flagged.
-    missed: Vec<bool>,
+/// The numbering on the bus and this core's place in it.
+struct Stream {
+    lead: Leadership,
+    seq: Sequencer,
+    known: Known,
+    health: FeedHealth,
+    /// The epoch this core last led with (0: never).
+    led_epoch: u64,
 }
 
-/// The lease key's value (who holds it is told by the revision, not this).
-const LEASE_VALUE: &[u8] = b"core";
+/// What the publishing loop needs, built before the thread starts.
+struct Outbox {
+    client: Client,
+    cfg: BusConfig,
+    instruments: InstrumentTable,
+    /// One subject per symbol id, built once.
+    subjects: Vec<String>,
+    digits: Vec<u8>,
+    wall_offset_ns: i64,
+    stats: Arc<BusStats>,
+    stream: Stream,
+    beacon: Beacon,
+    /// The engine's latest prices (restated on taking the lease).
+    engine: Arc<PriceTable>,
+}
+
+/// Where the ring's prices come from, and who wakes the thread.
+struct Input {
+    ring: rtrb::Consumer<Price>,
+    hosted: HostedTasks,
+    doorbell: Arc<Doorbell>,
+}
 
 impl BusPublisher {
-    /// Connects, makes sure the last-value stream exists, then publishes
-    /// every price the engine writes into `input` until stopped or until
-    /// the engine lets go of the ring. Tasks hosted by `input` (the engine
-    /// under `--threading shared`) are turned by the bus thread; they must
-    /// not need socket events (the engine has none).
+    /// Connects, makes sure the last-value stream and the lease bucket
+    /// exist, then publishes every price the engine writes into `input`
+    /// while this core leads, until stopped or until the engine lets go of
+    /// the ring. `engine` is the engine's price table. Tasks hosted by
+    /// `input` (the engine under `--threading shared`) are turned by the
+    /// bus thread; they must not need socket events (the engine has none).
     pub fn start(
         cfg: &BusConfig,
         table: &InstrumentTable,
+        engine: Arc<PriceTable>,
         input: ShardInput,
     ) -> Result<BusPublisher, BusError> {
         input.interest.set_all();
         let stats = Arc::new(BusStats::default());
-        let subjects = table
-            .instruments()
-            .iter()
-            .map(|i| cfg.subject(&i.name))
-            .collect();
-        let digits = table.instruments().iter().map(|i| i.digits).collect();
-        let names: Vec<String> = table.instruments().iter().map(|i| i.name.clone()).collect();
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
-        let (cfg, st) = (cfg.clone(), stats.clone());
+        let (cfg, st, table) = (cfg.clone(), stats.clone(), table.clone());
         let thread = BusThread::spawn(move |stop| {
-            let tables = (subjects, digits, names);
-            let ring = (input.consumer, input.hosted);
-            bus_thread(cfg, st, tables, ring, ready_tx, &stop)
+            let input = Input {
+                ring: input.consumer,
+                hosted: input.hosted,
+                doorbell: input.doorbell,
+            };
+            bus_thread(cfg, st, table, engine, input, ready_tx, &stop)
         })?;
         let started = ready_rx
             .recv_timeout(super::CONNECT_TIMEOUT * 2)
@@ -141,14 +149,17 @@ type Ready = crossbeam_channel::Sender<Result<(), BusError>>;
 fn bus_thread(
     cfg: BusConfig,
     st: Arc<BusStats>,
-    (subjects, digits, names): (Vec<String>, Vec<u8>, Vec<String>),
-    (ring, hosted): (rtrb::Consumer<Price>, HostedTasks),
+    instruments: InstrumentTable,
+    engine: Arc<PriceTable>,
+    input: Input,
     ready_tx: Ready,
     stop: &AtomicBool,
 ) {
     let set_up = connect::client(&cfg, &st).and_then(|mut c| {
         connect::last_value_stream(&mut c, &cfg)?;
         let key = connect::lease_bucket(&mut c, &cfg)?;
+        c.subscribe(&cfg.wildcard());
+        c.subscribe(&cfg.heartbeat_subject());
         Ok((c, key))
     });
     let (client, key) = match set_up {
@@ -156,110 +167,287 @@ fn bus_thread(
         Err(e) => return drop(ready_tx.send(Err(e))),
     };
     let _ = ready_tx.send(Ok(()));
-    let core_id = rand::random::<u64>();
+    let core_id = crate::model::fresh_stream_id();
     tracing::info!(core_id = format_args!("{core_id:016x}"), "bus core");
-    let beacon = Beacon {
-        subject: cfg.heartbeat_subject(),
-        pacer: Pacer::new(cfg.heartbeat_ms),
-        core_id,
-        interval_ms: u32::try_from(cfg.heartbeat_ms).unwrap_or(u32::MAX),
-        seq: 0,
-        newest_engine_ns: 0,
-    };
-    let leader = Leader {
-        lease: Lease::new(cfg.lease_ms * 1_000_000),
-        key,
-        base: vec![0; names.len()],
-        offset: vec![None; names.len()],
-        missed: vec![false; names.len()],
-        names,
-        cfg,
-    };
+    let now = monotonic_ns();
+    let symbols = instruments.len();
+    let timing = LeaseTiming::new(cfg.lease_ms, cfg.heartbeat_ms);
+    let lease = Lease::new(timing, core_id, now);
     let outbox = Outbox {
         client,
-        leader,
-        beacon,
-        subjects,
-        digits,
-        wall_offset_ns: crate::wire::wall_offset_ns(
-            crate::clock::wall_ns(),
-            crate::clock::monotonic_ns(),
-        ),
+        subjects: instruments
+            .instruments()
+            .iter()
+            .map(|i| cfg.subject(&i.name))
+            .collect(),
+        digits: instruments.instruments().iter().map(|i| i.digits).collect(),
+        beacon: Beacon {
+            subject: cfg.heartbeat_subject(),
+            pacer: Pacer::new(cfg.heartbeat_ms),
+            interval_ms: u32::try_from(cfg.heartbeat_ms).unwrap_or(u32::MAX),
+            seq: 0,
+            newest_engine_ns: 0,
+        },
+        stream: Stream {
+            lead: Leadership::new(lease, key, cfg.clone()),
+            seq: Sequencer::new(symbols),
+            known: Known::new(symbols),
+            health: FeedHealth::new(symbols, now),
+            led_epoch: 0,
+        },
+        cfg,
+        instruments,
+        wall_offset_ns: crate::wire::wall_offset_ns(crate::clock::wall_ns(), monotonic_ns()),
         stats: st,
+        engine,
     };
-    outbox.run(ring, hosted, stop);
+    outbox.run(input, stop);
 }
 
 impl Outbox {
-    fn run(mut self, mut ring: rtrb::Consumer<Price>, mut hosted: HostedTasks, stop: &AtomicBool) {
-        let idle = Duration::from_millis(IDLE_POLL_MS);
+    fn run(mut self, mut input: Input, stop: &AtomicBool) {
+        match self.client.waker() {
+            Ok(w) => input.doorbell.bind_waker(w),
+            Err(e) => tracing::warn!(error = %e, "no waker for the bus thread; it polls"),
+        }
+        let idle = Duration::from_millis(IDLE_WAIT_MS);
         loop {
-            self.leader.turn(&mut self.client, &self.stats);
-            self.beat(monotonic_ns());
+            let now = monotonic_ns();
+            self.lead_turn(now);
+            self.beat(now);
             // A hosted engine prices what its feeds left, into the ring.
-            let engine_work = hosted.turn(monotonic_ns());
-            let moved = self.turn(&mut ring);
+            let engine_work = input.hosted.turn(now);
+            let moved = self.turn(&mut input.ring, now);
             if moved > 0 {
                 self.client.flush();
-                self.client.poll(Duration::ZERO, &mut |_, _| {});
+                self.poll(Duration::ZERO);
                 continue;
             }
             // Empty: the engine has gone (orderly stop) or we were told to.
-            if ring.is_abandoned() || stop.load(Ordering::Acquire) {
-                if ring.is_empty() {
+            if input.ring.is_abandoned() || stop.load(Ordering::Acquire) {
+                if input.ring.is_empty() {
                     break;
                 }
                 continue;
             }
-            let busy = engine_work > 0 || hosted.has_work();
-            self.client
-                .poll(if busy { Duration::ZERO } else { idle }, &mut |_, _| {});
+            if engine_work > 0 || input.hosted.has_work() {
+                self.poll(Duration::ZERO);
+                continue;
+            }
+            let (ring, hosted) = (&input.ring, &input.hosted);
+            if input
+                .doorbell
+                .prepare_sleep(|| !ring.is_empty() || hosted.has_work())
+            {
+                self.poll(idle);
+                input.doorbell.woke();
+            }
         }
         self.client.flush();
-        self.leader.resign(&mut self.client);
+        let bound = Duration::from_millis(self.cfg.lease_ms / 4);
+        self.stream.lead.resign(&mut self.client, bound);
+        self.stats.leader.set(0);
+    }
+
+    /// Takes what arrived on the bus: the leader's heartbeats and prices,
+    /// followed (`bus::follow`). A newer leader's heartbeat deposes this
+    /// core at once.
+    fn poll(&mut self, wait: Duration) {
+        let hb_subject = self.beacon.subject.as_bytes();
+        let (instruments, stream) = (&self.instruments, &mut self.stream);
+        let mut deposed = None;
+        let now = monotonic_ns();
+        self.client.poll(wait, &mut |subject, payload| {
+            if subject == hb_subject {
+                deposed = deposed.or(stream.follow_heartbeat(payload, now));
+            } else {
+                stream.follow_price(instruments, subject, payload, now);
+            }
+        });
+        if let Some(t) = deposed {
+            self.on_transition(t, now);
+        }
+    }
+
+    fn lead_turn(&mut self, now: u64) {
+        let leads = matches!(self.stream.lead.lease.state(), LeaseState::Leader { .. });
+        let healthy = self.stream.health.may_lead(leads, now);
+        if let Some(t) = self.stream.lead.turn(&mut self.client, now, healthy) {
+            self.on_transition(t, now);
+        }
+    }
+
+    fn on_transition(&mut self, t: Transition, now: u64) {
+        let bucket = self.cfg.lease_bucket();
+        match t {
+            Transition::Acquired { .. } => self.take_over(now),
+            Transition::Lost(cause) => {
+                self.stream.seq.stop();
+                self.stats.leader.set(0);
+                self.stats.leases_lost.inc();
+                match cause {
+                    LossCause::AnotherCore(id) => tracing::warn!(
+                        holder = format_args!("{id:016x}"),
+                        "leader lease lost: another core holds it"
+                    ),
+                    LossCause::KeyGone => {
+                        tracing::warn!("leader lease lost: the key expired or a standby took over")
+                    }
+                    LossCause::BucketLost => tracing::warn!(
+                        bucket = %bucket,
+                        "leader lease lost: the lease bucket is gone; creating it again"
+                    ),
+                    LossCause::Resigned => {
+                        self.stats.leases_resigned.inc();
+                        tracing::warn!(
+                            "no fresh price from this core's feeds: leader lease handed on"
+                        );
+                    }
+                }
+            }
+            Transition::BucketMissing => {
+                tracing::warn!(bucket = %bucket, "the lease bucket is gone; creating it again")
+            }
+            Transition::BucketRecreated => {
+                self.stats.lease_buckets_recreated.inc();
+                tracing::info!(bucket = %bucket, "lease bucket created again");
+            }
+        }
+    }
+
+    /// Leads from now on: learns every symbol's last value, decides the
+    /// stream and its numbering, and restates every price the engine
+    /// has, flagged when the stream continues.
+    fn take_over(&mut self, now: u64) {
+        let all_read = self.read_last_values();
+        let s = &mut self.stream;
+        // What this core published itself needs no reading, if nobody
+        // led after it.
+        let ours = s.led_epoch != 0 && s.known.epoch() == s.led_epoch;
+        s.lead.lease.observe_epoch(s.known.epoch());
+        let epoch = s.lead.lease.settle_epoch();
+        let previous = s.known.stream_id();
+        let c = s
+            .known
+            .continuation(all_read || ours, crate::model::fresh_stream_id());
+        s.seq.start(&c);
+        s.lead.set_stream(c.stream_id);
+        s.known.heard(c.stream_id, epoch);
+        s.led_epoch = epoch;
+        self.stats.leases_taken.inc();
+        self.stats.leader.set(1);
+        self.stats.epoch.set(epoch);
+        let stream = format_args!("{:016x}", c.stream_id);
+        if c.continues {
+            tracing::info!(epoch, stream = %stream, "leader lease taken; the stream continues");
+        } else if previous != 0 {
+            self.stats.streams_started.inc();
+            tracing::warn!(
+                epoch,
+                stream = %stream,
+                previous = format_args!("{previous:016x}"),
+                "leader lease taken; the last values could not all be read, so the \
+                 previous stream cannot be continued: a new stream starts"
+            );
+        } else {
+            tracing::info!(epoch, stream = %stream, "leader lease taken; a new stream starts");
+        }
+        self.restate(epoch, now);
+    }
+
+    /// Reads every symbol's last value into what is known; true if every
+    /// read was answered (found or not found).
+    fn read_last_values(&mut self) -> bool {
+        let stream = self.cfg.stream();
+        let bound = Duration::from_nanos(self.stream.lead.lease.timing().request_timeout_ns);
+        let mut all = true;
+        for (i, subject) in self.subjects.iter().enumerate() {
+            match jetstream::last_for_subject(&mut self.client, &stream, subject, bound) {
+                Ok(Some(m)) => {
+                    if let Some((stream_id, epoch, seq)) = super::codec::peek(&m.payload) {
+                        self.stream.known.price(i, stream_id, epoch, seq);
+                        self.stream.lead.lease.observe_epoch(epoch);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(subject = %subject, error = %e, "last value at takeover");
+                    all = false;
+                }
+            }
+        }
+        all
+    }
+
+    /// Publishes the engine's current price of every symbol, numbered for
+    /// the stream just taken.
+    fn restate(&mut self, epoch: u64, now: u64) {
+        for symbol in 0..self.subjects.len() {
+            let Some(mut p) = self.engine.read(symbol as u16, TOP_OF_BOOK) else {
+                continue;
+            };
+            if p.seq == 0 {
+                continue;
+            }
+            self.stream
+                .health
+                .on_price(symbol, p.flags & price_flags::STALE != 0, now);
+            if self.stream.seq.number(&mut p) == Numbered::Publish {
+                self.publish(&p, epoch);
+            }
+        }
+        self.client.flush();
     }
 
     /// Publishes up to [`BATCH_MAX`] prices (a standby drains them
     /// unpublished); returns how many it took from the ring.
-    fn turn(&mut self, ring: &mut rtrb::Consumer<Price>) -> usize {
+    fn turn(&mut self, ring: &mut rtrb::Consumer<Price>, now: u64) -> usize {
         let mut moved = 0;
-        let mut frame = [0u8; BUS_MESSAGE_LEN];
-        let epoch = self.leader.lease.publishing_epoch(monotonic_ns());
-        let mut newest_engine_ns = 0;
+        let epoch = self.stream.lead.lease.publishing_epoch(now);
         while moved < BATCH_MAX {
             let Ok(mut price) = ring.pop() else { break };
             moved += 1;
+            let s = price.symbol as usize;
+            let stale = price.flags & price_flags::STALE != 0;
+            self.stream.health.on_price(s, stale, now);
             let Some(epoch) = epoch else {
                 self.stats.standby_discarded.inc();
-                if let Some(m) = self.leader.missed.get_mut(price.symbol as usize) {
-                    *m = true;
-                }
+                self.stream.seq.missed(s);
                 continue;
             };
-            let s = price.symbol as usize;
-            let (Some(subject), Some(&digits)) = (self.subjects.get(s), self.digits.get(s)) else {
-                self.stats.publish_errors.inc();
-                continue;
-            };
-            self.leader.continue_sequence(&mut price);
-            let n = super::codec::encode(&mut frame, &price, epoch, digits, self.wall_offset_ns);
-            if self.client.publish(subject, &frame[..n]) {
-                self.stats.published.inc();
-                newest_engine_ns = price.engine_time_ns;
-            } else {
-                self.stats.publish_errors.inc();
+            match self.stream.seq.number(&mut price) {
+                Numbered::Publish => self.publish(&price, epoch),
+                Numbered::Superseded => self.stats.superseded.inc(),
             }
         }
-        if newest_engine_ns != 0 {
-            self.beacon.newest_engine_ns = newest_engine_ns;
-        }
         moved
+    }
+
+    /// Publishes one numbered price with `epoch`.
+    #[inline]
+    fn publish(&mut self, price: &Price, epoch: u64) {
+        let s = price.symbol as usize;
+        let (Some(subject), Some(&digits)) = (self.subjects.get(s), self.digits.get(s)) else {
+            self.stats.publish_errors.inc();
+            return;
+        };
+        let mut frame = [0u8; BUS_MESSAGE_LEN];
+        let n = super::codec::encode(&mut frame, price, epoch, digits, self.wall_offset_ns);
+        if self.client.publish(subject, &frame[..n]) {
+            self.stats.published.inc();
+            self.beacon.newest_engine_ns = price.engine_time_ns;
+            self.stream
+                .known
+                .price(s, price.stream_id, epoch, price.seq);
+        } else {
+            self.stats.publish_errors.inc();
+        }
     }
 
     /// Sends a heartbeat when one is due and this core may publish (holds
     /// the lease, not fenced). Allocates nothing.
     fn beat(&mut self, now_ns: u64) {
-        let Some(epoch) = self.leader.lease.publishing_epoch(now_ns) else {
+        let Some(epoch) = self.stream.lead.lease.publishing_epoch(now_ns) else {
             return;
         };
         if !self.beacon.pacer.due(now_ns) {
@@ -271,7 +459,7 @@ impl Outbox {
             flags: heartbeat::FLAG_LEADER,
             interval_ms: b.interval_ms,
             epoch,
-            core_id: b.core_id,
+            core_id: self.stream.lead.lease.core_id(),
             seq: b.seq + 1,
             published: self.stats.published.get(),
             newest_price_utc_ns: match b.newest_engine_ns {
@@ -279,6 +467,8 @@ impl Outbox {
                 t => utc(t),
             },
             sent_utc_ns: utc(now_ns),
+            fresh_symbols: self.stream.health.fresh_symbols(),
+            stream_id: self.stream.seq.stream_id(),
         };
         let mut frame = [0u8; HEARTBEAT_LEN];
         let n = heartbeat::encode(&mut frame, &hb);
@@ -292,89 +482,47 @@ impl Outbox {
     }
 }
 
-impl Leader {
-    /// Takes or renews the lease when due (each KV call bounded by a
-    /// quarter of the lease period).
-    fn turn(&mut self, c: &mut Client, stats: &BusStats) {
-        let now = monotonic_ns();
-        let bound = Duration::from_millis(self.cfg.lease_ms / 4);
-        if self.lease.acquire_due(now) {
-            self.lease.tried(now);
-            if let Ok(revision) = self.key.create(c, LEASE_VALUE, bound) {
-                self.take_over(c, revision, stats);
-            }
-        } else if self.lease.renew_due(now) {
-            self.lease.tried(now);
-            let Some(rev) = self.lease.revision() else {
-                return;
-            };
-            match self.key.update(c, LEASE_VALUE, rev, bound) {
-                Ok(revision) => self.lease.renewed(revision, monotonic_ns()),
-                Err(KvError::WrongLastRevision) => {
-                    self.lease.lost();
-                    stats.leases_lost.inc();
-                    tracing::warn!("leader lease lost: another core holds it");
-                }
-                // No answer: keep trying; fencing stops publishing at 3/4.
-                _ => {}
-            }
+impl Stream {
+    /// Another core's leader heartbeat: the current stream and epoch, the
+    /// leader alive; one of a newer epoch than this core leads with
+    /// deposes it.
+    fn follow_heartbeat(&mut self, payload: &[u8], now: u64) -> Option<Transition> {
+        let hb = heartbeat::decode(payload).ok()?;
+        let lease = &mut self.lead.lease;
+        if hb.flags & heartbeat::FLAG_LEADER == 0 || hb.core_id == lease.core_id() {
+            return None;
         }
+        self.known.heard(hb.stream_id, hb.epoch);
+        lease.heard_leader(hb.epoch, now);
+        lease.superseded(hb.epoch, now)
     }
 
-    /// Leads from `revision` on: reads every symbol's last published
-    /// sequence so the next price continues from it.
-    fn take_over(&mut self, c: &mut Client, revision: u64, stats: &BusStats) {
-        let stream = self.cfg.stream();
-        let bound = Duration::from_millis(self.cfg.lease_ms / 4);
-        for (i, name) in self.names.iter().enumerate() {
-            let last = jetstream::last_for_subject(c, &stream, &self.cfg.subject(name), bound);
-            self.base[i] = match last {
-                Ok(Some(m)) => match crate::wire::decode(&m.payload) {
-                    Ok(crate::wire::Message::PriceUpdate(b)) => b.seq,
-                    _ => 0,
-                },
-                _ => 0,
-            };
-            self.offset[i] = None;
+    /// A price on the bus: its stream, epoch and sequence are known from
+    /// now on. This core's own prices (its leading epoch) are skipped
+    /// before they are decoded.
+    #[inline]
+    fn follow_price(
+        &mut self,
+        instruments: &InstrumentTable,
+        subject: &[u8],
+        payload: &[u8],
+        now: u64,
+    ) {
+        let leading = self.lead.lease.publishing_epoch(now).is_some();
+        if leading && super::codec::epoch(payload) == self.led_epoch {
+            return;
         }
-        // Stamped now: the loads above took time from the lease.
-        self.lease.acquired(revision, monotonic_ns());
-        stats.leases_taken.inc();
-        tracing::info!(epoch = revision, "leader lease taken");
-    }
-
-    /// Continues the symbol's sequence from the last value published before
-    /// this core led; the first price after a takeover is flagged
-    /// CONFLATED (prices may have been missed in between).
-    fn continue_sequence(&mut self, price: &mut Price) {
-        let s = price.symbol as usize;
-        debug_assert!(s < self.offset.len());
-        let offset = match self.offset[s] {
-            Some(o) => o,
-            None => {
-                let base = self.base[s];
-                if base > 0 {
-                    price.flags |= price_flags::CONFLATED;
-                }
-                // Next is base + 1; an engine sequence starts at 1.
-                let o = (base + 1).saturating_sub(price.seq);
-                self.offset[s] = Some(o);
-                o
-            }
+        let Some((stream_id, epoch, seq)) = super::codec::peek(payload) else {
+            return;
         };
-        price.seq += offset;
-        if std::mem::take(&mut self.missed[s]) {
-            price.flags |= price_flags::CONFLATED;
-        }
-    }
-
-    /// An orderly stop hands the lease on at once instead of letting it
-    /// expire.
-    fn resign(&mut self, c: &mut Client) {
-        if let Some(rev) = self.lease.revision() {
-            let bound = Duration::from_millis(self.cfg.lease_ms / 4);
-            let _ = self.key.delete(c, rev, bound);
-            self.lease.lost();
-        }
+        let token = subject.rsplit(|&b| b == b'.').next().unwrap_or_default();
+        let Some(inst) = std::str::from_utf8(token)
+            .ok()
+            .and_then(|n| instruments.by_name(n))
+        else {
+            return;
+        };
+        self.known.price(inst.id as usize, stream_id, epoch, seq);
+        self.lead.lease.observe_epoch(epoch);
     }
 }

@@ -24,6 +24,19 @@
 //! accepts); the next fresh price clears the flag. Hearing the bus means a
 //! valid price or a heartbeat ([`super::heartbeat`]) of the current lease
 //! epoch, so a quiet market whose core is alive is not flagged.
+//!
+//! Sequences count per stream (every price names its stream): a symbol's
+//! price of another stream than its last one starts its sequence afresh
+//! (gateways send it as a snapshot of the new stream), and the price
+//! table names the current stream for LogonAccepted. A price is *backed*
+//! while its epoch is the current one: after a takeover the new leader
+//! restates every symbol it prices, and those it does not are flagged
+//! STALE one max age after the old leader was last heard; a leader's
+//! heartbeats clear the edge's STALE flag only from backed prices. An
+//! edge that starts loads every last value, then waits (at most one max
+//! age) to hear a live core before it reports started; hearing none, it
+//! starts with every price flagged, as the edges already running show
+//! them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -71,15 +84,20 @@ pub struct BusSubscriber {
     pub stats: Arc<BusStats>,
 }
 
-/// The bus thread's state: table, rings, and the last sequence per symbol.
+/// The bus thread's state: table, rings, and per symbol the stream,
+/// epoch and sequence of its last price.
 struct Inbox {
     table: Arc<PriceTable>,
     instruments: InstrumentTable,
     publishers: Vec<ShardPublisher>,
     last_seq: Vec<u64>,
+    sym_stream: Vec<u64>,
+    sym_epoch: Vec<u64>,
     history: Arc<TickHistory>,
     /// Liveness of the bus, and the newest lease epoch heard.
     staleness: Staleness,
+    /// When the subscriptions were made (the start-up wait counts from it).
+    started_ns: u64,
     max_age_ms: u64,
     heartbeat_subject: String,
     /// The core whose heartbeats were taken last (0 before any).
@@ -148,8 +166,11 @@ impl BusSubscriber {
             instruments: instruments.clone(),
             publishers,
             last_seq: vec![0; instruments.len()],
+            sym_stream: vec![0; instruments.len()],
+            sym_epoch: vec![0; instruments.len()],
             history: parts.history.clone(),
             staleness: Staleness::new(cfg.max_age_ms, monotonic_ns()),
+            started_ns: 0,
             max_age_ms: cfg.max_age_ms,
             heartbeat_subject: cfg.heartbeat_subject(),
             core_id: 0,
@@ -193,10 +214,13 @@ impl Inbox {
         // overlap is dropped by sequence.
         client.subscribe(&cfg.wildcard());
         client.subscribe(&cfg.heartbeat_subject());
+        self.started_ns = monotonic_ns();
+        self.staleness = Staleness::new(self.max_age_ms, self.started_ns);
         if let Err(e) = self.load(&mut client, &cfg, &stop) {
             return drop(ready.send(Err(e)));
         }
         self.loaded = true;
+        self.await_a_live_core(&mut client, &stop);
         let _ = ready.send(Ok(()));
         self.live(&mut client, &cfg, &stop);
     }
@@ -224,7 +248,7 @@ impl Inbox {
                 }
                 match jetstream::last_for_subject(c, &stream, &subject, left) {
                     Ok(Some(m)) => {
-                        if self.take(subject.as_bytes(), &m.payload) {
+                        if self.take_stored(subject.as_bytes(), &m.payload) {
                             self.stats.last_values_loaded.inc();
                         }
                     }
@@ -238,8 +262,56 @@ impl Inbox {
                 break;
             }
         }
+        // Loaded prices of an older epoch than the newest: no live core
+        // stands behind them.
+        self.staleness.check_backing_now(monotonic_ns());
         self.notify();
         Ok(())
+    }
+
+    /// Before the edge reports started: polls until a price or heartbeat
+    /// of a live core arrives, at most one max age from the subscription.
+    /// Hearing none, every loaded price is flagged stale at once (the
+    /// other edges already say so), not one max age later.
+    fn await_a_live_core(&mut self, c: &mut Client, stop: &AtomicBool) {
+        let deadline = self.started_ns + self.max_age_ms * 1_000_000;
+        while !self.staleness.heard_any() && !stop.load(Ordering::Acquire) {
+            let now = monotonic_ns();
+            if now >= deadline {
+                if self.staleness.force_flag() {
+                    self.flag_stale();
+                }
+                break;
+            }
+            let wait = Duration::from_nanos(deadline - now).min(Duration::from_millis(POLL_MS));
+            self.poll_once(c, wait);
+        }
+        self.check_staleness(monotonic_ns());
+        self.notify();
+    }
+
+    fn poll_once(&mut self, c: &mut Client, wait: Duration) {
+        c.poll(wait, &mut |subject, payload| {
+            if subject == self.heartbeat_subject.as_bytes() {
+                self.take_heartbeat(payload);
+            } else {
+                self.take(subject, payload);
+            }
+        });
+    }
+
+    /// The staleness decisions of one turn: a silence flags every price; a
+    /// takeover's due time flags the prices nobody restated; hearing the
+    /// bus again clears this edge's flags from backed prices.
+    fn check_staleness(&mut self, now: u64) {
+        if self.staleness.due(now) {
+            self.flag_stale();
+        } else if self.stale_shown && !self.staleness.is_flagged() && self.loaded {
+            self.clear_stale();
+        }
+        if self.staleness.takeover_due(now) {
+            self.flag_unbacked();
+        }
     }
 
     fn live(&mut self, c: &mut Client, cfg: &BusConfig, stop: &AtomicBool) {
@@ -258,18 +330,8 @@ impl Inbox {
                 }
             }
             let wait = if self.parked() { 1 } else { POLL_MS };
-            c.poll(Duration::from_millis(wait), &mut |subject, payload| {
-                if subject == self.heartbeat_subject.as_bytes() {
-                    self.take_heartbeat(payload);
-                } else {
-                    self.take(subject, payload);
-                }
-            });
-            if self.staleness.due(monotonic_ns()) {
-                self.flag_stale();
-            } else if self.stale_shown && !self.staleness.is_flagged() && self.loaded {
-                self.clear_stale();
-            }
+            self.poll_once(c, Duration::from_millis(wait));
+            self.check_staleness(monotonic_ns());
             self.notify();
         }
     }
@@ -278,31 +340,72 @@ impl Inbox {
         self.publishers.iter().any(|p| p.parked() > 0)
     }
 
-    /// Decodes and applies one message; true if it was applied. A price
-    /// of an older lease epoch than one already seen is dropped (fencing
-    /// a core that lost the lease).
+    /// Decodes and applies one live message; true if it was applied. A
+    /// price of an older lease epoch than one already seen is dropped
+    /// (fencing a core that lost the lease).
     fn take(&mut self, subject: &[u8], payload: &[u8]) -> bool {
-        let epoch = super::codec::epoch(payload);
-        if !self.staleness.admits(epoch) {
+        let (epoch, stream) = (
+            super::codec::epoch(payload),
+            super::codec::stream_id(payload),
+        );
+        if !self.staleness.admits(epoch, stream) {
             self.stats.stale_epoch_dropped.inc();
             return false;
         }
+        let Some(b) = self.decode(subject, payload) else {
+            return false;
+        };
+        // Only a valid price moves the epoch on and shows the bus alive.
+        self.staleness.heard(epoch, stream, b.price.receive_time_ns);
+        self.on_current();
+        self.apply(b.price, epoch)
+    }
+
+    /// A last value read from the stream: applied whatever its epoch (it
+    /// is the symbol's newest price, flagged stale later if no live core
+    /// stands behind it); it moves the epoch on but shows nothing alive.
+    fn take_stored(&mut self, subject: &[u8], payload: &[u8]) -> bool {
+        let Some(b) = self.decode(subject, payload) else {
+            return false;
+        };
+        self.staleness.learn(b.epoch, b.price.stream_id);
+        self.on_current();
+        self.apply(b.price, b.epoch)
+    }
+
+    fn decode(&mut self, subject: &[u8], payload: &[u8]) -> Option<super::codec::BusPrice> {
         let token = subject.rsplit(|&b| b == b'.').next().unwrap_or_default();
         let symbol = std::str::from_utf8(token).unwrap_or_default();
         let now = monotonic_ns();
         match super::codec::decode(payload, symbol, &self.instruments, self.wall_offset_ns, now) {
-            Ok(p) => {
-                // Only a valid price moves the epoch on and shows the bus
-                // alive.
-                self.staleness.heard(epoch, now);
-                self.apply(p)
-            }
+            Ok(b) => Some(b),
             Err(e) => {
                 self.stats.decode_errors.inc();
                 tracing::debug!(symbol, error = %e, "bus message refused");
-                false
+                None
             }
         }
+    }
+
+    /// The current stream is what the price table names for LogonAccepted
+    /// (a change is logged and counted once).
+    fn on_current(&mut self) {
+        let (epoch, stream) = self.staleness.current();
+        self.stats.epoch.set(epoch);
+        let before = self.table.stream_id();
+        if before == stream {
+            return;
+        }
+        self.table.set_stream_id(stream);
+        if before != 0 {
+            self.stats.streams_adopted.inc();
+        }
+        tracing::info!(
+            stream = format_args!("{stream:016x}"),
+            epoch,
+            previous = format_args!("{before:016x}"),
+            "prices of a new stream"
+        );
     }
 
     /// Takes one message of the heartbeat subject: a leader's heartbeat of
@@ -319,9 +422,10 @@ impl Inbox {
             }
         };
         let now = monotonic_ns();
-        if !self.staleness.heard(hb.epoch, now) {
+        if !self.staleness.heard(hb.epoch, hb.stream_id, now) {
             return self.stats.heartbeat_stale_epoch.inc();
         }
+        self.on_current();
         self.stats.heartbeats_received.inc();
         self.stats.heartbeat_at(now);
         if hb.core_id != self.core_id {
@@ -343,20 +447,24 @@ impl Inbox {
         }
     }
 
-    /// Applies one price in sequence order: duplicates dropped, gaps flagged.
-    fn apply(&mut self, mut p: Price) -> bool {
+    /// Applies one price of `epoch` in sequence order within its stream:
+    /// duplicates dropped, gaps flagged; the first price of another stream
+    /// starts the symbol's sequence afresh.
+    fn apply(&mut self, mut p: Price, epoch: u64) -> bool {
         let s = p.symbol as usize;
         debug_assert!(s < self.last_seq.len());
         let last = self.last_seq[s];
-        if p.seq <= last {
+        if p.stream_id != self.sym_stream[s] {
+            self.sym_stream[s] = p.stream_id;
+        } else if p.seq <= last {
             self.stats.duplicates_dropped.inc();
             return false;
-        }
-        if last != 0 && p.seq > last + 1 {
+        } else if last != 0 && p.seq > last + 1 {
             p.flags |= price_flags::CONFLATED;
             self.stats.gaps_flagged.inc();
         }
         self.last_seq[s] = p.seq;
+        self.sym_epoch[s] = epoch;
         self.stale_by_edge[s] = false;
         self.table.write(&p);
         for publisher in &mut self.publishers {
@@ -396,19 +504,61 @@ impl Inbox {
         );
     }
 
+    /// Whether the core that leads now stands behind `symbol`'s price:
+    /// it is of the current epoch and stream.
+    fn backed(&self, symbol: usize) -> bool {
+        (self.sym_epoch[symbol], self.sym_stream[symbol]) == self.staleness.current()
+    }
+
+    /// A takeover's due time came (or prices were loaded): every price the
+    /// leader of the current epoch has not published is repeated flagged
+    /// STALE (and CONFLATED), same sequence. A frozen price is stale
+    /// whatever the heartbeats say. Allocates nothing.
+    fn flag_unbacked(&mut self) {
+        let mut flagged = 0u64;
+        for symbol in 0..self.last_seq.len() {
+            if self.backed(symbol) || self.stale_by_edge[symbol] {
+                continue;
+            }
+            let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
+                continue;
+            };
+            if p.seq == 0 || p.flags & price_flags::STALE != 0 {
+                continue;
+            }
+            p.flags |= price_flags::STALE | price_flags::CONFLATED;
+            self.table.write(&p);
+            for publisher in &mut self.publishers {
+                publisher.publish(&p);
+            }
+            self.stale_by_edge[symbol] = true;
+            flagged += 1;
+        }
+        self.stats.unbacked_flagged.add(flagged);
+        self.stale_shown |= flagged > 0;
+        if flagged > 0 {
+            tracing::warn!(
+                symbols = flagged,
+                "prices no live core stands behind (an older epoch's); flagged stale"
+            );
+        }
+    }
+
     /// The bus is heard again (a price or heartbeat of the current epoch)
-    /// and the table is as new as the stream: every price this edge
+    /// and the table is as new as the stream: every backed price this edge
     /// flagged STALE (not one the core's engine flagged) goes out again,
     /// same sequence, without the flag (CONFLATED, so gateways send it as
     /// a PriceSnapshot to subscribers that had the stale one). A quiet
-    /// market's prices do not stay stale until its next tick. Allocates
-    /// nothing.
+    /// market's prices do not stay stale until its next tick; an older
+    /// epoch's stay stale until the current leader publishes them.
+    /// Allocates nothing.
     fn clear_stale(&mut self) {
         let mut cleared = 0u64;
         for symbol in 0..self.last_seq.len() {
-            if !std::mem::take(&mut self.stale_by_edge[symbol]) {
+            if !self.stale_by_edge[symbol] || !self.backed(symbol) {
                 continue;
             }
+            self.stale_by_edge[symbol] = false;
             let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
                 continue;
             };
@@ -423,11 +573,14 @@ impl Inbox {
             cleared += 1;
         }
         self.stats.stale_cleared.add(cleared);
+        // Those left flagged are unbacked: only a fresh price clears them.
         self.stale_shown = false;
-        tracing::info!(
-            symbols = cleared,
-            "the bus is heard again; stale flags cleared"
-        );
+        if cleared > 0 {
+            tracing::info!(
+                symbols = cleared,
+                "the bus is heard again; stale flags cleared"
+            );
+        }
     }
 
     fn notify(&mut self) {

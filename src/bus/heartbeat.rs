@@ -10,8 +10,9 @@
 //! The subject is outside `<prefix>.price.>`, so heartbeats are not kept
 //! in the last-value stream.
 //!
-//! The message is 64 bytes, little-endian, allocated nowhere (encoded
-//! into a caller's array, decoded from a borrowed slice):
+//! The message is 72 bytes, little-endian, allocated nowhere (encoded
+//! into a caller's array, decoded from a borrowed slice); version 1 (an
+//! earlier core) sent the first 64, read with stream id 0:
 //!
 //! | offset | field | meaning |
 //! |---|---|---|
@@ -19,18 +20,21 @@
 //! | 4 | version (u16) | [`VERSION`]; an edge refuses a newer one |
 //! | 6 | flags (u16) | bit 0: sent by the lease holder ([`FLAG_LEADER`]); an edge refuses a heartbeat without it |
 //! | 8 | interval (u32) | the sender's heartbeat period, ms |
-//! | 12 | reserved (u32) | 0 |
+//! | 12 | fresh symbols (u32) | symbols whose latest price from the sender's engine is not stale (its feed health; version 2) |
 //! | 16 | epoch (u64) | the sender's lease epoch, as on its prices |
 //! | 24 | core id (u64) | random per core process |
 //! | 32 | sequence (u64) | 1, 2, … per core process |
 //! | 40 | published (u64) | prices this core has published so far |
 //! | 48 | newest price time (u64) | UTC ns of the newest price it published, 0 before any |
 //! | 56 | sent time (u64) | UTC ns when the heartbeat was built |
+//! | 64 | stream id (u64) | the stream the sender's prices are numbered by (version 2) |
 
 /// Length of a heartbeat message.
-pub const HEARTBEAT_LEN: usize = 64;
+pub const HEARTBEAT_LEN: usize = 72;
+/// Length of a version-1 heartbeat (no stream id, no health).
+pub const HEARTBEAT_LEN_V1: usize = 64;
 /// The heartbeat layout's version.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Flags bit: the sender held the leader lease.
 pub const FLAG_LEADER: u16 = 1;
 const MAGIC: &[u8; 4] = b"PWHB";
@@ -61,12 +65,17 @@ pub struct Heartbeat {
     pub newest_price_utc_ns: u64,
     /// UTC nanoseconds when the heartbeat was built.
     pub sent_utc_ns: u64,
+    /// Symbols whose latest price from the sender's engine is not stale.
+    pub fresh_symbols: u32,
+    /// The stream the sender's prices are numbered by (0 from version 1).
+    pub stream_id: u64,
 }
 
 /// Why a message on the heartbeat subject was refused (counted by edges).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HeartbeatError {
-    /// Not [`HEARTBEAT_LEN`] bytes.
+    /// Neither [`HEARTBEAT_LEN`] nor [`HEARTBEAT_LEN_V1`] bytes, or a
+    /// length its version does not have.
     #[error("{0} bytes, a heartbeat has {HEARTBEAT_LEN}")]
     Length(usize),
     /// The first four bytes are not `PWHB`.
@@ -88,6 +97,7 @@ pub fn encode(out: &mut [u8; HEARTBEAT_LEN], hb: &Heartbeat) -> usize {
     put(out, 4, &VERSION.to_le_bytes());
     put(out, 6, &hb.flags.to_le_bytes());
     put(out, 8, &hb.interval_ms.to_le_bytes());
+    put(out, 12, &hb.fresh_symbols.to_le_bytes());
     let words = [
         hb.epoch,
         hb.core_id,
@@ -95,6 +105,7 @@ pub fn encode(out: &mut [u8; HEARTBEAT_LEN], hb: &Heartbeat) -> usize {
         hb.published,
         hb.newest_price_utc_ns,
         hb.sent_utc_ns,
+        hb.stream_id,
     ];
     for (i, w) in words.iter().enumerate() {
         put(out, 16 + 8 * i, &w.to_le_bytes());
@@ -104,9 +115,12 @@ pub fn encode(out: &mut [u8; HEARTBEAT_LEN], hb: &Heartbeat) -> usize {
 
 /// Decodes a heartbeat; never panics on any input.
 pub fn decode(message: &[u8]) -> Result<Heartbeat, HeartbeatError> {
-    let m: &[u8; HEARTBEAT_LEN] = message
-        .try_into()
-        .map_err(|_| HeartbeatError::Length(message.len()))?;
+    let len = message.len();
+    if len != HEARTBEAT_LEN && len != HEARTBEAT_LEN_V1 {
+        return Err(HeartbeatError::Length(len));
+    }
+    let mut m = [0u8; HEARTBEAT_LEN];
+    m[..len].copy_from_slice(message);
     if &m[..4] != MAGIC {
         return Err(HeartbeatError::Magic);
     }
@@ -120,9 +134,15 @@ pub fn decode(message: &[u8]) -> Result<Heartbeat, HeartbeatError> {
     if version > VERSION {
         return Err(HeartbeatError::Version(version));
     }
+    // Version 1 is 64 bytes (its offset 12 reserved, 0), version 2 is 72.
+    if (version < 2) != (len == HEARTBEAT_LEN_V1) {
+        return Err(HeartbeatError::Length(len));
+    }
     Ok(Heartbeat {
         flags: u16_at(6),
         interval_ms: u32::from_le_bytes([m[8], m[9], m[10], m[11]]),
+        fresh_symbols: u32::from_le_bytes([m[12], m[13], m[14], m[15]]),
+        stream_id: u64_at(64),
         epoch: u64_at(16),
         core_id: u64_at(24),
         seq: u64_at(32),
@@ -177,16 +197,35 @@ mod tests {
             published: 123_456,
             newest_price_utc_ns: 1_700_000_000_000_000_000,
             sent_utc_ns: 1_700_000_000_500_000_000,
+            fresh_symbols: 25,
+            stream_id: 0x5eed,
         }
     }
 
     #[test]
-    fn a_heartbeat_encodes_to_64_bytes_and_back() {
+    fn a_heartbeat_encodes_to_72_bytes_and_back() {
         let mut out = [0xffu8; HEARTBEAT_LEN];
-        assert_eq!(encode(&mut out, &sample()), 64);
+        assert_eq!(encode(&mut out, &sample()), 72);
         assert_eq!(&out[..4], b"PWHB");
-        assert_eq!(&out[12..16], &[0; 4], "reserved stays zero");
         assert_eq!(decode(&out), Ok(sample()));
+    }
+
+    #[test]
+    fn a_version_1_heartbeat_reads_with_no_stream_and_no_health() {
+        let mut out = [0u8; HEARTBEAT_LEN];
+        encode(&mut out, &sample());
+        let mut v1 = [0u8; HEARTBEAT_LEN_V1];
+        v1.copy_from_slice(&out[..64]);
+        v1[4] = 1;
+        v1[12..16].fill(0);
+        let want = Heartbeat {
+            fresh_symbols: 0,
+            stream_id: 0,
+            ..sample()
+        };
+        assert_eq!(decode(&v1), Ok(want));
+        // A version-2 heartbeat cut to 64 bytes is not a version 1.
+        assert_eq!(decode(&out[..64]), Err(HeartbeatError::Length(64)));
     }
 
     #[test]
@@ -195,15 +234,15 @@ mod tests {
         encode(&mut out, &sample());
         assert_eq!(decode(&out[..63]), Err(HeartbeatError::Length(63)));
         assert_eq!(decode(&[]), Err(HeartbeatError::Length(0)));
-        let mut price = [0u8; 84];
-        price[..64].copy_from_slice(&out);
-        assert_eq!(decode(&price), Err(HeartbeatError::Length(84)));
+        let mut price = [0u8; 92];
+        price[..72].copy_from_slice(&out);
+        assert_eq!(decode(&price), Err(HeartbeatError::Length(92)));
         let mut bad = out;
         bad[0] = b'X';
         assert_eq!(decode(&bad), Err(HeartbeatError::Magic));
         let mut newer = out;
-        newer[4] = 2;
-        assert_eq!(decode(&newer), Err(HeartbeatError::Version(2)));
+        newer[4] = 3;
+        assert_eq!(decode(&newer), Err(HeartbeatError::Version(3)));
         for len in 0..=HEARTBEAT_LEN {
             let _ = decode(&out[..len]);
         }

@@ -37,9 +37,13 @@ pub mod codec;
 mod connect;
 pub mod core;
 pub mod edge;
+pub mod follow;
+pub mod health;
 pub mod heartbeat;
+mod leadership;
 pub mod lease;
 mod nats;
+pub mod sequencer;
 mod staleness;
 mod stats;
 mod thread;
@@ -63,12 +67,18 @@ pub const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most prices a core's bus thread publishes per turn before it writes
 /// them out and reads from the server (PINGs, lease replies).
 pub const BATCH_MAX: usize = 256;
-/// Longest a core's bus thread waits on the NATS socket when its ring is
-/// empty, in milliseconds (the engine's doorbell cannot wake that wait;
-/// see docs/scale-out.md).
-pub const IDLE_POLL_MS: u64 = 1;
-/// Default leader lease period of cores, in milliseconds.
-pub const LEASE_MS_DEFAULT: u64 = 3_000;
+/// Longest a core's bus thread sleeps on the NATS socket when its ring is
+/// empty, in milliseconds: the engine's doorbell (a mio waker on the same
+/// poll) wakes it at once for a price; this bounds the wait for its own
+/// timers (lease calls, heartbeats).
+pub const IDLE_WAIT_MS: u64 = 20;
+/// Default leader lease period of cores, in milliseconds: long enough
+/// that a leader's key outlives a JetStream stream-leader election of the
+/// lease bucket (3.9–7.8 s measured on a 3-node cluster, docs/scale-out.md)
+/// without it fencing itself ([`lease::LeaseTiming::outage_tolerated_ns`]:
+/// 12.5 s). A crashed leader's standby does not wait for the key to
+/// expire: it takes over after three missed heartbeats.
+pub const LEASE_MS_DEFAULT: u64 = 15_000;
 /// Shortest lease period `--bus-lease-ms` accepts, in milliseconds.
 pub const LEASE_MS_MIN: u64 = 300;
 /// Longest lease period `--bus-lease-ms` accepts, in milliseconds.

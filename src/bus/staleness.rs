@@ -1,16 +1,28 @@
 //! When an edge tells its terminals that its prices are stale.
 //!
 //! An edge hears the bus or it does not. It counts as hearing it on every
-//! valid price and every heartbeat ([`super::heartbeat`]) of the current
-//! lease epoch: the newest epoch seen, which moves on when a core that
-//! took the lease speaks; an older epoch's messages (a core that lost the
-//! lease) are not admitted and keep nothing alive. So a quiet market with
-//! a live core is not stale (its heartbeats keep coming), while a dead
-//! core with no standby, or a bus the edge cannot reach, goes stale once
-//! nothing of the current epoch was heard for longer than the max age.
-//! The decision is a pure function of the times and epochs it is given
-//! (the bus thread passes its monotonic clock's `now`), so it is tested
-//! without waiting.
+//! valid price and every leader heartbeat (`bus::heartbeat`) of the
+//! current lease epoch: the newest epoch seen, which moves on when a core
+//! that took the lease speaks; an older epoch's messages (a core that lost
+//! the lease) are not admitted and keep nothing alive. So a quiet market
+//! with a live core is not stale (its heartbeats keep coming), while a
+//! dead core with no standby, or a bus the edge cannot reach, goes stale
+//! once nothing of the current epoch was heard for longer than the max age.
+//!
+//! A message names its stream too. The one exception to "older epochs are
+//! not admitted": once the edge has gone stale (nothing of its epoch heard
+//! for the max age), a message of another stream is admitted whatever its
+//! epoch, and becomes current. That is a core which could not continue the
+//! old stream and, the lease store lost with every record of the old
+//! epochs, started again below them; a fenced core of the old stream is
+//! still refused by its epoch.
+//!
+//! When the epoch moves on (a takeover), the prices the new leader does
+//! not restate are not backed by any live core: [`Staleness::takeover_due`]
+//! says when to flag them, one max age after the previous leader was last
+//! heard — as if it had simply gone silent. The decision is a pure
+//! function of the times, epochs and streams it is given (the bus thread
+//! passes its monotonic clock's `now`), so it is tested without waiting.
 
 /// Default max age of an edge's prices without news from the bus, in
 /// milliseconds (the engine's own max quote age by default).
@@ -27,10 +39,16 @@ pub(crate) struct Staleness {
     /// When a price or heartbeat of the current epoch last arrived (or the
     /// watch started), monotonic ns.
     last_heard_ns: u64,
-    /// The newest lease epoch heard.
+    /// The newest lease epoch heard, and its stream.
     epoch: u64,
+    stream: u64,
     /// The prices were flagged stale and nothing was heard since.
     flagged: bool,
+    /// Something of the current epoch was heard since the watch started.
+    heard_any: bool,
+    /// After a takeover: when to flag the prices the new leader has not
+    /// restated (the previous leader's last word + the max age).
+    takeover_due_ns: Option<u64>,
 }
 
 impl Staleness {
@@ -40,29 +58,58 @@ impl Staleness {
             max_age_ns: max_age_ms.saturating_mul(1_000_000),
             last_heard_ns: now_ns,
             epoch: 0,
+            stream: 0,
             flagged: false,
+            heard_any: false,
+            takeover_due_ns: None,
         }
     }
 
-    /// True if a message of `epoch` may be taken: not older than the
-    /// newest epoch heard.
+    /// True if a message of `epoch` and `stream` may be taken: not older
+    /// than the newest epoch heard (of another stream, only once the
+    /// current one has gone stale).
     #[inline]
-    pub(crate) fn admits(&self, epoch: u64) -> bool {
-        epoch >= self.epoch
+    pub(crate) fn admits(&self, epoch: u64, stream: u64) -> bool {
+        if epoch == self.epoch {
+            return stream == self.stream || self.epoch == 0;
+        }
+        epoch > self.epoch || (self.flagged && stream != self.stream)
     }
 
-    /// A valid price or heartbeat of `epoch` arrived at `now_ns`: the bus
-    /// is alive, and `epoch` is now the newest heard. Returns false (and
-    /// changes nothing) for an epoch older than that.
+    /// A valid price or heartbeat of `epoch` and `stream` arrived at
+    /// `now_ns`: the bus is alive, and they are now current. Returns false
+    /// (and changes nothing) for a message not admitted.
     #[inline]
-    pub(crate) fn heard(&mut self, epoch: u64, now_ns: u64) -> bool {
-        if !self.admits(epoch) {
+    pub(crate) fn heard(&mut self, epoch: u64, stream: u64, now_ns: u64) -> bool {
+        if !self.admits(epoch, stream) {
             return false;
         }
-        self.epoch = epoch;
+        if epoch != self.epoch || stream != self.stream {
+            if self.heard_any {
+                // Already flagged: every price is; check the backing at once.
+                let due = match self.flagged {
+                    true => now_ns,
+                    false => self.last_heard_ns.saturating_add(self.max_age_ns),
+                };
+                self.takeover_due_ns = Some(due);
+            }
+            self.epoch = epoch;
+            self.stream = stream;
+        }
         self.last_heard_ns = now_ns;
         self.flagged = false;
+        self.heard_any = true;
         true
+    }
+
+    /// A stored message (a last value) of `epoch` and `stream`: they become
+    /// current if admitted, but nothing was heard live — a last value says
+    /// nothing of whether its core is alive.
+    pub(crate) fn learn(&mut self, epoch: u64, stream: u64) {
+        if self.admits(epoch, stream) && epoch > self.epoch {
+            self.epoch = epoch;
+            self.stream = stream;
+        }
     }
 
     /// True exactly once per silence: the first call at which nothing of
@@ -76,10 +123,38 @@ impl Staleness {
         true
     }
 
-    /// The newest lease epoch heard (0 before any).
-    #[cfg(test)]
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch
+    /// True once per takeover, at the time the prices no core of the new
+    /// epoch stands behind are to be flagged (`now_ns` past it).
+    pub(crate) fn takeover_due(&mut self, now_ns: u64) -> bool {
+        match self.takeover_due_ns {
+            Some(t) if now_ns >= t => {
+                self.takeover_due_ns = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Asks for the check of [`Staleness::takeover_due`] at once (prices
+    /// loaded from the stream whose epoch is not the current one).
+    pub(crate) fn check_backing_now(&mut self, now_ns: u64) {
+        self.takeover_due_ns = Some(now_ns);
+    }
+
+    /// Nothing was heard: flag at once (an edge that starts with no live
+    /// core does not serve its last values unflagged for a max age).
+    pub(crate) fn force_flag(&mut self) -> bool {
+        !std::mem::replace(&mut self.flagged, true)
+    }
+
+    /// The newest lease epoch heard (0 before any), and its stream.
+    pub(crate) fn current(&self) -> (u64, u64) {
+        (self.epoch, self.stream)
+    }
+
+    /// Something of the current epoch was heard since the watch started.
+    pub(crate) fn heard_any(&self) -> bool {
+        self.heard_any
     }
 
     /// True while the prices are flagged stale (nothing of the current
@@ -90,88 +165,5 @@ impl Staleness {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: u64 = 1_000_000;
-
-    #[test]
-    fn due_once_per_silence_after_the_max_age() {
-        let mut s = Staleness::new(500, 1_000 * MS);
-        assert!(!s.due(1_500 * MS), "exactly the max age is not past it");
-        assert!(s.due(1_501 * MS));
-        assert!(s.is_flagged());
-        assert!(!s.due(5_000 * MS), "flagged once per silence");
-        assert!(s.heard(1, 6_000 * MS));
-        assert!(!s.is_flagged());
-        assert!(!s.due(6_400 * MS));
-        assert!(s.due(6_501 * MS), "a new silence is flagged again");
-    }
-
-    #[test]
-    fn a_clock_going_backwards_is_not_a_silence() {
-        let mut s = Staleness::new(100, 1_000 * MS);
-        assert!(!s.due(0));
-    }
-
-    #[test]
-    fn a_quiet_market_with_a_live_core_is_never_stale() {
-        // No price for a minute; heartbeats of epoch 5 every 500 ms.
-        let mut s = Staleness::new(2_000, 0);
-        assert!(s.heard(5, 0), "the last price");
-        for beat in 1..=120u64 {
-            let t = beat * 500 * MS;
-            assert!(!s.due(t - MS), "stale at {} ms", t / MS);
-            assert!(s.heard(5, t));
-        }
-        assert!(!s.is_flagged());
-    }
-
-    #[test]
-    fn a_dead_core_goes_stale_one_max_age_after_its_last_heartbeat() {
-        let mut s = Staleness::new(2_000, 0);
-        for beat in 0..=10u64 {
-            assert!(s.heard(5, beat * 500 * MS));
-        }
-        // The core dies after its heartbeat at 5 s: nothing more.
-        assert!(!s.due(7_000 * MS));
-        assert!(s.due(7_001 * MS), "stale after the max age");
-        assert!(!s.due(9_000 * MS), "once per silence");
-    }
-
-    #[test]
-    fn an_older_epoch_keeps_nothing_alive() {
-        let mut s = Staleness::new(1_000, 0);
-        assert!(s.heard(8, 0));
-        assert!(!s.admits(7));
-        // A core that lost the lease keeps sending: not heard.
-        for t in 1..=30u64 {
-            assert!(!s.heard(7, t * 100 * MS));
-        }
-        assert_eq!(s.epoch(), 8);
-        assert!(s.due(1_001 * MS), "the old epoch's heartbeats are ignored");
-        assert!(!s.heard(7, 3_100 * MS), "nor do they clear the flag");
-        assert!(s.is_flagged());
-    }
-
-    #[test]
-    fn a_takeover_moves_the_epoch_on_and_fences_the_old_core() {
-        let mut s = Staleness::new(1_000, 0);
-        assert!(s.heard(5, 0));
-        assert!(s.heard(5, 400 * MS));
-        // The leader dies; the standby takes the lease at epoch 9 within
-        // the max age and its heartbeats keep the edge fresh.
-        assert!(!s.due(1_300 * MS));
-        assert!(s.admits(9));
-        assert!(s.heard(9, 1_300 * MS));
-        assert_eq!(s.epoch(), 9);
-        assert!(!s.due(2_200 * MS));
-        // The old leader comes back from a pause, still stamping epoch 5:
-        // not admitted, and it does not keep the edge fresh.
-        assert!(!s.admits(5));
-        assert!(!s.heard(5, 2_250 * MS));
-        // The new leader dies too: stale one max age after its last word.
-        assert!(!s.due(2_300 * MS));
-        assert!(s.due(2_301 * MS));
-    }
-}
+#[path = "staleness_tests.rs"]
+mod tests;

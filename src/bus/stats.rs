@@ -16,8 +16,32 @@ pub struct BusStats {
     pub standby_discarded: Counter,
     /// Times this core took the leader lease (core).
     pub leases_taken: Counter,
-    /// Times this core lost the leader lease (core).
+    /// Times this core stopped leading other than by an orderly stop:
+    /// the key held by another core or gone, the bucket lost, or handed
+    /// on for unhealthy feeds (core).
     pub leases_lost: Counter,
+    /// Times this leader handed the lease on because its feeds had no
+    /// fresh price (core; also counted in `leases_lost`).
+    pub leases_resigned: Counter,
+    /// Times the lease bucket was found missing and created again (core).
+    pub lease_buckets_recreated: Counter,
+    /// Times this core took the lease and started a new stream because
+    /// the continuity of the known one could not be proved (core).
+    pub streams_started: Counter,
+    /// Times this edge took prices of a new stream (edge).
+    pub streams_adopted: Counter,
+    /// Engine prices not published because a newer price of the symbol
+    /// was already (the price restated at a takeover) (core).
+    pub superseded: Counter,
+    /// Prices flagged STALE because the core that leads now has not
+    /// published them (older epochs' prices after a takeover; edge; one
+    /// per symbol until a fresh price).
+    pub unbacked_flagged: Counter,
+    /// 1 while this core leads and may publish (core).
+    pub leader: Gauge,
+    /// The lease epoch this core leads with, or the newest one this edge
+    /// heard (0 before any).
+    pub epoch: Gauge,
     /// Prices of an older lease epoch than one already seen, dropped (edge).
     pub stale_epoch_dropped: Counter,
     /// Prices taken off the bus and applied (edge).

@@ -58,7 +58,7 @@ fn reconnect_delays_grow_are_capped_and_jittered() {
 }
 
 #[test]
-fn a_bus_message_is_the_price_frame_and_the_epoch_and_decodes_back() {
+fn a_bus_message_is_the_price_frame_the_epoch_and_the_stream_and_decodes_back() {
     use crate::model::{InstrumentTable, Price};
     let table = crate::config::Config::builtin(3).table;
     let inst = table.by_name("EURUSD").unwrap().clone();
@@ -68,15 +68,23 @@ fn a_bus_message_is_the_price_frame_and_the_epoch_and_decodes_back() {
         bid: 108_123,
         ask: 108_126,
         engine_time_ns: 5_000,
+        stream_id: 0xabcd,
         ..Price::EMPTY
     };
     let mut out = [0u8; codec::BUS_MESSAGE_LEN];
     let n = codec::encode(&mut out, &price, 7, inst.digits, 1_000);
-    assert_eq!(n, 84);
-    assert_eq!(codec::epoch(&out), 7);
+    assert_eq!(n, 92);
+    assert_eq!((codec::epoch(&out), codec::stream_id(&out)), (7, 0xabcd));
+    assert_eq!(codec::peek(&out), Some((0xabcd, 7, 41)));
     let back = codec::decode(&out, "EURUSD", &table, 1_000, 9).unwrap();
+    assert_eq!(back.epoch, 7);
+    let back = back.price;
     assert_eq!((back.seq, back.bid, back.ask), (41, 108_123, 108_126));
     assert_eq!((back.engine_time_ns, back.receive_time_ns), (5_000, 9));
+    assert_eq!(back.stream_id, 0xabcd);
+    // An earlier core's 84-byte message: no stream id.
+    let v1 = codec::decode(&out[..84], "EURUSD", &table, 1_000, 9).unwrap();
+    assert_eq!((v1.epoch, v1.price.stream_id, v1.price.seq), (7, 0, 41));
     let refused = |bytes: &[u8], sym: &str, t: &InstrumentTable| {
         codec::decode(bytes, sym, t, 0, 0).unwrap_err()
     };
@@ -94,5 +102,6 @@ fn a_bus_message_is_the_price_frame_and_the_epoch_and_decodes_back() {
         refused(&other, "EURUSD", &table),
         codec::CodecError::Frame(_)
     ));
+    assert_eq!(codec::peek(&other), None);
     assert_eq!(codec::epoch(&out[..80]), 0, "too short to carry an epoch");
 }

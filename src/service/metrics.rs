@@ -243,7 +243,7 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
 fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
     use crate::bus::BusStats;
     type Read = fn(&BusStats) -> u64;
-    let events: [(&str, Read); 15] = [
+    let events: [(&str, Read); 21] = [
         ("published", |s| s.published.get()),
         ("publish_error", |s| s.publish_errors.get()),
         ("received", |s| s.received.get()),
@@ -259,6 +259,14 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
         ("stale_epoch_dropped", |s| s.stale_epoch_dropped.get()),
         ("stale_flagged", |s| s.stale_flagged.get()),
         ("stale_cleared", |s| s.stale_cleared.get()),
+        ("lease_resigned", |s| s.leases_resigned.get()),
+        ("lease_bucket_recreated", |s| {
+            s.lease_buckets_recreated.get()
+        }),
+        ("stream_started", |s| s.streams_started.get()),
+        ("stream_adopted", |s| s.streams_adopted.get()),
+        ("superseded", |s| s.superseded.get()),
+        ("unbacked_flagged", |s| s.unbacked_flagged.get()),
     ];
     for (event, read) in events {
         let s = stats.clone();
@@ -279,6 +287,10 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
     r.register_gauge_fn(m::BUS_LAST_HEARTBEAT_AGE, &[], move || {
         s.last_heartbeat_age_s(crate::clock::monotonic_ns())
     })?;
+    let s = stats.clone();
+    r.register_gauge_fn(m::BUS_LEADER, &[], move || s.leader.get() as f64)?;
+    let s = stats.clone();
+    r.register_gauge_fn(m::BUS_EPOCH, &[], move || s.epoch.get() as f64)?;
     let s = stats.clone();
     r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
 }

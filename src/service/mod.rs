@@ -141,7 +141,8 @@ impl Service {
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
         let mut service_ingest = None;
         let mut shards = parts.shards;
-        let bus = match start_core_bus(cfg.bus.take(), &config, &mut shards) {
+        let engine_table = pipeline.handles.table.clone();
+        let bus = match start_core_bus(cfg.bus.take(), &config, engine_table, &mut shards) {
             Ok(b) => b,
             Err(e) => {
                 drop(shards);
@@ -372,13 +373,14 @@ fn start_ingest(
 fn start_core_bus(
     bus: Option<BusRole>,
     config: &Config,
+    engine: Arc<crate::engine::PriceTable>,
     shards: &mut Vec<crate::engine::ShardInput>,
 ) -> Result<Option<BusHandle>, BusError> {
     let Some(BusRole::Core(b)) = bus else {
         return Ok(None);
     };
     let input = shards.remove(0);
-    let publisher = BusPublisher::start(&b, &config.table, input)?;
+    let publisher = BusPublisher::start(&b, &config.table, engine, input)?;
     Ok(Some(BusHandle::Core(publisher)))
 }
 

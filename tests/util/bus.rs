@@ -76,6 +76,8 @@ pub fn published(core: &Service) -> u64 {
 #[derive(Default)]
 pub struct Seen {
     pub prices: Vec<(u16, u64, i64, i64, u8, SeqStatus)>,
+    /// The stream id of each of `prices`.
+    pub streams: Vec<u64>,
 }
 
 impl Seen {
@@ -138,6 +140,7 @@ pub fn read_until(c: &mut Client, seen: &mut Seen, mut done: impl FnMut(&Seen) -
             let b = p.body;
             seen.prices
                 .push((b.symbol_id, b.seq, b.bid, b.ask, b.flags, p.seq));
+            seen.streams.push(p.stream_id);
         }
         done(seen)
     })

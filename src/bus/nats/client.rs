@@ -50,6 +50,8 @@ const WRITE_FLUSH_BYTES: usize = 32 * 1024;
 /// Socket reads per [`Client::poll`] turn before it returns.
 const READS_PER_TURN: usize = 16;
 const SOCKET: Token = Token(0);
+/// The token of the [`Client::waker`]: wakes [`Client::poll`] early.
+const WAKER: Token = Token(1);
 
 /// The open connection.
 struct Conn {
@@ -289,7 +291,7 @@ impl Client {
             Err(e) => return Err(e),
         }
         if let Some(c) = self.conn.as_mut() {
-            for ev in self.events.iter() {
+            for ev in self.events.iter().filter(|ev| ev.token() == SOCKET) {
                 c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 c.writable |= ev.is_writable() || ev.is_error();
             }
@@ -371,6 +373,38 @@ impl Client {
         }
         self.st.out.clear();
         Ok(())
+    }
+
+    /// A waker that ends a [`Client::poll`] wait early, from any thread
+    /// (bound to a doorbell, so an engine's price wakes a core's bus
+    /// thread instead of the poll's timeout).
+    pub(crate) fn waker(&self) -> io::Result<Arc<mio::Waker>> {
+        mio::Waker::new(self.poll.registry(), WAKER).map(Arc::new)
+    }
+
+    /// Sends a request to `subject` and returns at once; its reply is
+    /// [`Client::reply_ready`] once a later [`Client::poll`] read it.
+    /// Messages of other subscriptions keep going to `poll`'s handler. A
+    /// later request (this or [`Client::request`]) supersedes it. False
+    /// if there is no server now.
+    pub(crate) fn start_request(
+        &mut self,
+        subject: &str,
+        headers: &[(&str, &[u8])],
+        payload: &[u8],
+    ) -> bool {
+        if self.conn.is_none() {
+            return false;
+        }
+        self.st.start_request(subject, headers, payload);
+        self.st.buffering = false;
+        self.flush()
+    }
+
+    /// The reply to the request [`Client::start_request`] sent, once it
+    /// arrived.
+    pub(crate) fn reply_ready(&self) -> Option<&super::session::Reply> {
+        self.st.reply.done.then_some(&self.st.reply)
     }
 
     /// Sends a request to `subject` (with `headers` if any) and waits at

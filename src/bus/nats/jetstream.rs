@@ -20,6 +20,8 @@ use super::session::{Reply, RequestError};
 const ERR_STREAM_NAME_IN_USE: u64 = 10058;
 /// JetStream's code for a failed `Nats-Expected-Last-Subject-Sequence`.
 pub(crate) const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
+/// JetStream's code for "stream not found".
+const ERR_STREAM_NOT_FOUND: u64 = 10059;
 const EXPECTED_LAST_SUBJECT_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
 
 /// Why a JetStream call failed.
@@ -157,9 +159,41 @@ pub(crate) fn last_for_subject<'c>(
     subject: &str,
     timeout: Duration,
 ) -> Result<Option<&'c Reply>, JsError> {
+    let (api, body) = last_for_subject_request(stream, subject);
+    let reply = c.request(&api, &[], body.as_bytes(), timeout)?;
+    direct_get_result(reply)
+}
+
+/// Whether a stream exists, by its info: `Ok(true)` found, `Ok(false)`
+/// not found, `Err` no answer or another refusal.
+pub(crate) fn stream_exists(reply: &Reply) -> Result<bool, JsError> {
+    match api_error(reply) {
+        Ok(_) => Ok(true),
+        Err(JsError::Api { code: 404, .. })
+        | Err(JsError::Api {
+            err_code: ERR_STREAM_NOT_FOUND,
+            ..
+        }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The subject and body of a stream-info request for `stream`.
+pub(crate) fn stream_info_subject(stream: &str) -> String {
+    format!("$JS.API.STREAM.INFO.{stream}")
+}
+
+/// The subject and body of a direct get of `subject`'s last message in
+/// `stream`.
+pub(crate) fn last_for_subject_request(stream: &str, subject: &str) -> (String, String) {
     let api = format!("$JS.API.DIRECT.GET.{stream}");
     let body = Writer::object().str("last_by_subj", subject).end();
-    let reply = c.request(&api, &[], body.as_bytes(), timeout)?;
+    (api, body)
+}
+
+/// A direct get's answer: `Ok(Some)` the message, `Ok(None)` none on the
+/// subject, `Err(Status(503))` no stream answering.
+pub(crate) fn direct_get_result(reply: &Reply) -> Result<Option<&Reply>, JsError> {
     match reply.status() {
         None | Some(200) => Ok(Some(reply)),
         Some(404) => Ok(None),
@@ -177,13 +211,33 @@ pub(crate) fn sequence(reply: &Reply) -> Option<u64> {
 pub(crate) enum KvError {
     /// The key's revision is not the expected one (another writer).
     WrongLastRevision,
+    /// No stream answers on the key's subject (status 503): the bucket is
+    /// gone, or JetStream is not up.
+    NoStore,
     Failed(JsError),
+}
+
+/// A KV write's answer: the new revision, or why not.
+pub(crate) fn put_result(reply: &Reply) -> Result<u64, KvError> {
+    match api_error(reply) {
+        Ok(ack) => ack
+            .get("seq")
+            .and_then(|s| s.as_u64())
+            .ok_or_else(|| KvError::Failed(JsError::Reply("PubAck without seq".into()))),
+        Err(JsError::Api {
+            err_code: ERR_WRONG_LAST_SEQUENCE,
+            ..
+        }) => Err(KvError::WrongLastRevision),
+        Err(JsError::Status(503)) => Err(KvError::NoStore),
+        Err(e) => Err(KvError::Failed(e)),
+    }
 }
 
 impl fmt::Display for KvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KvError::WrongLastRevision => write!(f, "wrong last revision"),
+            KvError::NoStore => write!(f, "no stream on the key (status 503)"),
             KvError::Failed(e) => write!(f, "{e}"),
         }
     }
@@ -224,52 +278,28 @@ impl KvKey {
         let reply = c
             .request(&self.subject, headers, value, timeout)
             .map_err(|e| KvError::Failed(e.into()))?;
-        match api_error(reply) {
-            Ok(ack) => ack
-                .get("seq")
-                .and_then(|s| s.as_u64())
-                .ok_or_else(|| KvError::Failed(JsError::Reply("PubAck without seq".into()))),
-            Err(JsError::Api {
-                err_code: ERR_WRONG_LAST_SEQUENCE,
-                ..
-            }) => Err(KvError::WrongLastRevision),
-            Err(e) => Err(KvError::Failed(e)),
-        }
+        put_result(reply)
     }
 
-    /// Creates the key: only while it is absent, expired or deleted.
-    pub(crate) fn create(
+    /// Sends a write of `value` if the key's revision is `expected` (0:
+    /// absent; with `delete` a delete marker instead) without waiting: its
+    /// answer is [`put_result`] of [`Client::reply_ready`]. False if there
+    /// is no server. Allocates nothing (headers from stack buffers).
+    pub(crate) fn start_put(
         &self,
         c: &mut Client,
+        expected: u64,
+        delete: bool,
         value: &[u8],
-        timeout: Duration,
-    ) -> Result<u64, KvError> {
-        match self.put(c, 0, false, value, timeout) {
-            Err(KvError::WrongLastRevision) => {}
-            other => return other,
-        }
-        // Present: creatable only over a delete or purge marker.
-        let last =
-            last_for_subject(c, &self.stream, &self.subject, timeout).map_err(KvError::Failed)?;
-        let marker = last.and_then(|r| {
-            let op = r.header("KV-Operation")?;
-            (op == b"DEL" || op == b"PURGE").then(|| sequence(r))?
-        });
-        match marker {
-            Some(revision) => self.put(c, revision, false, value, timeout),
-            None => Err(KvError::WrongLastRevision),
-        }
-    }
-
-    /// Replaces the value if the key is still at `revision`.
-    pub(crate) fn update(
-        &self,
-        c: &mut Client,
-        value: &[u8],
-        revision: u64,
-        timeout: Duration,
-    ) -> Result<u64, KvError> {
-        self.put(c, revision, false, value, timeout)
+    ) -> bool {
+        let mut digits = [0u8; 20];
+        let expected = proto::u64_digits(expected, &mut digits);
+        let del: &[(&str, &[u8])] = &[
+            (EXPECTED_LAST_SUBJECT_SEQ, expected),
+            ("KV-Operation", b"DEL"),
+        ];
+        let headers = if delete { del } else { &del[..1] };
+        c.start_request(&self.subject, headers, value)
     }
 
     /// Deletes the key if it is still at `revision`.

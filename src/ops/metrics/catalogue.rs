@@ -189,6 +189,11 @@ pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 /// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// 1 while this core holds the leader lease and may publish (gauge).
+pub const BUS_LEADER: &str = "pricewire_bus_leader";
+/// The lease epoch this core leads with, or the newest an edge heard
+/// (gauge).
+pub const BUS_EPOCH: &str = "pricewire_bus_epoch";
 /// Connections refused at the PROXY protocol v2 header (counter, by
 /// `reason`: bad_signature, v1_unsupported, bad_version, bad_command,
 /// bad_address, too_long, timeout, peer_closed, untrusted, overflow).
@@ -456,6 +461,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
     gauge(BUS_CONNECTED, &[], "boolean", "bus",
         "1 while the bus client has a NATS server connection"),
+    gauge(BUS_LEADER, &[], "boolean", "bus",
+        "1 while this core holds the leader lease and may publish (0 on a standby, a fenced leader and an edge)"),
+    gauge(BUS_EPOCH, &[], "epoch", "bus",
+        "The lease epoch this core leads with, or the newest one this edge heard; 0 before any"),
     counter(BUS_HEARTBEATS, &["event"], "messages", "bus",
         "Heartbeats of the lease-holding core, by event: sent, send_error (core); received, stale_epoch_dropped, refused (edge)"),
     gauge(BUS_LAST_HEARTBEAT_AGE, &[], "seconds", "bus",
