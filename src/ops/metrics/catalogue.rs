@@ -446,7 +446,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(LOGON_FAILURES, &["listener", "reason"], "logons", "auth",
         "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy)"),
     counter(LOGON_VERIFICATIONS, &["listener", "path"], "logons", "auth",
-        "Tokens checked, by listener and path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: a recent verification of the same token reused)"),
+        "Tokens checked, by listener and path (verifier: argon2id run on a verifier thread; cache: a recent verification of the same token reused, at the shard or on the verifier thread for a logon queued behind it)"),
     counter(LOCKOUTS, &["listener", "scope"], "lockouts", "auth",
         "Brute-force lockouts started, by listener and scope (address, account; the feed listener locks addresses only)"),
     gauge(LOCKOUTS_ACTIVE, &["listener", "scope"], "keys", "auth",
