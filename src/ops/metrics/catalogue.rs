@@ -248,6 +248,9 @@ pub const LOCKOUTS: &str = "pricewire_lockouts_total";
 /// Addresses or accounts locked out at scrape time (gauge, by `listener`,
 /// `scope`).
 pub const LOCKOUTS_ACTIVE: &str = "pricewire_lockouts_active";
+/// Stored argon2id hashes refused for asking more than the cost window
+/// (counter).
+pub const ARGON2_COST_REFUSED: &str = "pricewire_argon2_cost_refused_total";
 /// Requests waiting in the bounded request queue (gauge).
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
 /// Configured capacity of the request queue (gauge).
@@ -451,6 +454,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Brute-force lockouts started, by listener and scope (address, account; the feed listener locks addresses only)"),
     gauge(LOCKOUTS_ACTIVE, &["listener", "scope"], "keys", "auth",
         "Addresses or accounts locked out at scrape time, by listener and scope"),
+    counter(ARGON2_COST_REFUSED, &[], "hashes", "auth",
+        "Stored argon2id hashes (Redis account records, config tokens) refused for asking more memory, passes or lanes than --argon2-max-*: the record is invalid, never run through argon2; counted per check (each fetch of a record)"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
