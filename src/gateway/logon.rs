@@ -4,7 +4,9 @@
 //!
 //! Order (see [`crate::auth`]): logon rate → address lockout → reference
 //! data → a cached verification of the same token (logs on at once) →
-//! account lockout → the argon2 verifier's queue. The verifier's verdict
+//! account lockout → the argon2 verifier's queue (fair by account; on the
+//! worker the guess is reserved against the address and account before
+//! argon2, and `judge` settles the reservation). The verifier's verdict
 //! comes back through the shard's verdict channel ([`Shard::drain_verdicts`])
 //! and is matched to its connection by a ticket, so a connection that
 //! closed (or was reused) in the meantime is not confused with another.
@@ -13,8 +15,10 @@
 //! Subscribe right behind its Logon has it handled after LogonAccepted,
 //! in order, as when the logon was decided at once.
 //! argon2 never runs on the shard thread; a full verifier queue is
-//! LogonRejected(busy), a locked address or account LogonRejected
-//! (rate_limited) with the lock's remaining time as retry-after.
+//! LogonRejected(busy) (as is a logon pushed out of it by another
+//! account's), a locked address or account LogonRejected(rate_limited)
+//! with the lock's remaining time as retry-after (a budget held by guesses
+//! under way: `--lockout-first-ms`).
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
