@@ -117,7 +117,11 @@ impl TlsServe {
             watch.seen.prices.load(Ordering::Relaxed) > seen + 2
                 || watch.seen.disconnects.load(Ordering::Relaxed) > 0
         });
-        assert_eq!(watch.seen.disconnects.load(Ordering::Relaxed), 0, "{after}: watcher cut");
+        assert_eq!(
+            watch.seen.disconnects.load(Ordering::Relaxed),
+            0,
+            "{after}: watcher cut"
+        );
         assert_eq!(watch.seen.gaps.load(Ordering::Relaxed), 0, "{after}: gaps");
     }
 }
@@ -234,7 +238,10 @@ pub fn raw_conversation(addr: SocketAddr, writes: &[Vec<u8>], shut: bool) -> Ans
 
 /// A rustls client config trusting `ca` (TLS 1.2 and 1.3, or one of them),
 /// with its own ticket and session store.
-pub fn client_config(ca: &Ca, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<rustls::ClientConfig> {
+pub fn client_config(
+    ca: &Ca,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
@@ -255,6 +262,8 @@ pub fn client_config(ca: &Ca, versions: &[&'static rustls::SupportedProtocolVers
 pub struct Manual {
     pub conn: rustls::ClientConnection,
     pub sock: TcpStream,
+    /// The server's close_notify arrived.
+    pub peer_closed: bool,
     plain: Vec<u8>,
 }
 
@@ -268,6 +277,7 @@ impl Manual {
         Manual {
             conn,
             sock,
+            peer_closed: false,
             plain: Vec::new(),
         }
     }
@@ -299,7 +309,7 @@ impl Manual {
             Ok(_) => {}
             Err(e) => return Err(rustls::Error::General(e.to_string())),
         }
-        self.conn.process_new_packets()?;
+        self.peer_closed |= self.conn.process_new_packets()?.peer_has_closed();
         let mut buf = [0u8; 8192];
         loop {
             match self.conn.reader().read(&mut buf) {

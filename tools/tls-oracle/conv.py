@@ -236,6 +236,8 @@ def handshake(t: Target, version: str, record_size: int = 0, split: int = 0, ses
 def fragmented(t: Target, version: str) -> str:
     conn = handshake(t, version, record_size=1, split=3)
     logged_on(t, conn)
+    # An alert is never fragmented (RFC 8446 §5.1): whole records again.
+    conn.recordSize = 1 << 14
     close_answered(conn)
     return "ok"
 

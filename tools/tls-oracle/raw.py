@@ -71,7 +71,8 @@ def client_hello(versions: str = "1.3") -> bytes:
 
 
 def padded(hello: bytes, body_len: int) -> bytes:
-    """`hello` with a padding extension (RFC 7685) that makes its body `body_len` bytes."""
+    """`hello` with an extension of an unassigned type (servers ignore those) that makes
+    its body `body_len` bytes."""
     body = hello[4:]
     at = 2 + 32
     at += 1 + body[at]  # session id
@@ -80,7 +81,7 @@ def padded(hello: bytes, body_len: int) -> bytes:
     ext_len = struct.unpack(">H", body[at : at + 2])[0]
     pad = body_len - len(body) - 4
     assert pad >= 0, f"hello already {len(body)} bytes"
-    exts = body[at + 2 : at + 2 + ext_len] + struct.pack(">HH", 21, pad) + b"\x00" * pad
+    exts = body[at + 2 : at + 2 + ext_len] + struct.pack(">HH", 0x7F7F, pad) + b"\x00" * pad
     new = body[:at] + struct.pack(">H", len(exts)) + exts
     return bytes([CLIENT_HELLO]) + len(new).to_bytes(3, "big") + new
 

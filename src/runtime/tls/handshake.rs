@@ -137,7 +137,7 @@ impl Handshake {
                 Fed::Complete { trailing } => return Ok(Stepped::Complete { trailing }),
                 Fed::PeerClosed => return Ok(Stepped::Ended(Driven::PeerClosed)),
                 Fed::Failed { error, end } => {
-                    self.rustls_alert(p, end);
+                    self.rustls_alert(p, end, &error);
                     return Ok(Stepped::Ended(Driven::Failed(error)));
                 }
             }
@@ -232,12 +232,16 @@ impl Handshake {
     /// non-empty queue is what `process_tls_records` pops before anything
     /// else, so this call only hands the alert out; it is made with the
     /// same `end` bytes rustls was given, the only input it is ever shown.
-    fn rustls_alert(&mut self, p: &mut Parts<'_>, end: usize) {
+    fn rustls_alert(&mut self, p: &mut Parts<'_>, end: usize, error: &rustls::Error) {
         if self.conn.wants_write() {
             let status = self.conn.process_tls_records(&mut p.rx.filled_mut()[..end]);
             if let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state {
                 encode(p.tx, |out| e.encode(out));
             }
+        } else if let Some(desc) = self.plaintext().then(|| alert_for(error)).flatten() {
+            // rustls refused without an alert (a message over its size
+            // limit, a record out of place): ours, while ours need no key.
+            plain_alert(p.tx, desc);
         }
         let _ = p.tx.write_to(p.stream);
     }
@@ -312,6 +316,23 @@ fn refused_in_plaintext(typ: u8, body: usize, in_pieces: bool) -> Option<(u8, &'
         return Some((RECORD_OVERFLOW, "record too long"));
     }
     None
+}
+
+/// The alert for a refusal rustls sent none for: decode_error (or what
+/// rustls itself names) for a malformed message, record_overflow,
+/// unexpected_message for a message out of place; none for the peer's own
+/// alert.
+fn alert_for(e: &rustls::Error) -> Option<u8> {
+    use rustls::Error as E;
+    match e {
+        E::AlertReceived(_) => None,
+        E::InvalidMessage(m) => Some(u8::from(rustls::AlertDescription::from(m.clone()))),
+        E::PeerSentOversizedRecord => Some(RECORD_OVERFLOW),
+        E::InappropriateMessage { .. }
+        | E::InappropriateHandshakeMessage { .. }
+        | E::PeerMisbehaved(_) => Some(UNEXPECTED_MESSAGE),
+        _ => None,
+    }
 }
 
 /// Appends a plaintext fatal alert record (TLS 1.2 record version, as
