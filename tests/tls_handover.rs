@@ -52,7 +52,10 @@ fn twenty_one_bytes_on_both_listeners(threading: &str) {
                 server.assert_healthy(&watch, &what);
             }
         }
-        let refused = [&format!("listener=\"{listener}\"")[..], "reason=\"other\""];
+        let refused = [
+            &format!("listener=\"{listener}\"")[..],
+            "reason=\"bad_message\"",
+        ];
         assert!(server.metric("pricewire_tls_handshake_failures_total", &refused) >= 18.0);
     }
 }

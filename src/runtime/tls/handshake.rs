@@ -50,9 +50,12 @@ pub(crate) enum Driven {
     Blocked,
     /// The peer closed before the handshake finished.
     PeerClosed,
-    /// The handshake was refused; its alert, if one is due, is in the send
-    /// buffer. The handshake must not be driven again.
+    /// rustls refused the handshake; its alert, if one is due, is in the
+    /// send buffer. The handshake must not be driven again.
     Failed(rustls::Error),
+    /// A record refused here, before rustls saw it (its alert is in the
+    /// send buffer): counted as a malformed message.
+    Refused(&'static str),
 }
 
 /// The parts of a connection the handshake works on.
@@ -128,8 +131,7 @@ impl Handshake {
                 Next::Refuse(desc, why) => {
                     plain_alert(p.tx, desc);
                     let _ = p.tx.write_to(p.stream);
-                    let e = rustls::Error::General(why.into());
-                    return Ok(Stepped::Ended(Driven::Failed(e)));
+                    return Ok(Stepped::Ended(Driven::Refused(why)));
                 }
             };
             match self.feed(p, self.held + len)? {
@@ -259,9 +261,7 @@ impl Handshake {
                 p.rx.consume(trailing);
                 traffic.fatal_alert(UNEXPECTED_MESSAGE, p.tx);
                 let _ = p.tx.write_to(p.stream);
-                Ok(Driven::Failed(rustls::Error::General(
-                    "handshake message after Finished".into(),
-                )))
+                Ok(Driven::Refused("handshake message after Finished"))
             }
             Err(e) => Ok(Driven::Failed(e)),
         }

@@ -186,6 +186,11 @@ impl TlsLink {
                 self.linger = Some(Linger::default());
                 Err(io::Error::new(io::ErrorKind::InvalidData, e))
             }
+            Driven::Refused(why) => {
+                self.fail(HandshakeFailure::BadMessage, &why);
+                self.linger = Some(Linger::default());
+                Err(io::Error::new(io::ErrorKind::InvalidData, why))
+            }
         }
     }
 
