@@ -326,7 +326,7 @@ fn alert_for(e: &rustls::Error) -> Option<u8> {
     use rustls::Error as E;
     match e {
         E::AlertReceived(_) => None,
-        E::InvalidMessage(m) => Some(u8::from(rustls::AlertDescription::from(m.clone()))),
+        E::InvalidMessage(m) => Some(u8::from(rustls::AlertDescription::from(*m))),
         E::PeerSentOversizedRecord => Some(RECORD_OVERFLOW),
         E::InappropriateMessage { .. }
         | E::InappropriateHandshakeMessage { .. }
