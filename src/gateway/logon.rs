@@ -326,6 +326,7 @@ fn admit(shared: &Shared, name: &str, acct: Arc<Account>) -> Result<Admitted, Re
         acct,
         session_id: shared.next_session_id.fetch_add(1, Ordering::Relaxed),
         server_time_ns: wall_ns(),
+        stream_id: shared.table.stream_id(),
     })
 }
 
