@@ -371,7 +371,7 @@ impl Outbox {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::debug!(subject = %subject, error = %e, "last value at takeover");
+                    tracing::debug!(subject = %subject, error = %crate::runtime::esc(&e), "last value at takeover");
                     all = false;
                 }
             }

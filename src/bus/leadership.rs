@@ -90,7 +90,7 @@ impl Leadership {
                 let outcome = match connect::lease_bucket(c, &self.cfg) {
                     Ok(_) => Outcome::BucketFound,
                     Err(e) => {
-                        tracing::warn!(error = %e, "re-creating the lease bucket");
+                        tracing::warn!(error = %crate::runtime::esc(&e), "re-creating the lease bucket");
                         Outcome::Failed
                     }
                 };

@@ -561,7 +561,7 @@ pub(crate) fn run_feed(
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
-        if turn % 64 == 0 && should_stop(control) {
+        if turn.is_multiple_of(64) && should_stop(control) {
             break;
         }
         let now = monotonic_ns();
