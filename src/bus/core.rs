@@ -47,6 +47,11 @@ use super::nats::jetstream;
 use super::sequencer::{Numbered, Sequencer};
 use super::thread::BusThread;
 use super::{connect, BusConfig, BusError, BusStats, BATCH_MAX, IDLE_WAIT_MS};
+
+/// How often a leader reads the last value of a symbol it holds back
+/// (its highest sequence unknown at the takeover), in milliseconds; each
+/// read waits at most this long.
+const RELEARN_EVERY_MS: u64 = 100;
 use crate::clock::monotonic_ns;
 use crate::engine::{PriceTable, ShardInput};
 use crate::model::{price_flags, InstrumentTable, Price, TOP_OF_BOOK};
@@ -79,6 +84,13 @@ struct Stream {
     health: FeedHealth,
     /// The epoch this core last led with (0: never).
     led_epoch: u64,
+    /// Leading but fenced (logged once per episode).
+    fenced: bool,
+    /// The client's disconnect count when last looked at (a change means
+    /// what was followed since may have missed prices).
+    disconnects: u64,
+    /// When a symbol held back at a takeover is read again next.
+    relearn_ns: u64,
 }
 
 /// What the publishing loop needs, built before the thread starts.
@@ -194,6 +206,9 @@ fn bus_thread(
             known: Known::new(symbols),
             health: FeedHealth::new(symbols, now),
             led_epoch: 0,
+            fenced: false,
+            disconnects: 0,
+            relearn_ns: 0,
         },
         cfg,
         instruments,
@@ -216,6 +231,7 @@ impl Outbox {
             self.lead_turn(now);
             self.beat(now);
             // A hosted engine prices what its feeds left, into the ring.
+            self.relearn(now);
             let engine_work = input.hosted.turn(now);
             let moved = self.turn(&mut input.ring, now);
             if moved > 0 {
@@ -253,6 +269,11 @@ impl Outbox {
     /// followed (`bus::follow`). A newer leader's heartbeat deposes this
     /// core at once.
     fn poll(&mut self, wait: Duration) {
+        let disconnects = self.stats.disconnects.get();
+        if disconnects != self.stream.disconnects {
+            self.stream.disconnects = disconnects;
+            self.stream.known.disconnected();
+        }
         let hb_subject = self.beacon.subject.as_bytes();
         let (instruments, stream) = (&self.instruments, &mut self.stream);
         let mut deposed = None;
@@ -275,6 +296,20 @@ impl Outbox {
         if let Some(t) = self.stream.lead.turn(&mut self.client, now, healthy) {
             self.on_transition(t, now);
         }
+        let publishing = self.stream.lead.lease.publishing_epoch(now).is_some();
+        let leads = matches!(self.stream.lead.lease.state(), LeaseState::Leader { .. });
+        let fenced = leads && !publishing;
+        if fenced != self.stream.fenced {
+            self.stream.fenced = fenced;
+            if fenced {
+                tracing::warn!(
+                    "no renewal of the leader lease confirmed in time: fenced, publishing stopped"
+                );
+            } else if leads {
+                tracing::info!("leader lease confirmed again; publishing");
+            }
+        }
+        self.stats.leader.set(u64::from(publishing));
     }
 
     fn on_transition(&mut self, t: Transition, now: u64) {
@@ -315,68 +350,95 @@ impl Outbox {
         }
     }
 
-    /// Leads from now on: learns every symbol's last value, decides the
-    /// stream and its numbering, and restates every price the engine
-    /// has, flagged when the stream continues.
+    /// Leads from now on: learns every symbol's last value (within one
+    /// call's timeout in all, so a new leader is not silent long enough to
+    /// be taken for dead), decides the stream and its numbering, and
+    /// restates every price the engine has, flagged when the stream
+    /// continues. A symbol whose highest sequence is still unknown is held
+    /// back and read again on later turns ([`Outbox::relearn`]).
     fn take_over(&mut self, now: u64) {
-        let all_read = self.read_last_values();
+        let read = self.read_last_values();
         let s = &mut self.stream;
-        // What this core published itself needs no reading, if nobody
-        // led after it.
-        let ours = s.led_epoch != 0 && s.known.epoch() == s.led_epoch;
         s.lead.lease.observe_epoch(s.known.epoch());
         let epoch = s.lead.lease.settle_epoch();
         let previous = s.known.stream_id();
-        let c = s
-            .known
-            .continuation(all_read || ours, crate::model::fresh_stream_id());
+        let c = s.known.continuation(&read, crate::model::fresh_stream_id());
         s.seq.start(&c);
         s.lead.set_stream(c.stream_id);
         s.known.heard(c.stream_id, epoch);
         s.led_epoch = epoch;
         self.stats.leases_taken.inc();
-        self.stats.leader.set(1);
         self.stats.epoch.set(epoch);
+        let held = c.first_seq.iter().filter(|f| f.is_none()).count();
         let stream = format_args!("{:016x}", c.stream_id);
         if c.continues {
-            tracing::info!(epoch, stream = %stream, "leader lease taken; the stream continues");
-        } else if previous != 0 {
-            self.stats.streams_started.inc();
-            tracing::warn!(
+            tracing::info!(
                 epoch,
                 stream = %stream,
-                previous = format_args!("{previous:016x}"),
-                "leader lease taken; the last values could not all be read, so the \
-                 previous stream cannot be continued: a new stream starts"
+                held,
+                "leader lease taken; the stream continues"
             );
+        } else if previous != 0 {
+            self.stats.streams_started.inc();
+            tracing::warn!(epoch, stream = %stream, "leader lease taken; a new stream starts");
         } else {
             tracing::info!(epoch, stream = %stream, "leader lease taken; a new stream starts");
         }
         self.restate(epoch, now);
     }
 
-    /// Reads every symbol's last value into what is known; true if every
-    /// read was answered (found or not found).
-    fn read_last_values(&mut self) -> bool {
+    /// Reads symbols' last values into what is known, within one call's
+    /// timeout in all; per symbol, whether it was read (found or not).
+    fn read_last_values(&mut self) -> Vec<bool> {
+        let budget = self.stream.lead.lease.timing().request_timeout_ns;
+        let deadline = monotonic_ns() + budget;
+        (0..self.subjects.len())
+            .map(|i| {
+                let left = deadline.saturating_sub(monotonic_ns());
+                left > 0 && self.read_last_value(i, Duration::from_nanos(left))
+            })
+            .collect()
+    }
+
+    /// Reads symbol `i`'s last value, waiting at most `bound`; true if it
+    /// was read (found or not).
+    fn read_last_value(&mut self, i: usize, bound: Duration) -> bool {
         let stream = self.cfg.stream();
-        let bound = Duration::from_nanos(self.stream.lead.lease.timing().request_timeout_ns);
-        let mut all = true;
-        for (i, subject) in self.subjects.iter().enumerate() {
-            match jetstream::last_for_subject(&mut self.client, &stream, subject, bound) {
-                Ok(Some(m)) => {
-                    if let Some((stream_id, epoch, seq)) = super::codec::peek(&m.payload) {
-                        self.stream.known.price(i, stream_id, epoch, seq);
-                        self.stream.lead.lease.observe_epoch(epoch);
-                    }
+        let subject = &self.subjects[i];
+        match jetstream::last_for_subject(&mut self.client, &stream, subject, bound) {
+            Ok(Some(m)) => {
+                if let Some((stream_id, epoch, seq)) = super::codec::peek(&m.payload) {
+                    self.stream.known.price(i, stream_id, epoch, seq);
+                    self.stream.lead.lease.observe_epoch(epoch);
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::debug!(subject = %subject, error = %crate::runtime::esc(&e), "last value at takeover");
-                    all = false;
-                }
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                let e = crate::runtime::esc(&e);
+                tracing::debug!(subject = %subject, error = %e, "last value at takeover");
+                false
             }
         }
-        all
+    }
+
+    /// A leader with a symbol held back at its takeover reads its last
+    /// value again, one symbol every [`RELEARN_EVERY_MS`], each read
+    /// bounded by that period.
+    fn relearn(&mut self, now: u64) {
+        if now < self.stream.relearn_ns || self.stream.lead.lease.publishing_epoch(now).is_none() {
+            return;
+        }
+        let Some(i) = self.stream.seq.unknown() else {
+            return;
+        };
+        self.stream.relearn_ns = now + RELEARN_EVERY_MS * 1_000_000;
+        if self.read_last_value(i, Duration::from_millis(RELEARN_EVERY_MS)) {
+            if let Some(first) = self.stream.known.first_seq(i, true) {
+                self.stream.seq.learned(i, first);
+                tracing::info!(subject = %self.subjects[i], "a held-back symbol's last value read");
+            }
+        }
     }
 
     /// Publishes the engine's current price of every symbol, numbered for
@@ -418,6 +480,7 @@ impl Outbox {
             match self.stream.seq.number(&mut price) {
                 Numbered::Publish => self.publish(&price, epoch),
                 Numbered::Superseded => self.stats.superseded.inc(),
+                Numbered::Unknown => self.stats.held_unknown.inc(),
             }
         }
         moved
@@ -438,7 +501,7 @@ impl Outbox {
             self.beacon.newest_engine_ns = price.engine_time_ns;
             self.stream
                 .known
-                .price(s, price.stream_id, epoch, price.seq);
+                .price_live(s, price.stream_id, epoch, price.seq);
         } else {
             self.stats.publish_errors.inc();
         }
@@ -522,7 +585,8 @@ impl Stream {
         else {
             return;
         };
-        self.known.price(inst.id as usize, stream_id, epoch, seq);
+        self.known
+            .price_live(inst.id as usize, stream_id, epoch, seq);
         self.lead.lease.observe_epoch(epoch);
     }
 }

@@ -28,6 +28,10 @@ pub struct Known {
     epoch: u64,
     /// Per symbol: the highest sequence seen in `stream_id` (0: none).
     seq: Vec<u64>,
+    /// Per symbol: `seq` was seen live (followed, or published by this
+    /// core) with the connection unbroken since: nothing after it was
+    /// missed, so it is the symbol's highest.
+    live: Vec<bool>,
 }
 
 /// How a new leader numbers its prices.
@@ -36,8 +40,10 @@ pub struct Continuation {
     /// The stream it publishes.
     pub stream_id: u64,
     /// Per symbol: the sequence its first price takes (the price after
-    /// that continues by one).
-    pub first_seq: Vec<u64>,
+    /// that continues by one); `None` while the symbol's highest sequence
+    /// is not known (its last value could not be read): it is not
+    /// published until it is ([`Known::first_seq`]).
+    pub first_seq: Vec<Option<u64>>,
     /// True when the stream continues one that was published before
     /// (its first price per symbol is flagged: prices may be missing).
     pub continues: bool,
@@ -50,6 +56,7 @@ impl Known {
             stream_id: 0,
             epoch: 0,
             seq: vec![0; symbols],
+            live: vec![false; symbols],
         }
     }
 
@@ -71,17 +78,21 @@ impl Known {
     /// A message of `stream_id` at `epoch` was heard (a heartbeat, or a
     /// price without a symbol): a newer epoch makes its stream current.
     pub fn heard(&mut self, stream_id: u64, epoch: u64) {
-        if epoch <= self.epoch && self.stream_id != 0 {
-            return;
-        }
-        if epoch < self.epoch {
+        if epoch < self.epoch || (epoch == self.epoch && self.stream_id != 0) {
             return;
         }
         self.epoch = epoch;
         if stream_id != self.stream_id {
             self.stream_id = stream_id;
             self.seq.fill(0);
+            self.live.fill(false);
         }
+    }
+
+    /// The connection to the bus was lost: what is followed from now on
+    /// may have missed prices, so no sequence counts as seen live.
+    pub fn disconnected(&mut self) {
+        self.live.fill(false);
     }
 
     /// A price of `symbol` numbered `seq` in `stream_id`, published at
@@ -98,28 +109,48 @@ impl Known {
         }
     }
 
-    /// How to number prices on taking the lease. `proved` says that what
-    /// is known covers every price of the current stream (every last value
-    /// was read, or this core itself was its last leader). An unproved
-    /// stream is not continued: a fresh stream id (`fresh`, nonzero) whose
-    /// sequences start again, which clients resync to. Nothing known at
-    /// all (a new deployment) starts the fresh stream too.
-    pub fn continuation(&self, proved: bool, fresh: u64) -> Continuation {
+    /// [`Known::price`] of a price seen live (followed on the bus, or
+    /// published by this core).
+    #[inline]
+    pub fn price_live(&mut self, symbol: usize, stream_id: u64, epoch: u64, seq: u64) {
+        self.price(symbol, stream_id, epoch, seq);
+        if stream_id == self.stream_id {
+            if let Some(l) = self.live.get_mut(symbol) {
+                *l = true;
+            }
+        }
+    }
+
+    /// The sequence `symbol`'s first price takes in the current stream,
+    /// if its highest is known: seen live, or `read` (its last value was
+    /// read from the stream, found or not).
+    pub fn first_seq(&self, symbol: usize, read: bool) -> Option<u64> {
+        let known = read || self.live.get(symbol).copied().unwrap_or(false);
+        known.then(|| match self.seq(symbol) {
+            0 => 1,
+            s => s.saturating_add(TAKEOVER_SEQ_GAP + 1),
+        })
+    }
+
+    /// How to number prices on taking the lease, `read[s]` saying that
+    /// symbol `s`'s last value was read at the takeover. The current
+    /// stream continues: each symbol whose highest sequence is known
+    /// starts above it (and the gap); one whose highest is not known is
+    /// held back until it is. With no stream known at all (a new
+    /// deployment, or nothing heard and nothing readable) a fresh stream
+    /// (`fresh`, nonzero) starts at 1 — a new stream id cannot repeat a
+    /// (stream, symbol, seq) of any other.
+    pub fn continuation(&self, read: &[bool], fresh: u64) -> Continuation {
         debug_assert!(fresh != 0);
-        if self.stream_id == 0 || !proved {
+        if self.stream_id == 0 {
             return Continuation {
                 stream_id: fresh,
-                first_seq: vec![1; self.seq.len()],
+                first_seq: vec![Some(1); self.seq.len()],
                 continues: false,
             };
         }
-        let first_seq = self
-            .seq
-            .iter()
-            .map(|&s| match s {
-                0 => 1,
-                s => s.saturating_add(TAKEOVER_SEQ_GAP + 1),
-            })
+        let first_seq = (0..self.seq.len())
+            .map(|s| self.first_seq(s, read.get(s).copied().unwrap_or(false)))
             .collect();
         Continuation {
             stream_id: self.stream_id,
@@ -155,21 +186,28 @@ mod tests {
     }
 
     #[test]
-    fn a_proved_stream_continues_above_a_gap_and_an_unproved_one_starts_afresh() {
-        let mut k = Known::new(2);
-        let fresh = k.continuation(true, 44);
+    fn a_known_stream_continues_above_a_gap_and_an_unknown_symbol_waits() {
+        let mut k = Known::new(3);
+        let fresh = k.continuation(&[false; 3], 44);
         assert_eq!(
             (fresh.stream_id, fresh.continues),
             (44, false),
             "nothing known"
         );
+        assert_eq!(fresh.first_seq, vec![Some(1); 3]);
         k.price(0, 7, 3, 112);
-        let c = k.continuation(true, 44);
-        assert_eq!(c.stream_id, 7);
-        assert!(c.continues);
-        assert_eq!(c.first_seq, vec![112 + TAKEOVER_SEQ_GAP + 1, 1]);
-        let c = k.continuation(false, 44);
-        assert_eq!((c.stream_id, c.first_seq), (44, vec![1, 1]));
+        k.price_live(1, 7, 3, 20);
+        let c = k.continuation(&[true, false, false], 44);
+        assert_eq!((c.stream_id, c.continues), (7, true));
+        let gap = TAKEOVER_SEQ_GAP + 1;
+        // Read; seen live; neither (its highest unknown: held back).
+        assert_eq!(c.first_seq, vec![Some(112 + gap), Some(20 + gap), None]);
+        // A symbol read and found absent starts the stream's numbering.
+        assert_eq!(k.first_seq(2, true), Some(1));
+        // After a lost connection nothing counts as seen live.
+        k.disconnected();
+        assert_eq!(k.first_seq(1, false), None);
+        assert_eq!(k.first_seq(1, true), Some(20 + gap));
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub(crate) struct Leadership {
     key: KvKey,
     cfg: BusConfig,
     value: [u8; VALUE_LEN],
+    /// A second change of role from one answer (the bucket lost, then
+    /// created again), reported on the next turn.
+    pending: Option<Transition>,
 }
 
 impl Leadership {
@@ -38,6 +41,7 @@ impl Leadership {
             key,
             cfg,
             value,
+            pending: None,
         }
     }
 
@@ -56,15 +60,23 @@ impl Leadership {
         now_ns: u64,
         healthy: bool,
     ) -> Option<Transition> {
+        if let Some(t) = self.pending.take() {
+            return Some(t);
+        }
         if let Some(request) = self.lease.in_flight() {
             let Some(outcome) = c.reply_ready().map(|r| outcome_of(request, r)) else {
                 return self.lease.check_timeout(now_ns);
             };
+            tracing::debug!(?request, ?outcome, "lease call answered");
             let (next, t) = self.lease.on_outcome(outcome, now_ns);
-            if let Some(r) = next {
-                self.send(c, r, now_ns);
-            }
-            return t;
+            let then = next.and_then(|r| self.send(c, r, now_ns));
+            return match t {
+                Some(t) => {
+                    self.pending = then;
+                    Some(t)
+                }
+                None => then,
+            };
         }
         let r = self.lease.next_request(now_ns, healthy)?;
         self.send(c, r, now_ns)

@@ -21,8 +21,9 @@ pub struct Sequencer {
     stream_id: u64,
     /// Per symbol: (engine seq, published seq) of the last price published.
     anchor: Vec<Option<(u64, u64)>>,
-    /// Per symbol: the sequence the first price takes.
-    first: Vec<u64>,
+    /// Per symbol: the sequence the first price takes (`None`: its
+    /// highest sequence is not known yet, so it is not published).
+    first: Vec<Option<u64>>,
     /// The first price of each symbol is flagged (a continued stream).
     flag_first: bool,
     /// Per symbol: prices were drained unpublished (fenced) since the last
@@ -37,6 +38,9 @@ pub enum Numbered {
     Publish,
     /// Older than a price already published for its symbol: drop it.
     Superseded,
+    /// Its symbol's highest sequence in the stream is not known yet: not
+    /// published (a sequence could repeat an unseen one).
+    Unknown,
 }
 
 impl Sequencer {
@@ -45,7 +49,7 @@ impl Sequencer {
         Sequencer {
             stream_id: 0,
             anchor: vec![None; symbols],
-            first: vec![1; symbols],
+            first: vec![Some(1); symbols],
             flag_first: false,
             missed: vec![false; symbols],
         }
@@ -63,6 +67,21 @@ impl Sequencer {
     /// The stream being published (0 while standing by).
     pub fn stream_id(&self) -> u64 {
         self.stream_id
+    }
+
+    /// `symbol`'s highest sequence became known: its first price takes
+    /// `first_seq`.
+    pub fn learned(&mut self, symbol: usize, first_seq: u64) {
+        if let (Some(f), Some(None)) = (self.first.get_mut(symbol), self.anchor.get(symbol)) {
+            *f = Some(first_seq);
+        }
+    }
+
+    /// A symbol held back for want of its highest sequence, if any.
+    pub fn unknown(&self) -> Option<usize> {
+        (self.stream_id != 0)
+            .then(|| self.first.iter().position(Option::is_none))
+            .flatten()
     }
 
     /// Leading ended: the next start numbers afresh.
@@ -93,6 +112,9 @@ impl Sequencer {
         };
         let published = match *anchor {
             None => {
+                let Some(first) = first else {
+                    return Numbered::Unknown;
+                };
                 if self.flag_first {
                     price.flags |= price_flags::CONFLATED;
                 }
@@ -126,7 +148,7 @@ mod tests {
     fn continuation(first: Vec<u64>, continues: bool) -> Continuation {
         Continuation {
             stream_id: 7,
-            first_seq: first,
+            first_seq: first.into_iter().map(Some).collect(),
             continues,
         }
     }
@@ -166,5 +188,20 @@ mod tests {
         assert_eq!((p.seq, p.flags), (3, price_flags::CONFLATED));
         q.stop();
         assert_eq!(q.stream_id(), 0);
+    }
+
+    #[test]
+    fn a_symbol_of_unknown_height_is_held_until_learned() {
+        let mut q = Sequencer::new(2);
+        let mut c = continuation(vec![50, 1], true);
+        c.first_seq[1] = None;
+        q.start(&c);
+        assert_eq!(q.unknown(), Some(1));
+        assert_eq!(q.number(&mut price(1, 9)), Numbered::Unknown);
+        q.learned(1, 1_000_031);
+        assert_eq!(q.unknown(), None);
+        let mut p = price(1, 10);
+        assert_eq!(q.number(&mut p), Numbered::Publish);
+        assert_eq!(p.seq, 1_000_031);
     }
 }

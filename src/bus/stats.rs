@@ -33,6 +33,10 @@ pub struct BusStats {
     /// Engine prices not published because a newer price of the symbol
     /// was already (the price restated at a takeover) (core).
     pub superseded: Counter,
+    /// Engine prices not published because their symbol's highest
+    /// sequence in the stream was not known yet (its last value could not
+    /// be read at the takeover; core).
+    pub held_unknown: Counter,
     /// Prices flagged STALE because the core that leads now has not
     /// published them (older epochs' prices after a takeover; edge; one
     /// per symbol until a fresh price).

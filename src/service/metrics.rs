@@ -255,7 +255,7 @@ fn register_moves(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), 
 fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), OpsError> {
     use crate::bus::BusStats;
     type Read = fn(&BusStats) -> u64;
-    let events: [(&str, Read); 21] = [
+    let events: [(&str, Read); 22] = [
         ("published", |s| s.published.get()),
         ("publish_error", |s| s.publish_errors.get()),
         ("received", |s| s.received.get()),
@@ -278,6 +278,7 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
         ("stream_started", |s| s.streams_started.get()),
         ("stream_adopted", |s| s.streams_adopted.get()),
         ("superseded", |s| s.superseded.get()),
+        ("held_unknown", |s| s.held_unknown.get()),
         ("unbacked_flagged", |s| s.unbacked_flagged.get()),
     ];
     for (event, read) in events {

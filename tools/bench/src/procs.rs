@@ -188,6 +188,28 @@ impl Proc {
         format!("{} … {}", self.log.display(), text[start..].trim())
     }
 
+    /// Sends `signal` (SIGKILL, SIGSTOP, SIGCONT, …) to the process if it
+    /// has not exited; with SIGKILL, waits for it. The failure drills
+    /// (`tools/drill`) crash and freeze servers this way.
+    pub fn signal(&mut self, signal: libc::c_int) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) on our own child's pid; it has not been
+            // reaped (try_wait above), so the pid is still ours.
+            unsafe { libc::kill(pid, signal) };
+        }
+        if signal == libc::SIGKILL {
+            let _ = self.child.wait();
+        }
+    }
+
+    /// True once the process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// SIGTERM, then SIGKILL if it has not exited within [`STOP_TIMEOUT`].
     pub fn stop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
