@@ -1,0 +1,211 @@
+//! A real 3-node `nats-server` cluster with JetStream on loopback, whose
+//! nodes a drill kills and restores (same ports, same store), and a
+//! minimal NATS request client for the JetStream API calls a drill makes
+//! itself: which node leads a stream, and deleting a stream (the lease
+//! bucket). The drill does not use pricewire's own NATS client: the
+//! system under test is not its own witness.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use pricewire_bench::procs::{free_addr, http_status, Proc};
+
+/// Nodes in the cluster.
+pub const NODES: usize = 3;
+/// Longest wait for the cluster (or a restored node) to report healthy.
+const HEALTHY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One node's ports and store.
+struct Node {
+    client: SocketAddr,
+    monitor: SocketAddr,
+    cluster: SocketAddr,
+    store: PathBuf,
+    proc: Option<Proc>,
+}
+
+/// A running cluster; nodes are stopped when it drops.
+pub struct Cluster {
+    bin: String,
+    nodes: Vec<Node>,
+    logs: PathBuf,
+    _stores: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts three routed nodes with JetStream and waits until every one
+    /// answers `/healthz` (a JetStream meta leader exists).
+    pub fn start(bin: &str, logs: &Path) -> anyhow::Result<Cluster> {
+        let stores = tempfile::tempdir().context("JetStream store folders")?;
+        let mut nodes = Vec::with_capacity(NODES);
+        for i in 0..NODES {
+            nodes.push(Node {
+                client: free_addr()?,
+                monitor: free_addr()?,
+                cluster: free_addr()?,
+                store: stores.path().join(format!("n{i}")),
+                proc: None,
+            });
+        }
+        let mut c = Cluster {
+            bin: bin.to_string(),
+            nodes,
+            logs: logs.to_path_buf(),
+            _stores: stores,
+        };
+        for i in 0..NODES {
+            c.launch(i)?;
+        }
+        for i in 0..NODES {
+            c.await_healthy(i)?;
+        }
+        Ok(c)
+    }
+
+    fn launch(&mut self, i: usize) -> anyhow::Result<()> {
+        let routes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("nats://{}", n.cluster))
+            .collect();
+        let n = &self.nodes[i];
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["-a", "127.0.0.1", "-p", &n.client.port().to_string()])
+            .args(["-m", &n.monitor.port().to_string()])
+            .args(["-n", &node_name(i), "-js", "-sd"])
+            .arg(&n.store)
+            .args(["--cluster_name", "pw-drill"])
+            .args(["--cluster", &format!("nats://{}", n.cluster)])
+            .args(["--routes", &routes.join(",")]);
+        let proc = Proc::spawn(&format!("nats-{}", node_name(i)), cmd, &self.logs)?;
+        self.nodes[i].proc = Some(proc);
+        Ok(())
+    }
+
+    fn await_healthy(&mut self, i: usize) -> anyhow::Result<()> {
+        let monitor = self.nodes[i].monitor;
+        let deadline = Instant::now() + HEALTHY_TIMEOUT;
+        while http_status(monitor, "/healthz") != Some(200) {
+            if Instant::now() > deadline {
+                bail!(
+                    "nats node {} not healthy within {HEALTHY_TIMEOUT:?}",
+                    node_name(i)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// `--bus` for pricewire: every node, `nats://127.0.0.1:PORT,…`,
+    /// starting with node `first` (a process's preferred node).
+    pub fn urls(&self, first: usize) -> String {
+        let mut urls: Vec<String> = (0..NODES)
+            .map(|k| format!("nats://{}", self.nodes[(first + k) % NODES].client))
+            .collect();
+        urls.dedup();
+        urls.join(",")
+    }
+
+    /// Kills node `i` (SIGKILL: a crash).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.nodes[i].proc.take() {
+            p.signal(libc::SIGKILL);
+        }
+    }
+
+    /// Starts node `i` again on its ports and store, and waits for it.
+    pub fn restore(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.nodes[i].proc.is_none() {
+            self.launch(i)?;
+        }
+        self.await_healthy(i)
+    }
+
+    /// The node index of `name` (`n0`, `n1`, `n2`).
+    pub fn index_of(name: &str) -> Option<usize> {
+        (0..NODES).find(|&i| node_name(i) == name)
+    }
+
+    /// A node that is up, to make API calls through.
+    fn any_up(&self) -> Option<SocketAddr> {
+        self.nodes
+            .iter()
+            .find(|n| n.proc.is_some())
+            .map(|n| n.client)
+    }
+
+    /// The node leading `stream` (its JetStream RAFT group), if one does.
+    pub fn stream_leader(&self, stream: &str) -> anyhow::Result<Option<usize>> {
+        let addr = self.any_up().context("no node up")?;
+        let reply = request(addr, &format!("$JS.API.STREAM.INFO.{stream}"), b"")?;
+        let v: serde_json::Value = serde_json::from_slice(&reply).context("stream info JSON")?;
+        Ok(v["cluster"]["leader"].as_str().and_then(Cluster::index_of))
+    }
+
+    /// Deletes `stream` (every message and its configuration).
+    pub fn delete_stream(&self, stream: &str) -> anyhow::Result<()> {
+        let addr = self.any_up().context("no node up")?;
+        let reply = request(addr, &format!("$JS.API.STREAM.DELETE.{stream}"), b"")?;
+        let v: serde_json::Value = serde_json::from_slice(&reply).context("delete JSON")?;
+        if v["success"].as_bool() != Some(true) {
+            bail!("deleting {stream}: {v}");
+        }
+        Ok(())
+    }
+}
+
+/// The name of node `i`.
+pub fn node_name(i: usize) -> String {
+    format!("n{i}")
+}
+
+/// One request over a fresh connection to `addr`: the reply's payload.
+/// Bounded by 5 s in all.
+pub fn request(addr: SocketAddr, subject: &str, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let timeout = Duration::from_secs(5);
+    let sock = TcpStream::connect_timeout(&addr, timeout)?;
+    sock.set_read_timeout(Some(timeout))?;
+    let mut w = sock.try_clone()?;
+    let mut r = BufReader::new(sock);
+    let mut line = String::new();
+    r.read_line(&mut line)?; // INFO
+    let inbox = "_INBOX.pwdrill";
+    let mut out = Vec::new();
+    out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n");
+    out.extend_from_slice(format!("SUB {inbox} 1\r\n").as_bytes());
+    out.extend_from_slice(format!("PUB {subject} {inbox} {}\r\n", payload.len()).as_bytes());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"\r\n");
+    w.write_all(&out)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if Instant::now() > deadline {
+            bail!("no reply to {subject}");
+        }
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            bail!("connection closed before the reply to {subject}");
+        }
+        if line.starts_with("PING") {
+            w.write_all(b"PONG\r\n")?;
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("MSG ") else {
+            continue;
+        };
+        let len: usize = rest
+            .split_whitespace()
+            .last()
+            .and_then(|n| n.parse().ok())
+            .context("MSG length")?;
+        let mut body = vec![0u8; len + 2];
+        r.read_exact(&mut body)?;
+        body.truncate(len);
+        return Ok(body);
+    }
+}
