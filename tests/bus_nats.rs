@@ -355,3 +355,61 @@ fn an_edge_without_a_reachable_bus_exits_with_the_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("connecting to NATS"), "{err}");
 }
+
+#[test]
+fn an_edge_takes_a_new_stream_once_the_lease_store_and_last_values_are_lost() {
+    let node = NatsServer::start();
+    let b = bus(&node.url(), "t9", 1).with_max_age_ms(1_000).unwrap();
+    let first = core(b.clone(), 2_000);
+    assert!(wait_until(WAIT, || published(&first) > 200));
+    let e = edge(b.clone());
+    let stats = e.bus.as_ref().unwrap().stats().clone();
+    let mut c = subscriber(&e);
+    let mut seen = Seen::default();
+    assert!(read_until(&mut c, &mut seen, |s| s.updates() >= 100));
+    let old = *seen.streams.last().unwrap();
+    assert_eq!(e.pipeline.handles.table.stream_id(), old);
+    first.stop();
+    // Everything the cores kept is lost: the lease bucket and the stream
+    // of last values. A new core can prove nothing: a new stream, whose
+    // epoch starts again below the one the edge remembers.
+    for stream in ["KV_T9_LEASE", "T9_PRICES"] {
+        let reply = nats::request(
+            node.client_addr(),
+            &format!("$JS.API.STREAM.DELETE.{stream}"),
+            b"",
+        );
+        assert!(
+            String::from_utf8_lossy(&reply).contains("\"success\":true"),
+            "{stream}"
+        );
+    }
+    let second = core(b, 2_000);
+    let from = seen.updates();
+    let new_stream = |s: &Seen| s.streams[from..].iter().filter(|&&x| x != old).count() >= 20;
+    assert!(
+        read_until(&mut c, &mut seen, new_stream),
+        "the edge never took the new stream"
+    );
+    let fresh = seen.streams[from..]
+        .iter()
+        .find(|&&x| x != old)
+        .copied()
+        .unwrap();
+    assert_eq!(e.pipeline.handles.table.stream_id(), fresh);
+    assert_eq!(stats.streams_adopted.get(), 1);
+    // Each symbol's first price of the new stream is a resync snapshot.
+    for sym in seen.prices[from..]
+        .iter()
+        .map(|p| p.0)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let first_new = (from..seen.updates())
+            .find(|&i| seen.prices[i].0 == sym && seen.streams[i] == fresh)
+            .unwrap();
+        assert_eq!(seen.prices[first_new].5, SeqStatus::Reset, "symbol {sym}");
+    }
+    drop(c);
+    e.stop();
+    second.stop();
+}

@@ -225,7 +225,7 @@ impl Outbox {
             Ok(w) => input.doorbell.bind_waker(w),
             Err(e) => tracing::warn!(error = %e, "no waker for the bus thread; it polls"),
         }
-        let idle = Duration::from_millis(IDLE_WAIT_MS);
+        let mut idle_turns = 0u32;
         loop {
             let now = monotonic_ns();
             self.lead_turn(now);
@@ -235,6 +235,7 @@ impl Outbox {
             let engine_work = input.hosted.turn(now);
             let moved = self.turn(&mut input.ring, now);
             if moved > 0 {
+                idle_turns = 0;
                 self.client.flush();
                 self.poll(Duration::ZERO);
                 continue;
@@ -247,22 +248,45 @@ impl Outbox {
                 continue;
             }
             if engine_work > 0 || input.hosted.has_work() {
+                idle_turns = 0;
                 self.poll(Duration::ZERO);
                 continue;
             }
-            let (ring, hosted) = (&input.ring, &input.hosted);
-            if input
-                .doorbell
-                .prepare_sleep(|| !ring.is_empty() || hosted.has_work())
-            {
-                self.poll(idle);
-                input.doorbell.woke();
-            }
+            idle_turns = self.idle(&input, idle_turns);
         }
         self.client.flush();
         let bound = Duration::from_millis(self.cfg.lease_ms / 4);
         self.stream.lead.resign(&mut self.client, bound);
         self.stats.leader.set(0);
+    }
+
+    /// One idle turn, as a gateway shard's default wait (`spin-park`):
+    /// spin, then yield (taking what the socket has each time), then sleep
+    /// in the socket's poll until the doorbell, the socket or the timers
+    /// ([`IDLE_WAIT_MS`]) wake it. Returns the idle turns so far. A price
+    /// that follows the last within the spin and yield turns leaves
+    /// without a kernel wake-up, as it does from a standalone server's
+    /// shard: measured in BENCHMARKS.md ("Scale-out", bus-ratio).
+    fn idle(&mut self, input: &Input, turns: u32) -> u32 {
+        use crate::runtime::wait::{SPIN_TURNS, YIELD_TURNS};
+        if turns < SPIN_TURNS {
+            std::hint::spin_loop();
+            return turns + 1;
+        }
+        if turns < SPIN_TURNS + YIELD_TURNS {
+            self.poll(Duration::ZERO);
+            std::thread::yield_now();
+            return turns + 1;
+        }
+        let (ring, hosted) = (&input.ring, &input.hosted);
+        if input
+            .doorbell
+            .prepare_sleep(|| !ring.is_empty() || hosted.has_work())
+        {
+            self.poll(Duration::from_millis(IDLE_WAIT_MS));
+            input.doorbell.woke();
+        }
+        turns
     }
 
     /// Takes what arrived on the bus: the leader's heartbeats and prices,

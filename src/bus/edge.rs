@@ -290,14 +290,18 @@ impl Inbox {
         self.notify();
     }
 
-    fn poll_once(&mut self, c: &mut Client, wait: Duration) {
+    /// One turn of the client; returns how many messages it delivered.
+    fn poll_once(&mut self, c: &mut Client, wait: Duration) -> usize {
+        let mut got = 0;
         c.poll(wait, &mut |subject, payload| {
+            got += 1;
             if subject == self.heartbeat_subject.as_bytes() {
                 self.take_heartbeat(payload);
             } else {
                 self.take(subject, payload);
             }
         });
+        got
     }
 
     /// The staleness decisions of one turn: a silence flags every price; a
@@ -315,8 +319,10 @@ impl Inbox {
     }
 
     fn live(&mut self, c: &mut Client, cfg: &BusConfig, stop: &AtomicBool) {
+        use crate::runtime::wait::YIELD_TURNS;
         // The first connect is not a reconnect.
         self.stats.take_reconnected();
+        let mut idle_turns = YIELD_TURNS;
         while !stop.load(Ordering::Acquire) {
             if self.stats.take_reconnected() {
                 // Prices published while this edge had no server: the
@@ -331,8 +337,23 @@ impl Inbox {
                     }
                 }
             }
-            let wait = if self.parked() { 1 } else { POLL_MS };
-            self.poll_once(c, Duration::from_millis(wait));
+            let wait = match (self.parked(), idle_turns < YIELD_TURNS) {
+                (true, _) => Duration::from_millis(1),
+                // As a gateway shard's default wait: a price that follows
+                // the last within the yield turns is taken without a kernel
+                // wake-up (BENCHMARKS.md, "Scale-out", bus-ratio).
+                (false, true) => {
+                    std::thread::yield_now();
+                    Duration::ZERO
+                }
+                (false, false) => Duration::from_millis(POLL_MS),
+            };
+            let got = self.poll_once(c, wait);
+            idle_turns = if got > 0 {
+                0
+            } else {
+                idle_turns.saturating_add(1)
+            };
             self.check_staleness(monotonic_ns());
             self.notify();
         }

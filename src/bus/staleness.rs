@@ -70,10 +70,11 @@ impl Staleness {
     /// current one has gone stale).
     #[inline]
     pub(crate) fn admits(&self, epoch: u64, stream: u64) -> bool {
-        if epoch == self.epoch {
-            return stream == self.stream || self.epoch == 0;
+        if stream == self.stream || self.epoch == 0 {
+            return epoch >= self.epoch;
         }
-        epoch > self.epoch || (self.flagged && stream != self.stream)
+        // Another stream: a newer epoch, or any once this one went stale.
+        epoch > self.epoch || self.flagged
     }
 
     /// A valid price or heartbeat of `epoch` and `stream` arrived at

@@ -115,6 +115,10 @@ fn a_new_stream_below_the_epoch_is_taken_only_once_the_old_went_silent() {
         "a fenced core of the old stream stays refused"
     );
     assert!(s.admits(1, y));
+    assert!(
+        s.admits(8, y),
+        "the same epoch number too (a bucket that started again)"
+    );
     assert!(s.heard(1, y, 1_100 * MS));
     assert_eq!(s.current(), (1, y));
     assert!(

@@ -239,3 +239,43 @@ impl NatsCluster {
         urls.join(",")
     }
 }
+
+/// One JetStream API request to the server at `addr` over a fresh
+/// connection (a test's own client, not pricewire's): the reply payload.
+/// Bounded by 5 s.
+pub fn request(addr: SocketAddr, subject: &str, payload: &[u8]) -> Vec<u8> {
+    use std::io::BufRead;
+    let timeout = Duration::from_secs(5);
+    let sock = TcpStream::connect_timeout(&addr, timeout).expect("connect to nats");
+    sock.set_read_timeout(Some(timeout)).unwrap();
+    let mut w = sock.try_clone().unwrap();
+    let mut r = std::io::BufReader::new(sock);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap(); // INFO
+    let inbox = "_INBOX.pwtest";
+    let msg = format!(
+        "CONNECT {{\"verbose\":false}}\r\nSUB {inbox} 1\r\nPUB {subject} {inbox} {}\r\n",
+        payload.len()
+    );
+    w.write_all(msg.as_bytes()).unwrap();
+    w.write_all(payload).unwrap();
+    w.write_all(b"\r\n").unwrap();
+    loop {
+        line.clear();
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "closed before the reply"
+        );
+        if line.starts_with("PING") {
+            w.write_all(b"PONG\r\n").unwrap();
+        }
+        let Some(rest) = line.strip_prefix("MSG ") else {
+            continue;
+        };
+        let len: usize = rest.split_whitespace().last().unwrap().parse().unwrap();
+        let mut body = vec![0u8; len + 2];
+        r.read_exact(&mut body).unwrap();
+        body.truncate(len);
+        return body;
+    }
+}

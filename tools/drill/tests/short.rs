@@ -8,20 +8,17 @@ use pricewire_drill::lab::LabConfig;
 use pricewire_drill::report;
 use pricewire_drill::scenarios::SCENARIOS;
 
+/// The workspace's debug `pricewire`, brought up to date first (a binary
+/// of another package is not built for this test by cargo itself).
 fn pricewire_bin() -> std::path::PathBuf {
-    // tools/drill/tests → the workspace's target/debug/pricewire, built by
-    // `cargo build` of the workspace (the test builds it if missing).
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let bin = root.join("target/debug/pricewire");
-    if !bin.is_file() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-p", "pricewire", "--bin", "pricewire"])
-            .current_dir(&root)
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building pricewire failed");
-    }
-    bin
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "-p", "pricewire", "--bin", "pricewire"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building pricewire failed");
+    root.join("target/debug/pricewire")
 }
 
 fn ensure_nats_server() {
