@@ -13,10 +13,23 @@
 //!
 //! On the wire every price is the protocol's own 76-byte SOFH+SBE
 //! PriceUpdate frame (schema id and version in its header, so a newer
-//! schema is refused by the decoder, not misread) and the publishing
-//! core's lease epoch ([`lease`]), one subject per symbol:
-//! `<prefix>.price.<SYMBOL>`. The core's per-symbol sequence number travels
-//! unchanged. A JetStream stream `<PREFIX>_PRICES` over `<prefix>.price.>`
+//! schema is refused by the decoder, not misread), the publishing core's
+//! lease epoch ([`lease`]) and the id of the stream that numbered it
+//! ([`codec`]), one subject per symbol: `<prefix>.price.<SYMBOL>`. The
+//! core's per-symbol sequence number and stream id travel unchanged.
+//!
+//! The invariants, from a terminal's point of view (docs/scale-out.md;
+//! checked across every failure by `tools/drill`): within one stream id a
+//! symbol's sequence only rises and every skip is flagged; one (stream,
+//! symbol, seq) is one price on every edge; a price no live core stands
+//! behind is flagged stale within the max age; after a single failure
+//! live prices resume with at most one flagged price per symbol. Cores
+//! keep them by following the leader's output ([`follow`]), taking over
+//! above every sequence seen ([`sequencer`]), leading only with healthy
+//! feeds ([`health`]) and fencing by the lease; edges by admitting only
+//! the newest epoch and flagging what it does not restate.
+//!
+//! A JetStream stream `<PREFIX>_PRICES` over `<prefix>.price.>`
 //! keeps one message per subject: every symbol's last value, which an edge
 //! loads before it reports itself started. The core that holds the lease
 //! also sends a heartbeat on `<prefix>.heartbeat` ([`heartbeat`]), so an
