@@ -147,6 +147,48 @@ impl Cluster {
         Ok(v["cluster"]["leader"].as_str().and_then(Cluster::index_of))
     }
 
+    /// Creates a stream of `subjects` with `replicas` copies, one message
+    /// per subject, entries expiring after `max_age_s` (the lease
+    /// bucket's shape), through any node up.
+    pub fn create_stream(&self, name: &str, subject: &str, max_age_s: u64) -> anyhow::Result<()> {
+        let addr = self.any_up().context("no node up")?;
+        let config = serde_json::json!({
+            "name": name, "subjects": [subject], "retention": "limits",
+            "max_consumers": -1, "max_msgs": -1, "max_bytes": -1,
+            "max_age": max_age_s * 1_000_000_000, "max_msgs_per_subject": 1,
+            "max_msg_size": -1, "discard": "new", "storage": "file",
+            "num_replicas": NODES, "duplicate_window": max_age_s * 1_000_000_000,
+            "allow_direct": true,
+        });
+        let body = serde_json::to_vec(&config)?;
+        let deadline = Instant::now() + HEALTHY_TIMEOUT;
+        loop {
+            let reply = request(addr, &format!("$JS.API.STREAM.CREATE.{name}"), &body);
+            let v: serde_json::Value = reply
+                .ok()
+                .and_then(|r| serde_json::from_slice(&r).ok())
+                .unwrap_or_default();
+            if v.get("error").is_none() && v.get("config").is_some() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("creating {name}: {v}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// One write to `subject` (a stream's), through the first node up that
+    /// answers within `timeout`: true if the stream acknowledged it.
+    pub fn write(&self, subject: &str, timeout: Duration) -> bool {
+        self.nodes.iter().filter(|n| n.proc.is_some()).any(|n| {
+            request_within(n.client, subject, b"x", timeout)
+                .ok()
+                .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r).ok())
+                .is_some_and(|v| v.get("seq").is_some())
+        })
+    }
+
     /// Deletes `stream` (every message and its configuration).
     pub fn delete_stream(&self, stream: &str) -> anyhow::Result<()> {
         let addr = self.any_up().context("no node up")?;
@@ -167,7 +209,16 @@ pub fn node_name(i: usize) -> String {
 /// One request over a fresh connection to `addr`: the reply's payload.
 /// Bounded by 5 s in all.
 pub fn request(addr: SocketAddr, subject: &str, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let timeout = Duration::from_secs(5);
+    request_within(addr, subject, payload, Duration::from_secs(5))
+}
+
+/// [`request`] bounded by `timeout` in all.
+pub fn request_within(
+    addr: SocketAddr,
+    subject: &str,
+    payload: &[u8],
+    timeout: Duration,
+) -> anyhow::Result<Vec<u8>> {
     let sock = TcpStream::connect_timeout(&addr, timeout)?;
     sock.set_read_timeout(Some(timeout))?;
     let mut w = sock.try_clone()?;

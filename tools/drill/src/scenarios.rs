@@ -69,6 +69,13 @@ pub const SCENARIOS: &[Scenario] = &[
         run: lease_node_killed,
     },
     Scenario {
+        name: "jetstream-election",
+        about: "the platform, not pricewire: how long an R3 stream's writes stop when its leader node is killed",
+        short: false,
+        bus: true,
+        run: jetstream_election,
+    },
+    Scenario {
         name: "two-nodes-killed",
         about: "two of three NATS nodes are killed (no quorum), then restored",
         short: false,
@@ -227,6 +234,57 @@ fn lease_node_killed(lab: &mut Lab) -> anyhow::Result<Bounds> {
         stale_ns: None,
         resume_ns: Some(5 * S),
     })
+}
+
+/// Kills the node leading a lease-shaped R3 stream, six times, and
+/// measures how long writes to it stop (the stream-leader election the
+/// lease's timing must outlast, `bus::lease::LeaseTiming`).
+fn jetstream_election(lab: &mut Lab) -> anyhow::Result<Bounds> {
+    const STREAM: &str = "KV_DRILL_PROBE";
+    const SUBJECT: &str = "$KV.DRILL_PROBE.k";
+    let rounds = if lab.short() { 2 } else { 6 };
+    let cluster = lab.cluster.as_mut().expect("a bus scenario");
+    cluster.create_stream(STREAM, "$KV.DRILL_PROBE.>", 15)?;
+    let mut gaps = Vec::new();
+    for _ in 0..rounds {
+        let cluster = lab.cluster.as_mut().expect("cluster");
+        while !cluster.write(SUBJECT, Duration::from_millis(250)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let node = cluster.stream_leader(STREAM)?.unwrap_or(0);
+        let killed = std::time::Instant::now();
+        cluster.kill(node);
+        while !cluster.write(SUBJECT, Duration::from_millis(250)) {
+            if killed.elapsed() > Duration::from_secs(60) {
+                anyhow::bail!("writes did not resume within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let gap = killed.elapsed();
+        gaps.push(gap.as_millis() as u64);
+        lab.note(format!(
+            "n{node} (leading {STREAM}) killed: writes back after {} ms",
+            gap.as_millis()
+        ));
+        lab.cluster.as_mut().expect("cluster").restore(node)?;
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let tolerated = pricewire::bus::lease::LeaseTiming::new(
+        pricewire::bus::LEASE_MS_DEFAULT,
+        pricewire::bus::heartbeat::HEARTBEAT_MS_DEFAULT,
+    )
+    .outage_tolerated_ns()
+        / 1_000_000;
+    let worst = gaps.iter().copied().max().unwrap_or(0);
+    lab.expect(
+        "every election shorter than the default lease tolerates",
+        worst < tolerated,
+        format!("writes stopped {gaps:?} ms, tolerated {tolerated} ms"),
+    );
+    lab.note(format!(
+        "write gaps {gaps:?} ms; the default lease tolerates {tolerated} ms"
+    ));
+    Ok(Bounds::default())
 }
 
 fn two_nodes_killed(lab: &mut Lab) -> anyhow::Result<Bounds> {
