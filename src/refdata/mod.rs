@@ -35,6 +35,7 @@
 
 mod cache;
 mod file;
+mod guarded;
 pub mod metrics;
 pub mod pool;
 mod refresher;
@@ -52,11 +53,12 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 pub use file::RefDataFile;
+pub use guarded::GuardedStore;
 pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
 pub use resp::{RedisError, RespConn, Value};
 pub use settings::{CacheConfig, RedisConfig, RefDataConfig};
-pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult, GuardedStore};
+pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult};
 pub use stats::{RefDataSnapshot, RefDataStats};
 
 use crate::clock::Clock;
