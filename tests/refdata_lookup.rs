@@ -117,10 +117,31 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         pricewire::config::ACCOUNT_SESSIONS_DEFAULT
     );
 
-    // Unknown tier: refused like the config file would, served as absent.
-    assert_eq!(lookup_settled(&rd, "broken"), Lookup::NotFound);
-    assert_eq!(lookup_settled(&rd, "clear"), Lookup::NotFound);
-    assert_eq!(lookup_settled(&rd, "too-fast"), Lookup::NotFound);
+    // Unknown tier, a clear token, a frequency over the limit: refused
+    // like the config file would, as a fault of that record (busy, come
+    // back after the negative TTL), never as "no such account" — an
+    // unreadable record is the data's fault, not the client's.
+    let faulty = ["broken", "clear", "too-fast"];
+    for name in faulty {
+        assert!(matches!(
+            rd.lookup(name, MonotonicClock.now_ns()),
+            Lookup::Unavailable { .. }
+        ));
+    }
+    let stats = rd.stats();
+    assert!(wait_until(WAIT, || stats
+        .redis_invalid_record
+        .load(Relaxed)
+        >= 3));
+    for name in faulty {
+        match rd.lookup(name, MonotonicClock.now_ns()) {
+            Lookup::Unavailable { retry_after_ms } => {
+                assert!(retry_after_ms >= 3_000, "{name}: {retry_after_ms}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    // An absent record while the index set vouches for the data set.
     assert_eq!(lookup_settled(&rd, "carol"), Lookup::NotFound);
 
     let s = rd.stats().snapshot();

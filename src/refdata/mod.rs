@@ -34,10 +34,12 @@
 //! settings and bounds: `docs/refdata.md`.
 
 mod cache;
+pub mod dataset;
 mod file;
 mod guarded;
 pub mod metrics;
 pub mod pool;
+mod queue;
 mod refresher;
 pub mod resp;
 pub mod settings;
@@ -45,6 +47,7 @@ pub mod source;
 mod stats;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -58,13 +61,14 @@ pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
 pub use resp::{RedisError, RespConn, Value};
 pub use settings::{CacheConfig, RedisConfig, RefDataConfig};
-pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult};
+pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult, Listing, Record};
 pub use stats::{RefDataSnapshot, RefDataStats};
 
 use crate::clock::Clock;
 use crate::config::Account;
 use crate::model::InstrumentTable;
 use crate::resilience::BreakerStats;
+use dataset::DataSetStats;
 
 /// Reference-data errors (configuration and start-up only; lookups do not
 /// fail, they answer [`Lookup::Unavailable`]).
@@ -134,6 +138,7 @@ pub struct RefData {
     stats: Arc<RefDataStats>,
     breaker_stats: Option<Arc<BreakerStats>>,
     pool_stats: Option<Arc<PoolStats>>,
+    data_set_stats: Option<Arc<DataSetStats>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -154,6 +159,7 @@ impl RefData {
             stats: Arc::new(RefDataStats::default()),
             breaker_stats: None,
             pool_stats: None,
+            data_set_stats: None,
             stop: Arc::new(AtomicBool::new(false)),
             thread: None,
         }
@@ -179,9 +185,11 @@ impl RefData {
         let store = GuardedStore::new(&cfg.redis, table, Arc::clone(&stats))?;
         let breaker_stats = store.breaker_stats();
         let pool_stats = store.store().pool().stats();
+        let data_set_stats = store.data_set_stats();
         let (mut refdata, refresher) = RefData::with_fetcher(cfg.cache, store, seed, stats)?;
         refdata.breaker_stats = Some(breaker_stats);
         refdata.pool_stats = Some(pool_stats);
+        refdata.data_set_stats = Some(data_set_stats);
         let stop = Arc::clone(&refdata.stop);
         let handle = std::thread::Builder::new()
             .name("refdata-refresh".into())
@@ -209,7 +217,7 @@ impl RefData {
         stats: Arc<RefDataStats>,
     ) -> Result<(RefData, Refresher<S>), RefDataError> {
         cfg.validate()?;
-        let (tx, rx) = crossbeam_channel::bounded(cfg.request_queue_max);
+        let (tx, rx) = crossbeam_channel::bounded(1);
         let readers_rng = SmallRng::seed_from_u64(seed);
         let shared = Arc::new(cache::Shared::new(cfg, tx, readers_rng, Arc::clone(&stats)));
         let refresher_rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fda_7a00);
@@ -219,10 +227,21 @@ impl RefData {
         Ok((refdata, refresher))
     }
 
-    /// Non-blocking lookup for the gateway's logon (see the module docs).
-    /// The caller compares the token and checks entitlements on the
-    /// returned account.
+    /// Non-blocking lookup (see the module docs), with no source address:
+    /// only the queue's global bounds apply to its miss.
     pub fn lookup(&self, account: &str, now_ns: u64) -> Lookup {
+        self.lookup_inner(account, None, now_ns)
+    }
+
+    /// Non-blocking lookup for the gateway's logon from the client at
+    /// `peer`: a miss for an unknown name counts against that address's
+    /// `misses_per_source_max` (IPv6: its /64). The caller compares the
+    /// token and checks entitlements on the returned account.
+    pub fn lookup_from(&self, account: &str, peer: IpAddr, now_ns: u64) -> Lookup {
+        self.lookup_inner(account, Some(peer), now_ns)
+    }
+
+    fn lookup_inner(&self, account: &str, peer: Option<IpAddr>, now_ns: u64) -> Lookup {
         match &self.source {
             Source::Static(map) => match map.get(account) {
                 Some(a) => {
@@ -234,7 +253,7 @@ impl RefData {
                     Lookup::NotFound
                 }
             },
-            Source::Cached(shared) => shared.lookup(account, now_ns),
+            Source::Cached(shared) => shared.lookup(account, cache::source_of(peer), now_ns),
         }
     }
 
@@ -270,6 +289,11 @@ impl RefData {
     /// The Redis breaker's counters and state (`None` without Redis).
     pub fn breaker_stats(&self) -> Option<Arc<BreakerStats>> {
         self.breaker_stats.clone()
+    }
+
+    /// The Redis data set's gauges and counters (`None` without Redis).
+    pub fn data_set_stats(&self) -> Option<Arc<DataSetStats>> {
+        self.data_set_stats.clone()
     }
 
     /// The Redis pool's counters (`None` without Redis).
