@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::dataset::{Change, DataSet, DataSetStats};
+use super::dataset::{Change, DataSet, DataSetFault, DataSetStats, Observation};
 use super::settings::RedisConfig;
 use super::source::{
     classify, AccountFetch, AccountStore, FetchError, FetchResult, Listing, Record, RecordRead,
@@ -30,8 +30,34 @@ pub(crate) const TRANSITION_LOGS_MAX: u32 = 10;
 /// The transition log's window.
 pub(crate) const TRANSITION_LOG_WINDOW_NS: u64 = 60_000_000_000;
 
-/// [`AccountStore`] behind the Redis circuit breaker: what the refresher
-/// uses in production. Single owner (the refresher thread).
+/// What [`GuardedStore`] calls: Redis ([`AccountStore`]) in production, a
+/// scripted store in tests that drive the breaker, the data-set rule and
+/// the refresher by injected time.
+pub trait Backend: Send {
+    /// An account record and the data set, read together
+    /// ([`AccountStore::read`]).
+    fn read(&self, name: &str) -> RecordRead;
+    /// The index set's names ([`AccountStore::list`]).
+    fn list(&self, max: usize) -> Result<Listing, FetchError>;
+    /// The data set alone ([`AccountStore::observe`]).
+    fn observe(&self) -> Result<Observation, FetchError>;
+}
+
+impl Backend for AccountStore {
+    fn read(&self, name: &str) -> RecordRead {
+        AccountStore::read(self, name)
+    }
+    fn list(&self, max: usize) -> Result<Listing, FetchError> {
+        AccountStore::list(self, max)
+    }
+    fn observe(&self) -> Result<Observation, FetchError> {
+        AccountStore::observe(self)
+    }
+}
+
+/// [`AccountStore`] (or another [`Backend`]) behind the Redis circuit
+/// breaker: what the refresher uses in production. Single owner (the
+/// refresher thread).
 ///
 /// Besides the breaker's rate rule, `breaker_consecutive_failures` failed
 /// calls in a row (no success between) open it at once
@@ -39,8 +65,8 @@ pub(crate) const TRANSITION_LOG_WINDOW_NS: u64 = 60_000_000_000;
 /// so under a dead or blackholed Redis it makes too few calls for the rate
 /// rule's `minimum_calls` to fill its window (see `docs/refdata.md`).
 #[derive(Debug)]
-pub struct GuardedStore {
-    store: AccountStore,
+pub struct GuardedStore<B = AccountStore> {
+    store: B,
     breaker: CircuitBreaker,
     stats: Arc<RefDataStats>,
     data_set: DataSet,
@@ -58,10 +84,24 @@ impl GuardedStore {
         table: InstrumentTable,
         stats: Arc<RefDataStats>,
     ) -> Result<GuardedStore, RefDataError> {
+        let seed = rand::random();
+        GuardedStore::with_backend(cfg, AccountStore::new(cfg, table), stats, seed)
+    }
+}
+
+impl<B: Backend> GuardedStore<B> {
+    /// Over any backend, the breaker's jitter seeded with `seed`; `cfg`
+    /// gives the breaker and the consecutive-failures rule.
+    pub fn with_backend(
+        cfg: &RedisConfig,
+        store: B,
+        stats: Arc<RefDataStats>,
+        seed: u64,
+    ) -> Result<GuardedStore<B>, RefDataError> {
         cfg.validate()?;
         Ok(GuardedStore {
-            store: AccountStore::new(cfg, table),
-            breaker: CircuitBreaker::new(cfg.breaker_config())?,
+            store,
+            breaker: CircuitBreaker::with_seed(cfg.breaker_config(), seed)?,
             stats,
             data_set: DataSet::new(Arc::default()),
             consecutive_max: cfg.breaker_consecutive_failures,
@@ -71,7 +111,7 @@ impl GuardedStore {
     }
 
     /// The plain store (pool and key layout).
-    pub fn store(&self) -> &AccountStore {
+    pub fn store(&self) -> &B {
         &self.store
     }
 
@@ -94,7 +134,7 @@ impl GuardedStore {
     fn guarded<T>(
         &mut self,
         now_ns: u64,
-        op: impl FnOnce(&AccountStore) -> Result<T, FetchError>,
+        op: impl FnOnce(&B) -> Result<T, FetchError>,
         outcome: impl FnOnce(&Result<T, FetchError>, u64) -> Outcome,
     ) -> (Result<T, FetchError>, u64, Option<Outcome>) {
         let permit = match self.breaker.try_acquire(now_ns) {
@@ -121,7 +161,7 @@ impl GuardedStore {
     fn counted<T>(
         &mut self,
         now_ns: u64,
-        op: impl FnOnce(&AccountStore) -> Result<T, FetchError>,
+        op: impl FnOnce(&B) -> Result<T, FetchError>,
     ) -> Result<T, FetchError> {
         let outcome = |r: &Result<T, FetchError>, d| match r {
             Ok(_) => Outcome::Success { duration_ns: d },
@@ -172,6 +212,11 @@ impl GuardedStore {
             self.log_data_set(c, now_ns);
         }
         match record? {
+            // A marker that went backwards is a stale replica: its records
+            // may be older than the ones deleted since; none is used.
+            Record::Account(_) if verdict.fault == Some(DataSetFault::GenerationBehind) => {
+                Err(FetchError::DataSet(DataSetFault::GenerationBehind))
+            }
             Record::Account(a) => Ok(Some(a)),
             Record::Revoked => Ok(None),
             Record::Absent if verdict.trusted => Ok(None),
@@ -264,7 +309,7 @@ impl LogLimit {
     }
 }
 
-impl AccountFetch for GuardedStore {
+impl<B: Backend> AccountFetch for GuardedStore<B> {
     fn fetch(&mut self, name: &str, now_ns: u64) -> (FetchResult, u64) {
         let (read, d, o) = self.guarded(now_ns, |s| s.read(name), fetch_outcome);
         let r = self.judged(read, now_ns);
@@ -279,7 +324,7 @@ impl AccountFetch for GuardedStore {
     }
 
     fn probe(&mut self, now_ns: u64) -> Result<(), FetchError> {
-        let obs = self.counted(now_ns, AccountStore::observe)?;
+        let obs = self.counted(now_ns, |s| s.observe())?;
         let (_, change) = self.data_set.observe(obs);
         if let Some(c) = change {
             self.log_data_set(c, now_ns);

@@ -56,12 +56,14 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 pub use file::RefDataFile;
-pub use guarded::GuardedStore;
+pub use guarded::{Backend, GuardedStore};
 pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
 pub use resp::{RedisError, RespConn, Value};
 pub use settings::{CacheConfig, RedisConfig, RefDataConfig};
-pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult, Listing, Record};
+pub use source::{
+    classify, AccountFetch, AccountStore, FetchError, FetchResult, Listing, Record, RecordRead,
+};
 pub use stats::{RefDataSnapshot, RefDataStats};
 
 use crate::clock::Clock;

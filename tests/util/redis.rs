@@ -103,6 +103,11 @@ impl RedisServer {
         self.addr
     }
 
+    /// The server's process id (its main thread's too).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// One command on a fresh connection; panics on error (test setup).
     pub fn command(&self, args: &[&[u8]]) -> Value {
         let mut c = RespConn::connect(self.addr, IO_TIMEOUT, None, 0).expect("connect to redis");
