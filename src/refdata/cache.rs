@@ -332,7 +332,10 @@ impl Shared {
 
     /// The fetch of `t` could not be made: back in the queue.
     pub(crate) fn requeue(&self, t: Taken) {
-        self.queue().requeue(t);
+        let displaced = self.queue().requeue(t);
+        self.stats
+            .requests_displaced
+            .fetch_add(displaced as u64, Relaxed);
     }
 
     /// The expiry and Δ of an entry, for tests and diagnostics.

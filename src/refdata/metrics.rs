@@ -106,6 +106,13 @@ pub fn register(r: &Registry, rd: &Arc<RefData>) -> Result<(), OpsError> {
     r.register_gauge_fn(m::REFDATA_ENTRIES, &[], move || {
         cache.cached_entries() as f64
     })?;
+    let (a, b) = (Arc::clone(rd), Arc::clone(rd));
+    r.register_gauge_fn(m::REFDATA_PENDING, &[("class", "miss")], move || {
+        a.pending().0 as f64
+    })?;
+    r.register_gauge_fn(m::REFDATA_PENDING, &[("class", "refresh")], move || {
+        b.pending().1 as f64
+    })?;
     register_pool(r, rd)?;
     register_data_set(r, rd)
 }

@@ -311,6 +311,18 @@ impl RefData {
         }
     }
 
+    /// Requests pending for the refresher: (misses, refreshes); (0, 0)
+    /// for the config-file source.
+    pub fn pending(&self) -> (usize, usize) {
+        match &self.source {
+            Source::Static(_) => (0, 0),
+            Source::Cached(s) => {
+                let q = s.queue();
+                (q.misses(), q.refreshes())
+            }
+        }
+    }
+
     /// Expiry and stored fetch time Δ of a cached entry, in ns.
     pub fn entry_times(&self, account: &str) -> Option<(u64, u64)> {
         match &self.source {

@@ -3,24 +3,36 @@
 //!
 //! Contract: at most `misses_max` misses (a logon is waiting) and at most
 //! `refreshes_max` refreshes (a cached entry is serving meanwhile) are
-//! pending, one request per name; a name asked for again is coalesced.
-//! Misses are of two classes: a **known** name (one this process has seen
-//! valid: the cache holds a record for it, however old) and an **unknown**
-//! one. Order ([`Pending::pop`]): known misses first (oldest first), then
-//! unknown misses and refreshes in turn, one each; unknown misses are
-//! taken round robin over their sources (the client's address, IPv6 by
-//! /64), each source's newest first. A source holds at most
-//! `per_source_max` unknown misses: its next one displaces its oldest. At
-//! the `misses_max` bound a new miss displaces the oldest unknown miss of
-//! any source, so requests left over from a flood never keep out the
-//! logons that come after it. Every displaced or dropped request is
+//! queued, one request per name, plus the one being fetched; a name asked
+//! for again is coalesced (a refresh a logon now waits for becomes a miss
+//! when the misses have room, so misses and refreshes together stay
+//! within both bounds). Misses are of two classes: a **known** name (one
+//! this process has seen valid: the cache holds a record for it, however
+//! old) and an **unknown** one; an unknown miss whose client came back
+//! (asked again while it waited) is **repeated**, the sign of a client
+//! that is still there, which a spray of names never gives.
+//!
+//! Order ([`Pending::pop`]): known misses first (oldest first); then, in
+//! turn, repeated unknown misses, refreshes (only while the data set is
+//! trusted) and unknown misses asked once, each turn skipped when empty.
+//! Unknown misses are taken round robin over their sources (the client's
+//! address, IPv6 by /64), each source's newest first. A source holds at
+//! most `per_source_max` unknown misses: its next one displaces its
+//! oldest. At the `misses_max` bound a new miss displaces the oldest
+//! unknown miss asked once (else the oldest repeated one), so what is
+//! left of a flood never keeps out the logons that come after it, nor
+//! the clients still retrying. Every displaced or dropped request is
 //! counted ([`Offered`]); its client was answered `Unavailable` and asks
-//! again. Operations are O(log n) on preallocated-at-first-use maps.
+//! again. Operations are O(log n), except removing a source from its
+//! round-robin ring (O(sources), when a source's last miss leaves).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use super::cache::RequestKind;
+use tier::Tier;
+
+mod tier;
 
 /// A request's source for the per-source bound: the client's address
 /// (IPv4, or an IPv6 /64), or [`SourceKey::ANY`] for lookups that name
@@ -65,7 +77,6 @@ pub(crate) struct Taken {
     pub(crate) name: String,
     pub(crate) kind: RequestKind,
     pub(crate) class: Class,
-    source: SourceKey,
 }
 
 /// What became of an offered request.
@@ -86,6 +97,8 @@ pub(crate) enum Offered {
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     class: Class,
+    /// An unknown miss asked again.
+    repeated: bool,
     kind: RequestKind,
     seq: u64,
     source: SourceKey,
@@ -99,16 +112,16 @@ pub(crate) struct Pending {
     names: HashMap<String, Slot>,
     known: BTreeMap<u64, String>,
     refresh: BTreeMap<u64, String>,
-    /// Every unknown miss by sequence (the oldest is displaced first).
-    unknown: BTreeMap<u64, String>,
-    by_source: HashMap<SourceKey, BTreeSet<u64>>,
-    /// Sources with unknown misses, in round-robin order.
-    ring: VecDeque<SourceKey>,
+    /// Unknown misses asked once, and asked again.
+    once: Tier,
+    repeated: Tier,
     /// Sequence numbers rise from the middle; requeued FIFO entries take
     /// numbers below every queued one (`front`).
     next: u64,
     front: u64,
-    refresh_turn: bool,
+    /// Whose turn it is after the known misses (0 repeated, 1 refresh,
+    /// 2 once).
+    turn: u8,
     misses_max: usize,
     refreshes_max: usize,
     per_source_max: usize,
@@ -124,12 +137,11 @@ impl Pending {
             names: HashMap::new(),
             known: BTreeMap::new(),
             refresh: BTreeMap::new(),
-            unknown: BTreeMap::new(),
-            by_source: HashMap::new(),
-            ring: VecDeque::new(),
+            once: Tier::default(),
+            repeated: Tier::default(),
             next: SEQ_START,
             front: SEQ_START,
-            refresh_turn: false,
+            turn: 0,
             misses_max,
             refreshes_max,
             per_source_max,
@@ -143,7 +155,7 @@ impl Pending {
 
     /// Queued misses (known plus unknown).
     pub(crate) fn misses(&self) -> usize {
-        self.known.len() + self.unknown.len()
+        self.known.len() + self.once.len() + self.repeated.len()
     }
 
     /// Queued refreshes.
@@ -198,7 +210,6 @@ impl Pending {
         Some(Taken {
             kind: slot.kind,
             class,
-            source: slot.source,
             name,
         })
     }
@@ -210,11 +221,12 @@ impl Pending {
 
     /// The fetch of `t` could not be made (Redis failed): back in the
     /// queue where it was taken from (FIFO classes at their front, an
-    /// unknown miss as its source's newest). Never dropped: it held its
-    /// place under the bounds while in flight.
-    pub(crate) fn requeue(&mut self, t: Taken) {
-        let Some(slot) = self.names.get(&t.name).copied() else {
-            return;
+    /// unknown miss as its source's newest). If the misses filled up
+    /// while it was in flight, the oldest unknown miss gives way (the
+    /// return is how many did, for the caller to count).
+    pub(crate) fn requeue(&mut self, t: Taken) -> usize {
+        let Some(slot) = self.names.remove(&t.name) else {
+            return 0;
         };
         let seq = match slot.class {
             Class::UnknownMiss => self.bump(),
@@ -223,8 +235,19 @@ impl Pending {
                 self.front
             }
         };
-        self.names.remove(&t.name);
-        self.place(t.name, slot.kind, slot.class, slot.source, seq);
+        self.place(
+            t.name,
+            Slot {
+                seq,
+                in_flight: false,
+                ..slot
+            },
+        );
+        let mut displaced = 0;
+        while self.misses() > self.misses_max && self.drop_oldest_unknown() {
+            displaced += 1;
+        }
+        displaced
     }
 
     fn coalesce(
@@ -252,12 +275,16 @@ impl Pending {
                     self.insert(name.to_string(), kind, class, source);
                 }
             }
-            // Asked again: the newest of its source.
+            // Asked again: repeated, and the newest of its source.
             Class::UnknownMiss if class == Class::UnknownMiss => {
-                self.remove_unknown(slot.seq, slot.source);
-                self.names.remove(name);
+                self.remove_unknown(name, slot);
                 let seq = self.bump();
-                self.place(name.to_string(), slot.kind, slot.class, slot.source, seq);
+                let moved = Slot {
+                    seq,
+                    repeated: true,
+                    ..slot
+                };
+                self.place(name.to_string(), moved);
             }
             _ => {}
         }
@@ -267,84 +294,68 @@ impl Pending {
         if self.misses() < self.misses_max {
             return Some(Offered::Queued);
         }
-        let (&oldest, _) = self.unknown.first_key_value()?;
-        self.drop_unknown(oldest);
-        Some(Offered::Displaced)
+        self.drop_oldest_unknown().then_some(Offered::Displaced)
     }
 
     fn room_for_unknown(&mut self, source: SourceKey) -> Option<Offered> {
-        let held = self.by_source.get(&source).map_or(0, BTreeSet::len);
+        let held = self.once.held_by(source) + self.repeated.held_by(source);
         if source != SourceKey::ANY && held >= self.per_source_max {
-            let oldest = *self.by_source[&source].first().expect("held > 0");
-            self.drop_unknown(oldest);
+            let oldest = [self.once.oldest_of(source), self.repeated.oldest_of(source)];
+            let seq = oldest.into_iter().flatten().min().expect("held > 0");
+            self.drop_unknown_seq(seq);
             return Some(Offered::SourceLimited);
         }
         self.room_for_miss()
     }
 
-    fn drop_unknown(&mut self, seq: u64) {
+    /// Drops the oldest unknown miss asked once, else the oldest repeated
+    /// one; false when there is none.
+    fn drop_oldest_unknown(&mut self) -> bool {
+        match self.once.oldest().or_else(|| self.repeated.oldest()) {
+            Some(seq) => {
+                self.drop_unknown_seq(seq);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn drop_unknown_seq(&mut self, seq: u64) {
         let name = self
-            .unknown
-            .get(&seq)
-            .cloned()
+            .once
+            .remove(seq)
+            .or_else(|| self.repeated.remove(seq))
             .expect("a queued unknown miss");
-        let source = self.names[&name].source;
-        self.remove_unknown(seq, source);
         self.names.remove(&name);
     }
 
-    fn remove_unknown(&mut self, seq: u64, source: SourceKey) {
-        self.unknown.remove(&seq);
-        if let Some(set) = self.by_source.get_mut(&source) {
-            set.remove(&seq);
-            if set.is_empty() {
-                self.by_source.remove(&source);
-                self.ring.retain(|s| *s != source);
-            }
-        }
+    fn remove_unknown(&mut self, name: &str, slot: Slot) {
+        let tier = if slot.repeated {
+            &mut self.repeated
+        } else {
+            &mut self.once
+        };
+        tier.remove(slot.seq);
+        self.names.remove(name);
     }
 
-    /// Unknown misses and refreshes in turn; either when the other has
-    /// none.
+    /// After the known misses: repeated unknown misses, refreshes and
+    /// unknown misses asked once in turn, skipping empty turns.
     fn pop_unknown_or_refresh(&mut self, refreshes: bool) -> Option<(Class, String)> {
-        let turn = self.refresh_turn;
-        self.refresh_turn = !turn;
-        if turn {
-            if let Some(r) = self.take_refresh(refreshes) {
-                return Some(r);
+        for _ in 0..3 {
+            let turn = self.turn;
+            self.turn = (self.turn + 1) % 3;
+            let got = match turn {
+                0 => self.repeated.pop().map(|n| (Class::UnknownMiss, n)),
+                1 if refreshes => self.refresh.pop_first().map(|(_, n)| (Class::Refresh, n)),
+                1 => None,
+                _ => self.once.pop().map(|n| (Class::UnknownMiss, n)),
+            };
+            if got.is_some() {
+                return got;
             }
         }
-        if let Some(n) = self.pop_unknown() {
-            return Some((Class::UnknownMiss, n));
-        }
-        if turn {
-            None
-        } else {
-            self.take_refresh(refreshes)
-        }
-    }
-
-    fn take_refresh(&mut self, refreshes: bool) -> Option<(Class, String)> {
-        if !refreshes {
-            return None;
-        }
-        let (_, n) = self.refresh.pop_first()?;
-        Some((Class::Refresh, n))
-    }
-
-    fn pop_unknown(&mut self) -> Option<String> {
-        let source = self.ring.pop_front()?;
-        let set = self
-            .by_source
-            .get_mut(&source)
-            .expect("ring sources hold misses");
-        let seq = set.pop_last().expect("non-empty");
-        if set.is_empty() {
-            self.by_source.remove(&source);
-        } else {
-            self.ring.push_back(source);
-        }
-        self.unknown.remove(&seq)
+        None
     }
 
     fn bump(&mut self) -> u64 {
@@ -354,37 +365,44 @@ impl Pending {
 
     fn insert(&mut self, name: String, kind: RequestKind, class: Class, source: SourceKey) {
         let seq = self.bump();
-        self.place(name, kind, class, source, seq);
-    }
-
-    fn place(
-        &mut self,
-        name: String,
-        kind: RequestKind,
-        class: Class,
-        source: SourceKey,
-        seq: u64,
-    ) {
         let slot = Slot {
             class,
+            repeated: false,
             kind,
             seq,
             source,
             in_flight: false,
         };
-        match class {
-            Class::KnownMiss => self.known.insert(seq, name.clone()),
-            Class::Refresh => self.refresh.insert(seq, name.clone()),
-            Class::UnknownMiss => {
-                let set = self.by_source.entry(source).or_default();
-                if set.is_empty() {
-                    self.ring.push_back(source);
-                }
-                set.insert(seq);
-                self.unknown.insert(seq, name.clone())
+        self.place(name, slot);
+    }
+
+    fn place(&mut self, name: String, slot: Slot) {
+        let seq = slot.seq;
+        match slot.class {
+            Class::KnownMiss => drop(self.known.insert(seq, name.clone())),
+            Class::Refresh => drop(self.refresh.insert(seq, name.clone())),
+            Class::UnknownMiss if slot.repeated => {
+                self.repeated.insert(seq, slot.source, name.clone())
             }
-        };
+            Class::UnknownMiss => self.once.insert(seq, slot.source, name.clone()),
+        }
         self.names.insert(name, slot);
+    }
+
+    /// Each source's unknown misses (both tiers), for tests.
+    #[cfg(test)]
+    pub(crate) fn per_source(&self) -> HashMap<SourceKey, usize> {
+        let mut m = HashMap::new();
+        for (s, n) in self.once.per_source().chain(self.repeated.per_source()) {
+            *m.entry(s).or_insert(0) += n;
+        }
+        m
+    }
+
+    /// Queued entries of every class (not the one in flight), for tests.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.known.len() + self.refresh.len() + self.once.len() + self.repeated.len()
     }
 }
 

@@ -304,6 +304,8 @@ pub const REFDATA_DATASET_FAULT: &str = "pricewire_refdata_dataset_fault";
 pub const REFDATA_DATASET_FAULTS: &str = "pricewire_refdata_dataset_faults_total";
 /// The generation marker: last read, highest seen; -1 none (gauge, by `marker`).
 pub const REFDATA_GENERATION: &str = "pricewire_refdata_generation";
+/// Requests waiting for the refresher (gauge, by `class`).
+pub const REFDATA_PENDING: &str = "pricewire_refdata_pending_requests";
 /// Names of the index set listed for prefetch or left out over its bound
 /// (counter, by `result`).
 pub const REFDATA_PREFETCH_NAMES: &str = "pricewire_refdata_prefetch_names_total";
@@ -517,6 +519,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Redis pool events: checkout, checkout_timeout, connect, connect_failure, discarded (after an error)"),
     counter(REFDATA_REVOCATIONS, &["action"], "sessions", "refdata",
         "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or revoked while the data set is trusted: Disconnect(auth))"),
+    gauge(REFDATA_PENDING, &["class"], "requests", "refdata",
+        "Requests waiting for the refresher: miss (a logon waits; at most request_queue_max, misses_per_source_max per address for unknown names), refresh (a cached entry serves meanwhile; at most request_queue_max)"),
     gauge(REFDATA_DATASET_TRUSTED, &[], "state", "refdata",
         "1 while absent records are trusted as deletions; 0 while the data set is lost or stale (cached accounts keep serving, nothing is revoked); -1 before the first read"),
     gauge(REFDATA_DATASET_FAULT, &["fault"], "state", "refdata",
