@@ -344,7 +344,13 @@ impl<S: AccountFetch> Refresher<S> {
         let first = self.faults_logged.len() < FAULTS_LOGGED_MAX
             && self.faults_logged.insert(name.to_string());
         if first {
-            tracing::warn!(account = %name, field, %reason, "reference data: unreadable account record; this account only is refused (busy) or served from the cache");
+            tracing::warn!(
+                account = %crate::runtime::esc(name),
+                field,
+                reason = %crate::runtime::esc(reason),
+                "reference data: unreadable account record; this account only is refused (busy) \
+                 or served from the cache"
+            );
         }
         let hold = now + self.shared.cfg.negative_ttl_ms * NS_PER_MS;
         if !self.shared.hold(name, hold) {
@@ -425,7 +431,7 @@ impl<S: AccountFetch> Refresher<S> {
         self.last_warn_ns = Some(now_ns);
         let held = std::mem::take(&mut self.warns_held);
         tracing::warn!(
-            error = %e,
+            error = %crate::runtime::esc(e),
             failures_in_row = self.failures_in_row,
             backoff_ms = delay_ms,
             queued = self.shared.queue().len(),
