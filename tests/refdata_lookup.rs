@@ -256,3 +256,76 @@ fn refresher_thread_serves_stale_entries_while_redis_is_down() {
         "a lookup missed while the stale entry was available"
     );
 }
+
+/// The band `docs/refdata.md` says prefetched accounts expire over.
+fn documented_band_s() -> u64 {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/refdata.md")).unwrap();
+    let at = doc.find("expire over a ").expect("the doc names the band") + "expire over a ".len();
+    let figure: String = doc[at..].chars().take_while(char::is_ascii_digit).collect();
+    figure.parse().expect("a number of seconds")
+}
+
+#[test]
+fn prefetched_accounts_expire_over_the_documented_band() {
+    let server = RedisServer::start();
+    let names: Vec<String> = (0..1_000).map(|i| format!("p{i:04}")).collect();
+    server.put_accounts(&names, &[("token", S3CRET_HASH), ("tiers", "raw")]);
+    let cfg = RefDataConfig {
+        redis: redis_config(&server),
+        cache: CacheConfig::default(),
+    };
+    let started = MonotonicClock.now_ns();
+    let rd = RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock)).unwrap();
+    assert!(wait_until(WAIT, || rd.cached_entries() == 1_000));
+    let filled_in_ns = MonotonicClock.now_ns() - started;
+    let expiries: Vec<u64> = names.iter().map(|n| rd.entry_times(n).unwrap().0).collect();
+    let (lo, hi) = (
+        *expiries.iter().min().unwrap(),
+        *expiries.iter().max().unwrap(),
+    );
+    let band_ms = (hi - lo) / NS_PER_MS;
+    // ±20% of 60 s is 24 s; the fills themselves took `filled_in`.
+    let spread_ms = 2 * cfg.cache.ttl_ms * u64::from(cfg.cache.ttl_jitter_pct) / 100;
+    eprintln!(
+        "1,000 prefetched accounts expire over {band_ms} ms (jitter spread {spread_ms} ms, fills took {} ms)",
+        filled_in_ns / NS_PER_MS
+    );
+    assert_eq!(
+        documented_band_s() * 1_000,
+        spread_ms,
+        "the doc and the settings agree"
+    );
+    assert!(band_ms >= spread_ms * 95 / 100, "{band_ms} ms");
+    assert!(
+        band_ms <= spread_ms + filled_in_ns / NS_PER_MS,
+        "{band_ms} ms"
+    );
+    let earliest = lo - started;
+    assert!(
+        earliest >= cfg.cache.ttl_ms * 80 / 100 * NS_PER_MS,
+        "an entry expires before -20%"
+    );
+}
+
+#[test]
+fn an_index_over_the_prefetch_bound_is_loaded_to_it_and_the_rest_counted() {
+    let server = RedisServer::start();
+    let names: Vec<String> = (0..1_500).map(|i| format!("x{i:04}")).collect();
+    server.put_accounts(&names, &[("token", S3CRET_HASH), ("tiers", "raw")]);
+    let cfg = RefDataConfig {
+        redis: redis_config(&server),
+        cache: CacheConfig {
+            prefetch_max: 1_000,
+            ..CacheConfig::default()
+        },
+    };
+    let rd = RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock)).unwrap();
+    let stats = rd.stats();
+    assert!(wait_until(WAIT, || stats.prefetch_listed.load(Relaxed) == 1_000));
+    assert!(wait_until(WAIT, || rd.cached_entries() == 1_000));
+    assert_eq!(stats.prefetch_left_out.load(Relaxed), 500);
+    // The rest come at their first logon.
+    assert!(matches!(lookup_settled(&rd, "x1499"), Lookup::Found(_)));
+    assert_eq!(rd.cached_entries(), 1_001);
+}

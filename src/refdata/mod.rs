@@ -1,34 +1,46 @@
 //! Reference data: accounts, tokens and entitlements, from Redis or from the
 //! config file.
 //!
-//! Contract for the gateway: [`RefData::lookup`] never blocks on I/O. It
-//! reads an in-memory cache (a read lock, a short mutex, one `try_send` on
-//! a bounded channel) and answers at once: [`Lookup::Found`],
-//! [`Lookup::NotFound`], or [`Lookup::Unavailable`] with a jittered
-//! retry-after while the account is not known yet or Redis has been down
-//! longer than the staleness limit. A background refresher thread owns all
-//! Redis I/O: it fills misses requested through the bounded channel,
-//! refreshes entries early per XFetch, and backs off with full jitter while
-//! the Redis circuit breaker is open. Cached entries keep serving while
-//! Redis fails, for up to `max_stale_ms` past their expiry.
+//! Contract for the gateway: [`RefData::lookup_from`] never blocks on
+//! I/O. It reads an in-memory cache (a read lock, two short mutexes, one
+//! `try_send` on a doorbell channel) and answers at once:
+//! [`Lookup::Found`], [`Lookup::NotFound`] (a positive absence only), or
+//! [`Lookup::Unavailable`] with a jittered retry-after while the account is
+//! not known yet, its record is unreadable, the data set is lost, or Redis
+//! has been down longer than the staleness limit. A background refresher
+//! thread owns all Redis I/O: it fills misses taken from the bounded
+//! request queue (`queue`-ordered: waiting logons first, a flood of
+//! unknown names bounded per client address), refreshes entries early per
+//! XFetch, and waits for the breaker's trial while it is open. Cached
+//! entries keep serving while Redis fails, or its data set is lost, for up
+//! to `max_stale_ms` past their expiry.
+//!
+//! An empty or stale Redis is a dependency fault, never a revocation: every
+//! account read carries the data set's generation marker and index
+//! ([`dataset`]), and an absence revokes only when they vouch for the data
+//! set; a revocation is positive (the record deleted while the data set is
+//! trusted, or `revoked 1`). A record fault (another type, a bad field, a
+//! reply over the limits) fails that key only.
 //!
 //! Bounded: cache entries (`entries_max`), pending requests
-//! (`request_queue_max`), pooled connections (`pool_size_max`), every
-//! Redis call (connect, I/O and checkout timeouts), each reply
-//! ([`resp::REPLY_BYTES_MAX`]). Without `--redis` the accounts of the config
-//! file are served from an immutable map ([`RefData::from_accounts`]).
+//! (`request_queue_max` misses and as many refreshes,
+//! `misses_per_source_max` unknown misses per address), pooled connections
+//! (`pool_size_max`), every Redis call (connect, I/O and checkout
+//! timeouts), each reply ([`resp::REPLY_BYTES_MAX`]), the prefetch
+//! (`prefetch_max`). Without `--redis` the accounts of the config file are
+//! served from an immutable map ([`RefData::from_accounts`]).
 //!
 //! The breaker opens on a dead or silent Redis within
-//! [`RefDataConfig::open_bound_ms`] (consecutive failures, and a `PING`
-//! probe when every logon is served from the cache); a record over the
-//! reply limits is an invalid record for its account; the backlog after an
-//! outage is paced. Live sessions are re-checked by the gateway with
-//! [`RefData::recheck`] (revocation). Every random draw is seeded from the
-//! OS's entropy in [`RefData::start_redis`].
+//! [`RefDataConfig::open_bound_ms`] (consecutive failures, and a probe when
+//! every logon is served from the cache); after Redis is healthy the first
+//! uncached logon is served within [`RefDataConfig::recovery_bound_ms`];
+//! the backlog after an outage is paced. Live sessions are re-checked by
+//! the gateway with [`RefData::recheck`] (revocation). Every random draw is
+//! seeded from the OS's entropy in [`RefData::start_redis`].
 //!
 //! Layout: [`resp`] (RESP2 client) → [`pool`] → [`source`] (key layout,
-//! record resolution, breaker) → `refresher` (thread) → `cache`
-//! (what lookups read); [`settings`] and the config file's `[refdata]`
+//! record resolution) → `guarded` (breaker, data-set rule) → `refresher`
+//! (thread) → `queue` and `cache` (what lookups read); [`settings`] and the config file's `[refdata]`
 //! table ([`RefDataFile`]); [`metrics`] (/metrics). Counters:
 //! [`RefDataStats`], plus the breaker's and the pool's own. Key layout,
 //! settings and bounds: `docs/refdata.md`.
@@ -110,13 +122,15 @@ pub enum Lookup {
 /// What a live session's account is now ([`RefData::recheck`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recheck {
-    /// Unchanged (or not known right now: Redis unreachable past the
-    /// staleness limit keeps what the session has).
+    /// Unchanged (or not known right now: Redis unreachable or its data
+    /// set lost past the staleness limit, or the record unreadable, keeps
+    /// what the session has).
     Same,
     /// The record changed: the session's entitlements are now these.
     Changed(Arc<Account>),
-    /// The account no longer exists (deleted, or its record became
-    /// invalid): the session must end with Disconnect(auth).
+    /// The account is revoked, positively (deleted while the data set is
+    /// trusted, or `revoked 1`): the session must end with
+    /// Disconnect(auth).
     Gone,
 }
 

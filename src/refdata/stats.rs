@@ -83,7 +83,8 @@ pub struct RefDataStats {
     /// gateway ended after their account changed.
     pub revoked_unsubscribed: AtomicU64,
     /// Live sessions the gateway ended with Disconnect(auth): account
-    /// deleted, made invalid, or its session's default tier withdrawn.
+    /// deleted or revoked (the data set trusted), or its session's default
+    /// tier withdrawn.
     pub revoked_disconnected: AtomicU64,
 }
 

@@ -10,13 +10,13 @@ use crate::resilience::window::Totals;
 pub struct BreakerStats {
     pub(super) state: AtomicU8,
     minimum_calls: u32,
-    /// Calls reported as [`Outcome::Success`].
+    /// Calls reported as [`Outcome::Success`](super::Outcome::Success).
     pub successful_calls: AtomicU64,
-    /// Calls reported as [`Outcome::Failure`].
+    /// Calls reported as [`Outcome::Failure`](super::Outcome::Failure).
     pub failed_calls: AtomicU64,
     /// Calls over the slow threshold (a subset of successful + failed).
     pub slow_calls: AtomicU64,
-    /// Calls reported as [`Outcome::Ignored`].
+    /// Calls reported as [`Outcome::Ignored`](super::Outcome::Ignored).
     pub ignored_calls: AtomicU64,
     /// Calls refused (Open, ForcedOpen, or HalfOpen with no trial left).
     pub not_permitted_calls: AtomicU64,
