@@ -4,8 +4,9 @@
 //! 127.0.0.1, back to back as the refresher works off a backlog. For each
 //! call it reads the scheduler's run-queue delay (`/proc/.../schedstat`,
 //! field 2) of the calling thread and of redis-server's main thread before
-//! and after, so a slow call or a timeout is attributed to the caller
-//! waiting for a CPU, to Redis waiting for one, or to neither.
+//! and after, and the caller's major page faults, so a slow call or a
+//! timeout is attributed to the caller waiting for a CPU, to Redis waiting
+//! for one, to the caller waiting for the disk, or to none of these.
 //!
 //! ```sh
 //! cargo test --test refdata_latency -- --ignored --nocapture
@@ -31,27 +32,41 @@ fn run_delay_ns(path: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Major page faults of the calling thread (a fault that waits for the
+/// disk: invisible to the run-queue delay).
+fn major_faults() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1;
+            after.split_whitespace().nth(9)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 struct Call {
     took: Duration,
     ok: bool,
     ours_ns: u64,
     redis_ns: u64,
+    majflt: u64,
 }
 
 fn measure(store: &AccountStore, redis_stat: &str, calls: usize) -> Vec<Call> {
     let ours = "/proc/thread-self/schedstat";
     (0..calls)
         .map(|_| {
-            let (o0, r0) = (run_delay_ns(ours), run_delay_ns(redis_stat));
+            let (o0, r0, f0) = (run_delay_ns(ours), run_delay_ns(redis_stat), major_faults());
             let t = Instant::now();
             let ok = store.read("alice").is_ok();
             let took = t.elapsed();
-            let (o1, r1) = (run_delay_ns(ours), run_delay_ns(redis_stat));
+            let (o1, r1, f1) = (run_delay_ns(ours), run_delay_ns(redis_stat), major_faults());
             Call {
                 took,
                 ok,
                 ours_ns: o1 - o0,
                 redis_ns: r1 - r0,
+                majflt: f1 - f0,
             }
         })
         .collect()
@@ -74,10 +89,11 @@ fn report(label: &str, calls: &[Call], slow: Duration) {
     let total: f64 = slow.iter().map(|c| c.took.as_secs_f64() * 1e3).sum();
     println!(
         "  {} calls over {slow_ms} ms: {total:.0} ms in all, of which the caller waited for a CPU \
-         {:.0} ms and redis-server {:.0} ms",
+         {:.0} ms and redis-server {:.0} ms; major page faults in them: {}",
         slow.len(),
         sum(|c| c.ours_ns),
         sum(|c| c.redis_ns),
+        slow.iter().map(|c| c.majflt).sum::<u64>(),
         slow_ms = 50,
     );
 }
