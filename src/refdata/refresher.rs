@@ -453,7 +453,8 @@ impl<S: AccountFetch> Refresher<S> {
                 (self.retry_at_ns - now).min(tick_ns)
             } else if self.recovering {
                 self.pace.wait_ns(now).clamp(1, tick_ns)
-            } else if self.has_work(now) {
+            } else if self.has_work(now) || self.source.wants_probe(now) {
+                // Work to take, or a half-open breaker's next trial.
                 0
             } else {
                 tick_ns
