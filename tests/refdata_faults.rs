@@ -143,9 +143,21 @@ fn redis_restarted_empty_refuses_and_disconnects_nobody() {
         assert_live(s, i);
     }
 
-    // The data is reloaded with a raised marker, without u0007 and with
-    // u0008 revoked: both live sessions end with Disconnect(auth).
-    server.put_accounts(&accounts, &record());
+    reload_and_revoke(&server, &b, &mut live, &accounts, ttl_ms);
+}
+
+/// The data is reloaded with a raised marker, without u0007 and with
+/// u0008 revoked: both live sessions end with Disconnect(auth) within the
+/// revocation bound (the waiting refreshes run once the data set is
+/// trusted), and no other.
+fn reload_and_revoke(
+    server: &RedisServer,
+    b: &bin::Binary,
+    live: &mut [server::Raw],
+    accounts: &[String],
+    ttl_ms: u64,
+) {
+    server.put_accounts(accounts, &record());
     server.command(&[b"DEL", b"pricewire:account:u0007"]);
     server.command(&[b"HSET", b"pricewire:account:u0008", b"revoked", b"1"]);
     server.set_generation(2);
@@ -310,14 +322,31 @@ fn an_unknown_name_flood_during_an_outage_leaves_newcomers_served() {
     let newcomers = names("new", 40);
     server.put_accounts(&newcomers, &record());
     proxy.set_toxic(Toxic::Blackhole);
-    // The flood: 3,000 names that exist nowhere, 100 from each of 30
-    // addresses (within each one's connection burst, so every one reaches
-    // the reference data), while the newcomers (from 127.0.0.3) are told
-    // to come back.
+    let (flood, sent) = flood_unknown_names(b.listen);
+    // Meanwhile the newcomers (from 127.0.0.3) are told to come back.
+    let newcomer = Ipv4Addr::new(127, 0, 0, 3);
+    for n in &newcomers[..10] {
+        assert!(matches!(
+            logon(b.listen, Some(newcomer), n),
+            Answer::Rejected(LogonRejectReason::BUSY, _)
+        ));
+    }
+    flood.into_iter().for_each(|t| t.join().unwrap());
+    assert_the_flood_was_bounded(&b, sent.load(Relaxed));
+    proxy.clear_toxics();
+    let healthy = Instant::now();
+    newcomers_served(b.listen, newcomer, &newcomers, healthy);
+}
+
+/// 3,000 names that exist nowhere, 100 from each of 30 addresses (within
+/// each one's connection burst, so every one reaches the reference data).
+fn flood_unknown_names(
+    listen: std::net::SocketAddr,
+) -> (Vec<std::thread::JoinHandle<()>>, Arc<AtomicU64>) {
     let sent = Arc::new(AtomicU64::new(0));
-    let flood: Vec<_> = (1..=30u8)
+    let threads = (1..=30u8)
         .map(|a| {
-            let (listen, sent) = (b.listen, sent.clone());
+            let sent = sent.clone();
             std::thread::spawn(move || {
                 for i in 0..100 {
                     let src = Ipv4Addr::new(127, 0, 2, a);
@@ -327,14 +356,13 @@ fn an_unknown_name_flood_during_an_outage_leaves_newcomers_served() {
             })
         })
         .collect();
-    let newcomer = Ipv4Addr::new(127, 0, 0, 3);
-    for n in &newcomers[..10] {
-        assert!(matches!(
-            logon(b.listen, Some(newcomer), n),
-            Answer::Rejected(LogonRejectReason::BUSY, _)
-        ));
-    }
-    flood.into_iter().for_each(|t| t.join().unwrap());
+    (threads, sent)
+}
+
+/// Nearly all of the flood reached the reference data (the admission's
+/// global logon rate may refuse a few); the queue holds the newest 1,024
+/// and every older one gave its place, counted.
+fn assert_the_flood_was_bounded(b: &bin::Binary, sent: u64) {
     let m = |event: &str| {
         let line = format!("pricewire_refdata_cache_events_total{{event=\"{event}\"}}");
         b.metric(&line).unwrap_or(0.0)
@@ -344,11 +372,8 @@ fn an_unknown_name_flood_during_an_outage_leaves_newcomers_served() {
     let misses = b.metric("pricewire_refdata_cache_events_total{event=\"miss\"}");
     eprintln!(
         "flood of {} names: {misses:?} misses, {limited} source-limited, {displaced} displaced, {pending:?} pending",
-        sent.load(Relaxed)
+        sent
     );
-    // Nearly all reach the reference data (the admission's global logon
-    // rate may refuse a few); the queue holds the newest 1,024 and every
-    // older one gave its place, counted.
     let misses = misses.unwrap_or(0.0);
     assert!(
         misses >= 2_500.0,
@@ -359,12 +384,20 @@ fn an_unknown_name_flood_during_an_outage_leaves_newcomers_served() {
         "the queue is bounded: {pending:?}"
     );
     assert!(limited + displaced >= misses - 1_024.0 - 10.0);
-    proxy.clear_toxics();
-    let healthy = Instant::now();
+}
+
+/// The newcomers log on as conforming clients after Redis is back: the
+/// first within the recovery bound, none refused but busy.
+fn newcomers_served(
+    listen: std::net::SocketAddr,
+    newcomer: Ipv4Addr,
+    newcomers: &[String],
+    healthy: Instant,
+) {
     let clients: Vec<_> = newcomers
         .iter()
         .map(|n| {
-            let (listen, n) = (b.listen, n.clone());
+            let n = n.clone();
             std::thread::spawn(move || {
                 let refusals = logon_following_retry_after(listen, Some(newcomer), &n, START).1;
                 (healthy.elapsed(), refusals)

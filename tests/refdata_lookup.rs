@@ -56,6 +56,32 @@ fn lookup_settled(rd: &RefData, name: &str) -> Lookup {
     last
 }
 
+/// Unknown tier, a clear token, a frequency over the limit: refused like
+/// the config file would, as a fault of that record (busy, come back after
+/// the negative TTL), never as "no such account" — an unreadable record is
+/// the data's fault, not the client's.
+fn assert_record_faults(rd: &RefData, faulty: &[&str]) {
+    for &name in faulty {
+        assert!(matches!(
+            rd.lookup(name, MonotonicClock.now_ns()),
+            Lookup::Unavailable { .. }
+        ));
+    }
+    let stats = rd.stats();
+    assert!(wait_until(WAIT, || stats
+        .redis_invalid_record
+        .load(Relaxed)
+        >= faulty.len() as u64));
+    for &name in faulty {
+        match rd.lookup(name, MonotonicClock.now_ns()) {
+            Lookup::Unavailable { retry_after_ms } => {
+                assert!(retry_after_ms >= 3_000, "{name}: {retry_after_ms}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
     let server = RedisServer::start();
@@ -116,32 +142,8 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         bob.max_sessions,
         pricewire::config::ACCOUNT_SESSIONS_DEFAULT
     );
-
-    // Unknown tier, a clear token, a frequency over the limit: refused
-    // like the config file would, as a fault of that record (busy, come
-    // back after the negative TTL), never as "no such account" — an
-    // unreadable record is the data's fault, not the client's.
-    let faulty = ["broken", "clear", "too-fast"];
-    for name in faulty {
-        assert!(matches!(
-            rd.lookup(name, MonotonicClock.now_ns()),
-            Lookup::Unavailable { .. }
-        ));
-    }
-    let stats = rd.stats();
-    assert!(wait_until(WAIT, || stats
-        .redis_invalid_record
-        .load(Relaxed)
-        >= 3));
-    for name in faulty {
-        match rd.lookup(name, MonotonicClock.now_ns()) {
-            Lookup::Unavailable { retry_after_ms } => {
-                assert!(retry_after_ms >= 3_000, "{name}: {retry_after_ms}")
-            }
-            other => panic!("{name}: {other:?}"),
-        }
-    }
-    // An absent record while the index set vouches for the data set.
+    assert_record_faults(&rd, &["broken", "clear", "too-fast"]);
+    // Absent, and the index set vouches for the data set.
     assert_eq!(lookup_settled(&rd, "carol"), Lookup::NotFound);
 
     let s = rd.stats().snapshot();

@@ -307,6 +307,11 @@ impl CacheConfig {
             1,
             1 << 20,
         )?;
+        self.validate_refresher()
+    }
+
+    /// The refresher's and the queue's settings.
+    fn validate_refresher(&self) -> Result<(), RefDataError> {
         range(
             "refdata.miss_retry_after_ms",
             self.miss_retry_after_ms,
