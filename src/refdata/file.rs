@@ -236,6 +236,14 @@ mod tests {
         assert_eq!(key_of("slow_call_ms = 250"), "refdata.slow_call_ms");
         assert_eq!(key_of("breaker_window_s = 0"), "refdata.breaker_window_s");
         assert_eq!(
+            key_of("breaker_open_wait_jitter_pct = 51"),
+            "refdata.breaker_open_wait_jitter_pct"
+        );
+        assert_eq!(
+            key_of("misses_per_source_max = 0"),
+            "refdata.misses_per_source_max"
+        );
+        assert_eq!(
             key_of("recovery_rate_per_s = 0"),
             "refdata.recovery_rate_per_s"
         );
