@@ -17,7 +17,8 @@ from .schema import (
     RejectReason,
     SubscribeStatus,
 )
-from .session import ConnectionClosed, LogonRefused, ProviderSession, SeqTracker, Session
+from .session import ConnectionClosed, LogonRefused, ProviderSession, Session
+from .tracker import SeqTracker
 from .subscriber import Event, Subscriber
 
 __all__ = [

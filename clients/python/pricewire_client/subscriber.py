@@ -30,7 +30,8 @@ from functools import partial
 from . import messages, schema
 from .codec import CodecError, FramingError, Message
 from .reconnect import ReconnectPolicy, retry_floor, system_rng
-from .session import ConnectionClosed, LogonRefused, SeqTracker, Session
+from .session import ConnectionClosed, LogonRefused, Session
+from .tracker import SeqTracker
 
 Address = tuple[str, int]
 """(host, port) of one gateway."""
