@@ -1,9 +1,14 @@
 """The pricewire SBE schema as data, transcribed from schema/pricewire-sbe.xml.
 
-Every message of schema 0x5057 version 2 is described here once: its template id,
-root block length, root fields (name, offset, primitive), repeating groups and var
-data, in wire order. The codec (``codec.py``) is driven by these tables only, so
-adding a message is adding a row. Nothing here allocates after import.
+Every message of schema 0x5057 version 3 is described here once: its template id,
+root block length, root fields (name, offset, primitive, the version that added it),
+repeating groups and var data, in wire order. The codec (``codec.py``) is driven by these
+tables only, so adding a message is adding a row. Nothing here allocates after import.
+
+Version 3 appended ``streamId`` (uint64) to LogonAccepted (offset 21, block 21 -> 29) and
+PriceSnapshot (offset 62, block 62 -> 70). A field is present in a received block when the
+frame's version is at least the field's ``since`` and the block is long enough to hold it
+(SBE's rule): a version 2 frame decodes without ``streamId``.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
 SCHEMA_ID = 0x5057
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SBE_ENCODING = 0xEB50
 SOFH_LEN = 6
 HEADER_LEN = 8
@@ -43,11 +48,22 @@ class Field:
     name: str
     offset: int
     kind: str
+    since: int = 1
+    """The schema version that added the field."""
 
     @property
     def size(self) -> int:
         """Size of the field in bytes."""
         return PRIMITIVES[self.kind][1]
+
+    @property
+    def end(self) -> int:
+        """Offset of the first byte after the field."""
+        return self.offset + self.size
+
+    def present(self, block_length: int, version: int) -> bool:
+        """Whether a block of ``block_length`` bytes sent at ``version`` carries the field."""
+        return version >= self.since and self.end <= block_length
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,11 @@ class MessageSpec:
     fields: tuple[Field, ...] = ()
     groups: tuple[Group, ...] = ()
     data: tuple[str, ...] = ()
+
+    def min_block_length(self, version: int) -> int:
+        """The shortest root block a sender at ``version`` may send: the end of the last
+        field that version has (a shorter block is malformed, protocol.md §2)."""
+        return max((f.end for f in self.fields if f.since <= version), default=0)
 
 
 class RejectReason(IntEnum):
@@ -146,8 +167,8 @@ class QuoteFlags(IntFlag):
     INDICATIVE = 0x01
 
 
-def _f(name: str, offset: int, kind: str) -> Field:
-    return Field(name, offset, kind)
+def _f(name: str, offset: int, kind: str, since: int = 1) -> Field:
+    return Field(name, offset, kind, since)
 
 
 _PRICE_FIELDS: tuple[Field, ...] = (
@@ -172,12 +193,13 @@ MESSAGES: tuple[MessageSpec, ...] = (
     MessageSpec(
         "LogonAccepted",
         2,
-        21,
+        29,
         (
             _f("sessionId", 0, "u64"),
             _f("heartbeatIntervalMs", 8, "u32"),
             _f("serverTimeNs", 12, "u64"),
             _f("defaultTier", 20, "u8"),
+            _f("streamId", 21, "u64", since=3),
         ),
     ),
     MessageSpec("LogonRejected", 3, 5, (_f("reason", 0, "u8"), _f("retryAfterMs", 1, "u32"))),
@@ -221,7 +243,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
             ),
         ),
     ),
-    MessageSpec("PriceSnapshot", 15, 62, _PRICE_FIELDS),
+    MessageSpec("PriceSnapshot", 15, 70, (*_PRICE_FIELDS, _f("streamId", 62, "u64", since=3))),
     MessageSpec("PriceUpdate", 16, 62, _PRICE_FIELDS),
     MessageSpec(
         "SnapshotRequest",
