@@ -439,7 +439,7 @@ class SessionCore:
                     flags = m.flags | PriceFlags.CONFLATED
                     m = replace(m, snapshot=True, flags=flags, status=PriceStatus.RESYNC)
             kept.append(m)
-        dropped = len(items) - len(kept)
+        dropped = sum(isinstance(m, Price) for m in items) - sum(isinstance(m, Price) for m in kept)
         self.stats.conflated += dropped
         self.inbox = kept
         log.warning(

@@ -158,23 +158,28 @@ class Price:
         return to_decimal(points, self.digits)
 
 
+def _int(f: dict[str, int | str], key: str) -> int:
+    return int(f.get(key, 0))
+
+
 def price_from_fields(f: dict[str, int | str], snapshot: bool, stream_id: int) -> Price:
-    """A :class:`Price` from a decoded price block (a message's fields or a group entry)."""
+    """A :class:`Price` from a decoded price block (a message's fields or a group entry;
+    a field not there is 0)."""
     return Price(
-        int(f["symbolId"]),
-        int(f["tier"]),
-        int(f["seq"]),
-        int(f["bid"]),
-        int(f["ask"]),
-        int(f["digits"]),
-        PriceFlags(int(f["flags"])),
-        int(f["providers"]),
-        int(f["bidSize"]),
-        int(f["askSize"]),
-        int(f["providerTimeNs"]),
-        int(f["engineTimeNs"]),
+        _int(f, "symbolId"),
+        _int(f, "tier"),
+        _int(f, "seq"),
+        _int(f, "bid"),
+        _int(f, "ask"),
+        _int(f, "digits"),
+        PriceFlags(_int(f, "flags")),
+        _int(f, "providers"),
+        _int(f, "bidSize"),
+        _int(f, "askSize"),
+        _int(f, "providerTimeNs"),
+        _int(f, "engineTimeNs"),
         snapshot,
-        int(f.get("streamId", 0)) or stream_id,
+        _int(f, "streamId") or stream_id,
     )
 
 
@@ -379,10 +384,6 @@ Incoming = (
     | Other
 )
 """Any message a server sends, typed."""
-
-
-def _int(f: dict[str, int | str], key: str) -> int:
-    return int(f.get(key, 0))
 
 
 def _directory(msg: Message) -> SymbolDirectory:

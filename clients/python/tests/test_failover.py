@@ -17,10 +17,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from typing import Any
 
 from pricewire_client import ProviderSession, Quote, Session
 from pricewire_client.reconnect import Backoff, ReconnectPolicy
