@@ -3,8 +3,8 @@
 Contract: ``encode`` turns a :class:`Message` into one complete frame (SOFH included);
 ``decode`` turns one complete frame back, honouring the wire's ``blockLength`` of the root
 block and of every group entry (unknown trailing bytes are skipped, a block shorter than
-the frame's version defines is :class:`MalformedError`; a field added by a later version
-than the frame's, or beyond its block, is absent from ``fields``). :class:`FrameReader`
+the first version's is :class:`MalformedError`, a field beyond the block, one a later
+version added, is absent from ``fields``). :class:`FrameReader`
 splits a byte stream into frames and refuses a stream whose length or encoding type is
 wrong as soon as those bytes arrive, before the body. No function here touches a socket or
 a clock.
@@ -43,8 +43,8 @@ Value = int | str
 class Message:
     """A decoded (or to-be-encoded) message.
 
-    ``fields`` holds the root block's fields by schema name (a field the sender's version or
-    block does not carry is absent); ``groups`` each group's entries (dicts by field name);
+    ``fields`` holds the root block's fields by schema name (a field the sender's block does
+    not carry is absent); ``groups`` each group's entries (dicts by field name);
     ``data`` each var data field as bytes. Name16 fields are ``str`` (NUL padding removed).
     ``block_length``/``version``/``schema_id`` are the header's values as received (encode
     uses the schema's unless overridden).
@@ -221,13 +221,11 @@ def decode(frame: bytes | bytearray | memoryview) -> Message:
     spc = schema.BY_TEMPLATE.get(template_id)
     if spc is None:
         raise UnknownTemplateError(template_id)
-    if block_length < spc.min_block_length(version) or schema.FRAME_LEN_MIN + block_length > length:
-        raise MalformedError(f"{spc.name}: root block {block_length} bytes at version {version}")
+    if block_length < spc.min_block_length or schema.FRAME_LEN_MIN + block_length > length:
+        raise MalformedError(f"{spc.name}: root block {block_length} bytes")
     base = schema.FRAME_LEN_MIN
     msg = Message(spc.name, block_length=block_length, version=version, schema_id=schema_id)
-    msg.fields = {
-        f.name: _get(view, base, f) for f in spc.fields if f.present(block_length, version)
-    }
+    msg.fields = {f.name: _get(view, base, f) for f in spc.fields if f.present(block_length)}
     pos = _read_groups(spc, view, base + block_length, msg)
     _read_data(spc, view, pos, msg)
     return msg

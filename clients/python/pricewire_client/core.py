@@ -275,14 +275,14 @@ class SessionCore:
             and version >= 1
             and _PRICE_BLOCK <= block <= len(frame) - schema.FRAME_LEN_MIN
         ):
-            self._fast_price(frame, block, version, snapshot, now)
+            self._fast_price(frame, block, snapshot, now)
             return
         try:
             msg = decode(frame)
         except CodecError as err:
             self._skip(template, err)
             return
-        self._dispatch(from_message(msg, self.stream_id), now)
+        self._dispatch(from_message(msg), now)
 
     def _skip(self, template: int, err: CodecError) -> None:
         self.stats.skipped_frames += 1
@@ -295,15 +295,16 @@ class SessionCore:
         """The session's stream id from LogonAccepted (0: none stated)."""
         return self.accepted.stream_id if self.accepted is not None else 0
 
-    def _fast_price(self, frame: bytes, block: int, version: int, snap: bool, now: float) -> None:
+    def _fast_price(self, frame: bytes, block: int, snap: bool, now: float) -> None:
         """A price straight from its block: the common frame, without a dict per field."""
         sym, tier, flags, digits, provs, seq, bid, ask, bsz, asz, pt, et = PRICE_STRUCT.unpack_from(
             frame, schema.FRAME_LEN_MIN
         )
         stream = 0
-        if snap and version >= 3 and block >= _PRICE_BLOCK + 8:
+        if not snap:
+            stream = self.tracker.stream_of((sym, tier))
+        elif block >= _PRICE_BLOCK + 8:
             (stream,) = _U64.unpack_from(frame, _STREAM_OFFSET)
-        stream = stream or self.stream_id
         status = self.tracker.observe(sym, tier, seq, snap, stream)
         price = Price(
             sym,
@@ -342,8 +343,10 @@ class SessionCore:
 
     def _dispatch(self, item: Incoming, now: float) -> None:
         if isinstance(item, Price):
-            status = self.tracker.apply(item)
-            self._deliver_price(replace(item, status=status), now)
+            stream = item.stream_id if item.snapshot else self.tracker.stream_of(item.key)
+            status = self.tracker.observe(item.symbol_id, item.tier, item.seq, item.snapshot,
+                                          stream)  # fmt: skip
+            self._deliver_price(replace(item, status=status, stream_id=stream), now)
         elif isinstance(item, LogonAccepted | LogonRejected) and self._logon_pending:
             self._logon_answer(item)
         elif isinstance(item, Disconnect):

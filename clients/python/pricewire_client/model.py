@@ -87,9 +87,10 @@ class PriceStatus(StrEnum):
 class Price:
     """One price of a (symbol, tier): a PriceSnapshot (``snapshot``) or a PriceUpdate.
 
-    ``bid``/``ask`` are points at ``digits`` (``NO_PRICE`` = none); ``stream_id`` is the
-    stream the price belongs to (0 when the server does not say: protocol version 2); for
-    an update it is the session's, from LogonAccepted. ``status`` is the tracker's verdict.
+    ``bid``/``ask`` are points at ``digits`` (``NO_PRICE`` = none). ``stream_id`` is the
+    stream that numbered ``seq``: a snapshot's own, an update's the one of its key's last
+    snapshot on the session; 0 when unknown (a version 2 server, or a SnapshotResponse
+    entry, which carries none). ``status`` is the tracker's verdict.
     """
 
     symbol_id: int
@@ -425,8 +426,8 @@ def _history(msg: Message) -> HistoryResponse:
 
 
 def from_message(msg: Message, stream_id: int = 0) -> Incoming:
-    """The typed message of ``msg``; ``stream_id`` is the session's (for prices that do not
-    carry their own)."""
+    """The typed message of ``msg``; ``stream_id`` is given to prices that do not carry
+    their own (updates, SnapshotResponse entries)."""
     f, name = msg.fields, msg.name
     if name in ("PriceSnapshot", "PriceUpdate"):
         return price_from_fields(f, name == "PriceSnapshot", stream_id)

@@ -6,9 +6,10 @@ repeating groups and var data, in wire order. The codec (``codec.py``) is driven
 tables only, so adding a message is adding a row. Nothing here allocates after import.
 
 Version 3 appended ``streamId`` (uint64) to LogonAccepted (offset 21, block 21 -> 29) and
-PriceSnapshot (offset 62, block 62 -> 70). A field is present in a received block when the
-frame's version is at least the field's ``since`` and the block is long enough to hold it
-(SBE's rule): a version 2 frame decodes without ``streamId``.
+PriceSnapshot (offset 62, block 62 -> 70). A received root block that ends before a field
+added by a later version (``since``) comes from a sender of an earlier version: the field
+is absent (protocol.md §2); a block shorter than the first version's is malformed. So a
+version 2 frame decodes without ``streamId``.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ class Field:
         """Offset of the first byte after the field."""
         return self.offset + self.size
 
-    def present(self, block_length: int, version: int) -> bool:
-        """Whether a block of ``block_length`` bytes sent at ``version`` carries the field."""
-        return version >= self.since and self.end <= block_length
+    def present(self, block_length: int) -> bool:
+        """Whether a block of ``block_length`` bytes carries the field."""
+        return self.end <= block_length
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,11 @@ class MessageSpec:
     groups: tuple[Group, ...] = ()
     data: tuple[str, ...] = ()
 
-    def min_block_length(self, version: int) -> int:
-        """The shortest root block a sender at ``version`` may send: the end of the last
-        field that version has (a shorter block is malformed, protocol.md §2)."""
-        return max((f.end for f in self.fields if f.since <= version), default=0)
+    @property
+    def min_block_length(self) -> int:
+        """The shortest root block: the first version's (a shorter one is malformed,
+        protocol.md §2)."""
+        return max((f.end for f in self.fields if f.since <= 1), default=0)
 
 
 class RejectReason(IntEnum):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from pricewire_client import Message, aio, messages
-from pricewire_client.core import SessionStats
+from pricewire_client.core import INBOX_MAX, SessionStats
 from pricewire_client.failover import Address, Event
 from pricewire_client.model import (
     Disconnect,
@@ -71,9 +71,16 @@ class AioConnection:
         rcvbuf: int | None = None,
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        inbox_max: int = INBOX_MAX,
     ) -> None:
         opened = self.kind.open(
-            host, port, timeout_s, tls=tls, server_hostname=server_hostname, rcvbuf=rcvbuf
+            host,
+            port,
+            timeout_s,
+            tls=tls,
+            server_hostname=server_hostname,
+            rcvbuf=rcvbuf,
+            inbox_max=inbox_max,
         )
         self.aio: Any = LOOP.run(opened, timeout_s)
         self.address = (host, port)

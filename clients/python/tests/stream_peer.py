@@ -83,11 +83,15 @@ def main(argv: list[str]) -> int:
     plain.start()
     print("ready", flush=True)
     sys.stdin.readline()  # the test's subscriber is subscribed too
-    sent, taken = feed(feed_port, seconds, rate)
+    sent, taken, error = 0, 0.0, ""
+    try:
+        sent, taken = feed(feed_port, seconds, rate)
+    except PricewireError as err:  # reported to the test, which fails with it
+        error = f"provider: {err}"
     plain.stop.set()
     plain.join(30)
     result = {"sent": sent, "seconds": taken, "seqs": plain.seqs, "conflated": plain.conflated,
-              "error": plain.error}  # fmt: skip
+              "error": error or plain.error}  # fmt: skip
     with open(result_path, "w") as out:
         json.dump(result, out)
     return 0

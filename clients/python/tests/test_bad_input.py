@@ -312,8 +312,9 @@ class HeavyFeed(threading.Thread):
 def test_subscriber_that_never_reads(server: Server, good_subscriber: GoodSubscriber) -> None:
     """A reader that stops is conflated, then disconnected as a slow consumer; when it
     finally reads, its stream has no PriceUpdate gap (resyncs are snapshots) and ends with
-    Disconnect(slow_consumer)."""
-    sess = connect(server, rcvbuf=4096)
+    Disconnect(slow_consumer). (A small inbox: an asyncio session stops reading as soon as
+    64 messages wait, as a blocking one does at once.)"""
+    sess = connect(server, rcvbuf=4096, inbox_max=64)
     sess.logon()
     for tier in (0, 1, 2):
         sess.subscribe(HEAVY_SYMBOLS, tier)
@@ -340,7 +341,7 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
 ) -> None:
     """A reader that stops until the server conflates it, then reads again, gets a
     PriceSnapshot flagged conflated for the symbols it fell behind on, and no gap."""
-    sess = connect(server, rcvbuf=4096)
+    sess = connect(server, rcvbuf=4096, inbox_max=64)
     sess.logon(heartbeat_ms=5000)
     for tier in (0, 1, 2):
         sess.subscribe(HEAVY_SYMBOLS, tier)

@@ -21,6 +21,7 @@ from pricewire_client import (
     PriceStatus,
     SeqTracker,
     decode,
+    encode,
 )
 from pricewire_client.codec import raw_frame
 from pricewire_client.core import SessionCore
@@ -54,17 +55,18 @@ def test_version_2_frames_decode_without_a_stream_id() -> None:
     assert "streamId" not in snap.fields and from_message(snap).stream_id == 0  # type: ignore[union-attr]
 
 
-def test_a_version_2_block_with_trailing_bytes_has_no_stream_id() -> None:
-    """The field exists from version 3 on: bytes past a version 2 block are not it."""
-    msg = decode(raw_frame(2, logon_accepted_body(STREAM), 29, version=2))
-    assert "streamId" not in msg.fields
-
-
-def test_a_version_3_block_without_the_stream_id_is_malformed() -> None:
+def test_the_block_length_says_whether_the_stream_id_is_there() -> None:
+    """§2: a root block that ends before a later version's field comes from an earlier
+    sender; the field is absent and reads as 0. Only a block shorter than the first
+    version's is malformed."""
+    assert "streamId" not in decode(raw_frame(2, logon_accepted_body(None), 21, version=3)).fields
+    assert from_message(decode(raw_frame(15, price_body(5, None), 62, version=3))).stream_id == 0  # type: ignore[union-attr]
+    long_v2 = decode(raw_frame(2, logon_accepted_body(STREAM), 29, version=2))
+    assert long_v2.fields["streamId"] == STREAM
     with pytest.raises(MalformedError):
-        decode(raw_frame(2, logon_accepted_body(None), 21, version=3))
+        decode(raw_frame(2, logon_accepted_body(None)[:20], 20, version=3))
     with pytest.raises(MalformedError):
-        decode(raw_frame(15, price_body(5, None), 62, version=3))
+        decode(raw_frame(15, price_body(5, None)[:61], 61, version=3))
 
 
 def test_a_newer_version_with_a_longer_block_keeps_the_stream_id() -> None:
@@ -77,15 +79,21 @@ def test_a_newer_version_with_a_longer_block_keeps_the_stream_id() -> None:
     assert isinstance(price, Price) and price.stream_id == STREAM and price.seq == 5
 
 
-def test_price_update_is_unchanged_and_takes_the_sessions_stream() -> None:
+def test_price_update_is_unchanged_and_takes_its_keys_stream() -> None:
+    """§5: an update belongs to the stream of its key's last snapshot on the session."""
     core = SessionCore()
     core.start_logon(Message("Logon"), 0.0)
-    core.receive(raw_frame(2, logon_accepted_body(STREAM), 29, version=3), 0.0)
+    core.receive(raw_frame(2, logon_accepted_body(0), 29, version=3), 0.0)  # none named yet
+    assert core.stream_id == 0
     core.receive(raw_frame(15, price_body(5, STREAM), 70, version=3), 0.0)
     core.receive(raw_frame(16, price_body(6, None), 62, version=3), 0.0)
     snap, upd = core.pop(), core.pop()
     assert isinstance(upd, Price) and upd.stream_id == STREAM and upd.status == "ok"
     assert isinstance(snap, Price) and snap.stream_id == STREAM
+    longer = Message("PriceUpdate", {"symbolId": 0, "tier": 0, "seq": 7}, block_length=78)
+    core.receive(encode(longer), 0.0)  # a newer sender's longer update block
+    later = core.pop()
+    assert isinstance(later, Price) and later.stream_id == STREAM and later.status == "ok"
 
 
 def p(seq: int, snapshot: bool, stream: int = 0, symbol: int = 2) -> Price:
@@ -107,14 +115,16 @@ def test_a_restarted_server_with_the_same_seq_is_a_resync() -> None:
 
 
 def test_a_snapshot_of_a_new_stream_mid_session_resyncs_and_nothing_is_old() -> None:
+    """A core takeover that could not prove its numbering: the server sends each key a
+    snapshot of the new stream, whatever its seq; each is a resync."""
     t = SeqTracker()
     t.resume(7)
     for sym in (1, 2):
-        t.apply(p(500, True, 7, sym))
+        assert t.apply(p(500, True, 7, sym)) == "snapshot"
     assert t.apply(p(1, True, 9, symbol=1)) == "resync"
-    assert t.apply(p(2, False, 9, symbol=2)) == "ok", "no expectation of stream 7 judges it"
-    assert t.apply(p(3, True, 9, symbol=2)) == "resync"
-    assert t.old == 0 and t.stream_id == 9
+    assert t.apply(p(2, True, 9, symbol=2)) == "resync"
+    assert t.apply(p(3, False, symbol=2)) == "ok", "judged against the new stream's seq"
+    assert (t.old, t.stream_changes, t.stream_of((2, 0))) == (0, 2, 9)
 
 
 def test_version_2_servers_keep_the_sequence_rule() -> None:
@@ -127,15 +137,15 @@ def test_version_2_servers_keep_the_sequence_rule() -> None:
 
 @pytest.mark.parametrize("seed", range(25))
 def test_resume_only_within_one_stream_over_generated_histories(seed: int) -> None:
-    """Sessions that keep or change the stream (restart, v2/v3 mix), each sending
-    snapshots and updates of a few keys with sequences that may restart. Invariant: a
-    snapshot is ``resumed`` only when its stream is the stream of the last accepted price
-    of its key and its seq is that price's or the next; ``old`` only against a price of the
-    same stream."""
+    """Sessions whose server keeps its stream or has a new one (a restart, a takeover, a
+    version 2 server: 0), each sending snapshots and updates of a few keys; a key whose
+    stream changed gets a snapshot first (§5). Invariant: a snapshot is ``resumed`` only
+    when its stream is its key's last snapshot's and its seq is the last one accepted or
+    the next; ``old`` only below the last accepted seq of the same stream."""
     rng = random.Random(seed)
     t = SeqTracker()
     stream = rng.choice([0, 1])
-    last: dict[int, tuple[int, int]] = {}  # key -> (stream, seq) last accepted
+    last: dict[int, tuple[int, int]] = {}  # key -> (stream, seq) of its last accepted price
     for _ in range(60):
         if rng.random() < 0.4:
             stream = rng.choice([stream, stream, stream + 1, 0])
@@ -144,15 +154,15 @@ def test_resume_only_within_one_stream_over_generated_histories(seed: int) -> No
         for _ in range(rng.randint(1, 12)):
             sym = rng.randrange(4)
             held = last.get(sym)
-            snap = sym in fresh or rng.random() < 0.1
-            base = held[1] if held and held[0] == stream else rng.randint(1, 5)
+            same = held is not None and held[0] == stream
+            snap = sym in fresh or not same or rng.random() < 0.1
+            base = held[1] if same and held else rng.randint(1, 5)
             seq = max(1, base + rng.choice([-1, 0, 1, 1, 2]))
             status = t.apply(p(seq, snap, stream, sym))
-            same = held is not None and held[0] == stream
             if status == "resumed":
-                assert same and seq in (held[1], held[1] + 1), (held, stream, seq)  # type: ignore[index]
+                assert same and held and seq in (held[1], held[1] + 1), (held, stream, seq)
             if status == "old":
-                assert same and seq <= held[1], (held, stream, seq)  # type: ignore[index]
+                assert same and held and seq < held[1] + 1, (held, stream, seq)
             if status != "old":
                 last[sym] = (stream, seq)
             fresh.discard(sym)
