@@ -27,6 +27,9 @@ What a caller relies on:
   1 MiB frame plus one read.
 - On a sequence gap the core sends a critical SnapshotRequest for the key (§5) and applies
   its answer to the tracker; the answer itself is put in the inbox.
+- After a Reject(rate_limited), ``quiet_until`` is when requests may be sent again (§4.2,
+  §9): the sessions hold new requests until then, reading meanwhile, or raise that Reject
+  at once when the wait would outlast the request's timeout.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from .model import (
     SnapshotResponse,
     from_message,
 )
-from .schema import PriceFlags
+from .schema import PriceFlags, RejectReason
 from .tracker import Key, SeqTracker
 
 log = logging.getLogger(__name__)
@@ -134,6 +137,10 @@ class SessionCore:
         self.error: PricewireError | None = None
         self.disconnect: Disconnect | None = None
         self.logged_out = False
+        self.quiet_until = 0.0
+        """Until when requests wait: the last Reject(rate_limited)'s floor (§4.2: send
+        nothing but Heartbeats until it has passed)."""
+        self.quiet_reject: Reject | None = None
         self._out = bytearray()
         self._next_rid = 1
         self._pending: set[int] = set()
@@ -193,6 +200,17 @@ class SessionCore:
     def waiting(self) -> bool:
         """Whether a logon or a request waits for its answer."""
         return self._logon_pending or bool(self._pending)
+
+    def quiet_left(self, now: float, timeout_s: float) -> float:
+        """Seconds a request made at ``now`` must wait for the rate limit's floor (0: none);
+        :class:`~pricewire_client.errors.RequestRejected` (the Reject that set it) when
+        that is longer than ``timeout_s``."""
+        left = self.quiet_until - now
+        if left <= 0:
+            return 0.0
+        if left > timeout_s and self.quiet_reject is not None:
+            raise RequestRejected(self.quiet_reject)
+        return left
 
     def start_request(self, build: Callable[[int], Message], now: float) -> int:
         """Send the request ``build`` makes for a fresh id; the id."""
@@ -352,7 +370,7 @@ class SessionCore:
         elif isinstance(item, Disconnect):
             self._disconnected(item)
         elif isinstance(item, Reject):
-            self._reject(item)
+            self._reject(item, now)
         elif item.name in _ANSWERS:
             self._answer(item)  # type: ignore[arg-type]
         else:
@@ -386,8 +404,12 @@ class SessionCore:
         self._pending.clear()
         self._push(item)
 
-    def _reject(self, item: Reject) -> None:
+    def _reject(self, item: Reject, now: float) -> None:
         rid = item.request_id
+        if item.reason == RejectReason.RATE_LIMITED and item.retry_after_ms:
+            until = now + item.retry_after_ms / 1000
+            if until > self.quiet_until:
+                self.quiet_until, self.quiet_reject = until, item
         if rid in self._pending:
             self._pending.discard(rid)
             self._answers[rid] = RequestRejected(item)

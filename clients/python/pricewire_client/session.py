@@ -323,21 +323,30 @@ class Session(Connection):
     def request(self, build: Callable[[int], Message], timeout_s: float | None = None) -> Answer:
         """Send the request ``build`` makes for a fresh id and wait for its answer.
 
-        Prices received meanwhile are kept for :meth:`recv`. Raises
+        Prices received meanwhile are kept for :meth:`recv`. After a Reject(rate_limited)
+        a request waits for its floor first (reading meanwhile), or raises that Reject at
+        once if the floor outlasts ``timeout_s``. Raises
         :class:`~pricewire_client.errors.RequestRejected` for a Reject,
         :class:`~pricewire_client.errors.RequestTimeout` (the answer, if it comes later,
         is dropped) or :class:`~pricewire_client.errors.ConnectionLost`.
         """
-        rid = self.core.start_request(build, self.clock())
-        self._flush()
         wait = self.timeout_s if timeout_s is None else timeout_s
         deadline = self.clock() + wait
+        if (quiet_s := self.core.quiet_left(self.clock(), wait)) > 0:
+            self._hold(self.clock() + quiet_s)  # §4.2: the server's floor after rate_limited
+        rid = self.core.start_request(build, self.clock())
+        self._flush()
         while (answer := self.core.take_answer(rid)) is None:
             if self.clock() >= deadline:
                 self.core.abandon(rid)
                 raise RequestTimeout(f"request {rid}: no answer within {wait:g} s")
             self.pump(deadline)
         return answer
+
+    def _hold(self, until: float) -> None:
+        """Read (and heartbeat) until ``until``; prices are kept for :meth:`recv`."""
+        while self.clock() < until and self.core.error is None:
+            self.pump(until)
 
     def symbols(self, budget_us: int = 0, timeout_s: float | None = None) -> SymbolDirectory:
         """SymbolListRequest; the SymbolDirectory."""

@@ -258,3 +258,16 @@ def test_a_resync_answer_moves_the_tracker_and_is_handed_on() -> None:
     core.receive(encode(answer) + encode(price_msg(4, 15, tier=2)), 0.0)
     assert isinstance(core.inbox[2], SnapshotResponse)
     assert core.inbox[3].status == "old" and core.tracker.expected[(4, 2)] == 17
+
+
+def test_a_rate_limited_reject_holds_requests_for_its_floor() -> None:
+    core = logged_on()
+    rid = core.start_request(lambda r: messages.symbol_list_request(r), 10.0)
+    core.receive(encode(answer_for(rid, "reject")), 10.0)  # rate_limited, 250 ms
+    with pytest.raises(RequestRejected):
+        core.take_answer(rid)
+    assert core.quiet_left(10.1, 5.0) == pytest.approx(0.15)
+    assert core.quiet_left(10.25, 5.0) == 0.0
+    with pytest.raises(RequestRejected) as err:  # the floor outlasts the request's timeout
+        core.quiet_left(10.0, 0.1)
+    assert err.value.reason == "rate_limited"

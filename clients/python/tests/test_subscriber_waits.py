@@ -13,9 +13,19 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_reconnect import ACCEPTED, RNG_SEED, A, B, FakeClock, Peers, price, subscriber
+from test_reconnect import (
+    ACCEPTED,
+    RNG_SEED,
+    A,
+    B,
+    FakeClock,
+    Peers,
+    ScriptedTransport,
+    price,
+    subscriber,
+)
 
-from pricewire_client import ConnectionLost, Message
+from pricewire_client import ConnectionLost, Message, RequestRejected, Session
 from pricewire_client.reconnect import Backoff, ReconnectPolicy
 from pricewire_client.subscriber import Subscriber
 
@@ -121,3 +131,31 @@ def test_a_mute_server_never_holds_next_event_past_its_timeout(
     assert LOGON_TIMEOUT_S - 0.5 <= sum(took) < LOGON_TIMEOUT_S + 5.0, took
     closed = sub.next_event(0.1)
     assert closed is not None and closed.kind == "closed"
+
+
+def test_a_session_waits_out_a_rate_limit_floor_before_its_next_request() -> None:
+    """§4.2 and §9: after Reject(rate_limited) send nothing but Heartbeats until its
+    retryAfterMs passed. The next request goes out after the floor, reading meanwhile."""
+    clock = FakeClock()
+    reject = Message("Reject", {"requestId": 1, "refTemplateId": 10, "reason": 10,
+                                "retryAfterMs": 700})  # fmt: skip
+    directory = Message("SymbolDirectory", {"requestId": 2})
+    transport = ScriptedTransport([reject], clock)
+    sess = Session("peer", 1, clock=clock, transport=transport)
+    with pytest.raises(RequestRejected):
+        sess.symbols()
+    rejected_at = clock()
+    with pytest.raises(RequestRejected):
+        sess.symbols(timeout_s=0.5)  # the floor outlasts it: refused at once, nothing sent
+    assert [m.name for m in transport.sent] == ["SymbolListRequest"] and clock() == rejected_at
+    original = transport.recv
+
+    def answer_once_asked(timeout_s: float) -> bytes | None:
+        if len(transport.sent) == 2 and not transport.script:
+            transport.script.append(directory)  # the peer answers the request it got
+        return original(timeout_s)
+
+    transport.recv = answer_once_asked  # type: ignore[method-assign]
+    answer = sess.symbols()
+    assert answer.request_id == 2 and clock() >= rejected_at + 0.7
+    assert [m.name for m in transport.sent] == ["SymbolListRequest", "SymbolListRequest"]

@@ -401,16 +401,21 @@ class Session(Connection):
         self, build: Callable[[int], Message], timeout_s: float | None = None
     ) -> Answer:
         """Send the request ``build`` makes for a fresh id; its answer. Prices received
-        meanwhile stay in the stream. Raises :class:`~pricewire_client.errors.RequestRejected`,
+        meanwhile stay in the stream. After a Reject(rate_limited) a request first waits for
+        its floor, or raises that Reject at once if the floor outlasts ``timeout_s``. Raises
+        :class:`~pricewire_client.errors.RequestRejected`,
         :class:`~pricewire_client.errors.RequestTimeout` or
         :class:`~pricewire_client.errors.ConnectionLost`; a cancelled or timed-out request's
         late answer is dropped."""
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        if (quiet_s := self.core.quiet_left(self.clock(), wait)) > 0:
+            await asyncio.sleep(quiet_s)  # §4.2: the server's floor after rate_limited
+            wait -= quiet_s
         rid = self.core.start_request(build, self.clock())
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._futures[rid] = fut
         self._space.set()  # an awaited answer: keep reading
         self._after_io()
-        wait = self.timeout_s if timeout_s is None else timeout_s
         try:
             async with asyncio.timeout(wait):
                 return await fut
