@@ -175,6 +175,9 @@ class Subscriber:
             await sess.close()
             self._failed(err)
             return None
+        except asyncio.CancelledError:  # closed while logging on: leave no session behind
+            await sess.close()
+            raise
         self.session = sess
         self.failover.logged_on(accepted, self.clock())
         for tier, symbols in self.failover.subscriptions:
