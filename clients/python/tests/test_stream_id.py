@@ -1,31 +1,43 @@
 """Stream identity (schema version 3): ``streamId`` on LogonAccepted (offset 21, block 29)
-and PriceSnapshot (offset 62, block 70) decodes by the SBE blockLength rule, version 2
+and PriceSnapshot (offset 62, block 70) decodes by the blockLength rule of §2, version 2
 frames without it still decode (stream id 0), and a new stream id is a resync, never a
-resume. Hand-built frames, the tracker over seeded histories, and a Subscriber moving
-between scripted servers."""
+resume. Hand-built frames, the tracker over seeded histories, a Subscriber moving between
+scripted servers, and the real binary restarted under a terminal of either API."""
 
 from __future__ import annotations
 
 import random
 import struct
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from test_reconnect import A, B, FakeClock, Peers, subscriber
 
 from pricewire_client import (
+    Backoff,
     ConnectionLost,
     LogonAccepted,
     MalformedError,
     Message,
     Price,
     PriceStatus,
+    ProviderSession,
+    Quote,
+    ReconnectPolicy,
     SeqTracker,
+    Subscriber,
     decode,
     encode,
 )
 from pricewire_client.codec import raw_frame
 from pricewire_client.core import SessionCore
 from pricewire_client.model import from_message
+
+from aio_bridge import AioSubscriber
+from helpers import release
+from server import Server
 
 STREAM = 0x1122334455667788
 
@@ -193,3 +205,56 @@ def test_a_subscriber_moving_to_another_stream_resyncs(second: int, want: str) -
             statuses.append(ev.status)
     assert statuses == ["snapshot", want]
     assert sub.tracker.stream_id == second
+
+
+def restarted_case(tmp: Path, api: str) -> list[str]:
+    """A terminal holds EURUSD at seq 1 from a server; the server is killed and started
+    again on its port; its first price is seq 1 again, 2,000 points away. The statuses of
+    the terminal's snapshots."""
+    first = Server(tmp)
+    port = first.port
+    quote_once(first, 108_001)
+    kind: Any = AioSubscriber if api == "aio" else Subscriber
+    sub = kind([("127.0.0.1", port)], policy=ReconnectPolicy(Backoff(20, 200),
+                                                             give_up_after_s=30))  # fmt: skip
+    try:
+        sub.subscribe([0], 0)
+        statuses = snapshot_statuses(sub, 1)
+        first.crash()
+        again = Server(tmp, port=port)
+        try:
+            quote_once(again, 110_001)
+            statuses += snapshot_statuses(sub, 1)
+        finally:
+            again.stop()
+        return statuses
+    finally:
+        sub.close()
+
+
+def quote_once(srv: Server, bid: int) -> None:
+    prov = ProviderSession("127.0.0.1", srv.feed_port)
+    prov.logon(0, "demo-feed")
+    prov.quote([Quote(0, bid, bid + 10)])
+    release(prov)
+
+
+def snapshot_statuses(sub: Any, n: int) -> list[str]:
+    out: list[str] = []
+    deadline = time.monotonic() + 30
+    while len(out) < n:
+        assert time.monotonic() < deadline, out
+        ev = sub.next_event(0.5)
+        assert ev is None or ev.kind != "closed", ev
+        if ev is not None and ev.price is not None and ev.price.snapshot:
+            out.append(f"{ev.status} seq {ev.price.seq} stream {ev.price.stream_id != 0}")
+    return out
+
+
+def test_a_restarted_server_at_the_held_seq_is_a_resync(tmp_path: Path, api: str) -> None:
+    """The real binary: a standalone server picks a fresh stream id when it starts, so the
+    same seq on the restarted server is a resync, never a resume (it was taken for one)."""
+    assert restarted_case(tmp_path, api) == [
+        "snapshot seq 1 stream True",
+        "resync seq 1 stream True",
+    ]
