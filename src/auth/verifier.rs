@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::hash;
 use crate::clock::{Clock, MonotonicClock};
+use crate::runtime::{Policy, Supervised, Supervisor};
 
 /// Default verifier threads.
 pub const WORKERS_DEFAULT: usize = 1;
@@ -52,10 +53,12 @@ pub struct Job {
 }
 
 /// The worker pool (threads `<name><N>`: `pw-auth0` for subscribers,
-/// `pw-provauth0` for providers); they exit when the last handle is
-/// dropped.
+/// `pw-provauth0` for providers, supervised); they exit when the last
+/// handle is dropped.
 pub struct Verifier {
     tx: Sender<Job>,
+    /// Asked to stop on drop, before `tx` closes the queue.
+    threads: Vec<Supervised<()>>,
     /// Jobs dropped past their deadline.
     expired: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -66,8 +69,13 @@ impl Verifier {
     ///
     /// # Errors
     /// A thread could not be spawned.
-    pub fn start(name: &str, workers: usize, queue: usize) -> io::Result<Verifier> {
-        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock))
+    pub fn start(
+        name: &str,
+        workers: usize,
+        queue: usize,
+        supervisor: &Supervisor,
+    ) -> io::Result<Verifier> {
+        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock), supervisor)
     }
 
     /// [`Verifier::start`] with the clock job deadlines are judged by
@@ -80,17 +88,27 @@ impl Verifier {
         workers: usize,
         queue: usize,
         clock: Arc<dyn Clock>,
+        supervisor: &Supervisor,
     ) -> io::Result<Verifier> {
         let (tx, rx) = crossbeam_channel::bounded(queue.max(1));
         let expired = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let kind = if name.ends_with("provauth") {
+            "provauth"
+        } else {
+            "auth"
+        };
+        let mut threads = Vec::new();
         for n in 0..workers.max(1) {
             let (rx, clock, expired): (Receiver<Job>, _, _) =
                 (rx.clone(), clock.clone(), expired.clone());
-            std::thread::Builder::new()
-                .name(format!("{name}{n}"))
-                .spawn(move || work(&rx, &*clock, &expired))?;
+            let body = move || work(&rx, &*clock, &expired, (kind, n as u32));
+            threads.push(supervisor.spawn(format!("{name}{n}"), Policy::Permanent, body)?);
         }
-        Ok(Verifier { tx, expired })
+        Ok(Verifier {
+            tx,
+            threads,
+            expired,
+        })
     }
 
     /// Jobs dropped unrun because their deadline had passed.
@@ -112,8 +130,23 @@ impl Verifier {
     }
 }
 
-fn work(rx: &Receiver<Job>, clock: &dyn Clock, expired: &std::sync::atomic::AtomicU64) {
+impl Drop for Verifier {
+    fn drop(&mut self) {
+        // Before `tx` drops and the workers' `recv` ends.
+        for t in &self.threads {
+            t.request_stop();
+        }
+    }
+}
+
+fn work(
+    rx: &Receiver<Job>,
+    clock: &dyn Clock,
+    expired: &std::sync::atomic::AtomicU64,
+    (kind, n): (&'static str, u32),
+) {
     while let Ok(mut job) = rx.recv() {
+        crate::runtime::drill::point(kind, n);
         if job.deadline_ns != 0 && clock.now_ns() > job.deadline_ns {
             job.token.fill(0);
             expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -133,7 +166,7 @@ mod tests {
 
     #[test]
     fn verifies_off_thread_and_refuses_when_full() {
-        let v = Verifier::start("pw-test-auth", 1, 1).unwrap();
+        let v = Verifier::start("pw-test-auth", 1, 1, &Supervisor::new()).unwrap();
         let h = hash::hash_token(b"t0k").unwrap();
         let (tx, rx) = crossbeam_channel::unbounded();
         let mut refused = 0;
@@ -166,7 +199,8 @@ mod tests {
     #[test]
     fn the_default_queues_take_exactly_their_length_behind_a_busy_worker() {
         for queue in [QUEUE_DEFAULT, FEED_QUEUE_DEFAULT] {
-            let v = Verifier::start("pw-test-auth", WORKERS_DEFAULT, queue).unwrap();
+            let v = Verifier::start("pw-test-auth", WORKERS_DEFAULT, queue, &Supervisor::new())
+                .unwrap();
             let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
             let (release, released) = crossbeam_channel::bounded::<()>(1);
             let job = |cached: Option<Cached>| Job {
@@ -197,7 +231,8 @@ mod tests {
     #[test]
     fn a_job_past_its_deadline_is_dropped_unrun() {
         let clock = crate::clock::ManualClock::new(1_000);
-        let v = Verifier::start_with_clock("pw-test-auth", 1, 4, clock.clone()).unwrap();
+        let v = Verifier::start_with_clock("pw-test-auth", 1, 4, clock.clone(), &Supervisor::new())
+            .unwrap();
         let h = hash::hash_token(b"t0k").unwrap();
         let (tx, rx) = crossbeam_channel::unbounded();
         let job = |deadline_ns: u64, tx: Sender<bool>| Job {

@@ -18,13 +18,13 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 
 use crate::runtime::tls::{Link, RefusalOutcome, TlsAcceptor};
+use crate::runtime::{Policy, Supervised};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use super::proxy_wait::{Ended, Outcome, ProxyWait};
@@ -83,12 +83,19 @@ pub fn place(loads: &[u64], shard0_fill: u64, shard0_busy: bool) -> usize {
 pub struct AcceptorHandle {
     waker: Arc<Waker>,
     stop: Sender<()>,
-    thread: JoinHandle<()>,
+    thread: Supervised<()>,
 }
 
 impl AcceptorHandle {
+    /// The acceptor is about to be stopped (before `accepting` turns false,
+    /// which ends its loop too).
+    pub fn request_stop(&self) {
+        self.thread.request_stop();
+    }
+
     /// Closes the listener and joins the thread.
     pub fn stop(self) {
+        self.thread.request_stop();
         let _ = self.stop.send(());
         let _ = self.waker.wake();
         let _ = self.thread.join();
@@ -108,29 +115,28 @@ pub fn spawn(
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     shared.tls_refusals.set_waker(waker.clone());
     let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
-    let thread = std::thread::Builder::new()
-        .name("pw-acceptor".into())
-        .spawn(move || {
-            let waiting = shared
-                .cfg
-                .proxy
-                .as_ref()
-                .map(|p| ProxyWait::new(p.pending_max, p.header_timeout_ns, FIRST_WAITING));
-            let refuser = shared.cfg.tls.as_ref().map(|tls| {
-                let per_s = shared.cfg.tls_busy_handshakes_per_s;
-                Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
-            });
-            let mut a = Acceptor {
-                shared,
-                shards,
-                loads: Vec::new(),
-                rng: rand::SeedableRng::from_entropy(),
-                waiting,
-                ended: Vec::new(),
-                refuser,
-            };
-            a.run(poll, listener, stop_rx);
-        })?;
+    let supervisor = shared.supervisor.clone();
+    let thread = supervisor.spawn("pw-acceptor", Policy::Permanent, move || {
+        let waiting = shared
+            .cfg
+            .proxy
+            .as_ref()
+            .map(|p| ProxyWait::new(p.pending_max, p.header_timeout_ns, FIRST_WAITING));
+        let refuser = shared.cfg.tls.as_ref().map(|tls| {
+            let per_s = shared.cfg.tls_busy_handshakes_per_s;
+            Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
+        });
+        let mut a = Acceptor {
+            shared,
+            shards,
+            loads: Vec::new(),
+            rng: rand::SeedableRng::from_entropy(),
+            waiting,
+            ended: Vec::new(),
+            refuser,
+        };
+        a.run(poll, listener, stop_rx);
+    })?;
     Ok((
         AcceptorHandle {
             waker,
@@ -170,6 +176,8 @@ impl Acceptor {
             if stop.try_recv().is_ok() || !self.shared.accepting.load(Ordering::SeqCst) {
                 break;
             }
+            // At most every IDLE_POLL, and per readiness: a cold path.
+            crate::runtime::drill::point("acceptor", 0);
             let r = poll.registry();
             for e in events.iter() {
                 match e.token().0 {

@@ -64,7 +64,7 @@ use crate::overload::stats::OverloadStats;
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
 use crate::runtime::latency::HistogramExchange;
-use crate::runtime::WaitStrategy;
+use crate::runtime::{Supervisor, WaitStrategy};
 
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
@@ -311,6 +311,8 @@ pub struct Shared {
     /// TLS links refused on a shard, for the acceptor to refuse with
     /// Disconnect(busy) within its handshake budget.
     pub tls_refusals: tls_refusal::RefusalQueue,
+    /// Watches the acceptor, the shards and the request threads.
+    pub supervisor: Supervisor,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -329,6 +331,8 @@ pub struct GatewayDeps {
     pub requests: RequestConfig,
     /// Accounts from Redis; default: the config file's accounts.
     pub refdata: Option<Arc<RefData>>,
+    /// Watches every thread the gateway starts.
+    pub supervisor: Supervisor,
 }
 
 /// Control messages to a shard.
@@ -390,6 +394,7 @@ impl Gateway {
             history: None,
             requests: RequestConfig::default(),
             refdata: None,
+            supervisor: Supervisor::new(),
         };
         Self::start_with(cfg, inputs, deps)
     }
@@ -434,8 +439,10 @@ impl Gateway {
                 "pw-auth",
                 limits.verifier_threads,
                 limits.verifier_queue,
+                &deps.supervisor,
             )?,
             tls_refusals: Default::default(),
+            supervisor: deps.supervisor.clone(),
         });
         Self::apply_account_limits(&shared);
         let mut shards = Vec::new();
@@ -451,9 +458,14 @@ impl Gateway {
             wall_offset_ns: shared.wall_offset_ns,
             refdata: shared.refdata.clone(),
         };
-        let (request_service, ports) =
-            RequestService::start(deps.requests, sources, bells, shared.overload.clone())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (request_service, ports) = RequestService::start(
+            deps.requests,
+            sources,
+            bells,
+            shared.overload.clone(),
+            &deps.supervisor,
+        )
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let mut lanes = lanes::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
@@ -490,6 +502,9 @@ impl Gateway {
 
     /// Stops accepting: the listener is closed; existing sessions go on.
     pub fn stop_accepting(&mut self) {
+        if let Some(a) = &self.acceptor {
+            a.request_stop();
+        }
         self.shared.accepting.store(false, Ordering::SeqCst);
         if let Some(a) = self.acceptor.take() {
             a.stop();

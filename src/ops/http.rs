@@ -11,14 +11,14 @@
 //! answer always says `Connection: close`.
 
 use crate::clock::{monotonic_ns, NS_PER_MS};
-use crate::ops::health::Health;
+use crate::ops::health::{Health, Liveness};
 use crate::ops::metrics::{self, catalogue, Collect, Registry, Sink};
 use crate::ops::OpsError;
+use crate::runtime::{Policy, Supervised};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Default address of the ops listener (`--ops-listen`).
@@ -175,6 +175,15 @@ fn probe(ok: bool, yes: &str, no: &str) -> Response {
     }
 }
 
+/// `/livez`: 503 names the dead stage (and why) or the stalled loop.
+fn livez(health: &Health) -> Response {
+    match health.liveness() {
+        Liveness::Live => Response::text(200, "live"),
+        Liveness::Stalled => Response::text(503, "process loop stalled"),
+        Liveness::StageDied(d) => Response::text(503, &d.to_string()),
+    }
+}
+
 /// Answers one request head (sans IO). Returns the path label for the stats.
 pub(crate) fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'static str, Response) {
     let Some((method, target)) = parse_request_line(head) else {
@@ -194,7 +203,7 @@ pub(crate) fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'sta
     }
     let state = health.state().as_str();
     let response = match label {
-        "/livez" => probe(health.is_live(), "live", "process loop stalled"),
+        "/livez" => livez(health),
         "/readyz" => probe(health.is_ready(), "ready", state),
         "/startupz" => probe(health.is_started(), "started", state),
         _ => Response {
@@ -288,7 +297,7 @@ pub struct OpsServer;
 pub struct OpsHandle {
     local_addr: SocketAddr,
     waker: Arc<mio::Waker>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<Supervised<()>>,
     stats: Arc<OpsHttpStats>,
 }
 
@@ -333,6 +342,7 @@ impl OpsServer {
         registry.register_collect(stats.clone());
         let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(config.queue_max);
         let mut threads = Vec::with_capacity(config.workers + 1);
+        let supervisor = health.supervisor().clone();
         for i in 0..config.workers {
             let worker = Worker {
                 health: health.clone(),
@@ -341,20 +351,19 @@ impl OpsServer {
                 config,
             };
             let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("ops-http-{i}"))
-                .spawn(move || {
-                    let mut buf = vec![0u8; worker.config.request_head_max_bytes];
-                    for stream in rx.iter() {
-                        worker.serve(stream, &mut buf);
-                    }
-                });
+            let body = move || {
+                let mut buf = vec![0u8; worker.config.request_head_max_bytes];
+                for stream in rx.iter() {
+                    crate::runtime::drill::point("ops-http", i as u32);
+                    worker.serve(stream, &mut buf);
+                }
+            };
+            let spawned = supervisor.spawn(format!("ops-http-{i}"), Policy::Permanent, body);
             threads.push(spawned.map_err(bind)?);
         }
         let accept_stats = stats.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ops-accept".into())
-            .spawn(move || accept_loop(poll, listener, tx, &accept_stats));
+        let body = move || accept_loop(poll, listener, tx, &accept_stats);
+        let spawned = supervisor.spawn("ops-accept", Policy::Permanent, body);
         threads.push(spawned.map_err(bind)?);
         tracing::info!(%local_addr, "ops listener up");
         Ok(OpsHandle {
@@ -390,6 +399,7 @@ fn accept_loop(
         if events.iter().any(|e| e.token() == WAKE) {
             return; // dropping `tx` ends the workers once the queue is empty
         }
+        crate::runtime::drill::point("ops-accept", 0);
         retry = accept_ready(&listener, &tx, stats);
     }
 }
@@ -447,6 +457,9 @@ impl OpsHandle {
     fn stop_inner(&mut self) {
         if self.threads.is_empty() {
             return;
+        }
+        for t in &self.threads {
+            t.request_stop();
         }
         if let Err(e) = self.waker.wake() {
             tracing::error!(error = %e, "ops listener wake failed; not joining its threads");

@@ -309,6 +309,9 @@ pub const RECORDER_BUFFERED_TICKS: &str = "pricewire_recorder_buffered_ticks";
 /// 1 for the process lifecycle state (starting, serving, draining, stopped), 0
 /// for the others (gauge, by `state`).
 pub const HEALTH_STATE: &str = "pricewire_health_state";
+/// 1 for each supervised stage thread running, 0 for one that died (the
+/// process exits within `--stage-exit-grace-ms`); gauge, by `stage`.
+pub const STAGE_UP: &str = "pricewire_stage_up";
 /// Start-up delay this instance chose (slot times step, capped, plus jitter) (gauge).
 pub const START_STAGGER: &str = "pricewire_start_stagger_seconds";
 /// Requests answered by the ops listener, by path and status code (counter, by
@@ -517,6 +520,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // ops
     gauge(HEALTH_STATE, &["state"], "boolean", "ops",
         "1 for the process lifecycle state (starting, serving, draining, stopped), 0 for the others"),
+    gauge(STAGE_UP, &["stage"], "boolean", "runtime::supervise",
+        "1 for each supervised stage thread that runs, 0 for one that died (then /livez fails and the process exits 70 after --stage-exit-grace-ms)"),
     gauge(START_STAGGER, &[], "seconds", "ops",
         "Start-up delay this instance chose (slot times step, capped, plus jitter)"),
     counter(OPS_HTTP_REQUESTS, &["path", "code"], "requests", "ops",
