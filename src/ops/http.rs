@@ -71,6 +71,7 @@ pub const CODES: [u16; 6] = [200, 400, 404, 405, 431, 503];
 pub struct OpsHttpStats {
     answered: [[AtomicU64; CODES.len()]; PATHS.len()],
     rejected: AtomicU64,
+    faults: AtomicU64,
 }
 
 impl OpsHttpStats {
@@ -113,6 +114,9 @@ impl Collect for OpsHttpStats {
             }
         }
         sink.counter(catalogue::OPS_HTTP_REJECTED, &[], self.rejected());
+        let faults = self.faults.load(Ordering::Relaxed);
+        let labels = [("listener", "ops"), ("stage", "ops-http")];
+        sink.counter(catalogue::CONNECTION_FAULTS, &labels, faults);
     }
 }
 
@@ -260,6 +264,9 @@ fn read_head(stream: &mut TcpStream, buf: &mut [u8], timeout_ms: u64) -> Head {
     }
 }
 
+/// The ops workers' thinned fault log.
+static OPS_FAULTS: crate::runtime::contain::FaultLog = crate::runtime::contain::FaultLog::new();
+
 struct Worker {
     health: Arc<Health>,
     registry: Registry,
@@ -268,6 +275,20 @@ struct Worker {
 }
 
 impl Worker {
+    /// [`Worker::serve`] inside the connection's unwind boundary: a fault
+    /// drops the stream (closed) and the worker takes the next. Nothing
+    /// shared is written while a request is answered (the health state
+    /// and the registry are read; the counters are atomics), so nothing
+    /// is left half-updated.
+    fn serve_contained(&self, stream: TcpStream, buf: &mut [u8]) {
+        let peer = stream.peer_addr().ok();
+        if let Err(fault) = crate::runtime::contain::contain(|| self.serve(stream, buf)) {
+            self.stats.faults.fetch_add(1, Ordering::Relaxed);
+            let shown = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            OPS_FAULTS.report("ops-http", &shown, &fault);
+        }
+    }
+
     fn serve(&self, mut stream: TcpStream, buf: &mut [u8]) {
         let write_timeout = Duration::from_millis(self.config.write_timeout_ms.max(1));
         if stream.set_nonblocking(false).is_err()
@@ -355,7 +376,7 @@ impl OpsServer {
                 let mut buf = vec![0u8; worker.config.request_head_max_bytes];
                 for stream in rx.iter() {
                     crate::runtime::drill::point("ops-http", i as u32);
-                    worker.serve(stream, &mut buf);
+                    worker.serve_contained(stream, &mut buf);
                 }
             };
             let spawned = supervisor.spawn(format!("ops-http-{i}"), Policy::Permanent, body);

@@ -74,6 +74,8 @@ pub struct IngestStats {
     pub quote_rejects_unsent: AtomicU64,
     /// Bridges dropped with `Disconnect(idle_timeout)`.
     pub idle_disconnects: AtomicU64,
+    /// Bridges closed because their processing panicked (contained).
+    pub faults: AtomicU64,
 }
 
 impl IngestStats {

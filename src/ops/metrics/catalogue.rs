@@ -237,6 +237,10 @@ pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 /// Connections closed because they stayed above the outbound high-water mark
 /// too long (counter, by `shard`).
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+/// Connections closed because their processing panicked and the panic
+/// was contained at the connection's boundary (counter, by `listener`,
+/// `stage`).
+pub const CONNECTION_FAULTS: &str = "pricewire_connection_faults_total";
 /// Logons refused for their credentials, subscriber or provider (counter,
 /// by `listener`, `reason`).
 pub const LOGON_FAILURES: &str = "pricewire_logon_failures_total";
@@ -434,6 +438,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // PROXY protocol v2 (serve --proxy-protocol)
     counter(PROXY_HEADERS, &["command"], "connections", "gateway",
         "PROXY v2 headers accepted on the subscriber listener, by command (proxy: the header's source is the client; local: a balancer health check keeps the balancer's address)"),
+    counter(CONNECTION_FAULTS, &["listener", "stage"], "connections", "runtime::contain",
+        "Connections closed because their processing panicked, contained at the connection's boundary (the stage and every other connection go on), by listener (subscriber, feed, ops) and stage (acceptor, shard, ingest, ops-http); each is logged at error level, thinned"),
     counter(PROXY_HEADER_FAILURES, &["reason"], "connections", "gateway",
         "Subscriber connections closed at the PROXY v2 header, by reason (bad_signature, v1_unsupported, bad_version, bad_command, bad_address, too_long, timeout, peer_closed, untrusted, overflow)"),
     // TLS (serve --tls-cert)
