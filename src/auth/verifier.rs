@@ -7,7 +7,7 @@
 use std::io;
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use super::hash;
 use crate::clock::{Clock, MonotonicClock};
@@ -22,6 +22,9 @@ pub const QUEUE_DEFAULT: usize = 256;
 /// Default queue length of the provider listener's verifier (one thread):
 /// providers are few, and a bridge that finds it full retries.
 pub const FEED_QUEUE_DEFAULT: usize = 8;
+/// Longest an idle verifier thread waits before it looks up (its drill
+/// point; the request workers wake as often).
+const VERIFIER_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 /// Most verifier threads a listener may have (`--verifier-threads`):
 /// each argon2id check holds 19 MiB while it runs.
 pub const WORKERS_MAX: usize = 32;
@@ -145,7 +148,17 @@ fn work(
     expired: &std::sync::atomic::AtomicU64,
     (kind, n): (&'static str, u32),
 ) {
-    while let Ok(mut job) = rx.recv() {
+    loop {
+        // Woken every VERIFIER_IDLE even without jobs: the drill point
+        // (a cold path) then fires on an idle verifier too.
+        let mut job = match rx.recv_timeout(VERIFIER_IDLE) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                crate::runtime::drill::point(kind, n);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         crate::runtime::drill::point(kind, n);
         if job.deadline_ns != 0 && clock.now_ns() > job.deadline_ns {
             job.token.fill(0);
