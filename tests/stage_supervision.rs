@@ -18,7 +18,6 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-
 /// The shipped default of `--stage-exit-grace-ms`.
 const GRACE_MS: u64 = pricewire::runtime::supervise::STAGE_EXIT_GRACE_MS_DEFAULT;
 /// What a loaded test host may add to the grace before the exit is seen
@@ -94,7 +93,11 @@ impl Drop for Run {
 fn spawn(case: &Case) -> Run {
     let (ops, listen) = (net::free_addr(), net::free_addr());
     let log = tempfile::NamedTempFile::new().unwrap();
-    let after = if case.trigger == Trigger::None { AFTER_MS } else { 0 };
+    let after = if case.trigger == Trigger::None {
+        AFTER_MS
+    } else {
+        0
+    };
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
         .arg("serve")
         .args(["--ops-listen", &ops.to_string()])
@@ -137,14 +140,22 @@ fn observe(case: &Case) -> Seen {
         if let Some(status) = run.child.try_wait().unwrap() {
             break status;
         }
-        assert!(start.elapsed() < CASE_TIMEOUT, "{}: still running", case.drill);
+        assert!(
+            start.elapsed() < CASE_TIMEOUT,
+            "{}: still running",
+            case.drill
+        );
         if !triggered && net::ready(run.ops) {
             trigger(&run, case.trigger);
             triggered = true;
         }
         if livez_503.is_none() {
             if let Some((503, body)) = net::http_answer(run.ops, "/livez") {
-                assert!(body.contains(case.stage), "{}: /livez said {body:?}", case.drill);
+                assert!(
+                    body.contains(case.stage),
+                    "{}: /livez said {body:?}",
+                    case.drill
+                );
                 livez_503 = Some(Instant::now());
             }
         }
@@ -188,15 +199,30 @@ fn reported_after_ms(log: &str) -> Option<u64> {
 fn check(case: &Case) {
     let seen = observe(case);
     let what = format!("{} ({:?})", case.drill, case.args);
-    let tail: String = seen.log.lines().rev().take(12).collect::<Vec<_>>().join("\n");
+    let tail: String = seen
+        .log
+        .lines()
+        .rev()
+        .take(12)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_eq!(seen.code, Some(70), "{what}: exit code; log tail:\n{tail}");
     let died = format!("stage died stage={}", case.stage);
-    assert!(seen.log.contains(&died), "{what}: no `{died}` in the log:\n{tail}");
+    assert!(
+        seen.log.contains(&died),
+        "{what}: no `{died}` in the log:\n{tail}"
+    );
     let kind = case.drill.trim_end_matches(|c: char| c.is_ascii_digit());
     let cause = format!("planted panic in stage {kind}");
-    assert!(seen.log.contains(&cause), "{what}: the cause is not logged:\n{tail}");
+    assert!(
+        seen.log.contains(&cause),
+        "{what}: the cause is not logged:\n{tail}"
+    );
     let after = reported_after_ms(&seen.log).unwrap_or_else(|| panic!("{what}: no exit line"));
-    assert!(after >= GRACE_MS, "{what}: exited {after} ms after the death, before the grace");
+    assert!(
+        after >= GRACE_MS,
+        "{what}: exited {after} ms after the death, before the grace"
+    );
     if case.livez {
         let at = seen
             .livez_503
@@ -209,7 +235,11 @@ fn check(case: &Case) {
     }
 }
 
-fn both(drill: &'static str, stage_shared: &'static str, stage_dedicated: &'static str) -> [Case; 2] {
+fn both(
+    drill: &'static str,
+    stage_shared: &'static str,
+    stage_dedicated: &'static str,
+) -> [Case; 2] {
     [
         Case::new(drill, stage_shared, "shared"),
         Case::new(drill, stage_dedicated, "dedicated"),
@@ -288,5 +318,8 @@ fn an_unset_or_bad_drill_switch_is_refused_or_inert() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("PRICEWIRE_FAULT_PANIC") && err.contains("unknown target"), "{err}");
+    assert!(
+        err.contains("PRICEWIRE_FAULT_PANIC") && err.contains("unknown target"),
+        "{err}"
+    );
 }

@@ -51,6 +51,7 @@ type Refusal = (LogonRejectReason, u32);
 
 impl Shard {
     pub(super) fn on_logon(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) {
+        crate::runtime::drill::connection_point(logon.account, "Logon");
         let pending = self.slab.conns[i]
             .as_ref()
             .is_some_and(|c| c.logon_ticket != 0);
