@@ -118,3 +118,87 @@ fn causes_are_escaped_for_logs() {
     };
     assert_eq!(d.to_string(), "stage pw-x died: panicked: a\\nb\\u{1b}[31m");
 }
+
+#[test]
+fn a_stage_that_declares_its_end_expected_is_not_a_death() {
+    let s = Supervisor::new();
+    let t = s
+        .spawn("pw-test-refused", Policy::Permanent, || end_expected())
+        .unwrap();
+    t.join().unwrap();
+    assert!(s.first_death().is_none());
+    end_expected(); // off a supervised thread: nothing to mark
+}
+
+/// How one generated stage ends.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Panic,
+    Return,
+    RunUntilStopped,
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Over generated sets of stages (policy, whether the owner asks them
+    /// to stop first, how they end): a death is recorded exactly when
+    /// some end was fatal by the rule, and the stage list shows exactly
+    /// the running stages as up and the fatal ones as down.
+    #[test]
+    fn the_supervisor_reports_exactly_the_fatal_ends(
+        stages in proptest::collection::vec(
+            (proptest::bool::ANY, proptest::bool::ANY, 0u8..3),
+            1..6,
+        )
+    ) {
+        let s = Supervisor::new();
+        let mut handles = Vec::new();
+        let mut holds = Vec::new();
+        let mut fatal = Vec::new();
+        for (k, &(permanent, stop_first, end)) in stages.iter().enumerate() {
+            let policy = if permanent { Policy::Permanent } else { Policy::Transient };
+            let end = [End::Panic, End::Return, End::RunUntilStopped][end as usize];
+            let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+            let name = format!("pw-test-{k}");
+            let t = s.spawn(name.clone(), policy, move || {
+                let _ = rx.recv(); // released by the test
+                match end {
+                    End::Panic => panic!("generated"),
+                    End::Return | End::RunUntilStopped => {}
+                }
+            }).unwrap();
+            if stop_first || matches!(end, End::RunUntilStopped) {
+                t.request_stop();
+            }
+            let cause = match end {
+                End::Panic => Cause::Panicked("generated".into()),
+                _ => Cause::Returned,
+            };
+            let asked = stop_first || matches!(end, End::RunUntilStopped);
+            if is_fatal(policy, asked, &cause) {
+                fatal.push(name);
+            }
+            if matches!(end, End::RunUntilStopped) {
+                holds.push(tx);
+            } else {
+                drop(tx);
+            }
+            handles.push(t);
+        }
+        // Every stage that ends has ended once its handle is finished.
+        let ending = stages.iter().filter(|s| s.2 != 2).count();
+        proptest::prop_assert!(until(|| handles.iter().filter(|t| t.is_finished()).count() == ending));
+        proptest::prop_assert_eq!(s.first_death().is_some(), !fatal.is_empty());
+        if let Some(d) = s.first_death() {
+            proptest::prop_assert!(fatal.contains(&d.stage));
+        }
+        for (name, up) in s.stages() {
+            proptest::prop_assert_eq!(up, !fatal.contains(&name), "{}", name);
+        }
+        drop(holds);
+        for t in handles {
+            let _ = t.join();
+        }
+    }
+}
