@@ -589,7 +589,7 @@ pub(crate) fn run_feed(
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
-        if turn % 64 == 0 {
+        if turn.is_multiple_of(64) {
             crate::runtime::drill::point("feed", index);
             if should_stop(control) {
                 break;

@@ -123,7 +123,7 @@ fn causes_are_escaped_for_logs() {
 fn a_stage_that_declares_its_end_expected_is_not_a_death() {
     let s = Supervisor::new();
     let t = s
-        .spawn("pw-test-refused", Policy::Permanent, || end_expected())
+        .spawn("pw-test-refused", Policy::Permanent, end_expected)
         .unwrap();
     t.join().unwrap();
     assert!(s.first_death().is_none());
