@@ -52,6 +52,12 @@ pub(super) struct Fanout {
     pacer: Pacer,
     /// `--max-update-hz`: the limit of accounts that set none (0 = none).
     default_hz: u32,
+    /// Subscription changes in progress (index, pace groups, per-symbol
+    /// counts, interest): raised before one starts and lowered after it
+    /// ends, so a panic that unwinds out of one leaves it raised — the
+    /// fan-out state is then poisoned and no connection boundary may
+    /// contain that fault (see [`Fanout::is_poisoned`]).
+    mutating: u32,
 }
 
 /// One encoded price on its way to subscribers.
@@ -91,7 +97,65 @@ impl Fanout {
             wall_offset_ns,
             pacer: Pacer::new(now),
             default_hz,
+            mutating: 0,
         }
+    }
+
+    /// A panic unwound out of a subscription change: the index, the pace
+    /// groups or the interest counts may be half-updated.
+    pub(super) fn is_poisoned(&self) -> bool {
+        self.mutating > 0
+    }
+
+    /// Checks that the index, the pace groups, the per-symbol counts and
+    /// the interest agree with the connections' own subscription lists:
+    /// every indexed or paced subscription is found where it says, no
+    /// entry names a slot or subscription that is not there, and every
+    /// symbol with subscribers is held. O(subscriptions): for a fault's
+    /// discard in debug builds and for tests, never per price.
+    pub(super) fn check(&self, slab: &Slab) -> Result<(), String> {
+        let mut counted = vec![0u32; self.sym_subs.len()];
+        let (mut indexed, mut paced) = (0usize, 0usize);
+        for (i, conn) in slab.conns.iter().enumerate() {
+            let Some(conn) = conn else { continue };
+            for (k, s) in conn.subs.iter().enumerate() {
+                let here = (i as u32, k as u32);
+                if s.pace != PACE_NONE {
+                    let m = self.pacer.member(s.pace);
+                    if m.map(|(key, m)| (key, m.conn, m.slot)) != Some((s.key, here.0, here.1)) {
+                        return Err(format!("conn {i} sub {k}: pace member {m:?}"));
+                    }
+                    paced += 1;
+                } else if s.pos != NOT_INDEXED {
+                    let at = self.index.subscribers(s.key as usize).get(s.pos as usize);
+                    if at.map(|e| (e.conn, e.slot)) != Some(here) {
+                        return Err(format!("conn {i} sub {k}: index entry {at:?}"));
+                    }
+                    indexed += 1;
+                } else {
+                    continue; // taken out for a move: counted nowhere
+                }
+                counted[s.key as usize / self.tiers] += 1;
+            }
+        }
+        if indexed != self.index.total() || paced != self.pacer.member_total() {
+            let (ix, pc) = (self.index.total(), self.pacer.member_total());
+            return Err(format!("orphans: index {ix}/{indexed}, pacer {pc}/{paced}"));
+        }
+        for (sym, (&n, &c)) in self.sym_subs.iter().zip(&counted).enumerate() {
+            if n != c || (n > 0 && self.interest.holds(sym as u16) == 0) {
+                return Err(format!("symbol {sym}: count {n}, subscriptions {c}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one subscription change, poisoning the state if it unwinds.
+    fn mutate<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.mutating += 1;
+        let r = f(self);
+        self.mutating -= 1;
+        r
     }
 
     /// The minimum interval between two prices of one subscription of
@@ -228,6 +292,17 @@ impl Fanout {
         slab: &mut Slab,
         i: usize,
         key: usize,
+        limits: (usize, u64),
+        new_keys: &mut Vec<u32>,
+    ) -> SubscribeStatus {
+        self.mutate(|f| f.add_sub(slab, i, key, limits, new_keys))
+    }
+
+    fn add_sub(
+        &mut self,
+        slab: &mut Slab,
+        i: usize,
+        key: usize,
         (max, interval_ns): (usize, u64),
         new_keys: &mut Vec<u32>,
     ) -> SubscribeStatus {
@@ -271,6 +346,10 @@ impl Fanout {
 
     /// Removes subscription `slot` of connection `i`.
     pub(super) fn remove(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.mutate(|f| f.remove_sub(slab, i, slot));
+    }
+
+    fn remove_sub(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         self.unindex(slab, i, slot);
         let Some(conn) = slab.conns[i].as_mut() else {
             return;
@@ -295,6 +374,10 @@ impl Fanout {
     /// sends the latest as a resync), leaving the connection's own list as
     /// it is.
     pub(super) fn unindex(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.mutate(|f| f.unindex_sub(slab, i, slot));
+    }
+
+    fn unindex_sub(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         let Some(conn) = slab.conns[i].as_mut() else {
             return;
         };
@@ -321,6 +404,10 @@ impl Fanout {
     /// Indexes every subscription of `conn` (a session moved here) as
     /// connection `i`.
     pub(super) fn index_conn(&mut self, conn: &mut Conn, i: usize) {
+        self.mutate(|f| f.index_subs(conn, i));
+    }
+
+    fn index_subs(&mut self, conn: &mut Conn, i: usize) {
         let interval_ns = self.interval_for(conn.session.acct().map(|a| &**a));
         for (k, sub) in conn.subs.iter_mut().enumerate() {
             let key = sub.key as usize;
