@@ -348,6 +348,30 @@ pub const THREAD_NAMES: &[&str] = &[
     "pw-provauthN",
     "pw-requestN",
     "pw-shardN",
+    "pw-supervise",
+];
+/// Every stage thread the supervisor may list in [`STAGE_UP`] (digit runs
+/// written `N`, a feed's source name after `pw-feedN-`): which run depends
+/// on the configuration (`pw-engine` and `pw-ingest` with `--threading
+/// dedicated`, `pw-bus` on a bus core or edge, `recorder` with
+/// `--record`, `refdata-refresh` with `--redis`, `ops-reload` with TLS).
+pub const STAGE_NAMES: &[&str] = &[
+    "ops-accept",
+    "ops-http-N",
+    "ops-reload",
+    "ops-signals",
+    "pw-acceptor",
+    "pw-authN",
+    "pw-bus",
+    "pw-dispatch",
+    "pw-engine",
+    "pw-feedN-",
+    "pw-ingest",
+    "pw-provauthN",
+    "pw-requestN",
+    "pw-shardN",
+    "recorder",
+    "refdata-refresh",
 ];
 /// Times the allocator's free memory was returned to the kernel after
 /// connections left (counter).
