@@ -50,7 +50,7 @@ fn fan_out(c: &mut Criterion) {
             n += 1;
             // Drain as a socket would, every 256 updates (19 KiB each),
             // staying below the low water mark.
-            if n % 256 == 0 {
+            if n.is_multiple_of(256) {
                 for out in bufs.iter_mut() {
                     let _ = out.write_to(&mut io::sink());
                 }

@@ -133,7 +133,7 @@ impl PriceTable {
         debug_assert!((top.symbol as usize) < self.slots.len());
         let slot = &self.slots[top.symbol as usize];
         let s = slot.seq.load(Ordering::Relaxed);
-        debug_assert!(s % 2 == 0, "concurrent price-table writers");
+        debug_assert!(s.is_multiple_of(2), "concurrent price-table writers");
         slot.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         for (w, v) in slot.words.iter().zip(pack(top)) {

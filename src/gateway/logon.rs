@@ -4,7 +4,9 @@
 //!
 //! Order (see [`crate::auth`]): logon rate → address lockout → reference
 //! data → a cached verification of the same token (logs on at once) →
-//! account lockout → the argon2 verifier's queue. The verifier's verdict
+//! account lockout → the argon2 verifier's queue (fair by account; on the
+//! worker the guess is reserved against the address and account before
+//! argon2, and `judge` settles the reservation). The verifier's verdict
 //! comes back through the shard's verdict channel ([`Shard::drain_verdicts`])
 //! and is matched to its connection by a ticket, so a connection that
 //! closed (or was reused) in the meantime is not confused with another.
@@ -13,8 +15,10 @@
 //! Subscribe right behind its Logon has it handled after LogonAccepted,
 //! in order, as when the logon was decided at once.
 //! argon2 never runs on the shard thread; a full verifier queue is
-//! LogonRejected(busy), a locked address or account LogonRejected
-//! (rate_limited) with the lock's remaining time as retry-after.
+//! LogonRejected(busy) (as is a logon pushed out of it by another
+//! account's), a locked address or account LogonRejected(rate_limited)
+//! with the lock's remaining time as retry-after (a budget held by guesses
+//! under way: `--lockout-first-ms`).
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -23,7 +27,7 @@ use std::sync::Arc;
 use super::session::Admitted;
 use super::shard::Shard;
 use super::Shared;
-use crate::auth::verifier::{Cached, Job};
+use crate::auth::verifier::{Cached, Claim, Job, Outcome};
 use crate::auth::{hash, FailReason};
 use crate::clock::wall_ns;
 use crate::config::Account;
@@ -35,8 +39,18 @@ pub(crate) struct Verdict {
     conn: u32,
     ticket: u64,
     heartbeat_ms: u32,
-    /// The account, when it exists and the token matched.
-    acct: Option<Arc<Account>>,
+    judged: Judged,
+}
+
+/// What the verifier decided about one logon.
+enum Judged {
+    /// The account exists and the token matched.
+    Matched(Arc<Account>),
+    /// Refused with this reason and retry-after (a wrong token or unknown
+    /// account: `auth`; a lock found on the verifier: `rate_limited`).
+    Refused(LogonRejectReason, u32),
+    /// Pushed out of the full verifier queue by another account's logon.
+    Busy,
 }
 
 /// What the logon checks decided on the shard.
@@ -114,12 +128,14 @@ impl Shard {
     }
 
     fn plain(&self, ip: IpAddr, name: &str, a: Arc<Account>, token: &[u8], now: u64) -> Decision {
-        if hash::verify(&a.token, token) {
-            self.shared.auth.succeeded(ip, name, &a.token, token, now);
-            return self.finish(name, a);
+        let auth = &self.shared.auth;
+        match auth.judge(ip, name.as_bytes(), true, now, || {
+            hash::verify(&a.token, token)
+        }) {
+            Ok(true) => self.finish(name, a),
+            Ok(false) => Decision::Reject(LogonRejectReason::AUTH, 0),
+            Err(retry) => Decision::Reject(LogonRejectReason::RATE_LIMITED, retry),
         }
-        self.shared.auth.failed(ip, name.as_bytes(), true, now);
-        Decision::Reject(LogonRejectReason::AUTH, 0)
     }
 
     /// Queues the verification (an unknown account against a decoy hash,
@@ -137,33 +153,22 @@ impl Shard {
         let stored = acct
             .as_ref()
             .map_or_else(|| hash::decoy_hash().to_string(), |a| a.token.clone());
-        let (auth, tx, waker) = (
-            self.shared.auth.clone(),
-            self.verdicts_tx.clone(),
-            self.waker.clone(),
-        );
-        let name = logon.account.to_vec();
+        let (tx, waker) = (self.verdicts_tx.clone(), self.waker.clone());
         let heartbeat_ms = logon.heartbeat_interval_ms;
-        let key = stored.clone();
         // Logons of one account and token queued together (a herd): the
         // first verifies, the others find it in the cache.
         let cached = acct.as_ref().map(|a| {
             let (auth, name, stored) = (self.shared.auth.clone(), a.name.clone(), a.token.clone());
             Box::new(move |token: &[u8]| auth.cached(&name, &stored, token, now)) as Cached
         });
-        let done = move |ok: bool, token: &[u8]| {
-            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
-            let known = acct.is_some();
-            let acct = acct.filter(|_| ok);
-            match &acct {
-                Some(a) => auth.succeeded(ip, &a.name, &key, token, now),
-                None => auth.failed(ip, &name, known, now),
-            }
+        let (auth, key) = (self.shared.auth.clone(), stored.clone());
+        let done = move |o: Outcome, token: &[u8]| {
+            let judged = judge(&auth, o, acct, &key, token);
             let v = Verdict {
                 conn: i as u32,
                 ticket,
                 heartbeat_ms,
-                acct,
+                judged,
             };
             if tx.send(v).is_ok() {
                 if let Some(w) = &waker {
@@ -171,12 +176,19 @@ impl Shard {
                 }
             }
         };
+        let claim = Claim {
+            guard: self.shared.auth.clone(),
+            ip,
+            account: logon.account.to_vec(),
+        };
         let job = Job {
             stored,
             token: logon.token.to_vec(),
             cached,
             // Past the logon timeout the connection is cut: skip argon2.
             deadline_ns: now + self.shared.cfg.logon_timeout_ms * 1_000_000,
+            key: self.shared.auth.account_key(logon.account),
+            claim: Some(claim),
             done: Box::new(done),
         };
         if self.shared.verifier.submit(job).is_err() {
@@ -209,12 +221,16 @@ impl Shard {
                 continue; // closed (logon timeout, peer gone) meanwhile
             };
             c.logon_ticket = 0;
-            let decision = match v.acct {
-                Some(a) => {
+            let decision = match v.judged {
+                Judged::Matched(a) => {
                     let name = a.name.clone();
                     self.finish(&name, a)
                 }
-                None => Decision::Reject(LogonRejectReason::AUTH, 0),
+                Judged::Refused(reason, retry) => Decision::Reject(reason, retry),
+                Judged::Busy => {
+                    let retry = self.jitter(self.shared.cfg.admission.retry_after);
+                    Decision::Reject(LogonRejectReason::BUSY, retry)
+                }
             };
             let hb = v.heartbeat_ms;
             match decision {
@@ -265,6 +281,58 @@ impl Shard {
             session_id: shared.next_session_id.fetch_add(1, Ordering::Relaxed),
             server_time_ns: wall_ns(),
         })
+    }
+}
+
+/// The verifier's outcome for a logon of `acct` (`None`: unknown, checked
+/// against the decoy hash), its reservation settled: a match clears the
+/// address's and account's counts and caches the token, a mismatch counts
+/// a failure against both.
+fn judge(
+    auth: &crate::auth::AuthGuard,
+    o: Outcome,
+    acct: Option<Arc<Account>>,
+    stored: &str,
+    token: &[u8],
+) -> Judged {
+    let known = acct.is_some();
+    match (o, acct) {
+        (Outcome::Cached, Some(a)) => Judged::Matched(a),
+        (
+            Outcome::Verified {
+                matched: true,
+                reservation,
+                now_ns,
+            },
+            Some(a),
+        ) => {
+            if let Some(r) = reservation {
+                r.matched(&a.name, stored, token, now_ns);
+            }
+            Judged::Matched(a)
+        }
+        (
+            Outcome::Verified {
+                reservation,
+                now_ns,
+                ..
+            },
+            _,
+        ) => {
+            if let Some(r) = reservation {
+                r.failed(known, now_ns);
+            }
+            Judged::Refused(LogonRejectReason::AUTH, 0)
+        }
+        (Outcome::Refused { retry_after_ms }, _) => {
+            Judged::Refused(LogonRejectReason::RATE_LIMITED, retry_after_ms)
+        }
+        (Outcome::Busy, _) => {
+            auth.stats.failed(FailReason::VerifierBusy);
+            Judged::Busy
+        }
+        // A cache hit needs an account whose token is cached.
+        (Outcome::Cached, None) => Judged::Refused(LogonRejectReason::AUTH, 0),
     }
 }
 

@@ -88,7 +88,7 @@ impl Shard {
     }
 
     fn revoke_session(&mut self, i: usize, held: &Account, why: &str, now: u64) {
-        tracing::debug!(account = %held.name, reason = why, "session ended: Disconnect(auth)");
+        tracing::debug!(account = %crate::runtime::esc(&held.name), reason = why, "session ended: Disconnect(auth)");
         let stats = self.shared.refdata.stats();
         stats.revoked_disconnected.fetch_add(1, Relaxed);
         self.disconnect(i, DisconnectReason::AUTH, 0, why, now);
@@ -127,7 +127,7 @@ impl Shard {
             self.fanout.remove(&mut self.slab, i, slot);
         }
         tracing::debug!(
-            account = %held.name,
+            account = %crate::runtime::esc(&held.name),
             unsubscribed = withdrawn.len(),
             "entitlements withdrawn: subscriptions ended"
         );

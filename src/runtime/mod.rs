@@ -16,6 +16,7 @@ pub mod affinity;
 pub mod contain;
 pub mod counter;
 pub mod drill;
+pub mod escape;
 pub mod feed_port;
 pub mod hosting;
 pub mod latency;
@@ -31,6 +32,7 @@ pub mod tls;
 pub mod wait;
 
 pub use affinity::{CpuMap, RtPriority, Stage};
+pub use escape::{esc, esc_bytes};
 pub use feed_port::{FeedPort, FeedStats};
 pub use hosting::{HostedTask, HostedTasks, Threading};
 pub use source::{SourcePoll, TickSource};
