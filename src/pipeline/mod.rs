@@ -335,6 +335,7 @@ fn engine_stage(
     let stats = Arc::new(EngineStats::default());
     let agg = Aggregator::new(table, &config.engine, health.clone(), stats.clone());
     let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
+    price_table.set_stream_id(agg.stream_id());
     let mut stage = EngineStage::new(agg, price_table.clone(), publishers, inputs, stats.clone());
     stage.tap = recorder;
     let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));

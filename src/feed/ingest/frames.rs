@@ -327,6 +327,8 @@ pub(super) fn logon_decided(
         heartbeat_interval_ms: PROVIDER_HEARTBEAT_MS,
         server_time_ns: wall_ns(),
         default_tier: 0,
+        // A provider session carries no prices to it.
+        stream_id: 0,
     };
     reply(peer.out, |b| wire::encode_logon_accepted(b, &m));
     false
