@@ -265,7 +265,7 @@ fn watch_prices(mut r: Raw, stop: Arc<AtomicBool>) -> Watched {
         let (mut last, mut problems): (Option<u64>, Vec<String>) = (None, Vec::new());
         while !stop.load(Ordering::Relaxed) {
             match r.next(Duration::from_millis(100)) {
-                RawRead::Msg(OwnedMessage::PriceSnapshot(p)) => last = Some(p.seq),
+                RawRead::Msg(OwnedMessage::PriceSnapshot(p)) => last = Some(p.body.seq),
                 RawRead::Msg(OwnedMessage::PriceUpdate(p)) => {
                     let expected = last.map(|s| s + 1);
                     if expected.is_some_and(|e| p.seq == e) || p.flags & CONFLATED != 0 {
@@ -332,5 +332,69 @@ fn proxy_headers_that_panic_close_only_their_connection() {
             "{who} terminal disturbed: {problems:?}"
         );
     }
+    s.assert_alive();
+}
+
+/// Connects and logs on as the demo account (raw).
+fn raw_logon(listen: SocketAddr) -> Raw {
+    let mut r = Raw::connect(listen);
+    r.send_logon("demo", "demo", 1000);
+    let accepted = r.until(ANSWER, |m| matches!(m, OwnedMessage::LogonAccepted(_)));
+    assert!(accepted.is_some(), "not logged on");
+    r
+}
+
+/// The symbol of a price message.
+fn price_symbol(m: &OwnedMessage) -> Option<u16> {
+    match m {
+        OwnedMessage::PriceUpdate(p) => Some(p.symbol_id),
+        OwnedMessage::PriceSnapshot(p) => Some(p.body.symbol_id),
+        _ => None,
+    }
+}
+
+/// A fault in the middle of a Subscribe — after some of its symbols were
+/// added to the shard's index, before the rest — must take every one of
+/// them out with the connection: over generated rounds (seeded), each a
+/// faulting connection with a random set of symbols before the drill name,
+/// then a clean connection in the same shard (the freed slot is reused)
+/// subscribed to USDJPY alone must receive USDJPY prices and nothing else.
+/// The binary (a debug build) also checks the whole index against every
+/// connection after each discard, and would die on a mismatch.
+#[test]
+fn subscriptions_cut_by_a_fault_are_taken_out_whole() {
+    use rand::{seq::SliceRandom, Rng, SeedableRng};
+    const POOL: [&str; 6] = ["EURUSD", "GBPUSD", "USDCHF", "AUDUSD", "USDCAD", "NZDUSD"];
+    const USDJPY: u16 = 2;
+    let mut s = serve("shared", &["--shards", "1"]);
+    let terminal = Terminal::start(s.listen);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(26);
+    let rounds = 8;
+    for round in 0..rounds {
+        let k = rng.gen_range(1..=POOL.len());
+        let mut names: Vec<&str> = POOL.choose_multiple(&mut rng, k).copied().collect();
+        names.push(DRILL_NAME);
+        faulting(raw_logon(s.listen), |r| {
+            let names = names.clone();
+            r.send_with(|b| wire::encode_subscribe_names(b, 1, TIER_ACCOUNT_DEFAULT, names))
+        });
+        let mut clean = raw_logon(s.listen);
+        clean.send_with(|b| wire::encode_subscribe_names(b, 1, TIER_ACCOUNT_DEFAULT, ["USDJPY"]));
+        let mut usdjpy = 0;
+        let mut others = Vec::new();
+        let got = clean.until(ANSWER, |m| {
+            match price_symbol(m) {
+                Some(USDJPY) => usdjpy += 1,
+                Some(other) => others.push(other),
+                None => {}
+            }
+            usdjpy >= 10
+        });
+        assert!(got.is_some(), "round {round}: the clean connection got no USDJPY prices");
+        assert!(others.is_empty(), "round {round} ({names:?}): leaked {others:?}");
+        s.assert_alive();
+    }
+    assert_eq!(s.faults("subscriber", "shard"), rounds);
+    terminal.finish();
     s.assert_alive();
 }

@@ -31,6 +31,7 @@ pub mod conn;
 mod conns;
 mod drain;
 mod fanout;
+mod faults;
 pub mod lag;
 mod lanes;
 mod logon;
@@ -54,7 +55,6 @@ pub mod tls_refusal;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
@@ -362,7 +362,11 @@ pub struct Gateway {
     pub local_addr: SocketAddr,
     acceptor: Option<acceptor::AcceptorHandle>,
     requests: Option<RequestService>,
-    shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
+    shards: Vec<(
+        Sender<ShardControl>,
+        Arc<mio::Waker>,
+        crate::runtime::Supervised<()>,
+    )>,
     /// Each shard's counters, by shard index.
     pub shard_stats: Vec<Arc<ShardStats>>,
     peers: Arc<[lanes::Peer]>,
@@ -582,6 +586,9 @@ impl Gateway {
     /// Stops everything and joins the threads.
     pub fn stop(mut self) {
         self.stop_accepting();
+        for (_, _, t) in &self.shards {
+            t.request_stop();
+        }
         self.send(ShardControl::Stop);
         for (_, _, t) in self.shards.drain(..) {
             let _ = t.join();

@@ -30,7 +30,7 @@ pub const ENV: &str = "PRICEWIRE_FAULT_PANIC";
 
 /// Account (subscriber Logon) or provider (ProviderLogon) name whose
 /// connection panics under the `conn` drill.
-pub const DRILL_NAME: &str = "pricewire-drill-panic";
+pub const DRILL_NAME: &str = "pw-drill-panic";
 
 /// Client source port in a PROXY v2 header that panics the acceptor's
 /// work on that connection under the `conn` drill.
