@@ -390,8 +390,14 @@ fn subscriptions_cut_by_a_fault_are_taken_out_whole() {
             }
             usdjpy >= 10
         });
-        assert!(got.is_some(), "round {round}: the clean connection got no USDJPY prices");
-        assert!(others.is_empty(), "round {round} ({names:?}): leaked {others:?}");
+        assert!(
+            got.is_some(),
+            "round {round}: the clean connection got no USDJPY prices"
+        );
+        assert!(
+            others.is_empty(),
+            "round {round} ({names:?}): leaked {others:?}"
+        );
         s.assert_alive();
     }
     assert_eq!(s.faults("subscriber", "shard"), rounds);

@@ -14,10 +14,11 @@
 //!   first drill point at least `after_ms` (default 0) after start-up —
 //!   the supervisor must then fail `/livez` and exit the process;
 //! - `conn`: every connection that names [`DRILL_NAME`] panics inside its
-//!   own processing — a subscriber Logon or a ProviderLogon with that
-//!   account or provider, or a PROXY v2 header whose client source port is
-//!   [`DRILL_PROXY_PORT`] — and the connection boundary must close that
-//!   connection alone.
+//!   own processing — a subscriber Logon with that account, a Subscribe
+//!   entry with that symbol name (after the entries before it were
+//!   added), a ProviderLogon with that token — or sends a PROXY v2 header
+//!   whose client source port is [`DRILL_PROXY_PORT`], and the connection
+//!   boundary must close that connection alone.
 //!
 //! A drill switch, not a feature: never set it in production.
 
@@ -28,8 +29,9 @@ use crate::clock::{monotonic_ns, NS_PER_MS};
 /// The environment variable.
 pub const ENV: &str = "PRICEWIRE_FAULT_PANIC";
 
-/// Account (subscriber Logon) or provider (ProviderLogon) name whose
-/// connection panics under the `conn` drill.
+/// Account (subscriber Logon), symbol name (Subscribe entry) or token
+/// (ProviderLogon) whose connection panics under the `conn` drill (at
+/// most 16 bytes: it fits a symbol name).
 pub const DRILL_NAME: &str = "pw-drill-panic";
 
 /// Client source port in a PROXY v2 header that panics the acceptor's
