@@ -128,6 +128,8 @@ struct Seen {
     code: Option<i32>,
     /// When `/livez` first answered 503 naming the stage.
     livez_503: Option<Instant>,
+    /// `/readyz` right after that first 503.
+    readyz: Option<u16>,
     exited: Instant,
     log: String,
 }
@@ -136,6 +138,7 @@ fn observe(case: &Case) -> Seen {
     let mut run = spawn(case);
     let start = Instant::now();
     let (mut triggered, mut livez_503) = (case.trigger == Trigger::None, None);
+    let mut readyz = None;
     let status = loop {
         if let Some(status) = run.child.try_wait().unwrap() {
             break status;
@@ -157,6 +160,7 @@ fn observe(case: &Case) -> Seen {
                     case.drill
                 );
                 livez_503 = Some(Instant::now());
+                readyz = net::http_status(run.ops, "/readyz");
             }
         }
         // Polling pace of the probes, not a synchronisation.
@@ -167,6 +171,7 @@ fn observe(case: &Case) -> Seen {
     Seen {
         code: status.code(),
         livez_503,
+        readyz,
         exited,
         log: strip_ansi(&raw),
     }
@@ -227,6 +232,12 @@ fn check(case: &Case) {
         let at = seen
             .livez_503
             .unwrap_or_else(|| panic!("{what}: /livez never answered 503 before the exit"));
+        // Unanswered is fine: the process may have gone by then.
+        assert_ne!(
+            seen.readyz,
+            Some(200),
+            "{what}: /readyz still 200 after the death"
+        );
         let grace = Duration::from_millis(GRACE_MS);
         assert!(
             seen.exited.duration_since(at) <= grace + ALLOWANCE,
@@ -322,4 +333,26 @@ fn an_unset_or_bad_drill_switch_is_refused_or_inert() {
         err.contains("PRICEWIRE_FAULT_PANIC") && err.contains("unknown target"),
         "{err}"
     );
+}
+
+/// The recorder keeps its own thread: when the engine dies, what reached
+/// the recorder ring is drained, flushed and fsynced within the grace.
+#[test]
+fn a_dead_engine_still_leaves_a_flushed_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("capture");
+    let case =
+        Case::new("engine", "pw-engine", "dedicated").with(&["--record", record.to_str().unwrap()]);
+    let seen = observe(&case);
+    assert_eq!(seen.code, Some(70));
+    assert!(
+        seen.log.contains("capture flushed after a stage died"),
+        "{}",
+        seen.log
+    );
+    let bytes: u64 = std::fs::read_dir(&record)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(bytes > 0, "no capture written");
 }

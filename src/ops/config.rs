@@ -241,12 +241,15 @@ mod tests {
             &["--stagger-step-ms", "0"][..],
             &["--stagger-jitter-ms", "60001"][..],
             &["--grace-ms", "300001"][..],
+            &["--stage-exit-grace-ms", "30001"][..],
         ] {
             assert!(parse(args).validate_with_env(|_| None).is_err(), "{args:?}");
         }
         assert!(parse(&["--stagger-step-ms", "0", "--stagger-cap-ms", "0"])
             .validate_with_env(|_| None)
             .is_ok());
+        let grace = parse(&["--stage-exit-grace-ms", "0"]).validate_with_env(|_| None);
+        assert_eq!(grace.unwrap().stage_exit_grace_ms, 0, "0: exit at once");
         let cli = Cli::try_parse_from(["pricewire", "--ops-listen", "nowhere"]);
         assert!(cli.is_err());
     }

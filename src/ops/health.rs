@@ -179,9 +179,10 @@ impl Health {
         self.liveness() == Liveness::Live
     }
 
-    /// `/readyz`: serving and not draining.
+    /// `/readyz`: serving, not draining, and no stage died (the process
+    /// is on its way out: no new traffic).
     pub fn is_ready(&self) -> bool {
-        self.state() == HealthState::Serving
+        self.state() == HealthState::Serving && self.supervisor.first_death().is_none()
     }
 
     /// `/startupz`: start-up (including the stagger wait) is over. True in
@@ -255,6 +256,8 @@ mod tests {
             Liveness::StageDied(d) => assert_eq!(d.stage, "pw-test-stage"),
             other => panic!("{other:?}"),
         }
+        h.set_serving();
+        assert!(!h.is_ready(), "a process whose stage died takes no traffic");
     }
 
     #[test]

@@ -208,6 +208,9 @@ pub(crate) fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'sta
     let state = health.state().as_str();
     let response = match label {
         "/livez" => livez(health),
+        "/readyz" if health.supervisor().first_death().is_some() => {
+            Response::text(503, "a stage died")
+        }
         "/readyz" => probe(health.is_ready(), "ready", state),
         "/startupz" => probe(health.is_started(), "started", state),
         _ => Response {

@@ -141,7 +141,7 @@ fn flush_on_death(recorder: Arc<Mutex<Option<RecorderHandle>>>) -> Box<dyn FnOnc
         };
         if let Some(rec) = slot.take() {
             let totals = rec.stop();
-            tracing::info!(recorded = totals.stats.recorded, error = ?totals.error,
+            tracing::warn!(recorded = totals.stats.recorded, error = ?totals.error,
                 "capture flushed after a stage died");
         }
     })
