@@ -62,7 +62,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -156,7 +155,7 @@ pub struct RefData {
     pool_stats: Option<Arc<PoolStats>>,
     data_set_stats: Option<Arc<DataSetStats>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<crate::runtime::Supervised<()>>,
 }
 
 impl RefData {
@@ -194,6 +193,7 @@ impl RefData {
         cfg: &RefDataConfig,
         table: InstrumentTable,
         clock: Arc<dyn Clock>,
+        supervisor: &crate::runtime::Supervisor,
     ) -> Result<RefData, RefDataError> {
         let seed = rand::random::<u64>();
         cfg.validate()?;
@@ -207,9 +207,11 @@ impl RefData {
         refdata.pool_stats = Some(pool_stats);
         refdata.data_set_stats = Some(data_set_stats);
         let stop = Arc::clone(&refdata.stop);
-        let handle = std::thread::Builder::new()
-            .name("refdata-refresh".into())
-            .spawn(move || refresher.run(clock, stop))
+        let permanent = crate::runtime::Policy::Permanent;
+        let handle = supervisor
+            .spawn("refdata-refresh", permanent, move || {
+                refresher.run(clock, stop)
+            })
             .map_err(|e| RefDataError::Spawn(e.to_string()))?;
         refdata.thread = Some(handle);
         Ok(refdata)
@@ -349,6 +351,9 @@ impl RefData {
     /// plus one Redis call's timeouts). Lookups keep answering from the
     /// cache afterwards.
     pub fn shutdown(&mut self) {
+        if let Some(h) = &self.thread {
+            h.request_stop();
+        }
         self.stop.store(true, Relaxed);
         if let Some(h) = self.thread.take() {
             let _ = h.join();
