@@ -285,7 +285,8 @@ fn prefetched_accounts_expire_over_the_documented_band() {
         cache: CacheConfig::default(),
     };
     let started = MonotonicClock.now_ns();
-    let rd = RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock)).unwrap();
+    let rd =
+        RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock), &Default::default()).unwrap();
     assert!(wait_until(WAIT, || rd.cached_entries() == 1_000));
     let filled_in_ns = MonotonicClock.now_ns() - started;
     let expiries: Vec<u64> = names.iter().map(|n| rd.entry_times(n).unwrap().0).collect();
@@ -329,7 +330,8 @@ fn an_index_over_the_prefetch_bound_is_loaded_to_it_and_the_rest_counted() {
             ..CacheConfig::default()
         },
     };
-    let rd = RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock)).unwrap();
+    let rd =
+        RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock), &Default::default()).unwrap();
     let stats = rd.stats();
     assert!(wait_until(WAIT, || stats.prefetch_listed.load(Relaxed) == 1_000));
     assert!(wait_until(WAIT, || rd.cached_entries() == 1_000));

@@ -348,7 +348,7 @@ impl<S: AccountFetch> Refresher<S> {
                 account = %crate::runtime::esc(name),
                 field,
                 reason = %crate::runtime::esc(reason),
-                "reference data: unreadable account record; this account only is refused (busy) \
+                "reference data: invalid account record; this account only is refused (busy) \
                  or served from the cache"
             );
         }
