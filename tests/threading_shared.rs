@@ -617,8 +617,8 @@ fn spawn_conflation_readers(
                             // A sender stalled past the quote age on a
                             // loaded host: the same bid is republished
                             // once, flagged stale, at the next sequence.
-                            let restated = p.body.flags & price_flags::STALE != 0
-                                && p.body.bid == bid;
+                            let restated =
+                                p.body.flags & price_flags::STALE != 0 && p.body.bid == bid;
                             assert!(
                                 p.body.bid > bid || restated,
                                 "out of order: seq {} bid {} flags {:#x} after seq {seq} bid {bid}",

@@ -302,6 +302,20 @@ pub const REFDATA_POOL_CONNECTIONS: &str = "pricewire_refdata_pool_connections";
 pub const REFDATA_POOL_EVENTS: &str = "pricewire_refdata_pool_events_total";
 /// Live sessions changed by a revocation, by action (counter, by `action`).
 pub const REFDATA_REVOCATIONS: &str = "pricewire_refdata_revocations_total";
+/// Whether absent records are trusted as deletions: 1, 0 (the data set is
+/// lost or stale), -1 before the first read (gauge).
+pub const REFDATA_DATASET_TRUSTED: &str = "pricewire_refdata_dataset_trusted";
+/// 1 while a data-set fault is observed (gauge, by `fault`).
+pub const REFDATA_DATASET_FAULT: &str = "pricewire_refdata_dataset_fault";
+/// Data-set faults begun (counter, by `fault`).
+pub const REFDATA_DATASET_FAULTS: &str = "pricewire_refdata_dataset_faults_total";
+/// The generation marker: last read, highest seen; -1 none (gauge, by `marker`).
+pub const REFDATA_GENERATION: &str = "pricewire_refdata_generation";
+/// Requests waiting for the refresher (gauge, by `class`).
+pub const REFDATA_PENDING: &str = "pricewire_refdata_pending_requests";
+/// Names of the index set listed for prefetch or left out over its bound
+/// (counter, by `result`).
+pub const REFDATA_PREFETCH_NAMES: &str = "pricewire_refdata_prefetch_names_total";
 /// Age of the oldest tick accepted but not yet written to the capture file (gauge).
 pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
 /// Ticks not recorded because the recorder ring was full (the feed never waits)
@@ -526,15 +540,15 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(REFDATA_LOOKUPS, &["result"], "lookups", "refdata",
         "Account lookups at logon by answer: found, not_found, unavailable"),
     counter(REFDATA_CACHE_EVENTS, &["event"], "events", "refdata",
-        "Cache events: hit (fresh), stale_served (expired, within max_stale_ms), miss, eviction, request_coalesced, request_dropped"),
+        "Cache events: hit (fresh), stale_served (expired, within max_stale_ms), miss, eviction, request_coalesced, request_dropped (queue full), request_displaced (took the place of the oldest unknown-name miss), request_source_limited (took the place of its own address's oldest)"),
     counter(REFDATA_FETCHES, &["reason"], "fetches", "refdata",
         "Completed account fetches by why they were asked for: fill (miss or prefetch), early (XFetch), expired"),
     counter(REFDATA_REDIS_CALLS, &["outcome"], "calls", "refdata",
-        "Redis calls by outcome: ok, not_found, invalid_record (incl. over the reply limits), timeout, connection_error, other_error, checkout_timeout, not_permitted (breaker)"),
+        "Redis calls by outcome: ok, not_found, invalid_record (incl. over the reply limits), absent_untrusted (absent while the data set is not trusted: no verdict), timeout, connection_error, other_error, checkout_timeout, not_permitted (breaker)"),
     counter(REFDATA_BACKOFFS, &[], "events", "refdata",
         "Times the refresher backed off after a failed or refused Redis call"),
     counter(REFDATA_PROBES, &[], "calls", "refdata",
-        "Health probes (PING) the refresher sent while it had nothing else to ask"),
+        "Health probes (a read of the data-set marker) the refresher sent while it had nothing else to ask"),
     gauge(REFDATA_ENTRIES, &[], "entries", "refdata",
         "Accounts (and negative entries) in the reference-data cache"),
     gauge(REFDATA_POOL_CONNECTIONS, &["state"], "connections", "refdata",
@@ -542,7 +556,19 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(REFDATA_POOL_EVENTS, &["event"], "events", "refdata",
         "Redis pool events: checkout, checkout_timeout, connect, connect_failure, discarded (after an error)"),
     counter(REFDATA_REVOCATIONS, &["action"], "sessions", "refdata",
-        "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or made invalid: Disconnect(auth))"),
+        "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or revoked while the data set is trusted: Disconnect(auth))"),
+    gauge(REFDATA_PENDING, &["class"], "requests", "refdata",
+        "Requests waiting for the refresher: miss (a logon waits; at most request_queue_max, misses_per_source_max per address for unknown names), refresh (a cached entry serves meanwhile; at most request_queue_max)"),
+    gauge(REFDATA_DATASET_TRUSTED, &[], "state", "refdata",
+        "1 while absent records are trusted as deletions; 0 while the data set is lost or stale (cached accounts keep serving, nothing is revoked); -1 before the first read"),
+    gauge(REFDATA_DATASET_FAULT, &["fault"], "state", "refdata",
+        "1 while the fault is observed: generation_missing, generation_behind, generation_unreadable, no_index, index_unreadable"),
+    counter(REFDATA_DATASET_FAULTS, &["fault"], "events", "refdata",
+        "Data-set faults begun, by fault"),
+    gauge(REFDATA_GENERATION, &["marker"], "generation", "refdata",
+        "The generation marker: read (the last value read), high_water (the highest trusted); -1 none"),
+    counter(REFDATA_PREFETCH_NAMES, &["result"], "names", "refdata",
+        "Names of the index set: listed (prefetched), left_out (over refdata.prefetch_max; fetched at first logon)"),
     // capture
     gauge(RECORDER_LAG, &[], "seconds", "capture",
         "Age of the oldest tick accepted but not yet written to the capture file"),
