@@ -221,7 +221,14 @@ fn start_service(
     let cfg_config = config.clone();
     let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
     let mut fix = None;
-    if !config.fix.is_empty() {
+    let edge = matches!(args.bus_role()?, Some(crate::bus::BusRole::Edge(_)));
+    if edge && !config.fix.is_empty() {
+        tracing::info!(
+            sessions = config.fix.len(),
+            "FIX providers in the config are not started on an edge"
+        );
+    }
+    if !config.fix.is_empty() && !edge {
         // Reconnect jitter from the OS's entropy, not `--seed`: a fleet
         // restarted together must not reconnect to its LPs in step.
         let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), rand::random())

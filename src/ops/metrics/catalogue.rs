@@ -119,8 +119,8 @@ pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
 /// Quotes older than slow_quote_ms on arrival (provider time to receive)
 /// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
-/// FIX connects by result: attempted, failed (refused or unreachable),
-/// logged_on (counter, by `provider`, `result`).
+/// FIX connects by result: attempted, failed (refused, unreachable or
+/// unresolved), unresolved, logged_on (counter, by `provider`, `result`).
 pub const FIX_CONNECTS: &str = "pricewire_fix_connects_total";
 /// FIX timeouts by kind: connect, logon, read, quote_silence (counter, by
 /// `provider`, `kind`).
@@ -366,7 +366,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
         "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
     counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",
-        "FIX connects by result: attempted, failed (refused or unreachable), logged_on"),
+        "FIX connects by result: attempted, failed (refused, unreachable or unresolved), unresolved (the host name gave no address), logged_on"),
     counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
         "FIX timeouts by kind: connect, logon, read, quote_silence"),
     counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
