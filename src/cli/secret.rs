@@ -192,6 +192,17 @@ fn read_file(flag: &str, path: &Path) -> Result<String, String> {
     Ok(line.to_string())
 }
 
+/// Warns on stderr when a secret file (a key, a `.creds` file) is
+/// readable by group or others.
+pub(crate) fn warn_if_loose(flag: &str, path: &Path) {
+    if let Some(mode) = loose_mode(path) {
+        eprintln!(
+            "warning: {flag} {}: readable by other users (mode {mode:o}); chmod 600 it",
+            path.display()
+        );
+    }
+}
+
 /// The file's permission bits when group or others may read it.
 fn loose_mode(path: &Path) -> Option<u32> {
     use std::os::unix::fs::PermissionsExt;

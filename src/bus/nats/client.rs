@@ -19,10 +19,17 @@
 //!   stall, [`PING_MAX_OUTSTANDING`] unanswered PINGs) is counted in
 //!   [`BusStats`], and the client reconnects from [`Client::poll`] to the
 //!   next server in the list with [`crate::bus::reconnect_delay`] between
-//!   attempts, forever, then subscribes again. Publishes while it has no
-//!   server are refused (the caller counts them).
+//!   attempts, forever, then subscribes again; each failed attempt is
+//!   counted by kind (`open.rs`), and refused credentials or a TLS
+//!   handshake that fails are logged as warnings, once per new reason.
+//!   Publishes while it has no server are refused (the caller counts
+//!   them); a publish or subscription the server's permissions refuse is
+//!   counted and logged at the 1st, 2nd, 4th, 8th… time.
+//! - **Security**: TLS (`tls.rs`) and credentials (`auth.rs`) are set up
+//!   in `open.rs` and cost the steady state one enum match per socket
+//!   call; sealing and opening records allocate nothing.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,11 +37,15 @@ use mio::net::TcpStream;
 use mio::{Events, Poll, Token};
 use rand::rngs::SmallRng;
 
+use super::access::Access;
+use super::link::Link;
 use super::liveness::{Beat, Keepalive};
 use super::proto::{self, Op, ReadBuf};
 use super::session::{RequestError, Session};
 use crate::bus::{reconnect_delay, BusStats};
 use crate::clock::Clock;
+
+pub(crate) use open::{FailKind, Failure};
 
 /// Longest one connect attempt (TCP, INFO, CONNECT, PONG) may take.
 pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,6 +63,7 @@ const SOCKET: Token = Token(0);
 /// The open connection.
 struct Conn {
     sock: TcpStream,
+    link: Link,
     readable: bool,
     writable: bool,
     max_payload: usize,
@@ -66,6 +78,10 @@ pub(crate) struct Client {
     events: Events,
     /// `host:port`: the configured servers first, then learned ones.
     servers: Vec<String>,
+    /// How many of `servers` were configured (`--bus`).
+    configured: usize,
+    /// Credentials and TLS, read again before each attempt.
+    access: Access,
     current: usize,
     attempt: usize,
     retry_at_ns: u64,
@@ -73,6 +89,8 @@ pub(crate) struct Client {
     rng: SmallRng,
     clock: Arc<dyn Clock>,
     stats: Arc<BusStats>,
+    /// The last refusal warned about while reconnecting.
+    last_refusal: Option<String>,
 }
 
 fn io_err(reason: impl Into<String>) -> io::Error {
@@ -165,7 +183,7 @@ impl Client {
             if room.is_empty() {
                 return Err(io_err("read buffer full"));
             }
-            match c.sock.read(room) {
+            match c.link.read(&mut c.sock, room) {
                 Ok(0) => return Err(io_err("closed by the server")),
                 Ok(n) => self.rbuf.filled(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
@@ -189,8 +207,10 @@ impl Client {
             let Some((op, n)) = parsed.map_err(|e| io_err(e.to_string()))? else {
                 return Ok(());
             };
-            if op == Op::Pong {
-                self.keepalive.pong();
+            match op {
+                Op::Pong => self.keepalive.pong(),
+                Op::Err(reason) => server_error(&self.stats, &self.access, reason),
+                _ => {}
             }
             self.st.handle(op, &mut self.servers, on_msg);
             self.rbuf.consume(n);
@@ -200,11 +220,14 @@ impl Client {
     fn write_out(&mut self) -> io::Result<()> {
         let deadline = self.clock.now_ns() + WRITE_TIMEOUT.as_nanos() as u64;
         let mut at = 0;
-        while at < self.st.out.len() {
+        loop {
             let Some(c) = self.conn.as_mut() else {
                 self.st.out.clear();
                 return Ok(());
             };
+            if at >= self.st.out.len() && !c.link.pending() {
+                break;
+            }
             if !c.writable {
                 let left = deadline.saturating_sub(self.clock.now_ns());
                 if left == 0 {
@@ -213,8 +236,13 @@ impl Client {
                 self.wait_events(Duration::from_nanos(left))?;
                 continue;
             }
-            match c.sock.write(&self.st.out[at..]) {
-                Ok(0) => return Err(io_err("wrote nothing")),
+            let wrote = if at < self.st.out.len() {
+                c.link.write(&mut c.sock, &self.st.out[at..])
+            } else {
+                c.link.flush(&mut c.sock).map(|()| 0)
+            };
+            match wrote {
+                Ok(0) if at < self.st.out.len() => return Err(io_err("wrote nothing")),
                 Ok(n) => at += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -244,6 +272,9 @@ impl Client {
         let result = loop {
             if self.st.reply.done {
                 break Ok(());
+            }
+            if self.st.reply.denied {
+                break Err(RequestError::Denied);
             }
             let left = deadline.saturating_sub(self.clock.now_ns());
             if left == 0 {
@@ -276,6 +307,20 @@ impl Client {
             self.clock.now_ns() + reconnect_delay(0, &mut self.rng).as_nanos() as u64;
     }
 
+    /// A failed reconnect: credentials or TLS refused are warnings (once
+    /// per new reason: they need an operator); the rest is debug.
+    fn refused(&mut self, i: usize, e: &Failure) {
+        let server = &self.servers[i];
+        if !matches!(e.kind, FailKind::Auth | FailKind::Tls) {
+            tracing::debug!(%server, error = %e.reason, "NATS reconnect failed");
+            return;
+        }
+        if self.last_refusal.as_deref() != Some(e.reason.as_str()) {
+            tracing::warn!(%server, reason = %e.reason, credentials = %self.access.describe(), "NATS refused the connection; retrying with backoff");
+            self.last_refusal = Some(e.reason.clone());
+        }
+    }
+
     fn reconnect_when_due(&mut self, wait: Duration) {
         let now = self.clock.now_ns();
         if now < self.retry_at_ns {
@@ -290,13 +335,34 @@ impl Client {
                 tracing::info!(server = %self.servers[i], "NATS connection restored");
             }
             Err(e) => {
-                tracing::debug!(server = %self.servers[i], error = %e, "NATS reconnect failed");
+                self.refused(i, &e);
                 self.attempt += 1;
                 self.current = (i + 1) % self.servers.len();
                 let delay = reconnect_delay(self.attempt, &mut self.rng);
                 self.retry_at_ns = self.clock.now_ns() + delay.as_nanos() as u64;
             }
         }
+    }
+}
+
+/// A `-ERR` after the handshake: counted; a permission refusal is logged
+/// at the 1st, 2nd, 4th… time (a core publishing with an edge's
+/// credentials would otherwise log every price).
+fn server_error(stats: &BusStats, access: &Access, reason: &[u8]) {
+    let text = String::from_utf8_lossy(reason);
+    if !text.contains("Permissions Violation") {
+        tracing::warn!(reason = %text.escape_debug(), "NATS server error");
+        return;
+    }
+    stats.permission_denied.inc();
+    let n = stats.permission_denied.get();
+    if n.is_power_of_two() {
+        tracing::warn!(
+            reason = %text.escape_debug(),
+            times = n,
+            credentials = %access.describe(),
+            "NATS refused an operation for these credentials' permissions"
+        );
     }
 }
 

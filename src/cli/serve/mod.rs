@@ -19,6 +19,7 @@ use crossbeam_channel::Receiver;
 use rand::SeedableRng;
 
 use super::refuse;
+use crate::bus::BusRole;
 use crate::capture::{RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
@@ -179,7 +180,12 @@ impl Plan {
             .map_err(|e| e.to_string())?;
         args.gateway_config()?;
         args.request_config()?;
-        args.bus_role()?;
+        if let Some(BusRole::Core(bus) | BusRole::Edge(bus)) = args.bus_role()? {
+            // The credentials and TLS files, read once before anything
+            // starts (the bus thread reads them again at each connect).
+            args.bus.security.warn_loose_files();
+            bus.check_access().map_err(|e| e.to_string())?;
+        }
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         let tls = args.gateway.listener_tls()?;
         let mut ingest = args
