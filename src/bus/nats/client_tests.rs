@@ -175,3 +175,51 @@ fn a_closed_port_a_mute_server_and_an_unanswered_request_all_end_in_time() {
     drop(c);
     script.join().unwrap();
 }
+
+/// Publish-to-receive round trips of this client through a real
+/// nats-server, for the client decision in docs/design.md (the same
+/// measurement as the async-nats program described there).
+#[test]
+#[ignore = "a measurement: cargo test --release --lib rtt_through_nats_server -- --ignored --nocapture"]
+fn rtt_through_nats_server() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH");
+    let url = format!("nats://127.0.0.1:{port}");
+    let clock = Arc::new(crate::clock::MonotonicClock);
+    let stats = Arc::new(BusStats::default());
+    let mut c = Client::connect(&[url], Access::open(), WAIT, clock, stats).unwrap();
+    c.subscribe("cmp.price.>");
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    let mut frame = [7u8; 76];
+    for i in 0..20_000u64 {
+        frame[..8].copy_from_slice(&i.to_le_bytes());
+        let t = Instant::now();
+        assert!(c.publish("cmp.price.EURUSD", &frame) && c.flush());
+        let mut got = false;
+        while !got {
+            c.poll(Duration::from_millis(5), &mut |_, p| {
+                got |= p[..8] == i.to_le_bytes()
+            });
+            assert!(t.elapsed() < WAIT, "no echo");
+        }
+        if i >= 2_000 {
+            h.record(t.elapsed().as_nanos() as u64).unwrap();
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    eprintln!(
+        "own client: publish+flush -> receive p50 {} us, p99 {} us",
+        h.value_at_quantile(0.5) / 1000,
+        h.value_at_quantile(0.99) / 1000
+    );
+}

@@ -459,3 +459,7 @@ impl TlsSession {
         self.tx_at < self.tx_len
     }
 }
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tests;
