@@ -254,7 +254,9 @@ impl Inbox {
                 self.loaded = false;
                 match self.load(c, cfg, stop) {
                     Ok(()) => self.loaded = true,
-                    Err(e) => tracing::warn!(error = %e, "reloading last values after a reconnect"),
+                    Err(e) => {
+                        tracing::warn!(error = %crate::runtime::esc(&e), "reloading last values after a reconnect")
+                    }
                 }
             }
             let wait = if self.parked() { 1 } else { POLL_MS };
@@ -299,7 +301,7 @@ impl Inbox {
             }
             Err(e) => {
                 self.stats.decode_errors.inc();
-                tracing::debug!(symbol, error = %e, "bus message refused");
+                tracing::debug!(symbol = %crate::runtime::esc(symbol), error = %crate::runtime::esc(&e), "bus message refused");
                 false
             }
         }
@@ -315,7 +317,7 @@ impl Inbox {
             Ok(_) => return self.stats.heartbeat_refused.inc(),
             Err(e) => {
                 self.stats.heartbeat_refused.inc();
-                return tracing::debug!(error = %e, "bus heartbeat refused");
+                return tracing::debug!(error = %crate::runtime::esc(&e), "bus heartbeat refused");
             }
         };
         let now = monotonic_ns();

@@ -13,16 +13,20 @@
 //! Where things are: `session.rs` is the sans-IO protocol state of one
 //! connection (framing, logon gate, rate limit, heartbeats, timeouts,
 //! rejects and disconnects; bytes and time in, frames and events out).
-//! The shard owns the I/O and the shared state around it: `shard.rs` (the
-//! loop: poll, accept, control, prices off the ring), `conns.rs` (socket
-//! reads and writes, session calls, closing, the timer sweep), `slab.rs`
-//! (the connections), `fanout.rs` (subscription index and the price
-//! path), `subscribe.rs`, `queries.rs` (the request path) and `logon.rs`
-//! (admission and credentials), `lanes.rs` and `moves.rs` (moving
-//! sessions between shards, policy in `spill.rs`).
+//! The shard owns the I/O and the shared state around it, divided by the
+//! state each part owns (the table in `shard.rs`): `shard.rs` (the loop:
+//! poll, control, prices off the ring), `conns.rs` (the connection set:
+//! session calls, writes, accepting and closing), `reads.rs` (socket
+//! reads dispatched to the handlers, the timer sweep), `slab.rs` (the
+//! connections), `fanout.rs` (subscription index and the price path),
+//! `subscribe.rs`, `queries.rs` (the request path), `logon.rs`
+//! (admission and credentials), `revoke.rs` (revalidation), `lag.rs`
+//! (loop lag), `lanes.rs` and `moves.rs` (moving sessions between
+//! shards), `spill.rs`, `drain.rs` and `balance.rs` (when to move one).
 
 pub mod acceptor;
 mod answer_marks;
+mod balance;
 pub mod conn;
 mod conns;
 mod drain;
@@ -35,6 +39,7 @@ pub mod outbound;
 pub mod pacer;
 pub(crate) mod proxy_wait;
 mod queries;
+mod reads;
 pub mod revoke;
 pub mod session;
 pub mod shard;
@@ -43,6 +48,7 @@ pub mod spill;
 pub mod stats;
 pub mod subs;
 mod subscribe;
+mod sweep;
 pub mod tls_refusal;
 
 use std::net::SocketAddr;
@@ -402,6 +408,13 @@ impl Gateway {
     ) -> std::io::Result<Gateway> {
         cfg.validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let shared = Self::shared(cfg, &deps)?;
+        Self::apply_account_limits(&shared);
+        Self::start_shards(shared, inputs, deps)
+    }
+
+    /// The state every shard and the acceptor share.
+    fn shared(cfg: GatewayConfig, deps: &GatewayDeps) -> std::io::Result<Arc<Shared>> {
         let overload = deps.overload.clone();
         let admission = Admission::new(
             cfg.admission.clone(),
@@ -437,7 +450,15 @@ impl Gateway {
             )?,
             tls_refusals: Default::default(),
         });
-        Self::apply_account_limits(&shared);
+        Ok(shared)
+    }
+
+    /// Starts the request path, the shards and the acceptor.
+    fn start_shards(
+        shared: Arc<Shared>,
+        inputs: Vec<ShardInput>,
+        deps: GatewayDeps,
+    ) -> std::io::Result<Gateway> {
         let mut shards = Vec::new();
         let mut handoffs = Vec::new();
         let mut shard_stats = Vec::new();

@@ -333,6 +333,7 @@ fn engine_stage(
     let stats = Arc::new(EngineStats::default());
     let agg = Aggregator::new(table, &config.engine, health.clone(), stats.clone());
     let price_table = Arc::new(PriceTable::with_markups(crate::model::Markups::new(table)));
+    price_table.set_stream_id(agg.stream_id());
     let mut stage = EngineStage::new(agg, price_table.clone(), publishers, inputs, stats.clone());
     stage.tap = recorder;
     let history = Arc::new(TickHistory::new(table.len(), cfg.history_depth));
@@ -560,7 +561,7 @@ pub(crate) fn run_feed(
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
-        if turn % 64 == 0 && should_stop(control) {
+        if turn.is_multiple_of(64) && should_stop(control) {
             break;
         }
         let now = monotonic_ns();

@@ -12,6 +12,7 @@
 
 pub mod affinity;
 pub mod counter;
+pub mod escape;
 pub mod feed_port;
 pub mod hosting;
 pub mod latency;
@@ -26,6 +27,7 @@ pub mod tls;
 pub mod wait;
 
 pub use affinity::{CpuMap, RtPriority, Stage};
+pub use escape::{esc, esc_bytes};
 pub use feed_port::{FeedPort, FeedStats};
 pub use hosting::{HostedTask, HostedTasks, Threading};
 pub use source::{SourcePoll, TickSource};

@@ -35,7 +35,7 @@ fn base32(data: &[u8]) -> String {
         .iter()
         .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1))
         .collect();
-    while bits.len() % 5 != 0 {
+    while !bits.len().is_multiple_of(5) {
         bits.push(0);
     }
     bits.chunks(5)
@@ -50,7 +50,7 @@ pub fn b64url(data: &[u8]) -> String {
         .iter()
         .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1))
         .collect();
-    while bits.len() % 6 != 0 {
+    while !bits.len().is_multiple_of(6) {
         bits.push(0);
     }
     bits.chunks(6)

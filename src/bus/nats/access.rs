@@ -52,7 +52,7 @@ impl Access {
             }
             (Err(e), _) | (_, Err(e)) => {
                 if self.warned.as_deref() != Some(e.as_str()) {
-                    tracing::warn!(reason = %e.escape_debug(), "bus credentials or TLS files could not be read again; using the last good ones");
+                    tracing::warn!(reason = %crate::runtime::esc(&e), "bus credentials or TLS files could not be read again; using the last good ones");
                     self.warned = Some(e);
                 }
             }

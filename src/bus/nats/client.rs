@@ -300,7 +300,7 @@ impl Client {
         self.st.out.clear();
         self.stats.connected.set(0);
         self.stats.disconnects.inc();
-        tracing::warn!(server = %self.servers[self.current], reason = why, "NATS connection lost");
+        tracing::warn!(server = %crate::runtime::esc(&self.servers[self.current]), reason = %crate::runtime::esc(why), "NATS connection lost");
         self.attempt = 0;
         self.current = (self.current + 1) % self.servers.len();
         self.retry_at_ns =
@@ -310,7 +310,7 @@ impl Client {
     /// A failed reconnect: credentials or TLS refused are warnings (once
     /// per new reason: they need an operator); the rest is debug.
     fn refused(&mut self, i: usize, e: &Failure) {
-        let server = &self.servers[i];
+        let server = crate::runtime::esc(&self.servers[i]);
         if !matches!(e.kind, FailKind::Auth | FailKind::Tls) {
             tracing::debug!(%server, error = %e.reason, "NATS reconnect failed");
             return;
@@ -332,7 +332,7 @@ impl Client {
         match self.open(i, ATTEMPT_TIMEOUT) {
             Ok(()) => {
                 self.stats.mark_reconnected();
-                tracing::info!(server = %self.servers[i], "NATS connection restored");
+                tracing::info!(server = %crate::runtime::esc(&self.servers[i]), "NATS connection restored");
             }
             Err(e) => {
                 self.refused(i, &e);
@@ -351,14 +351,14 @@ impl Client {
 fn server_error(stats: &BusStats, access: &Access, reason: &[u8]) {
     let text = String::from_utf8_lossy(reason);
     if !text.contains("Permissions Violation") {
-        tracing::warn!(reason = %text.escape_debug(), "NATS server error");
+        tracing::warn!(reason = %crate::runtime::esc_bytes(reason), "NATS server error");
         return;
     }
     stats.permission_denied.inc();
     let n = stats.permission_denied.get();
     if n.is_power_of_two() {
         tracing::warn!(
-            reason = %text.escape_debug(),
+            reason = %crate::runtime::esc_bytes(reason),
             times = n,
             credentials = %access.describe(),
             "NATS refused an operation for these credentials' permissions"

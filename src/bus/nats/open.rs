@@ -95,7 +95,7 @@ fn refusal(reason: &[u8]) -> Failure {
     };
     Failure::new(
         kind,
-        format!("refused by the server: {}", text.escape_debug()),
+        format!("refused by the server: {}", crate::runtime::esc(&text)),
     )
 }
 

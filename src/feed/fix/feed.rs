@@ -330,7 +330,7 @@ impl Conn {
         self.resolving = None;
         if self.unresolved.take().is_some() {
             let cfg = self.session.config();
-            tracing::info!(provider = %cfg.name, host = %cfg.host.escape_debug(), %addr, "FIX provider host resolves again");
+            tracing::info!(provider = %crate::runtime::esc(&cfg.name), host = %crate::runtime::esc(&cfg.host), %addr, "FIX provider host resolves again");
         }
         match mio::net::TcpStream::connect(addr) {
             Ok(s) => {
@@ -355,9 +355,9 @@ impl Conn {
         if self.unresolved.as_deref() != Some(why.as_str()) {
             let cfg = self.session.config();
             tracing::warn!(
-                provider = %cfg.name,
-                host = %cfg.host.escape_debug(),
-                reason = %why.escape_debug(),
+                provider = %crate::runtime::esc(&cfg.name),
+                host = %crate::runtime::esc(&cfg.host),
+                reason = %crate::runtime::esc(&why),
                 "FIX provider host does not resolve; retrying with the session's backoff"
             );
             self.unresolved = Some(why);

@@ -14,9 +14,10 @@ use super::frames::{
 };
 use super::keepalive::{Due, Keepalive, CHECK_EVERY_NS};
 use super::{Bridge, Ingest, IN_BYTES, LISTENER, OUT_BYTES, READ_ROOM, WAKER};
+use crate::auth::verifier::{Claim, Job, Outcome};
 use crate::runtime::tls::Link;
 use crate::runtime::WaitStrategy;
-use crate::wire::{self, DisconnectReason};
+use crate::wire::{self, DisconnectReason, LogonRejectReason};
 
 /// Readiness events taken per poll.
 const EVENTS_CAPACITY: usize = 256;
@@ -300,27 +301,49 @@ impl Ingest {
         let stored = self.table.providers()[id].token.clone();
         self.next_ticket += 1;
         let ticket = self.next_ticket;
-        let (auth, tx, ip, now) = (
-            self.auth.clone(),
-            self.verdicts.0.clone(),
-            b.ip,
-            self.clock.now_ns(),
-        );
+        let (auth, tx, ip) = (self.auth.clone(), self.verdicts.0.clone(), b.ip);
         let key = stored.clone();
-        let done = move |ok: bool, token: &[u8]| {
-            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
-            if ok {
-                auth.succeeded(ip, &provider_key(id), &key, token, now);
-            } else {
-                auth.failed(ip, &provider.to_le_bytes(), true, now);
-            }
-            let _ = tx.send((i, ticket, provider, ok));
+        let claim = Claim {
+            guard: auth.clone(),
+            ip,
+            account: provider.to_le_bytes().to_vec(),
         };
-        let job = crate::auth::verifier::Job {
+        let done = move |o: Outcome, token: &[u8]| {
+            let verdict = match o {
+                Outcome::Cached => Ok(()),
+                Outcome::Verified {
+                    matched,
+                    reservation,
+                    now_ns,
+                } => {
+                    match reservation {
+                        Some(r) if matched => r.matched(&provider_key(id), &key, token, now_ns),
+                        Some(r) => r.failed(true, now_ns),
+                        None => {}
+                    }
+                    if matched {
+                        Ok(())
+                    } else {
+                        Err((LogonRejectReason::AUTH, FEED_RETRY_AFTER_MS))
+                    }
+                }
+                Outcome::Refused { retry_after_ms } => {
+                    Err((LogonRejectReason::RATE_LIMITED, retry_after_ms))
+                }
+                Outcome::Busy => {
+                    auth.stats.failed(crate::auth::FailReason::VerifierBusy);
+                    Err((LogonRejectReason::BUSY, FEED_RETRY_AFTER_MS))
+                }
+            };
+            let _ = tx.send((i, ticket, provider, verdict));
+        };
+        let job = Job {
             stored,
             token,
             cached: None,
             deadline_ns: 0,
+            key: u64::from(provider),
+            claim: Some(claim),
             done: Box::new(done),
         };
         if self.verifier.submit(job).is_err() {
@@ -343,7 +366,7 @@ impl Ingest {
     /// the frames their bridges sent meanwhile. Returns how many.
     pub(super) fn drain_verdicts(&mut self) -> usize {
         let mut n = 0;
-        while let Ok((i, ticket, provider, ok)) = self.verdicts.1.try_recv() {
+        while let Ok((i, ticket, provider, verdict)) = self.verdicts.1.try_recv() {
             let Some(b) = self.bridges.get_mut(i).and_then(Option::as_mut) else {
                 continue;
             };
@@ -370,7 +393,7 @@ impl Ingest {
                 held: &mut self.held_providers,
                 now_ns: self.clock.now_ns(),
             };
-            if logon_decided(provider, ok, peer, &mut cx) {
+            if logon_decided(provider, verdict, peer, &mut cx) {
                 b.closing = true;
             }
             self.frames(i);

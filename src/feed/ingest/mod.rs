@@ -297,8 +297,8 @@ fn bind(
 }
 
 /// A provider token's verdict: bridge slot, logon ticket, provider id,
-/// whether the token matched.
-type FeedVerdict = (usize, u64, u16, bool);
+/// and `Ok` if the token matched, else the refusal and its retry-after.
+type FeedVerdict = (usize, u64, u16, frames::TokenVerdict);
 
 struct Ingest {
     cfg: IngestConfig,

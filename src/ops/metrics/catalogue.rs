@@ -254,6 +254,9 @@ pub const LOCKOUTS: &str = "pricewire_lockouts_total";
 /// Addresses or accounts locked out at scrape time (gauge, by `listener`,
 /// `scope`).
 pub const LOCKOUTS_ACTIVE: &str = "pricewire_lockouts_active";
+/// Stored argon2id hashes refused for asking more than the cost window
+/// (counter).
+pub const ARGON2_COST_REFUSED: &str = "pricewire_argon2_cost_refused_total";
 /// Requests waiting in the bounded request queue (gauge).
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
 /// Configured capacity of the request queue (gauge).
@@ -452,11 +455,13 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(LOGON_FAILURES, &["listener", "reason"], "logons", "auth",
         "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy)"),
     counter(LOGON_VERIFICATIONS, &["listener", "path"], "logons", "auth",
-        "Tokens checked, by listener and path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: a recent verification of the same token reused)"),
+        "Tokens checked, by listener and path (verifier: argon2id run on a verifier thread; cache: a recent verification of the same token reused, at the shard or on the verifier thread for a logon queued behind it)"),
     counter(LOCKOUTS, &["listener", "scope"], "lockouts", "auth",
         "Brute-force lockouts started, by listener and scope (address, account; the feed listener locks addresses only)"),
     gauge(LOCKOUTS_ACTIVE, &["listener", "scope"], "keys", "auth",
         "Addresses or accounts locked out at scrape time, by listener and scope"),
+    counter(ARGON2_COST_REFUSED, &[], "hashes", "auth",
+        "Stored argon2id hashes (Redis account records, config tokens) refused for asking more memory, passes or lanes than --argon2-max-*: the record is invalid, never run through argon2; counted per check (each fetch of a record)"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
