@@ -431,6 +431,18 @@ fn wrong_credentials_are_a_clear_error_at_start_and_a_counted_failure_later() {
         .secret("edge.nk", &edge_key.seed())
         .display()
         .to_string();
+    // An edge before any core: it may not create the last-value stream,
+    // and says so at once rather than at the end of a timeout.
+    let edge_flags = [
+        "--bus-tls-ca",
+        ca.as_str(),
+        "--bus-nkey-file",
+        edge_nk.as_str(),
+    ];
+    let (code, err, took) = Serve::spawn("edge", &bus, &edge_flags, dir).exit();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("start a core first"), "{err}");
+    assert!(took < Duration::from_secs(9), "waited {took:?}");
     let _core = Serve::spawn(
         "core",
         &bus,

@@ -15,7 +15,10 @@ pub struct BusArgs {
     pub role: Role,
 
     /// NATS servers of the bus, `nats://host:port[,nats://host:port…]`
-    /// (needed by `core` and `edge`).
+    /// (needed by `core` and `edge`); `tls://host:port` for TLS. A URL
+    /// with credentials in it is refused: give them with --bus-user and
+    /// --bus-password-file, --bus-token-file, --bus-nkey-file or
+    /// --bus-creds-file.
     #[arg(long, value_name = "URLS")]
     pub bus: Option<String>,
 
