@@ -259,212 +259,235 @@ fn is_forged(m: &nats_raw::Msg) -> bool {
     }
 }
 
-#[test]
-fn only_a_cores_credentials_put_a_price_or_a_heartbeat_on_the_bus() {
-    let pki = Pki::new();
-    let (core_key, edge_key) = (Nkey::new(nkeys::USER), Nkey::new(nkeys::USER));
-    let conf = format!(
-        "{}{}",
-        shipped_authorization(&core_key, &edge_key),
-        pki.server_block(false)
-    );
-    let node = nats::NatsServer::start_with(&conf);
-    let bus = format!("tls://{}", node.client_addr());
-    let ca = pki.ca_file.display().to_string();
-    let core_nk = pki
-        .secret("core.nk", &core_key.seed())
-        .display()
-        .to_string();
-    let edge_nk = pki
-        .secret("edge.nk", &edge_key.seed())
-        .display()
-        .to_string();
-    let _core = Serve::spawn(
-        "core",
-        &bus,
-        &["--bus-tls-ca", &ca, "--bus-nkey-file", &core_nk],
-        pki.dir.path(),
-    )
-    .ready();
-    let edge = Serve::spawn(
-        "edge",
-        &bus,
-        &["--bus-tls-ca", &ca, "--bus-nkey-file", &edge_nk],
-        pki.dir.path(),
-    )
-    .ready();
-    let bids = terminal(&edge);
-    assert!(
-        wait::wait_until(WAIT, || bids.lock().unwrap().len() >= 5),
-        "no prices at the terminal"
-    );
+/// A nats-server with the shipped authorization over TLS, the cores'
+/// and edges' NKeys, and their seeds in files.
+struct Secured {
+    pki: Pki,
+    node: nats::NatsServer,
+    core_key: Nkey,
+    edge_key: Nkey,
+    bus: String,
+    ca: String,
+    core_nk: String,
+    edge_nk: String,
+}
 
-    // An eavesdropper with an edge's rights sees what every edge sees.
-    let mut ear = raw_as(&node, &pki.ca_file, Some(&edge_key)).unwrap();
-    ear.subscribe("pricewire.price.EURUSD", 1);
-    ear.subscribe("pricewire.heartbeat", 2);
-    let price = forge_price(&next_on(&mut ear, "pricewire.price.EURUSD"));
-    let beat = forge_heartbeat(&next_on(&mut ear, "pricewire.heartbeat"));
+impl Secured {
+    fn new() -> Secured {
+        let pki = Pki::new();
+        let (core_key, edge_key) = (Nkey::new(nkeys::USER), Nkey::new(nkeys::USER));
+        let node = nats::NatsServer::start_with(&Secured::conf(&pki, &core_key, &edge_key));
+        let file = |name: &str, k: &Nkey| pki.secret(name, &k.seed()).display().to_string();
+        let (core_nk, edge_nk) = (file("core.nk", &core_key), file("edge.nk", &edge_key));
+        Secured {
+            bus: format!("tls://{}", node.client_addr()),
+            ca: pki.ca_file.display().to_string(),
+            core_nk,
+            edge_nk,
+            node,
+            core_key,
+            edge_key,
+            pki,
+        }
+    }
 
-    // No credentials: not even a connection.
-    let refused = raw_as(&node, &pki.ca_file, None).err().unwrap_or_default();
+    fn conf(pki: &Pki, core: &Nkey, edge: &Nkey) -> String {
+        format!(
+            "{}{}",
+            shipped_authorization(core, edge),
+            pki.server_block(false)
+        )
+    }
+
+    /// A `role` process with its tier's NKey.
+    fn spawn(&self, role: &str) -> Serve {
+        let nk = if role == "core" {
+            &self.core_nk
+        } else {
+            &self.edge_nk
+        };
+        let flags = [
+            "--bus-tls-ca",
+            self.ca.as_str(),
+            "--bus-nkey-file",
+            nk.as_str(),
+        ];
+        Serve::spawn(role, &self.bus, &flags, self.pki.dir.path())
+    }
+
+    /// A raw client with `key`'s rights.
+    fn raw(&self, key: Option<&Nkey>) -> Result<RawNats, String> {
+        raw_as(&self.node, &self.pki.ca_file, key)
+    }
+}
+
+/// Any bid under [`FORGED_BELOW`].
+fn forged(bids: &Mutex<Vec<i64>>) -> bool {
+    bids.lock().unwrap().iter().any(|&bid| bid < FORGED_BELOW)
+}
+
+/// With no credentials and with an edge's, NATS refuses both forgeries;
+/// live prices go on and neither ever shows up on the bus or at the
+/// terminal.
+fn forgeries_are_refused(
+    sec: &Secured,
+    ear: &mut RawNats,
+    bids: &Mutex<Vec<i64>>,
+    forgeries: &[(&str, &[u8])],
+) {
+    let refused = sec.raw(None).err().unwrap_or_default();
     assert!(refused.contains("Authorization Violation"), "{refused}");
-    // An edge's credentials: connected, but both publishes refused.
-    let mut forger = raw_as(&node, &pki.ca_file, Some(&edge_key)).unwrap();
-    forger.publish("pricewire.price.EURUSD", &price);
-    forger.publish("pricewire.heartbeat", &beat);
+    let mut forger = sec.raw(Some(&sec.edge_key)).unwrap();
+    for (subject, bytes) in forgeries {
+        forger.publish(subject, bytes);
+    }
     let errors = forger.errors_until_pong();
-    let denied = |s: &str| {
-        errors
+    for (subject, _) in forgeries {
+        let denied = errors
             .iter()
-            .any(|e| e.contains("Permissions Violation") && e.contains(s))
-    };
-    assert!(
-        denied("pricewire.price.EURUSD") && denied("pricewire.heartbeat"),
-        "{errors:?}"
-    );
-
-    // Live prices go on; neither forgery ever shows up.
+            .any(|e| e.contains("Permissions Violation") && e.contains(subject));
+        assert!(denied, "{subject}: {errors:?}");
+    }
     let before = bids.lock().unwrap().len();
-    let mut heard = 0;
-    while heard < 50 {
+    for _ in 0..50 {
         let m = ear.next_msg(WAIT).expect("the bus went quiet");
         assert!(!is_forged(&m), "a forgery reached the bus: {m:?}");
-        heard += 1;
     }
     assert!(wait::wait_until(WAIT, || bids.lock().unwrap().len() >= before + 20));
-    let forged = |b: &Vec<i64>| b.iter().any(|&bid| bid < FORGED_BELOW);
-    assert!(
-        !forged(&bids.lock().unwrap()),
-        "a forged price reached the terminal"
-    );
+    assert!(!forged(bids), "a forged price reached the terminal");
+}
 
-    // The control: the very same bytes with a core's credentials are
-    // taken (so the refusals above are what kept them out).
-    let mut core_forger = raw_as(&node, &pki.ca_file, Some(&core_key)).unwrap();
-    core_forger.publish("pricewire.heartbeat", &beat);
-    core_forger.publish("pricewire.price.EURUSD", &price);
-    assert!(core_forger.errors_until_pong().is_empty());
-    let mut forged_seen = 0;
+/// The control: the very same bytes with a core's credentials are taken,
+/// so the refusals are what kept them out.
+fn a_core_would_have_been_taken(
+    sec: &Secured,
+    ear: &mut RawNats,
+    bids: &Mutex<Vec<i64>>,
+    forgeries: &[(&str, &[u8])],
+) {
+    let mut core = sec.raw(Some(&sec.core_key)).unwrap();
+    for (subject, bytes) in forgeries {
+        core.publish(subject, bytes);
+    }
+    assert!(core.errors_until_pong().is_empty());
+    let mut seen = 0;
     let deadline = Instant::now() + WAIT;
-    while forged_seen < 2 && Instant::now() < deadline {
+    while seen < forgeries.len() && Instant::now() < deadline {
         if ear
             .next_msg(Duration::from_secs(5))
             .is_some_and(|m| is_forged(&m))
         {
-            forged_seen += 1;
+            seen += 1;
         }
     }
-    assert_eq!(forged_seen, 2, "the core's publishes of both forgeries");
-    let reached = wait::wait_until(WAIT, || forged(&bids.lock().unwrap()));
-    assert!(reached, "the forgery is one an edge would accept");
+    assert_eq!(
+        seen,
+        forgeries.len(),
+        "the core's publishes of the forgeries"
+    );
+    assert!(
+        wait::wait_until(WAIT, || forged(bids)),
+        "the forgery is one an edge would accept"
+    );
 }
 
 #[test]
-fn wrong_credentials_are_a_clear_error_at_start_and_a_counted_failure_later() {
-    let pki = Pki::new();
-    let (core_key, edge_key) = (Nkey::new(nkeys::USER), Nkey::new(nkeys::USER));
-    let auth = |edge: &Nkey| shipped_authorization(&core_key, edge);
-    let tls = pki.server_block(false);
-    let mut node = nats::NatsServer::start_with(&format!("{}{tls}", auth(&edge_key)));
-    let bus = format!("tls://{}", node.client_addr());
-    let ca = pki.ca_file.display().to_string();
-    let dir = pki.dir.path();
+fn only_a_cores_credentials_put_a_price_or_a_heartbeat_on_the_bus() {
+    let sec = Secured::new();
+    let _core = sec.spawn("core").ready();
+    let edge = sec.spawn("edge").ready();
+    let bids = terminal(&edge);
+    let priced = wait::wait_until(WAIT, || bids.lock().unwrap().len() >= 5);
+    assert!(priced, "no prices at the terminal");
+    // An eavesdropper with an edge's rights sees what every edge sees.
+    let mut ear = sec.raw(Some(&sec.edge_key)).unwrap();
+    ear.subscribe("pricewire.price.EURUSD", 1);
+    ear.subscribe("pricewire.heartbeat", 2);
+    let price = forge_price(&next_on(&mut ear, "pricewire.price.EURUSD"));
+    let beat = forge_heartbeat(&next_on(&mut ear, "pricewire.heartbeat"));
+    let forgeries: [(&str, &[u8]); 2] = [
+        ("pricewire.price.EURUSD", &price),
+        ("pricewire.heartbeat", &beat),
+    ];
+    forgeries_are_refused(&sec, &mut ear, &bids, &forgeries);
+    a_core_would_have_been_taken(&sec, &mut ear, &bids, &forgeries);
+}
+
+/// Each refusal at start: exit 1 within the attempt, the reason and the
+/// credentials' source named, the seed never printed.
+fn refused_at_start(sec: &Secured) {
+    let dir = sec.pki.dir.path();
     let stranger = Nkey::new(nkeys::USER);
-    let stranger_seed = stranger.seed();
-    let stranger_nk = pki
-        .secret("stranger.nk", &stranger_seed)
+    let seed = stranger.seed();
+    let nk = sec.pki.secret("stranger.nk", &seed).display().to_string();
+    let other = pki::write_ca(dir, "other", &pki::Ca::new("other"))
         .display()
         .to_string();
-    let other_ca = pki::write_ca(dir, "other", &pki::Ca::new("other"))
-        .display()
-        .to_string();
-    let refusals: [(&str, Vec<&str>, &str, &str); 4] = [
+    let (ca, plain) = (sec.ca.as_str(), sec.bus.replace("tls://", "nats://"));
+    let cases: [(&str, &str, Vec<&str>, [&str; 2]); 5] = [
         (
             "unknown NKey",
-            vec!["--bus-tls-ca", &ca, "--bus-nkey-file", &stranger_nk],
-            "Authorization Violation",
-            "the NKey seed from --bus-nkey-file",
+            &sec.bus,
+            vec!["--bus-tls-ca", ca, "--bus-nkey-file", &nk],
+            [
+                "Authorization Violation",
+                "the NKey seed from --bus-nkey-file",
+            ],
         ),
         (
             "no credentials",
-            vec!["--bus-tls-ca", &ca],
-            "Authorization Violation",
-            "no credentials",
+            &sec.bus,
+            vec!["--bus-tls-ca", ca],
+            ["Authorization Violation", "no credentials"],
         ),
         (
             "wrong CA",
-            vec!["--bus-tls-ca", &other_ca, "--bus-nkey-file", &stranger_nk],
-            "TLS handshake",
-            "UnknownIssuer",
+            &sec.bus,
+            vec!["--bus-tls-ca", &other, "--bus-nkey-file", &nk],
+            ["TLS handshake", "UnknownIssuer"],
         ),
         (
             "no TLS",
-            vec!["--bus-nkey-file", &stranger_nk],
-            "requires TLS",
-            "--bus-tls-ca",
+            &plain,
+            vec!["--bus-nkey-file", &nk],
+            ["requires TLS", "--bus-tls-ca"],
+        ),
+        // An edge before any core may not create the last-value stream.
+        (
+            "no core yet",
+            &sec.bus,
+            vec!["--bus-tls-ca", ca, "--bus-nkey-file", &sec.edge_nk],
+            ["refused by the server's permissions", "start a core first"],
         ),
     ];
-    for (case, flags, why, hint) in &refusals {
-        let url = if *case == "no TLS" {
-            bus.replace("tls://", "nats://")
-        } else {
-            bus.clone()
-        };
-        let flags: Vec<&str> = flags.iter().map(|s| s.as_ref()).collect();
-        let (code, err, took) = Serve::spawn("edge", &url, &flags, dir).exit();
+    for (case, url, flags, [why, hint]) in &cases {
+        let (code, err, took) = Serve::spawn("edge", url, flags, dir).exit();
         assert_eq!(code, Some(1), "{case}: {err}");
         assert!(err.contains(why) && err.contains(hint), "{case}: {err}");
-        assert!(!err.contains(&stranger_seed), "{case}: the seed is printed");
+        assert!(!err.contains(&seed), "{case}: the seed is printed");
         assert!(
             took < Duration::from_secs(9),
             "{case}: waited {took:?} for what waiting cannot mend"
         );
     }
+}
 
+#[test]
+fn wrong_credentials_are_a_clear_error_at_start_and_a_counted_failure_later() {
+    let mut sec = Secured::new();
+    refused_at_start(&sec);
     // Running, then refused: counted and logged, never a crash.
-    let core_nk = pki
-        .secret("core.nk", &core_key.seed())
-        .display()
-        .to_string();
-    let edge_nk = pki
-        .secret("edge.nk", &edge_key.seed())
-        .display()
-        .to_string();
-    // An edge before any core: it may not create the last-value stream,
-    // and says so at once rather than at the end of a timeout.
-    let edge_flags = [
-        "--bus-tls-ca",
-        ca.as_str(),
-        "--bus-nkey-file",
-        edge_nk.as_str(),
-    ];
-    let (code, err, took) = Serve::spawn("edge", &bus, &edge_flags, dir).exit();
-    assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("start a core first"), "{err}");
-    assert!(took < Duration::from_secs(9), "waited {took:?}");
-    let _core = Serve::spawn(
-        "core",
-        &bus,
-        &["--bus-tls-ca", &ca, "--bus-nkey-file", &core_nk],
-        dir,
-    )
-    .ready();
-    let edge = Serve::spawn(
-        "edge",
-        &bus,
-        &["--bus-tls-ca", &ca, "--bus-nkey-file", &edge_nk],
-        dir,
-    )
-    .ready();
-    node.reconfigure(&format!("{}{tls}", auth(&stranger)));
+    let _core = sec.spawn("core").ready();
+    let edge = sec.spawn("edge").ready();
+    let revoked = Secured::conf(&sec.pki, &sec.core_key, &Nkey::new(nkeys::USER));
+    sec.node.reconfigure(&revoked);
     let auth_failures = "pricewire_bus_connect_failures_total{reason=\"auth\"} ";
     let counted = wait::wait_until(WAIT, || edge.metric(auth_failures) >= 3);
     assert!(
         counted,
         "refused reconnects not counted:\n{}\n{}",
         edge.log(),
-        node.log()
+        sec.node.log()
     );
     assert_eq!(
         net::http_status(edge.ops, "/livez"),
@@ -474,13 +497,13 @@ fn wrong_credentials_are_a_clear_error_at_start_and_a_counted_failure_later() {
     );
     let warned = edge.log().matches("NATS refused the connection").count();
     assert_eq!(warned, 1, "one warning per reason:\n{}", edge.log());
-    node.reconfigure(&format!("{}{tls}", auth(&edge_key)));
+    let restored = Secured::conf(&sec.pki, &sec.core_key, &sec.edge_key);
+    sec.node.reconfigure(&restored);
     let back = wait::wait_until(WAIT, || edge.metric("pricewire_bus_connected ") == 1);
     assert!(
         back,
-        "not back after the credentials were restored:\n{}\n{}",
-        edge.log(),
-        node.log()
+        "not back once the credentials were restored:\n{}",
+        edge.log()
     );
 }
 

@@ -18,6 +18,12 @@
 //! is this build's binary and `nats:*` the local nats-server. The LP
 //! `lp-a` is a FIX simulator; `lp-b`'s name is made one that never
 //! resolves (RFC 6761 `.invalid`): a core must come up regardless.
+//!
+//! The pods of a tier start together (`podManagementPolicy: Parallel`),
+//! and, as the kubelet does, a container that exits is started again
+//! (at most three times here, each restart printed): a core that found
+//! no JetStream answer within its start-up wait on a freshly formed
+//! cluster exits and is restarted, as it would be in the cluster.
 
 #[path = "util/nats.rs"]
 mod nats;
@@ -223,59 +229,55 @@ fn object<'a>(o: &'a Objects, kind: &str, name: &str) -> &'a BTreeMap<String, Ve
         .unwrap_or_else(|| panic!("the manifests name {kind} {name}, which nobody makes"))
 }
 
-/// Writes the pod's volumes under `root` and returns the mount paths'
-/// rewrites (longest first, so a nested mount wins).
-fn mount(pod: &Pod, o: &Objects, root: &Path, base: &Rewrites) -> Vec<(String, String)> {
+/// What one volume holds (key -> bytes) and whether it is a Secret.
+fn volume(pod: &Pod, o: &Objects, name: &str) -> (BTreeMap<String, Vec<u8>>, bool) {
     let volumes = pod.spec["volumes"].as_vec().cloned().unwrap_or_default();
-    let mut paths = Vec::new();
-    for m in pod.container()["volumeMounts"]
+    let Some(v) = volumes.iter().find(|v| s(&v["name"]) == name) else {
+        assert!(
+            pod.claims.iter().any(|c| c == name),
+            "{}: volume {name}",
+            pod.name
+        );
+        return (BTreeMap::new(), false);
+    };
+    if !v["configMap"].is_badvalue() {
+        return (
+            object(o, "configMap", &s(&v["configMap"]["name"])).clone(),
+            false,
+        );
+    }
+    let data = object(o, "secret", &s(&v["secret"]["secretName"]));
+    let files = match v["secret"]["items"].as_vec() {
+        Some(items) => items
+            .iter()
+            .map(|i| (s(&i["path"]), data[&s(&i["key"])].clone()))
+            .collect(),
+        None => data.clone(),
+    };
+    (files, true)
+}
+
+/// Writes one file of a mount (a Secret's readable by its owner only).
+fn write_file(path: &Path, bytes: &[u8], secret: bool) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    let mode = if secret { 0o400 } else { 0o644 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Writes the pod's volumes under `root` (ConfigMap text rewritten: it
+/// names hosts, addresses and paths) and returns the mount paths'
+/// rewrites.
+fn mount(pod: &Pod, o: &Objects, root: &Path, base: &Rewrites) -> Vec<(String, String)> {
+    let mounts = pod.container()["volumeMounts"]
         .as_vec()
         .cloned()
-        .unwrap_or_default()
-    {
-        let (name, at) = (s(&m["name"]), s(&m["mountPath"]));
-        let here = root.join(at.trim_start_matches('/'));
-        let vol = volumes.iter().find(|v| s(&v["name"]) == name);
-        let files: BTreeMap<String, Vec<u8>> = match vol {
-            Some(v) if !v["configMap"].is_badvalue() => {
-                let data = object(o, "configMap", &s(&v["configMap"]["name"]));
-                data.iter().map(|(k, t)| (k.clone(), t.clone())).collect()
-            }
-            Some(v) if !v["secret"].is_badvalue() => {
-                let data = object(o, "secret", &s(&v["secret"]["secretName"]));
-                match v["secret"]["items"].as_vec() {
-                    Some(items) => items
-                        .iter()
-                        .map(|i| (s(&i["path"]), data[&s(&i["key"])].clone()))
-                        .collect(),
-                    None => data.clone(),
-                }
-            }
-            _ => {
-                assert!(pod.claims.contains(&name), "{}: volume {name}", pod.name);
-                BTreeMap::new()
-            }
-        };
-        let secret = vol.is_some_and(|v| !v["secret"].is_badvalue());
-        let write = |path: &Path, bytes: &[u8]| {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, bytes).unwrap();
-            let mode = if secret { 0o400 } else { 0o644 };
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-        };
-        match m["subPath"].as_str() {
-            Some(key) => write(&here, &files[key]),
-            None => {
-                std::fs::create_dir_all(&here).unwrap();
-                for (k, v) in &files {
-                    write(&here.join(k), v);
-                }
-            }
-        }
-        paths.push((at, here.display().to_string()));
-    }
-    // ConfigMap text names hosts, addresses and paths: rewritten too.
-    paths.sort_by_key(|(at, _)| std::cmp::Reverse(at.len()));
+        .unwrap_or_default();
+    let here = |m: &Yaml| root.join(s(&m["mountPath"]).trim_start_matches('/'));
+    let paths: Vec<(String, String)> = mounts
+        .iter()
+        .map(|m| (s(&m["mountPath"]), here(m).display().to_string()))
+        .collect();
     let all = Rewrites(
         base.0
             .iter()
@@ -283,25 +285,19 @@ fn mount(pod: &Pod, o: &Objects, root: &Path, base: &Rewrites) -> Vec<(String, S
             .chain(paths.iter().cloned())
             .collect(),
     );
-    for m in pod.container()["volumeMounts"]
-        .as_vec()
-        .cloned()
-        .unwrap_or_default()
-    {
-        let vol = volumes.iter().find(|v| s(&v["name"]) == s(&m["name"]));
-        if vol.is_some_and(|v| !v["configMap"].is_badvalue()) {
-            let here = root.join(s(&m["mountPath"]).trim_start_matches('/'));
-            let files: Vec<PathBuf> = if here.is_dir() {
-                std::fs::read_dir(&here)
-                    .unwrap()
-                    .map(|e| e.unwrap().path())
-                    .collect()
-            } else {
-                vec![here]
-            };
-            for f in files {
-                let text = std::fs::read_to_string(&f).unwrap();
-                std::fs::write(&f, all.apply(&text)).unwrap();
+    for m in &mounts {
+        let (files, secret) = volume(pod, o, &s(&m["name"]));
+        let text = |b: &Vec<u8>| match secret {
+            true => b.clone(),
+            false => all.apply(std::str::from_utf8(b).unwrap()).into_bytes(),
+        };
+        match m["subPath"].as_str() {
+            Some(key) => write_file(&here(m), &text(&files[key]), secret),
+            None => {
+                std::fs::create_dir_all(here(m)).unwrap();
+                for (k, v) in &files {
+                    write_file(&here(m).join(k), &text(v), secret);
+                }
             }
         }
     }
@@ -338,6 +334,32 @@ struct Running {
     pod: Pod,
     child: Child,
     log: PathBuf,
+    /// The program, its arguments and its environment, to start again.
+    cmd: (String, Vec<String>, Vec<(String, String)>),
+    restarts: u32,
+}
+
+/// Restarts of one container the test allows (the kubelet restarts an
+/// exited container forever, with backoff; one that needs more than
+/// this to come up is a failure).
+const RESTARTS_MAX: u32 = 3;
+
+fn spawn(cmd: &(String, Vec<String>, Vec<(String, String)>), log: &Path) -> Child {
+    let out = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(&cmd.0)
+        .args(&cmd.1)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .envs(cmd.2.iter().cloned())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap()
 }
 
 impl Drop for Running {
@@ -356,8 +378,28 @@ impl Running {
         net::http_answer(SocketAddr::from((self.pod.ip, port)), path)
     }
 
+    /// As the kubelet (`restartPolicy: Always`): a container that exited
+    /// is started again, at most [`RESTARTS_MAX`] times.
+    fn restart_if_exited(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            self.restarts += 1;
+            let n = self.restarts;
+            assert!(
+                n <= RESTARTS_MAX,
+                "{} exited {n} times ({status}):\n{}",
+                self.pod.name,
+                self.log()
+            );
+            eprintln!(
+                "{} exited ({status}); started again (restart {n})",
+                self.pod.name
+            );
+            self.child = spawn(&self.cmd, &self.log);
+        }
+    }
+
     /// Every probe the manifest gives answers 200.
-    fn probes_pass(&self) {
+    fn probes_pass(&mut self) {
         for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
             let p = &self.pod.container()[probe]["httpGet"];
             if p.is_badvalue() {
@@ -365,6 +407,7 @@ impl Running {
             }
             let (port, path) = (self.pod.port(&p["port"]), s(&p["path"]));
             let ok = wait::wait_until(WAIT, || {
+                self.restart_if_exited();
                 self.get(port, &path).is_some_and(|(st, _)| st == 200)
             });
             assert!(
@@ -427,18 +470,66 @@ fn start(pod: Pod, o: &Objects, root: &Path, base: &Rewrites) -> Running {
         .map(|a| r.apply(&s(a)))
         .collect();
     let log = dir.join("output.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(program)
-        .args(&args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("RUST_LOG", "warn")
-        .envs(env(&pod, o, &r))
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
+    let cmd = (program, args, env(&pod, o, &r));
+    let child = spawn(&cmd, &log);
+    Running {
+        pod,
+        child,
+        log,
+        cmd,
+        restarts: 0,
+    }
+}
+
+/// Starts every pod of `pods` and waits until each passes its probes and
+/// listens on its ports.
+fn start_all(pods: Vec<Pod>, o: &Objects, root: &Path, names: &[(String, String)]) -> Vec<Running> {
+    let mut running: Vec<Running> = pods
+        .into_iter()
+        .map(|p| {
+            let mut r = names.to_vec();
+            r.push(("0.0.0.0".into(), p.ip.to_string()));
+            start(p, o, root, &Rewrites(r))
+        })
+        .collect();
+    for r in &mut running {
+        r.probes_pass();
+        r.ports_listen();
+    }
+    running
+}
+
+/// The LP `lp-a` on the address standing for its name, at its port.
+fn lp_a() -> FixSim {
+    let mut sim = SimConfig::new(vec![
+        SimSymbol::new("EUR/USD", "1.08120", 5, 8),
+        SimSymbol::new("GBP/USD", "1.26310", 5, 10),
+        SimSymbol::new("USD/JPY", "149.870", 3, 12),
+    ]);
+    sim.listen = SocketAddr::from((LP_A, 9878));
+    FixSim::start(sim).expect("the LP simulator on 127.0.0.30:9878")
+}
+
+/// A terminal on `edge` gets EURUSD priced from lp-a (the simulator's
+/// mid, at least one provider).
+fn serves_lp_prices(edge: &Running) {
+    let prices = SocketAddr::from((edge.pod.ip, edge.pod.port(&Yaml::String("prices".into()))));
+    let mut c = Client::connect(ClientConfig::new(prices, "desk", "t")).unwrap();
+    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"])
         .unwrap();
-    Running { pod, child, log }
+    let mut got = None;
+    let priced = wait::wait_until(WAIT, || {
+        if let Ok(Some(Event::Price(p))) = c.next_event(Duration::from_millis(50)) {
+            got = Some(p.body);
+        }
+        got.is_some_and(|b| b.providers >= 1 && b.bid > 107_000 && b.bid < 109_500)
+    });
+    assert!(
+        priced,
+        "{}: no EURUSD from lp-a ({got:?}):\n{}",
+        edge.pod.name,
+        edge.log()
+    );
 }
 
 #[test]
@@ -450,17 +541,9 @@ fn the_shipped_manifests_start_with_their_own_config_env_and_secrets() {
         "desk",
         &[("token", redis::token_t_hash()), ("tiers", "raw")],
     );
-    let mut sim = SimConfig::new(vec![
-        SimSymbol::new("EUR/USD", "1.08120", 5, 8),
-        SimSymbol::new("GBP/USD", "1.26310", 5, 10),
-        SimSymbol::new("USD/JPY", "149.870", 3, 12),
-    ]);
-    sim.listen = SocketAddr::from((LP_A, 9878));
-    let _lp_a = FixSim::start(sim).expect("the LP simulator on 127.0.0.30:9878");
-
+    let _lp_a = lp_a();
     let nats_pods = pods("nats.yaml", 11);
-    let ca = pki::Ca::new("pw-dry-start-ca");
-    let o = objects(&ca, &nats_pods);
+    let o = objects(&pki::Ca::new("pw-dry-start-ca"), &nats_pods);
     // Cluster names to the addresses standing for them; lp-b never resolves.
     let mut names: Vec<(String, String)> = nats_pods
         .iter()
@@ -472,46 +555,23 @@ fn the_shipped_manifests_start_with_their_own_config_env_and_secrets() {
         "lp-b.fix.example.net".into(),
         "lp-b.pricewire.invalid".into(),
     ));
-    let base = |pod: &Pod| {
-        let mut r = names.clone();
-        r.push(("0.0.0.0".into(), pod.ip.to_string()));
-        Rewrites(r)
-    };
 
-    let nats: Vec<Running> = nats_pods
-        .into_iter()
-        .map(|p| {
-            let r = base(&p);
-            start(p, &o, root.path(), &r)
-        })
-        .collect();
+    let nats = start_all(nats_pods, &o, root.path(), &names);
     for n in &nats {
-        // The cluster has its JetStream meta leader: the cores' streams
-        // with three replicas can be made.
+        // Healthy on a cluster: JetStream has its meta leader, so the
+        // cores' streams with three replicas can be made.
         let monitor = n.pod.port(&Yaml::String("monitor".into()));
         let up = wait::wait_until(WAIT, || {
             n.get(monitor, "/healthz").is_some_and(|(st, _)| st == 200)
         });
         assert!(up, "{}:\n{}", n.pod.name, n.log());
-        n.probes_pass();
-        n.ports_listen();
         assert!(
             n.log().contains("TLS required for client connections"),
             "{}",
             n.log()
         );
     }
-    let cores: Vec<Running> = pods("core.yaml", 41)
-        .into_iter()
-        .map(|p| {
-            let r = base(&p);
-            start(p, &o, root.path(), &r)
-        })
-        .collect();
-    for c in &cores {
-        c.probes_pass();
-        c.ports_listen();
-    }
+    let cores = start_all(pods("core.yaml", 41), &o, root.path(), &names);
     let published = "pricewire_bus_messages_total{event=\"published\"} ";
     let leading = wait::wait_until(WAIT, || cores.iter().any(|c| c.metric(published) > 0.0));
     assert!(leading, "no core publishes:\n{}", cores[0].log());
@@ -525,32 +585,7 @@ fn the_shipped_manifests_start_with_their_own_config_env_and_secrets() {
             c.log()
         );
     }
-    let edges: Vec<Running> = pods("edge.yaml", 51)
-        .into_iter()
-        .map(|p| {
-            let r = base(&p);
-            start(p, &o, root.path(), &r)
-        })
-        .collect();
-    for e in &edges {
-        e.probes_pass();
-        e.ports_listen();
-        let prices = SocketAddr::from((e.pod.ip, e.pod.port(&Yaml::String("prices".into()))));
-        let mut c = Client::connect(ClientConfig::new(prices, "desk", "t")).unwrap();
-        c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"])
-            .unwrap();
-        let mut got = None;
-        let priced = wait::wait_until(WAIT, || {
-            if let Ok(Some(Event::Price(p))) = c.next_event(Duration::from_millis(50)) {
-                got = Some(p.body);
-            }
-            got.is_some_and(|b| b.providers >= 1 && b.bid > 107_000 && b.bid < 109_500)
-        });
-        assert!(
-            priced,
-            "{}: no EURUSD from lp-a ({got:?}):\n{}",
-            e.pod.name,
-            e.log()
-        );
+    for e in &start_all(pods("edge.yaml", 51), &o, root.path(), &names) {
+        serves_lp_prices(e);
     }
 }

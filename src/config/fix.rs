@@ -491,6 +491,19 @@ fn check_password_source(
     Ok(())
 }
 
+/// The Logon Password when `secrets` says to read it; only the sources
+/// checked otherwise.
+fn password(
+    f: &FixProviderFile,
+    key: &dyn Fn(&str) -> String,
+    secrets: FeedSecrets,
+) -> Result<Option<Secret>, ConfigError> {
+    match secrets {
+        FeedSecrets::Read => read_password(f, key),
+        FeedSecrets::Skip => check_password_source(f, key).map(|()| None),
+    }
+}
+
 /// The Logon Password from `password_env` or `password_file` (at most one);
 /// errors name the variable or the file, never a value.
 fn read_password(
@@ -628,10 +641,7 @@ pub fn resolve(
         garbled_window_ms: f.garbled_window_ms.unwrap_or(GARBLED_WINDOW_MS_DEFAULT),
         logout_timeout_ms: f.logout_ms.unwrap_or(LOGOUT_MS_DEFAULT),
         username: f.username.clone(),
-        password: match secrets {
-            FeedSecrets::Read => read_password(f, &key)?,
-            FeedSecrets::Skip => check_password_source(f, &key).map(|()| None)?,
-        },
+        password: password(f, &key, secrets)?,
         quote_silence_ms: f.quote_silence_ms.unwrap_or(QUOTE_SILENCE_MS_DEFAULT),
         probation_quotes: f.probation_quotes.unwrap_or(PROBATION_QUOTES_DEFAULT),
         probation_ms: f.probation_ms.unwrap_or(PROBATION_MS_DEFAULT),
