@@ -287,6 +287,7 @@ impl<S: AccountFetch> Refresher<S> {
         let tick_ns = self.shared.cfg.idle_tick_ms * NS_PER_MS;
         while !stop.load(Relaxed) {
             self.step(&*clock);
+            crate::runtime::drill::point("refdata", 0);
             let now = clock.now_ns();
             // A backoff that ends before the idle tick is kept to the
             // millisecond: the breaker's open bound counts on it.
