@@ -229,8 +229,18 @@ fn object<'a>(o: &'a Objects, kind: &str, name: &str) -> &'a BTreeMap<String, Ve
         .unwrap_or_else(|| panic!("the manifests name {kind} {name}, which nobody makes"))
 }
 
-/// What one volume holds (key -> bytes) and whether it is a Secret.
-fn volume(pod: &Pod, o: &Objects, name: &str) -> (BTreeMap<String, Vec<u8>>, bool) {
+/// A Secret volume's `defaultMode` (Kubernetes reads `0440` as octal; a
+/// YAML 1.2 parser hands its digits over as decimal), 0644 by default.
+fn default_mode(secret: &Yaml) -> u32 {
+    match secret["defaultMode"].as_i64() {
+        None => 0o644,
+        Some(v) => u32::from_str_radix(&v.to_string(), 8).expect("an octal mode"),
+    }
+}
+
+/// What one volume holds (key -> bytes) and, for a Secret, its files'
+/// mode.
+fn volume(pod: &Pod, o: &Objects, name: &str) -> (BTreeMap<String, Vec<u8>>, Option<u32>) {
     let volumes = pod.spec["volumes"].as_vec().cloned().unwrap_or_default();
     let Some(v) = volumes.iter().find(|v| s(&v["name"]) == name) else {
         assert!(
@@ -238,12 +248,12 @@ fn volume(pod: &Pod, o: &Objects, name: &str) -> (BTreeMap<String, Vec<u8>>, boo
             "{}: volume {name}",
             pod.name
         );
-        return (BTreeMap::new(), false);
+        return (BTreeMap::new(), None);
     };
     if !v["configMap"].is_badvalue() {
         return (
             object(o, "configMap", &s(&v["configMap"]["name"])).clone(),
-            false,
+            None,
         );
     }
     let data = object(o, "secret", &s(&v["secret"]["secretName"]));
@@ -254,14 +264,14 @@ fn volume(pod: &Pod, o: &Objects, name: &str) -> (BTreeMap<String, Vec<u8>>, boo
             .collect(),
         None => data.clone(),
     };
-    (files, true)
+    (files, Some(default_mode(&v["secret"])))
 }
 
-/// Writes one file of a mount (a Secret's readable by its owner only).
-fn write_file(path: &Path, bytes: &[u8], secret: bool) {
+/// Writes one file of a mount with its mode (a ConfigMap's: 0644).
+fn write_file(path: &Path, bytes: &[u8], mode: Option<u32>) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
-    let mode = if secret { 0o400 } else { 0o644 };
+    let mode = mode.unwrap_or(0o644);
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
@@ -288,8 +298,8 @@ fn mount(pod: &Pod, o: &Objects, root: &Path, base: &Rewrites) -> Vec<(String, S
     for m in &mounts {
         let (files, secret) = volume(pod, o, &s(&m["name"]));
         let text = |b: &Vec<u8>| match secret {
-            true => b.clone(),
-            false => all.apply(std::str::from_utf8(b).unwrap()).into_bytes(),
+            Some(_) => b.clone(),
+            None => all.apply(std::str::from_utf8(b).unwrap()).into_bytes(),
         };
         match m["subPath"].as_str() {
             Some(key) => write_file(&here(m), &text(&files[key]), secret),
@@ -457,6 +467,9 @@ fn start(pod: Pod, o: &Objects, root: &Path, base: &Rewrites) -> Running {
     let c = pod.container();
     let image = s(&c["image"]);
     let program = if image.starts_with("pricewire:") {
+        // The image the Dockerfile builds is tagged with this version.
+        let tag = format!("pricewire:{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(image, tag, "{}: the image", pod.name);
         env!("CARGO_BIN_EXE_pricewire").to_string()
     } else if image.starts_with("nats:") {
         "nats-server".to_string()
@@ -585,7 +598,17 @@ fn the_shipped_manifests_start_with_their_own_config_env_and_secrets() {
             c.log()
         );
     }
-    for e in &start_all(pods("edge.yaml", 51), &o, root.path(), &names) {
+    let edges = start_all(pods("edge.yaml", 51), &o, root.path(), &names);
+    for e in &edges {
         serves_lp_prices(e);
+    }
+    // The shipped file modes draw no warning about who may read them.
+    for p in cores.iter().chain(&edges) {
+        let log = p.log();
+        assert!(
+            !log.contains("readable by other users"),
+            "{}:\n{log}",
+            p.pod.name
+        );
     }
 }
