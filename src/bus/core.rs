@@ -128,12 +128,15 @@ impl BusPublisher {
         table: &InstrumentTable,
         engine: Arc<PriceTable>,
         input: ShardInput,
+        supervisor: &crate::runtime::Supervisor,
     ) -> Result<BusPublisher, BusError> {
         input.interest.set_all();
         let stats = Arc::new(BusStats::default());
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
         let (cfg, st, table) = (cfg.clone(), stats.clone(), table.clone());
-        let thread = BusThread::spawn(move |stop| {
+        // Transient: it ends by design once the engine lets go of the ring.
+        let transient = crate::runtime::Policy::Transient;
+        let thread = BusThread::spawn(supervisor, transient, move |stop| {
             let input = Input {
                 ring: input.consumer,
                 hosted: input.hosted,
@@ -176,7 +179,10 @@ fn bus_thread(
     });
     let (client, key) = match set_up {
         Ok(c) => c,
-        Err(e) => return drop(ready_tx.send(Err(e))),
+        Err(e) => {
+            crate::runtime::supervise::end_expected();
+            return drop(ready_tx.send(Err(e)));
+        }
     };
     let _ = ready_tx.send(Ok(()));
     let core_id = crate::model::fresh_stream_id();
@@ -278,6 +284,7 @@ impl Outbox {
             std::thread::yield_now();
             return turns + 1;
         }
+        crate::runtime::drill::point("bus", 0);
         let (ring, hosted) = (&input.ring, &input.hosted);
         if input
             .doorbell
