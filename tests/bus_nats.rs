@@ -81,7 +81,7 @@ fn subscribers_on_two_edges_receive_identical_streams() {
             .lines()
             .filter(|l| l.starts_with("pricewire_bus_messages_total{"))
             .count();
-        assert_eq!(events, 15, "{text}");
+        assert_eq!(events, 22, "{text}");
         let beats = text
             .lines()
             .filter(|l| l.starts_with("pricewire_bus_heartbeats_total{"))
