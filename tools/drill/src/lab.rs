@@ -44,6 +44,9 @@ pub struct LabConfig {
     pub logs: PathBuf,
     /// The short form: shorter waits, no timed verdicts.
     pub short: bool,
+    /// A bus without authorization; by default it runs with the shipped
+    /// manifests' per-role permissions ([`crate::access`]).
+    pub plain: bool,
 }
 
 /// A price core and its provider.
@@ -119,7 +122,10 @@ impl Lab {
             .collect::<anyhow::Result<_>>()?;
         std::fs::create_dir_all(&cfg.logs)?;
         let cluster = match bus {
-            true => Some(Cluster::start(&cfg.nats_bin, &cfg.logs)?),
+            true => {
+                let secured = (!cfg.plain).then_some(PREFIX);
+                Some(Cluster::start(&cfg.nats_bin, &cfg.logs, secured)?)
+            }
             false => None,
         };
         Ok(Lab {
@@ -196,6 +202,10 @@ impl Lab {
         Ok(p)
     }
 
+    fn access(&self) -> Option<&crate::access::Access> {
+        self.cluster.as_ref().and_then(|c| c.access())
+    }
+
     fn feed_symbols(&self) -> Vec<(u16, i64)> {
         self.symbol_ids
             .iter()
@@ -210,7 +220,7 @@ impl Lab {
         let (ops, feed) = (free_addr()?, free_addr()?);
         let name = format!("core-{k}");
         let path = self.config.path().display().to_string();
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--role",
             "core",
             "--threading",
@@ -230,6 +240,7 @@ impl Lab {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(self.access().map(|a| a.core_args()).unwrap_or_default());
         let proc = self.serve(&name, &args, ops)?;
         let feeder = Feeder::start(feed, self.feed_symbols(), FEED_RATE, k as u64 + 1);
         self.note(format!("{name} started"));
@@ -249,7 +260,7 @@ impl Lab {
         let (ops, listen) = (free_addr()?, free_addr()?);
         let name = format!("edge-{k}");
         let path = self.config.path().display().to_string();
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--role",
             "edge",
             "--bus",
@@ -266,6 +277,7 @@ impl Lab {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(self.access().map(|a| a.edge_args()).unwrap_or_default());
         self.start_server(name, args, ops, listen, None)
     }
 

@@ -21,6 +21,7 @@
 //! Adding a scenario (an overload drill, say) is a function over a
 //! [`lab::Lab`] and an entry in [`scenarios::SCENARIOS`].
 
+pub mod access;
 pub mod check;
 pub mod feeder;
 pub mod lab;

@@ -19,6 +19,10 @@ struct Args {
     /// Halved waits and untimed verdicts (what `cargo test` runs).
     #[arg(long)]
     short: bool,
+    /// Run the bus without authorization (by default the cluster has the
+    /// shipped manifests' per-role permissions and cores and edges log on).
+    #[arg(long)]
+    plain: bool,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -67,7 +71,16 @@ fn main() -> anyhow::Result<()> {
         nats_bin: args.nats_server_bin,
         logs: dir.join("logs"),
         short: args.short,
+        plain: args.plain,
     };
+    eprintln!(
+        "drill: bus {}",
+        if args.plain {
+            "plain (no authorization)"
+        } else {
+            "secured (per-role permissions)"
+        }
+    );
     let mut rows = Vec::new();
     for s in chosen {
         eprintln!("drill: {} ({})", s.name, s.about);

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use pricewire_bench::procs::{free_addr, http_status, Proc};
 
+use crate::access::{connect_options, Access};
+
 /// Nodes in the cluster.
 pub const NODES: usize = 3;
 /// Longest wait for the cluster (or a restored node) to report healthy.
@@ -33,14 +35,20 @@ pub struct Cluster {
     bin: String,
     nodes: Vec<Node>,
     logs: PathBuf,
+    access: Option<Access>,
     _stores: tempfile::TempDir,
 }
 
 impl Cluster {
     /// Starts three routed nodes with JetStream and waits until every one
-    /// answers `/healthz` (a JetStream meta leader exists).
-    pub fn start(bin: &str, logs: &Path) -> anyhow::Result<Cluster> {
+    /// answers `/healthz` (a JetStream meta leader exists). With
+    /// `secured`, the subject prefix, they run with the shipped
+    /// authorization ([`Access`]).
+    pub fn start(bin: &str, logs: &Path, secured: Option<&str>) -> anyhow::Result<Cluster> {
         let stores = tempfile::tempdir().context("JetStream store folders")?;
+        let access = secured
+            .map(|prefix| Access::write(stores.path(), prefix))
+            .transpose()?;
         let mut nodes = Vec::with_capacity(NODES);
         for i in 0..NODES {
             nodes.push(Node {
@@ -55,6 +63,7 @@ impl Cluster {
             bin: bin.to_string(),
             nodes,
             logs: logs.to_path_buf(),
+            access,
             _stores: stores,
         };
         for i in 0..NODES {
@@ -81,6 +90,9 @@ impl Cluster {
             .args(["--cluster_name", "pw-drill"])
             .args(["--cluster", &format!("nats://{}", n.cluster)])
             .args(["--routes", &routes.join(",")]);
+        if let Some(a) = &self.access {
+            cmd.arg("-c").arg(&a.server_conf);
+        }
         let proc = Proc::spawn(&format!("nats-{}", node_name(i)), cmd, &self.logs)?;
         self.nodes[i].proc = Some(proc);
         Ok(())
@@ -99,6 +111,11 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
+    }
+
+    /// The cluster's authorization, if it runs secured.
+    pub fn access(&self) -> Option<&Access> {
+        self.access.as_ref()
     }
 
     /// `--bus` for pricewire: every node, `nats://127.0.0.1:PORT,…`,
@@ -227,7 +244,7 @@ pub fn request_within(
     r.read_line(&mut line)?; // INFO
     let inbox = "_INBOX.pwdrill";
     let mut out = Vec::new();
-    out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n");
+    out.extend_from_slice(format!("CONNECT {}\r\n", connect_options()).as_bytes());
     out.extend_from_slice(format!("SUB {inbox} 1\r\n").as_bytes());
     out.extend_from_slice(format!("PUB {subject} {inbox} {}\r\n", payload.len()).as_bytes());
     out.extend_from_slice(payload);

@@ -44,6 +44,7 @@ fn the_short_failure_matrix_holds_every_invariant() {
         nats_bin: "nats-server".into(),
         logs: dir.path().join("logs"),
         short: true,
+        plain: false,
     };
     let rows: Vec<_> = SCENARIOS
         .iter()
