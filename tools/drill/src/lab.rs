@@ -11,11 +11,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use pricewire_bench::procs::{free_addr, http_status, Proc};
+use pricewire_bench::procs::{http_status, Proc};
 
 use crate::check::{self, Bounds, Failure, Findings, Terminal};
 use crate::feeder::{self, Feeder};
-use crate::nats::Cluster;
+use crate::nats::{fresh_addr, Cluster};
 use crate::recorder::Recorder;
 
 /// The drill's symbols and the mids their walks start at.
@@ -217,7 +217,7 @@ impl Lab {
     /// Starts a core (its provider quoting at once); returns its index.
     pub fn start_core(&mut self) -> anyhow::Result<usize> {
         let k = self.cores.len();
-        let (ops, feed) = (free_addr()?, free_addr()?);
+        let (ops, feed) = (fresh_addr()?, fresh_addr()?);
         let name = format!("core-{k}");
         let path = self.config.path().display().to_string();
         let mut args: Vec<String> = [
@@ -257,7 +257,7 @@ impl Lab {
     /// Starts an edge and a recorder on it; returns the edge's index.
     pub fn start_edge(&mut self) -> anyhow::Result<usize> {
         let k = self.servers.len();
-        let (ops, listen) = (free_addr()?, free_addr()?);
+        let (ops, listen) = (fresh_addr()?, fresh_addr()?);
         let name = format!("edge-{k}");
         let path = self.config.path().display().to_string();
         let mut args: Vec<String> = [
@@ -283,7 +283,7 @@ impl Lab {
 
     /// Starts a standalone server fed by a provider, and a recorder.
     pub fn start_standalone(&mut self) -> anyhow::Result<usize> {
-        let (ops, listen, feed) = (free_addr()?, free_addr()?, free_addr()?);
+        let (ops, listen, feed) = (fresh_addr()?, fresh_addr()?, fresh_addr()?);
         let path = self.config.path().display().to_string();
         let args: Vec<String> = [
             "--listen",

@@ -14,6 +14,22 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use pricewire_bench::procs::{free_addr, http_status, Proc};
 
+/// A free loopback port this drill has not handed out before: the kernel
+/// may give a port just released by `free_addr` again, and two nodes (or
+/// processes) given one port lose one of them at start.
+pub fn fresh_addr() -> anyhow::Result<SocketAddr> {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1_000 {
+        let addr = free_addr()?;
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return Ok(addr);
+        }
+    }
+    bail!("no loopback port not handed out before")
+}
+
 use crate::access::{connect_options, Access};
 
 /// Nodes in the cluster.
@@ -52,9 +68,9 @@ impl Cluster {
         let mut nodes = Vec::with_capacity(NODES);
         for i in 0..NODES {
             nodes.push(Node {
-                client: free_addr()?,
-                monitor: free_addr()?,
-                cluster: free_addr()?,
+                client: fresh_addr()?,
+                monitor: fresh_addr()?,
+                cluster: fresh_addr()?,
                 store: stores.path().join(format!("n{i}")),
                 proc: None,
             });
@@ -102,6 +118,9 @@ impl Cluster {
         let monitor = self.nodes[i].monitor;
         let deadline = Instant::now() + HEALTHY_TIMEOUT;
         while http_status(monitor, "/healthz") != Some(200) {
+            if self.nodes[i].proc.as_mut().is_none_or(|p| p.exited()) {
+                bail!("nats node {} exited at start (see its log)", node_name(i));
+            }
             if Instant::now() > deadline {
                 bail!(
                     "nats node {} not healthy within {HEALTHY_TIMEOUT:?}",
