@@ -6,7 +6,7 @@
 //!
 //! Every value is read at scrape time from the sessions' atomics; nothing
 //! here runs on the feed thread. [`FAMILIES`] is the list docs/fix.md must
-//! show (`tests/fix_metrics.rs` holds them equal).
+//! show (`tests/it/fix_metrics.rs` holds them equal).
 
 use std::sync::Arc;
 

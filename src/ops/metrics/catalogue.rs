@@ -4,7 +4,7 @@
 //! This table is the single source of truth for metric names. The registry
 //! refuses samples for families it does not know, `docs/operations.md`'s
 //! metrics section is generated from a scrape of the binary plus this table
-//! (`tests/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
+//! (`tests/it/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
 //! from here (another test checks), so dashboards and alerts cannot drift
 //! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
 //! base units (`_seconds`), counters end in `_total`, ratios end in `_rate`

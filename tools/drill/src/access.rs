@@ -7,7 +7,7 @@
 //! unrestricted user for the drill's own JetStream calls (which node leads
 //! a stream, deleting the lease bucket). TLS is left out: it changes how
 //! a connection starts, not what is published where, and
-//! `tests/bus_security.rs` runs both against a real nats-server.
+//! `tests/it/bus_security.rs` runs both against a real nats-server.
 //!
 //! Off with `pricewire-drill --plain` (no authorization at all).
 

@@ -1,7 +1,7 @@
 //! The short form of the failure matrix, in `cargo test`: the scenarios
 //! marked short, on the real `pricewire` binary (built by this workspace)
-//! and a real 3-node nats-server cluster (installed from Debian's
-//! packages if missing), with untimed verdicts. Fails naming every
+//! and a real 3-node nats-server cluster (`tools/test-deps` installs
+//! it), with untimed verdicts. Fails naming every
 //! invariant or check that broke.
 
 use pricewire_drill::lab::LabConfig;
@@ -21,18 +21,16 @@ fn pricewire_bin() -> std::path::PathBuf {
     root.join("target/debug/pricewire")
 }
 
+/// nats-server is installed by `tools/test-deps`, never by this test.
 fn ensure_nats_server() {
-    let have = std::process::Command::new("nats-server")
+    let runs = std::process::Command::new("nats-server")
         .arg("--version")
-        .output();
-    if have.is_ok_and(|o| o.status.success()) {
-        return;
-    }
-    let ok = std::process::Command::new("apt-get")
-        .args(["install", "-y", "nats-server"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "nats-server is missing and could not be installed");
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        runs,
+        "nats-server is not installed: run tools/test-deps (Debian package nats-server; needs root or sudo)"
+    );
 }
 
 #[test]
