@@ -17,9 +17,9 @@
 //!
 //! See `docs/fix.md` for the supported subset and the operating rules.
 
+pub(crate) mod burst;
 pub mod codec;
 pub mod feed;
-pub(crate) mod garble;
 pub mod health;
 pub mod metrics;
 pub mod session;

@@ -26,7 +26,7 @@
 //!
 //! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
 //! ignored and counted, as FIX says; `garbled_max` garbled messages within
-//! `garbled_window_ms` tear the session down (see `feed::fix::garble`).
+//! `garbled_window_ms` tear the session down (see `feed::fix::burst`).
 //!
 //! **ResendRequest** is answered by one SequenceReset-GapFill: nothing we
 //! send is worth resending (session messages never are; a
@@ -59,9 +59,9 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::burst::BurstWindow;
 use super::codec::{self, Encoder, Fields, Header};
-use super::garble::GarbleWindow;
-use super::health::{HealthConfig, HealthGauges, Inputs, ProviderHealthMachine, ProviderState};
+use super::health::{HealthConfig, HealthGauges, ProviderHealthMachine, ProviderState};
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
 use crate::config::fix::FixSessionConfig;
@@ -71,6 +71,8 @@ use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, Outcome};
 
 mod admin;
 mod market;
+mod timers;
+mod verdict;
 
 use market::{Book, EMPTY_BOOK};
 
@@ -220,7 +222,7 @@ pub struct FixSession {
     health: HealthSlot,
     stats: Arc<FixSessionStats>,
     rng: SmallRng,
-    garbled: GarbleWindow,
+    garbled: BurstWindow,
 }
 
 impl FixSession {
@@ -287,7 +289,7 @@ impl FixSession {
             health,
             stats: Arc::new(FixSessionStats::default()),
             rng,
-            garbled: GarbleWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
+            garbled: BurstWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
             cfg,
         }
     }
@@ -331,83 +333,6 @@ impl FixSession {
     /// The driver wrote `n` bytes of [`FixSession::outbound`].
     pub fn consume_outbound(&mut self, n: usize) {
         self.outbound.drain(..n.min(self.outbound.len()));
-    }
-
-    /// Timers: connect schedule, connect/logon/logout deadlines, heartbeat,
-    /// TestRequest, read timeout; and the breaker's own timer, so health
-    /// follows Open -> HalfOpen with no traffic.
-    pub fn poll(&mut self, now_ns: u64, wall_ns: u64) -> Io {
-        self.update_health(now_ns);
-        // Half-open is the time to probe: connect now instead of at the end
-        // of a long backoff, so the trial calls come before the breaker's
-        // half_open_max_wait_ms (the read timeout) ends it without a verdict.
-        if self.state == SessionState::Waiting
-            && self.next_connect_ns > now_ns
-            && self.breaker.state(now_ns) == BreakerState::HalfOpen
-        {
-            self.next_connect_ns = now_ns;
-        }
-        match self.state {
-            SessionState::Waiting if now_ns >= self.next_connect_ns => {
-                self.state = SessionState::Connecting;
-                self.deadline_ns = now_ns + self.cfg.connect_timeout_ms * NS_PER_MS;
-                self.stats.connects_attempted.inc();
-                return Io::Connect;
-            }
-            SessionState::Connecting if now_ns >= self.deadline_ns => {
-                self.stats.connect_timeouts.inc();
-                self.fail(Failure::ConnectTimeout, now_ns);
-            }
-            SessionState::LogonSent if now_ns >= self.deadline_ns => {
-                self.stats.logon_timeouts.inc();
-                self.fail(Failure::LogonTimeout, now_ns);
-            }
-            SessionState::LoggingOut if now_ns >= self.deadline_ns => self.close_quietly(),
-            SessionState::LogonSent | SessionState::Active | SessionState::LoggingOut => {
-                self.check_silence(now_ns, wall_ns)
-            }
-            _ => {}
-        }
-        self.take_io(now_ns)
-    }
-
-    fn check_silence(&mut self, now_ns: u64, wall_ns: u64) {
-        let silent_ns = now_ns.saturating_sub(self.last_recv_ns);
-        let hb_ns = u64::from(self.cfg.heartbeat_s) * 1_000 * NS_PER_MS;
-        if silent_ns >= self.cfg.read_timeout_ms * NS_PER_MS {
-            self.stats.read_timeouts.inc();
-            self.fail(Failure::ReadTimeout, now_ns);
-            return;
-        }
-        if self.state != SessionState::Active {
-            return;
-        }
-        self.check_quote_silence(now_ns);
-        if silent_ns >= hb_ns * TEST_REQUEST_AFTER_PCT / 100 && !self.test_req_pending {
-            self.test_req_pending = true;
-            self.test_req_id += 1;
-            self.stats.test_requests_sent.inc();
-            let id = self.test_req_id;
-            self.send(b"1", now_ns, wall_ns, |e| {
-                e.fmt(112, format_args!("TEST{id}"))
-            });
-        } else if now_ns.saturating_sub(self.last_sent_ns) >= hb_ns {
-            self.stats.heartbeats_sent.inc();
-            self.send(b"0", now_ns, wall_ns, |_| {});
-        }
-    }
-
-    /// Logged on and no quote for `quote_silence_ms`: one failure per
-    /// silent interval (a hung LP that still heartbeats opens the breaker
-    /// by the consecutive rule); the session stays up.
-    fn check_quote_silence(&mut self, now_ns: u64) {
-        let interval_ns = self.cfg.quote_silence_ms * NS_PER_MS;
-        if self.machine.silent(now_ns) && now_ns.saturating_sub(self.silence_mark_ns) >= interval_ns
-        {
-            self.silence_mark_ns = now_ns;
-            self.stats.quote_silences.inc();
-            self.note_failure(Failure::QuoteSilence, now_ns);
-        }
     }
 
     /// The TCP connection is up: send Logon.
@@ -625,118 +550,6 @@ impl FixSession {
         self.outbound.extend_from_slice(bytes);
         self.out_seq += 1;
         self.last_sent_ns = now_ns;
-    }
-
-    /// Records a failure and asks the driver to close.
-    fn fail(&mut self, why: Failure, now_ns: u64) {
-        self.note_failure(why, now_ns);
-        if self.close.is_none() {
-            self.close = Some(why);
-        }
-    }
-
-    /// A breaker failure with a log line, at most one a second per
-    /// session (the lines held back are counted in the next).
-    fn note_failure(&mut self, why: Failure, now_ns: u64) {
-        let due = self
-            .fail_logged_ns
-            .is_none_or(|t| now_ns.saturating_sub(t) >= FAIL_LOG_EVERY_NS);
-        if due {
-            let held_back = std::mem::take(&mut self.fail_log_held);
-            tracing::warn!(provider = %self.cfg.name, ?why, held_back, "FIX session failure");
-            self.fail_logged_ns = Some(now_ns);
-        } else {
-            self.fail_log_held += 1;
-        }
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
-    }
-
-    fn close_quietly(&mut self) {
-        self.close_quietly = true;
-        if self.close.is_none() {
-            self.close = Some(Failure::Disconnected);
-        }
-    }
-
-    fn take_io(&mut self, now_ns: u64) -> Io {
-        if self.close.is_none() {
-            return Io::Nothing;
-        }
-        let was_open = self.state != SessionState::Waiting;
-        self.finish_close(now_ns);
-        if was_open {
-            Io::Close
-        } else {
-            Io::Nothing
-        }
-    }
-
-    /// Back to `Waiting` with the next attempt after full-jitter backoff.
-    fn finish_close(&mut self, now_ns: u64) {
-        self.close = None;
-        self.close_quietly = false;
-        self.state = SessionState::Waiting;
-        // The outbound buffer keeps a parting Logout for the driver's last
-        // write; it is cleared when the next connection comes up.
-        self.pending.clear();
-        self.pending_pos = 0;
-        self.books.fill(EMPTY_BOOK);
-        self.machine.on_session_down();
-        let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
-        self.attempt = self.attempt.saturating_add(1);
-        self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
-        self.stats.reconnects_scheduled.inc();
-        self.update_health(now_ns);
-    }
-
-    fn record(&mut self, outcome: Outcome, now_ns: u64) {
-        if let Ok(permit) = self.breaker.try_acquire(now_ns) {
-            self.breaker.record(permit, outcome, now_ns);
-        }
-        if matches!(outcome, Outcome::Failure { .. }) {
-            self.consecutive_failures = self.consecutive_failures.saturating_add(1);
-            let k = self.cfg.breaker_consecutive_failures;
-            if k > 0 && self.consecutive_failures >= k && self.breaker.trip(now_ns) {
-                self.stats.breaker_trips.inc();
-                tracing::warn!(provider = %self.cfg.name, failures = k,
-                    "FIX feed breaker opened: consecutive failures");
-            }
-        }
-        self.update_health(now_ns);
-    }
-
-    /// Evaluates the provider-health machine; publishes `healthy` (state
-    /// `streaming`) to the engine and the state to the gauges.
-    fn update_health(&mut self, now_ns: u64) {
-        let inputs = Inputs {
-            breaker_closed: matches!(
-                self.breaker.state(now_ns),
-                BreakerState::Closed | BreakerState::Disabled
-            ),
-            session_up: self.state == SessionState::Active,
-        };
-        if let Some((from, to)) = self.machine.evaluate(now_ns, inputs) {
-            self.gauges.set_state(to);
-            if from.healthy() != to.healthy() {
-                self.stats.health_changes.inc();
-            }
-            let (provider, from, to_name) = (&self.cfg.name, from.name(), to.name());
-            match to {
-                ProviderState::Streaming | ProviderState::Probation => {
-                    tracing::info!(%provider, from, to = to_name, healthy = to.healthy(),
-                        "FIX provider state changed")
-                }
-                _ => tracing::warn!(%provider, from, to = to_name, healthy = to.healthy(),
-                    "FIX provider state changed"),
-            }
-        }
-        let healthy = self.machine.state().healthy();
-        if self.published != Some(healthy) {
-            if let Some(h) = self.health.get() {
-                h.set(usize::from(self.cfg.provider), healthy);
-                self.published = Some(healthy);
-            }
-        }
     }
 }
 

@@ -1,0 +1,122 @@
+//! Verdicts: failures and their log line, closing and the reconnect
+//! schedule, breaker records and the consecutive-failures rule, and the
+//! provider health published to the engine. Part of [`super::FixSession`].
+
+use super::{Failure, FixSession, Io, SessionState, EMPTY_BOOK, FAIL_LOG_EVERY_NS};
+use crate::clock::NS_PER_MS;
+use crate::feed::fix::health::{Inputs, ProviderState};
+use crate::resilience::{BreakerState, Outcome};
+
+impl FixSession {
+    /// Records a failure and asks the driver to close.
+    pub(super) fn fail(&mut self, why: Failure, now_ns: u64) {
+        self.note_failure(why, now_ns);
+        if self.close.is_none() {
+            self.close = Some(why);
+        }
+    }
+
+    /// A breaker failure with a log line, at most one a second per
+    /// session (the lines held back are counted in the next).
+    pub(super) fn note_failure(&mut self, why: Failure, now_ns: u64) {
+        let due = self
+            .fail_logged_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= FAIL_LOG_EVERY_NS);
+        if due {
+            let held_back = std::mem::take(&mut self.fail_log_held);
+            tracing::warn!(provider = %self.cfg.name, ?why, held_back, "FIX session failure");
+            self.fail_logged_ns = Some(now_ns);
+        } else {
+            self.fail_log_held += 1;
+        }
+        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
+    }
+
+    pub(super) fn close_quietly(&mut self) {
+        self.close_quietly = true;
+        if self.close.is_none() {
+            self.close = Some(Failure::Disconnected);
+        }
+    }
+
+    pub(super) fn take_io(&mut self, now_ns: u64) -> Io {
+        if self.close.is_none() {
+            return Io::Nothing;
+        }
+        let was_open = self.state != SessionState::Waiting;
+        self.finish_close(now_ns);
+        if was_open {
+            Io::Close
+        } else {
+            Io::Nothing
+        }
+    }
+
+    /// Back to `Waiting` with the next attempt after full-jitter backoff.
+    pub(super) fn finish_close(&mut self, now_ns: u64) {
+        self.close = None;
+        self.close_quietly = false;
+        self.state = SessionState::Waiting;
+        // The outbound buffer keeps a parting Logout for the driver's last
+        // write; it is cleared when the next connection comes up.
+        self.pending.clear();
+        self.pending_pos = 0;
+        self.books.fill(EMPTY_BOOK);
+        self.machine.on_session_down();
+        let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
+        self.attempt = self.attempt.saturating_add(1);
+        self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
+        self.stats.reconnects_scheduled.inc();
+        self.update_health(now_ns);
+    }
+
+    pub(super) fn record(&mut self, outcome: Outcome, now_ns: u64) {
+        if let Ok(permit) = self.breaker.try_acquire(now_ns) {
+            self.breaker.record(permit, outcome, now_ns);
+        }
+        if matches!(outcome, Outcome::Failure { .. }) {
+            self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+            let k = self.cfg.breaker_consecutive_failures;
+            if k > 0 && self.consecutive_failures >= k && self.breaker.trip(now_ns) {
+                self.stats.breaker_trips.inc();
+                tracing::warn!(provider = %self.cfg.name, failures = k,
+                    "FIX feed breaker opened: consecutive failures");
+            }
+        }
+        self.update_health(now_ns);
+    }
+
+    /// Evaluates the provider-health machine; publishes `healthy` (state
+    /// `streaming`) to the engine and the state to the gauges.
+    pub(super) fn update_health(&mut self, now_ns: u64) {
+        let inputs = Inputs {
+            breaker_closed: matches!(
+                self.breaker.state(now_ns),
+                BreakerState::Closed | BreakerState::Disabled
+            ),
+            session_up: self.state == SessionState::Active,
+        };
+        if let Some((from, to)) = self.machine.evaluate(now_ns, inputs) {
+            self.gauges.set_state(to);
+            if from.healthy() != to.healthy() {
+                self.stats.health_changes.inc();
+            }
+            let (provider, from, to_name) = (&self.cfg.name, from.name(), to.name());
+            match to {
+                ProviderState::Streaming | ProviderState::Probation => {
+                    tracing::info!(%provider, from, to = to_name, healthy = to.healthy(),
+                        "FIX provider state changed")
+                }
+                _ => tracing::warn!(%provider, from, to = to_name, healthy = to.healthy(),
+                    "FIX provider state changed"),
+            }
+        }
+        let healthy = self.machine.state().healthy();
+        if self.published != Some(healthy) {
+            if let Some(h) = self.health.get() {
+                h.set(usize::from(self.cfg.provider), healthy);
+                self.published = Some(healthy);
+            }
+        }
+    }
+}
