@@ -405,7 +405,12 @@ fn a_message_for_another_session_is_a_decode_failure() {
     let frame = e.finish().unwrap().to_vec();
     assert_eq!(r.s.handle_frame(&frame, r.now, r.wall()), Io::Close);
     let st = r.s.stats().snapshot();
-    assert_eq!((st.comp_id_mismatches, st.decode_errors), (1, 1));
+    assert_eq!(
+        (st.comp_id_mismatches, st.decode_errors),
+        (1, 0),
+        "one reason each"
+    );
+    assert_eq!((st.connections, st.close_wrong_comp_id), (1, 1));
 }
 
 #[test]

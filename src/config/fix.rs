@@ -45,9 +45,14 @@ pub const RECONNECT_BASE_MS_DEFAULT: u64 = 500;
 pub const RECONNECT_CAP_MS_DEFAULT: u64 = 30_000;
 /// A quote older than this (provider SendingTime -> our receive) is slow.
 pub const SLOW_QUOTE_MS_DEFAULT: u64 = 250;
-/// Sequence gaps (each resubscribed) before the session logs out and
-/// reconnects instead.
+/// Sequence gaps (each resubscribed) within `gap_window_ms` after which
+/// the session logs out and reconnects instead.
 pub const GAPS_BEFORE_LOGOUT_DEFAULT: u32 = 3;
+/// Default window of the gap count, in ms: gaps further apart are each
+/// recovered by resubscribing, however many there are.
+pub const GAP_WINDOW_MS_DEFAULT: u64 = 10_000;
+/// Most gaps a window may be set to hold.
+pub const GAPS_BEFORE_LOGOUT_MAX: u32 = 1_000;
 /// Successful quotes are recorded in the breaker at most once per this
 /// period (failures always); see the module docs of `session`.
 pub const QUOTE_SAMPLE_MS_DEFAULT: u64 = 100;
@@ -124,9 +129,11 @@ pub struct FixProviderFile {
     /// A quote older than this on arrival is slow, in ms (default
     /// [`SLOW_QUOTE_MS_DEFAULT`]).
     pub slow_quote_ms: Option<u64>,
-    /// Sequence gaps before logout and reconnect (default
-    /// [`GAPS_BEFORE_LOGOUT_DEFAULT`]).
+    /// Sequence gaps within `gap_window_ms` before logout and reconnect
+    /// (default [`GAPS_BEFORE_LOGOUT_DEFAULT`]).
     pub gaps_before_logout: Option<u32>,
+    /// Window of the gap count, in ms (default [`GAP_WINDOW_MS_DEFAULT`]).
+    pub gap_window_ms: Option<u64>,
     /// Period of breaker success samples, in ms (default
     /// [`QUOTE_SAMPLE_MS_DEFAULT`]).
     pub quote_sample_ms: Option<u64>,
@@ -239,8 +246,10 @@ pub struct FixSessionConfig {
     pub reconnect: Backoff,
     /// A quote older than this on arrival is slow, in ms.
     pub slow_quote_ms: u64,
-    /// Sequence gaps before logout and reconnect.
+    /// Sequence gaps within `gap_window_ms` before logout and reconnect.
     pub gaps_before_logout: u32,
+    /// Window of the gap count, in ms.
+    pub gap_window_ms: u64,
     /// Period of breaker success samples, in ms.
     pub quote_sample_ms: u64,
     /// The feed breaker: a call is a quote, its timeout the read timeout.
@@ -290,6 +299,7 @@ impl FixSessionConfig {
             reconnect: Backoff::new(RECONNECT_BASE_MS_DEFAULT, RECONNECT_CAP_MS_DEFAULT),
             slow_quote_ms: SLOW_QUOTE_MS_DEFAULT,
             gaps_before_logout: GAPS_BEFORE_LOGOUT_DEFAULT,
+            gap_window_ms: GAP_WINDOW_MS_DEFAULT,
             quote_sample_ms: QUOTE_SAMPLE_MS_DEFAULT,
             breaker: breaker_config(
                 SLOW_QUOTE_MS_DEFAULT,
@@ -351,8 +361,10 @@ impl FixSessionConfig {
         if self.reconnect.base_ms == 0 || self.reconnect.cap_ms < self.reconnect.base_ms {
             return Err("reconnect: need 1 <= reconnect_base_ms <= reconnect_cap_ms".into());
         }
-        if self.gaps_before_logout == 0 {
-            return Err("gaps_before_logout: must be at least 1".into());
+        if self.gaps_before_logout == 0 || self.gaps_before_logout > GAPS_BEFORE_LOGOUT_MAX {
+            return Err(format!(
+                "gaps_before_logout: must be 1..={GAPS_BEFORE_LOGOUT_MAX}"
+            ));
         }
         if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
             return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
@@ -364,6 +376,7 @@ impl FixSessionConfig {
             ("provider_age_max_ms", self.provider_age_max_ms),
             ("clock_skew_ms", self.clock_skew_ms),
             ("garbled_window_ms", self.garbled_window_ms),
+            ("gap_window_ms", self.gap_window_ms),
             ("logout_ms", self.logout_timeout_ms),
             ("quote_silence_ms", self.quote_silence_ms),
             ("probation_ms", self.probation_ms),
@@ -371,8 +384,8 @@ impl FixSessionConfig {
         if let Some((key, _)) = times.iter().find(|(_, v)| *v > ms_max) {
             return Err(format!("{key}: at most {ms_max} (a day)"));
         }
-        if self.garbled_window_ms == 0 || self.logout_timeout_ms == 0 {
-            return Err("garbled_window_ms and logout_ms must be at least 1".into());
+        if self.garbled_window_ms == 0 || self.gap_window_ms == 0 || self.logout_timeout_ms == 0 {
+            return Err("garbled_window_ms, gap_window_ms and logout_ms must be at least 1".into());
         }
         let user = self.username.as_deref();
         let pass = self.password.as_ref().map(Secret::expose);
@@ -595,6 +608,7 @@ pub fn resolve(
         ),
         slow_quote_ms,
         gaps_before_logout: f.gaps_before_logout.unwrap_or(GAPS_BEFORE_LOGOUT_DEFAULT),
+        gap_window_ms: f.gap_window_ms.unwrap_or(GAP_WINDOW_MS_DEFAULT),
         quote_sample_ms: f.quote_sample_ms.unwrap_or(QUOTE_SAMPLE_MS_DEFAULT),
         breaker,
         garbled_max: f.garbled_max.unwrap_or(GARBLED_MAX_DEFAULT),

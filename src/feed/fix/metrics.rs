@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use super::health::{HealthGauges, ProviderState};
+use super::session::DisconnectReason;
 use super::stats::{FixFeedStats, FixSessionSnapshot, FixSessionStats};
 use crate::clock::Clock;
 use crate::ops::metrics::catalogue as m;
@@ -48,30 +49,6 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
     (m::FIX_TIMEOUTS, "kind", "quote_silence", |s| {
         s.quote_silences
     }),
-    (m::FIX_DISCONNECTS, "reason", "peer_closed", |s| {
-        s.disconnects
-    }),
-    (m::FIX_DISCONNECTS, "reason", "peer_logout", |s| {
-        s.logouts_received
-    }),
-    (m::FIX_DISCONNECTS, "reason", "read_timeout", |s| {
-        s.read_timeouts
-    }),
-    (m::FIX_DISCONNECTS, "reason", "garbled", |s| {
-        s.garbled_teardowns
-    }),
-    (m::FIX_DISCONNECTS, "reason", "gap_logout", |s| {
-        s.logouts_for_gaps
-    }),
-    (m::FIX_DISCONNECTS, "reason", "seq_too_low", |s| {
-        s.seq_too_low
-    }),
-    (m::FIX_DISCONNECTS, "reason", "wrong_comp_id", |s| {
-        s.comp_id_mismatches
-    }),
-    (m::FIX_DISCONNECTS, "reason", "outbound_full", |s| {
-        s.outbound_full
-    }),
     (m::FIX_REJECTS, "kind", "market_data_request", |s| {
         s.md_rejects
     }),
@@ -84,6 +61,9 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
     }),
     (m::FEED_DECODE_ERRORS, "reason", "wrong_comp_id", |s| {
         s.comp_id_mismatches
+    }),
+    (m::FEED_DECODE_ERRORS, "reason", "missing_seq_num", |s| {
+        s.missing_seq_nums
     }),
     (m::FEED_DECODE_ERRORS, "reason", "bad_price", |s| {
         s.bad_prices
@@ -141,6 +121,14 @@ pub fn register(r: &Registry, stats: &FixFeedStats, wall: Arc<dyn Clock>) -> Res
         )?;
         for &(family, f) in PLAIN {
             counter(r, family, &[("provider", name)], &p.session, f)?;
+        }
+        // One count per connection that ended, under its first cause.
+        for reason in DisconnectReason::ALL {
+            let s = Arc::clone(&p.session);
+            let labels = [("provider", name), ("reason", reason.name())];
+            r.register_counter_fn(m::FIX_DISCONNECTS, &labels, move || {
+                reason.counter(&s).get()
+            })?;
         }
         for &(family, key, value, f) in LABELLED {
             counter(

@@ -48,6 +48,8 @@ session_stats! {
     connects_attempted,
     /// Connects refused or otherwise failed.
     connects_failed,
+    /// TCP connections established (connects that completed).
+    connections,
     /// Connects that took longer than `connect_ms`.
     connect_timeouts,
     /// Logons not answered within `logon_ms`.
@@ -58,12 +60,14 @@ session_stats! {
     disconnects,
     /// Reconnects scheduled (after any close).
     reconnects_scheduled,
-    /// Frames that were not FIX (bad framing, fields, prices).
+    /// Garbled messages other than a CheckSum mismatch (framing, fields).
     decode_errors,
     /// Messages with a CheckSum mismatch.
     checksum_errors,
     /// Messages whose 49/56 did not name this session (decode failures).
     comp_id_mismatches,
+    /// Messages without MsgSeqNum (34) (decode failures).
+    missing_seq_nums,
     /// Sessions closed because nothing arrived for the read timeout.
     read_timeouts,
     /// MsgSeqNum gaps (messages missed).
@@ -76,6 +80,16 @@ session_stats! {
     logouts_for_gaps,
     /// Logouts the provider sent.
     logouts_received,
+    /// Logons the provider answered with a Logout.
+    logons_rejected,
+    /// In-session sequence resets: a Logon with ResetSeqNumFlag (141=Y)
+    /// while logged on, answered with ours.
+    seq_resets,
+    /// SequenceReset-Reset (35=4 without 123=Y) to a number below the
+    /// expected one: refused with a session Reject, as FIX 4.4 says.
+    seq_reset_rejects,
+    /// Session Rejects (35=3) we sent.
+    rejects_sent,
     /// MarketDataRequestRejects (business errors).
     md_rejects,
     /// Session-level Rejects of our messages (business errors).
@@ -119,6 +133,30 @@ session_stats! {
     /// Quotes older than provider_age_max_ms + clock_skew_ms by their
     /// provider time: not delivered.
     stale_quotes,
+    /// Connections ended by the peer closing or resetting them.
+    close_peer_closed,
+    /// Connections ended by the peer's Logout while logged on.
+    close_peer_logout,
+    /// Connections ended by a Logout answering our Logon.
+    close_logon_rejected,
+    /// Connections ended by the logon timeout.
+    close_logon_timeout,
+    /// Connections ended by the read timeout.
+    close_read_timeout,
+    /// Connections ended for garbled input.
+    close_garbled,
+    /// Connections ended by our Logout for sequence gaps.
+    close_gap_logout,
+    /// Connections ended by our Logout for a MsgSeqNum too low.
+    close_seq_too_low,
+    /// Connections ended for a message naming another session.
+    close_wrong_comp_id,
+    /// Connections ended for a message without MsgSeqNum.
+    close_missing_seq_num,
+    /// Connections ended because our outbound buffer overflowed.
+    close_outbound_full,
+    /// Connections ended by our Logout on shutdown or request.
+    close_shutdown,
 }
 
 /// Counters of one provider's session and feed breaker.

@@ -370,7 +370,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
         "FIX timeouts by kind: connect, logon, read, quote_silence"),
     counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
-        "FIX sessions closed, by reason (peer_closed, peer_logout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, outbound_full)"),
+        "FIX connections that ended, each once under its first cause (peer_closed, peer_logout, logon_rejected, logon_timeout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, missing_seq_num, outbound_full, shutdown)"),
     counter(FIX_SEQ_GAPS, &["provider"], "events", "fix",
         "MsgSeqNum gaps from a FIX provider"),
     counter(FIX_RESUBSCRIBES, &["provider"], "events", "fix",

@@ -20,9 +20,13 @@
 //! session records a breaker failure, accepts the new number, clears every
 //! book (incrementals after a gap may apply to a book we never saw) and
 //! resubscribes with fresh MarketDataRequests, which bring new snapshots.
-//! After `gaps_before_logout` gaps on one connection it logs out and
-//! reconnects instead. A MsgSeqNum below the expected one (without
-//! PossDupFlag) means the peer lost its state: failure, Logout, reconnect.
+//! After `gaps_before_logout` gaps within `gap_window_ms` on one
+//! connection it logs out and reconnects instead. A MsgSeqNum below the
+//! expected one (without PossDupFlag) means the peer lost its state:
+//! failure, Logout, reconnect. In-session resets (Logon 141=Y while logged
+//! on) are answered; a SequenceReset-Reset below the expected number is
+//! refused with a Reject (FIX 4.4). Every Logout we send carries a Text
+//! (58) saying why; the LP's Text is logged escaped.
 //!
 //! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
 //! ignored and counted, as FIX says; `garbled_max` garbled messages within
@@ -67,13 +71,16 @@ use crate::clock::NS_PER_MS;
 use crate::config::fix::FixSessionConfig;
 use crate::model::ProviderHealth;
 use crate::model::Tick;
-use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, Outcome};
+use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker};
+use close::Escaped;
 
 mod admin;
+mod close;
 mod market;
 mod timers;
 mod verdict;
 
+pub use close::DisconnectReason;
 use market::{Book, EMPTY_BOOK};
 
 /// Where a session publishes its provider's health: filled once the
@@ -133,12 +140,15 @@ pub enum Failure {
     ConnectTimeout,
     /// No Logon answer within `logon_ms`.
     LogonTimeout,
+    /// The provider answered our Logon with a Logout.
+    LogonRejected,
     /// The peer closed or reset the connection.
     Disconnected,
-    /// Bytes that are not FIX, or a message without MsgSeqNum.
-    Decode,
-    /// A CheckSum mismatch.
-    Checksum,
+    /// A message whose 49/56 named another session (a misrouted
+    /// connection).
+    WrongCompId,
+    /// A message without MsgSeqNum (34).
+    MissingSeqNum,
     /// Nothing received within the read timeout.
     ReadTimeout,
     /// A MsgSeqNum gap (recovered by resubscribing, or by logout after
@@ -175,6 +185,14 @@ struct MsgHeader<'a> {
     /// BeginSeqNo (7) / EndSeqNo (16) of a ResendRequest.
     begin_seq_no: Option<u64>,
     end_seq_no: Option<u64>,
+    /// ResetSeqNumFlag (141) of a Logon.
+    reset_seq_num: bool,
+    /// Text (58), for the log.
+    text: Option<&'a [u8]>,
+    /// RefSeqNum (45) and SessionRejectReason (373) of a Reject, or
+    /// MDReqRejReason (281) of a MarketDataRequestReject, for the log.
+    ref_seq_num: Option<u64>,
+    reject_reason: Option<&'a [u8]>,
 }
 
 /// One FIX market-data session (see the module docs).
@@ -203,8 +221,12 @@ pub struct FixSession {
     pending_pos: usize,
     feed_seq: u64,
     last_sample_ns: Option<u64>,
-    close: Option<Failure>,
-    close_quietly: bool,
+    /// A close is asked for (the driver is told at the end of the call).
+    close: bool,
+    /// Why the current connection ends: the first cause wins.
+    ending: Option<DisconnectReason>,
+    /// A TCP connection is established (counted once when it ends).
+    connected: bool,
     breaker: CircuitBreaker,
     /// Provider health (see [`super::health`]) and its gauges.
     machine: ProviderHealthMachine,
@@ -223,6 +245,9 @@ pub struct FixSession {
     stats: Arc<FixSessionStats>,
     rng: SmallRng,
     garbled: BurstWindow,
+    /// Sequence gaps of this connection: `gaps_before_logout` within
+    /// `gap_window_ms` log out.
+    gaps: BurstWindow,
 }
 
 impl FixSession {
@@ -272,8 +297,9 @@ impl FixSession {
             pending_pos: 0,
             feed_seq: 0,
             last_sample_ns: None,
-            close: None,
-            close_quietly: false,
+            close: false,
+            ending: None,
+            connected: false,
             breaker,
             machine: ProviderHealthMachine::new(HealthConfig {
                 quote_silence_ms: cfg.quote_silence_ms,
@@ -290,6 +316,7 @@ impl FixSession {
             stats: Arc::new(FixSessionStats::default()),
             rng,
             garbled: BurstWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
+            gaps: BurstWindow::new(cfg.gaps_before_logout, cfg.gap_window_ms * NS_PER_MS),
             cfg,
         }
     }
@@ -339,11 +366,14 @@ impl FixSession {
     pub fn on_connected(&mut self, now_ns: u64, wall_ns: u64) -> Io {
         debug_assert_eq!(self.state, SessionState::Connecting);
         self.state = SessionState::LogonSent;
+        self.connected = true;
+        self.stats.connections.inc();
         self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
         self.last_recv_ns = now_ns;
         self.out_seq = 1;
         self.in_seq = 1;
         self.gaps_this_connection = 0;
+        self.gaps.clear();
         self.test_req_pending = false;
         self.garbled.clear();
         self.outbound.clear();
@@ -377,7 +407,7 @@ impl FixSession {
     /// The peer closed or reset the connection (the driver has dropped it).
     pub fn on_disconnected(&mut self, now_ns: u64) -> Io {
         if self.state == SessionState::LoggingOut {
-            self.close_quietly = true;
+            self.end_quietly();
         } else {
             self.stats.disconnects.inc();
             self.fail(Failure::Disconnected, now_ns);
@@ -412,16 +442,13 @@ impl FixSession {
         }
     }
 
-    /// The receive buffer holds bytes that are not FIX.
-    pub(crate) fn on_decode_error(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
-        tracing::warn!(provider = %self.cfg.name, %err, "FIX decode failure");
-        if matches!(err, codec::DecodeError::BadChecksum { .. }) {
-            self.stats.checksum_errors.inc();
-            self.fail(Failure::Checksum, now_ns);
-        } else {
-            self.stats.decode_errors.inc();
-            self.fail(Failure::Decode, now_ns);
-        }
+    /// A message for another session: a misrouted connection, closed.
+    fn on_wrong_comp_id(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) -> Io {
+        let (sender, target) = (hdr.sender_comp_id.unwrap_or(b""), hdr.target_comp_id);
+        tracing::warn!(provider = %self.cfg.name, sender = %Escaped(sender),
+            target = %Escaped(target.unwrap_or(b"")), "FIX message for another session");
+        self.stats.comp_id_mismatches.inc();
+        self.fail(Failure::WrongCompId, now_ns);
         self.take_io(now_ns)
     }
 
@@ -465,8 +492,7 @@ impl FixSession {
             Err(e) => return self.on_garbled(e, now_ns),
         };
         if !self.addressed_to_us(&hdr) {
-            self.stats.comp_id_mismatches.inc();
-            return self.on_decode_error(codec::DecodeError::WrongCompId, now_ns);
+            return self.on_wrong_comp_id(&hdr, now_ns);
         }
         if !self.check_seq(msg_type, &hdr, now_ns, wall_ns) {
             return self.take_io(now_ns);
@@ -484,29 +510,17 @@ impl FixSession {
         wall_ns: u64,
     ) {
         match msg_type {
-            b"A" => self.on_logon(now_ns, wall_ns),
+            b"A" => self.on_logon(hdr, now_ns, wall_ns),
             b"0" => {}
             b"1" => {
                 self.stats.test_requests_answered.inc();
                 let id = hdr.test_req_id.unwrap_or(b"");
                 self.send(b"0", now_ns, wall_ns, |e| e.bytes(112, id));
             }
-            b"5" => self.on_logout(now_ns, wall_ns),
+            b"5" => self.on_logout(hdr, now_ns, wall_ns),
             b"2" => self.on_resend_request(hdr, now_ns, wall_ns),
-            b"3" => {
-                // A session-level Reject of one of our messages: our own
-                // fault, so a business error for the breaker.
-                self.stats.session_rejects.inc();
-                self.record(Outcome::Ignored, now_ns);
-            }
-            b"4" => {
-                // A NewSeqNo at or below the expected number would rewind
-                // the session: FIX says reject it; we ignore it and count.
-                match hdr.new_seq_no {
-                    Some(n) if n > self.in_seq => self.in_seq = n,
-                    _ => self.stats.messages_ignored.inc(),
-                }
-            }
+            b"3" => self.on_session_reject(hdr, now_ns),
+            b"4" => self.on_sequence_reset(hdr, now_ns, wall_ns),
             b"Y" => self.on_md_reject(hdr, now_ns),
             b"W" | b"X" if self.state == SessionState::Active => {
                 self.on_market_data(hdr, body, now_ns, wall_ns)
@@ -575,6 +589,10 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
             16 => h.end_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             49 => h.sender_comp_id = Some(v),
             56 => h.target_comp_id = Some(v),
+            141 => h.reset_seq_num = v == b"Y",
+            58 => h.text = Some(v),
+            45 => h.ref_seq_num = codec::parse_u64(v),
+            373 | 281 => h.reject_reason = Some(v),
             268 => break, // the repeating group: entries are read later
             _ => {}
         }

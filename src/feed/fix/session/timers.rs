@@ -36,7 +36,7 @@ impl FixSession {
                 self.stats.logon_timeouts.inc();
                 self.fail(Failure::LogonTimeout, now_ns);
             }
-            SessionState::LoggingOut if now_ns >= self.deadline_ns => self.close_quietly(),
+            SessionState::LoggingOut if now_ns >= self.deadline_ns => self.end_quietly(),
             SessionState::LogonSent | SessionState::Active | SessionState::LoggingOut => {
                 self.check_silence(now_ns, wall_ns)
             }

@@ -2,17 +2,26 @@
 //! schedule, breaker records and the consecutive-failures rule, and the
 //! provider health published to the engine. Part of [`super::FixSession`].
 
-use super::{Failure, FixSession, Io, SessionState, EMPTY_BOOK, FAIL_LOG_EVERY_NS};
+use super::{
+    DisconnectReason, Failure, FixSession, Io, SessionState, EMPTY_BOOK, FAIL_LOG_EVERY_NS,
+};
 use crate::clock::NS_PER_MS;
 use crate::feed::fix::health::{Inputs, ProviderState};
 use crate::resilience::{BreakerState, Outcome};
 
 impl FixSession {
-    /// Records a failure and asks the driver to close.
+    /// Records a failure and asks the driver to close; the connection
+    /// ends for this reason unless an earlier cause was recorded.
     pub(super) fn fail(&mut self, why: Failure, now_ns: u64) {
         self.note_failure(why, now_ns);
-        if self.close.is_none() {
-            self.close = Some(why);
+        self.end_for(DisconnectReason::of_failure(why));
+        self.close = true;
+    }
+
+    /// Records why the connection ends, if nothing did before.
+    pub(super) fn end_for(&mut self, why: Option<DisconnectReason>) {
+        if self.ending.is_none() {
+            self.ending = why;
         }
     }
 
@@ -32,15 +41,15 @@ impl FixSession {
         self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
     }
 
-    pub(super) fn close_quietly(&mut self) {
-        self.close_quietly = true;
-        if self.close.is_none() {
-            self.close = Some(Failure::Disconnected);
-        }
+    /// Closes without a failure (our Logout was answered or timed out):
+    /// the reason is the one the Logout recorded.
+    pub(super) fn end_quietly(&mut self) {
+        self.end_for(Some(DisconnectReason::PeerClosed));
+        self.close = true;
     }
 
     pub(super) fn take_io(&mut self, now_ns: u64) -> Io {
-        if self.close.is_none() {
+        if !self.close {
             return Io::Nothing;
         }
         let was_open = self.state != SessionState::Waiting;
@@ -54,8 +63,11 @@ impl FixSession {
 
     /// Back to `Waiting` with the next attempt after full-jitter backoff.
     pub(super) fn finish_close(&mut self, now_ns: u64) {
-        self.close = None;
-        self.close_quietly = false;
+        self.close = false;
+        let ending = self.ending.take().unwrap_or(DisconnectReason::PeerClosed);
+        if std::mem::take(&mut self.connected) {
+            ending.counter(&self.stats).inc();
+        }
         self.state = SessionState::Waiting;
         // The outbound buffer keeps a parting Logout for the driver's last
         // write; it is cleared when the next connection comes up.
