@@ -82,14 +82,17 @@ fn snapshot_and_incremental_refresh_become_ticks() {
     assert_eq!((t[1].symbol, t[1].bid, t[1].ask), (jpy, 149_860, 149_880));
     assert_eq!(t[1].provider_time_ns, WALL0 - 750 * MS);
     assert!(t[1].feed_seq > t[0].feed_seq);
-    // A delete leaves one side: no tick until the side comes back.
+    // A delete leaves one side: a withdrawal of the other on this message.
     r.peer(b"X", |e| {
         e.uint(268, 1);
         e.uint(279, 2);
         e.uint(269, 1);
         e.bytes(55, b"EUR/USD");
     });
-    assert!(r.ticks().is_empty());
+    let t = r.ticks();
+    assert_eq!(t.len(), 1);
+    assert_eq!((t[0].bid, t[0].ask), (108_125, pricewire::model::NO_PRICE));
+    assert_eq!(t[0].flags, pricewire::model::tick_flags::WITHDRAWN_ASK);
 }
 
 #[test]
@@ -223,6 +226,9 @@ fn a_market_data_reject_is_a_business_error() {
         e.uint(281, 0);
         e.bytes(58, b"unknown symbol");
     });
+    let t = r.ticks();
+    assert_eq!(t.len(), 1, "USD/JPY withdrawn on the reject");
+    assert_eq!(t[0].flags, pricewire::model::tick_flags::WITHDRAWN);
     let b = r.s.breaker_stats().snapshot();
     assert_eq!((b.failed_calls, b.ignored_calls), (0, 1));
     assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
@@ -417,7 +423,10 @@ fn a_message_for_another_session_is_a_decode_failure() {
 fn a_bad_price_skips_the_entry_and_counts_a_failure() {
     let mut r = Rig::active();
     r.snapshot("EUR/USD", "1.081234", "1.08128"); // six decimals at five digits
-    assert!(r.ticks().is_empty());
+    let t = r.ticks();
+    // The full refresh replaced the bid with one we cannot read: gone.
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].flags, pricewire::model::tick_flags::WITHDRAWN_BID);
     assert_eq!(
         r.s.state(),
         SessionState::Active,
@@ -627,7 +636,12 @@ fn a_quote_old_by_its_provider_time_never_enters_the_price() {
     assert_eq!(aged_snapshot(&mut r, 2_400), 1, "within limit + skew");
     assert_eq!(aged_snapshot(&mut r, 3_000), 0, "stamped 3 s ago: dropped");
     let s = r.s.stats().snapshot();
-    assert_eq!((s.stale_quotes, s.quotes), (1, 2), "still a (slow) quote");
+    assert_eq!((s.stale_quotes, s.quotes), (1, 1), "delivered quotes only");
+    let b = r.s.breaker_stats().snapshot();
+    assert_eq!(
+        b.slow_calls, 2,
+        "both slow calls for the breaker (2.4 s, 3 s)"
+    );
     let mut cfg = config();
     cfg.provider_age_max_ms = 0;
     let mut r = Rig::active_with(cfg);

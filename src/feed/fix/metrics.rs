@@ -22,6 +22,8 @@ pub const FAMILIES: &[&str] = &[
     m::PROVIDER_HEALTHY,
     m::PROVIDER_STATE,
     m::FIX_QUOTES,
+    m::FIX_WITHDRAWALS,
+    m::FIX_QUOTES_DISCARDED,
     m::TICKS_RECEIVED,
     m::FIX_SLOW_QUOTES,
     m::FIX_CONNECTS,
@@ -68,11 +70,30 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
     (m::FEED_DECODE_ERRORS, "reason", "bad_price", |s| {
         s.bad_prices
     }),
+    (
+        m::FIX_QUOTES_DISCARDED,
+        "reason",
+        "stale_provider_time",
+        |s| s.stale_quotes,
+    ),
+    (m::FIX_QUOTES_DISCARDED, "reason", "unknown_symbol", |s| {
+        s.unknown_symbols
+    }),
+    (m::FIX_QUOTES_DISCARDED, "reason", "rejected_symbol", |s| {
+        s.discarded_rejected_symbol
+    }),
+    (m::FIX_QUOTES_DISCARDED, "reason", "not_logged_on", |s| {
+        s.discarded_not_logged_on
+    }),
+    (m::FIX_QUOTES_DISCARDED, "reason", "bad_price", |s| {
+        s.bad_prices
+    }),
 ];
 
 /// (family, counter) for the counters labelled by provider only.
 const PLAIN: &[(&str, Field)] = &[
     (m::FIX_QUOTES, |s| s.quotes),
+    (m::FIX_WITHDRAWALS, |s| s.withdrawals),
     (m::FIX_SLOW_QUOTES, |s| s.slow_quotes),
     (m::FIX_SEQ_GAPS, |s| s.seq_gaps),
     (m::FIX_RESUBSCRIBES, |s| s.resubscribes),
@@ -111,13 +132,14 @@ pub fn register(r: &Registry, stats: &FixFeedStats, wall: Arc<dyn Clock>) -> Res
     for p in &stats.providers {
         let name = p.name.as_str();
         health(r, name, &p.health)?;
-        // Every quote of this LP is one tick offered to the engine ring.
+        // Every tick of this LP offered to the engine ring: its delivered
+        // quotes and withdrawals (not what the socket read).
         counter(
             r,
             m::TICKS_RECEIVED,
             &[("provider", name)],
             &p.session,
-            |s| s.quotes,
+            |s| s.quotes + s.withdrawals,
         )?;
         for &(family, f) in PLAIN {
             counter(r, family, &[("provider", name)], &p.session, f)?;

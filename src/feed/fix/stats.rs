@@ -98,8 +98,16 @@ session_stats! {
     messages_received,
     /// Messages dropped without effect (duplicates, out-of-state admin).
     messages_ignored,
-    /// Quotes (ticks) produced.
+    /// Two-sided quotes delivered to the engine (ticks).
     quotes,
+    /// Withdrawal ticks delivered to the engine (a side or a symbol that
+    /// left: a delete, a full refresh without the side, a 35=Y).
+    withdrawals,
+    /// Entries for a symbol whose request the LP refused (35=Y).
+    discarded_rejected_symbol,
+    /// Market data received while not logged on (before the Logon or
+    /// after our Logout).
+    discarded_not_logged_on,
     /// Quotes older than the slow threshold on arrival.
     slow_quotes,
     /// Entries whose price or size could not be read.

@@ -114,8 +114,15 @@ pub const PROVIDER_HEALTHY: &str = "pricewire_provider_healthy";
 /// 1 for the provider's health state (down, probation, streaming, silent,
 /// breaker_open), 0 for the others (gauge, by `provider`, `state`).
 pub const PROVIDER_STATE: &str = "pricewire_provider_state";
-/// Quotes (ticks) a FIX provider delivered (counter, by `provider`).
+/// Two-sided quotes a FIX provider delivered to the engine (counter, by
+/// `provider`).
 pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
+/// Withdrawal ticks a FIX provider delivered: a side or symbol that left the
+/// price (counter, by `provider`).
+pub const FIX_WITHDRAWALS: &str = "pricewire_fix_withdrawals_total";
+/// Quotes a FIX provider sent that were not delivered, by reason (counter, by
+/// `provider`, `reason`).
+pub const FIX_QUOTES_DISCARDED: &str = "pricewire_fix_quotes_discarded_total";
 /// Quotes older than slow_quote_ms on arrival (provider time to receive)
 /// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
@@ -362,7 +369,11 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(PROVIDER_STATE, &["provider", "state"], "boolean", "fix",
         "1 for the provider's health state (down, probation, streaming, silent, breaker_open), 0 for the others"),
     counter(FIX_QUOTES, &["provider"], "ticks", "fix",
-        "Quotes (ticks) a FIX provider delivered"),
+        "Two-sided quotes a FIX provider delivered to the engine"),
+    counter(FIX_WITHDRAWALS, &["provider"], "ticks", "fix",
+        "Withdrawal ticks a FIX provider delivered (a deleted side, a full refresh without it, a 35=Y): the side leaves the price on that message"),
+    counter(FIX_QUOTES_DISCARDED, &["provider", "reason"], "quotes", "fix",
+        "Quotes a FIX provider sent that were not delivered, by reason (stale_provider_time, unknown_symbol, rejected_symbol, not_logged_on, bad_price)"),
     counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
         "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
     counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",

@@ -251,7 +251,7 @@ impl FixSession {
     pub(super) fn on_md_reject(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) {
         self.stats.md_rejects.inc();
         if let Some(i) = hdr.req_id.and_then(|id| self.req_index(id)) {
-            self.books[i].rejected = true;
+            self.reject_symbol(i, now_ns);
             tracing::warn!(provider = %self.cfg.name, symbol = %self.cfg.symbols[i].provider_symbol,
                 reason = %Escaped(hdr.reject_reason.unwrap_or(b"")),
                 text = %Escaped(hdr.text.unwrap_or(b"")), "MarketDataRequest rejected");

@@ -523,8 +523,9 @@ impl FixSession {
             b"4" => self.on_sequence_reset(hdr, now_ns, wall_ns),
             b"Y" => self.on_md_reject(hdr, now_ns),
             b"W" | b"X" if self.state == SessionState::Active => {
-                self.on_market_data(hdr, body, now_ns, wall_ns)
+                self.on_market_data(msg_type == b"W", hdr, body, now_ns, wall_ns)
             }
+            b"W" | b"X" => self.stats.discarded_not_logged_on.inc(),
             _ => self.stats.messages_ignored.inc(),
         }
     }
