@@ -1,31 +1,100 @@
-//! The shard's connections: socket reads into each session, writes of
-//! the outbound buffers, the session calls with their context, and the
-//! end of a connection (closing, closing now, disconnecting all).
+//! The shard's connection set ([`Conns`]): the slab of connections and
+//! their sessions, the subscription index and price path, and what every
+//! handler does to a connection — a session call with its context, a
+//! write of its outbound buffer, accepting it, closing it. The handlers
+//! that own other state (logon, subscribe, requests, revalidation, moves,
+//! lag) take a `&mut Conns` for the connection they act on.
 //!
-//! Reads are bounded per connection per turn ([`READS_PER_TURN`]), and so
-//! are the requests handled ([`REQUESTS_PER_CONN_TURN`], and
-//! [`super::queries::REQUESTS_PER_TURN`] over all connections); the rest is read and
-//! handled next turn (edge-triggered: remembered in the read list).
+//! Reading a connection (the per-connection entry point for its input) is
+//! the loop's (`reads.rs`): a read dispatches to those handlers.
 
-use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mio::{Interest, Registry, Token};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use super::conn::Conn;
-use super::queries::REQUESTS_PER_CONN_TURN;
-use super::session::{Ctx, Session, Step, Timer};
-use super::shard::{Shard, INTERLEAVE_EVERY, STALL_MIN_NS, SWEEP_NS};
-use super::GatewayStats;
+use super::fanout::Fanout;
+use super::lanes::Room;
+use super::outbound::OutBuf;
+use super::session::{Ctx, Session, SessionConfig};
+use super::slab::Slab;
+use super::{GatewayStats, ShardStats, Shared};
+use crate::admission::RetryWindow;
 use crate::clock::monotonic_ns;
+use crate::requests::hops::HopRecorder;
+use crate::runtime::hosting::HostedTasks;
+use crate::runtime::tls::Link;
 use crate::wire::{self, DisconnectReason, RejectReason};
 
-/// Socket reads per connection per loop turn (each up to the inbound
-/// buffer's size).
-const READS_PER_TURN: usize = 8;
+/// With hosted stages, their [`crate::runtime::HostedTask::between`] runs
+/// after every this many connection writes or events in one loop turn, so
+/// a turn that writes to thousands of sessions (a reconnect herd) does not
+/// hold quotes and the other shards' prices for its whole length.
+pub(super) const INTERLEAVE_EVERY: usize = 32;
 
-impl Shard {
+/// A shard's connections and what acts on one of them.
+pub(super) struct Conns {
+    pub(super) shared: Arc<Shared>,
+    /// The shard's poller (a clone of the loop's registry: the same epoll
+    /// instance), where sockets are registered and deregistered.
+    registry: Registry,
+    /// Connections and this turn's write and read lists.
+    pub(super) slab: Slab,
+    /// Subscriptions and the price path.
+    pub(super) fanout: Fanout,
+    /// What every session of this shard decides by.
+    pub(super) session_cfg: SessionConfig,
+    pub(super) rng: SmallRng,
+    /// The shard's counters.
+    pub(super) stats: Arc<ShardStats>,
+    /// The `gateway_write` hop: an answer popped to its last byte written.
+    pub(super) write_hop: HopRecorder,
+    /// This shard's slot room (see [`super::lanes::Peer::room`]).
+    pub(super) room: Room,
+}
+
+impl Conns {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        registry: Registry,
+        interest: Arc<crate::engine::SymbolInterest>,
+        stats: Arc<ShardStats>,
+        write_hop: HopRecorder,
+        room: Room,
+    ) -> Conns {
+        let fanout = Fanout::new(
+            &shared.config,
+            shared.table.clone(),
+            interest,
+            shared.wall_offset_ns,
+            shared.cfg.max_update_hz,
+            monotonic_ns(),
+        );
+        Conns {
+            registry,
+            slab: Slab::new(shared.cfg.max_connections_per_shard),
+            fanout,
+            session_cfg: SessionConfig::from(&shared.cfg),
+            rng: SmallRng::from_entropy(),
+            stats,
+            write_hop,
+            room,
+            shared,
+        }
+    }
+
+    /// This shard's index.
+    pub(super) fn index(&self) -> usize {
+        self.room.index()
+    }
+
     // ---- session calls ------------------------------------------------
 
     /// Connection `i`'s session and a context for a call at `now`; call
-    /// [`Shard::settle`] after it.
+    /// [`Conns::settle`] after it.
     pub(super) fn session_ctx(&mut self, i: usize, now: u64) -> Option<(&mut Session, Ctx<'_>)> {
         let conn = self.slab.conns.get_mut(i)?.as_mut()?;
         let ctx = Ctx {
@@ -115,17 +184,20 @@ impl Shard {
     }
 
     // ---- writes -------------------------------------------------------
+    // ---- writes -------------------------------------------------------
 
-    pub(super) fn flush_writes(&mut self, now: u64) {
+    /// Writes every connection in the write list; with hosted stages,
+    /// `hosted` runs between every [`INTERLEAVE_EVERY`] writes.
+    pub(super) fn flush_writes(&mut self, hosted: &mut HostedTasks, now: u64) {
         let mut list = std::mem::take(&mut self.slab.write_list);
-        let hosting = !self.input.hosted.is_empty();
+        let hosting = !hosted.is_empty();
         for (k, &i) in list.iter().enumerate() {
             if let Some(c) = self.slab.conns[i as usize].as_mut() {
                 c.in_write_list = false;
             }
-            self.write_conn(i as usize, now);
+            self.contained(i as usize, |c| c.write_conn(i as usize, now));
             if hosting && k % INTERLEAVE_EVERY == INTERLEAVE_EVERY - 1 {
-                self.input.hosted.between(monotonic_ns());
+                hosted.between(monotonic_ns());
                 self.stats.interleaves.inc();
             }
         }
@@ -176,132 +248,63 @@ impl Shard {
     pub(super) fn queue_write(&mut self, i: usize) {
         self.slab.queue_write(i);
     }
+    // ---- accepting ----------------------------------------------------
 
-    // ---- reads --------------------------------------------------------
+    /// Registers `stream` with the shard's poller as slot `i`'s socket.
+    pub(super) fn register(&self, stream: &mut Link, i: usize) -> std::io::Result<()> {
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        self.registry.register(stream, Token(i + 1), interest)
+    }
 
-    pub(super) fn on_readable(&mut self, i: usize, now: u64) {
-        // A bounded number of reads and requests per turn, so one fast
-        // sender cannot keep the shard from its prices and its other
-        // connections; the rest is read next turn (edge-triggered:
-        // remembered here). Frames left buffered by last turn's request
-        // budget come before more bytes.
-        // A session held for a draining move is not read (see
-        // `gateway::drain`); it is queued again when the hold ends.
-        if self.slab.conns[i].as_ref().is_none_or(Conn::is_held) {
+    /// Takes a new connection into a free slot, or refuses it with
+    /// Disconnect(busy) when there is none.
+    pub(super) fn accept(&mut self, mut stream: Link, peer: SocketAddr) {
+        // No slot while every free one is promised to a moving session.
+        let slot = if self.room.take() {
+            self.slab.free.pop()
+        } else {
+            None
+        };
+        let Some(i) = slot else {
+            self.release_ip(peer);
+            let retry = self.jitter(self.shared.cfg.admission.retry_after);
+            super::acceptor::refuse_busy(stream, retry, &self.shared);
+            return;
+        };
+        let i = i as usize;
+        if self.register(&mut stream, i).is_err() {
+            self.slab.free.push(i as u32);
+            self.room.give();
+            self.release_ip(peer);
             return;
         }
-        let mut left = REQUESTS_PER_CONN_TURN;
-        if !self.process_frames(i, now, &mut left) {
-            return self.slab.queue_read(i);
-        }
-        for _ in 0..READS_PER_TURN {
-            let Some(conn) = self.slab.conns[i].as_mut() else {
-                return;
-            };
-            if conn.logon_ticket != 0 {
-                // Its Logon is with the verifier: what follows stays in the
-                // socket until the verdict (`gateway::logon`).
-                return;
-            }
-            let buf = conn.session.read_buf();
-            if buf.is_empty() {
-                // Cannot happen while max frame <= buffer; treat as abuse.
-                self.with_session(i, now, |s, ctx| s.on_buffer_full(ctx));
-                return;
-            }
-            match conn.stream.read(buf) {
-                Ok(0) => {
-                    GatewayStats::add(&self.shared.stats.peer_closed, 1);
-                    self.close_now(i);
-                    return;
-                }
-                Ok(n) => conn.session.on_read(n, now),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    GatewayStats::add(&self.shared.stats.peer_closed, 1);
-                    self.close_now(i);
-                    return;
-                }
-            }
-            if !self.process_frames(i, now, &mut left) {
-                break;
-            }
-        }
-        self.slab.queue_read(i);
+        let conn = self.new_conn(stream, peer, monotonic_ns());
+        self.slab.put(i, conn);
+        GatewayStats::add(&self.shared.stats.open, 1);
+        self.stats.connections.set(self.slab.in_use() as u64);
     }
 
-    /// Continues reading connections that used up last turn's budget.
-    pub(super) fn read_again(&mut self) {
-        let mut list = std::mem::take(&mut self.slab.read_list);
-        for &i in &list {
-            if let Some(c) = self.slab.conns[i as usize].as_mut() {
-                c.in_read_list = false;
-            }
-            self.on_readable(i as usize, monotonic_ns());
-        }
-        list.clear();
-        // Entries pushed while reading went to the (empty) replacement.
-        list.append(&mut self.slab.read_list);
-        self.slab.read_list = list;
-    }
-
-    /// Hands every complete frame read so far to the session, and what it
-    /// returns to the shard's handlers, until `left` (this connection's) or
-    /// the turn's request budget runs out: false then (frames may remain).
-    /// Frames after a Logon wait for its verdict, in order (true: nothing
-    /// to do until it comes).
-    pub(super) fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> bool {
-        let mut frame = std::mem::take(&mut self.frame);
-        let mut all = true;
-        loop {
-            if self.slab.conns[i]
-                .as_ref()
-                .is_none_or(|c| c.logon_ticket != 0)
-            {
-                break;
-            }
-            if *left == 0 || self.requests_left == 0 {
-                all = false;
-                break;
-            }
-            let Some((session, mut ctx)) = self.session_ctx(i, now) else {
-                break;
-            };
-            let step = session.poll_frame(&mut frame[..], &mut ctx);
-            self.settle(i);
-            match step {
-                Step::Done => break,
-                Step::Handled => {}
-                Step::Event(ev) => {
-                    use super::session::Event as E;
-                    if matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_)) {
-                        *left -= 1;
-                        self.requests_left -= 1;
-                        if let Some(c) = self.slab.conns[i].as_mut() {
-                            c.window_requests = c.window_requests.saturating_add(1);
-                        }
-                    }
-                    self.on_event(i, ev, now)
-                }
-            }
-        }
-        self.frame = frame;
-        all
-    }
-
-    fn on_event(&mut self, i: usize, ev: super::session::Event<'_>, now: u64) {
-        use super::session::Event;
-        let account = self.slab.conns[i].as_ref().and_then(|c| c.account());
-        match (ev, account) {
-            (Event::Logon(l), _) => self.on_logon(i, &l, now),
-            (Event::Subscribe(s), _) => self.on_subscribe(i, &s, now),
-            (Event::Unsubscribe(s), _) => self.on_unsubscribe(i, &s),
-            (Event::SymbolList(r), Some(a)) => self.on_symbol_list(i, a, &r, now),
-            (Event::Snapshot(r), Some(a)) => self.on_snapshot_request(i, a, &r, now),
-            (Event::History(r), Some(a)) => self.on_history_request(i, a, &r, now),
-            // Requests come only from a logged-on session.
-            _ => {}
+    /// A new connection's state, its buffers allocated.
+    fn new_conn(&self, stream: Link, peer: SocketAddr, now: u64) -> Conn {
+        let cfg = &self.shared.cfg;
+        Conn {
+            stream,
+            peer,
+            session: Session::new(&self.session_cfg, now),
+            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
+                .with_final_reserve(super::session::CONTROL_FRAME_MAX),
+            subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
+            dirty_subs: 0,
+            in_write_list: false,
+            fin_sent: false,
+            in_read_list: false,
+            requests_out: 0,
+            last_request_ns: 0,
+            answer_marks: super::answer_marks::AnswerMarks::new(),
+            logon_ticket: 0,
+            window_requests: 0,
+            heavy_windows: 0,
+            held_since_ns: None,
         }
     }
 
@@ -352,19 +355,14 @@ impl Shard {
     /// Takes connection `i` out of the poller and the slab, still open.
     pub(super) fn release_slot(&mut self, i: usize) -> Option<Conn> {
         let mut conn = self.slab.take(i)?;
-        let _ = self.poll.registry().deregister(&mut conn.stream);
-        self.give_room();
+        let _ = self.registry.deregister(&mut conn.stream);
+        self.room.give();
         self.stats.connections.set(self.slab.in_use() as u64);
         Some(conn)
     }
 
-    pub(super) fn disconnect_all(&mut self) {
-        // Sessions in this shard's lane are told too (on adoption), and
-        // shard 0 sends no more.
-        self.disconnecting = true;
-        self.close_moves();
-        self.adopt();
-        let now = monotonic_ns();
+    /// Sends Disconnect(shutdown) to every session not already closing.
+    pub(super) fn disconnect_open(&mut self, now: u64) {
         for i in 0..self.slab.conns.len() {
             let open = self.slab.conns[i]
                 .as_ref()
@@ -375,72 +373,27 @@ impl Shard {
                 self.disconnect(i, DisconnectReason::SHUTDOWN, retry, text, now);
             }
         }
-        self.flush_writes(now);
     }
 
-    pub(super) fn close_all(&mut self) {
-        self.close_moves();
-        self.adopt();
+    /// Writes what each connection has queued and closes it.
+    pub(super) fn close_every(&mut self) {
         for i in 0..self.slab.conns.len() {
             if self.slab.conns[i].is_some() {
-                self.write_conn(i, monotonic_ns());
+                self.contained(i, |c| c.write_conn(i, monotonic_ns()));
                 self.close_now(i);
             }
         }
     }
 
-    // ---- timers -------------------------------------------------------
-
-    /// Measures how late this sweep is (from the last one); a lateness of
-    /// [`STALL_MIN_NS`] or more is a loop stall: counted, and every
-    /// session's deadlines move out by it (see [`Session::on_stall`]).
-    /// Returns whether it was one.
-    pub(super) fn note_stall(&mut self, now: u64) -> bool {
-        let last = std::mem::replace(&mut self.last_sweep_ns, now);
-        let stall = now.saturating_sub(last).saturating_sub(SWEEP_NS);
-        if last == 0 || stall < STALL_MIN_NS {
-            return false;
-        }
-        self.stats.stalls.inc();
-        let ms = stall / 1_000_000;
-        if ms > self.stats.max_stall_ms.get() {
-            self.stats.max_stall_ms.set(ms);
-        }
-        for conn in self.slab.conns[..self.slab.live_end].iter_mut().flatten() {
-            conn.session.on_stall(stall);
-            conn.stream.extend_deadline(stall);
-        }
-        true
+    pub(super) fn release_ip(&self, peer: SocketAddr) {
+        self.shared
+            .admission
+            .lock()
+            .expect("admission lock")
+            .on_close(peer.ip());
     }
 
-    /// Runs every session's timers (see [`Session::on_timer`]) and samples
-    /// the outbound gauges. A session about to be cut for what its peer
-    /// has not sent has its socket read first: bytes waiting there count.
-    pub(super) fn sweep(&mut self, now: u64) {
-        let (mut conflating, mut queued) = (0u64, 0u64);
-        for i in 0..self.slab.live_end {
-            let Some(conn) = self.slab.conns[i].as_mut() else {
-                continue;
-            };
-            if conn.stream.handshake_expired(now) {
-                // Counted by the link; the peer never spoke TLS to the end.
-                self.close_now(i);
-                continue;
-            }
-            // No deadline counts against a session while it is held.
-            conn.held_catch_up(now);
-            conflating += u64::from(conn.out.is_conflating());
-            queued += conn.out.len() as u64;
-            if conn.session.silence_due(&self.session_cfg, now) {
-                // Read even when the turn's request budget is spent.
-                self.requests_left = self.requests_left.max(REQUESTS_PER_CONN_TURN);
-                self.on_readable(i, now);
-            }
-            if self.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
-                self.close_now(i);
-            }
-        }
-        self.stats.conflating_now.set(conflating);
-        self.stats.outbound_bytes.set(queued);
+    pub(super) fn jitter(&mut self, w: RetryWindow) -> u32 {
+        self.rng.gen_range(w.min_ms..=w.max_ms)
     }
 }

@@ -5,7 +5,7 @@
 //! session on shard 0 sends is read, handed over and answered on the
 //! engine's thread. The spill (`spill.rs`) moves sessions off a busy shard
 //! 0, but only sessions with no request answer on its way
-//! (`Shard::pick_mover`: an answer is routed to the shard and slot that
+//! (`moves::pick_mover`: an answer is routed to the shard and slot that
 //! asked), and a flooding session always has answers on their way: in the
 //! storm drill the spill moved the price subscriber away and left the
 //! flood with the engine.
@@ -20,7 +20,7 @@
 //! no deadline counts against it while held (its idle, logon and frame
 //! deadlines move out by the time held). Once its last answer has been
 //! copied into its outbound buffer (`requests_out == 0`) it moves through
-//! the lane like any other session (`Shard::move_slot`: gap-free, a slot
+//! the lane like any other session (`Mover::move_slot`: gap-free, a slot
 //! reserved there), outbound bytes and all, and the receiving shard reads
 //! it. If the answers have not all come within [`DrainPolicy::wait_ns`],
 //! or the move finds no room, the hold ends, the session is read again
@@ -36,7 +36,8 @@
 //! sessions out as before. Counted by outcome in `pricewire_session_drains_total`
 //! (and, when moved, in `pricewire_sessions_moved_total`).
 
-use super::shard::Shard;
+use super::conns::Conns;
+use super::moves::Mover;
 use super::spill;
 
 /// When shard 0 drains a request-heavy session, and how long it waits for
@@ -213,13 +214,43 @@ impl Drain {
     }
 }
 
-impl Shard {
+/// A closed measurement window as a drain decision sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// Busy share of the shard's wall time, per-mille.
+    pub(crate) busy_permille: u32,
+    /// Share of that busy time spent on request work, per-mille.
+    pub(crate) request_share_permille: u32,
+    /// The heaviest flooding session (slot, requests in the window).
+    pub(crate) heaviest: Option<(usize, u32)>,
+}
+
+/// The shard's draining moves: the policy and the drain under way.
+pub(super) struct Drainer {
+    policy: DrainPolicy,
+    /// The draining move under way, if any.
+    under_way: Option<Drain>,
+}
+
+impl Drainer {
+    pub(super) fn new(policy: DrainPolicy) -> Drainer {
+        Drainer {
+            policy,
+            under_way: None,
+        }
+    }
+
+    /// A drain is under way.
+    pub(super) fn is_active(&self) -> bool {
+        self.under_way.is_some()
+    }
+
     /// Ends the measurement window of every session's request count: the
     /// heaviest logged-on session not already held that floods (see
     /// [`DrainPolicy::flooding`]; slot, requests in this window).
-    pub(super) fn take_window_requests(&mut self) -> Option<(usize, u32)> {
-        let p = self.drain_policy;
-        let live = &mut self.slab.conns[..self.slab.live_end];
+    pub(super) fn take_window_requests(&self, conns: &mut Conns) -> Option<(usize, u32)> {
+        let p = self.policy;
+        let live = &mut conns.slab.conns[..conns.slab.live_end];
         heaviest(live.iter_mut().enumerate().filter_map(|(i, c)| {
             let c = c.as_mut()?;
             let n = std::mem::take(&mut c.window_requests);
@@ -230,47 +261,50 @@ impl Shard {
     }
 
     /// At the end of a window on the shard that runs the engine: holds the
-    /// heaviest session if the policy says so and a shard has room.
+    /// heaviest session if the policy says so and a shard has room
+    /// (`closing`: the shard is stopping or disconnecting everyone).
     /// Returns whether request work is what keeps shard 0 busy (a drain
     /// under way, or busy and request share at the policy's marks): the
     /// spill then waits, as moving a subscriber would not relieve it.
-    pub(super) fn consider_drain(
+    pub(super) fn consider(
         &mut self,
-        busy: u32,
-        heaviest: Option<(usize, u32)>,
+        conns: &mut Conns,
+        mover: &mut Mover,
+        w: Window,
+        closing: bool,
         now: u64,
     ) -> bool {
-        let closing = self.stopping.is_some() || self.disconnecting;
-        if self.drain.is_some() {
+        if self.under_way.is_some() {
             return true;
         }
-        if closing || self.peers.len() < 2 {
+        if closing || mover.shards() < 2 {
             return false;
         }
-        let share = self.busy.request_share();
-        let p = self.drain_policy;
+        let (busy, share) = (w.busy_permille, w.request_share_permille);
+        let p = self.policy;
         let requests_heavy = busy >= p.busy_permille && share >= p.request_share_permille;
-        let Some((slot, n)) = heaviest.filter(|&(_, n)| p.due(busy, share, n)) else {
+        let Some((slot, n)) = w.heaviest.filter(|&(_, n)| p.due(busy, share, n)) else {
             return requests_heavy;
         };
-        let Some(to) = spill::fewest(self.peer_loads()).map(|s| s.index) else {
+        let Some(to) = spill::fewest(mover.peer_loads()).map(|s| s.index) else {
             return requests_heavy;
         };
-        let Some(conn) = self.slab.conns[slot].as_mut() else {
+        let Some(conn) = conns.slab.conns[slot].as_mut() else {
             return requests_heavy;
         };
         conn.hold(now);
         conn.in_read_list = false;
         let (out, account) = (conn.requests_out, conn.account());
-        self.slab.read_list.retain(|&k| k as usize != slot);
-        self.drain = Some(Drain {
+        conns.slab.read_list.retain(|&k| k as usize != slot);
+        self.under_way = Some(Drain {
             slot,
             to,
             since_ns: now,
             seen_ns: now,
         });
+        let shard = conns.index();
         tracing::debug!(
-            shard = self.input.index,
+            shard,
             slot,
             ?account,
             to,
@@ -283,72 +317,78 @@ impl Shard {
         true
     }
 
-    /// Each turn while a drain runs: moves the held session once its
-    /// answers are all in, or lets it go when the wait runs out, the move
-    /// fails or the shard starts closing (see [`Drain::step`]).
-    pub(super) fn drain_step(&mut self, now: u64) {
-        let Some(d) = self.drain else {
-            return;
-        };
-        let conn = self.slab.conns[d.slot].as_ref().filter(|c| c.is_held());
+    /// Each turn while a drain runs: lets the held session go when the
+    /// wait runs out or the shard starts closing (see [`Drain::step`]),
+    /// `parked`: prices the engine holds for this shard's full ring.
+    /// Returns the drain whose session is to move now: the caller drains
+    /// its ring, moves it, and calls [`Drainer::moved`] or
+    /// [`Drainer::abort`].
+    pub(super) fn step(
+        &mut self,
+        conns: &mut Conns,
+        parked: u64,
+        closing: bool,
+        now: u64,
+    ) -> Option<Drain> {
+        let d = self.under_way?;
+        let conn = conns.slab.conns[d.slot].as_ref().filter(|c| c.is_held());
         let held = Held {
             present: conn.is_some(),
             active: conn.is_some_and(|c| c.is_active()),
             requests_out: conn.map_or(0, |c| c.requests_out),
-            parked: self.input.fanout.parked.get(),
-            closing: self.stopping.is_some() || self.disconnecting,
+            parked,
+            closing,
         };
-        let step = d.step(&self.drain_policy, held, now);
+        let step = d.step(&self.policy, held, now);
+        let held_us = now.saturating_sub(d.since_ns) / 1_000;
+        match step {
+            DrainStep::Hold => {
+                self.under_way = Some(Drain { seen_ns: now, ..d });
+                return None;
+            }
+            DrainStep::Gone => {
+                // Closed while held (its slot free or taken by a new session).
+                tracing::debug!(shard = conns.index(), held_us, "drained session closed");
+            }
+            DrainStep::Release => release_hold(conns, d.slot, now),
+            DrainStep::Move => {
+                self.under_way = None;
+                return Some(d);
+            }
+            DrainStep::Abort => self.abort(conns, d, now),
+        }
+        self.under_way = None;
+        None
+    }
+
+    /// The drained session `d` moved.
+    pub(super) fn moved(&self, conns: &Conns, d: Drain, now: u64) {
+        conns.stats.drains_moved.inc();
         let held_us = now.saturating_sub(d.since_ns) / 1_000;
         // The gap since the hold's last turn: a hold far past its wait
         // with a gap as long came from a late turn (a stalled thread).
         let gap_us = now.saturating_sub(d.seen_ns) / 1_000;
-        let shard = self.input.index;
-        match step {
-            DrainStep::Hold => {
-                self.drain = Some(Drain { seen_ns: now, ..d });
-                return;
-            }
-            DrainStep::Gone => {
-                // Closed while held (its slot free or taken by a new session).
-                tracing::debug!(shard, held_us, "drained session closed");
-            }
-            DrainStep::Release => self.release_hold(d.slot, now),
-            DrainStep::Move => {
-                // Prices the engine published for this shard must be
-                // through first (see `spill_step`).
-                while !self.input.consumer.is_empty() {
-                    self.drain_prices(now);
-                }
-                if self.move_slot(d.slot, d.to, now) {
-                    self.stats.drains_moved.inc();
-                    tracing::debug!(shard, held_us, gap_us, to = d.to, "drained session moved");
-                } else {
-                    self.abort_drain(d, now);
-                }
-            }
-            DrainStep::Abort => self.abort_drain(d, now),
-        }
-        self.drain = None;
+        let (shard, to) = (conns.index(), d.to);
+        tracing::debug!(shard, held_us, gap_us, to, "drained session moved");
     }
 
     /// Ends a hold without a move: the session is read where it is.
-    fn abort_drain(&mut self, d: Drain, now: u64) {
+    pub(super) fn abort(&mut self, conns: &mut Conns, d: Drain, now: u64) {
         let held_us = now.saturating_sub(d.since_ns) / 1_000;
-        let out = self.slab.conns[d.slot]
+        let out = conns.slab.conns[d.slot]
             .as_ref()
             .map_or(0, |c| c.requests_out);
-        tracing::debug!(shard = self.input.index, held_us, out, "drain aborted");
-        self.release_hold(d.slot, now);
-        self.stats.drains_aborted.inc();
+        tracing::debug!(shard = conns.index(), held_us, out, "drain aborted");
+        release_hold(conns, d.slot, now);
+        conns.stats.drains_aborted.inc();
     }
+}
 
-    /// Ends the hold on slot `i` (if still held) and reads it next turn.
-    fn release_hold(&mut self, i: usize, now: u64) {
-        if let Some(c) = self.slab.conns[i].as_mut().filter(|c| c.is_held()) {
-            c.unhold(now);
-            self.slab.queue_read(i);
-        }
+/// Ends the hold on slot `i` (if still held) and reads it next turn.
+fn release_hold(conns: &mut Conns, i: usize, now: u64) {
+    if let Some(c) = conns.slab.conns[i].as_mut().filter(|c| c.is_held()) {
+        c.unhold(now);
+        conns.slab.queue_read(i);
     }
 }
 

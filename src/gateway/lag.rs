@@ -4,7 +4,7 @@
 //! Two samples feed the detector, both on the shard's own clock:
 //!
 //! - **timer lateness**: at each timer sweep (due every
-//!   [`super::shard::SWEEP_NS`]), how far past its due time the turn that
+//!   [`super::sweep::SWEEP_NS`]), how far past its due time the turn that
 //!   runs it comes — a starved thread or a turn spent on thousands of
 //!   sockets shows up here;
 //! - **ring age**: the age of the oldest unserved price in the shard's ring
@@ -29,7 +29,11 @@
 
 use std::sync::atomic::AtomicU64;
 
-use super::shard::Shard;
+use hdrhistogram::Histogram;
+use rtrb::Consumer;
+
+use super::conns::Conns;
+use crate::model::Price;
 use crate::ops::HistogramSnapshot;
 use crate::overload::{ShedReason, Stage};
 use crate::runtime::counter::{Counter, Gauge};
@@ -221,37 +225,38 @@ impl LagState {
     }
 }
 
-impl Shard {
+impl LagState {
     /// Feeds one sample to the detector and publishes what changed.
-    pub(super) fn lag_sample(&mut self, lag_ns: u64, now: u64) {
-        self.stats.lag.record(lag_ns);
-        let change = self.lag.detector.sample(lag_ns, now);
-        self.lag_publish(change);
+    pub(super) fn sample(&mut self, conns: &Conns, lag_ns: u64, now: u64) {
+        conns.stats.lag.record(lag_ns);
+        let change = self.detector.sample(lag_ns, now);
+        self.publish(conns, change);
     }
 
-    /// At a due sweep: the sweep's lateness is a sample.
-    pub(super) fn lag_on_sweep(&mut self, now: u64) {
-        if self.next_sweep_ns != 0 {
-            self.lag_sample(now.saturating_sub(self.next_sweep_ns), now);
+    /// At a due sweep (due at `due_ns`; 0: the first): the sweep's
+    /// lateness is a sample.
+    pub(super) fn on_sweep(&mut self, conns: &Conns, due_ns: u64, now: u64) {
+        if due_ns != 0 {
+            self.sample(conns, now.saturating_sub(due_ns), now);
         }
     }
 
-    fn lag_publish(&mut self, change: Option<LagChange>) {
-        let stats = &self.stats.lag;
-        stats.windowed_ns.set(self.lag.detector.windowed_ns());
+    fn publish(&mut self, conns: &Conns, change: Option<LagChange>) {
+        let stats = &conns.stats.lag;
+        stats.windowed_ns.set(self.detector.windowed_ns());
         match change {
             Some(LagChange::Engaged) => {
                 stats.lagging.set(1);
                 stats.episodes.inc();
                 tracing::warn!(
-                    shard = self.input.index,
-                    lag_ms = self.lag.detector.windowed_ns() / 1_000_000,
+                    shard = conns.index(),
+                    lag_ms = self.detector.windowed_ns() / 1_000_000,
                     "shard loop lagging: shedding new sessions and requests, conflating"
                 );
             }
             Some(LagChange::Released) => {
                 stats.lagging.set(0);
-                tracing::info!(shard = self.input.index, "shard loop lag back under target");
+                tracing::info!(shard = conns.index(), "shard loop lag back under target");
             }
             None => {}
         }
@@ -259,69 +264,82 @@ impl Shard {
 
     /// While lagging: the jittered busy retry-after a refusal carries
     /// (counted as an admission reject at `loop_lag`); `None` when the shard is not lagging.
-    fn lag_refusal(&mut self) -> Option<u32> {
-        if !self.lag.detector.is_lagging() {
+    fn refusal(&mut self, conns: &mut Conns) -> Option<u32> {
+        if !self.detector.is_lagging() {
             return None;
         }
-        self.shared.overload.record_reject(Stage::LoopLag);
-        Some(self.jitter(self.shared.cfg.admission.retry_after))
+        conns.shared.overload.record_reject(Stage::LoopLag);
+        Some(conns.jitter(conns.shared.cfg.admission.retry_after))
     }
 
     /// A logon on a lagging shard: LogonRejected(busy); returns true if so.
-    pub(super) fn lag_refuse_logon(&mut self, i: usize, now: u64) -> bool {
-        let Some(retry) = self.lag_refusal() else {
+    pub(super) fn refuse_logon(&mut self, conns: &mut Conns, i: usize, now: u64) -> bool {
+        let Some(retry) = self.refusal(conns) else {
             return false;
         };
         let busy = LogonRejectReason::BUSY;
-        self.with_session(i, now, |s, ctx| s.logon_rejected(busy, retry, ctx));
+        conns.with_session(i, now, |s, ctx| s.logon_rejected(busy, retry, ctx));
         true
     }
 
     /// A request on a lagging shard: Reject(overloaded), counted as a
     /// `loop_lag` shed; returns true if so.
-    pub(super) fn lag_shed_request(&mut self, i: usize, request_id: u64, template: u16) -> bool {
-        if !self.lag.detector.is_lagging() {
+    pub(super) fn shed_request(
+        &mut self,
+        conns: &mut Conns,
+        i: usize,
+        request_id: u64,
+        template: u16,
+    ) -> bool {
+        if !self.detector.is_lagging() {
             return false;
         }
-        self.shared.overload.record_shed(ShedReason::LoopLag);
-        let retry = self.jitter(self.shared.cfg.admission.retry_after);
+        conns.shared.overload.record_shed(ShedReason::LoopLag);
+        let retry = conns.jitter(conns.shared.cfg.admission.retry_after);
         let reason = RejectReason::OVERLOADED;
-        self.reject(i, request_id, template, reason, retry, "loop lag");
+        conns.reject(i, request_id, template, reason, retry, "loop lag");
         true
     }
 
-    /// A lagging shard's price path: takes everything in the ring (up to
-    /// [`CONFLATE_BATCH`]) and sends each symbol's latest price from the
-    /// price table once, flagged conflated. Returns the prices taken.
-    pub(super) fn drain_conflated(&mut self, now: u64) -> usize {
-        let n = self.input.consumer.slots().min(CONFLATE_BATCH);
-        self.adopt();
+    /// A lagging shard's price path: takes `n` prices off the ring (the
+    /// caller read its fill, at most [`CONFLATE_BATCH`]) and sends each
+    /// symbol's latest price from the price table once, flagged
+    /// conflated; `hist` records each price's receive → shard latency.
+    /// Returns the prices taken.
+    pub(super) fn drain_conflated(
+        &mut self,
+        conns: &mut Conns,
+        ring: &mut Consumer<Price>,
+        hist: &mut Histogram<u64>,
+        n: usize,
+        now: u64,
+    ) -> usize {
         let mut first = true;
         for _ in 0..n {
-            let Ok(p) = self.input.consumer.pop() else {
+            let Ok(p) = ring.pop() else {
                 break;
             };
-            self.hist
-                .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
+            hist.saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
             if std::mem::take(&mut first) {
-                self.lag_sample(now.saturating_sub(p.engine_time_ns), now);
+                self.sample(conns, now.saturating_sub(p.engine_time_ns), now);
             }
             let s = p.symbol as usize;
-            match self.lag.owed.get_mut(s) {
+            match self.owed.get_mut(s) {
                 Some(owed) if !*owed => {
                     *owed = true;
-                    self.lag.owed_list.push(p.symbol);
+                    self.owed_list.push(p.symbol);
                 }
-                _ => self.stats.lag.conflated.inc(),
+                _ => conns.stats.lag.conflated.inc(),
             }
         }
-        for k in 0..self.lag.owed_list.len() {
-            let symbol = self.lag.owed_list[k];
-            self.lag.owed[symbol as usize] = false;
-            self.fanout
-                .on_latest(symbol, &mut self.slab, &self.stats, now);
+        for k in 0..self.owed_list.len() {
+            let symbol = self.owed_list[k];
+            self.owed[symbol as usize] = false;
+            conns
+                .fanout
+                .on_latest(symbol, &mut conns.slab, &conns.stats, now);
         }
-        self.lag.owed_list.clear();
+        self.owed_list.clear();
         n
     }
 }

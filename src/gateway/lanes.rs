@@ -48,6 +48,36 @@ impl Peer {
     }
 }
 
+/// A shard's own slot room in its [`Peer`] (see [`Peer::room`]): taken
+/// when a slot is used, given back when one is freed.
+pub(super) struct Room {
+    peers: Arc<[Peer]>,
+    index: usize,
+}
+
+impl Room {
+    /// Shard `index`'s room among `peers` (none given: unlimited).
+    pub(super) fn new(peers: Arc<[Peer]>, index: usize) -> Room {
+        Room { peers, index }
+    }
+
+    /// The shard's index.
+    pub(super) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// One slot of this shard's room.
+    pub(super) fn take(&self) -> bool {
+        self.peers.get(self.index).is_none_or(|p| p.take_room())
+    }
+
+    pub(super) fn give(&self) {
+        if let Some(p) = self.peers.get(self.index) {
+            p.give_room();
+        }
+    }
+}
+
 /// Each shard's [`Peer`] and its end of the hand-over lane, made before
 /// any shard starts so every shard knows the others.
 pub struct Lanes {

@@ -4,26 +4,34 @@
 //!
 //! Order (see [`crate::auth`]): logon rate → address lockout → reference
 //! data → a cached verification of the same token (logs on at once) →
-//! account lockout → the argon2 verifier's queue. The verifier's verdict
-//! comes back through the shard's verdict channel ([`Shard::drain_verdicts`])
+//! account lockout → the argon2 verifier's queue (fair by account; on the
+//! worker the guess is reserved against the address and account before
+//! argon2, and `judge` settles the reservation). The verifier's verdict
+//! comes back through the shard's verdict channel ([`Logons::next_verdict`])
 //! and is matched to its connection by a ticket, so a connection that
 //! closed (or was reused) in the meantime is not confused with another.
 //! Until then the connection's later frames are neither read nor handled
-//! (`Shard::on_readable`, `Shard::process_frames`), so a client that sends
+//! (`Shard::on_readable`, `Shard::process_frames` in `reads.rs`), so a client that sends
 //! Subscribe right behind its Logon has it handled after LogonAccepted,
 //! in order, as when the logon was decided at once.
 //! argon2 never runs on the shard thread; a full verifier queue is
-//! LogonRejected(busy), a locked address or account LogonRejected
-//! (rate_limited) with the lock's remaining time as retry-after.
+//! LogonRejected(busy) (as is a logon pushed out of it by another
+//! account's), a locked address or account LogonRejected(rate_limited)
+//! with the lock's remaining time as retry-after (a budget held by guesses
+//! under way: `--lockout-first-ms`).
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crossbeam_channel::{Receiver, Sender};
+use mio::Waker;
+
+use super::conns::Conns;
+use super::lag::LagState;
 use super::session::Admitted;
-use super::shard::Shard;
 use super::Shared;
-use crate::auth::verifier::{Cached, Job};
+use crate::auth::verifier::{Cached, Claim, Job, Outcome};
 use crate::auth::{hash, FailReason};
 use crate::clock::wall_ns;
 use crate::config::Account;
@@ -35,8 +43,25 @@ pub(crate) struct Verdict {
     conn: u32,
     ticket: u64,
     heartbeat_ms: u32,
-    /// The account, when it exists and the token matched.
-    acct: Option<Arc<Account>>,
+    judged: Judged,
+}
+
+impl Verdict {
+    /// The connection slot it is for.
+    pub(super) fn conn(&self) -> usize {
+        self.conn as usize
+    }
+}
+
+/// What the verifier decided about one logon.
+enum Judged {
+    /// The account exists and the token matched.
+    Matched(Arc<Account>),
+    /// Refused with this reason and retry-after (a wrong token or unknown
+    /// account: `auth`; a lock found on the verifier: `rate_limited`).
+    Refused(LogonRejectReason, u32),
+    /// Pushed out of the full verifier queue by another account's logon.
+    Busy,
 }
 
 /// What the logon checks decided on the shard.
@@ -49,39 +74,82 @@ enum Decision {
 
 type Refusal = (LogonRejectReason, u32);
 
-impl Shard {
-    pub(super) fn on_logon(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) {
-        let pending = self.slab.conns[i]
+/// The shard's logons: the verdict channel from the argon2 verifier and
+/// the tickets that match a verdict to its connection.
+pub(super) struct Logons {
+    verdicts_tx: Sender<Verdict>,
+    verdicts_rx: Receiver<Verdict>,
+    /// Rung by the verifier after it sends a verdict.
+    waker: Arc<Waker>,
+    /// The last logon ticket handed out.
+    next_ticket: u64,
+}
+
+impl Logons {
+    /// Logons of a shard whose poll `waker` wakes.
+    pub(super) fn new(waker: Arc<Waker>) -> Logons {
+        let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
+        Logons {
+            verdicts_tx,
+            verdicts_rx,
+            waker,
+            next_ticket: 0,
+        }
+    }
+
+    /// A verdict is waiting.
+    pub(super) fn has_verdicts(&self) -> bool {
+        !self.verdicts_rx.is_empty()
+    }
+
+    /// A Logon from connection `i`: refused, accepted, or handed to the
+    /// verifier (see the module docs).
+    pub(super) fn on_logon(
+        &mut self,
+        conns: &mut Conns,
+        lag: &mut LagState,
+        i: usize,
+        logon: &wire::Logon<'_>,
+        now: u64,
+    ) {
+        crate::runtime::drill::connection_point(logon.account, "Logon");
+        let pending = conns.slab.conns[i]
             .as_ref()
             .is_some_and(|c| c.logon_ticket != 0);
         if pending {
             // A second Logon while the first is being verified.
             let (t, r) = (wire::template::LOGON, RejectReason::ALREADY_LOGGED_ON);
-            return self.reject(i, 0, t, r, 0, "logon in progress");
+            return conns.reject(i, 0, t, r, 0, "logon in progress");
         }
-        if self.lag_refuse_logon(i, now) {
+        if lag.refuse_logon(conns, i, now) {
             return;
         }
         let hb = logon.heartbeat_interval_ms;
-        match self.decide(i, logon, now) {
+        match self.decide(conns, i, logon, now) {
             Decision::Accept(a) => {
-                self.with_session(i, now, |s, ctx| s.logon_accepted(a, hb, ctx));
+                conns.with_session(i, now, |s, ctx| s.logon_accepted(a, hb, ctx));
             }
             Decision::Reject(reason, retry) => {
-                self.with_session(i, now, |s, ctx| s.logon_rejected(reason, retry, ctx));
+                conns.with_session(i, now, |s, ctx| s.logon_rejected(reason, retry, ctx));
             }
             Decision::Pending => {}
         }
     }
 
     /// Admission, lockouts and credentials up to the verifier.
-    fn decide(&mut self, i: usize, logon: &wire::Logon<'_>, now: u64) -> Decision {
-        let shared = self.shared.clone();
+    fn decide(
+        &mut self,
+        conns: &mut Conns,
+        i: usize,
+        logon: &wire::Logon<'_>,
+        now: u64,
+    ) -> Decision {
+        let shared = conns.shared.clone();
         let admission = || shared.admission.lock().expect("admission lock");
         if let Err(r) = admission().on_logon(now) {
             return Decision::Reject(LogonRejectReason::RATE_LIMITED, r.retry_after_ms);
         }
-        let Some(ip) = self.slab.conns[i].as_ref().map(|c| c.peer.ip()) else {
+        let Some(ip) = conns.slab.conns[i].as_ref().map(|c| c.peer.ip()) else {
             return Decision::Pending;
         };
         if let Err(retry) = shared.auth.check_address(ip, now) {
@@ -100,31 +168,23 @@ impl Shard {
         if let Some(a) = &acct {
             if !hash::is_hash(&a.token) {
                 // A clear token (`insecure_plain_tokens`): microseconds.
-                return self.plain(ip, name, a.clone(), logon.token, now);
+                return plain(&shared, ip, name, a.clone(), logon.token, now);
             }
             if shared.auth.cached(name, &a.token, logon.token, now) {
-                return self.finish(name, a.clone());
+                return finish(&shared, name, a.clone());
             }
         }
         if let Err(retry) = shared.auth.check_account(logon.account, now) {
             return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
         }
-        self.submit(i, ip, logon, acct, now)
-    }
-
-    fn plain(&self, ip: IpAddr, name: &str, a: Arc<Account>, token: &[u8], now: u64) -> Decision {
-        if hash::verify(&a.token, token) {
-            self.shared.auth.succeeded(ip, name, &a.token, token, now);
-            return self.finish(name, a);
-        }
-        self.shared.auth.failed(ip, name.as_bytes(), true, now);
-        Decision::Reject(LogonRejectReason::AUTH, 0)
+        self.submit(conns, i, ip, logon, acct, now)
     }
 
     /// Queues the verification (an unknown account against a decoy hash,
     /// so it costs the same as a wrong token).
     fn submit(
         &mut self,
+        conns: &mut Conns,
         i: usize,
         ip: IpAddr,
         logon: &wire::Logon<'_>,
@@ -136,134 +196,208 @@ impl Shard {
         let stored = acct
             .as_ref()
             .map_or_else(|| hash::decoy_hash().to_string(), |a| a.token.clone());
-        let (auth, tx, waker) = (
-            self.shared.auth.clone(),
-            self.verdicts_tx.clone(),
-            self.waker.clone(),
-        );
-        let name = logon.account.to_vec();
+        let shared = conns.shared.clone();
+        let (tx, waker) = (self.verdicts_tx.clone(), self.waker.clone());
         let heartbeat_ms = logon.heartbeat_interval_ms;
-        let key = stored.clone();
         // Logons of one account and token queued together (a herd): the
         // first verifies, the others find it in the cache.
         let cached = acct.as_ref().map(|a| {
-            let (auth, name, stored) = (self.shared.auth.clone(), a.name.clone(), a.token.clone());
+            let (auth, name, stored) = (shared.auth.clone(), a.name.clone(), a.token.clone());
             Box::new(move |token: &[u8]| auth.cached(&name, &stored, token, now)) as Cached
         });
-        let done = move |ok: bool, token: &[u8]| {
-            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
-            let known = acct.is_some();
-            let acct = acct.filter(|_| ok);
-            match &acct {
-                Some(a) => auth.succeeded(ip, &a.name, &key, token, now),
-                None => auth.failed(ip, &name, known, now),
-            }
+        let (auth, key) = (shared.auth.clone(), stored.clone());
+        let done = move |o: Outcome, token: &[u8]| {
+            let judged = judge(&auth, o, acct, &key, token);
             let v = Verdict {
                 conn: i as u32,
                 ticket,
                 heartbeat_ms,
-                acct,
+                judged,
             };
             if tx.send(v).is_ok() {
-                if let Some(w) = &waker {
-                    let _ = w.wake();
-                }
+                let _ = waker.wake();
             }
+        };
+        let claim = Claim {
+            guard: shared.auth.clone(),
+            ip,
+            account: logon.account.to_vec(),
         };
         let job = Job {
             stored,
             token: logon.token.to_vec(),
             cached,
             // Past the logon timeout the connection is cut: skip argon2.
-            deadline_ns: now + self.shared.cfg.logon_timeout_ms * 1_000_000,
+            deadline_ns: now + shared.cfg.logon_timeout_ms * 1_000_000,
+            key: shared.auth.account_key(logon.account),
+            claim: Some(claim),
             done: Box::new(done),
         };
-        if self.shared.verifier.submit(job).is_err() {
-            self.shared.auth.stats.failed(FailReason::VerifierBusy);
-            let retry = self.jitter(self.shared.cfg.admission.retry_after);
+        if shared.verifier.submit(job).is_err() {
+            shared.auth.stats.failed(FailReason::VerifierBusy);
+            let retry = conns.jitter(shared.cfg.admission.retry_after);
             return Decision::Reject(LogonRejectReason::BUSY, retry);
         }
-        if let Some(c) = self.slab.conns[i].as_mut() {
+        if let Some(c) = conns.slab.conns[i].as_mut() {
             c.logon_ticket = ticket;
         }
         Decision::Pending
     }
 
-    /// Applies the verifier's verdicts to their connections (if still
-    /// waiting for them).
-    pub(super) fn drain_verdicts(&mut self, now: u64) -> usize {
-        let mut n = 0;
-        while let Ok(v) = self.verdicts_rx.try_recv() {
-            n += 1;
-            let i = v.conn as usize;
-            let waiting = self
-                .slab
-                .conns
-                .get_mut(i)
-                .and_then(Option::as_mut)
-                .filter(|c| {
-                    c.logon_ticket == v.ticket && !c.is_active() && !c.session.is_closing()
-                });
-            let Some(c) = waiting else {
-                continue; // closed (logon timeout, peer gone) meanwhile
-            };
-            c.logon_ticket = 0;
-            let decision = match v.acct {
-                Some(a) => {
-                    let name = a.name.clone();
-                    self.finish(&name, a)
-                }
-                None => Decision::Reject(LogonRejectReason::AUTH, 0),
-            };
-            let hb = v.heartbeat_ms;
-            match decision {
-                Decision::Accept(a) => {
-                    self.with_session(i, now, |s, ctx| s.logon_accepted(a, hb, ctx));
-                }
-                Decision::Reject(reason, retry) => {
-                    self.with_session(i, now, |s, ctx| s.logon_rejected(reason, retry, ctx));
-                }
-                Decision::Pending => {}
+    /// Applies the next of the verifier's verdicts to its connection, if
+    /// still waiting for it: `None` when no verdict is waiting, else the
+    /// connection it was applied to (`None` inside: closed meanwhile).
+    /// The caller reads that connection next (its frames after the Logon
+    /// waited for the verdict).
+    /// The next verdict the verifier sent, if any.
+    pub(super) fn take_verdict(&mut self) -> Option<Verdict> {
+        self.verdicts_rx.try_recv().ok()
+    }
+
+    /// Applies verdict `v` to its connection; `Some(i)` when connection
+    /// `i` was waiting for it (its input is then read on).
+    pub(super) fn apply_verdict(
+        &mut self,
+        v: Verdict,
+        conns: &mut Conns,
+        now: u64,
+    ) -> Option<usize> {
+        let i = v.conn as usize;
+        let waiting = conns
+            .slab
+            .conns
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .filter(|c| c.logon_ticket == v.ticket && !c.is_active() && !c.session.is_closing());
+        let Some(c) = waiting else {
+            return None; // closed (logon timeout, peer gone) meanwhile
+        };
+        c.logon_ticket = 0;
+        let decision = match v.judged {
+            Judged::Matched(a) => {
+                let name = a.name.clone();
+                finish(&conns.shared, &name, a)
             }
-            // What the client sent after its Logon (a pipelined Subscribe)
-            // waited for this: the frames already read, then the socket
-            // (`on_readable` takes both, within the turn's budget).
-            self.on_readable(i, now);
+            Judged::Refused(reason, retry) => Decision::Reject(reason, retry),
+            Judged::Busy => {
+                let retry = conns.jitter(conns.shared.cfg.admission.retry_after);
+                Decision::Reject(LogonRejectReason::BUSY, retry)
+            }
+        };
+        let hb = v.heartbeat_ms;
+        match decision {
+            Decision::Accept(a) => {
+                conns.with_session(i, now, |s, ctx| s.logon_accepted(a, hb, ctx));
+            }
+            Decision::Reject(reason, retry) => {
+                conns.with_session(i, now, |s, ctx| s.logon_rejected(reason, retry, ctx));
+            }
+            Decision::Pending => {}
         }
-        n
+        Some(i)
     }
+}
 
-    /// The credentials are good: entitlement and the account's session
-    /// limit.
-    fn finish(&self, name: &str, acct: Arc<Account>) -> Decision {
-        match self.admit(name, acct) {
-            Ok(a) => Decision::Accept(a),
-            Err((reason, retry)) => Decision::Reject(reason, retry),
-        }
+fn plain(
+    shared: &Shared,
+    ip: IpAddr,
+    name: &str,
+    a: Arc<Account>,
+    token: &[u8],
+    now: u64,
+) -> Decision {
+    let auth = &shared.auth;
+    match auth.judge(ip, name.as_bytes(), true, now, || {
+        hash::verify(&a.token, token)
+    }) {
+        Ok(true) => finish(shared, name, a),
+        Ok(false) => Decision::Reject(LogonRejectReason::AUTH, 0),
+        Err(retry) => Decision::Reject(LogonRejectReason::RATE_LIMITED, retry),
     }
+}
 
-    fn admit(&self, name: &str, acct: Arc<Account>) -> Result<Admitted, Refusal> {
-        if acct.entitled_to_nothing() {
-            // `symbols = []`: the account may see nothing; retrying will
-            // not change that.
-            return Err((LogonRejectReason::NOT_ENTITLED, 0));
+/// The credentials are good: entitlement and the account's session
+/// limit.
+fn finish(shared: &Shared, name: &str, acct: Arc<Account>) -> Decision {
+    match admit(shared, name, acct) {
+        Ok(a) => Decision::Accept(a),
+        Err((reason, retry)) => Decision::Reject(reason, retry),
+    }
+}
+
+fn admit(shared: &Shared, name: &str, acct: Arc<Account>) -> Result<Admitted, Refusal> {
+    if acct.entitled_to_nothing() {
+        // `symbols = []`: the account may see nothing; retrying will
+        // not change that.
+        return Err((LogonRejectReason::NOT_ENTITLED, 0));
+    }
+    let account = account_index(shared, name);
+    let opened = shared
+        .admission
+        .lock()
+        .expect("admission lock")
+        .on_session_open(account);
+    if let Err(r) = opened {
+        return Err((LogonRejectReason::SESSION_LIMIT, r.retry_after_ms));
+    }
+    Ok(Admitted {
+        account,
+        acct,
+        session_id: shared.next_session_id.fetch_add(1, Ordering::Relaxed),
+        server_time_ns: wall_ns(),
+        stream_id: shared.table.stream_id(),
+    })
+}
+
+/// The verifier's outcome for a logon of `acct` (`None`: unknown, checked
+/// against the decoy hash), its reservation settled: a match clears the
+/// address's and account's counts and caches the token, a mismatch counts
+/// a failure against both.
+fn judge(
+    auth: &crate::auth::AuthGuard,
+    o: Outcome,
+    acct: Option<Arc<Account>>,
+    stored: &str,
+    token: &[u8],
+) -> Judged {
+    let known = acct.is_some();
+    match (o, acct) {
+        (Outcome::Cached, Some(a)) => Judged::Matched(a),
+        (
+            Outcome::Verified {
+                matched: true,
+                reservation,
+                now_ns,
+            },
+            Some(a),
+        ) => {
+            if let Some(r) = reservation {
+                r.matched(&a.name, stored, token, now_ns);
+            }
+            Judged::Matched(a)
         }
-        let shared = &self.shared;
-        let account = account_index(shared, name);
-        let opened = shared
-            .admission
-            .lock()
-            .expect("admission lock")
-            .on_session_open(account);
-        if let Err(r) = opened {
-            return Err((LogonRejectReason::SESSION_LIMIT, r.retry_after_ms));
+        (
+            Outcome::Verified {
+                reservation,
+                now_ns,
+                ..
+            },
+            _,
+        ) => {
+            if let Some(r) = reservation {
+                r.failed(known, now_ns);
+            }
+            Judged::Refused(LogonRejectReason::AUTH, 0)
         }
-        Ok(Admitted {
-            account,
-            acct,
-            session_id: shared.next_session_id.fetch_add(1, Ordering::Relaxed),
-            server_time_ns: wall_ns(),
-        })
+        (Outcome::Refused { retry_after_ms }, _) => {
+            Judged::Refused(LogonRejectReason::RATE_LIMITED, retry_after_ms)
+        }
+        (Outcome::Busy, _) => {
+            auth.stats.failed(FailReason::VerifierBusy);
+            Judged::Busy
+        }
+        // A cache hit needs an account whose token is cached.
+        (Outcome::Cached, None) => Judged::Refused(LogonRejectReason::AUTH, 0),
     }
 }
 

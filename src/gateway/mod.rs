@@ -13,20 +13,25 @@
 //! Where things are: `session.rs` is the sans-IO protocol state of one
 //! connection (framing, logon gate, rate limit, heartbeats, timeouts,
 //! rejects and disconnects; bytes and time in, frames and events out).
-//! The shard owns the I/O and the shared state around it: `shard.rs` (the
-//! loop: poll, accept, control, prices off the ring), `conns.rs` (socket
-//! reads and writes, session calls, closing, the timer sweep), `slab.rs`
-//! (the connections), `fanout.rs` (subscription index and the price
-//! path), `subscribe.rs`, `queries.rs` (the request path) and `logon.rs`
-//! (admission and credentials), `lanes.rs` and `moves.rs` (moving
-//! sessions between shards, policy in `spill.rs`).
+//! The shard owns the I/O and the shared state around it, divided by the
+//! state each part owns (the table in `shard.rs`): `shard.rs` (the loop:
+//! poll, control, prices off the ring), `conns.rs` (the connection set:
+//! session calls, writes, accepting and closing), `reads.rs` (socket
+//! reads dispatched to the handlers, the timer sweep), `slab.rs` (the
+//! connections), `fanout.rs` (subscription index and the price path),
+//! `subscribe.rs`, `queries.rs` (the request path), `logon.rs`
+//! (admission and credentials), `revoke.rs` (revalidation), `lag.rs`
+//! (loop lag), `lanes.rs` and `moves.rs` (moving sessions between
+//! shards), `spill.rs`, `drain.rs` and `balance.rs` (when to move one).
 
 pub mod acceptor;
 mod answer_marks;
+mod balance;
 pub mod conn;
 mod conns;
 mod drain;
 mod fanout;
+mod faults;
 pub mod lag;
 mod lanes;
 mod logon;
@@ -35,6 +40,7 @@ pub mod outbound;
 pub mod pacer;
 pub(crate) mod proxy_wait;
 mod queries;
+mod reads;
 pub mod revoke;
 pub mod session;
 pub mod shard;
@@ -43,12 +49,12 @@ pub mod spill;
 pub mod stats;
 pub mod subs;
 mod subscribe;
+mod sweep;
 pub mod tls_refusal;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
@@ -64,7 +70,7 @@ use crate::overload::stats::OverloadStats;
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
 use crate::runtime::latency::HistogramExchange;
-use crate::runtime::WaitStrategy;
+use crate::runtime::{Supervisor, WaitStrategy};
 
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
@@ -311,6 +317,8 @@ pub struct Shared {
     /// TLS links refused on a shard, for the acceptor to refuse with
     /// Disconnect(busy) within its handshake budget.
     pub tls_refusals: tls_refusal::RefusalQueue,
+    /// Watches the acceptor, the shards and the request threads.
+    pub supervisor: Supervisor,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -329,6 +337,8 @@ pub struct GatewayDeps {
     pub requests: RequestConfig,
     /// Accounts from Redis; default: the config file's accounts.
     pub refdata: Option<Arc<RefData>>,
+    /// Watches every thread the gateway starts.
+    pub supervisor: Supervisor,
 }
 
 /// Control messages to a shard.
@@ -352,7 +362,11 @@ pub struct Gateway {
     pub local_addr: SocketAddr,
     acceptor: Option<acceptor::AcceptorHandle>,
     requests: Option<RequestService>,
-    shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
+    shards: Vec<(
+        Sender<ShardControl>,
+        Arc<mio::Waker>,
+        crate::runtime::Supervised<()>,
+    )>,
     /// Each shard's counters, by shard index.
     pub shard_stats: Vec<Arc<ShardStats>>,
     peers: Arc<[lanes::Peer]>,
@@ -390,6 +404,7 @@ impl Gateway {
             history: None,
             requests: RequestConfig::default(),
             refdata: None,
+            supervisor: Supervisor::new(),
         };
         Self::start_with(cfg, inputs, deps)
     }
@@ -402,6 +417,13 @@ impl Gateway {
     ) -> std::io::Result<Gateway> {
         cfg.validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let shared = Self::shared(cfg, &deps)?;
+        Self::apply_account_limits(&shared);
+        Self::start_shards(shared, inputs, deps)
+    }
+
+    /// The state every shard and the acceptor share.
+    fn shared(cfg: GatewayConfig, deps: &GatewayDeps) -> std::io::Result<Arc<Shared>> {
         let overload = deps.overload.clone();
         let admission = Admission::new(
             cfg.admission.clone(),
@@ -434,10 +456,20 @@ impl Gateway {
                 "pw-auth",
                 limits.verifier_threads,
                 limits.verifier_queue,
+                &deps.supervisor,
             )?,
             tls_refusals: Default::default(),
+            supervisor: deps.supervisor.clone(),
         });
-        Self::apply_account_limits(&shared);
+        Ok(shared)
+    }
+
+    /// Starts the request path, the shards and the acceptor.
+    fn start_shards(
+        shared: Arc<Shared>,
+        inputs: Vec<ShardInput>,
+        deps: GatewayDeps,
+    ) -> std::io::Result<Gateway> {
         let mut shards = Vec::new();
         let mut handoffs = Vec::new();
         let mut shard_stats = Vec::new();
@@ -451,9 +483,14 @@ impl Gateway {
             wall_offset_ns: shared.wall_offset_ns,
             refdata: shared.refdata.clone(),
         };
-        let (request_service, ports) =
-            RequestService::start(deps.requests, sources, bells, shared.overload.clone())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (request_service, ports) = RequestService::start(
+            deps.requests,
+            sources,
+            bells,
+            shared.overload.clone(),
+            &deps.supervisor,
+        )
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let mut lanes = lanes::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
@@ -490,6 +527,9 @@ impl Gateway {
 
     /// Stops accepting: the listener is closed; existing sessions go on.
     pub fn stop_accepting(&mut self) {
+        if let Some(a) = &self.acceptor {
+            a.request_stop();
+        }
         self.shared.accepting.store(false, Ordering::SeqCst);
         if let Some(a) = self.acceptor.take() {
             a.stop();
@@ -546,6 +586,9 @@ impl Gateway {
     /// Stops everything and joins the threads.
     pub fn stop(mut self) {
         self.stop_accepting();
+        for (_, _, t) in &self.shards {
+            t.request_stop();
+        }
         self.send(ShardControl::Stop);
         for (_, _, t) in self.shards.drain(..) {
             let _ = t.join();

@@ -3,10 +3,13 @@
 //! (a full ring is an immediate Reject(overloaded), never a wait) and the
 //! answers copied back into their connections.
 
+use super::conns::Conns;
+use super::lag::LagState;
 use super::outbound::Append;
-use super::shard::Shard;
 use crate::clock::monotonic_ns;
-use crate::requests::service::{RequestKind, RequestMsg, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX};
+use crate::requests::service::{
+    RequestKind, RequestMsg, RequestPort, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX,
+};
 use crate::wire::{self, RejectReason};
 
 /// Requests (SymbolList, Snapshot, History frames) one connection has
@@ -30,9 +33,41 @@ pub(crate) const REQUESTS_PER_TURN: usize = 32;
 /// request-path answer frame).
 pub(crate) const HISTORY_COUNT_MAX: u16 = 190;
 
-impl Shard {
+/// The shard's request side: its port to the request path and what this
+/// loop turn may still hand over.
+pub(super) struct RequestSide {
+    /// Rings to and from the request path.
+    pub(super) port: RequestPort,
+    /// Requests this loop turn may still handle (see
+    /// [`REQUESTS_PER_TURN`]).
+    pub(super) left: usize,
+    /// This shard's index (answers come back to it).
+    shard: u16,
+}
+
+impl RequestSide {
+    pub(super) fn new(port: RequestPort, shard: usize) -> RequestSide {
+        RequestSide {
+            port,
+            left: REQUESTS_PER_TURN,
+            shard: shard as u16,
+        }
+    }
+
+    /// A new loop turn: its request budget is full again.
+    pub(super) fn begin_turn(&mut self) {
+        self.left = REQUESTS_PER_TURN;
+    }
+
+    /// An answer is waiting in a ring from the request path.
+    pub(super) fn has_answers(&self) -> bool {
+        self.port.answers.iter().any(|a| !a.is_empty())
+    }
+
     pub(super) fn on_symbol_list(
         &mut self,
+        conns: &mut Conns,
+        lag: &mut LagState,
         i: usize,
         account: u32,
         r: &wire::SymbolListRequest,
@@ -40,14 +75,14 @@ impl Shard {
     ) {
         let request_id = r.request_id;
         let t = wire::template::SYMBOL_LIST_REQUEST;
-        let staged = self
+        let staged = conns
             .shared
             .admission
             .lock()
             .expect("admission lock")
             .on_symbol_list(now);
         if let Err(r) = staged {
-            return self.reject(
+            return conns.reject(
                 i,
                 request_id,
                 t,
@@ -56,33 +91,35 @@ impl Shard {
                 "",
             );
         }
-        let mut m = self.request_msg(i, account, request_id, RequestKind::SymbolList, now);
+        let mut m = self.request_msg(conns, i, account, request_id, RequestKind::SymbolList, now);
         m.budget_us = r.budget_us;
         m.critical = r.critical;
-        self.enqueue(i, m);
+        self.enqueue(conns, lag, i, m);
     }
 
     pub(super) fn on_snapshot_request(
         &mut self,
+        conns: &mut Conns,
+        lag: &mut LagState,
         i: usize,
         account: u32,
         r: &wire::SnapshotRequest<'_>,
         now: u64,
     ) {
         let t = wire::template::SNAPSHOT_REQUEST;
-        let Some(tier) = self.entitled_tier(i, r.tier) else {
-            return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "tier");
+        let Some(tier) = entitled_tier(conns, i, r.tier) else {
+            return conns.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, "tier");
         };
         if r.symbols.len() > SNAPSHOT_SYMBOLS_MAX {
             let text = "too many symbols in one request";
-            return self.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, text);
+            return conns.reject(i, r.request_id, t, RejectReason::LIMIT_REACHED, 0, text);
         }
-        let mut m = self.request_msg(i, account, r.request_id, RequestKind::Snapshot, now);
+        let mut m = self.request_msg(conns, i, account, r.request_id, RequestKind::Snapshot, now);
         // Unknown and not-entitled ids are left out of the answer; only a
         // request with nothing answerable is refused (by its first refusal).
         let mut refused = None;
         for id in r.symbols.clone() {
-            match self.entitled_symbol(i, id) {
+            match entitled_symbol(conns, i, id) {
                 Ok(()) => {
                     m.symbols[m.nsym as usize] = id;
                     m.nsym += 1;
@@ -93,90 +130,54 @@ impl Shard {
             }
         }
         if let (0, Some(reason)) = (m.nsym, refused) {
-            return self.reject(i, r.request_id, t, reason, 0, "");
+            return conns.reject(i, r.request_id, t, reason, 0, "");
         }
         m.tier = tier;
         m.budget_us = r.budget_us;
         m.critical = r.critical;
-        self.enqueue(i, m);
+        self.enqueue(conns, lag, i, m);
     }
 
     pub(super) fn on_history_request(
         &mut self,
+        conns: &mut Conns,
+        lag: &mut LagState,
         i: usize,
         account: u32,
         r: &wire::HistoryRequest,
         now: u64,
     ) {
         let t = wire::template::HISTORY_REQUEST;
-        if let Err(reason) = self.entitled_symbol(i, r.symbol_id) {
-            return self.reject(i, r.request_id, t, reason, 0, "");
+        if let Err(reason) = entitled_symbol(conns, i, r.symbol_id) {
+            return conns.reject(i, r.request_id, t, reason, 0, "");
         }
         // History is the providers' raw quotes: only for an account that
         // may already see the symbol without markup.
-        if !self.entitled_unmarked(i, r.symbol_id) {
+        if !entitled_unmarked(conns, i, r.symbol_id) {
             let text = "history needs a tier without markup";
-            return self.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, text);
+            return conns.reject(i, r.request_id, t, RejectReason::NOT_ENTITLED, 0, text);
         }
-        let mut m = self.request_msg(i, account, r.request_id, RequestKind::History, now);
+        let mut m = self.request_msg(conns, i, account, r.request_id, RequestKind::History, now);
         m.symbols[0] = r.symbol_id;
         m.nsym = 1;
         m.count = r.count.min(HISTORY_COUNT_MAX);
         m.budget_us = r.budget_us;
         m.critical = r.critical;
-        self.enqueue(i, m);
-    }
-
-    /// The tier a request names (or the session default), if entitled.
-    pub(super) fn entitled_tier(&self, i: usize, tier: u8) -> Option<u8> {
-        let conn = self.slab.conns[i].as_ref()?;
-        let tier = conn.session.tier(tier);
-        let ok = (tier as usize) < self.fanout.tiers && conn.session.acct()?.entitled_tier(tier);
-        ok.then_some(tier)
-    }
-
-    /// Whether the session's account has a tier with no markup on `id`
-    /// (so raw provider quotes tell it nothing it may not see).
-    pub(super) fn entitled_unmarked(&self, i: usize, id: u16) -> bool {
-        let tiers = self.shared.config.table.tiers();
-        self.slab.conns[i]
-            .as_ref()
-            .and_then(|c| c.session.acct())
-            .is_some_and(|a| {
-                a.tiers.iter().any(|&t| {
-                    tiers
-                        .get(usize::from(t))
-                        .is_some_and(|t| t.markup_for(id) == 0)
-                })
-            })
-    }
-
-    pub(super) fn entitled_symbol(&self, i: usize, id: u16) -> Result<(), RejectReason> {
-        if self.shared.config.table.get(id).is_none() {
-            return Err(RejectReason::UNKNOWN_SYMBOL);
-        }
-        let entitled = self.slab.conns[i]
-            .as_ref()
-            .and_then(|c| c.session.acct())
-            .is_some_and(|a| a.entitled_symbol(id));
-        if entitled {
-            Ok(())
-        } else {
-            Err(RejectReason::NOT_ENTITLED)
-        }
+        self.enqueue(conns, lag, i, m);
     }
 
     pub(super) fn request_msg(
         &self,
+        conns: &Conns,
         i: usize,
         account: u32,
         request_id: u64,
         kind: RequestKind,
         now: u64,
     ) -> RequestMsg {
-        let conn = self.slab.conns[i].as_ref();
+        let conn = conns.slab.conns[i].as_ref();
         let mut m = RequestMsg {
-            shard: self.input.index as u16,
+            shard: self.shard,
             conn: i as u32,
             session: conn.map_or(0, |c| c.session.session_id()),
             account,
@@ -205,8 +206,15 @@ impl Shard {
 
     /// Hands a request to the request path; a full ring is an immediate
     /// Reject(overloaded) with a jittered retry-after, never a wait.
-    pub(super) fn enqueue(&mut self, i: usize, m: RequestMsg) {
-        if self.lag_shed_request(
+    pub(super) fn enqueue(
+        &mut self,
+        conns: &mut Conns,
+        lag: &mut LagState,
+        i: usize,
+        m: RequestMsg,
+    ) {
+        if lag.shed_request(
+            conns,
             i,
             m.request_id,
             crate::requests::answers::template_of(m.kind),
@@ -214,24 +222,24 @@ impl Shard {
             return;
         }
         // The port keeps one account from filling the ring.
-        let pushed = self.requests.push(m);
+        let pushed = self.port.push(m);
         if pushed {
-            if let Some(c) = self.slab.conns[i].as_mut() {
+            if let Some(c) = conns.slab.conns[i].as_mut() {
                 c.requests_out += 1;
                 c.last_request_ns = monotonic_ns();
             }
-            self.requests.dispatcher.ring();
+            self.port.dispatcher.ring();
             return;
         }
-        self.stats.requests_refused.inc();
+        conns.stats.requests_refused.inc();
         // The queue's shed window, counted (requests::port).
-        let retry = self.requests.path_full_retry_ms();
+        let retry = self.port.path_full_retry_ms();
         let t = match m.kind {
             RequestKind::Snapshot => wire::template::SNAPSHOT_REQUEST,
             RequestKind::SymbolList => wire::template::SYMBOL_LIST_REQUEST,
             RequestKind::History => wire::template::HISTORY_REQUEST,
         };
-        self.reject(
+        conns.reject(
             i,
             m.request_id,
             t,
@@ -242,46 +250,85 @@ impl Shard {
     }
 
     /// Copies answers from the request workers into their connections.
-    pub(super) fn drain_answers(&mut self) -> usize {
+    pub(super) fn drain_answers(&mut self, conns: &mut Conns) -> usize {
         let mut n = 0;
-        for r in 0..self.requests.answers.len() {
-            while let Ok(a) = self.requests.answers[r].pop() {
+        for r in 0..self.port.answers.len() {
+            while let Ok(a) = self.port.answers[r].pop() {
                 n += 1;
                 let i = a.conn as usize;
-                let live = self
+                let live = conns
                     .slab
                     .conns
                     .get(i)
                     .and_then(Option::as_ref)
                     .is_some_and(|c| c.session.session_id() == a.session && c.is_active());
                 if !live {
-                    self.stats.answers_orphaned.inc();
+                    conns.stats.answers_orphaned.inc();
                     continue;
                 }
                 let bytes = &a.bytes[..a.len as usize];
                 let mut lost = false;
-                if let Some(conn) = self.slab.conns[i].as_mut() {
+                if let Some(conn) = conns.slab.conns[i].as_mut() {
                     conn.requests_out = conn.requests_out.saturating_sub(1);
                     let now = monotonic_ns();
                     if conn.out.append(bytes) == Append::Overflow {
-                        self.stats.answers_orphaned.inc();
+                        conns.stats.answers_orphaned.inc();
                         lost = true;
                     } else {
                         conn.answer_marks.on_append(conn.out.len(), now);
                     }
                     conn.session.note_sent(now);
                 }
-                self.queue_write(i);
+                conns.queue_write(i);
                 // An answer that does not fit is never lost silently: the
                 // client is not reading, so it is closed as a slow consumer
                 // (and learns its open requests are gone).
                 if lost {
-                    let retry = self.jitter(self.shared.cfg.error_retry);
+                    let retry = conns.jitter(conns.shared.cfg.error_retry);
                     let reason = wire::DisconnectReason::SLOW_CONSUMER;
-                    self.disconnect(i, reason, retry, "answer did not fit", monotonic_ns());
+                    conns.disconnect(i, reason, retry, "answer did not fit", monotonic_ns());
                 }
             }
         }
         n
+    }
+}
+
+/// The tier a request names (or the session default), if entitled.
+fn entitled_tier(conns: &Conns, i: usize, tier: u8) -> Option<u8> {
+    let conn = conns.slab.conns[i].as_ref()?;
+    let tier = conn.session.tier(tier);
+    let ok = (tier as usize) < conns.fanout.tiers && conn.session.acct()?.entitled_tier(tier);
+    ok.then_some(tier)
+}
+
+/// Whether the session's account has a tier with no markup on `id`
+/// (so raw provider quotes tell it nothing it may not see).
+fn entitled_unmarked(conns: &Conns, i: usize, id: u16) -> bool {
+    let tiers = conns.shared.config.table.tiers();
+    conns.slab.conns[i]
+        .as_ref()
+        .and_then(|c| c.session.acct())
+        .is_some_and(|a| {
+            a.tiers.iter().any(|&t| {
+                tiers
+                    .get(usize::from(t))
+                    .is_some_and(|t| t.markup_for(id) == 0)
+            })
+        })
+}
+
+fn entitled_symbol(conns: &Conns, i: usize, id: u16) -> Result<(), RejectReason> {
+    if conns.shared.config.table.get(id).is_none() {
+        return Err(RejectReason::UNKNOWN_SYMBOL);
+    }
+    let entitled = conns.slab.conns[i]
+        .as_ref()
+        .and_then(|c| c.session.acct())
+        .is_some_and(|a| a.entitled_symbol(id));
+    if entitled {
+        Ok(())
+    } else {
+        Err(RejectReason::NOT_ENTITLED)
     }
 }

@@ -13,57 +13,65 @@
 //! consumers, closing connections), which each connection's
 //! [`Session`] judges from the time it is given. The fan-out path
 //! allocates nothing.
+//!
+//! The shard is divided by the state each part owns; the loop holds the
+//! parts and hands each what it needs:
+//!
+//! | part | file | owns |
+//! |---|---|---|
+//! | `Conns` | `conns.rs` | the slab, sessions, subscription index, writes |
+//! | read path, sweep | `reads.rs` | (the loop's: dispatches to the parts) |
+//! | `Subscribing` | `subscribe.rs` | Subscribe/Unsubscribe scratch |
+//! | `RequestSide` | `queries.rs` | the request port and turn budget |
+//! | `Logons` | `logon.rs` | the verifier's verdicts and tickets |
+//! | `Revalidator` | `revoke.rs` | the revalidation rounds |
+//! | `Mover` | `moves.rs` | the hand-over lanes between shards |
+//! | `Spiller`, `Drainer` | `spill.rs`, `drain.rs` | when to move a session |
+//! | `LagState` | `lag.rs` | the loop-lag detector and conflation |
+//! | `Sweeps` | `sweep.rs` | the sweep clock and stalls |
+//!
+//! None of those files imports this one; `reads.rs` and `balance.rs` add
+//! the loop's own steps (reading, rebalancing) that call several parts.
+//!
+//! [`Session`]: super::session::Session
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use mio::{Events, Interest, Poll, Token, Waker};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use hdrhistogram::Histogram;
+use mio::{Events, Poll, Token, Waker};
 
 use super::acceptor::Handoff;
-use super::conn::Conn;
-use super::drain::{Drain, DrainPolicy};
-use super::fanout::Fanout;
-use super::lanes::{Lanes, MovesClosedOnExit, Peer};
-use super::outbound::OutBuf;
-use super::session::{Session, SessionConfig};
-use super::slab::Slab;
-use super::spill::{BusyMeter, ShardLoad, SpillPolicy};
-use super::{GatewayStats, ShardControl, ShardStats, Shared};
-use crate::admission::RetryWindow;
+use super::conns::{Conns, INTERLEAVE_EVERY};
+use super::drain::{DrainPolicy, Drainer};
+use super::lag::{LagState, CONFLATE_BATCH};
+use super::lanes::{Lanes, Room};
+use super::logon::Logons;
+use super::moves::Mover;
+use super::queries::RequestSide;
+use super::revoke::Revalidator;
+use super::spill::Spiller;
+use super::subscribe::Subscribing;
+use super::sweep::Sweeps;
+use super::{ShardControl, ShardStats, Shared};
 use crate::clock::monotonic_ns;
 use crate::engine::ShardInput;
-use crate::requests::hops::HopRecorder;
 use crate::requests::service::RequestPort;
 use crate::runtime::hosting::Readiness;
 use crate::runtime::latency::{latency_histogram, HistogramExchange};
 use crate::runtime::tls::Link;
 use crate::runtime::{WaitStrategy, Waiter};
-use crate::wire::SubscribeResult;
-use hdrhistogram::Histogram;
+
+pub use super::sweep::{STALL_MIN_NS, SWEEP_NS};
 
 const WAKER: Token = Token(0);
-/// With hosted stages, their [`crate::runtime::HostedTask::between`] runs
-/// after every this many connection writes or events in one loop turn, so
-/// a turn that writes to thousands of sessions (a reconnect herd) does not
-/// hold quotes and the other shards' prices for its whole length.
-pub(super) const INTERLEAVE_EVERY: usize = 32;
 /// Tokens of hosted stages' sockets start here (see
 /// [`crate::runtime::hosting::TASK_TOKENS`]). Connection tokens stay below
 /// (1 + at most 2^20 connections).
 const HOSTED_TOKEN_BASE: usize = 1 << 40;
-/// Timer sweep period.
-pub const SWEEP_NS: u64 = 50_000_000;
-/// A sweep later than its period by more than this is a loop stall (the
-/// process was stopped or starved of CPU): the sessions' deadlines move
-/// out by it and idleness is judged only after the sockets are read.
-pub const STALL_MIN_NS: u64 = 100_000_000;
 /// Most prices taken from the engine ring per turn, so sockets are polled
 /// regularly even under a flood of prices.
 pub const PRICE_BATCH: usize = 4096;
@@ -77,7 +85,7 @@ pub struct SpawnedShard {
     /// Wakes the shard's poll.
     pub waker: Arc<Waker>,
     /// The shard's thread.
-    pub thread: JoinHandle<()>,
+    pub thread: crate::runtime::Supervised<()>,
     /// Where the acceptor sends the shard new connections.
     pub handoff: Handoff,
     /// The shard's counters.
@@ -104,39 +112,30 @@ pub fn spawn(
     let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(4096);
     let index = input.index;
     let stats = lanes.peers[index].stats.clone();
-    let mut shard = Shard::new(
-        shared,
-        input,
+    let wiring = Wiring {
         poll,
-        control_rx,
-        inbox_rx,
-        stats.clone(),
-        requests,
-    );
-    shard.exchange = exchange;
-    shard.waker = Some(waker.clone());
-    shard.peers = lanes.peers.clone();
-    shard.loads = Vec::with_capacity(lanes.peers.len());
-    shard.adopt_rx = lanes.take_inbox(index);
-    shard.moves_open = lanes.moves_open.clone();
-    let thread = std::thread::Builder::new()
-        .name(format!("pw-shard{index}"))
-        .spawn(move || {
-            let stage = crate::runtime::Stage::Shard(index as u16);
-            if let Err(e) = crate::runtime::affinity::place_current(stage, &shard.shared.cfg.cpus) {
-                // Pinning or priority was asked for: running otherwise would
-                // lie to the operator about where latency comes from.
-                tracing::error!("{e}; exiting");
-                std::process::exit(1);
-            }
-            // Even if this thread panics, the others stop waiting for
-            // sessions from it at shutdown (see `Lanes`).
-            let _moves = MovesClosedOnExit {
-                open: shard.moves_open.clone(),
-                sender: index == 0,
-            };
-            shard.run()
-        })?;
+        control: control_rx,
+        inbox: inbox_rx,
+        waker: waker.clone(),
+        exchange,
+    };
+    let supervisor = shared.supervisor.clone();
+    let mut shard = Shard::new(shared, input, wiring, requests, lanes)?;
+    let permanent = crate::runtime::Policy::Permanent;
+    let thread = supervisor.spawn(format!("pw-shard{index}"), permanent, move || {
+        let stage = crate::runtime::Stage::Shard(index as u16);
+        let cpus = &shard.conns.shared.cfg.cpus;
+        if let Err(e) = crate::runtime::affinity::place_current(stage, cpus) {
+            // Pinning or priority was asked for: running otherwise would
+            // lie to the operator about where latency comes from.
+            tracing::error!("{e}; exiting");
+            std::process::exit(1);
+        }
+        // Even if this thread panics, the others stop waiting for
+        // sessions from it at shutdown (see `Lanes`).
+        let _moves = shard.mover.closed_on_exit();
+        shard.run()
+    })?;
     Ok(SpawnedShard {
         control: control_tx,
         waker: waker.clone(),
@@ -150,221 +149,130 @@ pub fn spawn(
     })
 }
 
+/// The loop's channels and poller, made by [`spawn`].
+struct Wiring {
+    poll: Poll,
+    control: Receiver<ShardControl>,
+    inbox: Receiver<(Link, SocketAddr)>,
+    waker: Arc<Waker>,
+    exchange: Option<HistogramExchange>,
+}
+
 pub(super) struct Shard {
-    pub(super) shared: Arc<Shared>,
     pub(super) poll: Poll,
     pub(super) events: Events,
     /// This turn's events (readable includes closed).
     pub(super) ready: Vec<(usize, Readiness)>,
-    pub(super) input: ShardInput,
-    /// Connections and this turn's write and read lists.
-    pub(super) slab: Slab,
-    /// Subscriptions and the price path.
-    pub(super) fanout: Fanout,
-    pub(super) frame: Box<[u8]>,
-    pub(super) results: Vec<SubscribeResult>,
-    pub(super) new_keys: Vec<u32>,
-    pub(super) rng: SmallRng,
-    /// What every session of this shard decides by.
-    pub(super) session_cfg: SessionConfig,
-    pub(super) stats: Arc<ShardStats>,
-    pub(super) control: Receiver<ShardControl>,
-    pub(super) inbox: Receiver<(Link, SocketAddr)>,
     pub(super) waiter: Waiter,
-    pub(super) next_sweep_ns: u64,
-    /// When the next revalidation round is due (`revoke.rs`).
-    pub(super) next_revalidate_ns: u64,
-    /// The next session a revalidation round looks at.
-    pub(super) revalidate_cursor: usize,
-    /// When the last sweep ran (0: none yet); a stall is measured from it.
-    pub(super) last_sweep_ns: u64,
-    pub(super) stopping: Option<u64>,
-    /// Tick receive → shard latency of every price taken off the ring.
-    pub(super) hist: Histogram<u64>,
-    pub(super) exchange: Option<HistogramExchange>,
-    pub(super) requests: RequestPort,
-    /// Requests this loop turn may still handle (see
-    /// [`super::queries::REQUESTS_PER_TURN`]).
-    pub(super) requests_left: usize,
-    /// The `gateway_write` hop: an answer popped to its last byte written.
-    pub(super) write_hop: HopRecorder,
-    /// Every shard's hand-over lane (this one's included, by index).
-    pub(super) peers: Arc<[Peer]>,
-    /// Sessions handed to this shard by another.
-    pub(super) adopt_rx: Receiver<Conn>,
-    pub(super) busy: BusyMeter,
-    pub(super) spill: SpillPolicy,
-    /// Decided by the last measurement: move one session there.
-    pub(super) spill_to: Option<usize>,
-    /// Sessions still to move on an operator's request.
-    pub(super) spill_forced: u32,
-    /// When a request-heavy session is drained off this shard.
-    pub(super) drain_policy: DrainPolicy,
-    /// The draining move under way, if any.
-    pub(super) drain: Option<Drain>,
-    /// Scratch for [`Shard::peer_loads`].
-    pub(super) loads: Vec<ShardLoad>,
-    /// See [`Lanes`]; cleared by shard 0 once it stops moving sessions.
-    pub(super) moves_open: Arc<AtomicBool>,
-    /// A DisconnectAll arrived: sessions adopted from now on are
-    /// disconnected too.
-    pub(super) disconnecting: bool,
     /// The last poll returned input (readable sockets or the waker), not
     /// only writable edges: such a turn counts as busy.
     pub(super) had_input: bool,
-    /// The argon2 verifier's verdicts for this shard's logons, and the
-    /// waker the verifier rings after sending one.
-    pub(super) verdicts_tx: Sender<super::logon::Verdict>,
-    pub(super) verdicts_rx: Receiver<super::logon::Verdict>,
-    pub(super) waker: Option<Arc<Waker>>,
-    /// The last logon ticket handed out (see `gateway::logon`).
-    pub(super) next_ticket: u64,
-    /// Loop-lag detector and conflation scratch (`lag.rs`).
-    pub(super) lag: super::lag::LagState,
+    pub(super) input: ShardInput,
+    pub(super) control: Receiver<ShardControl>,
+    pub(super) inbox: Receiver<(Link, SocketAddr)>,
+    /// Rings this shard's poll (the inbox re-rings it past a batch).
+    pub(super) waker: Arc<Waker>,
+    /// Tick receive → shard latency of every price taken off the ring.
+    pub(super) hist: Histogram<u64>,
+    pub(super) exchange: Option<HistogramExchange>,
+    /// Stopping: the deadline by which the shard exits.
+    pub(super) stopping: Option<u64>,
+    /// A DisconnectAll arrived: sessions adopted from now on are
+    /// disconnected too.
+    pub(super) disconnecting: bool,
+    /// Scratch for one inbound frame.
+    pub(super) frame: Box<[u8]>,
+    pub(super) sweeps: Sweeps,
+    /// The connections and what acts on one of them.
+    pub(super) conns: Conns,
+    pub(super) subscribing: Subscribing,
+    pub(super) requests: RequestSide,
+    pub(super) logons: Logons,
+    pub(super) revalidator: Revalidator,
+    pub(super) mover: Mover,
+    pub(super) spiller: Spiller,
+    pub(super) drainer: Drainer,
+    /// Loop-lag detector and conflation scratch.
+    pub(super) lag: LagState,
 }
 
 impl Shard {
     fn new(
         shared: Arc<Shared>,
         input: ShardInput,
-        poll: Poll,
-        control: Receiver<ShardControl>,
-        inbox: Receiver<(Link, SocketAddr)>,
-        stats: Arc<ShardStats>,
+        w: Wiring,
         requests: RequestPort,
-    ) -> Self {
-        let cap = shared.cfg.max_connections_per_shard;
-        let max_entries = shared.cfg.max_frame_bytes / 18 + 1;
+        lanes: &mut Lanes,
+    ) -> io::Result<Self> {
+        let index = input.index;
+        let conns = Conns::new(
+            shared.clone(),
+            w.poll.registry().try_clone()?,
+            input.interest.clone(),
+            lanes.peers[index].stats.clone(),
+            requests.gateway_write_recorder(),
+            Room::new(lanes.peers.clone(), index),
+        );
+        let cfg = &shared.cfg;
+        let max_entries = cfg.max_frame_bytes / 18 + 1;
+        let lag_target = cfg.loop_lag_target_ms * 1_000_000;
+        // Checked when the gateway started (`GatewayConfig::validate`).
+        let drain_policy = DrainPolicy::from_config(cfg).unwrap_or(DrainPolicy::DEFAULT);
+        let now = monotonic_ns();
+        Ok(Shard {
+            events: Events::with_capacity(1024),
+            ready: Vec::with_capacity(1024),
+            waiter: Self::waiter(&shared, &input),
+            had_input: false,
+            poll: w.poll,
+            control: w.control,
+            inbox: w.inbox,
+            hist: latency_histogram(),
+            exchange: w.exchange,
+            stopping: None,
+            disconnecting: false,
+            frame: vec![0u8; cfg.max_frame_bytes].into_boxed_slice(),
+            sweeps: Sweeps::new(),
+            subscribing: Subscribing::new(max_entries),
+            requests: RequestSide::new(requests, index),
+            logons: Logons::new(w.waker.clone()),
+            waker: w.waker,
+            revalidator: Revalidator::new(),
+            mover: Mover::new(index, lanes),
+            spiller: Spiller::new(cfg.shard0_spill_permille, SWEEP_NS, now),
+            drainer: Drainer::new(drain_policy),
+            lag: LagState::new(lag_target, shared.config.table.len(), now),
+            conns,
+            input,
+        })
+    }
+
+    fn waiter(shared: &Shared, input: &ShardInput) -> Waiter {
         let mut waiter = Waiter::new(shared.cfg.shard_wait, input.doorbell.clone());
-        let shared_spill = shared.cfg.shard0_spill_permille;
         // Sockets, the waker and the doorbell wake it; a park ends by its
         // next sweep (every SWEEP_NS) or hosted timer. (A host parks
         // briefly while its engine holds prices for a full ring: see
         // `poll_once`.)
         waiter.set_retrying(false);
-        let (verdicts_tx, verdicts_rx) = crossbeam_channel::unbounded();
-        let lag_target = shared.cfg.loop_lag_target_ms * 1_000_000;
-        // Checked when the gateway started (`GatewayConfig::validate`).
-        let drain_policy = DrainPolicy::from_config(&shared.cfg).unwrap_or(DrainPolicy::DEFAULT);
-        let lag = super::lag::LagState::new(lag_target, shared.config.table.len(), monotonic_ns());
-        Shard {
-            lag,
-            slab: Slab::new(cap),
-            fanout: Fanout::new(
-                &shared.config,
-                shared.table.clone(),
-                input.interest.clone(),
-                shared.wall_offset_ns,
-                shared.cfg.max_update_hz,
-                monotonic_ns(),
-            ),
-            ready: Vec::with_capacity(1024),
-            events: Events::with_capacity(1024),
-            frame: vec![0u8; shared.cfg.max_frame_bytes].into_boxed_slice(),
-            results: Vec::with_capacity(max_entries),
-            new_keys: Vec::with_capacity(max_entries),
-            rng: SmallRng::from_entropy(),
-            session_cfg: SessionConfig::from(&shared.cfg),
-            waiter,
-            shared,
-            poll,
-            input,
-            stats,
-            control,
-            inbox,
-            next_sweep_ns: 0,
-            next_revalidate_ns: 0,
-            revalidate_cursor: 0,
-            last_sweep_ns: 0,
-            stopping: None,
-            hist: latency_histogram(),
-            exchange: None,
-            write_hop: requests.gateway_write_recorder(),
-            requests_left: super::queries::REQUESTS_PER_TURN,
-            requests,
-            peers: Arc::new([]),
-            adopt_rx: crossbeam_channel::never(),
-            busy: BusyMeter::new(SWEEP_NS, monotonic_ns(), 0),
-            spill: SpillPolicy {
-                threshold_permille: shared_spill,
-            },
-            spill_to: None,
-            spill_forced: 0,
-            drain_policy,
-            drain: None,
-            loads: Vec::new(),
-            moves_open: Arc::new(AtomicBool::new(false)),
-            disconnecting: false,
-            had_input: false,
-            verdicts_tx,
-            verdicts_rx,
-            waker: None,
-            next_ticket: 0,
-        }
+        waiter
+    }
+
+    /// The shard is stopping or disconnecting everyone.
+    pub(super) fn closing(&self) -> bool {
+        self.stopping.is_some() || self.disconnecting
+    }
+
+    /// Only the shard that runs the engine moves sessions away: the engine
+    /// publishing on this same thread is what keeps a move gap-free.
+    pub(super) fn hosts_engine(&self) -> bool {
+        !self.input.hosted.is_empty()
     }
 
     fn run(&mut self) {
         let mut busy = false;
         loop {
-            self.poll_once(busy || !self.slab.read_list.is_empty());
-            let woke = monotonic_ns();
-            // Sockets that became readable join the read list; they are
-            // read after this turn's prices are out.
-            self.handle_events();
-            // Hosted stages (`--threading shared`): the ingest listener reads
-            // what its sockets got and the engine turns it into prices in
-            // this shard's ring, which is drained and written in this turn.
-            let now = monotonic_ns();
-            let hosted = self.input.hosted.turn(now);
-            let mut got = hosted + self.drain_prices(now);
-            // Held prices of rate-limited subscriptions whose slot came.
-            got += self.fanout.release_due(&mut self.slab, &self.stats, now);
-            // Prices first: written before any request work of this turn,
-            // which is bounded (see `queries::REQUESTS_PER_TURN`).
-            self.flush_writes(monotonic_ns());
-            self.requests_left = super::queries::REQUESTS_PER_TURN;
-            let reads = monotonic_ns();
-            self.read_again();
-            self.busy.requests(reads, monotonic_ns());
-            // Prices that arrived during the request reads go out before
-            // the answers are copied.
-            let late = self.drain_prices(monotonic_ns());
-            if late > 0 {
-                self.flush_writes(monotonic_ns());
-            }
-            let answers = monotonic_ns();
-            got += late + self.drain_answers();
-            self.busy.requests(answers, monotonic_ns());
-            got += self.drain_verdicts(now);
-            // `park` sleeps in epoll_wait right after a turn with work (it
-            // returns at once if anything is ready); other strategies poll
-            // once more without sleeping first.
-            let spins = self.waiter.strategy() != WaitStrategy::Park;
-            busy = (got > 0 && spins) || self.input.hosted.has_work();
-            self.flush_writes(monotonic_ns());
-            let now = monotonic_ns();
-            if got > 0 || self.had_input {
-                self.busy.worked(woke, now);
-            }
-            if self.spill_forced > 0 || self.spill_to.is_some() {
-                self.spill_step(now);
-            }
-            if self.drain.is_some() {
-                self.drain_step(now);
-            }
-            if now >= self.next_sweep_ns {
-                self.lag_on_sweep(now);
-                if self.note_stall(now) {
-                    // Sweep next turn, after its poll has read every
-                    // socket that became readable during the stall.
-                    self.next_sweep_ns = now;
-                } else {
-                    self.next_sweep_ns = now + SWEEP_NS;
-                    self.sweep(now);
-                    self.measure(now);
-                    self.revalidate(now);
-                }
-            }
+            let now;
+            (busy, now) = self.turn(busy);
             if self.should_exit(now) {
                 break;
             }
@@ -372,12 +280,85 @@ impl Shard {
         self.close_all();
     }
 
+    /// One loop turn; `busy`: the last turn did work and the wait
+    /// strategy spins. Returns whether this one did, and when it ended.
+    fn turn(&mut self, busy: bool) -> (bool, u64) {
+        self.poll_once(busy || !self.conns.slab.read_list.is_empty());
+        let woke = monotonic_ns();
+        // Sockets that became readable join the read list; they are
+        // read after this turn's prices are out.
+        self.handle_events();
+        // Hosted stages (`--threading shared`): the ingest listener reads
+        // what its sockets got and the engine turns it into prices in
+        // this shard's ring, which is drained and written in this turn.
+        let now = monotonic_ns();
+        let hosted = self.input.hosted.turn(now);
+        let mut got = hosted + self.drain_prices(now);
+        // Held prices of rate-limited subscriptions whose slot came.
+        let c = &mut self.conns;
+        got += c.fanout.release_due(&mut c.slab, &c.stats, now);
+        // Prices first: written before any request work of this turn,
+        // which is bounded (see `queries::REQUESTS_PER_TURN`).
+        self.flush_writes(monotonic_ns());
+        self.requests.begin_turn();
+        let reads = monotonic_ns();
+        self.read_again();
+        self.spiller.busy.requests(reads, monotonic_ns());
+        // Prices that arrived during the request reads go out before
+        // the answers are copied.
+        let late = self.drain_prices(monotonic_ns());
+        if late > 0 {
+            self.flush_writes(monotonic_ns());
+        }
+        let answers = monotonic_ns();
+        got += late + self.requests.drain_answers(&mut self.conns);
+        self.spiller.busy.requests(answers, monotonic_ns());
+        got += self.drain_verdicts(now);
+        // `park` sleeps in epoll_wait right after a turn with work (it
+        // returns at once if anything is ready); other strategies poll
+        // once more without sleeping first.
+        let spins = self.waiter.strategy() != WaitStrategy::Park;
+        let busy = (got > 0 && spins) || self.input.hosted.has_work();
+        self.flush_writes(monotonic_ns());
+        let now = monotonic_ns();
+        if got > 0 || self.had_input {
+            self.spiller.busy.worked(woke, now);
+        }
+        self.housekeeping(now);
+        (busy, now)
+    }
+
+    /// The end of a turn: a move due, and the timers when their sweep is.
+    fn housekeeping(&mut self, now: u64) {
+        if self.spiller.is_due() {
+            self.spill_step(now);
+        }
+        if self.drainer.is_active() {
+            self.drain_step(now);
+        }
+        if now >= self.sweeps.next_ns {
+            self.lag.on_sweep(&self.conns, self.sweeps.next_ns, now);
+            if self.sweeps.note_stall(&mut self.conns, now) {
+                // Sweep next turn, after its poll has read every
+                // socket that became readable during the stall.
+                self.sweeps.next_ns = now;
+            } else {
+                self.sweeps.next_ns = now + SWEEP_NS;
+                crate::runtime::drill::point("shard", self.input.index as u32);
+                self.sweep(now);
+                self.measure(now);
+                let (conns, subscribing) = (&mut self.conns, &mut self.subscribing);
+                self.revalidator.revalidate(conns, subscribing, now);
+            }
+        }
+    }
+
     fn poll_once(&mut self, busy: bool) {
         // A host parks until an input or its sweep, unless a hosted task
         // must retry something nothing will wake it for (the engine's
         // prices parked for another shard's full ring; no tasks: false).
         self.waiter.set_retrying(self.input.hosted.retry_pending());
-        let mut timeout = if busy || !self.slab.write_list.is_empty() {
+        let mut timeout = if busy || !self.conns.slab.write_list.is_empty() {
             Some(Duration::ZERO)
         } else {
             self.waiter.poll_timeout()
@@ -387,24 +368,24 @@ impl Shard {
             // Wake for this shard's sweep, a hosted task's timer (the
             // engine's stale sweep) or a held price's slot, whichever comes
             // first: an idle park must not make them late.
-            let due = [self.input.hosted.next_timer_ns(), self.fanout.next_due_ns()]
-                .into_iter()
-                .flatten()
-                .fold(self.next_sweep_ns, u64::min);
+            let due = [
+                self.input.hosted.next_timer_ns(),
+                self.conns.fanout.next_due_ns(),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(self.sweeps.next_ns, u64::min);
             timeout = crate::runtime::wait::until_due(timeout, monotonic_ns(), due);
             sleeping = timeout != Some(Duration::ZERO);
         }
-        let consumer = &self.input.consumer;
-        let answers = &self.requests.answers;
-        let hosted = &self.input.hosted;
-        let adopt = &self.adopt_rx;
-        let verdicts = &self.verdicts_rx;
+        let (consumer, hosted) = (&self.input.consumer, &self.input.hosted);
+        let (requests, logons, mover) = (&self.requests, &self.logons, &self.mover);
         let pending = || {
             !consumer.is_empty()
-                || !verdicts.is_empty()
-                || answers.iter().any(|a| !a.is_empty())
+                || logons.has_verdicts()
+                || requests.has_answers()
                 || hosted.has_work()
-                || !adopt.is_empty()
+                || mover.has_arrivals()
         };
         if sleeping && !self.input.doorbell.prepare_sleep(pending) {
             timeout = Some(Duration::ZERO);
@@ -413,6 +394,12 @@ impl Shard {
         if sleeping {
             self.input.doorbell.woke();
         }
+        self.note_events(busy, res.is_ok());
+    }
+
+    /// Takes the poll's events into `ready` and notes whether they were
+    /// input.
+    fn note_events(&mut self, busy: bool, polled: bool) {
         // Only input counts as activity: every write produces a writable
         // edge, and resetting on those kept a busy shard from ever parking
         // (an epoll_wait(0) per turn; see BENCHMARKS.md).
@@ -424,9 +411,9 @@ impl Shard {
             self.waiter.reset();
         }
         // Reads left over from last turn's budget are input too.
-        self.had_input = input || !self.slab.read_list.is_empty();
+        self.had_input = input || !self.conns.slab.read_list.is_empty();
         self.ready.clear();
-        if res.is_ok() {
+        if polled {
             for e in self.events.iter() {
                 let closed = e.is_read_closed() || e.is_error();
                 let r = Readiness {
@@ -444,7 +431,7 @@ impl Shard {
         for n in 0..self.ready.len() {
             if hosting && n % INTERLEAVE_EVERY == INTERLEAVE_EVERY - 1 {
                 self.input.hosted.between(monotonic_ns());
-                self.stats.interleaves.inc();
+                self.conns.stats.interleaves.inc();
             }
             let (token, r) = self.ready[n];
             if token == WAKER.0 {
@@ -457,10 +444,10 @@ impl Shard {
             }
             let i = token - 1;
             if r.writable {
-                self.write_conn(i, monotonic_ns());
+                self.conns.contained(i, |c| c.write_conn(i, monotonic_ns()));
             }
             if r.readable {
-                self.slab.queue_read(i);
+                self.conns.slab.queue_read(i);
             }
         }
     }
@@ -469,10 +456,7 @@ impl Shard {
         match self.stopping {
             None => false,
             Some(deadline) => {
-                now >= deadline
-                    || (self.slab.is_empty()
-                        && !self.moves_open.load(Ordering::SeqCst)
-                        && self.adopt_rx.is_empty())
+                now >= deadline || (self.conns.slab.is_empty() && self.mover.settled())
             }
         }
     }
@@ -484,20 +468,18 @@ impl Shard {
             match msg {
                 ShardControl::DisconnectAll => self.disconnect_all(),
                 ShardControl::Stop => {
-                    let linger = self.shared.cfg.close_linger_ms * 1_000_000;
+                    let linger = self.conns.shared.cfg.close_linger_ms * 1_000_000;
                     self.stopping = Some(monotonic_ns() + linger);
                     self.close_moves();
                 }
-                ShardControl::Spill(n) => {
-                    self.spill_forced = self.spill_forced.saturating_add(n);
-                }
+                ShardControl::Spill(n) => self.spiller.ask(n),
             }
         }
         for _ in 0..ACCEPT_BATCH {
             let Ok((stream, peer)) = self.inbox.try_recv() else {
                 break;
             };
-            self.accept(stream, peer);
+            self.conns.accept(stream, peer);
         }
         // More than a batch was waiting: the acceptor's wakes coalesced
         // into this one, and no further wake comes once a herd has
@@ -505,87 +487,68 @@ impl Shard {
         // rather than strand the rest in the inbox (not logged on, not
         // read) until some later accept.
         if !self.inbox.is_empty() {
-            if let Some(w) = &self.waker {
-                let _ = w.wake();
-            }
+            let _ = self.waker.wake();
         }
     }
 
-    fn accept(&mut self, mut stream: Link, peer: SocketAddr) {
-        // No slot while every free one is promised to a moving session.
-        let slot = if self.take_room() {
-            self.slab.free.pop()
-        } else {
-            None
-        };
-        let Some(i) = slot else {
-            self.release_ip(peer);
-            let retry = self.jitter(self.shared.cfg.admission.retry_after);
-            super::acceptor::refuse_busy(stream, retry, &self.shared);
-            return;
-        };
-        let i = i as usize;
-        let token = Token(i + 1);
-        if self
-            .poll
-            .registry()
-            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
-            .is_err()
-        {
-            self.slab.free.push(i as u32);
-            self.give_room();
-            self.release_ip(peer);
-            return;
-        }
-        let cfg = &self.shared.cfg;
+    /// Writes every connection in the write list.
+    pub(super) fn flush_writes(&mut self, now: u64) {
+        self.conns.flush_writes(&mut self.input.hosted, now);
+    }
+
+    /// Takes the sessions other shards handed over.
+    pub(super) fn adopt(&mut self) {
+        let closing = self.closing();
+        self.mover.adopt(&mut self.conns, closing);
+    }
+
+    pub(super) fn disconnect_all(&mut self) {
+        // Sessions in this shard's lane are told too (on adoption), and
+        // shard 0 sends no more.
+        self.disconnecting = true;
+        self.close_moves();
+        self.adopt();
         let now = monotonic_ns();
-        let conn = Conn {
-            stream,
-            peer,
-            session: Session::new(&self.session_cfg, now),
-            out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
-                .with_final_reserve(super::session::CONTROL_FRAME_MAX),
-            subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
-            dirty_subs: 0,
-            in_write_list: false,
-            fin_sent: false,
-            in_read_list: false,
-            requests_out: 0,
-            last_request_ns: 0,
-            answer_marks: super::answer_marks::AnswerMarks::new(),
-            logon_ticket: 0,
-            window_requests: 0,
-            heavy_windows: 0,
-            held_since_ns: None,
-        };
-        self.slab.put(i, conn);
-        GatewayStats::add(&self.shared.stats.open, 1);
-        self.stats.connections.set(self.slab.in_use() as u64);
+        self.conns.disconnect_open(now);
+        self.flush_writes(now);
+    }
+
+    pub(super) fn close_all(&mut self) {
+        self.close_moves();
+        self.adopt();
+        self.conns.close_every();
     }
 
     // ---- prices -------------------------------------------------------
 
     pub(super) fn drain_prices(&mut self, now: u64) -> usize {
-        if self.lag.detector.is_lagging() {
-            let n = self.drain_conflated(now);
-            self.swap_histogram();
-            return n;
-        }
-        let n = self.input.consumer.slots().min(PRICE_BATCH);
+        let lagging = self.lag.detector.is_lagging();
+        let batch = if lagging { CONFLATE_BATCH } else { PRICE_BATCH };
+        let n = self.input.consumer.slots().min(batch);
         // After reading the ring's fill: a session handed over before the
         // first price published after its hand-over is attached before that
         // price is delivered (the push that made it visible came after the
         // send into the lane).
         self.adopt();
+        if lagging {
+            let ring = &mut self.input.consumer;
+            let n = self
+                .lag
+                .drain_conflated(&mut self.conns, ring, &mut self.hist, n, now);
+            self.swap_histogram();
+            return n;
+        }
         for k in 0..n {
             if let Ok(p) = self.input.consumer.pop() {
                 if k == 0 {
                     // The oldest unserved price's age: the ring's lag.
-                    self.lag_sample(now.saturating_sub(p.engine_time_ns), now);
+                    let age = now.saturating_sub(p.engine_time_ns);
+                    self.lag.sample(&self.conns, age, now);
                 }
                 self.hist
                     .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
-                self.fanout.on_price(&p, &mut self.slab, &self.stats, now);
+                let c = &mut self.conns;
+                c.fanout.on_price(&p, &mut c.slab, &c.stats, now);
             }
         }
         if n > 0 {
@@ -599,17 +562,5 @@ impl Shard {
         if let Some(x) = &self.exchange {
             x.swap(&mut self.hist);
         }
-    }
-
-    pub(super) fn release_ip(&self, peer: SocketAddr) {
-        self.shared
-            .admission
-            .lock()
-            .expect("admission lock")
-            .on_close(peer.ip());
-    }
-
-    pub(super) fn jitter(&mut self, w: RetryWindow) -> u32 {
-        self.rng.gen_range(w.min_ms..=w.max_ms)
     }
 }

@@ -22,7 +22,7 @@
 //! session nothing it can see, but moving back and forth on a load that
 //! swings around the mark would.
 //!
-//! The move itself (`moves.rs`, `Shard::spill_one` and `Shard::adopt`) keeps
+//! The move itself (`moves.rs`, `Shard::spill_one` and `Mover::adopt`) keeps
 //! every update in sequence: the receiving shard's [`SymbolInterest`]
 //! holds the session's symbols before shard 0 lets go of it, shard 0
 //! drains its own ring first, and the receiver attaches the session before
@@ -174,6 +174,57 @@ pub fn fewest(others: &[ShardLoad]) -> Option<ShardLoad> {
         }
     }
     best
+}
+
+/// The spill's state on a shard: its busy meter and policy, and the move
+/// decided by the last measurement or asked for by an operator.
+pub(super) struct Spiller {
+    pub(super) busy: BusyMeter,
+    pub(super) policy: SpillPolicy,
+    /// Decided by the last measurement: move one session there.
+    pub(super) to: Option<usize>,
+    /// Sessions still to move on an operator's request.
+    forced: u32,
+}
+
+impl Spiller {
+    /// A spill at `threshold_permille` (0: off) whose busy windows are
+    /// `window_ns` long, the first starting at `now_ns`.
+    pub(super) fn new(threshold_permille: u32, window_ns: u64, now_ns: u64) -> Spiller {
+        Spiller {
+            busy: BusyMeter::new(window_ns, now_ns, 0),
+            policy: SpillPolicy { threshold_permille },
+            to: None,
+            forced: 0,
+        }
+    }
+
+    /// A move is due (measured or asked for).
+    pub(super) fn is_due(&self) -> bool {
+        self.forced > 0 || self.to.is_some()
+    }
+
+    /// An operator asked for `n` more sessions to move.
+    pub(super) fn ask(&mut self, n: u32) {
+        self.forced = self.forced.saturating_add(n);
+    }
+
+    /// Nothing more is to move.
+    pub(super) fn cancel(&mut self) {
+        self.forced = 0;
+        self.to = None;
+    }
+
+    /// A step tried a move: one fewer asked for if it `moved`, none
+    /// asked for any more if it could not.
+    pub(super) fn done(&mut self, moved: bool) {
+        self.to = None;
+        self.forced = if moved {
+            self.forced.saturating_sub(1)
+        } else {
+            0
+        };
+    }
 }
 
 #[cfg(test)]

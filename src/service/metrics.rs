@@ -58,6 +58,11 @@ impl Service {
     fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
         if let Some(i) = &self.ingest {
             super::auth_metrics::register(r, &i.auth)?;
+            let s = i.stats.clone();
+            let faults = &[("listener", "feed"), ("stage", "ingest")];
+            r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+                s.faults.load(std::sync::atomic::Ordering::Relaxed)
+            })?;
             for why in ingest::quotes::Refusal::ALL {
                 let s = i.stats.clone();
                 r.register_counter_fn(
@@ -158,73 +163,7 @@ fn register_paced(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), 
 
 fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     for (i, s) in g.shard_stats.iter().enumerate() {
-        let shard = i.to_string();
-        let (a, b, c) = (s.clone(), s.clone(), s.clone());
-        r.register_counter_fn(m::PRICE_UPDATES_SENT, &[("shard", &shard)], move || {
-            a.prices_out.get()
-        })?;
-        r.register_gauge_fn(
-            m::CONNECTIONS,
-            &[("shard", &shard), ("state", "open")],
-            move || b.connections.get() as f64,
-        )?;
-        r.register_gauge_fn(
-            m::CONNECTIONS,
-            &[("shard", &shard), ("state", "conflating")],
-            move || c.conflating_now.get() as f64,
-        )?;
-        let e = s.clone();
-        r.register_counter_fn(m::HOSTED_INTERLEAVES, &[("shard", &shard)], move || {
-            e.interleaves.get()
-        })?;
-        let f = s.clone();
-        r.register_gauge_fn(m::SHARD_BUSY, &[("shard", &shard)], move || {
-            f.busy_permille.get() as f64 / 1000.0
-        })?;
-        let h = s.clone();
-        r.register_counter_fn(m::SHARD_STALLS, &[("shard", &shard)], move || {
-            h.stalls.get()
-        })?;
-        let k = s.clone();
-        r.register_gauge_fn(m::SHARD_MAX_STALL, &[("shard", &shard)], move || {
-            k.max_stall_ms.get() as f64 / 1000.0
-        })?;
-        register_lag(r, &shard, s)?;
-        register_paced(r, &shard, s)?;
-        for (direction, out) in [("out", true), ("in", false)] {
-            let g = s.clone();
-            r.register_counter_fn(
-                m::SESSIONS_MOVED,
-                &[("shard", &shard), ("direction", direction)],
-                move || {
-                    if out {
-                        g.sessions_moved_out.get()
-                    } else {
-                        g.sessions_moved_in.get()
-                    }
-                },
-            )?;
-        }
-        for (outcome, moved) in [("moved", true), ("aborted", false)] {
-            let g = s.clone();
-            r.register_counter_fn(
-                m::SESSION_DRAINS,
-                &[("shard", &shard), ("outcome", outcome)],
-                move || {
-                    if moved {
-                        g.drains_moved.get()
-                    } else {
-                        g.drains_aborted.get()
-                    }
-                },
-            )?;
-        }
-        let d = s.clone();
-        r.register_counter_fn(
-            m::CONFLATIONS,
-            &[("reason", &format!("slow_subscriber_shard{i}"))],
-            move || d.conflated.get(),
-        )?;
+        register_shard(r, i, s)?;
     }
     super::auth_metrics::register(r, &g.shared.auth)?;
     let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
@@ -236,6 +175,93 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         &[("shard", "all")],
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
+    let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
+    let faults = &[("listener", "subscriber"), ("stage", "acceptor")];
+    r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+        crate::gateway::GatewayStats::get(&a.faults_acceptor)
+    })?;
+    let faults = &[("listener", "subscriber"), ("stage", "shard")];
+    r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+        crate::gateway::GatewayStats::get(&b.faults_shard)
+    })?;
+    Ok(())
+}
+
+/// One shard's counters and gauges.
+fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), OpsError> {
+    let shard = i.to_string();
+    let (a, b, c) = (s.clone(), s.clone(), s.clone());
+    r.register_counter_fn(m::PRICE_UPDATES_SENT, &[("shard", &shard)], move || {
+        a.prices_out.get()
+    })?;
+    r.register_gauge_fn(
+        m::CONNECTIONS,
+        &[("shard", &shard), ("state", "open")],
+        move || b.connections.get() as f64,
+    )?;
+    r.register_gauge_fn(
+        m::CONNECTIONS,
+        &[("shard", &shard), ("state", "conflating")],
+        move || c.conflating_now.get() as f64,
+    )?;
+    let e = s.clone();
+    r.register_counter_fn(m::HOSTED_INTERLEAVES, &[("shard", &shard)], move || {
+        e.interleaves.get()
+    })?;
+    let f = s.clone();
+    r.register_gauge_fn(m::SHARD_BUSY, &[("shard", &shard)], move || {
+        f.busy_permille.get() as f64 / 1000.0
+    })?;
+    let h = s.clone();
+    r.register_counter_fn(m::SHARD_STALLS, &[("shard", &shard)], move || {
+        h.stalls.get()
+    })?;
+    let k = s.clone();
+    r.register_gauge_fn(m::SHARD_MAX_STALL, &[("shard", &shard)], move || {
+        k.max_stall_ms.get() as f64 / 1000.0
+    })?;
+    register_lag(r, &shard, s)?;
+    register_paced(r, &shard, s)?;
+    register_moves(r, &shard, s)?;
+    let d = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("slow_subscriber_shard{i}"))],
+        move || d.conflated.get(),
+    )?;
+    Ok(())
+}
+
+/// One shard's sessions moved and drained.
+fn register_moves(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), OpsError> {
+    for (direction, out) in [("out", true), ("in", false)] {
+        let g = s.clone();
+        r.register_counter_fn(
+            m::SESSIONS_MOVED,
+            &[("shard", shard), ("direction", direction)],
+            move || {
+                if out {
+                    g.sessions_moved_out.get()
+                } else {
+                    g.sessions_moved_in.get()
+                }
+            },
+        )?;
+    }
+    for (outcome, moved) in [("moved", true), ("aborted", false)] {
+        let g = s.clone();
+        r.register_counter_fn(
+            m::SESSION_DRAINS,
+            &[("shard", shard), ("outcome", outcome)],
+            move || {
+                if moved {
+                    g.drains_moved.get()
+                } else {
+                    g.drains_aborted.get()
+                }
+            },
+        )?;
+    }
     Ok(())
 }
 

@@ -143,7 +143,7 @@ impl TlsLink {
         if n <= 16 || n.is_power_of_two() {
             let peer = self.client.or_else(|| self.stream.peer_addr().ok());
             tracing::warn!(listener = self.listener, ?peer, reason = why.label(),
-                count = n, detail = %detail, "TLS handshake failed");
+                count = n, detail = %crate::runtime::esc(detail), "TLS handshake failed");
         }
     }
 

@@ -3,10 +3,11 @@
 //! MarketDataRequest(Reject). Part of [`super::FixSession`].
 
 use super::EMPTY_BOOK;
-use super::{DisconnectReason, Escaped, Failure, FixSession, Io, MsgHeader, SessionState};
+use super::{DisconnectReason, Failure, FixSession, Io, MsgHeader, SessionState};
 use crate::clock::NS_PER_MS;
 use crate::feed::fix::codec;
 use crate::resilience::Outcome;
+use crate::runtime::esc_bytes;
 
 impl FixSession {
     /// MsgSeqNum check and gap policy; false when the message must not be
@@ -130,7 +131,7 @@ impl FixSession {
     }
 
     pub(super) fn on_logout(&mut self, hdr: &MsgHeader<'_>, now_ns: u64, wall_ns: u64) {
-        let text = Escaped(hdr.text.unwrap_or(b""));
+        let text = esc_bytes(hdr.text.unwrap_or(b""));
         match self.state {
             SessionState::LoggingOut => self.end_quietly(),
             SessionState::LogonSent => {
@@ -211,8 +212,8 @@ impl FixSession {
     pub(super) fn on_session_reject(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) {
         self.stats.session_rejects.inc();
         tracing::warn!(provider = %self.cfg.name, ref_seq_num = hdr.ref_seq_num,
-            reason = %Escaped(hdr.reject_reason.unwrap_or(b"")),
-            text = %Escaped(hdr.text.unwrap_or(b"")), "FIX session Reject from the provider");
+            reason = %esc_bytes(hdr.reject_reason.unwrap_or(b"")),
+            text = %esc_bytes(hdr.text.unwrap_or(b"")), "FIX session Reject from the provider");
         self.record(Outcome::Ignored, now_ns);
     }
 
@@ -252,9 +253,9 @@ impl FixSession {
         self.stats.md_rejects.inc();
         if let Some(i) = hdr.req_id.and_then(|id| self.req_index(id)) {
             self.reject_symbol(i, now_ns);
-            tracing::warn!(provider = %self.cfg.name, symbol = %self.cfg.symbols[i].provider_symbol,
-                reason = %Escaped(hdr.reject_reason.unwrap_or(b"")),
-                text = %Escaped(hdr.text.unwrap_or(b"")), "MarketDataRequest rejected");
+            tracing::warn!(provider = %self.cfg.name, symbol = %crate::runtime::esc(&self.cfg.symbols[i].provider_symbol),
+                reason = %esc_bytes(hdr.reject_reason.unwrap_or(b"")),
+                text = %esc_bytes(hdr.text.unwrap_or(b"")), "MarketDataRequest rejected");
         }
         self.record(Outcome::Ignored, now_ns);
     }

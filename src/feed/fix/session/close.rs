@@ -114,40 +114,9 @@ impl DisconnectReason {
     }
 }
 
-/// Text (58) from outside, for a log line: at most [`TEXT_LOGGED_MAX`]
-/// bytes, every byte that is not printable ASCII escaped (`\xNN`), so an
-/// LP's text can neither forge a log line nor flood it. Allocation-free.
-pub(crate) struct Escaped<'a>(pub(crate) &'a [u8]);
-
-/// Longest Text (58) logged; the rest is cut and marked `...`.
-pub(crate) const TEXT_LOGGED_MAX: usize = 200;
-
-impl std::fmt::Display for Escaped<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let cut = self.0.len() > TEXT_LOGGED_MAX;
-        let shown = &self.0[..self.0.len().min(TEXT_LOGGED_MAX)];
-        write!(f, "\"{}\"", shown.escape_ascii())?;
-        if cut {
-            f.write_str("...")?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escaped_text_cannot_forge_a_line_and_is_bounded() {
-        let s = Escaped(b"Invalid \"user\"\n2026 INFO forged\x1b[2J").to_string();
-        assert_eq!(s, r#""Invalid \"user\"\n2026 INFO forged\x1b[2J""#);
-        assert!(!s.contains('\n'));
-        let long = vec![b'a'; 1_000];
-        let s = Escaped(&long).to_string();
-        assert_eq!(s.len(), TEXT_LOGGED_MAX + 2 + 3);
-        assert!(s.ends_with("\"..."));
-    }
 
     #[test]
     fn every_reason_has_its_own_counter_and_name() {

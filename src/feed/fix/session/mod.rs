@@ -72,7 +72,6 @@ use crate::config::fix::FixSessionConfig;
 use crate::model::ProviderHealth;
 use crate::model::Tick;
 use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker};
-use close::Escaped;
 
 mod admin;
 mod close;
@@ -445,8 +444,8 @@ impl FixSession {
     /// A message for another session: a misrouted connection, closed.
     fn on_wrong_comp_id(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) -> Io {
         let (sender, target) = (hdr.sender_comp_id.unwrap_or(b""), hdr.target_comp_id);
-        tracing::warn!(provider = %self.cfg.name, sender = %Escaped(sender),
-            target = %Escaped(target.unwrap_or(b"")), "FIX message for another session");
+        tracing::warn!(provider = %self.cfg.name, sender = %crate::runtime::esc_bytes(sender),
+            target = %crate::runtime::esc_bytes(target.unwrap_or(b"")), "FIX message for another session");
         self.stats.comp_id_mismatches.inc();
         self.fail(Failure::WrongCompId, now_ns);
         self.take_io(now_ns)

@@ -1,0 +1,214 @@
+//! The shard's read path: socket reads into each session, the frames it
+//! returns handed to the handler that owns the state they touch (logon,
+//! subscribe, requests), and the timer sweep, which reads a session
+//! about to be cut for silence first.
+//!
+//! Reads are bounded per connection per turn ([`READS_PER_TURN`]), and so
+//! are the requests handled ([`REQUESTS_PER_CONN_TURN`], and
+//! [`super::queries::REQUESTS_PER_TURN`] over all connections); the rest is read and
+//! handled next turn (edge-triggered: remembered in the read list).
+//! [`Shard::on_readable`] is where one connection's input is processed.
+
+use std::io::{self, Read};
+
+use super::conn::Conn;
+use super::queries::REQUESTS_PER_CONN_TURN;
+use super::session::{Step, Timer};
+use super::shard::Shard;
+use super::GatewayStats;
+use crate::clock::monotonic_ns;
+
+/// Socket reads per connection per loop turn (each up to the inbound
+/// buffer's size).
+const READS_PER_TURN: usize = 8;
+
+impl Shard {
+    pub(super) fn on_readable(&mut self, i: usize, now: u64) {
+        // A bounded number of reads and requests per turn, so one fast
+        // sender cannot keep the shard from its prices and its other
+        // connections; the rest is read next turn (edge-triggered:
+        // remembered here). Frames left buffered by last turn's request
+        // budget come before more bytes.
+        // A session held for a draining move is not read (see
+        // `gateway::drain`); it is queued again when the hold ends.
+        if self.conns.slab.conns[i].as_ref().is_none_or(Conn::is_held) {
+            return;
+        }
+        let mut left = REQUESTS_PER_CONN_TURN;
+        if !self.process_frames(i, now, &mut left) {
+            return self.conns.slab.queue_read(i);
+        }
+        for _ in 0..READS_PER_TURN {
+            let Some(conn) = self.conns.slab.conns[i].as_mut() else {
+                return;
+            };
+            if conn.logon_ticket != 0 {
+                // Its Logon is with the verifier: what follows stays in the
+                // socket until the verdict (`gateway::logon`).
+                return;
+            }
+            let buf = conn.session.read_buf();
+            if buf.is_empty() {
+                // Cannot happen while max frame <= buffer; treat as abuse.
+                self.conns
+                    .with_session(i, now, |s, ctx| s.on_buffer_full(ctx));
+                return;
+            }
+            match conn.stream.read(buf) {
+                Ok(0) => {
+                    GatewayStats::add(&self.conns.shared.stats.peer_closed, 1);
+                    self.conns.close_now(i);
+                    return;
+                }
+                Ok(n) => conn.session.on_read(n, now),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    GatewayStats::add(&self.conns.shared.stats.peer_closed, 1);
+                    self.conns.close_now(i);
+                    return;
+                }
+            }
+            if !self.process_frames(i, now, &mut left) {
+                break;
+            }
+        }
+        self.conns.slab.queue_read(i);
+    }
+
+    /// Continues reading connections that used up last turn's budget.
+    pub(super) fn read_again(&mut self) {
+        let mut list = std::mem::take(&mut self.conns.slab.read_list);
+        for &i in &list {
+            if let Some(c) = self.conns.slab.conns[i as usize].as_mut() {
+                c.in_read_list = false;
+            }
+            let i = i as usize;
+            self.contained(i, |s| s.on_readable(i, monotonic_ns()));
+        }
+        list.clear();
+        // Entries pushed while reading went to the (empty) replacement.
+        list.append(&mut self.conns.slab.read_list);
+        self.conns.slab.read_list = list;
+    }
+
+    /// Hands every complete frame read so far to the session, and what it
+    /// returns to the shard's handlers, until `left` (this connection's) or
+    /// the turn's request budget runs out: false then (frames may remain).
+    /// Frames after a Logon wait for its verdict, in order (true: nothing
+    /// to do until it comes).
+    pub(super) fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> bool {
+        let mut frame = std::mem::take(&mut self.frame);
+        let mut all = true;
+        loop {
+            if self.conns.slab.conns[i]
+                .as_ref()
+                .is_none_or(|c| c.logon_ticket != 0)
+            {
+                break;
+            }
+            if *left == 0 || self.requests.left == 0 {
+                all = false;
+                break;
+            }
+            let Some((session, mut ctx)) = self.conns.session_ctx(i, now) else {
+                break;
+            };
+            let step = session.poll_frame(&mut frame[..], &mut ctx);
+            self.conns.settle(i);
+            match step {
+                Step::Done => break,
+                Step::Handled => {}
+                Step::Event(ev) => {
+                    use super::session::Event as E;
+                    if matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_)) {
+                        *left -= 1;
+                        self.requests.left -= 1;
+                        if let Some(c) = self.conns.slab.conns[i].as_mut() {
+                            c.window_requests = c.window_requests.saturating_add(1);
+                        }
+                    }
+                    self.on_event(i, ev, now)
+                }
+            }
+        }
+        self.frame = frame;
+        all
+    }
+
+    fn on_event(&mut self, i: usize, ev: super::session::Event<'_>, now: u64) {
+        use super::session::Event;
+        let account = self.conns.slab.conns[i].as_ref().and_then(|c| c.account());
+        let (conns, lag, requests) = (&mut self.conns, &mut self.lag, &mut self.requests);
+        match (ev, account) {
+            (Event::Logon(l), _) => self.logons.on_logon(conns, lag, i, &l, now),
+            (Event::Subscribe(s), _) => self.subscribing.on_subscribe(conns, i, &s, now),
+            (Event::Unsubscribe(s), _) => self.subscribing.on_unsubscribe(conns, i, &s),
+            (Event::SymbolList(r), Some(a)) => requests.on_symbol_list(conns, lag, i, a, &r, now),
+            (Event::Snapshot(r), Some(a)) => {
+                requests.on_snapshot_request(conns, lag, i, a, &r, now)
+            }
+            (Event::History(r), Some(a)) => requests.on_history_request(conns, lag, i, a, &r, now),
+            // Requests come only from a logged-on session.
+            _ => {}
+        }
+    }
+
+    /// Applies the verifier's verdicts to their connections (if still
+    /// waiting for them); returns how many came.
+    pub(super) fn drain_verdicts(&mut self, now: u64) -> usize {
+        let mut n = 0;
+        while let Some(v) = self.logons.take_verdict() {
+            n += 1;
+            self.contained(v.conn(), |s| {
+                // What the client sent after its Logon (a pipelined
+                // Subscribe) waited for this: the frames already read,
+                // then the socket (`on_readable` takes both, within the
+                // turn's budget).
+                if let Some(i) = s.logons.apply_verdict(v, &mut s.conns, now) {
+                    s.on_readable(i, now);
+                }
+            });
+        }
+        n
+    }
+
+    /// Runs every session's timers (see [`super::session::Session::on_timer`]) and samples
+    /// the outbound gauges. A session about to be cut for what its peer
+    /// has not sent has its socket read first: bytes waiting there count.
+    pub(super) fn sweep(&mut self, now: u64) {
+        let mut sampled = (0u64, 0u64);
+        for i in 0..self.conns.slab.live_end {
+            if self.conns.slab.conns[i].is_some() {
+                self.contained(i, |s| s.sweep_one(i, now, &mut sampled));
+            }
+        }
+        let (conflating, queued) = sampled;
+        self.conns.stats.conflating_now.set(conflating);
+        self.conns.stats.outbound_bytes.set(queued);
+    }
+
+    /// Connection `i`'s part of the sweep; adds to the (conflating,
+    /// queued bytes) samples.
+    fn sweep_one(&mut self, i: usize, now: u64, (conflating, queued): &mut (u64, u64)) {
+        let Some(conn) = self.conns.slab.conns[i].as_mut() else {
+            return;
+        };
+        if conn.stream.handshake_expired(now) {
+            // Counted by the link; the peer never spoke TLS to the end.
+            return self.conns.close_now(i);
+        }
+        // No deadline counts against a session while it is held.
+        conn.held_catch_up(now);
+        *conflating += u64::from(conn.out.is_conflating());
+        *queued += conn.out.len() as u64;
+        if conn.session.silence_due(&self.conns.session_cfg, now) {
+            // Read even when the turn's request budget is spent.
+            self.requests.left = self.requests.left.max(REQUESTS_PER_CONN_TURN);
+            self.on_readable(i, now);
+        }
+        if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
+            self.conns.close_now(i);
+        }
+    }
+}
