@@ -24,9 +24,12 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::ConfigError;
+
+pub mod damping;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
 use crate::resilience::{Backoff, BreakerConfig};
+pub use damping::{FlapDamping, GrayRule};
 
 /// Default TCP connect timeout, in ms.
 pub const CONNECT_MS_DEFAULT: u64 = 2_000;
@@ -172,6 +175,30 @@ pub struct FixProviderFile {
     pub provider_age_max_ms: Option<u64>,
     /// Allowed provider clock skew, in ms (default [`CLOCK_SKEW_MS_DEFAULT`]).
     pub clock_skew_ms: Option<u64>,
+    /// A logged-on session shorter than this is a flap, in ms (default
+    /// [`damping::FLAP_STABLE_MS_DEFAULT`]; 0: no damping).
+    pub flap_stable_ms: Option<u64>,
+    /// Half-life of the flap penalty, in ms (default
+    /// [`damping::FLAP_HALF_LIFE_MS_DEFAULT`]).
+    pub flap_half_life_ms: Option<u64>,
+    /// Penalty that damps the provider (default
+    /// [`damping::FLAP_SUPPRESS_DEFAULT`]; one flap is 1000).
+    pub flap_suppress: Option<u32>,
+    /// Penalty below which damping ends (default
+    /// [`damping::FLAP_REUSE_DEFAULT`]).
+    pub flap_reuse: Option<u32>,
+    /// Longest damping after the last flap, in ms (default
+    /// [`damping::FLAP_MAX_SUPPRESS_MS_DEFAULT`]).
+    pub flap_max_suppress_ms: Option<u64>,
+    /// Quote lapses within `gray_window_ms` that make the provider gray
+    /// (default [`damping::GRAY_LAPSES_DEFAULT`]; 0: off).
+    pub gray_lapses: Option<u32>,
+    /// Window of the lapse count, in ms (default
+    /// [`damping::GRAY_WINDOW_MS_DEFAULT`]).
+    pub gray_window_ms: Option<u64>,
+    /// Fresh quotes for this long end gray, in ms (default
+    /// [`damping::GRAY_CLEAR_MS_DEFAULT`]).
+    pub gray_clear_ms: Option<u64>,
     /// Logon Username (553).
     pub username: Option<String>,
     /// Name of the environment variable that holds the Logon Password
@@ -276,6 +303,10 @@ pub struct FixSessionConfig {
     pub provider_age_max_ms: u64,
     /// Allowed provider clock skew, in ms.
     pub clock_skew_ms: u64,
+    /// Flap damping (docs/fix.md "Flap damping").
+    pub flap: FlapDamping,
+    /// The gray rule (docs/fix.md "Gray providers").
+    pub gray: GrayRule,
 }
 
 impl FixSessionConfig {
@@ -319,6 +350,8 @@ impl FixSessionConfig {
             breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
             provider_age_max_ms: PROVIDER_AGE_MAX_MS_DEFAULT,
             clock_skew_ms: CLOCK_SKEW_MS_DEFAULT,
+            flap: FlapDamping::default(),
+            gray: GrayRule::default(),
         }
     }
 
@@ -402,6 +435,8 @@ impl FixSessionConfig {
             }
         }
         self.breaker.validate().map_err(|e| e.to_string())?;
+        self.flap.validate()?;
+        self.gray.validate()?;
         self.check_breaker_can_open()
     }
 
@@ -624,6 +659,8 @@ pub fn resolve(
             .unwrap_or(BREAKER_CONSECUTIVE_FAILURES_DEFAULT),
         provider_age_max_ms: f.provider_age_max_ms.unwrap_or(PROVIDER_AGE_MAX_MS_DEFAULT),
         clock_skew_ms: f.clock_skew_ms.unwrap_or(CLOCK_SKEW_MS_DEFAULT),
+        flap: FlapDamping::from_file(f),
+        gray: GrayRule::from_file(f),
     };
     cfg.validate()
         .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;

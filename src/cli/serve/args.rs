@@ -420,6 +420,9 @@ impl ServeArgs {
                 return Err("--max-quote-age-ms: must be at least 1".into());
             }
             config.engine.max_quote_age_ms = ms;
+            for session in &mut config.fix {
+                session.gray.max_quote_age_ms = ms;
+            }
         }
         if let Some(bps) = self.spike_bps {
             if bps == 0 || bps > 10_000 {
