@@ -83,6 +83,41 @@ fn an_in_session_reset_is_answered_and_the_session_goes_on() {
     r.advance_ms(1_000);
     let next = r.sent();
     assert!(next.iter().all(|(_, f)| field(f, 34) != [b"1"]), "{next:?}");
+    // The peer answering our answer with another Logon 141=Y at its next
+    // number: not a reset request, nothing answered.
+    assert_eq!(r.peer(b"A", |e| e.bytes(141, b"Y")), Io::Nothing);
+    assert!(r.sent().is_empty(), "no Logon ping-pong");
+    assert_eq!(stats(&r).seq_resets, 1);
+}
+
+#[test]
+fn a_peer_that_acknowledges_our_reset_answer_with_its_own_is_not_answered() {
+    let mut r = Rig::active();
+    for _ in 0..5 {
+        r.peer(b"0", |_| {});
+    }
+    let reset = |r: &mut Rig| {
+        r.peer_seq = 1;
+        r.peer(b"A", |e| e.bytes(141, b"Y"))
+    };
+    reset(&mut r);
+    assert_eq!(r.sent().iter().filter(|(t, _)| t == b"A").count(), 1);
+    // QuickFIX 1.15 as the acceptor takes our answer for a new request and
+    // answers it with a Logon 141=Y at 1: the acknowledgement, followed,
+    // not answered (or both sides reset each other for ever).
+    assert_eq!(reset(&mut r), Io::Nothing);
+    assert!(r.sent().is_empty(), "no ping-pong");
+    r.peer(b"0", |_| {});
+    let s = stats(&r);
+    assert_eq!(
+        (s.seq_resets, s.seq_too_low, s.seq_gaps),
+        (1, 0, 0),
+        "{s:?}"
+    );
+    // A reset tomorrow, after other traffic, is a new request again.
+    reset(&mut r);
+    assert_eq!(r.sent().iter().filter(|(t, _)| t == b"A").count(), 1);
+    assert_eq!(stats(&r).seq_resets, 2);
 }
 
 #[test]

@@ -29,14 +29,20 @@ impl FixSession {
         if msg_type == b"4" && !hdr.gap_fill {
             return true;
         }
-        // A Logon with ResetSeqNumFlag while logged on: the peer restarts
-        // both sequences at 1 (FIX 4.4; the daily reset of 24-hour LPs).
-        if msg_type == b"A" && hdr.reset_seq_num && self.state == SessionState::Active {
+        // A Logon with ResetSeqNumFlag at MsgSeqNum 1 while logged on: the
+        // peer restarts both sequences (FIX 4.4; the daily reset of
+        // 24-hour LPs).
+        if is_reset_request(msg_type, hdr) && self.state == SessionState::Active {
             self.in_seq = seq + 1;
-            return true;
+            // Right after our answer, before anything else from the peer:
+            // the peer's acknowledgement of it (QuickFIX acceptors send
+            // one), followed but not answered, or the two sides would
+            // reset each other for ever.
+            return !std::mem::take(&mut self.reset_answered);
         }
         if seq == self.in_seq {
             self.in_seq += 1;
+            self.reset_answered = false;
             return true;
         }
         if self.state == SessionState::LoggingOut {
@@ -96,7 +102,7 @@ impl FixSession {
     }
 
     pub(super) fn on_logon(&mut self, hdr: &MsgHeader<'_>, now_ns: u64, wall_ns: u64) {
-        if self.state == SessionState::Active && hdr.reset_seq_num {
+        if self.state == SessionState::Active && is_reset_request(b"A", hdr) {
             return self.in_session_reset(now_ns, wall_ns);
         }
         if self.state != SessionState::LogonSent {
@@ -119,6 +125,7 @@ impl FixSession {
     /// snapshots.
     fn in_session_reset(&mut self, now_ns: u64, wall_ns: u64) {
         self.stats.seq_resets.inc();
+        self.reset_answered = true;
         tracing::info!(provider = %self.cfg.name, "FIX in-session sequence reset (Logon 141=Y)");
         self.out_seq = 1;
         let hb = u64::from(self.cfg.heartbeat_s);
@@ -344,4 +351,11 @@ impl FixSession {
         }
         self.take_io(now_ns)
     }
+}
+
+/// A reset request: Logon with ResetSeqNumFlag and MsgSeqNum 1 (FIX 4.4).
+/// A Logon with the flag at a later number is not one (a peer answering
+/// our answer at its next number).
+fn is_reset_request(msg_type: &[u8], hdr: &MsgHeader<'_>) -> bool {
+    msg_type == b"A" && hdr.reset_seq_num && hdr.seq == Some(1)
 }

@@ -247,6 +247,8 @@ pub struct FixSession {
     /// Sequence gaps of this connection: `gaps_before_logout` within
     /// `gap_window_ms` log out.
     gaps: BurstWindow,
+    /// We answered an in-session reset and have heard nothing since.
+    reset_answered: bool,
 }
 
 impl FixSession {
@@ -316,6 +318,7 @@ impl FixSession {
             rng,
             garbled: BurstWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
             gaps: BurstWindow::new(cfg.gaps_before_logout, cfg.gap_window_ms * NS_PER_MS),
+            reset_answered: false,
             cfg,
         }
     }
@@ -373,6 +376,7 @@ impl FixSession {
         self.in_seq = 1;
         self.gaps_this_connection = 0;
         self.gaps.clear();
+        self.reset_answered = false;
         self.test_req_pending = false;
         self.garbled.clear();
         self.outbound.clear();
