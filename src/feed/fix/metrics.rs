@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::health::{HealthGauges, ProviderState};
+use super::health::{DampingGauges, HealthGauges, ProviderState};
 use super::session::DisconnectReason;
 use super::stats::{FixFeedStats, FixSessionSnapshot, FixSessionStats};
 use crate::clock::Clock;
@@ -21,6 +21,12 @@ use crate::ops::{OpsError, Registry};
 pub const FAMILIES: &[&str] = &[
     m::PROVIDER_HEALTHY,
     m::PROVIDER_STATE,
+    m::PROVIDER_DAMPED,
+    m::PROVIDER_DAMPING_PENALTY,
+    m::PROVIDER_DAMPED_SECONDS,
+    m::PROVIDER_PROBATION_SECONDS,
+    m::PROVIDER_FLAPS,
+    m::FIX_QUOTE_LAPSES,
     m::FIX_QUOTES,
     m::FIX_WITHDRAWALS,
     m::FIX_QUOTES_DISCARDED,
@@ -94,6 +100,8 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
 const PLAIN: &[(&str, Field)] = &[
     (m::FIX_QUOTES, |s| s.quotes),
     (m::FIX_WITHDRAWALS, |s| s.withdrawals),
+    (m::PROVIDER_FLAPS, |s| s.flaps),
+    (m::FIX_QUOTE_LAPSES, |s| s.quote_lapses),
     (m::FIX_SLOW_QUOTES, |s| s.slow_quotes),
     (m::FIX_SEQ_GAPS, |s| s.seq_gaps),
     (m::FIX_RESUBSCRIBES, |s| s.resubscribes),
@@ -122,6 +130,25 @@ fn health(r: &Registry, name: &str, g: &Arc<HealthGauges>) -> Result<(), OpsErro
             &[("provider", name), ("state", state.name())],
             move || f64::from(u8::from(h.state() == state)),
         )?;
+    }
+    damping(r, name, g)
+}
+
+fn damping(r: &Registry, name: &str, g: &Arc<HealthGauges>) -> Result<(), OpsError> {
+    type Read = fn(&DampingGauges) -> f64;
+    let gauges: [(&str, Read); 4] = [
+        (m::PROVIDER_DAMPED, |d| f64::from(u8::from(d.damped))),
+        (m::PROVIDER_DAMPING_PENALTY, |d| d.penalty as f64),
+        (m::PROVIDER_DAMPED_SECONDS, |d| {
+            d.damped_left_ms as f64 / 1e3
+        }),
+        (m::PROVIDER_PROBATION_SECONDS, |d| {
+            d.probation_ms as f64 / 1e3
+        }),
+    ];
+    for (family, read) in gauges {
+        let h = Arc::clone(g);
+        r.register_gauge_fn(family, &[("provider", name)], move || read(&h.damping()))?;
     }
     Ok(())
 }

@@ -19,7 +19,9 @@
 
 pub(crate) mod burst;
 pub mod codec;
+pub mod damping;
 pub mod feed;
+pub(crate) mod gray;
 pub mod health;
 pub mod metrics;
 pub mod session;

@@ -141,6 +141,15 @@ session_stats! {
     /// Quotes older than provider_age_max_ms + clock_skew_ms by their
     /// provider time: not delivered.
     stale_quotes,
+    /// Logged-on sessions that ended sooner than `flap_stable_ms` (flaps).
+    flaps,
+    /// Times the provider became damped for flapping.
+    damped_entries,
+    /// Times the last delivered quote aged past the engine's max quote age
+    /// while logged on (lapses).
+    quote_lapses,
+    /// Times the provider became gray.
+    gray_entries,
     /// Connections ended by the peer closing or resetting them.
     close_peer_closed,
     /// Connections ended by the peer's Logout while logged on.

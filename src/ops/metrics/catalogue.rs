@@ -112,8 +112,27 @@ pub const FEED_DECODE_ERRORS: &str = "pricewire_feed_decode_errors_total";
 /// (gauge, by `provider`).
 pub const PROVIDER_HEALTHY: &str = "pricewire_provider_healthy";
 /// 1 for the provider's health state (down, probation, streaming, silent,
-/// breaker_open), 0 for the others (gauge, by `provider`, `state`).
+/// breaker_open, damped, gray), 0 for the others (gauge, by `provider`,
+/// `state`).
 pub const PROVIDER_STATE: &str = "pricewire_provider_state";
+/// 1 while the provider is damped for flapping (its sessions end early), else
+/// 0 (gauge, by `provider`).
+pub const PROVIDER_DAMPED: &str = "pricewire_provider_damped";
+/// The provider's flap penalty: 1000 per session that ended early, halving
+/// every flap_half_life_ms (gauge, by `provider`).
+pub const PROVIDER_DAMPING_PENALTY: &str = "pricewire_provider_damping_penalty";
+/// Seconds until the provider's damping ends if it flaps no more; 0 when not
+/// damped (gauge, by `provider`).
+pub const PROVIDER_DAMPED_SECONDS: &str = "pricewire_provider_damped_seconds";
+/// The probation a new session of the provider must stream before it
+/// re-enters the price, grown by the flap penalty (gauge, by `provider`).
+pub const PROVIDER_PROBATION_SECONDS: &str = "pricewire_provider_probation_seconds";
+/// Logged-on sessions of the provider that ended sooner than flap_stable_ms
+/// (counter, by `provider`).
+pub const PROVIDER_FLAPS: &str = "pricewire_provider_flaps_total";
+/// Times a FIX provider's last delivered quote aged past the engine's max
+/// quote age while logged on (counter, by `provider`).
+pub const FIX_QUOTE_LAPSES: &str = "pricewire_fix_quote_lapses_total";
 /// Two-sided quotes a FIX provider delivered to the engine (counter, by
 /// `provider`).
 pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
@@ -401,7 +420,19 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(PROVIDER_HEALTHY, &["provider"], "boolean", "fix",
         "1 while the provider is in the best price (provider state streaming), else 0"),
     gauge(PROVIDER_STATE, &["provider", "state"], "boolean", "fix",
-        "1 for the provider's health state (down, probation, streaming, silent, breaker_open), 0 for the others"),
+        "1 for the provider's health state (down, probation, streaming, silent, breaker_open, damped, gray), 0 for the others"),
+    gauge(PROVIDER_DAMPED, &["provider"], "boolean", "fix",
+        "1 while the provider is damped for flapping (its sessions end early), else 0"),
+    gauge(PROVIDER_DAMPING_PENALTY, &["provider"], "penalty", "fix",
+        "The provider's flap penalty: 1000 per session that ended early, halving every flap_half_life_ms"),
+    gauge(PROVIDER_DAMPED_SECONDS, &["provider"], "seconds", "fix",
+        "Seconds until the provider's damping ends if it flaps no more; 0 when not damped"),
+    gauge(PROVIDER_PROBATION_SECONDS, &["provider"], "seconds", "fix",
+        "The probation a new session must stream before it re-enters the price, grown by the flap penalty"),
+    counter(PROVIDER_FLAPS, &["provider"], "sessions", "fix",
+        "Logged-on sessions of the provider that ended sooner than flap_stable_ms"),
+    counter(FIX_QUOTE_LAPSES, &["provider"], "events", "fix",
+        "Times the provider's last delivered quote aged past the engine's max quote age while logged on (gray input)"),
     counter(FIX_QUOTES, &["provider"], "ticks", "fix",
         "Two-sided quotes a FIX provider delivered to the engine"),
     counter(FIX_WITHDRAWALS, &["provider"], "ticks", "fix",

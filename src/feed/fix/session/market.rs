@@ -269,7 +269,7 @@ impl FixSession {
         // Only a provider past its probation has shown it works: an LP
         // that sends its snapshot after each logon and then nothing must
         // not reset the run of failures every cycle.
-        if !self.machine.in_probation(now_ns) {
+        if !self.machine.in_probation(now_ns, self.probation_ms_now) {
             self.consecutive_failures = 0;
         }
         self.gauges.set_last_quote_wall_ns(wall_ns);

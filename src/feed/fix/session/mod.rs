@@ -65,6 +65,7 @@ use rand::{Rng, SeedableRng};
 
 use super::burst::BurstWindow;
 use super::codec::{self, Encoder, Fields, Header};
+use super::damping::FlapDamper;
 use super::health::{HealthConfig, HealthGauges, ProviderHealthMachine, ProviderState};
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
@@ -249,6 +250,10 @@ pub struct FixSession {
     gaps: BurstWindow,
     /// We answered an in-session reset and have heard nothing since.
     reset_answered: bool,
+    /// Flap damping of the provider (see [`super::damping`]).
+    damper: FlapDamper,
+    /// The probation a session must stream now (grown by the damping).
+    probation_ms_now: u64,
 }
 
 impl FixSession {
@@ -305,7 +310,7 @@ impl FixSession {
             machine: ProviderHealthMachine::new(HealthConfig {
                 quote_silence_ms: cfg.quote_silence_ms,
                 probation_quotes: cfg.probation_quotes,
-                probation_ms: cfg.probation_ms,
+                gray: cfg.gray,
             }),
             gauges: Arc::new(HealthGauges::default()),
             consecutive_failures: 0,
@@ -319,6 +324,8 @@ impl FixSession {
             garbled: BurstWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
             gaps: BurstWindow::new(cfg.gaps_before_logout, cfg.gap_window_ms * NS_PER_MS),
             reset_answered: false,
+            damper: FlapDamper::new(cfg.flap),
+            probation_ms_now: cfg.probation_ms,
             cfg,
         }
     }

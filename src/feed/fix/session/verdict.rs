@@ -6,7 +6,7 @@ use super::{
     DisconnectReason, Failure, FixSession, Io, SessionState, EMPTY_BOOK, FAIL_LOG_EVERY_NS,
 };
 use crate::clock::NS_PER_MS;
-use crate::feed::fix::health::{Inputs, ProviderState};
+use crate::feed::fix::health::{DampingGauges, Inputs, ProviderState};
 use crate::resilience::{BreakerState, Outcome};
 
 impl FixSession {
@@ -74,12 +74,48 @@ impl FixSession {
         self.pending.clear();
         self.pending_pos = 0;
         self.books.fill(EMPTY_BOOK);
+        // A session that logged on and quoted, ended other than by our
+        // shutdown: judged by its length. (One that never quoted never
+        // entered the price; a hung LP is the breaker's concern.)
+        if let Some(up) = self.machine.up_since_ns() {
+            if ending != DisconnectReason::Shutdown && self.machine.quotes_since_up() > 0 {
+                self.judge_session_length(now_ns.saturating_sub(up), ending, now_ns);
+            }
+        }
         self.machine.on_session_down();
-        let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
+        let floor_ms = self
+            .damper
+            .reconnect_floor_ms(&self.cfg.reconnect, now_ns, &mut self.rng);
+        let delay_ms = self
+            .cfg
+            .reconnect
+            .delay_ms(self.attempt, floor_ms, &mut self.rng);
         self.attempt = self.attempt.saturating_add(1);
         self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
         self.stats.reconnects_scheduled.inc();
         self.update_health(now_ns);
+    }
+
+    /// A logged-on session that quoted lasted `up_ns`: shorter than
+    /// `flap_stable_ms` is a flap for the damping (docs/fix.md "Flap
+    /// damping").
+    fn judge_session_length(&mut self, up_ns: u64, ending: DisconnectReason, now_ns: u64) {
+        let was_damped = self.damper.damped();
+        if !self.damper.on_session_end(up_ns, now_ns) {
+            return;
+        }
+        self.stats.flaps.inc();
+        let (provider, up_ms) = (&self.cfg.name, up_ns / NS_PER_MS);
+        let penalty = self.damper.penalty(now_ns).round() as u64;
+        let damped = self.damper.damped();
+        tracing::warn!(%provider, up_ms, reason = ending.name(), penalty, damped,
+            stable_ms = self.cfg.flap.stable_ms, "FIX session ended early: a flap");
+        if damped && !was_damped {
+            self.stats.damped_entries.inc();
+            let out_ms = self.damper.damped_left_ns(now_ns) / NS_PER_MS;
+            tracing::warn!(%provider, penalty, out_ms,
+                "FIX provider damped for flapping: out of the price until it stops");
+        }
     }
 
     pub(super) fn record(&mut self, outcome: Outcome, now_ns: u64) {
@@ -101,12 +137,16 @@ impl FixSession {
     /// Evaluates the provider-health machine; publishes `healthy` (state
     /// `streaming`) to the engine and the state to the gauges.
     pub(super) fn update_health(&mut self, now_ns: u64) {
+        let damped = self.update_damping(now_ns);
+        self.update_gray(now_ns);
         let inputs = Inputs {
             breaker_closed: matches!(
                 self.breaker.state(now_ns),
                 BreakerState::Closed | BreakerState::Disabled
             ),
             session_up: self.state == SessionState::Active,
+            damped,
+            probation_ms: self.probation_ms_now,
         };
         if let Some((from, to)) = self.machine.evaluate(now_ns, inputs) {
             self.gauges.set_state(to);
@@ -129,6 +169,44 @@ impl FixSession {
                 h.set(usize::from(self.cfg.provider), healthy);
                 self.published = Some(healthy);
             }
+        }
+    }
+
+    /// The damping at `now_ns`: its end by the timer, the grown
+    /// probation, the gauges. Returns whether the provider is damped.
+    fn update_damping(&mut self, now_ns: u64) -> bool {
+        let (damped, changed) = self.damper.update(now_ns);
+        if changed {
+            tracing::info!(provider = %self.cfg.name, "FIX provider no longer damped");
+        }
+        self.probation_ms_now = self.damper.probation_ms(self.cfg.probation_ms, now_ns);
+        self.gauges.set_damping(DampingGauges {
+            damped,
+            penalty: self.damper.penalty(now_ns).round() as u64,
+            damped_left_ms: self.damper.damped_left_ns(now_ns) / NS_PER_MS,
+            probation_ms: self.probation_ms_now,
+        });
+        damped
+    }
+
+    /// The gray rule at `now_ns`: lapses counted, gray begun or ended
+    /// logged.
+    fn update_gray(&mut self, now_ns: u64) {
+        let change = self.machine.judge_gray(now_ns);
+        if change.lapse {
+            self.stats.quote_lapses.inc();
+        }
+        let rule = *self.machine.gray_rule();
+        match change.gray {
+            Some(true) => {
+                self.stats.gray_entries.inc();
+                tracing::warn!(provider = %self.cfg.name, lapses = rule.lapses,
+                    window_ms = rule.window_ms, max_quote_age_ms = rule.max_quote_age_ms,
+                    "FIX provider gray: its quotes keep aging past the engine's max quote age");
+            }
+            Some(false) => tracing::info!(provider = %self.cfg.name, clear_ms = rule.clear_ms,
+                "FIX provider no longer gray: quotes fresh again"),
+            None => {}
         }
     }
 }
