@@ -611,6 +611,38 @@ fn half_open_probes_at_once_instead_of_waiting_out_the_backoff() {
     assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
 }
 
+#[test]
+fn half_open_is_one_probe_and_its_failure_reopens_at_once() {
+    // The shipped trial count (5): by the rate rule alone three refused
+    // probes (50 % of 5) came in a row, within milliseconds, before the
+    // breaker re-opened. An LP stays down for a minute, all refused.
+    let mut cfg = config();
+    cfg.breaker.half_open_permitted_calls = 5;
+    let mut r = Rig::active_with(cfg);
+    r.s.on_disconnected(r.now);
+    let mut probes: Vec<u32> = Vec::new(); // connects per half-open period
+    let mut was_half_open = false;
+    let end = r.now + 60_000 * MS;
+    while r.now < end {
+        let half_open = r.s.breaker_state(r.now) == BreakerState::HalfOpen;
+        if half_open && !was_half_open {
+            probes.push(0);
+        }
+        was_half_open = half_open;
+        if r.poll() == Io::Connect {
+            r.s.on_connect_failed(r.now);
+            if half_open {
+                *probes.last_mut().unwrap() += 1;
+                let after = r.s.breaker_state(r.now);
+                assert_eq!(after, BreakerState::Open, "the probe's failure decides");
+            }
+        }
+        r.now += MS;
+    }
+    assert!(probes.len() >= 10, "a half-open period per open wait: {probes:?}");
+    assert!(probes.iter().all(|&n| n == 1), "one probe each: {probes:?}");
+}
+
 /// A W whose entries carry MDEntryDate/MDEntryTime `age_ms` before now.
 fn aged_snapshot(r: &mut Rig, age_ms: u64) -> usize {
     let mut ts = Vec::new();

@@ -501,7 +501,8 @@ impl FixSessionConfig {
 }
 
 /// The feed breaker's settings: a call is a quote (slow above
-/// `slow_quote_ms`), its timeout is the read timeout.
+/// `slow_quote_ms`), its timeout is the read timeout; in HalfOpen the
+/// first failed trial re-opens it (`half_open_fail_fast`).
 pub fn breaker_config(
     slow_quote_ms: u64,
     read_timeout_ms: u64,
@@ -516,6 +517,10 @@ pub fn breaker_config(
         call_timeout_ms: read_timeout_ms,
         open_wait_ms,
         half_open_max_wait_ms: read_timeout_ms.max(BreakerConfig::default().half_open_max_wait_ms),
+        // Half-open is one probe connection: its first failure (refused,
+        // logon rejected or timed out, Logout) re-opens the breaker at
+        // once, so an LP gets one connect per open wait, not a burst.
+        half_open_fail_fast: true,
         ..BreakerConfig::default()
     }
 }
