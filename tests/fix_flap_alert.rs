@@ -97,7 +97,14 @@ fn a_flapping_lp_makes_the_flapping_alert_fire_on_shipped_defaults() {
     let (family, value) = expr.split_once(" == ").expect("METRIC == VALUE");
     let value: f64 = value.trim().parse().unwrap();
 
-    let lp = QuickFixLp::start(&["--symbol", "EURUSD=1.08120:5", "--rate", "50", "--flap", "1500"]);
+    let lp = QuickFixLp::start(&[
+        "--symbol",
+        "EURUSD=1.08120:5",
+        "--rate",
+        "50",
+        "--flap",
+        "1500",
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let ops = net::free_addr();
     let _server = serve(&lp, dir.path(), ops);
@@ -110,7 +117,10 @@ fn a_flapping_lp_makes_the_flapping_alert_fire_on_shipped_defaults() {
     assert!(held, "{expr} never held:\n{body}");
     // It will hold for longer than the rule's `for:`, unless the LP stops.
     let left = sample(&body, "pricewire_provider_damped_seconds").unwrap();
-    assert!(left > seconds(&hold), "damped {left} s left, alert needs {hold}");
+    assert!(
+        left > seconds(&hold),
+        "damped {left} s left, alert needs {hold}"
+    );
     assert_eq!(sample(&body, "pricewire_provider_healthy"), Some(0.0));
     let flaps = sample(&body, "pricewire_provider_flaps_total").unwrap();
     assert!(flaps >= 2.0, "two early ends damp: {flaps}");

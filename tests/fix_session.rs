@@ -639,7 +639,10 @@ fn half_open_is_one_probe_and_its_failure_reopens_at_once() {
         }
         r.now += MS;
     }
-    assert!(probes.len() >= 10, "a half-open period per open wait: {probes:?}");
+    assert!(
+        probes.len() >= 10,
+        "a half-open period per open wait: {probes:?}"
+    );
     assert!(probes.iter().all(|&n| n == 1), "one probe each: {probes:?}");
 }
 

@@ -13,7 +13,11 @@ fn read(rel: &str) -> String {
 /// The string value of `name = "..."` on a line of `text`.
 fn assigned<'t>(text: &'t str, name: &str) -> Option<&'t str> {
     text.lines().find_map(|l| {
-        let rest = l.trim().strip_prefix(name)?.trim_start().strip_prefix('=')?;
+        let rest = l
+            .trim()
+            .strip_prefix(name)?
+            .trim_start()
+            .strip_prefix('=')?;
         Some(rest.trim().trim_matches('"'))
     })
 }
@@ -35,12 +39,18 @@ fn both_changelogs_describe_this_version() {
         let text = read(rel);
         let heading = format!("## [{VERSION}] - ");
         assert!(text.contains(&heading), "{rel} has no `{heading}` section");
-        assert!(text.contains("## [Unreleased]"), "{rel}: Keep a Changelog's Unreleased");
+        assert!(
+            text.contains("## [Unreleased]"),
+            "{rel}: Keep a Changelog's Unreleased"
+        );
     }
 }
 
 #[test]
 fn assigned_reads_a_quoted_value() {
-    assert_eq!(assigned("x = 1\n__version__ = \"9.8.7\"\n", "__version__"), Some("9.8.7"));
+    assert_eq!(
+        assigned("x = 1\n__version__ = \"9.8.7\"\n", "__version__"),
+        Some("9.8.7")
+    );
     assert_eq!(assigned("__version_info__ = (1,)\n", "__version__"), None);
 }

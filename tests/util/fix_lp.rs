@@ -202,8 +202,8 @@ impl Lp {
             if n == 0 {
                 break;
             }
-            for t in buf[..n].to_vec() {
-                self.engine(&t);
+            for t in &buf[..n] {
+                self.engine(t);
             }
         }
     }
