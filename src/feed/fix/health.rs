@@ -10,7 +10,7 @@
 //! | `down` | the session is not logged on (waiting, connecting, logging on or out) — so every connect, logon and read timeout makes the provider unhealthy at once | no |
 //! | `damped` | logged on, but the provider flaps: its sessions end early (see [`super::damping`]) | no |
 //! | `silent` | logged on, but no quote on any subscribed symbol for `quote_silence_ms` | no |
-//! | `gray` | logged on and quoting, but its last quote keeps aging past the engine's max quote age (see [`super::gray`]) | no |
+//! | `gray` | logged on and quoting, but its last quote keeps aging past the engine's max quote age (the gray rule, docs/fix.md "Gray providers") | no |
 //! | `probation` | logged on, quoting, but fewer than `probation_quotes` quotes or less than the probation (`probation_ms`, doubled per flap the damping penalty holds) since the session came up | no |
 //! | `streaming` | none of the above | yes |
 //!
