@@ -228,6 +228,44 @@ mod tests {
         assert!((15_000..=30_000).contains(&f), "capped: {f}");
     }
 
+    proptest::proptest! {
+        /// Over any sequence of session ends (each `gap` after the last,
+        /// lasting `up`) on the shipped defaults: the penalty never
+        /// exceeds its ceiling; damping never has more than
+        /// `flap_max_suppress_ms` left and has ended by then; two flaps
+        /// within a half-life always damp; the probation stays within
+        /// its bounds.
+        #[test]
+        fn damping_is_bounded_and_two_quick_flaps_always_damp(
+            ends in proptest::collection::vec((0u64..200_000, 0u64..90_000), 1..60)
+        ) {
+            let cfg = FlapDamping::default();
+            let mut d = FlapDamper::new(cfg);
+            let max_ns = cfg.max_suppress_ms * NS_PER_MS;
+            let (mut now, mut last_flap) = (S, None::<u64>);
+            for (gap_ms, up_ms) in ends {
+                now += gap_ms * NS_PER_MS;
+                d.update(now);
+                let flap = d.on_session_end(up_ms * NS_PER_MS, now);
+                proptest::prop_assert_eq!(flap, up_ms < cfg.stable_ms);
+                proptest::prop_assert!(d.penalty(now) <= d.ceiling + 1e-6);
+                proptest::prop_assert!(d.damped_left_ns(now) <= max_ns + 1);
+                if flap {
+                    if let Some(t) = last_flap {
+                        if now - t < cfg.half_life_ms * NS_PER_MS {
+                            proptest::prop_assert!(d.damped(), "two flaps in a half-life");
+                        }
+                    }
+                    last_flap = Some(now);
+                }
+                let p = d.probation_ms(1_000, now);
+                proptest::prop_assert!((1_000..=cfg.max_suppress_ms).contains(&p));
+            }
+            let after = now + max_ns + 1;
+            proptest::prop_assert_eq!(d.update(after).0, false, "over by max_suppress");
+        }
+    }
+
     #[test]
     fn stable_ms_zero_turns_damping_off() {
         let mut d = FlapDamper::new(FlapDamping {
