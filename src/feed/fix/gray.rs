@@ -154,6 +154,50 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Over any stream of quote gaps on the shipped rule: gray begins
+        /// only at a lapse that makes `lapses` within `window_ms`, ends
+        /// only `clear_ms` after the last lapse, and a lapse is counted
+        /// only once the last quote is older than the max quote age.
+        #[test]
+        fn gray_begins_and_ends_only_by_the_rule(
+            gaps in proptest::collection::vec(10u64..6_000, 1..80)
+        ) {
+            let rule = GrayRule::default();
+            let mut g = GrayDetector::new(rule);
+            let mut lapses: Vec<u64> = Vec::new();
+            let (mut t, mut last) = (0u64, 0u64);
+            g.on_quote();
+            for gap in gaps {
+                let next = last + gap;
+                while t < next {
+                    t += 10;
+                    let c = g.evaluate(t * MS, Some(last * MS));
+                    if c.lapse {
+                        proptest::prop_assert!(t - last > rule.max_quote_age_ms);
+                        lapses.push(t);
+                    }
+                    match c.gray {
+                        Some(true) => {
+                            proptest::prop_assert!(c.lapse);
+                            let n = rule.lapses as usize;
+                            proptest::prop_assert!(lapses.len() >= n);
+                            let first = lapses[lapses.len() - n];
+                            proptest::prop_assert!(t - first <= rule.window_ms);
+                        }
+                        Some(false) => {
+                            let l = *lapses.last().unwrap();
+                            proptest::prop_assert!(t - l >= rule.clear_ms);
+                        }
+                        None => {}
+                    }
+                }
+                g.on_quote();
+                last = next;
+            }
+        }
+    }
+
     #[test]
     fn zero_lapses_turn_the_rule_off() {
         let rule = GrayRule {
