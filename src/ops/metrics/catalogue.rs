@@ -7,8 +7,9 @@
 //! (`tests/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
 //! from here (another test checks), so dashboards and alerts cannot drift
 //! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
-//! base units (`_seconds`), counters end in `_total`, ratios end in `_rate`
-//! and lie in 0..=1.
+//! base units (`_seconds`, `_bytes`), counters end in `_total`, ratios end
+//! in `_ratio` and lie in 0..=1. A renamed family keeps its old name for one
+//! release, exposed with the same value and listed in [`DEPRECATED`].
 
 /// The Prometheus type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +168,7 @@ pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
 /// Share of wall time a shard's loop spent on turns that did work, capped
 /// by the CPU time its thread ran, over its last 50-ms window (gauge, by
 /// `shard`).
-pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+pub const SHARD_BUSY: &str = "pricewire_shard_busy_ratio";
 /// Loop stalls a shard measured (a timer sweep 100 ms or more late: process
 /// stopped or starved); deadlines were extended by each (counter, by `shard`).
 pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
@@ -276,9 +277,9 @@ pub const REQUEST_REJECTS_DEFERRED: &str = "pricewire_request_rejects_deferred_t
 /// the others (gauge, by `dependency`, `state`).
 pub const BREAKER_STATE: &str = "pricewire_breaker_state";
 /// Failure rate over the breaker's time window, 0..1 (gauge, by `dependency`).
-pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
+pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_ratio";
 /// Slow-call rate over the breaker's time window, 0..1 (gauge, by `dependency`).
-pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
+pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_ratio";
 /// Calls refused without trying because the breaker was open or half-open and
 /// full (counter, by `dependency`).
 pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
@@ -397,6 +398,21 @@ pub const MEMORY_TRIMS: &str = "pricewire_memory_trims_total";
 /// available (gauge).
 pub const PROCESS_RESIDENT: &str = "pricewire_process_resident_bytes";
 
+/// Deprecated name of [`SHARD_BUSY`] (removed in 0.4.0).
+pub const SHARD_BUSY_OLD: &str = "pricewire_shard_busy_rate";
+/// Deprecated name of [`BREAKER_FAILURE_RATE`] (removed in 0.4.0).
+pub const BREAKER_FAILURE_RATE_OLD: &str = "pricewire_breaker_failure_rate";
+/// Deprecated name of [`BREAKER_SLOW_CALL_RATE`] (removed in 0.4.0).
+pub const BREAKER_SLOW_CALL_RATE_OLD: &str = "pricewire_breaker_slow_call_rate";
+
+/// Renamed families, `(old, new)`: the old name is exposed beside the new one,
+/// with the same labels and value, until the release named in its help.
+pub const DEPRECATED: &[(&str, &str)] = &[
+    (SHARD_BUSY_OLD, SHARD_BUSY),
+    (BREAKER_FAILURE_RATE_OLD, BREAKER_FAILURE_RATE),
+    (BREAKER_SLOW_CALL_RATE_OLD, BREAKER_SLOW_CALL_RATE),
+];
+
 /// Every family pricewire exposes. Order here is the order on `/metrics`.
 pub const FAMILIES: &[FamilyDesc] = &[
     // feed
@@ -452,6 +468,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
     gauge(SHARD_BUSY, &["shard"], "ratio", "gateway",
         "Share of wall time a shard's loop spent on turns that did work (capped by the CPU time its thread ran), over its last 50-ms window"),
+    gauge(SHARD_BUSY_OLD, &["shard"], "ratio", "gateway",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_shard_busy_ratio"),
     counter(SHARD_STALLS, &["shard"], "events", "gateway",
         "Loop stalls a shard measured (a timer sweep 100 ms or more late: process stopped or starved); deadlines were extended by each"),
     gauge(SHARD_MAX_STALL, &["shard"], "seconds", "gateway",
@@ -534,6 +552,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Failure rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls (no decision possible)"),
     gauge(BREAKER_SLOW_CALL_RATE, &["dependency"], "ratio", "resilience",
         "Slow-call rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls"),
+    gauge(BREAKER_FAILURE_RATE_OLD, &["dependency"], "ratio", "resilience",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_breaker_failure_ratio"),
+    gauge(BREAKER_SLOW_CALL_RATE_OLD, &["dependency"], "ratio", "resilience",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_breaker_slow_call_ratio"),
     counter(BREAKER_NOT_PERMITTED, &["dependency"], "calls", "resilience",
         "Calls refused without trying because the breaker was open or half-open and full"),
     // reference data (src/refdata/metrics.rs; only with --redis)
@@ -636,8 +658,9 @@ pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
     if f.unit == "seconds" && !f.name.contains("_seconds") {
         return Err(format!("{}: a value in seconds carries _seconds", f.name));
     }
-    if f.unit == "ratio" && !f.name.ends_with("_rate") {
-        return Err(format!("{}: ratios end in _rate", f.name));
+    let deprecated = DEPRECATED.iter().any(|(old, _)| *old == f.name);
+    if f.unit == "ratio" && !f.name.ends_with("_ratio") && !deprecated {
+        return Err(format!("{}: ratios end in _ratio", f.name));
     }
     let label_ok = |l: &&str| {
         !l.is_empty() && *l != "le" && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')

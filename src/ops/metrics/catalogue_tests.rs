@@ -37,3 +37,28 @@ fn conventions_catch_a_counter_without_total() {
     let bad = counter("pricewire_ticks", &[], "ticks", "feed", "x");
     assert!(check_conventions(&bad).is_err());
 }
+
+#[test]
+fn ratios_end_in_ratio_and_only_deprecated_names_keep_rate() {
+    let bad = gauge("pricewire_x_busy_rate", &[], "ratio", "ops", "x");
+    assert!(check_conventions(&bad).is_err());
+    let good = gauge("pricewire_x_busy_ratio", &[], "ratio", "ops", "x");
+    assert!(check_conventions(&good).is_ok());
+}
+
+#[test]
+fn every_deprecated_name_mirrors_its_replacement() {
+    for (old, new) in DEPRECATED {
+        let (o, n) = (family(old).expect(old), family(new).expect(new));
+        assert_ne!(old, new);
+        assert_eq!(
+            (o.kind, o.labels, o.unit),
+            (n.kind, n.labels, n.unit),
+            "{old}"
+        );
+        assert!(o.help.starts_with("Deprecated, removed in "), "{old}");
+        assert!(o.help.contains(new), "{old}: its help names {new}");
+        assert!(!n.help.contains("Deprecated"), "{new}");
+        assert!(family(new).is_some() && DEPRECATED.iter().all(|(x, _)| x != new));
+    }
+}

@@ -104,6 +104,17 @@ pub struct Sink {
 }
 
 impl Sink {
+    /// Each renamed family's samples also under its old name
+    /// ([`catalogue::DEPRECATED`]), so a scrape shows both with one value.
+    fn alias_deprecated(&mut self) {
+        let at = |name: &str| self.families.iter().position(|f| f.name == name);
+        for (old, new) in catalogue::DEPRECATED {
+            if let (Some(o), Some(n)) = (at(old), at(new)) {
+                self.samples[o] = self.samples[n].clone();
+            }
+        }
+    }
+
     fn new(families: Vec<FamilyDesc>) -> Self {
         let samples = families.iter().map(|_| Vec::new()).collect();
         Sink {
@@ -499,6 +510,7 @@ impl Registry {
         for source in &sources {
             source.collect(&mut sink);
         }
+        sink.alias_deprecated();
         sink
     }
 

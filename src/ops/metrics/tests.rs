@@ -262,3 +262,34 @@ fn thread_priorities_are_what_the_kernel_reports() {
     assert!(!listed.is_empty());
     assert!(listed.iter().all(|l| l.starts_with("pw-")), "{listed:?}");
 }
+
+#[test]
+fn a_deprecated_name_shows_the_same_series_as_its_replacement() {
+    let r = Registry::new();
+    for (i, (_, new)) in catalogue::DEPRECATED.iter().enumerate() {
+        let label = catalogue::family(new).unwrap().labels[0];
+        for (k, value) in ["a", "b"].into_iter().enumerate() {
+            let v = (i * 10 + k) as f64 / 100.0;
+            r.register_gauge_fn(new, &[(label, value)], move || v)
+                .unwrap();
+        }
+    }
+    let text = r.scrape();
+    let series = r.series();
+    for (old, new) in catalogue::DEPRECATED {
+        let of = |name: &str| -> Vec<_> {
+            let s = series.iter().filter(|s| s.family == name);
+            s.map(|s| (s.labels.clone(), s.value)).collect()
+        };
+        assert_eq!(of(new).len(), 2, "{new}");
+        assert_eq!(of(old), of(new), "{old}");
+        assert!(
+            text.contains(&format!("# TYPE {old} gauge")),
+            "{old}:\n{text}"
+        );
+        for line in text.lines().filter(|l| l.starts_with(&format!("{new}{{"))) {
+            let tail = line.strip_prefix(new).unwrap();
+            assert!(text.contains(&format!("{old}{tail}\n")), "{old}{tail}");
+        }
+    }
+}
