@@ -85,11 +85,11 @@ fn every_query_names_only_catalogued_families() {
                 catalogue::is_documented_sample(&m),
                 "{m} is not a catalogued family (in {q})"
             );
-            let old = catalogue::DEPRECATED.iter().find(|(o, _)| *o == m);
+            let old = catalogue::DEPRECATED.iter().find(|r| r.old == m);
             assert!(
                 old.is_none(),
                 "{m} is deprecated: use {:?} (in {q})",
-                old.map(|p| p.1)
+                old.map(|r| r.new)
             );
         }
     }

@@ -11,6 +11,9 @@
 //! in `_ratio` and lie in 0..=1. A renamed family keeps its old name for one
 //! release, exposed with the same value and listed in [`DEPRECATED`].
 
+use super::renamed::*;
+pub use super::renamed::{Renamed, DEPRECATED};
+
 /// The Prometheus type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
@@ -265,6 +268,17 @@ pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds
 /// 1 while the CoDel detector judges the request queue overloaded (LIFO and
 /// shedding on) (gauge).
 pub const REQUEST_QUEUE_OVERLOADED: &str = "pricewire_request_queue_overloaded";
+/// Smallest queueing delay (CoDel's overload signal) of the last closed
+/// interval, seconds (gauge).
+pub const REQUEST_SOJOURN_MIN: &str = "pricewire_request_sojourn_min_interval_seconds";
+/// p99 queueing delay of requests served in the last interval, seconds (gauge).
+pub const REQUEST_SOJOURN_P99: &str = "pricewire_request_sojourn_p99_interval_seconds";
+/// Largest queueing delay of requests served in the last interval, seconds (gauge).
+pub const REQUEST_SOJOURN_MAX: &str = "pricewire_request_sojourn_max_interval_seconds";
+/// Short-term average request RTT the adaptive limit reacts to, seconds (gauge).
+pub const ADAPTIVE_RTT_SHORT: &str = "pricewire_adaptive_rtt_short_seconds";
+/// Long-term (baseline) average request RTT, seconds (gauge).
+pub const ADAPTIVE_RTT_LONG: &str = "pricewire_adaptive_rtt_long_seconds";
 /// Requests answered by the workers, by request kind (counter, by `kind`).
 pub const REQUESTS_SERVED: &str = "pricewire_requests_served_total";
 /// Time a request spent in one hop of the request path: queue_wait, service,
@@ -398,21 +412,6 @@ pub const MEMORY_TRIMS: &str = "pricewire_memory_trims_total";
 /// available (gauge).
 pub const PROCESS_RESIDENT: &str = "pricewire_process_resident_bytes";
 
-/// Deprecated name of [`SHARD_BUSY`] (removed in 0.4.0).
-pub const SHARD_BUSY_OLD: &str = "pricewire_shard_busy_rate";
-/// Deprecated name of [`BREAKER_FAILURE_RATE`] (removed in 0.4.0).
-pub const BREAKER_FAILURE_RATE_OLD: &str = "pricewire_breaker_failure_rate";
-/// Deprecated name of [`BREAKER_SLOW_CALL_RATE`] (removed in 0.4.0).
-pub const BREAKER_SLOW_CALL_RATE_OLD: &str = "pricewire_breaker_slow_call_rate";
-
-/// Renamed families, `(old, new)`: the old name is exposed beside the new one,
-/// with the same labels and value, until the release named in its help.
-pub const DEPRECATED: &[(&str, &str)] = &[
-    (SHARD_BUSY_OLD, SHARD_BUSY),
-    (BREAKER_FAILURE_RATE_OLD, BREAKER_FAILURE_RATE),
-    (BREAKER_SLOW_CALL_RATE_OLD, BREAKER_SLOW_CALL_RATE),
-];
-
 /// Every family pricewire exposes. Order here is the order on `/metrics`.
 pub const FAMILIES: &[FamilyDesc] = &[
     // feed
@@ -539,6 +538,26 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Time a request waited in the queue before a worker took it"),
     gauge(REQUEST_QUEUE_OVERLOADED, &[], "boolean", "requests",
         "1 while the CoDel detector judges the request queue overloaded (LIFO and shedding on)"),
+    gauge(REQUEST_SOJOURN_MIN, &[], "seconds", "requests",
+        "Smallest queueing delay of the last closed CoDel interval (the overload signal)"),
+    gauge(REQUEST_SOJOURN_P99, &[], "seconds", "requests",
+        "p99 queueing delay of requests served in the last interval"),
+    gauge(REQUEST_SOJOURN_MAX, &[], "seconds", "requests",
+        "Largest queueing delay of requests served in the last interval"),
+    gauge(ADAPTIVE_RTT_SHORT, &[], "seconds", "requests",
+        "Short-term average request RTT (what the adaptive limit reacts to)"),
+    gauge(ADAPTIVE_RTT_LONG, &[], "seconds", "requests",
+        "Long-term average request RTT (the adaptive limit's baseline)"),
+    gauge(REQUEST_SOJOURN_MIN_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_min_interval_seconds in ns"),
+    gauge(REQUEST_SOJOURN_P99_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_p99_interval_seconds in ns"),
+    gauge(REQUEST_SOJOURN_MAX_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_max_interval_seconds in ns"),
+    gauge(ADAPTIVE_RTT_SHORT_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_adaptive_rtt_short_seconds in ns"),
+    gauge(ADAPTIVE_RTT_LONG_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_adaptive_rtt_long_seconds in ns"),
     counter(REQUESTS_SERVED, &["kind"], "requests", "requests",
         "Requests answered by the workers, by request kind"),
     histogram(REQUEST_HOP, &["hop"], "requests",
@@ -658,9 +677,13 @@ pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
     if f.unit == "seconds" && !f.name.contains("_seconds") {
         return Err(format!("{}: a value in seconds carries _seconds", f.name));
     }
-    let deprecated = DEPRECATED.iter().any(|(old, _)| *old == f.name);
+    let deprecated = DEPRECATED.iter().any(|r| r.old == f.name);
     if f.unit == "ratio" && !f.name.ends_with("_ratio") && !deprecated {
         return Err(format!("{}: ratios end in _ratio", f.name));
+    }
+    let base = !["nanoseconds", "microseconds", "milliseconds"].contains(&f.unit);
+    if !(base || deprecated) {
+        return Err(format!("{}: times are in seconds", f.name));
     }
     let label_ok = |l: &&str| {
         !l.is_empty() && *l != "le" && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')

@@ -48,17 +48,36 @@ fn ratios_end_in_ratio_and_only_deprecated_names_keep_rate() {
 
 #[test]
 fn every_deprecated_name_mirrors_its_replacement() {
-    for (old, new) in DEPRECATED {
-        let (o, n) = (family(old).expect(old), family(new).expect(new));
-        assert_ne!(old, new);
+    for r in DEPRECATED {
+        let (o, n) = (family(r.old).expect(r.old), family(r.new).expect(r.new));
+        assert_ne!(r.old, r.new);
+        assert_eq!((o.kind, o.labels), (n.kind, n.labels), "{}", r.old);
+        assert!(r.scale == 1.0 || o.kind == MetricKind::Gauge, "{}", r.old);
+        let unit = if r.scale == 1e9 {
+            "nanoseconds"
+        } else {
+            n.unit
+        };
         assert_eq!(
-            (o.kind, o.labels, o.unit),
-            (n.kind, n.labels, n.unit),
-            "{old}"
+            (r.scale == 1.0 || r.scale == 1e9, o.unit),
+            (true, unit),
+            "{}",
+            r.old
         );
-        assert!(o.help.starts_with("Deprecated, removed in "), "{old}");
-        assert!(o.help.contains(new), "{old}: its help names {new}");
-        assert!(!n.help.contains("Deprecated"), "{new}");
-        assert!(family(new).is_some() && DEPRECATED.iter().all(|(x, _)| x != new));
+        assert!(o.help.starts_with("Deprecated, removed in "), "{}", r.old);
+        assert!(
+            o.help.contains(r.new),
+            "{}: its help names {}",
+            r.old,
+            r.new
+        );
+        assert!(!n.help.contains("Deprecated"), "{}", r.new);
+        assert!(DEPRECATED.iter().all(|x| x.old != r.new), "{}", r.new);
     }
+}
+
+#[test]
+fn times_are_in_seconds_unless_deprecated() {
+    let bad = gauge("pricewire_x_delay_ns", &[], "nanoseconds", "ops", "x");
+    assert!(check_conventions(&bad).is_err());
 }
