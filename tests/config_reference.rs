@@ -16,7 +16,7 @@
 use std::any::TypeId;
 use std::path::{Path, PathBuf};
 
-use clap::{ArgAction, CommandFactory};
+use clap::ArgAction;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -148,7 +148,7 @@ fn serve_key(arg: &clap::Arg) -> Option<Key> {
 
 /// `serve` as the binary parses it, global flags (`--log-format`) included.
 fn serve_command() -> clap::Command {
-    let mut cli = pricewire::cli::Cli::command();
+    let mut cli = pricewire::cli::help::command();
     cli.build();
     cli.find_subcommand("serve").expect("serve").clone()
 }

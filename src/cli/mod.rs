@@ -7,6 +7,7 @@ pub mod auth_args;
 pub mod bench;
 pub mod bus_args;
 pub mod gateway_args;
+pub mod help;
 pub mod logging;
 pub mod replay;
 pub mod secret;
