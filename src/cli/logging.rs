@@ -29,8 +29,12 @@ pub enum LogFormat {
 pub fn init(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a person: stderr a terminal and NO_COLOR unset.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let colour = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.with_target(false).try_init(),

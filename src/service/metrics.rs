@@ -437,8 +437,8 @@ fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsErro
 
 /// The overload delays in seconds (the snapshot keeps nanoseconds).
 fn register_overload_seconds(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
-    use crate::overload::stats::OverloadSnapshot as S;
-    let delays: [(&str, fn(&S) -> u64); 5] = [
+    type Ns = fn(&crate::overload::stats::OverloadSnapshot) -> u64;
+    let delays: [(&str, Ns); 5] = [
         (m::REQUEST_SOJOURN_MIN, |s| s.sojourn_min_last_interval_ns),
         (m::REQUEST_SOJOURN_P99, |s| s.sojourn_p99_last_interval_ns),
         (m::REQUEST_SOJOURN_MAX, |s| s.sojourn_max_last_interval_ns),
