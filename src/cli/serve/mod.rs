@@ -19,6 +19,7 @@ use crossbeam_channel::Receiver;
 use rand::SeedableRng;
 
 use super::refuse;
+use crate::bus::BusRole;
 use crate::capture::{RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
@@ -131,14 +132,15 @@ fn supervision() -> Result<Supervisor, String> {
     Ok(Supervisor::new())
 }
 
-/// What the supervisor runs once a stage died, within its grace: the
-/// recorder drains, flushes and fsyncs what it holds (unless the shutdown
-/// is closing it right now).
+/// What the supervisor runs once a stage died, on a thread of its own
+/// within the grace: the recorder drains, flushes and fsyncs what it holds.
+/// It waits for the lock: the main thread holds it briefly while it
+/// registers the recorder's metrics (a death then must still flush), and
+/// while the shutdown closes the recorder (the slot is then empty). The
+/// process exits at the end of the grace whether or not this finished.
 fn flush_on_death(recorder: Arc<Mutex<Option<RecorderHandle>>>) -> Box<dyn FnOnce() + Send> {
     Box::new(move || {
-        let Ok(mut slot) = recorder.try_lock() else {
-            return;
-        };
+        let mut slot = recorder.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(rec) = slot.take() {
             let totals = rec.stop();
             tracing::warn!(recorded = totals.stats.recorded, error = ?totals.error,
@@ -225,7 +227,12 @@ impl Plan {
             .map_err(|e| e.to_string())?;
         args.gateway_config()?;
         args.request_config()?;
-        args.bus_role()?;
+        if let Some(BusRole::Core(bus) | BusRole::Edge(bus)) = args.bus_role()? {
+            // The credentials and TLS files, read once before anything
+            // starts (the bus thread reads them again at each connect).
+            args.bus.security.warn_loose_files();
+            bus.check_access().map_err(|e| e.to_string())?;
+        }
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         let tls = args.gateway.listener_tls()?;
         let mut ingest = args
@@ -268,7 +275,14 @@ fn start_service(
     let cfg_config = config.clone();
     let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
     let mut fix = None;
-    if !config.fix.is_empty() {
+    let edge = matches!(args.bus_role()?, Some(crate::bus::BusRole::Edge(_)));
+    if edge && !config.fix.is_empty() {
+        tracing::info!(
+            sessions = config.fix.len(),
+            "FIX providers in the config are not started on an edge"
+        );
+    }
+    if !config.fix.is_empty() && !edge {
         // Reconnect jitter from the OS's entropy, not `--seed`: a fleet
         // restarted together must not reconnect to its LPs in step.
         let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), rand::random())

@@ -4,7 +4,7 @@
 //! This table is the single source of truth for metric names. The registry
 //! refuses samples for families it does not know, `docs/operations.md`'s
 //! metrics section is generated from a scrape of the binary plus this table
-//! (`tests/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
+//! (`tests/it/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
 //! from here (another test checks), so dashboards and alerts cannot drift
 //! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
 //! base units (`_seconds`, `_bytes`), counters end in `_total`, ratios end
@@ -123,8 +123,8 @@ pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
 /// Quotes older than slow_quote_ms on arrival (provider time to receive)
 /// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
-/// FIX connects by result: attempted, failed (refused or unreachable),
-/// logged_on (counter, by `provider`, `result`).
+/// FIX connects by result: attempted, failed (refused, unreachable or
+/// unresolved), unresolved, logged_on (counter, by `provider`, `result`).
 pub const FIX_CONNECTS: &str = "pricewire_fix_connects_total";
 /// FIX timeouts by kind: connect, logon, read, quote_silence (counter, by
 /// `provider`, `kind`).
@@ -193,6 +193,12 @@ pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 /// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// Failed bus connect attempts by reason: auth, tls, refused, io (counter,
+/// by `reason`).
+pub const BUS_CONNECT_FAILURES: &str = "pricewire_bus_connect_failures_total";
+/// Publishes or subscriptions NATS refused for the bus client's
+/// permissions (counter).
+pub const BUS_PERMISSION_DENIED: &str = "pricewire_bus_permission_denied_total";
 /// Connections refused at the PROXY protocol v2 header (counter, by
 /// `reason`: bad_signature, v1_unsupported, bad_version, bad_command,
 /// bad_address, too_long, timeout, peer_closed, untrusted, overflow).
@@ -429,7 +435,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
         "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
     counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",
-        "FIX connects by result: attempted, failed (refused or unreachable), logged_on"),
+        "FIX connects by result: attempted, failed (refused, unreachable or unresolved), unresolved (the host name gave no address), logged_on"),
     counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
         "FIX timeouts by kind: connect, logon, read, quote_silence"),
     counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
@@ -525,6 +531,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
     gauge(BUS_CONNECTED, &[], "boolean", "bus",
         "1 while the bus client has a NATS server connection"),
+    counter(BUS_CONNECT_FAILURES, &["reason"], "connections", "bus",
+        "Bus connect attempts that failed, by reason: auth (credentials refused or unreadable), tls (handshake failed, or TLS required by one side only), refused (another server refusal), io (TCP)"),
+    counter(BUS_PERMISSION_DENIED, &[], "operations", "bus",
+        "Publishes or subscriptions NATS refused for the bus client's permissions (a forged price from an edge's credentials, a misconfigured core)"),
     counter(BUS_HEARTBEATS, &["event"], "messages", "bus",
         "Heartbeats of the lease-holding core, by event: sent, send_error (core); received, stale_epoch_dropped, refused (edge)"),
     gauge(BUS_LAST_HEARTBEAT_AGE, &[], "seconds", "bus",
