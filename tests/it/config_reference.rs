@@ -11,7 +11,7 @@
 //!
 //! A key added to a struct or a flag added to `serve` changes the
 //! generation, so the doc cannot drift. Regenerate with
-//! `PRICEWIRE_BLESS=1 cargo test --test config_reference`.
+//! `PRICEWIRE_BLESS=1 cargo test --test it config_reference::`.
 
 use std::any::TypeId;
 use std::path::{Path, PathBuf};
@@ -427,8 +427,8 @@ fn render() -> String {
     let mut out = String::from(
         "# Configuration reference\n\n\
          Generated from the definitions the binary reads — the `serve` flags and the\n\
-         structs the file is read into — by `tests/config_reference.rs`; do not edit by\n\
-         hand: `PRICEWIRE_BLESS=1 cargo test --test config_reference` regenerates it.\n\n\
+         structs the file is read into — by `tests/it/config_reference.rs`; do not edit by\n\
+         hand: `PRICEWIRE_BLESS=1 cargo test --test it config_reference::` regenerates it.\n\n\
          The file is TOML, named by `pricewire serve --config FILE`; every table is\n\
          optional and what is absent keeps its default. A value out of range is refused\n\
          at start-up with a message naming the key, and exit code 2.\n\n\
@@ -467,7 +467,7 @@ fn config_doc_equals_the_generated_reference() {
     assert!(
         have == want,
         "docs/config.md differs from the generated reference; \
-         run PRICEWIRE_BLESS=1 cargo test --test config_reference"
+         run PRICEWIRE_BLESS=1 cargo test --test it config_reference::"
     );
 }
 

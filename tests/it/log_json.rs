@@ -3,19 +3,15 @@
 //! text from outside — a FIX counterparty's Text (58) holding a line break
 //! and a line that looks like one of ours — stays inside one JSON string.
 
-#[path = "util/net.rs"]
-mod net;
-#[path = "util/wait.rs"]
-mod wait;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::util::net;
+use crate::util::wait::wait_until;
 use pricewire::feed::fix::codec::{self, Encoder, Header};
 use serde_json::Value;
-use wait::wait_until;
 
 const WAIT: Duration = Duration::from_secs(20);
 
