@@ -63,7 +63,8 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     ]),
     ("Bus (cores and edges)", &[
         "role", "bus", "bus-prefix", "bus-replicas", "bus-lease-ms", "bus-max-age-ms",
-        "bus-heartbeat-ms",
+        "bus-heartbeat-ms", "bus-tls", "bus-tls-ca", "bus-tls-cert", "bus-tls-key",
+        "bus-user", "bus-password-file", "bus-token-file", "bus-nkey-file", "bus-creds-file",
     ]),
     ("Recording", &[
         "record", "record-ring", "record-flush-ms", "record-fsync", "record-segment-mib",
@@ -156,10 +157,7 @@ pub fn first_sentence(text: &str) -> String {
         return s.to_string();
     }
     let head: String = s.chars().take(SHORT_MAX).collect();
-    let clause = ["; ", ": ", " (", ", "]
-        .iter()
-        .filter_map(|c| head.rfind(c))
-        .max();
+    let clause = clause_ends(&head).into_iter().max();
     match clause.filter(|&c| c >= 40) {
         Some(c) => head[..c].to_string(),
         None => format!(
@@ -167,6 +165,29 @@ pub fn first_sentence(text: &str) -> String {
             head[..head.rfind(' ').unwrap_or(head.len())].trim_end()
         ),
     }
+}
+
+/// Where `text` may be cut at a clause (before `; `, `: `, `, `, ` (`),
+/// outside parentheses and backticks.
+fn clause_ends(text: &str) -> Vec<usize> {
+    let (mut depth, mut code, mut out) = (0i32, false, Vec::new());
+    for (i, c) in text.char_indices() {
+        let top = depth == 0 && !code;
+        let next_is_space = text[i + c.len_utf8()..].starts_with(' ');
+        match c {
+            ';' | ':' | ',' if top && next_is_space => out.push(i),
+            '`' => code = !code,
+            '(' if !code => {
+                if top && text[..i].ends_with(' ') {
+                    out.push(i - 1);
+                }
+                depth += 1;
+            }
+            ')' if !code => depth -= 1,
+            _ => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -253,6 +274,10 @@ mod tests {
             first_sentence(long),
             "Synthetic feed rate in ticks per second across all symbols, at most 5"
         );
+        let nested =
+            "NATS credentials file (`.creds`, from nsc: the user JWT and its NKey seed), again";
+        let cut = "NATS credentials file (`.creds`, from nsc: the user JWT and its NKey…";
+        assert_eq!(first_sentence(nested), cut);
         let words = "word ".repeat(30);
         let cut = first_sentence(&words);
         assert!(
