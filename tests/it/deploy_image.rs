@@ -96,10 +96,16 @@ fn final_stage() -> FinalStage {
     stage
 }
 
-/// Every pricewire container in `deploy/` and its file.
+/// Every pricewire container in `deploy/` (single box and scale-out) and
+/// its file.
 fn pricewire_containers() -> Vec<(String, Yaml)> {
     let mut out = Vec::new();
-    for file in ["deployment.yaml", "statefulset.yaml"] {
+    for file in [
+        "deployment.yaml",
+        "statefulset.yaml",
+        "scale-out/core.yaml",
+        "scale-out/edge.yaml",
+    ] {
         let text = std::fs::read_to_string(repo().join("deploy").join(file)).unwrap();
         for doc in YamlLoader::load_from_str(&text).unwrap() {
             let spec = &doc["spec"]["template"]["spec"];
@@ -113,7 +119,10 @@ fn pricewire_containers() -> Vec<(String, Yaml)> {
             }
         }
     }
-    assert!(out.len() >= 2, "the Deployment and the StatefulSet");
+    assert!(
+        out.len() >= 4,
+        "the Deployment, the StatefulSet, the cores and the edges"
+    );
     out
 }
 

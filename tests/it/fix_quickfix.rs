@@ -50,6 +50,8 @@ struct Drive {
     feed: FixFeed,
     buf: Vec<Tick>,
     ticks: u64,
+    /// Flags of every tick, in order (withdrawals are flagged).
+    flags: Vec<u32>,
 }
 
 impl Drive {
@@ -58,12 +60,14 @@ impl Drive {
             feed: FixFeed::new(&[cfg], monotonic_ns(), 7).unwrap(),
             buf: vec![Tick::EMPTY; 64],
             ticks: 0,
+            flags: Vec::new(),
         }
     }
 
     fn poll(&mut self) {
         if let SourcePoll::Ready(n) = self.feed.poll(monotonic_ns(), &mut self.buf) {
             self.ticks += n as u64;
+            self.flags.extend(self.buf[..n].iter().map(|t| t.flags));
         }
     }
 
@@ -298,5 +302,130 @@ fn a_heartbeating_lp_without_quotes_is_silent_within_the_threshold() {
     // quote_silence_ms 1000, plus the quotes already in flight.
     assert!(took <= Duration::from_millis(1_500), "{took:?}");
     assert_eq!(d.state(), SessionState::Active, "heartbeats keep it up");
+    no_complaints(&lp);
+}
+
+// ---- QuickFIX fault switches of issue 29: flapping, in-session reset,
+// SequenceReset-Reset, deletes, 35=Y mid-stream ----
+
+fn withdrawals(d: &Drive, flag: u32) -> usize {
+    d.flags.iter().filter(|&&f| f & flag == flag).count()
+}
+
+#[test]
+fn a_flapping_lp_is_damped_out_of_the_price_and_its_reconnects_spaced() {
+    let lp = lp(&["--rate", "50", "--flap", "1500"]);
+    let mut cfg = config(&lp);
+    cfg.reconnect = Backoff::new(500, 30_000); // the default backoff
+    let mut d = Drive::new(cfg);
+    let damped = d.until(|d| d.feed.session(0).health_gauges().damping().damped);
+    assert!(damped, "damped: {:?}", d.session());
+    // From now on: never back in the price, reconnects spaced.
+    let logons = d.session().logons;
+    let start = Instant::now();
+    let mut streaming = false;
+    while start.elapsed() < Duration::from_secs(8) {
+        d.poll();
+        streaming |= d.feed.session(0).provider_state() == ProviderState::Streaming;
+        std::thread::yield_now();
+    }
+    let s = d.session();
+    assert!(!streaming, "a damped provider never streams: {s:?}");
+    assert!(
+        s.logons - logons <= 4,
+        "8 s of 1.5-s sessions, spaced: {s:?}"
+    );
+    assert!(s.flaps >= 2 && s.close_peer_logout >= 2, "{s:?}");
+    assert!(lp.count(|l| l.contains("flap logout")) >= 2);
+    // Every Logout we sent to QuickFIX says why.
+    assert_eq!(
+        lp_got(&lp, "5", "|58=Logout acknowledged|"),
+        lp_got(&lp, "5", "")
+    );
+    no_complaints(&lp);
+}
+
+#[test]
+fn an_in_session_reset_from_quickfix_is_answered_and_quotes_go_on() {
+    let mut lp = lp(&["--rate", "50"]);
+    let mut d = Drive::new(config(&lp));
+    assert!(d.streaming(40));
+    lp.cmd("reset-logon");
+    assert!(
+        d.until(|d| d.session().seq_resets == 1),
+        "{:?}",
+        d.session()
+    );
+    assert!(d.streaming(40), "quotes after the reset");
+    let s = d.session();
+    assert_eq!(
+        (s.seq_too_low, s.logons, s.logouts_sent),
+        (0, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!(d.state(), SessionState::Active);
+    // Our answer: Logon 141=Y at 1; exactly two Logons from us in all
+    // (the first and the answer): no ping-pong with QuickFIX's own reply.
+    assert!(lp.wait_count(1, LIMIT, |l| {
+        l.starts_with("IN ") && l.contains("|35=A|34=1|") && l.contains("|141=Y|")
+    }));
+    assert_eq!(lp_got(&lp, "A", ""), 2, "{:#?}", tail(&lp));
+    no_complaints(&lp);
+}
+
+#[test]
+fn a_sequence_reset_below_is_rejected_then_the_low_numbers_log_out_with_a_reason() {
+    let mut lp = lp(&["--rate", "50"]);
+    let mut d = Drive::new(config(&lp));
+    assert!(d.streaming(40));
+    // Higher: followed, nothing else.
+    lp.cmd("seqreset 5000");
+    assert!(d.streaming(40));
+    assert_eq!(d.session().seq_reset_rejects, 0);
+    // Lower: our Reject (373=5), then QuickFIX numbers from 2, too low:
+    // our Logout says so, we reconnect and stream again.
+    let logons = d.session().logons;
+    lp.cmd("seqreset 2");
+    assert!(
+        d.until(|d| d.session().logons == logons + 1),
+        "{:?}",
+        d.session()
+    );
+    assert!(d.streaming(20));
+    assert_eq!(lp_got(&lp, "3", "|373=5|"), 1, "{:#?}", tail(&lp));
+    assert_eq!(lp_got(&lp, "5", "|58=MsgSeqNum too low, expecting "), 1);
+    let s = d.session();
+    assert_eq!((s.seq_reset_rejects, s.close_seq_too_low), (1, 1), "{s:?}");
+    no_complaints(&lp);
+}
+
+#[test]
+fn a_deleted_side_and_a_mid_stream_reject_become_withdrawals() {
+    use pricewire::model::tick_flags::{WITHDRAWN, WITHDRAWN_BID};
+    let mut lp = lp(&["--rate", "50"]);
+    let mut d = Drive::new(config(&lp));
+    assert!(d.streaming(20));
+    lp.cmd("delete bid");
+    assert!(
+        d.until(|d| withdrawals(d, WITHDRAWN_BID) >= 2),
+        "both symbols"
+    );
+    let before = d.ticks;
+    assert!(d.until(|d| d.ticks >= before + 20));
+    let tail_flags = &d.flags[d.flags.len() - 10..];
+    assert!(
+        tail_flags.iter().all(|&f| f == WITHDRAWN_BID),
+        "ask-only updates"
+    );
+    lp.cmd("restore");
+    assert!(d.until(|d| d.flags.last() == Some(&0)), "two-sided again");
+    lp.cmd("mdreject");
+    assert!(d.until(|d| d.session().md_rejects == 2));
+    assert_eq!(withdrawals(&d, WITHDRAWN), 2, "each symbol withdrawn once");
+    assert_eq!(d.state(), SessionState::Active, "a business error");
+    assert_eq!(
+        d.feed.breaker_state(0, monotonic_ns()),
+        BreakerState::Closed
+    );
     no_complaints(&lp);
 }

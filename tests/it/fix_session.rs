@@ -1,159 +1,17 @@
 //! The sans-IO FIX session driven by hand: no sockets, time from the
 //! test (`now_ns` monotonic, `wall_ns` UTC).
 
-use std::sync::Arc;
-
 use pricewire::config::fix::Secret;
 use pricewire::engine::ProviderHealth;
-use pricewire::feed::fix::codec::{self, Encoder, Fields, Header};
+use pricewire::feed::fix::codec::{self, Encoder, Header};
 use pricewire::feed::fix::health::ProviderState;
-use pricewire::feed::fix::{bound_slot, FixSession, FixSessionConfig, Io, SessionState};
-use pricewire::model::{InstrumentTable, Tick};
+use pricewire::feed::fix::{bound_slot, FixSession, Io, SessionState};
+use pricewire::model::InstrumentTable;
 use pricewire::resilience::BreakerState;
 use proptest::prelude::*;
 
-const MS: u64 = 1_000_000;
-/// 2025-11-29T14:00:00Z
-const WALL0: u64 = 1_764_424_800_000_000_000;
-
-/// One message we sent: (MsgType, fields).
-type Sent = (Vec<u8>, Vec<(u32, Vec<u8>)>);
-
-struct Rig {
-    s: FixSession,
-    health: Arc<ProviderHealth>,
-    peer_seq: u64,
-    now: u64,
-}
-
-fn config() -> FixSessionConfig {
-    let t = InstrumentTable::default_with_providers(2);
-    let mut c = FixSessionConfig::new(0, "lp1", "127.0.0.1", 1)
-        .map_symbol("EUR/USD", t.by_name("EURUSD").unwrap())
-        .map_symbol("USD/JPY", t.by_name("USDJPY").unwrap());
-    c.heartbeat_s = 1;
-    c.stagger_ms = 0;
-    c.quote_sample_ms = 0;
-    c.breaker.minimum_calls = 3;
-    c.breaker.open_wait_ms = 1_000;
-    c.breaker.half_open_permitted_calls = 2;
-    c.with_read_timeout_ms(2_000)
-}
-
-impl Rig {
-    fn new(cfg: FixSessionConfig) -> Rig {
-        let health = ProviderHealth::new(2);
-        let s = FixSession::new(cfg, 0, 0, 1, bound_slot(health.clone()));
-        Rig {
-            s,
-            health,
-            peer_seq: 1,
-            now: 0,
-        }
-    }
-
-    fn wall(&self) -> u64 {
-        WALL0 + self.now
-    }
-
-    fn poll(&mut self) -> Io {
-        self.s.poll(self.now, self.wall())
-    }
-
-    fn advance_ms(&mut self, ms: u64) -> Io {
-        self.now += ms * MS;
-        self.poll()
-    }
-
-    /// Connect + Logon exchanged; outbound drained.
-    fn active() -> Rig {
-        Rig::active_with(config())
-    }
-
-    fn active_with(cfg: FixSessionConfig) -> Rig {
-        let mut r = Rig::new(cfg);
-        assert_eq!(r.poll(), Io::Connect);
-        assert_eq!(r.s.on_connected(r.now, r.wall()), Io::Nothing);
-        r.sent();
-        assert_eq!(r.peer(b"A", |e| e.uint(108, 1)), Io::Nothing);
-        assert_eq!(r.s.state(), SessionState::Active);
-        r.sent();
-        r
-    }
-
-    /// A message from the provider with the next sequence number.
-    fn peer(&mut self, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Io {
-        let seq = self.peer_seq;
-        self.peer_seq += 1;
-        self.peer_seq_n(seq, msg_type, body)
-    }
-
-    fn peer_seq_n(&mut self, seq: u64, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Io {
-        let frame = build(seq, self.wall(), msg_type, body);
-        assert_eq!(codec::frame_len(&frame), Ok(Some(frame.len())));
-        self.s.handle_frame(&frame, self.now, self.wall())
-    }
-
-    /// Messages we sent since the last call: (MsgType, fields).
-    fn sent(&mut self) -> Vec<Sent> {
-        let mut out = Vec::new();
-        let bytes = self.s.outbound().to_vec();
-        self.s.consume_outbound(bytes.len());
-        let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            let len = codec::frame_len(rest).unwrap().expect("complete frame");
-            let fields: Vec<(u32, Vec<u8>)> = Fields::of_frame(&rest[..len])
-                .map(|f| f.unwrap())
-                .map(|(t, v)| (t, v.to_vec()))
-                .collect();
-            out.push((fields[0].1.clone(), fields));
-            rest = &rest[len..];
-        }
-        out
-    }
-
-    fn ticks(&mut self) -> Vec<Tick> {
-        let mut buf = [Tick::EMPTY; 16];
-        let n = self.s.drain_ticks(&mut buf);
-        buf[..n].to_vec()
-    }
-
-    fn snapshot(&mut self, sym: &str, bid: &str, ask: &str) -> Io {
-        self.peer(b"W", |e| {
-            e.bytes(55, sym.as_bytes());
-            e.uint(268, 2);
-            e.uint(269, 0);
-            e.bytes(270, bid.as_bytes());
-            e.uint(271, 1_000_000);
-            e.uint(269, 1);
-            e.bytes(270, ask.as_bytes());
-            e.uint(271, 2_000_000);
-        })
-    }
-}
-
-fn build(seq: u64, wall: u64, msg_type: &[u8], body: impl FnOnce(&mut Encoder)) -> Vec<u8> {
-    let mut e = Encoder::new(1024);
-    e.begin(
-        msg_type,
-        &Header {
-            sender_comp_id: b"LP1",
-            target_comp_id: b"PRICEWIRE",
-            seq,
-            sending_time_utc_ns: wall,
-        },
-    );
-    body(&mut e);
-    e.finish().unwrap().to_vec()
-}
-
-fn field(fields: &[(u32, Vec<u8>)], tag: u32) -> Vec<&[u8]> {
-    fields
-        .iter()
-        .filter(|(t, _)| *t == tag)
-        .map(|(_, v)| &v[..])
-        .collect()
-}
+use crate::util::fix_rig;
+use fix_rig::{build, config, field, Rig, MS, WALL0};
 
 #[test]
 fn logon_asks_for_heartbeat_and_subscribes_each_symbol() {
@@ -223,14 +81,17 @@ fn snapshot_and_incremental_refresh_become_ticks() {
     assert_eq!((t[1].symbol, t[1].bid, t[1].ask), (jpy, 149_860, 149_880));
     assert_eq!(t[1].provider_time_ns, WALL0 - 750 * MS);
     assert!(t[1].feed_seq > t[0].feed_seq);
-    // A delete leaves one side: no tick until the side comes back.
+    // A delete leaves one side: a withdrawal of the other on this message.
     r.peer(b"X", |e| {
         e.uint(268, 1);
         e.uint(279, 2);
         e.uint(269, 1);
         e.bytes(55, b"EUR/USD");
     });
-    assert!(r.ticks().is_empty());
+    let t = r.ticks();
+    assert_eq!(t.len(), 1);
+    assert_eq!((t[0].bid, t[0].ask), (108_125, pricewire::model::NO_PRICE));
+    assert_eq!(t[0].flags, pricewire::model::tick_flags::WITHDRAWN_ASK);
 }
 
 #[test]
@@ -364,6 +225,9 @@ fn a_market_data_reject_is_a_business_error() {
         e.uint(281, 0);
         e.bytes(58, b"unknown symbol");
     });
+    let t = r.ticks();
+    assert_eq!(t.len(), 1, "USD/JPY withdrawn on the reject");
+    assert_eq!(t[0].flags, pricewire::model::tick_flags::WITHDRAWN);
     let b = r.s.breaker_stats().snapshot();
     assert_eq!((b.failed_calls, b.ignored_calls), (0, 1));
     assert_eq!(r.s.breaker_state(r.now), BreakerState::Closed);
@@ -546,14 +410,22 @@ fn a_message_for_another_session_is_a_decode_failure() {
     let frame = e.finish().unwrap().to_vec();
     assert_eq!(r.s.handle_frame(&frame, r.now, r.wall()), Io::Close);
     let st = r.s.stats().snapshot();
-    assert_eq!((st.comp_id_mismatches, st.decode_errors), (1, 1));
+    assert_eq!(
+        (st.comp_id_mismatches, st.decode_errors),
+        (1, 0),
+        "one reason each"
+    );
+    assert_eq!((st.connections, st.close_wrong_comp_id), (1, 1));
 }
 
 #[test]
 fn a_bad_price_skips_the_entry_and_counts_a_failure() {
     let mut r = Rig::active();
     r.snapshot("EUR/USD", "1.081234", "1.08128"); // six decimals at five digits
-    assert!(r.ticks().is_empty());
+    let t = r.ticks();
+    // The full refresh replaced the bid with one we cannot read: gone.
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].flags, pricewire::model::tick_flags::WITHDRAWN_BID);
     assert_eq!(
         r.s.state(),
         SessionState::Active,
@@ -738,6 +610,41 @@ fn half_open_probes_at_once_instead_of_waiting_out_the_backoff() {
     assert_eq!(r.s.breaker_state(r.now), BreakerState::HalfOpen);
 }
 
+#[test]
+fn half_open_is_one_probe_and_its_failure_reopens_at_once() {
+    // The shipped trial count (5): by the rate rule alone three refused
+    // probes (50 % of 5) came in a row, within milliseconds, before the
+    // breaker re-opened. An LP stays down for a minute, all refused.
+    let mut cfg = config();
+    cfg.breaker.half_open_permitted_calls = 5;
+    let mut r = Rig::active_with(cfg);
+    r.s.on_disconnected(r.now);
+    let mut probes: Vec<u32> = Vec::new(); // connects per half-open period
+    let mut was_half_open = false;
+    let end = r.now + 60_000 * MS;
+    while r.now < end {
+        let half_open = r.s.breaker_state(r.now) == BreakerState::HalfOpen;
+        if half_open && !was_half_open {
+            probes.push(0);
+        }
+        was_half_open = half_open;
+        if r.poll() == Io::Connect {
+            r.s.on_connect_failed(r.now);
+            if half_open {
+                *probes.last_mut().unwrap() += 1;
+                let after = r.s.breaker_state(r.now);
+                assert_eq!(after, BreakerState::Open, "the probe's failure decides");
+            }
+        }
+        r.now += MS;
+    }
+    assert!(
+        probes.len() >= 10,
+        "a half-open period per open wait: {probes:?}"
+    );
+    assert!(probes.iter().all(|&n| n == 1), "one probe each: {probes:?}");
+}
+
 /// A W whose entries carry MDEntryDate/MDEntryTime `age_ms` before now.
 fn aged_snapshot(r: &mut Rig, age_ms: u64) -> usize {
     let mut ts = Vec::new();
@@ -763,7 +670,12 @@ fn a_quote_old_by_its_provider_time_never_enters_the_price() {
     assert_eq!(aged_snapshot(&mut r, 2_400), 1, "within limit + skew");
     assert_eq!(aged_snapshot(&mut r, 3_000), 0, "stamped 3 s ago: dropped");
     let s = r.s.stats().snapshot();
-    assert_eq!((s.stale_quotes, s.quotes), (1, 2), "still a (slow) quote");
+    assert_eq!((s.stale_quotes, s.quotes), (1, 1), "delivered quotes only");
+    let b = r.s.breaker_stats().snapshot();
+    assert_eq!(
+        b.slow_calls, 2,
+        "both slow calls for the breaker (2.4 s, 3 s)"
+    );
     let mut cfg = config();
     cfg.provider_age_max_ms = 0;
     let mut r = Rig::active_with(cfg);

@@ -292,6 +292,8 @@ fn alerts_use_only_documented_metrics_and_cover_the_required_cases() {
         catalogue::SLOW_CONSUMER_DISCONNECTS,
         catalogue::SHEDS,
         catalogue::RECORDER_LOST_TICKS,
+        catalogue::PROVIDER_HEALTHY,
+        catalogue::PROVIDER_DAMPED,
     ] {
         assert!(uses(m).is_some(), "an alert on {m}");
     }

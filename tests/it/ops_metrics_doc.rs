@@ -35,8 +35,13 @@ const REFERENCE_FLAGS: &[&str] = &[
     "600000",
 ];
 
-/// Families only a FIX feed registers (the reference configuration has none).
-const FIX_ONLY: &[&str] = &[catalogue::FEED_DECODE_ERRORS];
+/// Families only a FIX feed registers (the reference configuration has
+/// none): the decoder's errors and every family of
+/// `feed::fix::metrics::FAMILIES` (`tests/it/fix_metrics.rs` scrapes them
+/// from a binary with a FIX provider).
+fn fix_only(name: &str) -> bool {
+    name == catalogue::FEED_DECODE_ERRORS || pricewire::feed::fix::metrics::FAMILIES.contains(&name)
+}
 
 struct Server(Child);
 
@@ -247,7 +252,7 @@ fn render(text: &str) -> String {
         FAMILIES
             .iter()
             .filter(|d| !fams.iter().any(|(n, _)| n == d.name))
-            .filter(|d| FIX_ONLY.contains(&d.name) == fix)
+            .filter(|d| fix_only(d.name) == fix)
             .collect()
     };
     out += &absent_table(

@@ -5,6 +5,8 @@
 
 pub mod bus;
 pub mod capture;
+pub mod fix_lp;
+pub mod fix_rig;
 pub mod haproxy;
 pub mod nats;
 pub mod nats_raw;

@@ -1,25 +1,25 @@
-//! Garbled input: FIX says a garbled message (bad CheckSum or BodyLength,
-//! broken framing) is ignored, not a reason to drop the session. A line
-//! that produces nothing but garbage must still be dropped, so a
-//! [`GarbleWindow`] remembers the times of the last `max` garbled messages
-//! and says when `max` of them fall within `window_ns`.
+//! Bursts of events in a time window: "`max` events within `window_ns`".
+//! The FIX session counts garbled messages with it (FIX says a garbled
+//! message is ignored, but a line that produces nothing but garbage must
+//! still be dropped). A [`BurstWindow`] remembers the times of the last `max` events and says
+//! when `max` of them fall within `window_ns`.
 //!
-//! Allocation: the ring is allocated in [`GarbleWindow::new`]; recording
+//! Allocation: the ring is allocated in [`BurstWindow::new`]; recording
 //! allocates nothing. Time is the caller's monotonic `now_ns`.
 
-/// The last `max` garbled-message times of one session.
+/// The times of the last `max` events of one kind.
 #[derive(Debug, Clone)]
-pub(crate) struct GarbleWindow {
+pub(crate) struct BurstWindow {
     times: Box<[u64]>,
     next: usize,
     len: usize,
     window_ns: u64,
 }
 
-impl GarbleWindow {
+impl BurstWindow {
     /// `max` at least 1 (a config rule); 0 is taken as 1.
-    pub(crate) fn new(max: u32, window_ns: u64) -> GarbleWindow {
-        GarbleWindow {
+    pub(crate) fn new(max: u32, window_ns: u64) -> BurstWindow {
+        BurstWindow {
             times: vec![0; max.max(1) as usize].into_boxed_slice(),
             next: 0,
             len: 0,
@@ -27,8 +27,8 @@ impl GarbleWindow {
         }
     }
 
-    /// Records one garbled message at `now_ns`; true when it is the
-    /// `max`-th within the window (the session must be torn down).
+    /// Records one event at `now_ns`; true when it is the `max`-th within
+    /// the window.
     pub(crate) fn record(&mut self, now_ns: u64) -> bool {
         let cap = self.times.len();
         self.times[self.next] = now_ns;
@@ -53,11 +53,11 @@ mod tests {
 
     #[test]
     fn tears_down_only_at_max_within_the_window() {
-        let mut w = GarbleWindow::new(3, 10 * S);
+        let mut w = BurstWindow::new(3, 10 * S);
         assert!(!w.record(0));
         assert!(!w.record(S));
         assert!(w.record(2 * S), "third within 10 s");
-        let mut w = GarbleWindow::new(3, 10 * S);
+        let mut w = BurstWindow::new(3, 10 * S);
         assert!(!w.record(0));
         assert!(!w.record(6 * S));
         assert!(!w.record(11 * S), "the first fell out of the window");
@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn max_one_tears_down_at_once() {
-        let mut w = GarbleWindow::new(1, S);
+        let mut w = BurstWindow::new(1, S);
         assert!(w.record(5));
     }
 }
