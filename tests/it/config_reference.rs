@@ -228,14 +228,16 @@ fn resolve(text: &str) -> String {
         let Some(j) = out[i..].find("`]").map(|j| i + j) else {
             break;
         };
-        let name = out[i + 2..j].to_string();
+        // `damping::FLAP_REUSE_DEFAULT`: the constant is the last segment.
+        let path = out[i + 2..j].to_string();
+        let name = path.rsplit("::").next().unwrap_or(&path).to_string();
         let v = if name
             .chars()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         {
             const_value(&name).unwrap_or_else(|| panic!("no const {name}"))
         } else {
-            format!("`{name}`")
+            format!("`{path}`")
         };
         out.replace_range(i..j + 2, &v);
     }
