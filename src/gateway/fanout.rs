@@ -406,7 +406,7 @@ impl Fanout {
 /// same flag (a lagging shard's catch-up re-reading a price it already
 /// sent) is not sent twice.
 #[inline]
-fn is_news(sub: &Sub, seq: u64, snapshot: bool, stale: bool) -> bool {
+pub(super) fn is_news(sub: &Sub, seq: u64, snapshot: bool, stale: bool) -> bool {
     seq > sub.last_seq || (seq == sub.last_seq && snapshot && stale != sub.stale)
 }
 

@@ -34,6 +34,8 @@ mod fanout;
 pub mod lag;
 mod lanes;
 mod logon;
+#[cfg(all(test, pricewire_loom))]
+mod loom_models;
 mod moves;
 pub mod outbound;
 pub mod pacer;
