@@ -10,7 +10,7 @@ use pricewire::gateway::outbound::{
 };
 use pricewire::gateway::subs::{SubIndex, Subscriber};
 use pricewire::model::Price;
-use pricewire::wire::{self, PriceKind, PRICE_FRAME_LEN};
+use pricewire::wire::{self, PRICE_FRAME_LEN};
 
 const CONNECTIONS: usize = 1_000;
 
@@ -42,7 +42,7 @@ fn fan_out(c: &mut Criterion) {
     g.bench_function("encode_once_copy_to_each", |b| {
         b.iter(|| {
             price.seq += 1;
-            let len = wire::encode_model_price(&mut frame, PriceKind::Update, &price, 5, 0);
+            let len = wire::encode_update(&mut frame, &wire::PriceBody::from_price(&price, 5, 0));
             for s in index.subscribers(3) {
                 let out = &mut bufs[s.conn as usize];
                 black_box(out.append(&frame[..len]));
@@ -50,7 +50,7 @@ fn fan_out(c: &mut Criterion) {
             n += 1;
             // Drain as a socket would, every 256 updates (19 KiB each),
             // staying below the low water mark.
-            if n % 256 == 0 {
+            if n.is_multiple_of(256) {
                 for out in bufs.iter_mut() {
                     let _ = out.write_to(&mut io::sink());
                 }

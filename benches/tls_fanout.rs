@@ -26,7 +26,7 @@ use std::time::Duration;
 use pricewire::gateway::outbound::{Append, OutBuf};
 use pricewire::model::Price;
 use pricewire::runtime::tls::{Link, TlsAcceptor, TlsFiles};
-use pricewire::wire::{self, PriceKind, PRICE_FRAME_LEN};
+use pricewire::wire::{self, PRICE_FRAME_LEN};
 
 struct Counting;
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
@@ -143,7 +143,7 @@ fn run(side: &mut Side, prices: u64, batch: u64, seq: &mut u64) -> f64 {
     for k in 1..=prices {
         *seq += 1;
         p.seq = *seq;
-        let len = wire::encode_model_price(&mut frame, PriceKind::Update, &p, 5, 0);
+        let len = wire::encode_update(&mut frame, &wire::PriceBody::from_price(&p, 5, 0));
         for (out, link) in side.bufs.iter_mut().zip(side.links.iter_mut()) {
             while out.append(&frame[..len]) == Append::Overflow {
                 let _ = link.flush_pending();

@@ -8,7 +8,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use pricewire::wire::{self, Message, PriceBody, PriceKind, PRICE_FRAME_LEN};
+use pricewire::wire::{self, Message, PriceBody, PRICE_FRAME_LEN};
 
 fn body(seq: u64) -> PriceBody {
     PriceBody {
@@ -33,7 +33,7 @@ fn price_update(c: &mut Criterion) {
     let mut slot = [0u8; PRICE_FRAME_LEN];
     let frame = {
         let mut f = [0u8; PRICE_FRAME_LEN];
-        wire::encode_price(&mut f, PriceKind::Update, &body(1));
+        wire::encode_update(&mut f, &body(1));
         f
     };
 
@@ -48,7 +48,7 @@ fn price_update(c: &mut Criterion) {
     g.bench_function("encode", |b| {
         b.iter(|| {
             seq += 1;
-            let n = wire::encode_price(&mut slot, PriceKind::Update, black_box(&body(seq)));
+            let n = wire::encode_update(&mut slot, black_box(&body(seq)));
             black_box(&slot);
             n
         })

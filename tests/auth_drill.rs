@@ -391,6 +391,101 @@ fn bad_token_flood_locks_its_address_and_a_good_logon_stays_fast() {
     server.stop();
 }
 
+/// Opens a connection from `src` and sends a Logon without reading.
+fn send_logon(src: Ipv4Addr, addr: SocketAddr, account: &str, token: &str) -> TcpStream {
+    let mut s = connect_from(src, addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    let m = wire::Logon {
+        heartbeat_interval_ms: 0,
+        account: account.as_bytes(),
+        token: token.as_bytes(),
+    };
+    let mut b = [0u8; 256];
+    let n = wire::encode_logon(&mut b, &m).unwrap();
+    s.write_all(&b[..n]).unwrap();
+    s
+}
+
+/// The first answer on a connection a Logon was sent on.
+fn answer(s: &mut TcpStream) -> Answer {
+    let mut buf = vec![0u8; SERVER_FRAME_LEN_MAX];
+    let mut len = 0;
+    loop {
+        if let Ok(Some(n)) = wire::split_with_max(&buf[..len], SERVER_FRAME_LEN_MAX) {
+            return match wire::decode(&buf[..n]).map(|m| m.to_owned_message()) {
+                Ok(OwnedMessage::LogonAccepted(_)) => Answer::Accepted,
+                Ok(OwnedMessage::LogonRejected(r)) => Answer::Rejected(r.reason, r.retry_after_ms),
+                _ => Answer::Other,
+            };
+        }
+        match s.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => return Answer::Other,
+            Ok(k) => len += k,
+        }
+    }
+}
+
+/// #26 on the real binary: 150 addresses × 2 wrong tokens for one
+/// account, every connection opened first and the 300 Logons written
+/// back to back, on the shipped lockout and verifier defaults. The logon
+/// timeout is raised to 60 s so that no queued guess is cut before the
+/// verifier reaches it: the count then does not depend on the host's
+/// speed. Exactly `--lockout-account-failures` (20) guesses reach argon2
+/// (`pricewire_logon_verifications_total{path="verifier"}`), each
+/// answered `auth`; every other one is `rate_limited` (the account's lock,
+/// or its budget held by guesses under way) or `busy` (the verifier
+/// queue's 256); and another account's first logon, sent behind the
+/// flood, logs on.
+#[test]
+fn a_concurrent_flood_of_one_account_reaches_argon2_at_most_20_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "provider-unused");
+    let server = start(&cfg, &["--logon-timeout-ms", "60000"], None);
+    let runs = "pricewire_logon_verifications_total{listener=\"subscriber\",path=\"verifier\"}";
+    assert_eq!(metric(server.ops, runs), 0.0);
+    let sources: Vec<Ipv4Addr> = (0..150u8)
+        .map(|n| Ipv4Addr::new(127, 0, 1, n + 1))
+        .collect();
+    let mut flood: Vec<TcpStream> = Vec::new();
+    for (n, src) in sources.iter().chain(&sources).enumerate() {
+        flood.push(send_logon(
+            *src,
+            server.addr,
+            "alice",
+            &format!("guess-{n}"),
+        ));
+    }
+    let mut good = send_logon(Ipv4Addr::new(127, 0, 2, 1), server.addr, "bob", GOOD);
+    let (mut auth, mut limited, mut busy) = (0u32, 0u32, 0u32);
+    for s in &mut flood {
+        match answer(s) {
+            Answer::Rejected(LogonRejectReason::AUTH, _) => auth += 1,
+            Answer::Rejected(LogonRejectReason::RATE_LIMITED, r) => {
+                assert!(r > 0, "a refusal gives a retry-after");
+                limited += 1;
+            }
+            Answer::Rejected(LogonRejectReason::BUSY, _) => busy += 1,
+            a => panic!("a guess got {a:?}"),
+        }
+    }
+    assert_eq!(
+        answer(&mut good),
+        Answer::Accepted,
+        "bob logs on behind the flood"
+    );
+    let verified = metric(server.ops, runs);
+    println!(
+        "300 guesses at once: {auth} auth, {limited} rate_limited, {busy} busy; \
+         argon2 runs {verified} (bob's included)"
+    );
+    assert_eq!(auth, 20, "the documented threshold, no more");
+    assert_eq!(verified, 21.0, "20 guesses and bob's logon reached argon2");
+    assert_eq!(auth + limited + busy, 300);
+    let account_locks = "pricewire_lockouts_total{listener=\"subscriber\",scope=\"account\"}";
+    assert_eq!(metric(server.ops, account_locks), 1.0);
+    server.stop();
+}
+
 #[test]
 fn no_token_or_hash_in_the_logs_at_trace_level() {
     let dir = tempfile::tempdir().unwrap();

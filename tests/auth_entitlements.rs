@@ -221,11 +221,11 @@ fn answer(raw: &mut Raw, server: &TestServer, rid: u64, seen: &mut Vec<(u16, u8)
             RawRead::Msg(m) => m,
             other => panic!("no answer to request {rid}: {other:?}"),
         };
+        if let Some(p) = m.price_body() {
+            seen.push((p.symbol_id, p.tier));
+            continue;
+        }
         let out = match m {
-            OwnedMessage::PriceSnapshot(p) | OwnedMessage::PriceUpdate(p) => {
-                seen.push((p.symbol_id, p.tier));
-                continue;
-            }
             OwnedMessage::SubscribeResponse {
                 request_id,
                 results,
@@ -303,7 +303,7 @@ fn every_request_sees_only_what_the_account_is_entitled_to() {
         // Prices keep coming for the subscriptions: read a few more.
         let deadline = Instant::now() + Duration::from_millis(300);
         while let RawRead::Msg(m) = raw.next(deadline.saturating_duration_since(Instant::now())) {
-            if let OwnedMessage::PriceSnapshot(p) | OwnedMessage::PriceUpdate(p) = m {
+            if let Some(p) = m.price_body() {
                 seen.push((p.symbol_id, p.tier));
             }
         }

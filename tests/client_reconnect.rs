@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use pricewire::admission::RetryWindow;
 use pricewire::client::{Client, ClientConfig, ClientError, DisconnectCause, Event, SeqStatus};
+use pricewire::feed::bridge::Bridge;
 use pricewire::gateway::GatewayConfig;
+use pricewire::model::Tick;
 use pricewire::resilience::backoff::Backoff;
 use pricewire::resilience::proxy::{FaultProxy, Toxic, ToxicKind};
 use pricewire::wire::{
@@ -167,16 +169,105 @@ fn server_restart_is_survived_with_the_retry_after_floor() {
     });
     let ev = until(&mut c, "LoggedOn", |e| matches!(e, Event::LoggedOn(_)));
     assert!(matches!(ev, Event::LoggedOn(info) if info.reconnects == 1));
-    // The restarted server numbers from 1 again; when its sequence happens
-    // to reach the one the client held, the SDK cannot tell the streams
-    // apart and calls it a resume (docs/scale-out.md, "resumes by
-    // sequence").
-    expect_resubscribed_as(&mut c, gbp, &[SeqStatus::Reset, SeqStatus::Resumed]);
+    // The restarted server is a new stream: a resync, never a resume.
+    expect_resubscribed(&mut c, gbp);
     assert_eq!(
         server.stat(|s| &s.logons_accepted),
         1,
         "the new server saw the relogon"
     );
+}
+
+const INGEST_CONFIG: &str = r#"
+# Clear tokens: a loopback test (docs/security.md).
+insecure_plain_tokens = true
+[[providers]]
+name = "bridge-a"
+kind = "ingest"
+token = "secret-a"
+"#;
+
+/// A standalone server fed by one bridge on its ingest port, on `listen`.
+fn ingest_server(listen: std::net::SocketAddr) -> pricewire::service::Service {
+    server::ingest_service_with(INGEST_CONFIG, Default::default(), |g| {
+        g.listen = listen;
+        g.shutdown_retry = RetryWindow::new(50, 100);
+    })
+}
+
+/// Quotes `bids` for `symbol` into `svc` and waits (bounded) until its
+/// price table holds the last one.
+fn quote(svc: &pricewire::service::Service, symbol: u16, bids: &[i64]) {
+    let ingest = svc.ingest.as_ref().unwrap().local_addr;
+    let mut bridge = Bridge::connect(ingest, 0, "secret-a", T).unwrap();
+    for &bid in bids {
+        let tick = Tick {
+            symbol,
+            bid,
+            ask: bid + 8,
+            bid_size: 1_000_000,
+            ask_size: 1_000_000,
+            provider_time_ns: 1_700_000_000_000_000_000,
+            ..Tick::EMPTY
+        };
+        bridge.send(&[tick]).unwrap();
+    }
+    let table = svc.pipeline.handles.table.clone();
+    let last = *bids.last().unwrap();
+    assert!(server::wait_until(T, || table
+        .read(symbol, RAW)
+        .is_some_and(|p| p.bid == last)));
+}
+
+const RAW: u8 = 0;
+
+/// The issue's case: a client held seq 2; the server restarted and its
+/// new stream reached seq 2 again at another price before the client came
+/// back. The same sequence of another stream is a resync, not a resume.
+#[test]
+fn a_restarted_server_at_the_held_sequence_is_a_resync_not_a_resume() {
+    let first = ingest_server("127.0.0.1:0".parse().unwrap());
+    let addr = first.gateway.as_ref().unwrap().local_addr;
+    let eur = first.config.table.by_name("EURUSD").unwrap().id;
+    let mut c = Client::connect(fast_config(addr)).unwrap();
+    let before = c.logon_info().expect("logged on");
+    c.subscribe_ids(RAW, &[eur]).unwrap();
+    until(&mut c, "SubscribeResponse", |e| {
+        matches!(e, Event::SubscribeResponse { .. })
+    });
+    quote(&first, eur, &[108_000, 108_001]);
+    let held = until(&mut c, "seq 2", |e| {
+        e.price().is_some_and(|p| p.body.seq == 2)
+    });
+    let held = *held.price().unwrap();
+    assert_eq!((held.body.bid, held.stream_id), (108_001, before.stream_id));
+    assert_ne!(before.stream_id, 0, "a standalone server names its stream");
+
+    // Restarted while the client is not driven: the new server's stream
+    // reaches seq 2 (at 1.10001) before the client logs on again.
+    first.stop();
+    let second = ingest_server(addr);
+    quote(&second, eur, &[110_000, 110_001]);
+    let Event::LoggedOn(after) = until(&mut c, "LoggedOn", |e| matches!(e, Event::LoggedOn(_)))
+    else {
+        unreachable!()
+    };
+    assert_ne!(
+        after.stream_id, before.stream_id,
+        "a restarted server is a new stream"
+    );
+    let ev = until(&mut c, "snapshot", |e| {
+        e.price().is_some_and(|p| p.body.symbol_id == eur)
+    });
+    let p = ev.price().unwrap();
+    assert_eq!(
+        (p.kind, p.body.seq, p.body.bid),
+        (PriceKind::Snapshot, 2, 110_001)
+    );
+    assert_eq!((p.seq, p.stream_id), (SeqStatus::Reset, after.stream_id));
+    let s = c.stats().snapshot();
+    assert_eq!((s.resumed, s.resume_resyncs), (0, 1), "{s:?}");
+    second.stop();
 }
 
 #[test]
@@ -198,6 +289,7 @@ fn silent_server_is_declared_dead_after_three_heartbeats() {
                 heartbeat_interval_ms: 100,
                 server_time_ns: 0,
                 default_tier: 1,
+                stream_id: 1,
             };
             let n = wire::encode_logon_accepted(&mut buf, &m).unwrap();
             let _ = s.write_all(&buf[..n]);

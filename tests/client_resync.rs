@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
 use pricewire::wire::{
     self, LogonAccepted, OwnedMessage, PriceBody, PriceKind, SubscribeResult, SubscribeStatus,
-    PRICE_FRAME_LEN,
+    PRICE_SLOT_LEN,
 };
 
 const T: Duration = Duration::from_secs(5);
@@ -30,9 +30,9 @@ fn body(seq: u64) -> PriceBody {
 }
 
 fn send_price(s: &mut TcpStream, kind: PriceKind, seq: u64) {
-    let mut f = [0u8; PRICE_FRAME_LEN];
-    wire::encode_price(&mut f, kind, &body(seq));
-    s.write_all(&f).unwrap();
+    let mut f = [0u8; PRICE_SLOT_LEN];
+    let n = wire::encode_price(&mut f, kind, &body(seq), 1);
+    s.write_all(&f[..n]).unwrap();
 }
 
 /// Reads client frames until one that is not a Heartbeat.
@@ -67,6 +67,7 @@ fn scripted_server(listener: TcpListener) -> OwnedMessage {
         heartbeat_interval_ms: 1_000,
         server_time_ns: 0,
         default_tier: TIER,
+        stream_id: 1,
     };
     let n = wire::encode_logon_accepted(&mut out, &m).unwrap();
     s.write_all(&out[..n]).unwrap();

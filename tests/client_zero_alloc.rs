@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pricewire::client::{Client, ClientConfig, ClientStats, Event, SeqStatus, Session};
-use pricewire::wire::{self, LogonAccepted, PriceBody, PriceKind, PRICE_FRAME_LEN};
+use pricewire::wire::{self, LogonAccepted, PriceBody, PriceKind, PRICE_SLOT_LEN};
 
 const UPDATES: u64 = 20_000;
 const WARM_UP: u64 = 100;
 
 /// Snapshots for two keys, then alternating contiguous updates.
 fn price_stream() -> Vec<u8> {
-    let mut out = Vec::with_capacity((UPDATES as usize + 2) * PRICE_FRAME_LEN);
+    let mut out = Vec::with_capacity((UPDATES as usize + 2) * PRICE_SLOT_LEN);
     let mut put = |kind, symbol_id, seq| {
         let b = PriceBody {
             symbol_id,
@@ -33,9 +33,9 @@ fn price_stream() -> Vec<u8> {
             ask: 108_010,
             ..Default::default()
         };
-        let mut f = [0u8; PRICE_FRAME_LEN];
-        wire::encode_price(&mut f, kind, &b);
-        out.extend_from_slice(&f);
+        let mut f = [0u8; PRICE_SLOT_LEN];
+        let n = wire::encode_price(&mut f, kind, &b, 1);
+        out.extend_from_slice(&f[..n]);
     };
     put(PriceKind::Snapshot, 1, 1);
     put(PriceKind::Snapshot, 2, 1);
@@ -85,6 +85,7 @@ fn client_price_path_allocates_nothing() {
             heartbeat_interval_ms: 5_000,
             server_time_ns: 0,
             default_tier: 1,
+            stream_id: 1,
         };
         let n = wire::encode_logon_accepted(&mut buf, &m).unwrap();
         s.write_all(&buf[..n]).unwrap();

@@ -153,7 +153,7 @@ impl Rig {
         let quoting = matches!(self.lp, Lp::Healthy);
         if quoting && self.subscribed.len() == 2 && self.now >= self.next_quote {
             self.next_quote = self.now + 100 * MS;
-            let px = if (self.now / (100 * MS)) % 2 == 0 {
+            let px = if (self.now / (100 * MS)).is_multiple_of(2) {
                 "1.08128"
             } else {
                 "1.08129"

@@ -97,7 +97,9 @@ fn reader(mut r: Raw, done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Jo
         while Instant::now() < deadline {
             match r.next(QUIET) {
                 RawRead::Msg(OwnedMessage::PriceUpdate(b)) => got.push((Instant::now(), false, b)),
-                RawRead::Msg(OwnedMessage::PriceSnapshot(b)) => got.push((Instant::now(), true, b)),
+                RawRead::Msg(OwnedMessage::PriceSnapshot(s)) => {
+                    got.push((Instant::now(), true, s.body))
+                }
                 RawRead::Msg(_) => {}
                 RawRead::Timeout if done.load(std::sync::atomic::Ordering::SeqCst) => break,
                 RawRead::Timeout => {}

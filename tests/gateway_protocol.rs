@@ -77,7 +77,7 @@ fn subscribing_again_sends_a_fresh_snapshot() {
     let server = TestServer::start();
     let mut r = demo(&server);
     let eur = server.symbol_id("EURUSD");
-    let snapshot_of_eur = |m: &OwnedMessage| matches!(m, OwnedMessage::PriceSnapshot(p) if p.symbol_id == eur && p.tier == 0);
+    let snapshot_of_eur = |m: &OwnedMessage| matches!(m, OwnedMessage::PriceSnapshot(p) if p.body.symbol_id == eur && p.body.tier == 0);
     for rid in [1, 2] {
         r.send_with(|b| wire::encode_subscribe(b, rid, 0, [SymbolRef::by_id(eur)]));
         assert_eq!(

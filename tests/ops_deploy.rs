@@ -109,7 +109,8 @@ fn workloads_run_the_image_with_the_documented_flags_and_ports() {
     let ops_port = i64::from(DEFAULT_OPS_LISTEN.parse::<SocketAddr>().unwrap().port());
     for (kind, w) in workloads() {
         let c = container(&w);
-        assert_eq!(c["image"].as_str(), Some("pricewire:latest"), "{kind}");
+        let image = format!("pricewire:{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(c["image"].as_str(), Some(image.as_str()), "{kind}");
         let a = args(c);
         let flag = |f: &str| a.iter().position(|x| x == f).map(|i| a[i + 1].clone());
         assert_eq!(flag("--listen").as_deref(), Some("0.0.0.0:9400"), "{kind}");

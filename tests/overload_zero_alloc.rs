@@ -111,7 +111,7 @@ fn one_ms(rig: &mut Rig, ms: u64, next_id: &mut u64) {
             account: ((*next_id + k) % 70) as u32, // some beyond accounts_max
             budget_us: 1_000 * ((*next_id + k) % 200),
             critical: k == 0,
-            critical_entitled: ms % 2 == 0,
+            critical_entitled: ms.is_multiple_of(2),
         };
         let request = Request {
             id: *next_id,

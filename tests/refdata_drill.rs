@@ -285,15 +285,15 @@ fn withdrawn_entitlements_and_deleted_accounts_reach_live_sessions() {
     assert_eq!(results[0].status, SubscribeStatus::NOT_ENTITLED);
     // EURUSD keeps updating at raw; USDJPY and the retail tier are gone.
     let mut eur = 0;
-    let after = s.until(Duration::from_secs(2), |m| match m {
-        OwnedMessage::PriceUpdate(p) | OwnedMessage::PriceSnapshot(p) => {
+    let after = s.until(Duration::from_secs(2), |m| match m.price_body() {
+        Some(p) => {
             eur += u32::from(p.symbol_id == eurusd);
             p.symbol_id == usdjpy || p.tier == retail || eur >= 5
         }
-        _ => false,
+        None => false,
     });
     assert!(
-        matches!(after, Some(OwnedMessage::PriceUpdate(p) | OwnedMessage::PriceSnapshot(p)) if p.symbol_id == eurusd && p.tier != retail),
+        matches!(after.as_ref().and_then(|m| m.price_body()), Some(p) if p.symbol_id == eurusd && p.tier != retail),
         "after the withdrawal: {after:?}"
     );
 

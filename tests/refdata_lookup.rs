@@ -93,7 +93,13 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         cache: CacheConfig::default(),
     };
     let t = table();
-    let rd = RefData::start_redis(&cfg, t.clone(), Arc::new(MonotonicClock)).unwrap();
+    let rd = RefData::start_redis(
+        &cfg,
+        t.clone(),
+        Arc::new(MonotonicClock),
+        &Default::default(),
+    )
+    .unwrap();
     assert!(rd.is_redis());
 
     let Lookup::Found(alice) = lookup_settled(&rd, "alice") else {
@@ -214,7 +220,8 @@ fn refresher_thread_serves_stale_entries_while_redis_is_down() {
             ..CacheConfig::default()
         },
     };
-    let rd = RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock)).unwrap();
+    let rd =
+        RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock), &Default::default()).unwrap();
     assert!(matches!(lookup_settled(&rd, "alice"), Lookup::Found(_)));
     server.kill();
     let stats = rd.stats();

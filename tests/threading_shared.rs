@@ -614,7 +614,13 @@ fn spawn_conflation_readers(
                                 "{} after {seq}, not flagged conflated",
                                 p.body.seq
                             );
-                            assert!(p.body.bid > bid, "out of order");
+                            assert!(
+                                p.body.bid > bid,
+                                "out of order: seq {} bid {} flags {:#x} after seq {seq} bid {bid}",
+                                p.body.seq,
+                                p.body.bid,
+                                p.body.flags
+                            );
                             (bid, seq) = (p.body.bid, p.body.seq);
                         }
                         Ok(_) => {}

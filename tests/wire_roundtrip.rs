@@ -116,16 +116,22 @@ fn session_message() -> impl Strategy<Value = OwnedMessage> {
                 }
             }
         ),
-        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u8>()).prop_map(
-            |(session_id, hb, t, default_tier)| {
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u8>(),
+            any::<u64>()
+        )
+            .prop_map(|(session_id, hb, t, default_tier, stream_id)| {
                 OwnedMessage::LogonAccepted(LogonAccepted {
                     session_id,
                     heartbeat_interval_ms: hb,
                     server_time_ns: t,
                     default_tier,
+                    stream_id,
                 })
-            }
-        ),
+            }),
         (any::<u8>(), any::<u32>()).prop_map(|(r, retry_after_ms)| OwnedMessage::LogonRejected(
             LogonRejected {
                 reason: LogonRejectReason(r),
@@ -237,7 +243,9 @@ fn stream_message() -> impl Strategy<Value = OwnedMessage> {
                         .collect(),
                 }
             }),
-        price_body().prop_map(OwnedMessage::PriceSnapshot),
+        (price_body(), any::<u64>()).prop_map(|(body, stream_id)| OwnedMessage::PriceSnapshot(
+            PriceSnapshot { body, stream_id }
+        )),
         price_body().prop_map(OwnedMessage::PriceUpdate),
     ]
 }
@@ -424,7 +432,7 @@ fn split_decode_and_encode_do_not_allocate() {
             ["EURUSD", "XAUUSD"],
         )
         .expect("fits");
-        let p = encode_price(&mut slot, PriceKind::Update, &prices[0]);
+        let p = encode_update(&mut slot, &prices[0]);
         let mut rest = &buf[..n + m];
         while let Ok(Some(len)) = split(rest) {
             match decode(&rest[..len]) {

@@ -5,11 +5,29 @@
 //! `window_ms` of the first lock the key for `base_ms`. Once a key has
 //! been locked, its next failure after the lock locks it again, for twice
 //! as long each time up to `cap_ms`, until the key has had no failure for
-//! `forget_ms`. Failures while locked (verifications already under way
-//! when the lock began) are counted but do not lengthen the lock. Every lock is lengthened by a random
-//! 0–25 % so that a crowd of locked clients does not come back at once,
-//! and a refusal's retry-after is the lock's remaining time (at least
-//! 1 ms). A success clears the key.
+//! `forget_ms`. A failure counted while locked (only a failure counted
+//! without a reservation can be) does not lengthen the lock. Every
+//! lock is lengthened by a random 0–25 % so that a crowd of locked clients
+//! does not come back at once, and a refusal's retry-after is the lock's
+//! remaining time (at least 1 ms). A success clears the key's counts.
+//!
+//! **Count before verifying.** A guess is *reserved* ([`Lockout::reserve`])
+//! before its token is checked and *settled* afterwards: a failure
+//! ([`Lockout::confirm`]) turns the reservation into a counted failure, a
+//! success or a check that never ran ([`Lockout::release`]) gives it back.
+//! The invariant, per key and at every instant:
+//!
+//! > failures counted in the window + reservations pending ≤ threshold
+//! > (1 once the key has been locked and not yet forgotten),
+//!
+//! and no reservation is granted while the key is locked. So however many
+//! checks run at once, at most `threshold` guesses of one key are checked
+//! before its first lock, and at most one between two later locks. A
+//! reservation refused because the budget is taken by pending ones gets
+//! retry-after `base_ms` (the lock those would start if they all fail).
+//! A slot with a reservation pending is never evicted, so its count
+//! cannot be pushed out of the table while its guesses are checked; a
+//! set whose slots all have one refuses the reservation (fail closed).
 //!
 //! Memory is bounded: `capacity` slots allocated at construction, in
 //! sets of [`WAYS`]; a new key takes an empty slot of its set, else the
@@ -76,7 +94,9 @@ struct Slot {
     key: u64,
     failures: u32,
     /// Lockouts so far (the next lock is `base << strikes`).
-    strikes: u32,
+    strikes: u16,
+    /// Reservations granted and not yet settled (at most the threshold).
+    pending: u16,
     window_start_ns: u64,
     last_failure_ns: u64,
     locked_until_ns: u64,
@@ -130,22 +150,22 @@ impl Lockout {
     /// Counts a failed logon of `key` at `now_ns`.
     pub fn failure(&mut self, key: u64, now_ns: u64) -> Failed {
         let p = self.policy;
-        let i = self.slot_for(key, now_ns);
+        let Some(i) = self.slot_for(key, now_ns) else {
+            // Every slot of the set has a reservation pending: this key
+            // held none, so there is nothing of its own to count against.
+            return Failed::Counted;
+        };
         let s = &mut self.slots[i];
         if s.locked_until_ns > now_ns {
             return Failed::Counted;
         }
-        if s.strikes > 0 && now_ns.saturating_sub(s.last_failure_ns) > p.forget_ms * MS {
-            s.strikes = 0;
-        }
-        if s.failures == 0 || now_ns.saturating_sub(s.window_start_ns) > p.window_ms * MS {
-            s.failures = 0;
+        roll(s, &p, now_ns);
+        if s.failures == 0 {
             s.window_start_ns = now_ns;
         }
         s.failures += 1;
         s.last_failure_ns = now_ns;
-        let threshold = if s.strikes > 0 { 1 } else { p.threshold.max(1) };
-        if s.failures < threshold {
+        if s.failures < threshold(s, &p) {
             return Failed::Counted;
         }
         let lock = p
@@ -160,11 +180,63 @@ impl Lockout {
         Failed::Locked(lock)
     }
 
-    /// A successful logon of `key`: its counts are cleared.
+    /// Reserves one guess of `key` before its check: `Err(retry_after_ms)`
+    /// while the key is locked, while its failures and pending
+    /// reservations already reach the threshold, or when its set has no
+    /// slot free of reservations (see the module docs).
+    pub fn reserve(&mut self, key: u64, now_ns: u64) -> Result<(), u32> {
+        self.check(key, now_ns)?;
+        let p = self.policy;
+        let busy = u32::try_from(p.base_ms).unwrap_or(u32::MAX).max(1);
+        let Some(i) = self.slot_for(key, now_ns) else {
+            return Err(busy);
+        };
+        let s = &mut self.slots[i];
+        roll(s, &p, now_ns);
+        if s.failures + u32::from(s.pending) >= threshold(s, &p) || s.pending == u16::MAX {
+            return Err(busy);
+        }
+        s.pending += 1;
+        Ok(())
+    }
+
+    /// A reserved guess of `key` failed: the reservation becomes a counted
+    /// failure ([`Lockout::failure`]), which may lock the key.
+    pub fn confirm(&mut self, key: u64, now_ns: u64) -> Failed {
+        self.release(key);
+        self.failure(key, now_ns)
+    }
+
+    /// A reserved guess of `key` was not a failure (it matched, or was
+    /// never checked): the reservation is given back.
+    pub fn release(&mut self, key: u64) {
+        if let Some(i) = self.find(key) {
+            let s = &mut self.slots[i];
+            debug_assert!(s.pending > 0, "a release without a reservation");
+            s.pending = s.pending.saturating_sub(1);
+        }
+    }
+
+    /// A successful logon of `key`: its counts and locks are cleared
+    /// (other guesses still being checked keep their reservations).
     pub fn success(&mut self, key: u64) {
         if let Some(i) = self.find(key) {
+            let pending = self.slots[i].pending;
             self.slots[i] = Slot::default();
+            if pending > 0 {
+                self.slots[i] = Slot {
+                    key: key.max(1),
+                    pending,
+                    ..Slot::default()
+                };
+            }
         }
+    }
+
+    /// Reservations pending for `key`.
+    pub fn pending(&self, key: u64) -> u32 {
+        self.find(key)
+            .map_or(0, |i| u32::from(self.slots[i].pending))
     }
 
     /// Keys locked at `now_ns` (a scan of the table).
@@ -191,24 +263,25 @@ impl Lockout {
         self.set(key).find(|&i| self.slots[i].key == key)
     }
 
-    fn slot_for(&mut self, key: u64, now_ns: u64) -> usize {
+    /// `key`'s slot, else a new one in its set: an empty slot, else the
+    /// least recently failed unlocked one, else the one whose lock ends
+    /// first; never one with a reservation pending (`None` if all are).
+    fn slot_for(&mut self, key: u64, now_ns: u64) -> Option<usize> {
         let key = key.max(1);
         if let Some(i) = self.find(key) {
-            return i;
+            return Some(i);
         }
-        let set = self.set(key);
+        let slots = &self.slots;
+        let set = self.set(key).filter(|&i| slots[i].pending == 0);
         let victim = set
             .clone()
-            .find(|&i| self.slots[i].key == 0)
+            .find(|&i| slots[i].key == 0)
             .or_else(|| {
                 set.clone()
-                    .filter(|&i| self.slots[i].locked_until_ns <= now_ns)
-                    .min_by_key(|&i| self.slots[i].last_failure_ns)
+                    .filter(|&i| slots[i].locked_until_ns <= now_ns)
+                    .min_by_key(|&i| slots[i].last_failure_ns)
             })
-            .unwrap_or_else(|| {
-                set.min_by_key(|&i| self.slots[i].locked_until_ns)
-                    .expect("a set has slots")
-            });
+            .or_else(|| set.min_by_key(|&i| slots[i].locked_until_ns))?;
         if self.slots[victim].key != 0 {
             self.evictions += 1;
         }
@@ -216,7 +289,27 @@ impl Lockout {
             key,
             ..Slot::default()
         };
-        victim
+        Some(victim)
+    }
+}
+
+/// Starts the key over where its history has expired: strikes after
+/// `forget_ms` without a failure, failures after the window.
+fn roll(s: &mut Slot, p: &LockoutPolicy, now_ns: u64) {
+    if s.strikes > 0 && now_ns.saturating_sub(s.last_failure_ns) > p.forget_ms * MS {
+        s.strikes = 0;
+    }
+    if s.failures > 0 && now_ns.saturating_sub(s.window_start_ns) > p.window_ms * MS {
+        s.failures = 0;
+    }
+}
+
+/// Failures that lock the key: the policy's threshold, 1 once locked.
+fn threshold(s: &Slot, p: &LockoutPolicy) -> u32 {
+    if s.strikes > 0 {
+        1
+    } else {
+        p.threshold.max(1)
     }
 }
 

@@ -7,26 +7,35 @@
 //!   growing, jittered lockout, fixed-size.
 //! - [`cache`]: recent successful verifications, so a reconnect with the
 //!   same token skips argon2.
-//! - [`verifier`]: the bounded worker thread that runs argon2 off the
-//!   shard threads.
+//! - [`verifier`]: the bounded worker threads that run argon2 off the
+//!   shard threads, serving accounts in turn.
+//! - [`reservation`]: a guess's place in the lockout tables, taken before
+//!   its token is checked and settled by the verdict.
 //!
 //! [`AuthGuard`] ties them together for one listener. The order a logon
 //! goes through (in `gateway::logon`): address lockout → reference data
 //! → cache (a hit logs on) → account lockout → the verifier queue (full:
-//! LogonRejected(busy)) → argon2 on the worker → the verdict back on the
-//! shard. A locked address or account never reaches argon2.
+//! LogonRejected(busy)) → on the worker: the cache again, then a
+//! reservation against the address and account (refused: LogonRejected
+//! (rate_limited)), then argon2 → the verdict settles the reservation and
+//! goes back to the shard. A locked address or account never reaches
+//! argon2, and however many logons run at once no more guesses of one
+//! key reach argon2 than its lockout threshold before it locks.
 
 pub mod cache;
 pub mod hash;
 pub mod lockout;
+pub mod reservation;
 pub mod verifier;
+
+pub use reservation::Reservation;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use cache::VerifiedCache;
-use lockout::{Failed, Keyer, Lockout, LockoutPolicy};
+use lockout::{Keyer, Lockout, LockoutPolicy};
 
 /// How long a successful verification is reused for new sessions of the
 /// same account and token (a session itself never verifies again).
@@ -218,6 +227,12 @@ impl AuthGuard {
         }
     }
 
+    /// Whether a panic left one of the tables poisoned (a connection
+    /// boundary then does not contain the fault: the tables are shared).
+    pub fn is_poisoned(&self) -> bool {
+        self.addresses.is_poisoned() || self.accounts.is_poisoned() || self.cache.is_poisoned()
+    }
+
     /// `Err(retry_after_ms)` while `ip` is locked (counted as a failure).
     pub fn check_address(&self, ip: IpAddr, now_ns: u64) -> Result<(), u32> {
         let r = lock(&self.addresses).check(self.keyer.address(ip), now_ns);
@@ -245,43 +260,25 @@ impl AuthGuard {
         hit
     }
 
-    /// A verification succeeded: the address's and account's counts are
-    /// cleared and the token is cached.
-    pub fn succeeded(&self, ip: IpAddr, account: &str, stored: &str, token: &[u8], now_ns: u64) {
-        lock(&self.addresses).success(self.keyer.address(ip));
-        lock(&self.accounts).success(self.keyer.account(account.as_bytes()));
-        lock(&self.cache).insert(account, stored, token, now_ns);
-    }
-
     /// The listener this guard serves.
     pub fn listener(&self) -> Listener {
         self.listener
     }
 
-    /// A verification failed (`known`: the account exists): counted per
-    /// address and (on the subscriber listener) per account, which may
-    /// start lockouts.
-    pub fn failed(&self, ip: IpAddr, account: &[u8], known: bool, now_ns: u64) {
-        let reason = if known {
-            FailReason::BadToken
-        } else {
-            FailReason::UnknownAccount
-        };
-        self.stats.failed(reason);
-        let by_ip = lock(&self.addresses).failure(self.keyer.address(ip), now_ns);
-        let by_account = match self.listener {
-            Listener::Subscriber => {
-                lock(&self.accounts).failure(self.keyer.account(account), now_ns)
-            }
-            Listener::Feed => Failed::Counted,
-        };
-        for (scope, f) in [(Scope::Address, by_ip), (Scope::Account, by_account)] {
-            if let Failed::Locked(ms) = f {
-                self.stats.lockouts[scope as usize].fetch_add(1, Relaxed);
-                let listener = self.listener.name();
-                tracing::warn!(listener, scope = scope.name(), lock_ms = ms, %ip, "logon lockout");
-            }
-        }
+    /// Guesses of `account` being checked (reserved, not yet settled).
+    pub fn pending_account(&self, account: &[u8]) -> u32 {
+        lock(&self.accounts).pending(self.keyer.account(account))
+    }
+
+    /// Guesses from `ip` being checked (reserved, not yet settled).
+    pub fn pending_address(&self, ip: IpAddr) -> u32 {
+        lock(&self.addresses).pending(self.keyer.address(ip))
+    }
+
+    /// The fairness key of `account` in the verifier queue (its account
+    /// lockout key).
+    pub fn account_key(&self, account: &[u8]) -> u64 {
+        self.keyer.account(account)
     }
 
     /// Keys of `scope` locked at `now_ns`.

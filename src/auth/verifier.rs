@@ -1,16 +1,36 @@
 //! The argon2 verifier: worker threads fed by a bounded queue, so that
 //! milliseconds of hashing never run on a shard thread between prices.
-//! A full queue is refused at once ([`Verifier::submit`] gives the job
-//! back); the caller answers LogonRejected(busy). The brute-force
-//! lockouts stop repeat offenders before they reach this queue.
+//!
+//! - **Bounded and fair** ([`fair`]): at most `queue` jobs wait; accounts
+//!   (the job's [`Job::key`]) are served in turn, and a full queue makes
+//!   room for an account holding few jobs by pushing out the newest job
+//!   of the one holding the most (answered [`Outcome::Busy`]). A job that
+//!   finds no room is given back at once by [`Verifier::submit`]; the
+//!   caller answers LogonRejected(busy).
+//! - **Counted before argon2**: on the worker, a job first checks the
+//!   verification cache, then reserves its guess against the address and
+//!   account ([`super::Reservation`]); only a granted reservation runs
+//!   argon2 ([`Outcome::Verified`] hands it to the caller to settle), a
+//!   refused one is answered [`Outcome::Refused`] unhashed. So no number
+//!   of worker threads or queued jobs lets more guesses of one key reach
+//!   argon2 than its lockout threshold (docs/security.md, "Limits").
+//! - **Deadlines**: a job taken after its deadline is dropped unrun.
+
+mod fair;
 
 use std::io;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
-
-use super::hash;
+use super::{hash, AuthGuard, Reservation};
 use crate::clock::{Clock, MonotonicClock};
+use crate::runtime::{Policy, Supervised, Supervisor};
+use fair::{FairQueue, Pushed};
+
+/// Longest an idle verifier thread waits before it looks up (its drill
+/// point; the request workers wake as often).
+const VERIFIER_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Default verifier threads.
 pub const WORKERS_DEFAULT: usize = 1;
@@ -27,12 +47,52 @@ pub const WORKERS_MAX: usize = 32;
 /// Longest verifier queue (`--verifier-queue`, `--feed-verifier-queue`).
 pub const QUEUE_MAX: usize = 65_536;
 
-/// Called on the verifier thread with the outcome and the token (for the
-/// verification cache; zeroed right after).
-pub type Done = Box<dyn FnOnce(bool, &[u8]) + Send>;
+/// What became of a job, handed to its [`Done`] on a verifier thread
+/// (or, for [`Outcome::Busy`], on the thread whose job pushed it out).
+#[derive(Debug)]
+pub enum Outcome {
+    /// A verification of the same token finished while it waited (the
+    /// cache): it matched, without argon2.
+    Cached,
+    /// argon2 ran. The caller settles the reservation (matched or failed;
+    /// dropped, it is released).
+    Verified {
+        /// Whether the token matched.
+        matched: bool,
+        /// The guess's places in the lockout tables (`None`: the job had
+        /// no [`Claim`]).
+        reservation: Option<Reservation>,
+        /// The verifier's clock at the verdict.
+        now_ns: u64,
+    },
+    /// Refused before argon2: the address or account is locked, or its
+    /// budget of guesses is taken by checks under way.
+    Refused {
+        /// When to come back, ms.
+        retry_after_ms: u32,
+    },
+    /// Pushed out of the full queue to make room for an account holding
+    /// fewer jobs.
+    Busy,
+}
+
+/// Called with the outcome and the token (for the verification cache;
+/// zeroed right after).
+pub type Done = Box<dyn FnOnce(Outcome, &[u8]) + Send>;
 /// Asked on the verifier thread before argon2: whether the token verified
 /// since the job was queued (the verification cache).
 pub type Cached = Box<dyn Fn(&[u8]) -> bool + Send>;
+
+/// Whose guess a job is: reserved against `guard`'s tables before argon2,
+/// and counted in its `verifications` (argon2 runs) and `cache_hits`.
+pub struct Claim {
+    /// The listener's guard.
+    pub guard: Arc<AuthGuard>,
+    /// The logon's source address.
+    pub ip: IpAddr,
+    /// The account named (the subscriber listener's account lockout).
+    pub account: Vec<u8>,
+}
 
 /// One verification.
 pub struct Job {
@@ -47,17 +107,29 @@ pub struct Job {
     /// and `done` is not called (its connection's logon timeout has cut
     /// it). 0: no deadline.
     pub deadline_ns: u64,
-    /// Receives whether it matched.
+    /// The fairness key: jobs of one key are served in turn with other
+    /// keys' (the account's lockout key; the provider id).
+    pub key: u64,
+    /// The lockout reservation to take before argon2 (`None`: none).
+    pub claim: Option<Claim>,
+    /// Receives the outcome.
     pub done: Done,
 }
 
+struct Queue {
+    jobs: Mutex<(FairQueue<Job>, bool)>,
+    ready: Condvar,
+}
+
 /// The worker pool (threads `<name><N>`: `pw-auth0` for subscribers,
-/// `pw-provauth0` for providers); they exit when the last handle is
-/// dropped.
+/// `pw-provauth0` for providers, supervised); they exit when the handle
+/// is dropped.
 pub struct Verifier {
-    tx: Sender<Job>,
+    queue: Arc<Queue>,
+    /// Asked to stop on drop, before the queue is closed.
+    threads: Vec<Supervised<()>>,
     /// Jobs dropped past their deadline.
-    expired: Arc<std::sync::atomic::AtomicU64>,
+    expired: Arc<AtomicU64>,
 }
 
 impl Verifier {
@@ -66,12 +138,17 @@ impl Verifier {
     ///
     /// # Errors
     /// A thread could not be spawned.
-    pub fn start(name: &str, workers: usize, queue: usize) -> io::Result<Verifier> {
-        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock))
+    pub fn start(
+        name: &str,
+        workers: usize,
+        queue: usize,
+        supervisor: &Supervisor,
+    ) -> io::Result<Verifier> {
+        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock), supervisor)
     }
 
-    /// [`Verifier::start`] with the clock job deadlines are judged by
-    /// (the callers' `monotonic_ns` base in production).
+    /// [`Verifier::start`] with the clock job deadlines and lockouts are
+    /// judged by (the callers' `monotonic_ns` base in production).
     ///
     /// # Errors
     /// A thread could not be spawned.
@@ -80,139 +157,163 @@ impl Verifier {
         workers: usize,
         queue: usize,
         clock: Arc<dyn Clock>,
+        supervisor: &Supervisor,
     ) -> io::Result<Verifier> {
-        let (tx, rx) = crossbeam_channel::bounded(queue.max(1));
-        let expired = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let q = Arc::new(Queue {
+            jobs: Mutex::new((FairQueue::new(queue.max(1)), false)),
+            ready: Condvar::new(),
+        });
+        let expired = Arc::new(AtomicU64::new(0));
+        let mut v = Verifier {
+            queue: q.clone(),
+            threads: Vec::new(),
+            expired: expired.clone(),
+        };
+        let kind = if name.ends_with("provauth") {
+            "provauth"
+        } else {
+            "auth"
+        };
         for n in 0..workers.max(1) {
-            let (rx, clock, expired): (Receiver<Job>, _, _) =
-                (rx.clone(), clock.clone(), expired.clone());
-            std::thread::Builder::new()
-                .name(format!("{name}{n}"))
-                .spawn(move || work(&rx, &*clock, &expired))?;
+            let (q, clock, expired) = (q.clone(), clock.clone(), expired.clone());
+            let body = move || work(&q, &*clock, &expired, (kind, n as u32));
+            v.threads
+                .push(supervisor.spawn(format!("{name}{n}"), Policy::Permanent, body)?);
         }
-        Ok(Verifier { tx, expired })
+        Ok(v)
     }
 
     /// Jobs dropped unrun because their deadline had passed.
     pub fn expired(&self) -> u64 {
-        self.expired.load(std::sync::atomic::Ordering::Relaxed)
+        self.expired.load(Relaxed)
     }
 
-    /// Queues a job; `Err(job)` when the queue is full.
+    /// Queues a job; `Err(job)` when the queue is full and its key may
+    /// push out no other key's job. A job pushed out to make room is
+    /// answered [`Outcome::Busy`] here, on the caller's thread.
     pub fn submit(&self, job: Job) -> Result<(), Box<Job>> {
-        match self.tx.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => Err(Box::new(j)),
+        let pushed = lock(&self.queue.jobs).0.push(job.key, job);
+        match pushed {
+            Pushed::Queued => {}
+            Pushed::Evicted(out) => {
+                let mut out = out;
+                (out.done)(Outcome::Busy, &out.token);
+                out.token.fill(0);
+            }
+            Pushed::Full(job) => return Err(Box::new(job)),
         }
+        self.queue.ready.notify_one();
+        Ok(())
     }
 
     /// Jobs waiting.
     pub fn queued(&self) -> usize {
-        self.tx.len()
+        lock(&self.queue.jobs).0.len()
     }
 }
 
-fn work(rx: &Receiver<Job>, clock: &dyn Clock, expired: &std::sync::atomic::AtomicU64) {
-    while let Ok(mut job) = rx.recv() {
-        if job.deadline_ns != 0 && clock.now_ns() > job.deadline_ns {
-            job.token.fill(0);
-            expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            continue;
+impl Drop for Verifier {
+    fn drop(&mut self) {
+        // Before the queue closes and the workers return.
+        for t in &self.threads {
+            t.request_stop();
         }
-        let hit = job.cached.as_ref().is_some_and(|c| c(&job.token));
-        let ok = hit || hash::verify(&job.stored, &job.token);
-        (job.done)(ok, &job.token);
+        lock(&self.queue.jobs).1 = true;
+        self.queue.ready.notify_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A job's callback panicking elsewhere leaves the queue consistent
+    // (it is never called under the lock).
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a worker's wait came to.
+enum Take {
+    Job(Job),
+    /// [`VERIFIER_IDLE`] passed without a job.
+    Idle,
+    /// The verifier was dropped.
+    Closed,
+}
+
+/// The next job, waiting at most [`VERIFIER_IDLE`].
+fn take(q: &Queue) -> Take {
+    let mut jobs = lock(&q.jobs);
+    let mut waited = false;
+    loop {
+        if jobs.1 {
+            return Take::Closed;
+        }
+        if let Some(job) = jobs.0.pop() {
+            return Take::Job(job);
+        }
+        if waited {
+            return Take::Idle;
+        }
+        jobs = q
+            .ready
+            .wait_timeout(jobs, VERIFIER_IDLE)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+        waited = true;
+    }
+}
+
+fn work(q: &Queue, clock: &dyn Clock, expired: &AtomicU64, (kind, n): (&'static str, u32)) {
+    loop {
+        // Woken every VERIFIER_IDLE even without jobs: the drill point (a
+        // cold path) then fires on an idle verifier too.
+        let mut job = match take(q) {
+            Take::Job(job) => job,
+            Take::Idle => {
+                crate::runtime::drill::point(kind, n);
+                continue;
+            }
+            Take::Closed => return,
+        };
+        crate::runtime::drill::point(kind, n);
+        match judge(&job, clock) {
+            Some(outcome) => (job.done)(outcome, &job.token),
+            None => {
+                expired.fetch_add(1, Relaxed);
+            }
+        }
         job.token.fill(0);
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn verifies_off_thread_and_refuses_when_full() {
-        let v = Verifier::start("pw-test-auth", 1, 1).unwrap();
-        let h = hash::hash_token(b"t0k").unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let mut refused = 0;
-        for tok in [&b"t0k"[..], b"bad", b"bad", b"bad", b"bad"] {
-            let tx = tx.clone();
-            let job = Job {
-                stored: h.clone(),
-                token: tok.to_vec(),
-                cached: None,
-                deadline_ns: 0,
-                done: Box::new(move |ok, _| tx.send(ok).unwrap()),
-            };
-            if v.submit(job).is_err() {
-                refused += 1;
-            }
-        }
-        // One in the worker, one queued at most: the rest were refused.
-        assert!(refused >= 3, "{refused}");
-        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(first, "the good token verifies");
-        let n = 5 - refused;
-        for _ in 1..n {
-            assert!(!rx.recv_timeout(Duration::from_secs(10)).unwrap());
-        }
+/// One job's outcome (`None`: past its deadline, dropped unrun).
+fn judge(job: &Job, clock: &dyn Clock) -> Option<Outcome> {
+    let now_ns = clock.now_ns();
+    if job.deadline_ns != 0 && now_ns > job.deadline_ns {
+        return None;
     }
-
-    /// On the shipped defaults (one thread; 256 waiting for subscribers, 8
-    /// for providers), with the worker held busy: exactly the queue's
-    /// length is taken, the next job is given back.
-    #[test]
-    fn the_default_queues_take_exactly_their_length_behind_a_busy_worker() {
-        for queue in [QUEUE_DEFAULT, FEED_QUEUE_DEFAULT] {
-            let v = Verifier::start("pw-test-auth", WORKERS_DEFAULT, queue).unwrap();
-            let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
-            let (release, released) = crossbeam_channel::bounded::<()>(1);
-            let job = |cached: Option<Cached>| Job {
-                stored: String::new(),
-                token: b"t".to_vec(),
-                cached,
-                deadline_ns: 0,
-                done: Box::new(|_, _| {}),
-            };
-            // The worker takes this one and blocks in its cache check.
-            let hold: Cached = Box::new(move |_| {
-                let _ = started_tx.send(());
-                let _ = released.recv_timeout(Duration::from_secs(10));
-                true
-            });
-            assert!(v.submit(job(Some(hold))).is_ok());
-            started.recv_timeout(Duration::from_secs(10)).unwrap();
-            let hit: fn() -> Cached = || Box::new(|_| true);
-            for n in 0..queue {
-                assert!(v.submit(job(Some(hit()))).is_ok(), "job {n} of {queue}");
-            }
-            assert_eq!(v.queued(), queue);
-            assert!(v.submit(job(Some(hit()))).is_err(), "queue {queue} full");
-            release.send(()).unwrap();
+    let guard = job.claim.as_ref().map(|c| &c.guard);
+    if job.cached.as_ref().is_some_and(|c| c(&job.token)) {
+        if let Some(g) = guard {
+            g.stats.cache_hits.fetch_add(1, Relaxed);
         }
+        return Some(Outcome::Cached);
     }
-
-    #[test]
-    fn a_job_past_its_deadline_is_dropped_unrun() {
-        let clock = crate::clock::ManualClock::new(1_000);
-        let v = Verifier::start_with_clock("pw-test-auth", 1, 4, clock.clone()).unwrap();
-        let h = hash::hash_token(b"t0k").unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let job = |deadline_ns: u64, tx: Sender<bool>| Job {
-            stored: h.clone(),
-            token: b"t0k".to_vec(),
-            cached: None,
-            deadline_ns,
-            done: Box::new(move |ok, _| tx.send(ok).unwrap()),
-        };
-        clock.set_ns(5_000);
-        assert!(v.submit(job(4_999, tx.clone())).is_ok());
-        assert!(v.submit(job(5_000, tx.clone())).is_ok());
-        // Only the second (deadline not passed) is answered.
-        assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap());
-        assert_eq!(v.expired(), 1);
-        assert!(rx.try_recv().is_err());
+    let reservation = match &job.claim {
+        Some(c) => match c.guard.reserve(c.ip, &c.account, now_ns) {
+            Ok(r) => Some(r),
+            Err(retry_after_ms) => return Some(Outcome::Refused { retry_after_ms }),
+        },
+        None => None,
+    };
+    if let Some(g) = guard {
+        g.stats.verifications.fetch_add(1, Relaxed);
     }
+    let matched = hash::verify(&job.stored, &job.token);
+    Some(Outcome::Verified {
+        matched,
+        reservation,
+        now_ns: clock.now_ns(),
+    })
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,7 +11,7 @@
 //! different instruments must not turn 1.08123 into 108.123.
 
 use crate::model::{InstrumentTable, Price};
-use crate::wire::{self, Message, PriceKind, PRICE_FRAME_LEN};
+use crate::wire::{self, Message, PriceBody, PRICE_FRAME_LEN};
 
 /// Length of a bus message: the price frame and the epoch.
 pub const BUS_MESSAGE_LEN: usize = PRICE_FRAME_LEN + 8;
@@ -55,7 +55,7 @@ pub fn encode(
 ) -> usize {
     let (frame, tail) = out.split_at_mut(PRICE_FRAME_LEN);
     let frame: &mut [u8; PRICE_FRAME_LEN] = frame.try_into().expect("split at the frame length");
-    wire::encode_model_price(frame, PriceKind::Update, price, digits, wall_offset_ns);
+    wire::encode_update(frame, &PriceBody::from_price(price, digits, wall_offset_ns));
     tail.copy_from_slice(&epoch.to_le_bytes());
     BUS_MESSAGE_LEN
 }
@@ -108,6 +108,7 @@ pub fn decode(
         provider_time_ns: body.provider_time_ns,
         engine_time_ns: back(body.engine_time_ns),
         receive_time_ns,
+        stream_id: 0,
         symbol: inst.id,
         tier: body.tier,
         flags: body.flags,

@@ -5,6 +5,7 @@
 
 use clap::Args;
 
+use crate::auth::hash::{CostWindow, M_COST_KIB, P_COST, T_COST};
 use crate::auth::lockout::{LockoutPolicy, WAYS};
 use crate::auth::verifier::{
     FEED_QUEUE_DEFAULT, QUEUE_DEFAULT, QUEUE_MAX, WORKERS_DEFAULT, WORKERS_MAX,
@@ -79,6 +80,20 @@ pub struct AuthArgs {
     /// (`pw-provauth0`); one more gets LogonRejected(busy), 1..=65536.
     #[arg(long, default_value_t = FEED_QUEUE_DEFAULT, value_name = "N")]
     pub feed_verifier_queue: usize,
+
+    /// Most memory a stored argon2id hash (config file or Redis record)
+    /// may ask for, in KiB; a hash asking more makes its account's record
+    /// invalid and is never run, 19456..=1048576.
+    #[arg(long, default_value_t = CostWindow::DEFAULT.memory_kib_max, value_name = "KIB")]
+    pub argon2_max_memory_kib: u32,
+
+    /// Most passes (t) a stored argon2id hash may ask for, 2..=64.
+    #[arg(long, default_value_t = CostWindow::DEFAULT.time_max, value_name = "N")]
+    pub argon2_max_time: u32,
+
+    /// Most lanes (p) a stored argon2id hash may ask for, 1..=64.
+    #[arg(long, default_value_t = CostWindow::DEFAULT.parallelism_max, value_name = "N")]
+    pub argon2_max_parallelism: u32,
 }
 
 impl AuthArgs {
@@ -114,6 +129,20 @@ impl AuthArgs {
             verifier_threads: 1,
             verifier_queue: self.feed_verifier_queue,
             ..self.limits()?
+        })
+    }
+
+    /// The argon2 cost window stored hashes must fit
+    /// ([`crate::auth::hash::set_cost_window`]).
+    ///
+    /// # Errors
+    /// As [`AuthArgs::limits`].
+    pub fn cost_window(&self) -> Result<CostWindow, String> {
+        self.check()?;
+        Ok(CostWindow {
+            memory_kib_max: self.argon2_max_memory_kib,
+            time_max: self.argon2_max_time,
+            parallelism_max: self.argon2_max_parallelism,
         })
     }
 
@@ -164,6 +193,22 @@ impl AuthArgs {
                 "--feed-verifier-queue",
                 self.feed_verifier_queue as u64,
                 queue,
+            ),
+            // The floors admit every hash `pricewire token hash` makes.
+            (
+                "--argon2-max-memory-kib",
+                u64::from(self.argon2_max_memory_kib),
+                u64::from(M_COST_KIB)..=u64::from(CostWindow::MEMORY_KIB_CEILING),
+            ),
+            (
+                "--argon2-max-time",
+                u64::from(self.argon2_max_time),
+                u64::from(T_COST)..=u64::from(CostWindow::TIME_CEILING),
+            ),
+            (
+                "--argon2-max-parallelism",
+                u64::from(self.argon2_max_parallelism),
+                u64::from(P_COST)..=u64::from(CostWindow::PARALLELISM_CEILING),
             ),
         ];
         for (flag, v, range) in ranges {
@@ -216,6 +261,7 @@ mod tests {
         assert_eq!(l.account, LockoutPolicy::ACCOUNT);
         let f = parse(&[]).feed_limits().unwrap();
         assert_eq!(f, AuthLimits::feed_default());
+        assert_eq!(parse(&[]).cost_window().unwrap(), CostWindow::DEFAULT);
         assert_eq!((f.verifier_threads, f.verifier_queue), (1, 8));
     }
 
@@ -233,7 +279,15 @@ mod tests {
             "--verifier-threads=2",
             "--verifier-queue=4",
             "--feed-verifier-queue=3",
+            "--argon2-max-memory-kib=32768",
+            "--argon2-max-time=3",
+            "--argon2-max-parallelism=2",
         ]);
+        let w = l.cost_window().unwrap();
+        assert_eq!(
+            (w.memory_kib_max, w.time_max, w.parallelism_max),
+            (32_768, 3, 2)
+        );
         let s = l.limits().unwrap();
         assert_eq!((s.address.threshold, s.account.threshold), (2, 3));
         for p in [s.address, s.account] {
@@ -251,7 +305,19 @@ mod tests {
 
     #[test]
     fn out_of_range_values_are_refused_naming_the_flag() {
-        let cases: [(&[&str], &str); 13] = [
+        let cases: [(&[&str], &str); 16] = [
+            (
+                &["--argon2-max-memory-kib=19455"],
+                "--argon2-max-memory-kib 19455: must be 19456..=1048576",
+            ),
+            (
+                &["--argon2-max-time=1"],
+                "--argon2-max-time 1: must be 2..=64",
+            ),
+            (
+                &["--argon2-max-parallelism=65"],
+                "--argon2-max-parallelism 65: must be 1..=64",
+            ),
             (
                 &["--lockout-failures=0"],
                 "--lockout-failures 0: must be 1..=1000",

@@ -424,6 +424,11 @@ impl GatewayArgs {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             return Ok(ListenerTls::default());
         };
+        // The private key is a secret file like a token file: the same
+        // warning when group or others may read it.
+        if let Some(w) = super::secret::loose_file_warning("--tls-key", key) {
+            eprintln!("warning: {w}");
+        }
         let ms = self.tls_handshake_timeout_ms;
         if !(100..=60_000).contains(&ms) {
             return Err(format!(

@@ -153,16 +153,20 @@ impl Sources<'_> {
             ));
         }
         if let (Origin::File, Some(path)) = (s.origin, self.file) {
-            if let Some(mode) = loose_mode(path) {
-                out.push(format!(
-                    "{} {}: readable by other users (mode {mode:o}); chmod 600 it",
-                    self.file_flag,
-                    path.display()
-                ));
-            }
+            out.extend(loose_file_warning(self.file_flag, path));
         }
         out
     }
+}
+
+/// The warning a secret file named by `flag` draws when group or others
+/// may read it (a token file, a TLS private key), `None` otherwise.
+pub fn loose_file_warning(flag: &str, path: &Path) -> Option<String> {
+    let mode = loose_mode(path)?;
+    Some(format!(
+        "{flag} {}: readable by other users (mode {mode:o}); chmod 600 it",
+        path.display()
+    ))
 }
 
 /// The first line of `path`, without its line ending.

@@ -385,7 +385,12 @@ fn apply(rows: &mut [Row], ev: Event, status: &mut String) {
                 row.update(b.bid, b.ask, b.digits, b.flags, now);
             }
         }
-        Event::LoggedOn(info) => *status = format!("connected (reconnect {})", info.reconnects),
+        Event::LoggedOn(info) => {
+            *status = format!(
+                "connected (reconnect {}, stream {:016x})",
+                info.reconnects, info.stream_id
+            )
+        }
         Event::Disconnected {
             cause,
             reconnect_in_ms,

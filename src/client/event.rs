@@ -21,6 +21,11 @@ pub struct LogonInfo {
     pub server_time_ns: u64,
     /// 0 for the first logon, then 1, 2, ... for each reconnect.
     pub reconnects: u64,
+    /// The stream whose sequence numbers the server's prices carry at
+    /// logon (LogonAccepted's streamId; 0 = none yet, or a version-2
+    /// server). A reconnect to a server of another stream resyncs every
+    /// key instead of resuming it.
+    pub stream_id: u64,
 }
 
 /// How a price relates to the expected sequence of its (symbol, tier).
@@ -29,9 +34,10 @@ pub enum SeqStatus {
     /// A snapshot: the expectation was reset to `seq + 1`.
     Reset,
     /// The first snapshot of a key after a reconnect (to the same server
-    /// or another edge) whose `seq` is the one held before it or the next
-    /// one: no price was missed, the stream resumes by sequence without a
-    /// resync.
+    /// or another edge) of the stream held before it, whose `seq` is the
+    /// one held before it or the next one: no price was missed, the stream
+    /// resumes by sequence without a resync. A snapshot of another stream
+    /// id (a restarted server) is never a resume.
     Resumed,
     /// `seq` was the expected one.
     InOrder,
@@ -59,6 +65,10 @@ pub struct PriceEvent {
     pub body: PriceBody,
     /// How `seq` relates to the expected sequence.
     pub seq: SeqStatus,
+    /// The stream that numbered `seq`: a snapshot's own stream id; for an
+    /// update, that of the key's last snapshot (updates carry none). One
+    /// (symbol, tier, seq) of one stream id is one price on every server.
+    pub stream_id: u64,
 }
 
 /// Why a session ended (or a reconnect attempt failed).

@@ -13,6 +13,9 @@ use super::event::SeqStatus;
 struct Expect {
     /// Next sequence number expected (last accepted + 1).
     next: u64,
+    /// The stream `next` counts in: the last snapshot's stream id (0: a
+    /// version-2 server, which sends none).
+    stream: u64,
     /// A resync snapshot was asked for and has not arrived yet.
     resync_pending: bool,
     /// A reconnect happened: the next snapshot is checked against `next`.
@@ -29,10 +32,21 @@ pub enum UpdateVerdict {
 }
 
 /// Expected sequence numbers, bounded by `capacity_max` keys.
+///
+/// A sequence counts within one stream id (docs/protocol.md, section 5):
+/// every key remembers the stream of its last snapshot, and after a
+/// reconnect a snapshot is a resume only if it is of that same stream and
+/// continues the sequence; a snapshot of another stream (a restarted
+/// server, an edge that follows a new stream) is a resync whatever its
+/// sequence. Two version-2 servers (stream id 0 both times) are compared
+/// by sequence alone, as before the stream id existed.
 #[derive(Debug)]
 pub struct SeqTracker {
     map: HashMap<(u16, u8), Expect>,
     capacity_max: usize,
+    /// The stream LogonAccepted named for this session (updates of a key
+    /// that has had no snapshot belong to it).
+    session_stream: u64,
 }
 
 impl SeqTracker {
@@ -46,7 +60,21 @@ impl SeqTracker {
         SeqTracker {
             map: HashMap::with_capacity(capacity_max),
             capacity_max,
+            session_stream: 0,
         }
+    }
+
+    /// A LogonAccepted named `stream_id` as the session's stream.
+    pub fn on_logon(&mut self, stream_id: u64) {
+        self.session_stream = stream_id;
+    }
+
+    /// The stream a key's prices count in: its last snapshot's, else the
+    /// session's.
+    pub fn stream_of(&self, symbol: u16, tier: u8) -> u64 {
+        self.map
+            .get(&(symbol, tier))
+            .map_or(self.session_stream, |e| e.stream)
     }
 
     /// Forgets every key (a new session starts from snapshots again).
@@ -84,16 +112,19 @@ impl SeqTracker {
         self.map.get(&(symbol, tier)).map(|e| e.next)
     }
 
-    /// A PriceSnapshot: always accepted, resets the expectation. The
-    /// first one of a key after [`SeqTracker::resume`] is
-    /// [`SeqStatus::Resumed`] when its `seq` is the last one accepted or
-    /// the next: nothing was missed.
-    pub fn on_snapshot(&mut self, symbol: u16, tier: u8, seq: u64) -> SeqStatus {
+    /// A PriceSnapshot of stream `stream_id`: always accepted, resets the
+    /// expectation. The first one of a key after [`SeqTracker::resume`] is
+    /// [`SeqStatus::Resumed`] when it is of the key's stream and its `seq`
+    /// is the last one accepted or the next: nothing was missed. A
+    /// snapshot of another stream is [`SeqStatus::Reset`].
+    pub fn on_snapshot(&mut self, symbol: u16, tier: u8, seq: u64, stream_id: u64) -> SeqStatus {
         match self.slot(symbol, tier) {
             Some(e) => {
-                let resumed = e.resuming && e.next > 0 && (seq + 1 == e.next || seq == e.next);
+                let continues = seq + 1 == e.next || seq == e.next;
+                let resumed = e.resuming && e.next > 0 && e.stream == stream_id && continues;
                 *e = Expect {
                     next: seq.saturating_add(1),
+                    stream: stream_id,
                     resync_pending: false,
                     resuming: false,
                 };
@@ -120,12 +151,14 @@ impl SeqTracker {
     /// the newest full price) and asks for one resync per gap episode.
     pub fn on_update(&mut self, symbol: u16, tier: u8, seq: u64) -> UpdateVerdict {
         let known = self.map.contains_key(&(symbol, tier));
+        let session_stream = self.session_stream;
         let Some(e) = self.slot(symbol, tier) else {
             return UpdateVerdict::Accept(SeqStatus::Untracked);
         };
         let next = seq.saturating_add(1);
         if !known {
             e.next = next;
+            e.stream = session_stream;
             return UpdateVerdict::Accept(SeqStatus::First);
         }
         if seq < e.next {
@@ -150,6 +183,7 @@ impl SeqTracker {
         }
         Some(self.map.entry((symbol, tier)).or_insert(Expect {
             next: 0,
+            stream: 0,
             resync_pending: false,
             resuming: false,
         }))
@@ -160,10 +194,13 @@ impl SeqTracker {
 mod tests {
     use super::*;
 
+    /// The stream of the tests' server.
+    const S: u64 = 9;
+
     #[test]
     fn snapshot_then_contiguous_updates_are_in_order() {
         let mut t = SeqTracker::new(8);
-        assert_eq!(t.on_snapshot(1, 0, 10), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(1, 0, 10, S), SeqStatus::Reset);
         for seq in 11..20 {
             assert_eq!(
                 t.on_update(1, 0, seq),
@@ -176,7 +213,7 @@ mod tests {
     #[test]
     fn gap_asks_once_until_a_snapshot_arrives() {
         let mut t = SeqTracker::new(8);
-        t.on_snapshot(1, 2, 5);
+        t.on_snapshot(1, 2, 5, S);
         let gap = |expected, resync| UpdateVerdict::Accept(SeqStatus::Gap { expected, resync });
         assert_eq!(t.on_update(1, 2, 8), gap(6, true));
         assert_eq!(
@@ -188,7 +225,7 @@ mod tests {
             gap(10, false),
             "resync already in flight"
         );
-        assert_eq!(t.on_snapshot(1, 2, 20), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(1, 2, 20, S), SeqStatus::Reset);
         assert_eq!(
             t.on_update(1, 2, 23),
             gap(21, true),
@@ -200,20 +237,20 @@ mod tests {
     fn after_a_resume_a_snapshot_resyncs_only_on_a_real_gap() {
         let mut t = SeqTracker::new(8);
         for (sym, seq) in [(1, 10), (2, 10), (3, 10), (4, 10)] {
-            t.on_snapshot(sym, 0, seq);
+            t.on_snapshot(sym, 0, seq, S);
         }
         t.resume();
         assert!(t.is_resuming(1, 0));
         // The price held, or the next one: nothing missed.
-        assert_eq!(t.on_snapshot(1, 0, 10), SeqStatus::Resumed);
-        assert_eq!(t.on_snapshot(2, 0, 11), SeqStatus::Resumed);
+        assert_eq!(t.on_snapshot(1, 0, 10, S), SeqStatus::Resumed);
+        assert_eq!(t.on_snapshot(2, 0, 11, S), SeqStatus::Resumed);
         // Prices missed, or a server behind (restarted): a resync.
-        assert_eq!(t.on_snapshot(3, 0, 13), SeqStatus::Reset);
-        assert_eq!(t.on_snapshot(4, 0, 4), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(3, 0, 13, S), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(4, 0, 4, S), SeqStatus::Reset);
         assert_eq!(t.expected(4, 0), Some(5));
         // Only the first snapshot after the resume is checked.
         assert!(!t.is_resuming(1, 0));
-        assert_eq!(t.on_snapshot(1, 0, 10), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(1, 0, 10, S), SeqStatus::Reset);
         assert_eq!(
             t.on_update(2, 0, 12),
             UpdateVerdict::Accept(SeqStatus::InOrder)
@@ -223,7 +260,7 @@ mod tests {
     #[test]
     fn old_and_duplicate_updates_are_dropped() {
         let mut t = SeqTracker::new(8);
-        t.on_snapshot(3, 1, 100);
+        t.on_snapshot(3, 1, 100, S);
         assert_eq!(t.on_update(3, 1, 100), UpdateVerdict::Old);
         assert_eq!(t.on_update(3, 1, 50), UpdateVerdict::Old);
         assert_eq!(
@@ -235,8 +272,8 @@ mod tests {
     #[test]
     fn snapshot_resets_even_backwards_but_response_never_regresses() {
         let mut t = SeqTracker::new(8);
-        t.on_snapshot(1, 0, 50);
-        t.on_snapshot(1, 0, 40);
+        t.on_snapshot(1, 0, 50, S);
+        t.on_snapshot(1, 0, 40, S);
         assert_eq!(t.expected(1, 0), Some(41));
         t.on_response_price(1, 0, 30);
         assert_eq!(t.expected(1, 0), Some(41));
@@ -247,8 +284,8 @@ mod tests {
     #[test]
     fn tiers_are_tracked_apart() {
         let mut t = SeqTracker::new(8);
-        t.on_snapshot(1, 0, 5);
-        t.on_snapshot(1, 1, 7);
+        t.on_snapshot(1, 0, 5, S);
+        t.on_snapshot(1, 1, 7, S);
         assert_eq!(
             t.on_update(1, 0, 6),
             UpdateVerdict::Accept(SeqStatus::InOrder)
@@ -262,9 +299,9 @@ mod tests {
     #[test]
     fn table_is_bounded() {
         let mut t = SeqTracker::new(2);
-        t.on_snapshot(1, 0, 1);
-        t.on_snapshot(2, 0, 1);
-        assert_eq!(t.on_snapshot(3, 0, 1), SeqStatus::Untracked);
+        t.on_snapshot(1, 0, 1, S);
+        t.on_snapshot(2, 0, 1, S);
+        assert_eq!(t.on_snapshot(3, 0, 1, S), SeqStatus::Untracked);
         assert_eq!(
             t.on_update(3, 0, 2),
             UpdateVerdict::Accept(SeqStatus::Untracked)
@@ -287,5 +324,39 @@ mod tests {
             t.on_update(9, 0, 78),
             UpdateVerdict::Accept(SeqStatus::InOrder)
         );
+    }
+
+    #[test]
+    fn a_snapshot_of_another_stream_is_a_resync_whatever_its_sequence() {
+        let mut t = SeqTracker::new(8);
+        t.on_logon(S);
+        for sym in 1..=3 {
+            t.on_snapshot(sym, 0, 10, S);
+        }
+        t.resume();
+        t.on_logon(77);
+        // A restarted server (stream 77) that reached the held sequence,
+        // or the next one: still a resync, never a resume.
+        assert_eq!(t.on_snapshot(1, 0, 10, 77), SeqStatus::Reset);
+        assert_eq!(t.on_snapshot(2, 0, 11, 77), SeqStatus::Reset);
+        // The same stream continued elsewhere (another edge): a resume.
+        assert_eq!(t.on_snapshot(3, 0, 11, S), SeqStatus::Resumed);
+        assert_eq!(t.stream_of(1, 0), 77);
+        assert_eq!(t.stream_of(3, 0), S);
+        // Updates of a key with no snapshot count in the session's stream.
+        assert_eq!(t.stream_of(4, 0), 77);
+        t.on_update(4, 0, 5);
+        assert_eq!(t.stream_of(4, 0), 77);
+    }
+
+    #[test]
+    fn version_2_servers_without_a_stream_id_resume_by_sequence_alone() {
+        let mut t = SeqTracker::new(8);
+        t.on_snapshot(1, 0, 10, 0);
+        t.on_snapshot(2, 0, 10, 0);
+        t.resume();
+        assert_eq!(t.on_snapshot(1, 0, 11, 0), SeqStatus::Resumed);
+        // A version-3 server after a version-2 one: no common stream.
+        assert_eq!(t.on_snapshot(2, 0, 11, S), SeqStatus::Reset);
     }
 }

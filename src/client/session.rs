@@ -165,26 +165,31 @@ fn to_event(
 ) -> Option<Event> {
     Some(match msg {
         Message::PriceUpdate(b) => return on_update(b, seq, stats, &mut want_resync),
-        Message::PriceSnapshot(b) => {
+        Message::PriceSnapshot(s) => {
+            let (b, stream_id) = (s.body, s.stream_id);
             ClientStats::inc(&stats.prices);
             let resuming = seq.is_resuming(b.symbol_id, b.tier);
-            let status = seq.on_snapshot(b.symbol_id, b.tier, b.seq);
+            let status = seq.on_snapshot(b.symbol_id, b.tier, b.seq, stream_id);
             match status {
                 SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
                 SeqStatus::Resumed => ClientStats::inc(&stats.resumed),
                 SeqStatus::Reset if resuming => ClientStats::inc(&stats.resume_resyncs),
                 _ => {}
             }
-            price(PriceKind::Snapshot, b, status)
+            price(PriceKind::Snapshot, b, status, stream_id)
         }
         Message::Heartbeat => return None,
-        Message::LogonAccepted(a) => Event::LoggedOn(LogonInfo {
-            session_id: a.session_id,
-            heartbeat_interval_ms: a.heartbeat_interval_ms,
-            default_tier: a.default_tier,
-            server_time_ns: a.server_time_ns,
-            reconnects: 0,
-        }),
+        Message::LogonAccepted(a) => {
+            seq.on_logon(a.stream_id);
+            Event::LoggedOn(LogonInfo {
+                session_id: a.session_id,
+                heartbeat_interval_ms: a.heartbeat_interval_ms,
+                default_tier: a.default_tier,
+                server_time_ns: a.server_time_ns,
+                reconnects: 0,
+                stream_id: a.stream_id,
+            })
+        }
         Message::LogonRejected(r) => Event::LogonRejected {
             reason: r.reason,
             retry_after_ms: r.retry_after_ms,
@@ -255,18 +260,24 @@ fn on_update(
         SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
         _ => {}
     }
-    Some(price(PriceKind::Update, b, status))
+    let stream_id = seq.stream_of(b.symbol_id, b.tier);
+    Some(price(PriceKind::Update, b, status, stream_id))
 }
 
 #[inline]
-fn price(kind: PriceKind, body: PriceBody, seq: SeqStatus) -> Event {
-    Event::Price(PriceEvent { kind, body, seq })
+fn price(kind: PriceKind, body: PriceBody, seq: SeqStatus, stream_id: u64) -> Event {
+    Event::Price(PriceEvent {
+        kind,
+        body,
+        seq,
+        stream_id,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{DisconnectReason, PRICE_FRAME_LEN};
+    use crate::wire::{DisconnectReason, PRICE_SLOT_LEN};
 
     fn body(symbol_id: u16, tier: u8, seq: u64) -> PriceBody {
         PriceBody {
@@ -280,10 +291,13 @@ mod tests {
         }
     }
 
-    fn frame(kind: PriceKind, b: PriceBody) -> [u8; PRICE_FRAME_LEN] {
-        let mut f = [0u8; PRICE_FRAME_LEN];
-        wire::encode_price(&mut f, kind, &b);
-        f
+    /// The tests' server stream.
+    const STREAM: u64 = 9;
+
+    fn frame(kind: PriceKind, b: PriceBody) -> Vec<u8> {
+        let mut f = [0u8; PRICE_SLOT_LEN];
+        let n = wire::encode_price(&mut f, kind, &b, STREAM);
+        f[..n].to_vec()
     }
 
     fn script(prices: &[(PriceKind, u16, u64)]) -> Vec<u8> {
@@ -421,5 +435,43 @@ mod tests {
             s.next_event(),
             Err(SessionError::Framing(FrameError::TooSmall { .. }))
         ));
+    }
+
+    #[test]
+    fn prices_carry_their_stream_and_a_new_stream_resyncs_a_resume() {
+        let mut s = session();
+        let mut buf = [0u8; 128];
+        let accepted = |stream_id| wire::LogonAccepted {
+            session_id: 1,
+            heartbeat_interval_ms: 1_000,
+            server_time_ns: 0,
+            default_tier: 1,
+            stream_id,
+        };
+        let n = wire::encode_logon_accepted(&mut buf, &accepted(STREAM)).unwrap();
+        s.feed(&buf[..n]);
+        s.feed(&script(&[(S, 1, 5), (U, 1, 6)]));
+        let ev = drain(&mut s);
+        assert!(matches!(&ev[0], Event::LoggedOn(i) if i.stream_id == STREAM));
+        let streams: Vec<u64> = ev[1..]
+            .iter()
+            .map(|e| e.price().unwrap().stream_id)
+            .collect();
+        assert_eq!(streams, [STREAM, STREAM]);
+        // A restarted server: a new stream whose numbers happen to continue.
+        s.resume();
+        let n = wire::encode_logon_accepted(&mut buf, &accepted(STREAM + 1)).unwrap();
+        s.feed(&buf[..n]);
+        let mut f = [0u8; PRICE_SLOT_LEN];
+        let n = wire::encode_price(&mut f, S, &body(1, 1, 7), STREAM + 1);
+        s.feed(&f[..n]);
+        let ev = drain(&mut s);
+        let p = ev[1].price().unwrap();
+        assert_eq!((p.seq, p.stream_id), (SeqStatus::Reset, STREAM + 1));
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            (get(&s.stats.resumed), get(&s.stats.resume_resyncs)),
+            (0, 1)
+        );
     }
 }

@@ -543,6 +543,19 @@ mod tests {
         ));
     }
 
+    /// A config token asking for more argon2 cost than the window (256
+    /// MiB, t=3) stops the load naming the key and the flag.
+    #[test]
+    fn a_token_hash_over_the_cost_window_is_refused_naming_the_flag() {
+        let h = crate::auth::hash::hash_token(b"t").unwrap();
+        let costly = h.replacen("m=19456,t=2", "m=262144,t=3", 1);
+        let toml = format!("[[accounts]]\nname = \"a\"\ntoken = \"{costly}\"\ntiers = [\"raw\"]\n");
+        let e = err(&toml);
+        let text = e.to_string();
+        assert_eq!(key_of(e), "accounts[0].token");
+        assert!(text.contains("--argon2-max-memory-kib"), "{text}");
+    }
+
     #[test]
     fn accounts_resolve_entitlements() {
         let c = Config::parse(

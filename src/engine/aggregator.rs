@@ -101,6 +101,8 @@ pub struct Aggregator {
     /// The top of book of the last publish, while `published` says so.
     out: Price,
     published: bool,
+    /// Stamped on every price: the stream this engine's sequences number.
+    stream_id: u64,
 }
 
 impl Aggregator {
@@ -133,7 +135,24 @@ impl Aggregator {
             stats,
             out: Price::EMPTY,
             published: false,
+            stream_id: crate::model::fresh_stream_id(),
         }
+    }
+
+    /// The same engine numbering stream `stream_id` (nonzero) instead of
+    /// the fresh random one [`Aggregator::new`] picked: a deterministic
+    /// replay, or a test.
+    pub fn with_stream_id(mut self, stream_id: u64) -> Self {
+        assert!(stream_id != 0, "a stream id is nonzero");
+        self.stream_id = stream_id;
+        self
+    }
+
+    /// The stream this engine's sequences number (stamped on every price):
+    /// picked at random when the engine was built, so a restarted process
+    /// is a new stream.
+    pub fn stream_id(&self) -> u64 {
+        self.stream_id
     }
 
     /// The tier-less top of book (tier [`TOP_OF_BOOK`], no markup) produced
@@ -316,6 +335,7 @@ impl Aggregator {
             provider_time_ns,
             engine_time_ns: now_ns,
             receive_time_ns,
+            stream_id: self.stream_id,
             symbol: sym as u16,
             tier: TOP_OF_BOOK,
             flags: top.flags,

@@ -74,7 +74,7 @@ impl TickHistory {
         let h = head.load(Ordering::Relaxed);
         let e = &self.entries[sym * self.depth + (h as usize % self.depth)];
         let s = e.seq.load(Ordering::Relaxed);
-        debug_assert!(s % 2 == 0, "concurrent tick-history writers");
+        debug_assert!(s.is_multiple_of(2), "concurrent tick-history writers");
         e.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         let w = [

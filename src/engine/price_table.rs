@@ -34,7 +34,7 @@ use crate::runtime::sync::{fence, spin_loop, AtomicU64, Ordering};
 
 use crate::model::{Markups, Price, SymbolId, TierId, TOP_OF_BOOK};
 
-const WORDS: usize = 9;
+const WORDS: usize = 10;
 
 #[repr(align(64))]
 #[derive(Debug, Default)]
@@ -49,6 +49,11 @@ pub struct PriceTable {
     /// One per symbol, holding the top of book.
     slots: Box<[Slot]>,
     markups: Markups,
+    /// The stream the table's writer numbers its prices by now (the
+    /// engine's, or on an edge the bus stream it follows); 0 = none yet.
+    /// Each slot's price carries its own `stream_id`; this is what a
+    /// session is told at logon.
+    stream_id: AtomicU64,
 }
 
 fn pack(p: &Price) -> [u64; WORDS] {
@@ -66,6 +71,7 @@ fn pack(p: &Price) -> [u64; WORDS] {
         p.engine_time_ns,
         p.receive_time_ns,
         meta,
+        p.stream_id,
     ]
 }
 
@@ -80,6 +86,7 @@ fn unpack(w: &[u64; WORDS]) -> Price {
         provider_time_ns: w[5],
         engine_time_ns: w[6],
         receive_time_ns: w[7],
+        stream_id: w[9],
         symbol: meta as u16,
         tier: (meta >> 16) as u8,
         flags: (meta >> 24) as u8,
@@ -99,7 +106,20 @@ impl PriceTable {
         PriceTable {
             slots: (0..markups.symbols()).map(|_| Slot::default()).collect(),
             markups,
+            stream_id: AtomicU64::new(0),
         }
+    }
+
+    /// The stream the writer numbers prices by from now on (see
+    /// [`PriceTable::stream_id`]).
+    pub fn set_stream_id(&self, stream_id: u64) {
+        self.stream_id.store(stream_id, Ordering::Release);
+    }
+
+    /// The stream of the newest prices (0 before the writer named one):
+    /// LogonAccepted's `streamId`.
+    pub fn stream_id(&self) -> u64 {
+        self.stream_id.load(Ordering::Acquire)
     }
 
     /// Number of symbols (rows).
@@ -133,7 +153,7 @@ impl PriceTable {
         debug_assert!((top.symbol as usize) < self.slots.len());
         let slot = &self.slots[top.symbol as usize];
         let s = slot.seq.load(Ordering::Relaxed);
-        debug_assert!(s % 2 == 0, "concurrent price-table writers");
+        debug_assert!(s.is_multiple_of(2), "concurrent price-table writers");
         slot.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         for (w, v) in slot.words.iter().zip(pack(top)) {
@@ -190,6 +210,7 @@ mod tests {
             provider_time_ns: k + 10,
             engine_time_ns: k + 20,
             receive_time_ns: k + 30,
+            stream_id: k + 40,
             symbol,
             tier,
             flags: (k % 16) as u8,

@@ -20,6 +20,10 @@ pub struct Sub {
     pub pos: u32,
     /// Highest sequence number sent for this key.
     pub last_seq: u64,
+    /// The stream `last_seq` belongs to (0 before the first price): a
+    /// price of another stream is news whatever its sequence, and goes
+    /// out as a PriceSnapshot carrying its stream id.
+    pub stream: u64,
     /// Changed while the connection was conflating; a snapshot is owed.
     pub dirty: bool,
     /// The last price sent for this key was flagged STALE (an edge that

@@ -20,7 +20,9 @@ use super::subs::{SubIndex, Subscriber};
 use super::ShardStats;
 use crate::engine::{PriceTable, SymbolInterest};
 use crate::model::{price_flags, Price};
-use crate::wire::{self, PriceBody, PriceKind, SubscribeStatus, PRICE_FRAME_LEN};
+use crate::wire::{
+    self, PriceBody, PriceKind, SubscribeStatus, PRICE_SLOT_LEN, SNAPSHOT_FRAME_LEN,
+};
 
 /// Offset of the SBE templateId in a frame (after the 6-byte SOFH and the
 /// 2-byte blockLength).
@@ -41,7 +43,7 @@ pub(super) struct Fanout {
     interest: Arc<SymbolInterest>,
     pub(super) tiers: usize,
     digits: Box<[u8]>,
-    scratch: [u8; PRICE_FRAME_LEN],
+    scratch: [u8; PRICE_SLOT_LEN],
     /// A paced price re-encoded as a conflated snapshot, for members that
     /// missed prices.
     conflated: Conflated,
@@ -52,6 +54,12 @@ pub(super) struct Fanout {
     pacer: Pacer,
     /// `--max-update-hz`: the limit of accounts that set none (0 = none).
     default_hz: u32,
+    /// Subscription changes in progress (index, pace groups, per-symbol
+    /// counts, interest): raised before one starts and lowered after it
+    /// ends, so a panic that unwinds out of one leaves it raised — the
+    /// fan-out state is then poisoned and no connection boundary may
+    /// contain that fault (see [`Fanout::is_poisoned`]).
+    mutating: u32,
 }
 
 /// One encoded price on its way to subscribers.
@@ -81,9 +89,9 @@ impl Fanout {
             interest,
             tiers,
             digits: symbols.instruments().iter().map(|i| i.digits).collect(),
-            scratch: [0; PRICE_FRAME_LEN],
+            scratch: [0; PRICE_SLOT_LEN],
             conflated: Conflated {
-                buf: [0; PRICE_FRAME_LEN],
+                buf: [0; PRICE_SLOT_LEN],
                 len: 0,
                 wall_offset_ns,
             },
@@ -91,7 +99,22 @@ impl Fanout {
             wall_offset_ns,
             pacer: Pacer::new(now),
             default_hz,
+            mutating: 0,
         }
+    }
+
+    /// A panic unwound out of a subscription change: the index, the pace
+    /// groups or the interest counts may be half-updated.
+    pub(super) fn is_poisoned(&self) -> bool {
+        self.mutating > 0
+    }
+
+    /// Runs one subscription change, poisoning the state if it unwinds.
+    fn mutate<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.mutating += 1;
+        let r = f(self);
+        self.mutating -= 1;
+        r
     }
 
     /// The minimum interval between two prices of one subscription of
@@ -193,13 +216,14 @@ impl Fanout {
         for k in 0..groups {
             let g = self.pacer.groups_of(key)[k];
             let seen = self.pacer.seen_seq(g);
+            let same_stream = self.pacer.seen_stream(g) == p.stream_id;
             // A stale restatement is not paced: it must reach the members
             // that had that sequence (O(members), only for restatements).
-            let restate = frame.snapshot && p.seq == seen;
+            let restate = frame.snapshot && p.seq == seen && same_stream;
             if restate {
                 restate_to(self.pacer.members(g), &frame, slab, stats, now);
             }
-            let news = p.seq > seen || (restate && self.pacer.holds(g));
+            let news = p.seq > seen || !same_stream || (restate && self.pacer.holds(g));
             if !news {
                 if !restate {
                     stats.superseded.inc();
@@ -224,6 +248,17 @@ impl Fanout {
     /// Subscribes connection `i` to `key` (at most `max` subscriptions);
     /// a new key is pushed to `new_keys` (its snapshot is owed).
     pub(super) fn add(
+        &mut self,
+        slab: &mut Slab,
+        i: usize,
+        key: usize,
+        limits: (usize, u64),
+        new_keys: &mut Vec<u32>,
+    ) -> SubscribeStatus {
+        self.mutate(|f| f.add_sub(slab, i, key, limits, new_keys))
+    }
+
+    fn add_sub(
         &mut self,
         slab: &mut Slab,
         i: usize,
@@ -259,6 +294,7 @@ impl Fanout {
             key: key as u32,
             pos,
             last_seq: 0,
+            stream: 0,
             dirty: false,
             stale: false,
             pace,
@@ -271,6 +307,10 @@ impl Fanout {
 
     /// Removes subscription `slot` of connection `i`.
     pub(super) fn remove(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.mutate(|f| f.remove_sub(slab, i, slot));
+    }
+
+    fn remove_sub(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         self.unindex(slab, i, slot);
         let Some(conn) = slab.conns[i].as_mut() else {
             return;
@@ -295,6 +335,10 @@ impl Fanout {
     /// sends the latest as a resync), leaving the connection's own list as
     /// it is.
     pub(super) fn unindex(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.mutate(|f| f.unindex_sub(slab, i, slot));
+    }
+
+    fn unindex_sub(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         let Some(conn) = slab.conns[i].as_mut() else {
             return;
         };
@@ -321,6 +365,10 @@ impl Fanout {
     /// Indexes every subscription of `conn` (a session moved here) as
     /// connection `i`.
     pub(super) fn index_conn(&mut self, conn: &mut Conn, i: usize) {
+        self.mutate(|f| f.index_subs(conn, i));
+    }
+
+    fn index_subs(&mut self, conn: &mut Conn, i: usize) {
         let interval_ns = self.interval_for(conn.session.acct().map(|a| &**a));
         for (k, sub) in conn.subs.iter_mut().enumerate() {
             let key = sub.key as usize;
@@ -373,17 +421,19 @@ impl Fanout {
                 (sub.key as usize % tiers) as u8,
             );
             if let Some(mut p) = self.table.read(symbol, tier) {
-                if p.seq > sub.last_seq {
+                if p.seq > sub.last_seq || p.stream_id != sub.stream {
                     p.flags |= flag;
                     let digits = self.digits[symbol as usize];
                     let body = PriceBody::from_price(&p, digits, self.wall_offset_ns);
-                    let r = conn.out.append_with(PRICE_FRAME_LEN, |b| {
-                        wire::try_encode_price(b, PriceKind::Snapshot, &body).unwrap_or(0)
+                    let r = conn.out.append_with(SNAPSHOT_FRAME_LEN, |b| {
+                        wire::try_encode_price(b, PriceKind::Snapshot, &body, p.stream_id)
+                            .unwrap_or(0)
                     });
                     if r == Append::Overflow {
                         break;
                     }
                     sub.last_seq = p.seq;
+                    sub.stream = p.stream_id;
                     sub.stale = p.flags & price_flags::STALE != 0;
                     sent += 1;
                 }
@@ -399,15 +449,19 @@ impl Fanout {
     }
 }
 
-/// Whether a price of sequence `seq` is news to `sub`: a newer sequence,
-/// or a restatement — the same sequence again, as a snapshot that sets the
+/// Whether a price of sequence `seq` of stream `stream` is news to `sub`:
+/// a price of another stream than the last one sent (an edge that follows
+/// a new stream: its sequences start afresh), a newer sequence, or a
+/// restatement — the same sequence again, as a snapshot that sets the
 /// stale flag or clears the one this subscriber was last sent (an edge
 /// that lost its bus, then heard it again). The same sequence with the
 /// same flag (a lagging shard's catch-up re-reading a price it already
 /// sent) is not sent twice.
 #[inline]
-pub(super) fn is_news(sub: &Sub, seq: u64, snapshot: bool, stale: bool) -> bool {
-    seq > sub.last_seq || (seq == sub.last_seq && snapshot && stale != sub.stale)
+pub(super) fn is_news(sub: &Sub, (stream, seq): (u64, u64), snapshot: bool, stale: bool) -> bool {
+    stream != sub.stream
+        || seq > sub.last_seq
+        || (seq == sub.last_seq && snapshot && stale != sub.stale)
 }
 
 /// Copies one encoded price to one unlimited subscription (or restates
@@ -419,7 +473,7 @@ fn deliver(conn: &mut Conn, slot: u32, f: &Frame<'_>, now: u64, stats: &ShardSta
         return false;
     };
     let seq = f.price.seq;
-    if !is_news(sub, seq, f.snapshot, f.stale) {
+    if !is_news(sub, (f.price.stream_id, seq), f.snapshot, f.stale) {
         stats.superseded.inc();
         return false;
     }
@@ -428,7 +482,8 @@ fn deliver(conn: &mut Conn, slot: u32, f: &Frame<'_>, now: u64, stats: &ShardSta
         stats.conflated.inc();
         return false;
     }
-    append(conn, slot as usize, (seq, f.stale), f.bytes, now, stats)
+    let key = (f.price.stream_id, seq, f.stale);
+    append(conn, slot as usize, key, f.bytes, now, stats)
 }
 
 /// A restatement (same sequence, as a snapshot) to the members of one
@@ -439,7 +494,8 @@ fn restate_to(members: &[Member], f: &Frame<'_>, slab: &mut Slab, stats: &ShardS
             continue;
         };
         let ours = conn.subs.get(m.slot as usize);
-        if ours.is_none_or(|s| s.pace != m.id || s.last_seq != f.price.seq) {
+        let had = |s: &Sub| s.last_seq == f.price.seq && s.stream == f.price.stream_id;
+        if ours.is_none_or(|s| s.pace != m.id || !had(s)) {
             continue;
         }
         if deliver(conn, m.slot, f, now, stats) && !conn.in_write_list {
@@ -453,7 +509,7 @@ fn restate_to(members: &[Member], f: &Frame<'_>, slab: &mut Slab, stats: &ShardS
 /// or a snapshot (a resync point) if the engine conflated the key.
 /// Returns the frame's length in `buf`.
 #[inline]
-fn encode_plain(buf: &mut [u8; PRICE_FRAME_LEN], p: &Price, digits: &[u8], wall: i64) -> usize {
+fn encode_plain(buf: &mut [u8; PRICE_SLOT_LEN], p: &Price, digits: &[u8], wall: i64) -> usize {
     let kind = if p.flags & price_flags::CONFLATED != 0 {
         PriceKind::Snapshot
     } else {
@@ -465,7 +521,7 @@ fn encode_plain(buf: &mut [u8; PRICE_FRAME_LEN], p: &Price, digits: &[u8], wall:
 /// A paced price as a snapshot flagged conflated, encoded on first use
 /// (`len == 0` until then) for the members that missed prices.
 struct Conflated {
-    buf: [u8; PRICE_FRAME_LEN],
+    buf: [u8; PRICE_SLOT_LEN],
     len: usize,
     wall_offset_ns: i64,
 }
@@ -509,7 +565,8 @@ fn emit(
         let Some(sub) = conn.subs.get_mut(m.slot as usize) else {
             continue;
         };
-        if sub.pace != m.id || p.seq <= sub.last_seq {
+        let same_stream = p.stream_id == sub.stream;
+        if sub.pace != m.id || (same_stream && p.seq <= sub.last_seq) {
             continue;
         }
         if conn.out.is_conflating() {
@@ -517,13 +574,21 @@ fn emit(
             stats.conflated.inc();
             continue;
         }
-        let skipped = p.seq > sub.last_seq + 1 || p.flags & price_flags::CONFLATED != 0;
+        let skipped =
+            !same_stream || p.seq > sub.last_seq + 1 || p.flags & price_flags::CONFLATED != 0;
         let bytes = if skipped {
             conflated.bytes(p, digits)
         } else {
             plain
         };
-        if append(conn, m.slot as usize, (p.seq, stale), bytes, now, stats) {
+        if append(
+            conn,
+            m.slot as usize,
+            (p.stream_id, p.seq, stale),
+            bytes,
+            now,
+            stats,
+        ) {
             if at_slot {
                 stats.paced_released.inc();
                 if skipped {
@@ -553,7 +618,7 @@ fn mark_owed(sub: &mut Sub, dirty_subs: &mut u32) {
 fn append(
     conn: &mut Conn,
     slot: usize,
-    (seq, stale): (u64, bool),
+    (stream, seq, stale): (u64, u64, bool),
     bytes: &[u8],
     now: u64,
     stats: &ShardStats,
@@ -561,29 +626,37 @@ fn append(
     let Some(sub) = conn.subs.get_mut(slot) else {
         return false;
     };
-    // The first price a subscription gets is a snapshot (a resync point),
-    // even when the table had no price yet at subscribe time: same body,
-    // only the template id in the SBE header differs.
-    let first = sub.last_seq == 0;
-    let appended = conn.out.append_with(bytes.len(), |b| {
-        b[..bytes.len()].copy_from_slice(bytes);
-        if first {
-            b[TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2]
-                .copy_from_slice(&wire::template::PRICE_SNAPSHOT.to_le_bytes());
-        }
-        bytes.len()
-    });
+    // The first price a subscription gets, and the first of a stream other
+    // than its last one, is a snapshot (a resync point that names its
+    // stream), even when the table had no price yet at subscribe time: an
+    // update's body is copied into a snapshot frame with the stream id.
+    let template = bytes.get(TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2);
+    let is_update = template == Some(&wire::template::PRICE_UPDATE.to_le_bytes()[..]);
+    let appended = if is_update && (sub.last_seq == 0 || sub.stream != stream) {
+        conn.out.append_with(SNAPSHOT_FRAME_LEN, |b| {
+            wire::update_to_snapshot(bytes, stream, b)
+        })
+    } else {
+        conn.out.append_with(bytes.len(), |b| {
+            b[..bytes.len()].copy_from_slice(bytes);
+            bytes.len()
+        })
+    };
     if appended == Append::Overflow {
         mark_owed(sub, &mut conn.dirty_subs);
         return false;
     }
     sub.last_seq = seq;
+    sub.stream = stream;
     sub.stale = stale;
     conn.session.note_sent(now);
     stats.prices_out.inc();
     conn.out.update_flow(now);
     true
 }
+
+#[path = "fanout_check.rs"]
+mod check;
 
 #[cfg(test)]
 mod tests {
@@ -594,6 +667,7 @@ mod tests {
             key: 0,
             pos: 0,
             last_seq,
+            stream: 5,
             dirty: false,
             stale,
             pace: PACE_NONE,
@@ -603,20 +677,35 @@ mod tests {
     #[test]
     fn a_sequence_is_sent_once_unless_its_stale_flag_changes() {
         let fresh = sub(7, false);
-        assert!(is_news(&fresh, 8, false, false), "newer");
+        let seq = |n| (5, n);
+        assert!(is_news(&fresh, seq(8), false, false), "newer");
         assert!(
-            !is_news(&fresh, 6, true, true),
+            !is_news(&fresh, seq(6), true, true),
             "older, even as a stale snapshot"
         );
-        assert!(!is_news(&fresh, 7, false, false), "same update");
-        assert!(!is_news(&fresh, 7, true, false), "same snapshot, same flag");
+        assert!(!is_news(&fresh, seq(7), false, false), "same update");
         assert!(
-            !is_news(&fresh, 7, false, true),
+            !is_news(&fresh, seq(7), true, false),
+            "same snapshot, same flag"
+        );
+        assert!(
+            !is_news(&fresh, seq(7), false, true),
             "a stale update is no restatement"
         );
-        assert!(is_news(&fresh, 7, true, true), "restated stale");
+        assert!(is_news(&fresh, seq(7), true, true), "restated stale");
         let stale = sub(7, true);
-        assert!(is_news(&stale, 7, true, false), "restated fresh");
-        assert!(!is_news(&stale, 7, true, true), "stale again: already said");
+        assert!(is_news(&stale, seq(7), true, false), "restated fresh");
+        assert!(
+            !is_news(&stale, seq(7), true, true),
+            "stale again: already said"
+        );
+    }
+
+    #[test]
+    fn a_price_of_another_stream_is_news_whatever_its_sequence() {
+        let held = sub(700, false);
+        for seq in [1, 699, 700, 701] {
+            assert!(is_news(&held, (6, seq), false, false), "stream 6 seq {seq}");
+        }
     }
 }

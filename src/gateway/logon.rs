@@ -4,7 +4,9 @@
 //!
 //! Order (see [`crate::auth`]): logon rate → address lockout → reference
 //! data → a cached verification of the same token (logs on at once) →
-//! account lockout → the argon2 verifier's queue. The verifier's verdict
+//! account lockout → the argon2 verifier's queue (fair by account; on the
+//! worker the guess is reserved against the address and account before
+//! argon2, and `judge` settles the reservation). The verifier's verdict
 //! comes back through the shard's verdict channel ([`Logons::next_verdict`])
 //! and is matched to its connection by a ticket, so a connection that
 //! closed (or was reused) in the meantime is not confused with another.
@@ -13,8 +15,10 @@
 //! Subscribe right behind its Logon has it handled after LogonAccepted,
 //! in order, as when the logon was decided at once.
 //! argon2 never runs on the shard thread; a full verifier queue is
-//! LogonRejected(busy), a locked address or account LogonRejected
-//! (rate_limited) with the lock's remaining time as retry-after.
+//! LogonRejected(busy) (as is a logon pushed out of it by another
+//! account's), a locked address or account LogonRejected(rate_limited)
+//! with the lock's remaining time as retry-after (a budget held by guesses
+//! under way: `--lockout-first-ms`).
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -27,7 +31,7 @@ use super::conns::Conns;
 use super::lag::LagState;
 use super::session::Admitted;
 use super::Shared;
-use crate::auth::verifier::{Cached, Job};
+use crate::auth::verifier::{Cached, Claim, Job, Outcome};
 use crate::auth::{hash, FailReason};
 use crate::clock::wall_ns;
 use crate::config::Account;
@@ -39,8 +43,25 @@ pub(crate) struct Verdict {
     conn: u32,
     ticket: u64,
     heartbeat_ms: u32,
-    /// The account, when it exists and the token matched.
-    acct: Option<Arc<Account>>,
+    judged: Judged,
+}
+
+impl Verdict {
+    /// The connection slot it is for.
+    pub(super) fn conn(&self) -> usize {
+        self.conn as usize
+    }
+}
+
+/// What the verifier decided about one logon.
+enum Judged {
+    /// The account exists and the token matched.
+    Matched(Arc<Account>),
+    /// Refused with this reason and retry-after (a wrong token or unknown
+    /// account: `auth`; a lock found on the verifier: `rate_limited`).
+    Refused(LogonRejectReason, u32),
+    /// Pushed out of the full verifier queue by another account's logon.
+    Busy,
 }
 
 /// What the logon checks decided on the shard.
@@ -91,6 +112,7 @@ impl Logons {
         logon: &wire::Logon<'_>,
         now: u64,
     ) {
+        crate::runtime::drill::connection_point(logon.account, "Logon");
         let pending = conns.slab.conns[i]
             .as_ref()
             .is_some_and(|c| c.logon_ticket != 0);
@@ -175,37 +197,31 @@ impl Logons {
             .as_ref()
             .map_or_else(|| hash::decoy_hash().to_string(), |a| a.token.clone());
         let shared = conns.shared.clone();
-        let (auth, tx, waker) = (
-            shared.auth.clone(),
-            self.verdicts_tx.clone(),
-            self.waker.clone(),
-        );
-        let name = logon.account.to_vec();
+        let (tx, waker) = (self.verdicts_tx.clone(), self.waker.clone());
         let heartbeat_ms = logon.heartbeat_interval_ms;
-        let key = stored.clone();
         // Logons of one account and token queued together (a herd): the
         // first verifies, the others find it in the cache.
         let cached = acct.as_ref().map(|a| {
             let (auth, name, stored) = (shared.auth.clone(), a.name.clone(), a.token.clone());
             Box::new(move |token: &[u8]| auth.cached(&name, &stored, token, now)) as Cached
         });
-        let done = move |ok: bool, token: &[u8]| {
-            auth.stats.verifications.fetch_add(1, Ordering::Relaxed);
-            let known = acct.is_some();
-            let acct = acct.filter(|_| ok);
-            match &acct {
-                Some(a) => auth.succeeded(ip, &a.name, &key, token, now),
-                None => auth.failed(ip, &name, known, now),
-            }
+        let (auth, key) = (shared.auth.clone(), stored.clone());
+        let done = move |o: Outcome, token: &[u8]| {
+            let judged = judge(&auth, o, acct, &key, token);
             let v = Verdict {
                 conn: i as u32,
                 ticket,
                 heartbeat_ms,
-                acct,
+                judged,
             };
             if tx.send(v).is_ok() {
                 let _ = waker.wake();
             }
+        };
+        let claim = Claim {
+            guard: shared.auth.clone(),
+            ip,
+            account: logon.account.to_vec(),
         };
         let job = Job {
             stored,
@@ -213,6 +229,8 @@ impl Logons {
             cached,
             // Past the logon timeout the connection is cut: skip argon2.
             deadline_ns: now + shared.cfg.logon_timeout_ms * 1_000_000,
+            key: shared.auth.account_key(logon.account),
+            claim: Some(claim),
             done: Box::new(done),
         };
         if shared.verifier.submit(job).is_err() {
@@ -231,8 +249,19 @@ impl Logons {
     /// connection it was applied to (`None` inside: closed meanwhile).
     /// The caller reads that connection next (its frames after the Logon
     /// waited for the verdict).
-    pub(super) fn next_verdict(&mut self, conns: &mut Conns, now: u64) -> Option<Option<usize>> {
-        let v = self.verdicts_rx.try_recv().ok()?;
+    /// The next verdict the verifier sent, if any.
+    pub(super) fn take_verdict(&mut self) -> Option<Verdict> {
+        self.verdicts_rx.try_recv().ok()
+    }
+
+    /// Applies verdict `v` to its connection; `Some(i)` when connection
+    /// `i` was waiting for it (its input is then read on).
+    pub(super) fn apply_verdict(
+        &mut self,
+        v: Verdict,
+        conns: &mut Conns,
+        now: u64,
+    ) -> Option<usize> {
         let i = v.conn as usize;
         let waiting = conns
             .slab
@@ -241,15 +270,19 @@ impl Logons {
             .and_then(Option::as_mut)
             .filter(|c| c.logon_ticket == v.ticket && !c.is_active() && !c.session.is_closing());
         let Some(c) = waiting else {
-            return Some(None); // closed (logon timeout, peer gone) meanwhile
+            return None; // closed (logon timeout, peer gone) meanwhile
         };
         c.logon_ticket = 0;
-        let decision = match v.acct {
-            Some(a) => {
+        let decision = match v.judged {
+            Judged::Matched(a) => {
                 let name = a.name.clone();
                 finish(&conns.shared, &name, a)
             }
-            None => Decision::Reject(LogonRejectReason::AUTH, 0),
+            Judged::Refused(reason, retry) => Decision::Reject(reason, retry),
+            Judged::Busy => {
+                let retry = conns.jitter(conns.shared.cfg.admission.retry_after);
+                Decision::Reject(LogonRejectReason::BUSY, retry)
+            }
         };
         let hb = v.heartbeat_ms;
         match decision {
@@ -261,7 +294,7 @@ impl Logons {
             }
             Decision::Pending => {}
         }
-        Some(Some(i))
+        Some(i)
     }
 }
 
@@ -273,12 +306,14 @@ fn plain(
     token: &[u8],
     now: u64,
 ) -> Decision {
-    if hash::verify(&a.token, token) {
-        shared.auth.succeeded(ip, name, &a.token, token, now);
-        return finish(shared, name, a);
+    let auth = &shared.auth;
+    match auth.judge(ip, name.as_bytes(), true, now, || {
+        hash::verify(&a.token, token)
+    }) {
+        Ok(true) => finish(shared, name, a),
+        Ok(false) => Decision::Reject(LogonRejectReason::AUTH, 0),
+        Err(retry) => Decision::Reject(LogonRejectReason::RATE_LIMITED, retry),
     }
-    shared.auth.failed(ip, name.as_bytes(), true, now);
-    Decision::Reject(LogonRejectReason::AUTH, 0)
 }
 
 /// The credentials are good: entitlement and the account's session
@@ -310,7 +345,60 @@ fn admit(shared: &Shared, name: &str, acct: Arc<Account>) -> Result<Admitted, Re
         acct,
         session_id: shared.next_session_id.fetch_add(1, Ordering::Relaxed),
         server_time_ns: wall_ns(),
+        stream_id: shared.table.stream_id(),
     })
+}
+
+/// The verifier's outcome for a logon of `acct` (`None`: unknown, checked
+/// against the decoy hash), its reservation settled: a match clears the
+/// address's and account's counts and caches the token, a mismatch counts
+/// a failure against both.
+fn judge(
+    auth: &crate::auth::AuthGuard,
+    o: Outcome,
+    acct: Option<Arc<Account>>,
+    stored: &str,
+    token: &[u8],
+) -> Judged {
+    let known = acct.is_some();
+    match (o, acct) {
+        (Outcome::Cached, Some(a)) => Judged::Matched(a),
+        (
+            Outcome::Verified {
+                matched: true,
+                reservation,
+                now_ns,
+            },
+            Some(a),
+        ) => {
+            if let Some(r) = reservation {
+                r.matched(&a.name, stored, token, now_ns);
+            }
+            Judged::Matched(a)
+        }
+        (
+            Outcome::Verified {
+                reservation,
+                now_ns,
+                ..
+            },
+            _,
+        ) => {
+            if let Some(r) = reservation {
+                r.failed(known, now_ns);
+            }
+            Judged::Refused(LogonRejectReason::AUTH, 0)
+        }
+        (Outcome::Refused { retry_after_ms }, _) => {
+            Judged::Refused(LogonRejectReason::RATE_LIMITED, retry_after_ms)
+        }
+        (Outcome::Busy, _) => {
+            auth.stats.failed(FailReason::VerifierBusy);
+            Judged::Busy
+        }
+        // A cache hit needs an account whose token is cached.
+        (Outcome::Cached, None) => Judged::Refused(LogonRejectReason::AUTH, 0),
+    }
 }
 
 /// Dense index of an account for per-account session limits: its position

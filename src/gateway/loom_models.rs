@@ -78,6 +78,7 @@ impl Session {
             key: u32::from(SYMBOL),
             pos: 0,
             last_seq: 0,
+            stream: 0,
             dirty: false,
             stale: false,
             pace: super::pacer::PACE_NONE,
@@ -91,8 +92,9 @@ impl Session {
 
     /// The fan-out's rule: a sequence is sent once, in order.
     fn deliver(&mut self, p: &Price) {
-        if is_news(&self.sub, p.seq, false, false) {
+        if is_news(&self.sub, (p.stream_id, p.seq), false, false) {
             self.sub.last_seq = p.seq;
+            self.sub.stream = p.stream_id;
             self.got.push(p.seq);
         }
     }

@@ -31,6 +31,7 @@ pub mod conn;
 mod conns;
 mod drain;
 mod fanout;
+mod faults;
 pub mod lag;
 mod lanes;
 mod logon;
@@ -56,7 +57,6 @@ pub mod tls_refusal;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
@@ -72,7 +72,7 @@ use crate::overload::stats::OverloadStats;
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
 use crate::runtime::latency::HistogramExchange;
-use crate::runtime::WaitStrategy;
+use crate::runtime::{Supervisor, WaitStrategy};
 
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
@@ -319,6 +319,8 @@ pub struct Shared {
     /// TLS links refused on a shard, for the acceptor to refuse with
     /// Disconnect(busy) within its handshake budget.
     pub tls_refusals: tls_refusal::RefusalQueue,
+    /// Watches the acceptor, the shards and the request threads.
+    pub supervisor: Supervisor,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -337,6 +339,8 @@ pub struct GatewayDeps {
     pub requests: RequestConfig,
     /// Accounts from Redis; default: the config file's accounts.
     pub refdata: Option<Arc<RefData>>,
+    /// Watches every thread the gateway starts.
+    pub supervisor: Supervisor,
 }
 
 /// Control messages to a shard.
@@ -360,7 +364,11 @@ pub struct Gateway {
     pub local_addr: SocketAddr,
     acceptor: Option<acceptor::AcceptorHandle>,
     requests: Option<RequestService>,
-    shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
+    shards: Vec<(
+        Sender<ShardControl>,
+        Arc<mio::Waker>,
+        crate::runtime::Supervised<()>,
+    )>,
     /// Each shard's counters, by shard index.
     pub shard_stats: Vec<Arc<ShardStats>>,
     peers: Arc<[lanes::Peer]>,
@@ -398,6 +406,7 @@ impl Gateway {
             history: None,
             requests: RequestConfig::default(),
             refdata: None,
+            supervisor: Supervisor::new(),
         };
         Self::start_with(cfg, inputs, deps)
     }
@@ -449,8 +458,10 @@ impl Gateway {
                 "pw-auth",
                 limits.verifier_threads,
                 limits.verifier_queue,
+                &deps.supervisor,
             )?,
             tls_refusals: Default::default(),
+            supervisor: deps.supervisor.clone(),
         });
         Ok(shared)
     }
@@ -474,9 +485,14 @@ impl Gateway {
             wall_offset_ns: shared.wall_offset_ns,
             refdata: shared.refdata.clone(),
         };
-        let (request_service, ports) =
-            RequestService::start(deps.requests, sources, bells, shared.overload.clone())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (request_service, ports) = RequestService::start(
+            deps.requests,
+            sources,
+            bells,
+            shared.overload.clone(),
+            &deps.supervisor,
+        )
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let mut lanes = lanes::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
@@ -513,6 +529,9 @@ impl Gateway {
 
     /// Stops accepting: the listener is closed; existing sessions go on.
     pub fn stop_accepting(&mut self) {
+        if let Some(a) = &self.acceptor {
+            a.request_stop();
+        }
         self.shared.accepting.store(false, Ordering::SeqCst);
         if let Some(a) = self.acceptor.take() {
             a.stop();
@@ -569,6 +588,9 @@ impl Gateway {
     /// Stops everything and joins the threads.
     pub fn stop(mut self) {
         self.stop_accepting();
+        for (_, _, t) in &self.shards {
+            t.request_stop();
+        }
         self.send(ShardControl::Stop);
         for (_, _, t) in self.shards.drain(..) {
             let _ = t.join();

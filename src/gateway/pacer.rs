@@ -91,8 +91,11 @@ struct Group {
     /// The wheel tick the held price is due at (when linked).
     due_tick: u64,
     held: Price,
-    /// Highest sequence offered to the group.
+    /// Highest sequence offered to the group, of stream `seen_stream`.
     seen_seq: u64,
+    /// The stream of the last price offered (a price of another stream
+    /// starts the group's sequences afresh).
+    seen_stream: u64,
     linked: bool,
     prev: u32,
     next: u32,
@@ -179,6 +182,7 @@ impl Pacer {
             due_tick: 0,
             held: Price::EMPTY,
             seen_seq: 0,
+            seen_stream: 0,
             linked: false,
             prev: NIL,
             next: NIL,
@@ -236,6 +240,19 @@ impl Pacer {
         }
     }
 
+    /// Member `id`'s key and entry, if it is in a group (invariant checks).
+    pub fn member(&self, id: PaceId) -> Option<(u32, Member)> {
+        let p = self.places.get(id as usize)?;
+        let g = self.groups.get(p.group as usize)?;
+        let m = g.members.get(p.pos as usize).filter(|m| m.id == id)?;
+        Some((g.key, *m))
+    }
+
+    /// Members over every group (invariant checks).
+    pub fn member_total(&self) -> usize {
+        self.groups.iter().map(|g| g.members.len()).sum()
+    }
+
     /// The groups of `key` (one per interval its subscribers have).
     #[inline]
     pub fn groups_of(&self, key: usize) -> &[GroupId] {
@@ -254,6 +271,13 @@ impl Pacer {
         self.groups[g as usize].seen_seq
     }
 
+    /// The stream of the last price offered to group `g`
+    /// ([`Pacer::seen_seq`] counts in it).
+    #[inline]
+    pub fn seen_stream(&self, g: GroupId) -> u64 {
+        self.groups[g as usize].seen_stream
+    }
+
     /// Whether group `g` holds a price for its next slot.
     #[inline]
     pub fn holds(&self, g: GroupId) -> bool {
@@ -269,7 +293,11 @@ impl Pacer {
         let Some(group) = self.groups.get_mut(g as usize) else {
             return Offer::Send;
         };
-        group.seen_seq = group.seen_seq.max(p.seq);
+        if group.seen_stream == p.stream_id {
+            group.seen_seq = group.seen_seq.max(p.seq);
+        } else {
+            (group.seen_stream, group.seen_seq) = (p.stream_id, p.seq);
+        }
         if group.linked {
             group.held = *p;
             return Offer::Held { replaced: true };

@@ -83,7 +83,8 @@ impl Shard {
             if let Some(c) = self.conns.slab.conns[i as usize].as_mut() {
                 c.in_read_list = false;
             }
-            self.on_readable(i as usize, monotonic_ns());
+            let i = i as usize;
+            self.contained(i, |s| s.on_readable(i, monotonic_ns()));
         }
         list.clear();
         // Entries pushed while reading went to the (empty) replacement.
@@ -157,14 +158,17 @@ impl Shard {
     /// waiting for them); returns how many came.
     pub(super) fn drain_verdicts(&mut self, now: u64) -> usize {
         let mut n = 0;
-        while let Some(applied) = self.logons.next_verdict(&mut self.conns, now) {
+        while let Some(v) = self.logons.take_verdict() {
             n += 1;
-            // What the client sent after its Logon (a pipelined Subscribe)
-            // waited for this: the frames already read, then the socket
-            // (`on_readable` takes both, within the turn's budget).
-            if let Some(i) = applied {
-                self.on_readable(i, now);
-            }
+            self.contained(v.conn(), |s| {
+                // What the client sent after its Logon (a pipelined
+                // Subscribe) waited for this: the frames already read,
+                // then the socket (`on_readable` takes both, within the
+                // turn's budget).
+                if let Some(i) = s.logons.apply_verdict(v, &mut s.conns, now) {
+                    s.on_readable(i, now);
+                }
+            });
         }
         n
     }
@@ -173,30 +177,38 @@ impl Shard {
     /// the outbound gauges. A session about to be cut for what its peer
     /// has not sent has its socket read first: bytes waiting there count.
     pub(super) fn sweep(&mut self, now: u64) {
-        let (mut conflating, mut queued) = (0u64, 0u64);
+        let mut sampled = (0u64, 0u64);
         for i in 0..self.conns.slab.live_end {
-            let Some(conn) = self.conns.slab.conns[i].as_mut() else {
-                continue;
-            };
-            if conn.stream.handshake_expired(now) {
-                // Counted by the link; the peer never spoke TLS to the end.
-                self.conns.close_now(i);
-                continue;
-            }
-            // No deadline counts against a session while it is held.
-            conn.held_catch_up(now);
-            conflating += u64::from(conn.out.is_conflating());
-            queued += conn.out.len() as u64;
-            if conn.session.silence_due(&self.conns.session_cfg, now) {
-                // Read even when the turn's request budget is spent.
-                self.requests.left = self.requests.left.max(REQUESTS_PER_CONN_TURN);
-                self.on_readable(i, now);
-            }
-            if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
-                self.conns.close_now(i);
+            if self.conns.slab.conns[i].is_some() {
+                self.contained(i, |s| s.sweep_one(i, now, &mut sampled));
             }
         }
+        let (conflating, queued) = sampled;
         self.conns.stats.conflating_now.set(conflating);
         self.conns.stats.outbound_bytes.set(queued);
+    }
+
+    /// Connection `i`'s part of the sweep; adds to the (conflating,
+    /// queued bytes) samples.
+    fn sweep_one(&mut self, i: usize, now: u64, (conflating, queued): &mut (u64, u64)) {
+        let Some(conn) = self.conns.slab.conns[i].as_mut() else {
+            return;
+        };
+        if conn.stream.handshake_expired(now) {
+            // Counted by the link; the peer never spoke TLS to the end.
+            return self.conns.close_now(i);
+        }
+        // No deadline counts against a session while it is held.
+        conn.held_catch_up(now);
+        *conflating += u64::from(conn.out.is_conflating());
+        *queued += conn.out.len() as u64;
+        if conn.session.silence_due(&self.conns.session_cfg, now) {
+            // Read even when the turn's request budget is spent.
+            self.requests.left = self.requests.left.max(REQUESTS_PER_CONN_TURN);
+            self.on_readable(i, now);
+        }
+        if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
+            self.conns.close_now(i);
+        }
     }
 }

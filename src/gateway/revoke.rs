@@ -112,7 +112,7 @@ fn revalidate_one(conns: &mut Conns, subscribing: &mut Subscribing, i: usize, no
 }
 
 fn revoke_session(conns: &mut Conns, i: usize, held: &Account, why: &str, now: u64) {
-    tracing::debug!(account = %held.name, reason = why, "session ended: Disconnect(auth)");
+    tracing::debug!(account = %crate::runtime::esc(&held.name), reason = why, "session ended: Disconnect(auth)");
     let stats = conns.shared.refdata.stats();
     stats.revoked_disconnected.fetch_add(1, Relaxed);
     conns.disconnect(i, DisconnectReason::AUTH, 0, why, now);
@@ -158,7 +158,7 @@ fn apply_change(
         conns.fanout.remove(&mut conns.slab, i, slot);
     }
     tracing::debug!(
-        account = %held.name,
+        account = %crate::runtime::esc(&held.name),
         unsubscribed = withdrawn.len(),
         "entitlements withdrawn: subscriptions ended"
     );

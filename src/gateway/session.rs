@@ -200,6 +200,9 @@ pub struct Admitted {
     pub session_id: u64,
     /// Wall-clock time for LogonAccepted's serverTimeNs.
     pub server_time_ns: u64,
+    /// The stream the server's prices are numbered by at logon
+    /// (LogonAccepted's streamId; 0 = none yet).
+    pub stream_id: u64,
 }
 
 /// The protocol state of one subscriber connection.
@@ -502,6 +505,7 @@ impl Session {
             heartbeat_interval_ms: hb,
             server_time_ns: a.server_time_ns,
             default_tier,
+            stream_id: a.stream_id,
         };
         self.send(ctx, |b| wire::encode_logon_accepted(b, &m));
     }

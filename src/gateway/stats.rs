@@ -42,6 +42,12 @@ pub struct GatewayStats {
     /// Messages refused by the per-connection message limit
     /// (Reject(rate_limited)).
     pub rejects_rate_limited: AtomicU64,
+    /// Connections closed because the acceptor's work on them panicked
+    /// (contained: PROXY header, admission, TLS refusal).
+    pub faults_acceptor: AtomicU64,
+    /// Connections closed because a shard's work on them panicked
+    /// (contained: TLS, decode, session logic).
+    pub faults_shard: AtomicU64,
 }
 
 impl GatewayStats {

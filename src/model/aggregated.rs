@@ -20,7 +20,7 @@ pub mod price_flags {
     pub const INDICATIVE: u8 = 1 << 3;
 }
 
-/// An aggregated price for one (symbol, tier). 72 bytes, copied by value.
+/// An aggregated price for one (symbol, tier). 80 bytes, copied by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Price {
@@ -44,6 +44,11 @@ pub struct Price {
     /// Receive time of the tick that caused this price (monotonic ns); the
     /// start of the end-to-end latency measurement.
     pub receive_time_ns: u64,
+    /// The stream that numbered `seq` (the protocol's `streamId`, see
+    /// docs/protocol.md): one (symbol, seq) of one stream is one price
+    /// everywhere. A standalone or core engine stamps its own (random,
+    /// nonzero, per process); on an edge it is the bus stream's. 0: none.
+    pub stream_id: u64,
     /// Index into the instrument table.
     pub symbol: SymbolId,
     /// Tier this price is for; [`TOP_OF_BOOK`](super::markups::TOP_OF_BOOK)
@@ -53,11 +58,11 @@ pub struct Price {
     pub flags: u8,
     /// How many providers contributed.
     pub providers: u8,
-    /// Padding to 72 bytes; always zero.
+    /// Padding to 80 bytes; always zero.
     pub _reserved: [u8; 3],
 }
 
-const _: () = assert!(std::mem::size_of::<Price>() == 72);
+const _: () = assert!(std::mem::size_of::<Price>() == 80);
 
 impl Price {
     /// No price: both sides [`NO_PRICE`], sequence 0 (never published), every
@@ -71,6 +76,7 @@ impl Price {
         provider_time_ns: 0,
         engine_time_ns: 0,
         receive_time_ns: 0,
+        stream_id: 0,
         symbol: 0,
         tier: 0,
         flags: 0,
@@ -81,6 +87,18 @@ impl Price {
     /// Spread in points, if both sides are present.
     pub fn spread(&self) -> Option<Mantissa> {
         (self.bid != NO_PRICE && self.ask != NO_PRICE).then(|| self.ask - self.bid)
+    }
+}
+
+/// A fresh stream id: random, nonzero. Each engine (each process) picks
+/// one, so a restarted server's sequences are never taken for the old
+/// server's.
+pub fn fresh_stream_id() -> u64 {
+    loop {
+        let id = rand::random::<u64>();
+        if id != 0 {
+            return id;
+        }
     }
 }
 

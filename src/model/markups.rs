@@ -46,7 +46,7 @@ impl Markups {
     pub fn from_points(tiers: usize, points: Vec<Mantissa>) -> Markups {
         assert!(tiers > 0, "at least one tier");
         assert!(
-            !points.is_empty() && points.len() % tiers == 0,
+            !points.is_empty() && points.len().is_multiple_of(tiers),
             "one markup per (symbol, tier)"
         );
         Markups {

@@ -8,7 +8,7 @@ pub mod markups;
 pub mod price;
 pub mod tick;
 
-pub use aggregated::{price_flags, Price, TierId};
+pub use aggregated::{fresh_stream_id, price_flags, Price, TierId};
 pub use health::ProviderHealth;
 pub use instruments::{Instrument, InstrumentTable, ProviderDef, ProviderKind, Tier};
 pub use markups::{Markups, TOP_OF_BOOK};

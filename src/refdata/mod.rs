@@ -46,7 +46,6 @@ mod stats;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -133,7 +132,7 @@ pub struct RefData {
     breaker_stats: Option<Arc<BreakerStats>>,
     pool_stats: Option<Arc<PoolStats>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<crate::runtime::Supervised<()>>,
 }
 
 impl RefData {
@@ -170,6 +169,7 @@ impl RefData {
         cfg: &RefDataConfig,
         table: InstrumentTable,
         clock: Arc<dyn Clock>,
+        supervisor: &crate::runtime::Supervisor,
     ) -> Result<RefData, RefDataError> {
         let seed = rand::random::<u64>();
         cfg.validate()?;
@@ -181,9 +181,11 @@ impl RefData {
         refdata.breaker_stats = Some(breaker_stats);
         refdata.pool_stats = Some(pool_stats);
         let stop = Arc::clone(&refdata.stop);
-        let handle = std::thread::Builder::new()
-            .name("refdata-refresh".into())
-            .spawn(move || refresher.run(clock, stop))
+        let permanent = crate::runtime::Policy::Permanent;
+        let handle = supervisor
+            .spawn("refdata-refresh", permanent, move || {
+                refresher.run(clock, stop)
+            })
             .map_err(|e| RefDataError::Spawn(e.to_string()))?;
         refdata.thread = Some(handle);
         Ok(refdata)
@@ -295,6 +297,9 @@ impl RefData {
     /// plus one Redis call's timeouts). Lookups keep answering from the
     /// cache afterwards.
     pub fn shutdown(&mut self) {
+        if let Some(h) = &self.thread {
+            h.request_stop();
+        }
         self.stop.store(true, Relaxed);
         if let Some(h) = self.thread.take() {
             let _ = h.join();

@@ -208,7 +208,7 @@ impl<S: AccountFetch> Refresher<S> {
                 true
             }
             Err(FetchError::Invalid { field, reason }) => {
-                tracing::warn!(account = %req.name, field, %reason, "reference data: invalid account record, treated as absent");
+                tracing::warn!(account = %crate::runtime::esc(&req.name), field, reason = %crate::runtime::esc(&reason), "reference data: invalid account record, treated as absent");
                 self.shared
                     .install(&req.name, None, done_ns, duration_ns, &mut self.rng);
                 true
@@ -272,7 +272,7 @@ impl<S: AccountFetch> Refresher<S> {
         self.last_warn_ns = Some(now_ns);
         let held = std::mem::take(&mut self.warns_held);
         tracing::warn!(
-            error = %e,
+            error = %crate::runtime::esc(e),
             failures_in_row = self.failures_in_row,
             backoff_ms = delay_ms,
             queued = self.work.len(),
@@ -287,6 +287,7 @@ impl<S: AccountFetch> Refresher<S> {
         let tick_ns = self.shared.cfg.idle_tick_ms * NS_PER_MS;
         while !stop.load(Relaxed) {
             self.step(&*clock);
+            crate::runtime::drill::point("refdata", 0);
             let now = clock.now_ns();
             // A backoff that ends before the idle tick is kept to the
             // millisecond: the breaker's open bound counts on it.

@@ -263,12 +263,7 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
     // Redis records always hold the hash: a clear token is a malformed
     // record (there is no insecure switch for a shared store).
     let token = f.token.clone().unwrap_or_default();
-    crate::auth::hash::check_stored(&token, false).map_err(|_| {
-        invalid(
-            "token",
-            "must be an argon2id PHC string (pricewire token hash)",
-        )
-    })?;
+    crate::auth::hash::check_hash(&token).map_err(|why| invalid("token", why))?;
     let symbols = resolve_symbols(f.symbols.as_deref().unwrap_or("*"), table)?;
     let tiers = resolve_tiers(f.tiers.as_deref().unwrap_or(""), table)?;
     let max_sessions = match f.max_sessions.as_deref() {

@@ -32,6 +32,15 @@ pub(super) fn register(r: &Registry, auth: &Arc<crate::auth::AuthGuard>) -> Resu
     r.register_counter_fn(m::LOGON_VERIFICATIONS, &[l, ("path", "cache")], move || {
         b.stats.cache_hits.load(Relaxed)
     })?;
+    if listener == crate::auth::Listener::Subscriber {
+        // Process-wide (the window is): registered once, with the
+        // subscriber listener's families.
+        r.register_counter_fn(
+            m::ARGON2_COST_REFUSED,
+            &[],
+            crate::auth::hash::cost_refusals,
+        )?;
+    }
     for &scope in listener.scopes() {
         let (a, b) = (auth.clone(), auth.clone());
         let labels = [l, ("scope", scope.name())];

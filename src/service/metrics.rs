@@ -58,6 +58,11 @@ impl Service {
     fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
         if let Some(i) = &self.ingest {
             super::auth_metrics::register(r, &i.auth)?;
+            let s = i.stats.clone();
+            let faults = &[("listener", "feed"), ("stage", "ingest")];
+            r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+                s.faults.load(std::sync::atomic::Ordering::Relaxed)
+            })?;
             for why in ingest::quotes::Refusal::ALL {
                 let s = i.stats.clone();
                 r.register_counter_fn(
@@ -170,6 +175,15 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         &[("shard", "all")],
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
+    let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
+    let faults = &[("listener", "subscriber"), ("stage", "acceptor")];
+    r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+        crate::gateway::GatewayStats::get(&a.faults_acceptor)
+    })?;
+    let faults = &[("listener", "subscriber"), ("stage", "shard")];
+    r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+        crate::gateway::GatewayStats::get(&b.faults_shard)
+    })?;
     Ok(())
 }
 

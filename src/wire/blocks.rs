@@ -50,7 +50,7 @@ wire_block! {
 
 wire_block! {
     /// Server → client: the logon (or provider logon) succeeded.
-    pub struct LogonAccepted [21] {
+    pub struct LogonAccepted [29] {
         /// Server-assigned session id, unique per server instance.
         pub session_id: u64,
         /// Heartbeat interval both sides use, in milliseconds.
@@ -59,6 +59,8 @@ wire_block! {
         pub server_time_ns: u64,
         /// The account's default tier id (used when a Subscribe says tier 0xFF).
         pub default_tier: u8,
+        /// The stream whose sequence numbers this session's prices carry at logon (see PriceSnapshot's `streamId`); 0 = none yet (an edge that has not heard a core) or a version-2 server.
+        pub stream_id: u64; since 3,
     }
 }
 
@@ -187,6 +189,61 @@ wire_block! {
     }
 }
 
+/// Number of fields of [`PriceBody`].
+const PRICE_FIELDS: usize = PriceBody::FIELDS.len();
+
+/// PriceSnapshot's root block: a [`PriceBody`] and, since version 3, the
+/// id of the stream that numbered its sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct PriceSnapshot {
+    /// The price, in PriceUpdate's layout.
+    pub body: PriceBody,
+    /// See the field's doc in [`SNAPSHOT_STREAM_ID`].
+    pub stream_id: u64,
+}
+
+/// The `streamId` field PriceSnapshot appends to the price body.
+pub const SNAPSHOT_STREAM_ID: FieldInfo = FieldInfo {
+    name: "stream_id",
+    size: 8,
+    sbe_type: "uint64",
+    doc: "The stream that numbered `seq`: one (symbol, tier, seq) of one stream id is one price on every server. Prices of another stream id are numbered afresh, so a new stream id is a resync, never a resume. Nonzero from a version-3 server; 0 from a version-2 server, which sends no stream id.\n",
+    since_version: 3,
+};
+
+const fn with_field<const N: usize>(head: &[FieldInfo], last: FieldInfo) -> [FieldInfo; N] {
+    let mut out = [last; N];
+    let mut i = 0;
+    while i < head.len() {
+        out[i] = head[i];
+        i += 1;
+    }
+    out
+}
+
+const SNAPSHOT_FIELDS: [FieldInfo; PRICE_FIELDS + 1] =
+    with_field(PriceBody::FIELDS, SNAPSHOT_STREAM_ID);
+
+impl Block for PriceSnapshot {
+    const BLOCK_LENGTH: u16 = PriceBody::BLOCK_LENGTH + 8;
+    const BLOCK_LENGTH_MIN: u16 = PriceBody::BLOCK_LENGTH;
+    const FIELDS: &'static [FieldInfo] = &SNAPSHOT_FIELDS;
+    #[inline(always)]
+    fn read(b: &[u8]) -> Self {
+        PriceSnapshot {
+            body: PriceBody::read(b),
+            stream_id: <u64 as super::field::Field>::get(b, PriceBody::BLOCK_LENGTH as usize),
+        }
+    }
+    #[inline(always)]
+    fn write(&self, b: &mut [u8]) {
+        self.body.write(b);
+        super::field::Field::put(self.stream_id, b, PriceBody::BLOCK_LENGTH as usize);
+    }
+}
+
+const _: () = assert!(PriceSnapshot::BLOCK_LENGTH == 70);
+
 impl PriceBody {
     /// The wire body of an engine price. `wall_offset_ns` converts the
     /// engine's monotonic `engine_time_ns` to UTC; take it once at start-up
@@ -231,6 +288,7 @@ impl Block for SymbolId {
         size: 2,
         sbe_type: "uint16",
         doc: "Symbol id.",
+        since_version: 0,
     }];
     #[inline(always)]
     fn read(b: &[u8]) -> Self {

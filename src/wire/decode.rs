@@ -294,8 +294,9 @@ pub enum Message<'a> {
     Unsubscribe(Subscribe<'a>),
     /// Server → client: outcome of a (un)subscribe.
     SubscribeResponse(SubscribeResponse<'a>),
-    /// Server → client: a symbol's full price on subscribe.
-    PriceSnapshot(PriceBody),
+    /// Server → client: a symbol's full price on subscribe or resync, and
+    /// the stream that numbered it.
+    PriceSnapshot(PriceSnapshot),
     /// Server → client: a streamed price change.
     PriceUpdate(PriceBody),
     /// Client → server: current prices, once.
@@ -339,6 +340,15 @@ impl Message<'_> {
             Message::Reject(_) => t::REJECT,
             Message::ProviderLogon(_) => t::PROVIDER_LOGON,
             Message::ProviderQuote(_) => t::PROVIDER_QUOTE,
+        }
+    }
+
+    /// The price of a PriceSnapshot or a PriceUpdate.
+    pub fn price_body(&self) -> Option<&PriceBody> {
+        match self {
+            Message::PriceSnapshot(s) => Some(&s.body),
+            Message::PriceUpdate(b) => Some(b),
+            _ => None,
         }
     }
 
@@ -530,6 +540,10 @@ fn decode_provider<'a>(c: &mut Cursor<'a>) -> Result<Message<'a>, DecodeError> {
     })
 }
 
+/// Longest root block that may arrive shorter (from an older version) and
+/// be read with its later fields as zero.
+const ROOT_PAD_MAX: usize = 128;
+
 /// Reads the parts of a message body in order, checking each length.
 struct Cursor<'a> {
     rest: &'a [u8],
@@ -550,18 +564,34 @@ impl<'a> Cursor<'a> {
     }
 
     /// The root block; a longer block (newer version) is skipped past its
-    /// known fields, a shorter one is refused.
+    /// known fields; a shorter one from an older version reads the fields
+    /// it lacks as 0; one shorter than the first version's is refused.
     #[inline]
     fn root<B: Block>(&mut self) -> Result<B, DecodeError> {
-        if self.block_length < B::BLOCK_LENGTH {
+        if self.block_length < B::BLOCK_LENGTH_MIN {
             return Err(DecodeError::ShortBlock {
                 template_id: self.template_id,
                 block_length: self.block_length,
-                required: B::BLOCK_LENGTH,
+                required: B::BLOCK_LENGTH_MIN,
             });
         }
         let block = self.take(self.block_length as usize, "root block")?;
-        Ok(B::read(block))
+        if block.len() >= B::BLOCK_LENGTH as usize {
+            return Ok(B::read(block));
+        }
+        // An older version's block: the later fields are absent (zero).
+        let mut padded = [0u8; ROOT_PAD_MAX];
+        match padded.get_mut(..block.len()) {
+            Some(head) if B::BLOCK_LENGTH as usize <= ROOT_PAD_MAX => head.copy_from_slice(block),
+            _ => {
+                return Err(DecodeError::ShortBlock {
+                    template_id: self.template_id,
+                    block_length: self.block_length,
+                    required: B::BLOCK_LENGTH,
+                })
+            }
+        }
+        Ok(B::read(&padded))
     }
 
     fn group<T: Block>(&mut self, part: &'static str) -> Result<Group<'a, T>, DecodeError> {

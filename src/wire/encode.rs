@@ -5,7 +5,8 @@
 //! [`EncodeError`], never a partial frame the caller might send. Groups are
 //! encoded from any iterator of entries (`&[T]`, `Vec<T>`, `.map(..)`), so a
 //! response is built straight from a table without an intermediate list.
-//! The hot message has a fixed-size fast path: [`encode_price`].
+//! The hot messages have fixed-size fast paths: [`encode_update`],
+//! [`encode_snapshot`] and [`encode_price`] for either.
 
 use std::borrow::Borrow;
 
@@ -69,9 +70,14 @@ impl PriceKind {
     }
 }
 
-/// Length of a PriceSnapshot or PriceUpdate frame.
+/// Length of a PriceUpdate frame.
 pub const PRICE_FRAME_LEN: usize = HEADER_LEN + PriceBody::BLOCK_LENGTH as usize;
 const _: () = assert!(PRICE_FRAME_LEN == 76);
+/// Length of a PriceSnapshot frame (the price body and the stream id).
+pub const SNAPSHOT_FRAME_LEN: usize = HEADER_LEN + PriceSnapshot::BLOCK_LENGTH as usize;
+const _: () = assert!(SNAPSHOT_FRAME_LEN == 84);
+/// A slot that holds either price frame: the longer, a PriceSnapshot.
+pub const PRICE_SLOT_LEN: usize = SNAPSHOT_FRAME_LEN;
 
 /// SOFH and SBE header for a frame, built at compile time for fixed frames.
 const fn frame_header(frame_len: u32, template_id: u16, block_length: u16) -> [u8; HEADER_LEN] {
@@ -85,58 +91,122 @@ const fn frame_header(frame_len: u32, template_id: u16, block_length: u16) -> [u
     ]
 }
 
-const PRICE_HEADERS: [[u8; HEADER_LEN]; 2] = [
-    frame_header(
-        PRICE_FRAME_LEN as u32,
-        template::PRICE_SNAPSHOT,
-        PriceBody::BLOCK_LENGTH,
-    ),
-    frame_header(
-        PRICE_FRAME_LEN as u32,
-        template::PRICE_UPDATE,
-        PriceBody::BLOCK_LENGTH,
-    ),
-];
+const SNAPSHOT_HEADER: [u8; HEADER_LEN] = frame_header(
+    SNAPSHOT_FRAME_LEN as u32,
+    template::PRICE_SNAPSHOT,
+    PriceSnapshot::BLOCK_LENGTH,
+);
+const UPDATE_HEADER: [u8; HEADER_LEN] = frame_header(
+    PRICE_FRAME_LEN as u32,
+    template::PRICE_UPDATE,
+    PriceBody::BLOCK_LENGTH,
+);
 
-/// Fast path for the hot message: a PriceSnapshot or PriceUpdate into a
-/// fixed 76-byte slot. Infallible; returns [`PRICE_FRAME_LEN`]. Get the
-/// slot from a slice with `buf.first_chunk_mut::<PRICE_FRAME_LEN>()`.
+/// Fast path for the hot message: a PriceUpdate into a fixed 76-byte
+/// slot. Infallible; returns [`PRICE_FRAME_LEN`].
 #[inline]
-pub fn encode_price(out: &mut [u8; PRICE_FRAME_LEN], kind: PriceKind, body: &PriceBody) -> usize {
+pub fn encode_update(out: &mut [u8; PRICE_FRAME_LEN], body: &PriceBody) -> usize {
     let (head, rest) = out.split_at_mut(HEADER_LEN);
-    head.copy_from_slice(&PRICE_HEADERS[kind as usize]);
+    head.copy_from_slice(&UPDATE_HEADER);
     body.write(rest);
     PRICE_FRAME_LEN
 }
 
-/// [`encode_price`] into any buffer of at least [`PRICE_FRAME_LEN`] bytes.
+/// A PriceSnapshot of `body` numbered by stream `stream_id` into a fixed
+/// 84-byte slot. Infallible; returns [`SNAPSHOT_FRAME_LEN`].
+#[inline]
+pub fn encode_snapshot(
+    out: &mut [u8; SNAPSHOT_FRAME_LEN],
+    body: &PriceBody,
+    stream_id: u64,
+) -> usize {
+    let (head, rest) = out.split_at_mut(HEADER_LEN);
+    head.copy_from_slice(&SNAPSHOT_HEADER);
+    PriceSnapshot {
+        body: *body,
+        stream_id,
+    }
+    .write(rest);
+    SNAPSHOT_FRAME_LEN
+}
+
+/// The PriceSnapshot of an encoded PriceUpdate `update` numbered by
+/// `stream_id`, written into `out` (a copy of the body; nothing is
+/// decoded): how a gateway turns the update it encoded once into the
+/// resync point one subscriber needs. Returns [`SNAPSHOT_FRAME_LEN`], or
+/// 0 if `update` is shorter than a PriceUpdate frame or `out` than a
+/// PriceSnapshot frame.
+#[inline]
+pub fn update_to_snapshot(update: &[u8], stream_id: u64, out: &mut [u8]) -> usize {
+    let (Some(src), Some(dst)) = (
+        update.first_chunk::<PRICE_FRAME_LEN>(),
+        out.first_chunk_mut::<SNAPSHOT_FRAME_LEN>(),
+    ) else {
+        return 0;
+    };
+    let (head, rest) = dst.split_at_mut(HEADER_LEN);
+    head.copy_from_slice(&SNAPSHOT_HEADER);
+    let (body, stream) = rest.split_at_mut(PriceBody::BLOCK_LENGTH as usize);
+    body.copy_from_slice(&src[HEADER_LEN..]);
+    stream.copy_from_slice(&stream_id.to_le_bytes());
+    SNAPSHOT_FRAME_LEN
+}
+
+/// Either price message into a slot that holds both: a PriceSnapshot
+/// (with `stream_id`, [`SNAPSHOT_FRAME_LEN`] bytes) or a PriceUpdate
+/// (which carries no stream id: it follows a snapshot of its stream;
+/// [`PRICE_FRAME_LEN`] bytes). Infallible; returns the frame's length.
+/// Get the slot from a slice with `buf.first_chunk_mut::<PRICE_SLOT_LEN>()`.
+#[inline]
+pub fn encode_price(
+    out: &mut [u8; PRICE_SLOT_LEN],
+    kind: PriceKind,
+    body: &PriceBody,
+    stream_id: u64,
+) -> usize {
+    match kind {
+        PriceKind::Snapshot => encode_snapshot(out, body, stream_id),
+        PriceKind::Update => match out.first_chunk_mut::<PRICE_FRAME_LEN>() {
+            Some(slot) => encode_update(slot, body),
+            None => 0,
+        },
+    }
+}
+
+/// [`encode_price`] into any buffer long enough for the frame.
 #[inline]
 pub fn try_encode_price(
     buf: &mut [u8],
     kind: PriceKind,
     body: &PriceBody,
+    stream_id: u64,
 ) -> Result<usize, EncodeError> {
     let capacity = buf.len();
-    let out = buf
-        .first_chunk_mut::<PRICE_FRAME_LEN>()
-        .ok_or(EncodeError::BufferTooSmall { capacity })?;
-    Ok(encode_price(out, kind, body))
+    let small = EncodeError::BufferTooSmall { capacity };
+    match kind {
+        PriceKind::Snapshot => {
+            let out = buf.first_chunk_mut::<SNAPSHOT_FRAME_LEN>().ok_or(small)?;
+            Ok(encode_snapshot(out, body, stream_id))
+        }
+        PriceKind::Update => {
+            let out = buf.first_chunk_mut::<PRICE_FRAME_LEN>().ok_or(small)?;
+            Ok(encode_update(out, body))
+        }
+    }
 }
 
-/// Encodes an engine [`Price`] (see [`PriceBody::from_price`]).
+/// Encodes an engine [`Price`] (see [`PriceBody::from_price`]); a
+/// snapshot carries the price's own `stream_id`.
 #[inline]
 pub fn encode_model_price(
-    out: &mut [u8; PRICE_FRAME_LEN],
+    out: &mut [u8; PRICE_SLOT_LEN],
     kind: PriceKind,
     price: &Price,
     digits: u8,
     wall_offset_ns: i64,
 ) -> usize {
-    encode_price(
-        out,
-        kind,
-        &PriceBody::from_price(price, digits, wall_offset_ns),
-    )
+    let body = PriceBody::from_price(price, digits, wall_offset_ns);
+    encode_price(out, kind, &body, price.stream_id)
 }
 
 /// Offset that turns a monotonic timestamp into UTC: `utc = mono + offset`.
@@ -585,8 +655,10 @@ impl Message<'_> {
             Message::SubscribeResponse(m) => {
                 encode_subscribe_response(buf, m.request_id, m.results.clone())
             }
-            Message::PriceSnapshot(b) => try_encode_price(buf, PriceKind::Snapshot, b),
-            Message::PriceUpdate(b) => try_encode_price(buf, PriceKind::Update, b),
+            Message::PriceSnapshot(s) => {
+                try_encode_price(buf, PriceKind::Snapshot, &s.body, s.stream_id)
+            }
+            Message::PriceUpdate(b) => try_encode_price(buf, PriceKind::Update, b, 0),
             Message::SnapshotRequest(m) => encode_snapshot_request(
                 buf,
                 m.request_id,

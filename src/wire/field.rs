@@ -150,12 +150,19 @@ pub struct FieldInfo {
     pub sbe_type: &'static str,
     /// The field's documentation, from its doc comment.
     pub doc: &'static str,
+    /// The schema version that added the field (`sinceVersion` in the
+    /// schema); 0 for a field of the first version.
+    pub since_version: u16,
 }
 
 /// A fixed-size SBE block with a paired encoder and decoder.
 pub trait Block: Copy {
     /// Encoded length of the block at the current schema version.
     const BLOCK_LENGTH: u16;
+    /// The shortest block a decoder accepts: the fields every schema
+    /// version had (those without a `since_version`). A block from an
+    /// older sender that ends before a later field reads that field as 0.
+    const BLOCK_LENGTH_MIN: u16 = Self::BLOCK_LENGTH;
     /// Fields in wire order; offsets are the running sum of sizes.
     const FIELDS: &'static [FieldInfo];
     /// Reads the block from `b`, which holds at least `BLOCK_LENGTH` bytes.
@@ -172,7 +179,7 @@ macro_rules! wire_block {
         $vis:vis struct $name:ident [$len:literal] {
             $(
                 $(#[doc = $doc:literal])*
-                pub $field:ident : $ty:ty $(=> $sbe:literal)?
+                pub $field:ident : $ty:ty $(=> $sbe:literal)? $(; since $since:literal)?
             ),* $(,)?
         }
     ) => {
@@ -184,12 +191,14 @@ macro_rules! wire_block {
 
         impl $crate::wire::field::Block for $name {
             const BLOCK_LENGTH: u16 = $len;
+            const BLOCK_LENGTH_MIN: u16 = 0 $(+ wire_block!(@base <$ty as $crate::wire::field::Field>::SIZE $(, $since)?))*;
             const FIELDS: &'static [$crate::wire::field::FieldInfo] = &[$(
                 $crate::wire::field::FieldInfo {
                     name: stringify!($field),
                     size: <$ty as $crate::wire::field::Field>::SIZE,
                     sbe_type: wire_block!(@sbe $ty $(, $sbe)?),
                     doc: concat!($($doc, "\n",)* ""),
+                    since_version: 0 $(+ $since)?,
                 }
             ),*];
 
@@ -224,6 +233,10 @@ macro_rules! wire_block {
     };
     (@sbe $ty:ty) => { <$ty as $crate::wire::field::Field>::SBE_TYPE };
     (@sbe $ty:ty, $sbe:literal) => { $sbe };
+    // A field of the first version counts towards the shortest block; a
+    // later one (`; since N`) does not.
+    (@base $size:expr) => { ($size) as u16 };
+    (@base $size:expr, $since:literal) => { 0u16 };
 }
 
 pub(crate) use wire_block;

@@ -79,9 +79,12 @@
 //! The schema only grows by appending: new fields at the end of a block,
 //! new groups and var data after the existing ones, new templates, new enum
 //! values. The decoder reads blocks and group entries by the lengths on the
-//! wire, so a frame from a newer version decodes (its extra bytes skipped);
-//! a block shorter than this version needs is [`DecodeError::ShortBlock`].
-//! A change that is not an append takes a new schema id.
+//! wire, so a frame from a newer version decodes (its extra bytes skipped).
+//! A root block from an older version that ends before a field added later
+//! (`since_version`) decodes with that field 0 (a version-2 server's
+//! LogonAccepted and PriceSnapshot have no stream id); a block shorter
+//! than the first version's is [`DecodeError::ShortBlock`]. A change that
+//! is not an append takes a new schema id.
 
 pub mod annotate;
 pub mod blocks;
@@ -101,7 +104,8 @@ mod tests;
 pub use annotate::annotate;
 pub use blocks::{
     GroupHeader, HistoryRequest, HistoryTick, LogonAccepted, LogonRejected, MessageHeader,
-    PriceBody, QuoteEntry, SubscribeResult, SymbolInfo, SymbolListRequest, SymbolRef, TierInfo,
+    PriceBody, PriceSnapshot, QuoteEntry, SubscribeResult, SymbolInfo, SymbolListRequest,
+    SymbolRef, TierInfo, SNAPSHOT_STREAM_ID,
 };
 pub use codes::{
     quote_flags, template, DisconnectReason, LogonRejectReason, RejectReason, SubscribeStatus,
@@ -125,7 +129,8 @@ pub use stats::{WireStats, WireStatsSnapshot};
 
 /// SBE schema id of pricewire ("PW").
 pub const SCHEMA_ID: u16 = 0x5057;
-/// Schema version this build encodes.
-pub const VERSION: u16 = 2;
+/// Schema version this build encodes (3: the stream id in LogonAccepted
+/// and PriceSnapshot).
+pub const VERSION: u16 = 3;
 /// Lowest schema version this build decodes.
 pub const VERSION_MIN: u16 = 1;

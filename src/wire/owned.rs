@@ -73,8 +73,8 @@ pub enum OwnedMessage {
         /// One outcome per requested entry, in request order.
         results: Vec<SubscribeResult>,
     },
-    /// A symbol's full price on subscribe.
-    PriceSnapshot(PriceBody),
+    /// A symbol's full price on subscribe, and its stream.
+    PriceSnapshot(PriceSnapshot),
     /// A streamed price change.
     PriceUpdate(PriceBody),
     /// Owned [`SnapshotRequest`](super::SnapshotRequest).
@@ -218,6 +218,15 @@ impl Message<'_> {
 }
 
 impl OwnedMessage {
+    /// The price of a PriceSnapshot or a PriceUpdate.
+    pub fn price_body(&self) -> Option<&PriceBody> {
+        match self {
+            OwnedMessage::PriceSnapshot(s) => Some(&s.body),
+            OwnedMessage::PriceUpdate(b) => Some(b),
+            _ => None,
+        }
+    }
+
     /// Encodes the message; see the `encode_*` functions.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         use OwnedMessage as O;
@@ -273,8 +282,8 @@ impl OwnedMessage {
                 request_id,
                 results,
             } => encode_subscribe_response(buf, *request_id, results),
-            O::PriceSnapshot(b) => try_encode_price(buf, PriceKind::Snapshot, b),
-            O::PriceUpdate(b) => try_encode_price(buf, PriceKind::Update, b),
+            O::PriceSnapshot(s) => try_encode_price(buf, PriceKind::Snapshot, &s.body, s.stream_id),
+            O::PriceUpdate(b) => try_encode_price(buf, PriceKind::Update, b, 0),
             O::SnapshotRequest {
                 request_id,
                 budget_us,

@@ -31,6 +31,18 @@ pub struct BlockSpec {
     pub fields: &'static [FieldInfo],
 }
 
+impl BlockSpec {
+    /// The length of the block's first-version fields (those without a
+    /// `since_version`): the shortest block a decoder accepts.
+    pub fn block_length_min(&self) -> u16 {
+        self.fields
+            .iter()
+            .filter(|f| f.since_version == 0)
+            .map(|f| f.size as u16)
+            .sum()
+    }
+}
+
 const fn block<B: Block>() -> BlockSpec {
     BlockSpec {
         block_length: B::BLOCK_LENGTH,
@@ -164,7 +176,7 @@ pub const MESSAGES: &[MessageSpec] = &[
         "PriceSnapshot",
         template::PRICE_SNAPSHOT,
         Server,
-        block::<PriceBody>(),
+        block::<PriceSnapshot>(),
     ),
     msg(
         "PriceUpdate",

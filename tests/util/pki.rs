@@ -84,8 +84,11 @@ impl ServerFiles {
 
     /// Replaces the files with a new leaf signed by `ca`.
     pub fn replace(&self, ca: &Ca) {
+        use std::os::unix::fs::PermissionsExt;
         let (chain, key) = ca.leaf(&["127.0.0.1", "localhost"], false);
         write_atomic(&self.key, &key);
+        // A private key readable by others draws a start-up warning.
+        std::fs::set_permissions(&self.key, std::fs::Permissions::from_mode(0o600)).unwrap();
         write_atomic(&self.cert, &chain);
     }
 }

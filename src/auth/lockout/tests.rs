@@ -158,3 +158,137 @@ fn the_default_policies_lock_grow_cap_and_forget_as_documented() {
     assert_eq!(LockoutPolicy::ADDRESS.capacity, 16_384);
     assert_eq!(LockoutPolicy::ACCOUNT.capacity, 4_096);
 }
+
+#[test]
+fn reservations_hold_the_budget_before_the_verdicts() {
+    let mut t = Lockout::new(policy(), 8);
+    // Five guesses under way at once take the whole budget: a sixth is
+    // refused before any failed, with the first lock as retry-after.
+    for _ in 0..5 {
+        assert_eq!(t.reserve(3, S), Ok(()));
+    }
+    assert_eq!(t.reserve(3, S), Err(1_000));
+    assert_eq!(t.pending(3), 5);
+    // One is never checked (given back): room for one more.
+    t.release(3);
+    assert_eq!(t.reserve(3, S), Ok(()));
+    for n in 0..5 {
+        let f = t.confirm(3, S);
+        assert_eq!(matches!(f, Failed::Locked(_)), n == 4, "{n}: {f:?}");
+    }
+    assert_eq!(t.pending(3), 0);
+    assert!(t.reserve(3, S).is_err(), "locked");
+}
+
+#[test]
+fn a_success_keeps_other_guesses_reserved_and_a_pending_slot_is_never_evicted() {
+    let mut t = Lockout::new(policy(), 9);
+    assert_eq!(t.reserve(3, S), Ok(()));
+    assert_eq!(t.reserve(3, S), Ok(()));
+    t.release(3);
+    t.success(3);
+    assert_eq!(t.pending(3), 1, "the other guess is still being checked");
+    // A flood of other keys cannot push the reserved slot out.
+    for k in 1_000..11_000u64 {
+        t.failure(k, S);
+    }
+    assert_eq!(t.pending(3), 1);
+    assert!(matches!(t.confirm(3, S), Failed::Counted));
+    assert_eq!(t.pending(3), 0);
+}
+
+#[test]
+fn a_set_whose_slots_all_have_reservations_refuses_new_keys() {
+    let mut t = Lockout::new(
+        LockoutPolicy {
+            capacity: WAYS,
+            ..policy()
+        },
+        10,
+    );
+    for k in 1..=WAYS as u64 {
+        assert_eq!(t.reserve(k, S), Ok(()));
+    }
+    assert_eq!(t.reserve(99, S), Err(1_000), "fail closed");
+    t.release(1);
+    assert_eq!(t.reserve(99, S), Ok(()));
+}
+
+/// One step of the reservation model.
+#[derive(Debug, Clone)]
+enum Step {
+    Reserve(u64),
+    /// Settle the n-th pending guess (mod their number): fail, match or
+    /// release.
+    Settle(usize, u8),
+    Advance(u64),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (1u64..4).prop_map(Step::Reserve),
+        4 => (any::<usize>(), 0u8..3).prop_map(|(n, how)| Step::Settle(n, how)),
+        // At most 300 steps of 100 ms: locks (1-8 s) end, the 60-s window
+        // and the 600-s forget time do not, so the model's cap stays
+        // `threshold` before the first lock and 1 after.
+        1 => (0u64..100).prop_map(|ms| Step::Advance(ms * MS)),
+    ]
+}
+
+proptest::proptest! {
+    /// Over any interleaving of guesses reserved, settled and time moving:
+    /// per key, failures in the window plus pending reservations never
+    /// exceed the threshold (1 after a strike); no reservation is granted
+    /// while locked; and between two moments the key is unlocked, at most
+    /// `threshold` failed guesses were checked before its first lock, one
+    /// between later locks.
+    #[test]
+    fn no_interleaving_checks_more_guesses_than_the_threshold(
+        steps in proptest::collection::vec(step(), 1..300),
+    ) {
+        let p = policy();
+        let mut t = Lockout::new(p, 11);
+        let mut now = S;
+        let mut pending: Vec<u64> = Vec::new();
+        // Per key: failed guesses since the key was last locked or clean.
+        let mut failed_since: std::collections::HashMap<u64, (u32, bool)> = Default::default();
+        for s in steps {
+            match s {
+                Step::Reserve(k) => {
+                    let locked = t.check(k, now).is_err();
+                    let granted = t.reserve(k, now).is_ok();
+                    proptest::prop_assert!(!(locked && granted));
+                    if granted {
+                        pending.push(k);
+                    }
+                }
+                Step::Settle(n, how) if !pending.is_empty() => {
+                    let k = pending.swap_remove(n % pending.len());
+                    match how {
+                        0 => {
+                            let e = failed_since.entry(k).or_default();
+                            e.0 += 1;
+                            let cap = if e.1 { 1 } else { p.threshold };
+                            proptest::prop_assert!(e.0 <= cap, "key {k}: {} failed guesses checked", e.0);
+                            if matches!(t.confirm(k, now), Failed::Locked(_)) {
+                                *e = (0, true);
+                            }
+                        }
+                        1 => {
+                            t.release(k);
+                            t.success(k);
+                            failed_since.insert(k, (0, false));
+                        }
+                        _ => t.release(k),
+                    }
+                }
+                Step::Settle(..) => {}
+                Step::Advance(ns) => now += ns,
+            }
+            for s in t.slots.iter().filter(|s| s.key != 0) {
+                proptest::prop_assert!(s.failures + u32::from(s.pending) <= threshold(s, &p));
+            }
+        }
+    }
+}

@@ -417,7 +417,7 @@ impl Client {
         self.st.out.clear();
         self.stats.connected.set(0);
         self.stats.disconnects.inc();
-        tracing::warn!(server = %self.servers[self.current], reason = why, "NATS connection lost");
+        tracing::warn!(server = %crate::runtime::esc(&self.servers[self.current]), reason = %crate::runtime::esc(why), "NATS connection lost");
         self.attempt = 0;
         self.current = (self.current + 1) % self.servers.len();
         self.retry_at_ns =
@@ -435,10 +435,10 @@ impl Client {
         match self.open(i, ATTEMPT_TIMEOUT) {
             Ok(()) => {
                 self.stats.mark_reconnected();
-                tracing::info!(server = %self.servers[i], "NATS connection restored");
+                tracing::info!(server = %crate::runtime::esc(&self.servers[i]), "NATS connection restored");
             }
             Err(e) => {
-                tracing::debug!(server = %self.servers[i], error = %e, "NATS reconnect failed");
+                tracing::debug!(server = %crate::runtime::esc(&self.servers[i]), error = %crate::runtime::esc(&e), "NATS reconnect failed");
                 self.attempt += 1;
                 self.current = (i + 1) % self.servers.len();
                 let delay = reconnect_delay(self.attempt, &mut self.rng);

@@ -238,7 +238,7 @@ impl Session {
                 self.info(json, servers, crate::bus::SERVERS_MAX);
             }
             Op::Err(reason) => {
-                tracing::warn!(reason = %String::from_utf8_lossy(reason), "NATS server error");
+                tracing::warn!(reason = %crate::runtime::esc_bytes(reason), "NATS server error");
             }
             Op::Msg(m) if m.sid == INBOX_SID => {
                 let id = m

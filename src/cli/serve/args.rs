@@ -408,6 +408,8 @@ impl ServeArgs {
     /// Loads the config file (or the built-in default) and applies the
     /// flags that override it.
     pub fn load_config(&self) -> Result<Config, String> {
+        // Stored hashes are checked against the cost window as they load.
+        crate::auth::hash::set_cost_window(self.gateway.auth.cost_window()?);
         let mut config = match &self.config {
             Some(p) => Config::load(p, self.providers),
             None => crate::config::ConfigFile::default().resolve(self.providers),

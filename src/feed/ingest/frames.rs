@@ -195,10 +195,17 @@ pub(super) fn handle(frame: &[u8], mut peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool
 /// A provider's token check: decided here, or (a hashed token without a
 /// cached verification) for the verifier thread.
 enum TokenCheck {
-    Ok,
-    Bad,
+    /// A verification of the same token is cached.
+    Cached,
+    /// Compared in place (a clear token, in constant time): whether it
+    /// matched.
+    Compared(bool),
     Verify,
 }
+
+/// A provider token's verdict: `Ok` if it matched, else the LogonRejected
+/// reason and retry-after.
+pub(super) type TokenVerdict = Result<(), (LogonRejectReason, u32)>;
 
 /// The shared `--ingest-token` logs a provider on only on a loopback
 /// listener, compared in constant time.
@@ -215,24 +222,21 @@ fn shared_token_accepted(listen: std::net::SocketAddr, expected: &str, presented
 /// the network only a provider's own hashed token logs on.
 fn provider_token(l: &wire::ProviderLogon<'_>, id: usize, cx: &Ctx<'_>) -> TokenCheck {
     let Some(p) = cx.table.providers().get(id) else {
-        return TokenCheck::Bad;
+        return TokenCheck::Compared(false);
     };
-    let ok = if p.kind != ProviderKind::Ingest || p.token.is_empty() {
-        shared_token_accepted(cx.cfg.listen, &cx.cfg.default_token, l.token)
+    if p.kind != ProviderKind::Ingest || p.token.is_empty() {
+        let ok = shared_token_accepted(cx.cfg.listen, &cx.cfg.default_token, l.token);
+        TokenCheck::Compared(ok)
     } else if !crate::auth::hash::is_hash(&p.token) {
-        crate::auth::hash::verify(&p.token, l.token) // clear (loopback demo)
+        // A clear token (loopback demo).
+        TokenCheck::Compared(crate::auth::hash::verify(&p.token, l.token))
     } else if cx
         .auth
         .cached(&provider_key(id), &p.token, l.token, cx.now_ns)
     {
-        true
+        TokenCheck::Cached
     } else {
-        return TokenCheck::Verify;
-    };
-    if ok {
-        TokenCheck::Ok
-    } else {
-        TokenCheck::Bad
+        TokenCheck::Verify
     }
 }
 
@@ -252,6 +256,7 @@ fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
 }
 
 fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
+    crate::runtime::drill::connection_point(l.token, "ProviderLogon");
     let id = usize::from(l.provider_id);
     let (ip, now) = (peer.ip, cx.now_ns);
     if let Err(retry) = cx.auth.check_address(ip, now) {
@@ -263,51 +268,67 @@ fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool 
         reply(peer.out, |b| wire::encode_logon_rejected(b, &m));
         return true;
     }
-    let ok = match provider_token(l, id, cx) {
-        TokenCheck::Ok => true,
-        TokenCheck::Bad => false,
+    let verdict = match provider_token(l, id, cx) {
+        TokenCheck::Cached => Ok(()),
+        // Reserved and settled at once: the comparison takes microseconds.
+        TokenCheck::Compared(ok) => {
+            match cx
+                .auth
+                .judge(ip, &l.provider_id.to_le_bytes(), true, now, || ok)
+            {
+                Ok(true) => Ok(()),
+                Ok(false) => Err((LogonRejectReason::AUTH, FEED_RETRY_AFTER_MS)),
+                Err(retry) => Err((LogonRejectReason::RATE_LIMITED, retry)),
+            }
+        }
         TokenCheck::Verify => {
             *cx.verify = Some((l.provider_id, l.token.to_vec()));
             return false;
         }
     };
-    if !ok {
-        cx.auth.failed(ip, &l.provider_id.to_le_bytes(), true, now);
-    }
-    logon_decided(l.provider_id, ok, peer, cx)
+    logon_decided(l.provider_id, verdict, peer, cx)
 }
 
 /// The rest of a ProviderLogon once its token is judged (here, or by the
 /// verifier): the one-session-per-id rule and the answer. Returns
 /// whether to close.
-pub(super) fn logon_decided(provider_id: u16, ok: bool, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
+pub(super) fn logon_decided(
+    provider_id: u16,
+    verdict: TokenVerdict,
+    peer: Peer<'_>,
+    cx: &mut Ctx<'_>,
+) -> bool {
     let id = usize::from(provider_id);
-    let reason = if !ok {
-        Some(LogonRejectReason::AUTH)
-    } else if cx.held.get(id).copied().unwrap_or(true) {
-        // One session per provider id: two would interleave one feed.
-        cx.stats.logons_duplicate.fetch_add(1, Ordering::Relaxed);
-        Some(LogonRejectReason::SESSION_LIMIT)
-    } else {
-        None
+    let refused = match verdict {
+        Err(refusal) => Some(refusal),
+        Ok(()) if cx.held.get(id).copied().unwrap_or(true) => {
+            // One session per provider id: two would interleave one feed.
+            cx.stats.logons_duplicate.fetch_add(1, Ordering::Relaxed);
+            Some((LogonRejectReason::SESSION_LIMIT, FEED_RETRY_AFTER_MS))
+        }
+        Ok(()) => None,
     };
-    if let Some(reason) = reason {
+    if let Some((reason, retry_after_ms)) = refused {
         cx.stats.logons_rejected.fetch_add(1, Ordering::Relaxed);
         let m = LogonRejected {
             reason,
-            retry_after_ms: FEED_RETRY_AFTER_MS,
+            retry_after_ms,
         };
         reply(peer.out, |b| wire::encode_logon_rejected(b, &m));
         return true;
     }
-    cx.held[id] = true;
+    // The bridge names its id before the id is marked held: a fault
+    // between the two cannot leave an id held by no bridge.
     *peer.provider = Some(provider_id);
+    cx.held[id] = true;
     cx.stats.logons_accepted.fetch_add(1, Ordering::Relaxed);
     let m = LogonAccepted {
         session_id: u64::from(provider_id),
         heartbeat_interval_ms: PROVIDER_HEARTBEAT_MS,
         server_time_ns: wall_ns(),
         default_tier: 0,
+        // A provider session carries no prices to it.
+        stream_id: 0,
     };
     reply(peer.out, |b| wire::encode_logon_accepted(b, &m));
     false

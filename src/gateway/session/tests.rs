@@ -239,6 +239,7 @@ fn admitted() -> Admitted {
         acct: account(),
         session_id: 42,
         server_time_ns: 99,
+        stream_id: 7,
     }
 }
 

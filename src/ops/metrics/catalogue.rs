@@ -237,6 +237,10 @@ pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 /// Connections closed because they stayed above the outbound high-water mark
 /// too long (counter, by `shard`).
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+/// Connections closed because their processing panicked and the panic
+/// was contained at the connection's boundary (counter, by `listener`,
+/// `stage`).
+pub const CONNECTION_FAULTS: &str = "pricewire_connection_faults_total";
 /// Logons refused for their credentials, subscriber or provider (counter,
 /// by `listener`, `reason`).
 pub const LOGON_FAILURES: &str = "pricewire_logon_failures_total";
@@ -248,6 +252,9 @@ pub const LOCKOUTS: &str = "pricewire_lockouts_total";
 /// Addresses or accounts locked out at scrape time (gauge, by `listener`,
 /// `scope`).
 pub const LOCKOUTS_ACTIVE: &str = "pricewire_lockouts_active";
+/// Stored argon2id hashes refused for asking more than the cost window
+/// (counter).
+pub const ARGON2_COST_REFUSED: &str = "pricewire_argon2_cost_refused_total";
 /// Requests waiting in the bounded request queue (gauge).
 pub const REQUEST_QUEUE_DEPTH: &str = "pricewire_request_queue_depth";
 /// Configured capacity of the request queue (gauge).
@@ -309,6 +316,9 @@ pub const RECORDER_BUFFERED_TICKS: &str = "pricewire_recorder_buffered_ticks";
 /// 1 for the process lifecycle state (starting, serving, draining, stopped), 0
 /// for the others (gauge, by `state`).
 pub const HEALTH_STATE: &str = "pricewire_health_state";
+/// 1 for each supervised stage thread running, 0 for one that died (the
+/// process exits within `--stage-exit-grace-ms`); gauge, by `stage`.
+pub const STAGE_UP: &str = "pricewire_stage_up";
 /// Start-up delay this instance chose (slot times step, capped, plus jitter) (gauge).
 pub const START_STAGGER: &str = "pricewire_start_stagger_seconds";
 /// Requests answered by the ops listener, by path and status code (counter, by
@@ -341,6 +351,30 @@ pub const THREAD_NAMES: &[&str] = &[
     "pw-provauthN",
     "pw-requestN",
     "pw-shardN",
+    "pw-supervise",
+];
+/// Every stage thread the supervisor may list in [`STAGE_UP`] (digit runs
+/// written `N`, a feed's source name after `pw-feedN-`): which run depends
+/// on the configuration (`pw-engine` and `pw-ingest` with `--threading
+/// dedicated`, `pw-bus` on a bus core or edge, `recorder` with
+/// `--record`, `refdata-refresh` with `--redis`, `ops-reload` with TLS).
+pub const STAGE_NAMES: &[&str] = &[
+    "ops-accept",
+    "ops-http-N",
+    "ops-reload",
+    "ops-signals",
+    "pw-acceptor",
+    "pw-authN",
+    "pw-bus",
+    "pw-dispatch",
+    "pw-engine",
+    "pw-feedN-",
+    "pw-ingest",
+    "pw-provauthN",
+    "pw-requestN",
+    "pw-shardN",
+    "recorder",
+    "refdata-refresh",
 ];
 /// Times the allocator's free memory was returned to the kernel after
 /// connections left (counter).
@@ -431,6 +465,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // PROXY protocol v2 (serve --proxy-protocol)
     counter(PROXY_HEADERS, &["command"], "connections", "gateway",
         "PROXY v2 headers accepted on the subscriber listener, by command (proxy: the header's source is the client; local: a balancer health check keeps the balancer's address)"),
+    counter(CONNECTION_FAULTS, &["listener", "stage"], "connections", "runtime::contain",
+        "Connections closed because their processing panicked, contained at the connection's boundary (the stage and every other connection go on), by listener (subscriber, feed, ops) and stage (acceptor, shard, ingest, ops-http); each is logged at error level, thinned"),
     counter(PROXY_HEADER_FAILURES, &["reason"], "connections", "gateway",
         "Subscriber connections closed at the PROXY v2 header, by reason (bad_signature, v1_unsupported, bad_version, bad_command, bad_address, too_long, timeout, peer_closed, untrusted, overflow)"),
     // TLS (serve --tls-cert)
@@ -446,11 +482,13 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(LOGON_FAILURES, &["listener", "reason"], "logons", "auth",
         "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy)"),
     counter(LOGON_VERIFICATIONS, &["listener", "path"], "logons", "auth",
-        "Tokens checked, by listener and path (verifier: on a verifier thread, by argon2id or by a verification of the same token that finished while it waited; cache: a recent verification of the same token reused)"),
+        "Tokens checked, by listener and path (verifier: argon2id run on a verifier thread; cache: a recent verification of the same token reused, at the shard or on the verifier thread for a logon queued behind it)"),
     counter(LOCKOUTS, &["listener", "scope"], "lockouts", "auth",
         "Brute-force lockouts started, by listener and scope (address, account; the feed listener locks addresses only)"),
     gauge(LOCKOUTS_ACTIVE, &["listener", "scope"], "keys", "auth",
         "Addresses or accounts locked out at scrape time, by listener and scope"),
+    counter(ARGON2_COST_REFUSED, &[], "hashes", "auth",
+        "Stored argon2id hashes (Redis account records, config tokens) refused for asking more memory, passes or lanes than --argon2-max-*: the record is invalid, never run through argon2; counted per check (each fetch of a record)"),
     // bus (serve --role core|edge)
     counter(BUS_MESSAGES, &["event"], "messages", "bus",
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
@@ -517,6 +555,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // ops
     gauge(HEALTH_STATE, &["state"], "boolean", "ops",
         "1 for the process lifecycle state (starting, serving, draining, stopped), 0 for the others"),
+    gauge(STAGE_UP, &["stage"], "boolean", "runtime::supervise",
+        "1 for each supervised stage thread that runs, 0 for one that died (then /livez fails and the process exits 70 after --stage-exit-grace-ms)"),
     gauge(START_STAGGER, &[], "seconds", "ops",
         "Start-up delay this instance chose (slot times step, capped, plus jitter)"),
     counter(OPS_HTTP_REQUESTS, &["path", "code"], "requests", "ops",

@@ -53,8 +53,14 @@ fn a_shard_that_stalls_still_gets_one_answer_or_reject_per_request() {
     cfg.queue.account_rate_per_s = 1_000_000;
     cfg.queue.account_burst = 1_000_000;
     let overload = Arc::new(OverloadStats::new());
-    let (svc, mut ports) =
-        RequestService::start(cfg, sources(), vec![Doorbell::new()], overload.clone()).unwrap();
+    let (svc, mut ports) = RequestService::start(
+        cfg,
+        sources(),
+        vec![Doorbell::new()],
+        overload.clone(),
+        &Default::default(),
+    )
+    .unwrap();
     let port = &mut ports[0];
     const N: u64 = 5_000;
     let mut next = 0;

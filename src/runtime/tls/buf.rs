@@ -82,6 +82,19 @@ impl Bytes {
         }
     }
 
+    /// Gives back what [`Bytes::reserve`] grew past `len` bytes, keeping
+    /// the filled part (which must fit); allocates when it shrinks.
+    pub(crate) fn shrink_to(&mut self, len: usize) {
+        if self.buf.len() <= len || self.len() > len {
+            return;
+        }
+        let mut buf = vec![0; len];
+        buf[..self.len()].copy_from_slice(self.filled());
+        self.end = self.len();
+        self.start = 0;
+        self.buf = buf;
+    }
+
     /// Reads once from `r` into the spare bytes: `Ok(0)` is end of stream.
     pub(crate) fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
         let spare = self.spare_mut();

@@ -23,13 +23,30 @@ use mio::{Interest, Registry, Token};
 use rustls::server::UnbufferedServerConnection;
 
 use super::buf::Bytes;
-use super::handshake::{self, Driven, Parts};
+use super::handshake::{self, Driven, Handshake, Parts};
 use super::record::MAX_RECORD;
 use super::traffic::{Opened, Traffic};
 use super::{HandshakeFailure, TlsStats, TLS_SEND_BUFFER_BYTES};
 
 /// Records carrying no application data one `read` opens at most.
 const EMPTY_RECORDS_PER_READ: u32 = 64;
+/// How long a refused handshake waits for the peer to close after our
+/// alert and FIN (counted from the first sweep that sees it).
+pub const LINGER_MS: u64 = 1_000;
+/// Input dropped while waiting for the peer to close; past it the
+/// connection is closed at once.
+pub const LINGER_DISCARD_BYTES: usize = 256 * 1024;
+
+/// The way out of a refused handshake ([`TlsLink::linger_read`]).
+#[derive(Debug, Default)]
+struct Linger {
+    /// Our write half is shut (after the alert).
+    shut: bool,
+    /// Input dropped so far.
+    discarded: usize,
+    /// Monotonic end of the wait, set by the first sweep after the refusal.
+    until_ns: Option<u64>,
+}
 
 /// A connection's transport.
 #[derive(Debug)]
@@ -43,8 +60,8 @@ pub enum Link {
 /// A server-side TLS session over a non-blocking socket.
 pub struct TlsLink {
     stream: TcpStream,
-    /// The handshake, until it completes (then `None`).
-    hs: Option<Box<UnbufferedServerConnection>>,
+    /// The handshake, until it completes or fails (then `None`).
+    hs: Option<Box<Handshake>>,
     /// The established session, once the handshake completed.
     traffic: Option<Box<Traffic>>,
     /// Encrypted bytes from the socket, not yet opened.
@@ -55,13 +72,12 @@ pub struct TlsLink {
     /// record's length.
     plain: std::ops::Range<usize>,
     record: usize,
-    /// Application data that arrived with the client's last handshake
-    /// flight (rustls hands it over as owned bytes).
-    early: Vec<u8>,
     /// Monotonic deadline of the handshake.
     deadline_ns: u64,
-    /// The handshake failed or expired: counted once, nothing more is read.
+    /// The handshake failed or expired: counted once, never driven again.
     failed: bool,
+    /// A refused handshake's way out (see [`Linger`]).
+    linger: Option<Linger>,
     /// The client's address when it is not the socket's peer (a PROXY
     /// header named it); logs use it.
     client: Option<std::net::SocketAddr>,
@@ -88,15 +104,15 @@ impl TlsLink {
     ) -> TlsLink {
         TlsLink {
             stream,
-            hs: Some(Box::new(conn)),
+            hs: Some(Box::new(Handshake::new(conn))),
             traffic: None,
             rx: Bytes::with_len(MAX_RECORD),
             tx: Bytes::with_len(TLS_SEND_BUFFER_BYTES),
             plain: 0..0,
             record: 0,
-            early: Vec::new(),
             deadline_ns,
             failed: false,
+            linger: None,
             client: None,
             listener,
             stats,
@@ -127,7 +143,7 @@ impl TlsLink {
         if n <= 16 || n.is_power_of_two() {
             let peer = self.client.or_else(|| self.stream.peer_addr().ok());
             tracing::warn!(listener = self.listener, ?peer, reason = why.label(),
-                count = n, detail = %detail, "TLS handshake failed");
+                count = n, detail = %crate::runtime::esc(detail), "TLS handshake failed");
         }
     }
 
@@ -149,9 +165,11 @@ impl TlsLink {
             tx: &mut self.tx,
         };
         match handshake::drive(&mut self.hs, &mut parts)? {
-            Driven::Done(traffic, early) => {
+            Driven::Done(traffic) => {
                 self.traffic = Some(traffic);
-                self.early = early;
+                // Grown for a long flight: back to one record (what is
+                // left in it is the peer's first traffic records).
+                self.rx.shrink_to(MAX_RECORD);
                 self.stats
                     .handshakes
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -165,24 +183,79 @@ impl TlsLink {
             }
             Driven::Failed(e) => {
                 self.fail(HandshakeFailure::of(&e), &e);
+                self.linger = Some(Linger::default());
                 Err(io::Error::new(io::ErrorKind::InvalidData, e))
+            }
+            Driven::Refused(why) => {
+                self.fail(HandshakeFailure::BadMessage, &why);
+                self.linger = Some(Linger::default());
+                Err(io::Error::new(io::ErrorKind::InvalidData, why))
+            }
+        }
+    }
+
+    /// A refused handshake: its alert goes out, then our FIN, and the
+    /// peer's input is read and dropped until it closes (`Ok(0)`), at most
+    /// [`LINGER_DISCARD_BYTES`] of it, and at most [`LINGER_MS`] (the
+    /// caller's sweep, [`Link::handshake_expired`]). Closing with unread
+    /// input would send a reset, and a reset can make the peer's stack
+    /// discard the alert it has not read yet.
+    fn linger_read(&mut self) -> io::Result<usize> {
+        if !self.push()? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let Some(l) = self.linger.as_mut() else {
+            return Err(io::ErrorKind::ConnectionAborted.into());
+        };
+        if !l.shut {
+            l.shut = true;
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        }
+        loop {
+            self.rx.consume(self.rx.len());
+            match self.rx.read_from(&mut self.stream) {
+                Ok(0) => return Ok(0),
+                Ok(n) => {
+                    l.discarded += n;
+                    if l.discarded > LINGER_DISCARD_BYTES {
+                        return Err(io::ErrorKind::ConnectionAborted.into());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After a record the session refused (its alert sealed), or once the
+    /// peer's close_notify is answered: our FIN after the alert, and the
+    /// input already here dropped (at most [`LINGER_DISCARD_BYTES`]), so
+    /// the caller's close does not turn into a reset that destroys it.
+    fn end_session(&mut self) {
+        let _ = self.push();
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        let mut left = LINGER_DISCARD_BYTES;
+        while left > 0 {
+            self.rx.consume(self.rx.len());
+            match self.rx.read_from(&mut self.stream) {
+                Ok(n) if n > 0 => left = left.saturating_sub(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => return,
             }
         }
     }
 
     fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.linger.is_some() {
+            return self.linger_read();
+        }
         if self.traffic.is_none() {
             match self.handshake() {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(_) if self.linger.is_some() => return self.linger_read(),
                 Err(e) => return Err(e),
             }
-        }
-        if !self.early.is_empty() {
-            let n = buf.len().min(self.early.len());
-            buf[..n].copy_from_slice(&self.early[..n]);
-            self.early.drain(..n);
-            return Ok(n);
         }
         // Records without data (empty, key updates, warnings) handled in
         // this call: past the bound the caller gets `Interrupted`. The
@@ -213,7 +286,7 @@ impl TlsLink {
                 Ok(opened) => opened,
                 Err(e) => {
                     // The fatal alert sealed for a refused record.
-                    let _ = self.push();
+                    self.end_session();
                     return Err(e);
                 }
             };
@@ -227,7 +300,12 @@ impl TlsLink {
                         self.record = len;
                     }
                 }
-                Some((Opened::Closed, _)) => return Ok(0),
+                Some((Opened::Closed, _)) => {
+                    // Answered with ours (RFC 8446 §6.1), then our FIN.
+                    t.close_notify(&mut self.tx);
+                    self.end_session();
+                    return Ok(0);
+                }
                 Some((Opened::Control, _)) => empty += 1,
                 None => match self.rx.read_from(&mut self.stream) {
                     Ok(0) => return Ok(0),
@@ -323,6 +401,10 @@ impl Link {
         let Link::Tls(t) = self else {
             return false;
         };
+        if let Some(l) = t.linger.as_mut() {
+            let until = *l.until_ns.get_or_insert(now_ns + LINGER_MS * 1_000_000);
+            return now_ns >= until;
+        }
         if t.failed || !t.is_handshaking() || now_ns < t.deadline_ns {
             return false;
         }

@@ -219,7 +219,7 @@ impl<S: Schedule> Traffic<S> {
 
     /// Seals a fatal alert once, in place of any later close_notify (best
     /// effort, as close_notify).
-    fn fatal_alert(&mut self, desc: u8, out: &mut Bytes) {
+    pub(crate) fn fatal_alert(&mut self, desc: u8, out: &mut Bytes) {
         if !self.close_sent {
             self.close_sent = true;
             let _ = self.seal_control(ALERT, &[2, desc], out);

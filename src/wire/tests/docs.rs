@@ -25,6 +25,8 @@ fn name(s: &str) -> Name16 {
 
 /// 2026-11-29 10:00:00 UTC in ns, the timestamp used in all examples.
 const T0_NS: u64 = 1_764_410_400_000_000_000;
+/// The stream id of the examples: any nonzero value a server picked.
+const EXAMPLE_STREAM_ID: u64 = 0x7a3f_9c21_5e80_d4b6;
 
 /// The worked examples of the protocol document, from the real encoders.
 /// They tell one story on the built-in configuration (`pricewire serve`
@@ -66,6 +68,7 @@ fn session_examples() -> Vec<(&'static str, Vec<u8>)> {
         heartbeat_interval_ms: 1000,
         server_time_ns: T0_NS,
         default_tier: 1,
+        stream_id: EXAMPLE_STREAM_ID,
     };
     let rejected = LogonRejected {
         reason: LogonRejectReason::BUSY,
@@ -121,11 +124,11 @@ fn subscribe_examples() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "price_snapshot",
-            frame(|b| try_encode_price(b, PriceKind::Snapshot, &eurusd())),
+            frame(|b| try_encode_price(b, PriceKind::Snapshot, &eurusd(), EXAMPLE_STREAM_ID)),
         ),
         (
             "price_update",
-            frame(|b| try_encode_price(b, PriceKind::Update, &update)),
+            frame(|b| try_encode_price(b, PriceKind::Update, &update, 0)),
         ),
         (
             "unsubscribe",
@@ -254,7 +257,10 @@ fn block_table(spec: &BlockSpec, offset_label: &str) -> String {
         format!("| {offset_label} | Field | Type | Size | Meaning |\n|---:|---|---|---:|---|\n");
     let mut off = 0;
     for f in spec.fields {
-        let doc = f.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut doc = f.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        if f.since_version > 0 {
+            doc = format!("*Since version {}.* {doc}", f.since_version);
+        }
         let ty = match f.sbe_type {
             "Name16" | "BooleanType" => format!("[{}](#1-conventions)", f.sbe_type),
             t if t.starts_with(char::is_uppercase) => format!("[{t}](#{})", t.to_lowercase()),
@@ -282,6 +288,12 @@ fn layout(msg: &crate::wire::spec::MessageSpec) -> String {
             "Root block (blockLength {}), offsets from the end of the SBE header (frame offset 14):\n\n",
             msg.root.block_length
         );
+        let first = msg.root.block_length_min();
+        if first < msg.root.block_length {
+            out += &format!(
+                "A sender of an earlier version sends the block up to offset {first} (blockLength {first}); the later fields are then absent and read as 0.\n\n"
+            );
+        }
         out += &block_table(&msg.root, "Offset");
     }
     for g in msg.groups {
@@ -435,4 +447,36 @@ fn every_example_decodes_and_every_message_has_a_layout() {
             .count(),
         MESSAGES.len()
     );
+}
+
+const SEEDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/frame_decoder");
+
+/// The examples whose layout this version changed, as fuzz seeds.
+const SEEDS_OF_THIS_VERSION: [&str; 2] = ["logon_accepted", "price_snapshot"];
+
+#[test]
+fn fuzz_seeds_decode_and_include_this_version_s_layouts() {
+    let examples = examples();
+    for name in SEEDS_OF_THIS_VERSION {
+        let path = format!("{SEEDS_DIR}/{name}_v{VERSION}.bin");
+        let (_, frame) = examples.iter().find(|(n, _)| *n == name).expect("example");
+        if std::env::var_os("PRICEWIRE_BLESS").is_some() {
+            std::fs::write(&path, frame).expect("write a fuzz seed");
+        }
+        let seed =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}; bless to write it"));
+        assert_eq!(&seed, frame, "{path} is not this version's {name}");
+    }
+    for entry in std::fs::read_dir(SEEDS_DIR).expect("seeds") {
+        let path = entry.expect("seed").path();
+        let bytes = std::fs::read(&path).expect("seed bytes");
+        let decoded = decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // The fuzz target re-encodes what decodes into frame + 256 bytes.
+        let mut out = vec![0u8; bytes.len() + 256];
+        let n = decoded.encode(&mut out).expect("re-encodes");
+        assert_eq!(
+            decode(&out[..n]).map(|m| m.to_owned_message()),
+            Ok(decoded.to_owned_message())
+        );
+    }
 }

@@ -44,27 +44,162 @@ fn with_len(mut frame: Vec<u8>, len: usize) -> Vec<u8> {
     frame
 }
 
+/// The tests' stream id.
+const STREAM: u64 = 0x1234_5678_9abc_def0;
+
+fn snapshot(body: PriceBody) -> PriceSnapshot {
+    PriceSnapshot {
+        body,
+        stream_id: STREAM,
+    }
+}
+
 #[test]
 fn price_update_round_trips_through_the_fast_path() {
-    let mut slot = [0u8; PRICE_FRAME_LEN];
-    for kind in [PriceKind::Snapshot, PriceKind::Update] {
-        let n = encode_price(&mut slot, kind, &sample_price());
-        assert_eq!(n, 76);
-        assert_eq!(split(&slot), Ok(Some(76)));
+    let mut slot = [0u8; PRICE_SLOT_LEN];
+    for (kind, len) in [(PriceKind::Snapshot, 84), (PriceKind::Update, 76)] {
+        let n = encode_price(&mut slot, kind, &sample_price(), STREAM);
+        assert_eq!(n, len);
+        assert_eq!(split(&slot[..n]), Ok(Some(len)));
         let expected = match kind {
-            PriceKind::Snapshot => Message::PriceSnapshot(sample_price()),
+            PriceKind::Snapshot => Message::PriceSnapshot(snapshot(sample_price())),
             PriceKind::Update => Message::PriceUpdate(sample_price()),
         };
-        assert_eq!(decode(&slot), Ok(expected));
+        assert_eq!(decode(&slot[..n]), Ok(expected));
     }
+}
+
+#[test]
+fn an_update_restated_as_a_snapshot_is_the_snapshot_encoder_s_frame() {
+    let mut update = [0u8; PRICE_FRAME_LEN];
+    encode_update(&mut update, &sample_price());
+    let mut restated = [0u8; SNAPSHOT_FRAME_LEN];
+    assert_eq!(update_to_snapshot(&update, STREAM, &mut restated), 84);
+    let mut direct = [0u8; SNAPSHOT_FRAME_LEN];
+    encode_snapshot(&mut direct, &sample_price(), STREAM);
+    assert_eq!(restated, direct);
+    assert_eq!(update_to_snapshot(&update[..75], STREAM, &mut restated), 0);
+    assert_eq!(update_to_snapshot(&update, STREAM, &mut restated[..83]), 0);
+}
+
+#[test]
+fn version_2_logon_accepted_and_snapshot_decode_with_no_stream_id() {
+    // What a version-2 server sent: the blocks end before streamId.
+    let accepted = LogonAccepted {
+        session_id: 5,
+        heartbeat_interval_ms: 1_000,
+        server_time_ns: 7,
+        default_tier: 1,
+        stream_id: STREAM,
+    };
+    let v3 = encode_to_vec(|b| encode_logon_accepted(b, &accepted));
+    let mut v2 = with_len(v3[..HEADER_LEN + 21].to_vec(), HEADER_LEN + 21);
+    patch_header(&mut v2, 0, 21);
+    patch_header(&mut v2, 6, 2);
+    let want = LogonAccepted {
+        stream_id: 0,
+        ..accepted
+    };
+    assert_eq!(decode(&v2), Ok(Message::LogonAccepted(want)));
+    let mut slot = [0u8; SNAPSHOT_FRAME_LEN];
+    encode_snapshot(&mut slot, &sample_price(), STREAM);
+    let mut v2 = with_len(slot[..PRICE_FRAME_LEN].to_vec(), PRICE_FRAME_LEN);
+    patch_header(&mut v2, 0, PriceBody::BLOCK_LENGTH);
+    patch_header(&mut v2, 6, 2);
+    let want = PriceSnapshot {
+        body: sample_price(),
+        stream_id: 0,
+    };
+    assert_eq!(decode(&v2), Ok(Message::PriceSnapshot(want)));
+    // Shorter than version 1's block: malformed.
+    patch_header(&mut v2, 0, PriceBody::BLOCK_LENGTH - 1);
+    let mut short = with_len(v2[..PRICE_FRAME_LEN - 1].to_vec(), PRICE_FRAME_LEN - 1);
+    patch_header(&mut short, 0, PriceBody::BLOCK_LENGTH - 1);
+    assert!(matches!(
+        decode(&short),
+        Err(DecodeError::ShortBlock { required: 62, .. })
+    ));
+}
+
+/// A version-2 reader, as a third party wrote it from the version-2
+/// document: it knows LogonAccepted's 21 bytes and the 62-byte price body,
+/// reads the fields it knows at their offsets and skips to the end of the
+/// block by the header's blockLength.
+fn v2_reader(frame: &[u8]) -> (u16, u64, u64, usize) {
+    let le16 = |at: usize| u16::from_le_bytes([frame[at], frame[at + 1]]);
+    let le64 = |at: usize| u64::from_le_bytes(frame[at..at + 8].try_into().unwrap());
+    let (block_length, template) = (le16(6), le16(8));
+    let first = le64(HEADER_LEN);
+    let seq = if template == template::PRICE_SNAPSHOT {
+        le64(HEADER_LEN + 6)
+    } else {
+        0
+    };
+    (template, first, seq, HEADER_LEN + block_length as usize)
+}
+
+#[test]
+fn a_version_2_reader_reads_version_3_frames() {
+    let accepted = LogonAccepted {
+        session_id: 5,
+        heartbeat_interval_ms: 1_000,
+        server_time_ns: 7,
+        default_tier: 1,
+        stream_id: STREAM,
+    };
+    let mut bytes = encode_to_vec(|b| encode_logon_accepted(b, &accepted));
+    let mut slot = [0u8; SNAPSHOT_FRAME_LEN];
+    encode_snapshot(&mut slot, &sample_price(), STREAM);
+    bytes.extend_from_slice(&slot);
+    let (t, session_id, _, end) = v2_reader(&bytes);
+    assert_eq!((t, session_id, end), (template::LOGON_ACCEPTED, 5, 43));
+    // Nothing of the first version moved: the v2 fields at their offsets.
+    let Ok(Message::LogonAccepted(a)) = decode(&bytes[..end]) else {
+        panic!("not a LogonAccepted")
+    };
+    assert_eq!((a.heartbeat_interval_ms, a.default_tier), (1_000, 1));
+    let (t, _, seq, len) = v2_reader(&bytes[end..]);
+    assert_eq!((t, seq, len), (template::PRICE_SNAPSHOT, 42, 84));
+    assert_eq!(end + len, bytes.len(), "the reader lands on the next frame");
+}
+
+#[test]
+fn blocks_list_later_fields_after_the_first_version_s() {
+    for m in spec::MESSAGES {
+        let base: u16 = m
+            .root
+            .fields
+            .iter()
+            .filter(|f| f.since_version == 0)
+            .map(|f| f.size as u16)
+            .sum();
+        let first_later = m.root.fields.iter().position(|f| f.since_version > 0);
+        if let Some(i) = first_later {
+            assert!(
+                m.root.fields[i..].iter().all(|f| f.since_version > 0),
+                "{}",
+                m.name
+            );
+        }
+        assert!(base <= m.root.block_length, "{}", m.name);
+    }
+    assert_eq!(LogonAccepted::BLOCK_LENGTH_MIN, 21);
+    assert_eq!(LogonAccepted::BLOCK_LENGTH, 29);
+    assert_eq!(PriceSnapshot::BLOCK_LENGTH_MIN, 62);
+    assert_eq!(PriceSnapshot::BLOCK_LENGTH, 70);
+    assert_eq!(PriceBody::BLOCK_LENGTH_MIN, PriceBody::BLOCK_LENGTH);
 }
 
 #[test]
 fn fast_path_equals_generic_encoder() {
     let mut slot = [0u8; PRICE_FRAME_LEN];
-    encode_price(&mut slot, PriceKind::Update, &sample_price());
+    encode_update(&mut slot, &sample_price());
     let generic = encode_to_vec(|b| Message::PriceUpdate(sample_price()).encode(b));
     assert_eq!(&slot[..], &generic[..]);
+    let mut snap = [0u8; SNAPSHOT_FRAME_LEN];
+    encode_snapshot(&mut snap, &sample_price(), STREAM);
+    let generic = encode_to_vec(|b| Message::PriceSnapshot(snapshot(sample_price())).encode(b));
+    assert_eq!(&snap[..], &generic[..]);
     let header = decode_header(&slot).unwrap().0;
     assert_eq!(header.block_length, PriceBody::BLOCK_LENGTH);
     assert_eq!(header.template_id, template::PRICE_UPDATE);
@@ -83,6 +218,7 @@ fn model_price_converts_monotonic_engine_time_to_utc() {
         provider_time_ns: 1_764_410_000_000_000_000,
         engine_time_ns: 2_000,
         receive_time_ns: 1_000,
+        stream_id: STREAM,
         symbol: 4,
         tier: 2,
         flags: price_flags::STALE | price_flags::CONFLATED,
@@ -90,9 +226,14 @@ fn model_price_converts_monotonic_engine_time_to_utc() {
         _reserved: [0; 3],
     };
     let offset = wall_offset_ns(1_764_410_000_000_000_000, 1_000);
-    let mut slot = [0u8; PRICE_FRAME_LEN];
-    encode_model_price(&mut slot, PriceKind::Update, &price, 5, offset);
-    let Ok(Message::PriceUpdate(body)) = decode(&slot) else {
+    let mut slot = [0u8; PRICE_SLOT_LEN];
+    let n = encode_model_price(&mut slot, PriceKind::Snapshot, &price, 5, offset);
+    let Ok(Message::PriceSnapshot(PriceSnapshot { stream_id, .. })) = decode(&slot[..n]) else {
+        panic!("not a price snapshot")
+    };
+    assert_eq!(stream_id, STREAM, "a snapshot carries the price's stream");
+    let n = encode_model_price(&mut slot, PriceKind::Update, &price, 5, offset);
+    let Ok(Message::PriceUpdate(body)) = decode(&slot[..n]) else {
         panic!("not a price update")
     };
     assert_eq!(body.engine_time_ns, 1_764_410_000_000_001_000);
@@ -110,8 +251,13 @@ fn model_price_converts_monotonic_engine_time_to_utc() {
 fn try_encode_price_refuses_a_short_buffer() {
     let mut buf = [0u8; PRICE_FRAME_LEN - 1];
     assert_eq!(
-        try_encode_price(&mut buf, PriceKind::Update, &sample_price()),
+        try_encode_price(&mut buf, PriceKind::Update, &sample_price(), 0),
         Err(EncodeError::BufferTooSmall { capacity: 75 })
+    );
+    let mut buf = [0u8; SNAPSHOT_FRAME_LEN - 1];
+    assert_eq!(
+        try_encode_price(&mut buf, PriceKind::Snapshot, &sample_price(), STREAM),
+        Err(EncodeError::BufferTooSmall { capacity: 83 })
     );
 }
 
@@ -304,8 +450,8 @@ fn version_below_minimum_is_unsupported() {
 #[test]
 fn newer_version_with_a_longer_root_block_is_accepted() {
     let mut slot = [0u8; PRICE_FRAME_LEN];
-    encode_price(&mut slot, PriceKind::Update, &sample_price());
-    // A version-2 sender appends 6 bytes of new fields to the root block.
+    encode_update(&mut slot, &sample_price());
+    // A newer sender appends 6 bytes of new fields to the root block.
     let mut frame = with_len(slot.to_vec(), PRICE_FRAME_LEN + 6);
     frame[PRICE_FRAME_LEN..].copy_from_slice(&[0xAB; 6]);
     patch_header(&mut frame, 0, PriceBody::BLOCK_LENGTH + 6);
@@ -376,7 +522,7 @@ fn longer_group_entries_and_trailing_parts_are_skipped() {
 #[test]
 fn short_root_block_is_malformed() {
     let mut slot = [0u8; PRICE_FRAME_LEN];
-    encode_price(&mut slot, PriceKind::Update, &sample_price());
+    encode_update(&mut slot, &sample_price());
     let mut frame = with_len(slot.to_vec(), PRICE_FRAME_LEN - 1);
     patch_header(&mut frame, 0, PriceBody::BLOCK_LENGTH - 1);
     let err = decode(&frame).unwrap_err();

@@ -35,8 +35,19 @@ fn check_fields(context: &str, node: Node<'_, '_>, spec: &BlockSpec) {
         assert_eq!(attr(*x, "name"), camel_case(f.name), "{what}: name");
         assert_eq!(attr(*x, "type"), f.sbe_type, "{what}: type");
         assert_eq!(num(*x, "offset"), off, "{what}: offset");
+        let since = x
+            .attribute("sinceVersion")
+            .map_or(0, |v| v.parse().expect("number"));
+        assert_eq!(since, f.since_version, "{what}: sinceVersion");
         off += f.size as u64;
     }
+    // Fields a later version added come after every first-version field.
+    let base = spec.fields.iter().take_while(|f| f.since_version == 0);
+    let later = &spec.fields[base.clone().count()..];
+    assert!(
+        later.iter().all(|f| f.since_version > 0),
+        "{context}: a later field before a first-version one"
+    );
     assert_eq!(
         off,
         u64::from(spec.block_length),

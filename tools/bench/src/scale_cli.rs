@@ -1,5 +1,5 @@
 //! `--scenario bus-ratio` and `--scenario edge-capacity` from the command
-//! line: options into [`scale::ServeOpts`] and a [`RunSpec`], the results
+//! line: options into [`scale::ServeOpts`] and a [`RunSpec`](crate::run::RunSpec), the results
 //! printed and written to `--out` (`bus-ratio.jsonl`, `capacity.jsonl`,
 //! every run's row and distribution as for any run, and the servers'
 //! stderr in `logs/`).

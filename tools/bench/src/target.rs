@@ -11,9 +11,7 @@
 //! the caller's receive buffer and report how many bytes they consumed.
 
 use pricewire::model::price_flags;
-use pricewire::wire::{
-    self, Message, PriceBody, PriceKind, QuoteEntry, SymbolRef, PRICE_FRAME_LEN,
-};
+use pricewire::wire::{self, Message, PriceBody, QuoteEntry, SymbolRef, PRICE_FRAME_LEN};
 
 /// Bytes of the payload every target delivers (a PriceUpdate frame).
 pub const PAYLOAD_LEN: usize = PRICE_FRAME_LEN;
@@ -120,7 +118,7 @@ pub fn payload(t: &BenchTick) -> [u8; PAYLOAD_LEN] {
         ..PriceBody::default()
     };
     let mut out = [0u8; PAYLOAD_LEN];
-    let n = wire::encode_price(&mut out, PriceKind::Update, &body);
+    let n = wire::encode_update(&mut out, &body);
     debug_assert_eq!(n, PAYLOAD_LEN);
     out
 }
@@ -133,7 +131,7 @@ pub fn payload(t: &BenchTick) -> [u8; PAYLOAD_LEN] {
 fn delivery_of(frame: &[u8]) -> Option<Delivery> {
     let b = match wire::decode(frame) {
         Ok(Message::PriceUpdate(b)) => b,
-        Ok(Message::PriceSnapshot(b)) if b.flags & price_flags::CONFLATED != 0 => b,
+        Ok(Message::PriceSnapshot(s)) if s.body.flags & price_flags::CONFLATED != 0 => s.body,
         _ => return None,
     };
     Some(Delivery {
@@ -488,6 +486,7 @@ fn parse_nats(buf: &[u8]) -> Result<Option<(Event, usize)>, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pricewire::wire::PriceKind;
 
     fn tick() -> BenchTick {
         BenchTick {
@@ -523,11 +522,11 @@ mod tests {
             provider_time_ns: t.scheduled_ns,
             ..PriceBody::default()
         };
-        let mut out = [0u8; PAYLOAD_LEN];
-        let n = wire::encode_price(&mut out, PriceKind::Snapshot, &body);
+        let mut out = [0u8; wire::PRICE_SLOT_LEN];
+        let n = wire::encode_price(&mut out, PriceKind::Snapshot, &body, 1);
         assert_eq!(delivery_of(&out[..n]), None, "a subscribe snapshot");
         body.flags = price_flags::CONFLATED;
-        let n = wire::encode_price(&mut out, PriceKind::Snapshot, &body);
+        let n = wire::encode_price(&mut out, PriceKind::Snapshot, &body, 1);
         assert_eq!(delivery_of(&out[..n]), Some(want()));
     }
 

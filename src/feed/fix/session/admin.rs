@@ -72,11 +72,13 @@ impl FixSession {
         self.subscribe(now_ns, wall_ns);
     }
 
-    pub(super) fn on_logout(&mut self, now_ns: u64, wall_ns: u64) {
+    pub(super) fn on_logout(&mut self, hdr: &MsgHeader<'_>, now_ns: u64, wall_ns: u64) {
         if self.state == SessionState::LoggingOut {
             self.close_quietly();
             return;
         }
+        let text = crate::runtime::esc_bytes(hdr.text.unwrap_or_default());
+        tracing::warn!(provider = %self.cfg.name, %text, "FIX provider logged out unasked");
         self.stats.logouts_received.inc();
         self.stats.logouts_sent.inc();
         self.send(b"5", now_ns, wall_ns, |_| {});
@@ -119,8 +121,9 @@ impl FixSession {
         self.stats.md_rejects.inc();
         if let Some(i) = hdr.req_id.and_then(|id| self.req_index(id)) {
             self.books[i].rejected = true;
-            tracing::warn!(provider = %self.cfg.name, symbol = %self.cfg.symbols[i].provider_symbol,
-                "MarketDataRequest rejected");
+            let symbol = crate::runtime::esc(&self.cfg.symbols[i].provider_symbol);
+            let text = crate::runtime::esc_bytes(hdr.text.unwrap_or_default());
+            tracing::warn!(provider = %self.cfg.name, %symbol, %text, "MarketDataRequest rejected");
         }
         self.record(Outcome::Ignored, now_ns);
     }

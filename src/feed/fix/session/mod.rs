@@ -170,6 +170,8 @@ struct MsgHeader<'a> {
     gap_fill: bool,
     sender_comp_id: Option<&'a [u8]>,
     target_comp_id: Option<&'a [u8]>,
+    /// Text (58) of a Logout or MarketDataRequestReject: logged escaped.
+    text: Option<&'a [u8]>,
     /// BeginSeqNo (7) / EndSeqNo (16) of a ResendRequest.
     begin_seq_no: Option<u64>,
     end_seq_no: Option<u64>,
@@ -566,7 +568,7 @@ impl FixSession {
                 let id = hdr.test_req_id.unwrap_or(b"");
                 self.send(b"0", now_ns, wall_ns, |e| e.bytes(112, id));
             }
-            b"5" => self.on_logout(now_ns, wall_ns),
+            b"5" => self.on_logout(hdr, now_ns, wall_ns),
             b"2" => self.on_resend_request(hdr, now_ns, wall_ns),
             b"3" => {
                 // A session-level Reject of one of our messages: our own
@@ -762,6 +764,7 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
             16 => h.end_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             49 => h.sender_comp_id = Some(v),
             56 => h.target_comp_id = Some(v),
+            58 => h.text = Some(v),
             268 => break, // the repeating group: entries are read later
             _ => {}
         }

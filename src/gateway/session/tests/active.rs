@@ -63,6 +63,7 @@ fn a_server_only_message_is_unexpected() {
         heartbeat_interval_ms: 1,
         server_time_ns: 1,
         default_tier: 0,
+        stream_id: 1,
     };
     r.feed(&encode(|b| wire::encode_logon_accepted(b, &m)));
     let sent = r.sent();

@@ -91,6 +91,7 @@ fn unexpected_messages_count_as_bad_frames() {
         heartbeat_interval_ms: 1,
         server_time_ns: 1,
         default_tier: 0,
+        stream_id: 1,
     };
     let f = encode(|b| wire::encode_logon_accepted(b, &m));
     for _ in 0..4 {

@@ -28,6 +28,7 @@ fn an_accepted_logon_activates_the_session() {
         heartbeat_interval_ms: 1_000,
         server_time_ns: 99,
         default_tier: 2,
+        stream_id: 7,
     };
     assert_eq!(r.sent(), vec![Sent::Accepted(want)]);
     assert_eq!(GatewayStats::get(&r.stats.logons_accepted), 1);
