@@ -223,6 +223,9 @@ impl Acceptor {
         let stats = &self.shared.stats;
         GatewayStats::add(&stats.accepted, 1);
         let _ = stream.set_nodelay(true);
+        if self.shared.cfg.sndbuf_bytes > 0 {
+            let _ = crate::runtime::sys::set_send_buffer(&stream, self.shared.cfg.sndbuf_bytes);
+        }
         let decision = self
             .shared
             .admission

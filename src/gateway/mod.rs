@@ -32,6 +32,7 @@ mod conns;
 mod drain;
 mod fanout;
 mod faults;
+pub mod fresh;
 pub mod lag;
 mod lanes;
 mod logon;
@@ -44,6 +45,7 @@ pub(crate) mod proxy_wait;
 mod queries;
 mod reads;
 pub mod revoke;
+pub mod sendq;
 pub mod session;
 pub mod shard;
 mod slab;
@@ -121,6 +123,9 @@ pub struct GatewayConfig {
     pub high_water_bytes: usize,
     /// Hard capacity of a connection's outbound buffer, in bytes.
     pub out_cap_bytes: usize,
+    /// Kernel send buffer per connection (`SO_SNDBUF`), bytes; 0 = the
+    /// kernel's auto-tuning (see [`sendq`]).
+    pub sndbuf_bytes: usize,
     /// Above the high mark for longer than this → slow-consumer disconnect.
     pub slow_consumer_ms: u64,
     /// Heartbeat interval offered when the client asks for 0.
@@ -160,6 +165,9 @@ pub struct GatewayConfig {
     pub max_update_hz: u32,
     /// Loop lag (ms) above which a shard sheds (see [`lag`]); 0 = never.
     pub loop_lag_target_ms: u64,
+    /// The oldest a price may be (ms since this process received it) when
+    /// it is handed to a connection's socket (see [`fresh`]).
+    pub price_age_max_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     /// How an idle shard waits for prices and sockets (`--shard-wait`).
@@ -199,6 +207,7 @@ impl Default for GatewayConfig {
             low_water_bytes: outbound::LOW_WATER_BYTES_DEFAULT,
             high_water_bytes: outbound::HIGH_WATER_BYTES_DEFAULT,
             out_cap_bytes: outbound::OUT_CAP_BYTES_DEFAULT,
+            sndbuf_bytes: sendq::SNDBUF_BYTES_DEFAULT,
             slow_consumer_ms: 5_000,
             shard0_fill: 0,
             shard0_spill_permille: 0,
@@ -221,6 +230,7 @@ impl Default for GatewayConfig {
             bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
             loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
+            price_age_max_ms: fresh::PRICE_AGE_MAX_MS_DEFAULT,
             max_update_hz: 0,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
@@ -250,6 +260,7 @@ impl GatewayConfig {
         if self.out_cap_bytes < 4096 {
             return Err("--out-cap-bytes: at least 4096".into());
         }
+        sendq::check_sndbuf_bytes(self.sndbuf_bytes)?;
         if self.max_frame_bytes < 64 || self.max_frame_bytes > crate::wire::FRAME_LEN_MAX {
             return Err(format!(
                 "--max-frame-bytes: 64..={}",
@@ -278,6 +289,7 @@ impl GatewayConfig {
         if self.loop_lag_target_ms > 60_000 {
             return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }
+        fresh::check_price_age_max_ms(self.price_age_max_ms)?;
         crate::config::check_max_update_hz(self.max_update_hz)
             .map_err(|e| format!("--max-update-hz {e}"))?;
         if self.slow_consumer_ms == 0 {

@@ -229,6 +229,18 @@ fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), Ops
         &[("reason", &format!("slow_subscriber_shard{i}"))],
         move || d.conflated.get(),
     )?;
+    let e = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("stale_ring_shard{i}"))],
+        move || e.stale.get(),
+    )?;
+    let q = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("stale_queue_shard{i}"))],
+        move || q.stale_dropped.get(),
+    )?;
     Ok(())
 }
 
