@@ -171,6 +171,14 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::gateway::sendq::SNDBUF_BYTES_DEFAULT, value_name = "BYTES")]
     pub sndbuf_bytes: usize,
 
+    /// Descriptors kept free of subscriber connections (32..=65536): the
+    /// soft descriptor limit is raised to the hard one at start, and a
+    /// connection is refused with Disconnect(busy) once open connections
+    /// reach the limit less this reserve, which is left for the ops
+    /// listener, probes, scrapes, the bus, feeds and files.
+    #[arg(long, default_value_t = crate::gateway::FD_RESERVE_DEFAULT, value_name = "COUNT")]
+    pub fd_reserve: u64,
+
     /// Above the high water mark for longer than this → disconnected as a
     /// slow consumer, in milliseconds.
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
@@ -340,6 +348,7 @@ impl GatewayArgs {
             high_water_bytes: self.high_water_bytes,
             out_cap_bytes: self.out_cap_bytes,
             sndbuf_bytes: self.sndbuf_bytes,
+            fd_reserve: self.fd_reserve,
             slow_consumer_ms: self.slow_consumer_ms,
             loop_lag_target_ms: self.loop_lag_target_ms,
             price_age_max_ms: self.price_age_max_ms,

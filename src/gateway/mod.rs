@@ -32,6 +32,8 @@ mod conns;
 mod drain;
 mod fanout;
 mod faults;
+mod fdlimit;
+pub use fdlimit::FD_RESERVE_DEFAULT;
 pub mod fresh;
 pub mod lag;
 mod lanes;
@@ -126,6 +128,9 @@ pub struct GatewayConfig {
     /// Kernel send buffer per connection (`SO_SNDBUF`), bytes; 0 = the
     /// kernel's auto-tuning (see [`sendq`]).
     pub sndbuf_bytes: usize,
+    /// Descriptors kept free of subscriber connections (`--fd-reserve`):
+    /// the acceptor refuses busy at the descriptor limit less this.
+    pub fd_reserve: u64,
     /// Above the high mark for longer than this → slow-consumer disconnect.
     pub slow_consumer_ms: u64,
     /// Heartbeat interval offered when the client asks for 0.
@@ -208,6 +213,7 @@ impl Default for GatewayConfig {
             high_water_bytes: outbound::HIGH_WATER_BYTES_DEFAULT,
             out_cap_bytes: outbound::OUT_CAP_BYTES_DEFAULT,
             sndbuf_bytes: sendq::SNDBUF_BYTES_DEFAULT,
+            fd_reserve: fdlimit::FD_RESERVE_DEFAULT,
             slow_consumer_ms: 5_000,
             shard0_fill: 0,
             shard0_spill_permille: 0,
@@ -261,6 +267,7 @@ impl GatewayConfig {
             return Err("--out-cap-bytes: at least 4096".into());
         }
         sendq::check_sndbuf_bytes(self.sndbuf_bytes)?;
+        fdlimit::check_fd_reserve(self.fd_reserve)?;
         if self.max_frame_bytes < 64 || self.max_frame_bytes > crate::wire::FRAME_LEN_MAX {
             return Err(format!(
                 "--max-frame-bytes: 64..={}",
@@ -333,6 +340,9 @@ pub struct Shared {
     pub tls_refusals: tls_refusal::RefusalQueue,
     /// Watches the acceptor, the shards and the request threads.
     pub supervisor: Supervisor,
+    /// Open connections at which the acceptor refuses busy: the raised
+    /// descriptor limit less `--fd-reserve` (see `fdlimit.rs`).
+    pub connections_fd_max: u64,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -431,13 +441,17 @@ impl Gateway {
     ) -> std::io::Result<Gateway> {
         cfg.validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let shared = Self::shared(cfg, &deps)?;
+        let shared = Self::shared(cfg, &deps, inputs.len())?;
         Self::apply_account_limits(&shared);
         Self::start_shards(shared, inputs, deps)
     }
 
     /// The state every shard and the acceptor share.
-    fn shared(cfg: GatewayConfig, deps: &GatewayDeps) -> std::io::Result<Arc<Shared>> {
+    fn shared(
+        cfg: GatewayConfig,
+        deps: &GatewayDeps,
+        shards: usize,
+    ) -> std::io::Result<Arc<Shared>> {
         let overload = deps.overload.clone();
         let admission = Admission::new(
             cfg.admission.clone(),
@@ -448,7 +462,10 @@ impl Gateway {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let config = deps.config.clone();
         let limits = cfg.auth;
+        let capacity = (shards.max(1) * cfg.max_connections_per_shard) as u64;
+        let connections_fd_max = fdlimit::at_start(capacity, cfg.fd_reserve);
         let shared = Arc::new(Shared {
+            connections_fd_max,
             cfg,
             table: deps.table.clone(),
             admission: Mutex::new(admission),

@@ -13,6 +13,9 @@ pub struct GatewayStats {
     pub accepted: AtomicU64,
     /// Accepted, then refused by admission (Disconnect(busy)).
     pub refused: AtomicU64,
+    /// Accepted, then refused busy at the descriptor limit less the
+    /// reserve (`fdlimit.rs`).
+    pub refused_fd: AtomicU64,
     /// Connections currently open (any state).
     pub open: AtomicU64,
     /// Sessions currently logged on.

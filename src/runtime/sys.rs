@@ -110,6 +110,35 @@ fn socket_ioctl_int(fd: &impl AsRawFd, request: libc::c_ulong) -> io::Result<u64
     }
 }
 
+/// Raises the soft descriptor limit (`RLIMIT_NOFILE`) to the hard one
+/// (capped at 1 << 20 when the hard one is unlimited) and returns it.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a live rlimit the call writes.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let want = if lim.rlim_max == libc::RLIM_INFINITY {
+        1 << 20
+    } else {
+        lim.rlim_max
+    };
+    if lim.rlim_cur < want {
+        let raised = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a live rlimit the call reads.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = want;
+        }
+    }
+    Ok(lim.rlim_cur as u64)
+}
+
 /// `SO_LINGER {on, 0}`: close() discards unsent data and sends RST.
 pub fn set_linger_zero(stream: &TcpStream) -> io::Result<()> {
     let linger = libc::linger {
