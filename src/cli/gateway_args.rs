@@ -256,8 +256,8 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 16 * 1024, value_name = "BYTES")]
     pub max_frame_bytes: usize,
 
-    /// Connections per shard at most.
-    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    /// Connections per shard at most (two shards: a 100,000-terminal edge).
+    #[arg(long, default_value_t = crate::gateway::MAX_CONNECTIONS_PER_SHARD_DEFAULT, value_name = "N")]
     pub max_connections_per_shard: usize,
 
     /// Subscriptions per session at most.

@@ -22,7 +22,7 @@ pub struct AccountFile {
     pub symbols: Vec<String>,
     /// Tier names the account may subscribe to; the first is its default.
     pub tiers: Vec<String>,
-    /// Concurrent sessions allowed (≥ 1; default 10,000).
+    /// Concurrent sessions allowed (≥ 1; default 100,000).
     #[serde(default = "default_max_sessions")]
     /// Concurrent sessions allowed (default [`ACCOUNT_SESSIONS_DEFAULT`]).
     pub max_sessions: u32,
@@ -62,7 +62,7 @@ pub fn check_max_update_hz(hz: u32) -> Result<(), String> {
 }
 
 /// Default concurrent sessions per account.
-pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 10_000;
+pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 100_000;
 
 /// An account that may log on to the subscriber gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]

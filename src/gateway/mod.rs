@@ -34,6 +34,10 @@ mod fanout;
 mod faults;
 mod fdlimit;
 pub use fdlimit::FD_RESERVE_DEFAULT;
+
+/// Default of `--max-connections-per-shard`: two shards (a 2-core edge's
+/// default) hold 100,000 terminals. Each slot costs 608 bytes at start.
+pub const MAX_CONNECTIONS_PER_SHARD_DEFAULT: usize = 50_000;
 pub mod fresh;
 pub mod lag;
 mod lanes;
@@ -228,7 +232,7 @@ impl Default for GatewayConfig {
             logon_timeout_ms: 5_000,
             frame_timeout_ms: 5_000,
             max_frame_bytes: 16 * 1024,
-            max_connections_per_shard: 20_000,
+            max_connections_per_shard: MAX_CONNECTIONS_PER_SHARD_DEFAULT,
             max_subscriptions: 1_024,
             msg_rate_per_s: 200,
             msg_burst: 400,
