@@ -136,7 +136,7 @@ pub fn raise_fd_limit() -> io::Result<u64> {
             lim.rlim_cur = want;
         }
     }
-    Ok(lim.rlim_cur as u64)
+    Ok(lim.rlim_cur)
 }
 
 /// `SO_LINGER {on, 0}`: close() discards unsent data and sends RST.
