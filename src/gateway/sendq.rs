@@ -165,6 +165,54 @@ mod tests {
         assert!(!q.wants_look(false));
     }
 
+    /// The two `ioctl`s on a real socket with the default send buffer: a
+    /// peer that does not read leaves bytes unsent behind its closed
+    /// window; once it has read them, none are held.
+    #[test]
+    fn the_kernel_counts_what_a_peer_has_not_taken() {
+        use crate::runtime::sys::{send_queue_bytes, set_send_buffer};
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut ours, _) = listener.accept().unwrap();
+        set_send_buffer(&ours, SNDBUF_BYTES_DEFAULT).unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let chunk = [7u8; 4096];
+        let mut written = 0usize;
+        // Write whenever the socket takes bytes until the peer's window
+        // closes (its receive buffer full): what is left is unsent.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let (held, unsent) = loop {
+            match ours.write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let (held, unsent) = send_queue_bytes(&ours).unwrap();
+                    if unsent > 0 {
+                        break (held, unsent);
+                    }
+                    assert!(std::time::Instant::now() < deadline, "nothing left unsent");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert!(
+            unsent <= held && held <= written as u64,
+            "{unsent} {held} {written}"
+        );
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut read = 0;
+        while read < written {
+            read += peer.read(&mut buf).unwrap();
+        }
+        // The peer took everything: the last acknowledgement empties it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while send_queue_bytes(&ours).unwrap() != (0, 0) {
+            assert!(std::time::Instant::now() < deadline, "never acknowledged");
+            std::thread::yield_now();
+        }
+    }
+
     proptest! {
         /// Whatever the writes and looks, the age is never younger than
         /// the oldest byte not yet sent, and 0 when every byte was sent.
