@@ -344,7 +344,7 @@ fn nats_nodes() -> Vec<String> {
     let service = sts["spec"]["serviceName"].as_str().unwrap();
     let replicas = sts["spec"]["replicas"].as_i64().unwrap();
     (0..replicas)
-        .map(|i| format!("nats://nats-{i}.{service}:4222"))
+        .map(|i| format!("tls://nats-{i}.{service}:4222"))
         .collect()
 }
 
@@ -364,7 +364,7 @@ fn the_nats_cluster_has_three_jetstream_nodes_routed_to_each_other() {
         .unwrap();
     assert!(conf.contains("jetstream {"), "JetStream on");
     for node in nats_nodes() {
-        let route = node.replace(":4222", ":6222");
+        let route = node.replace("tls://", "nats://").replace(":4222", ":6222");
         assert!(conf.contains(&route), "route {route}");
     }
 }

@@ -1,7 +1,7 @@
 //! The argon2 verifier: worker threads fed by a bounded queue, so that
 //! milliseconds of hashing never run on a shard thread between prices.
 //!
-//! - **Bounded and fair** ([`fair`]): at most `queue` jobs wait; accounts
+//! - **Bounded and fair** (`verifier/fair.rs`): at most `queue` jobs wait; accounts
 //!   (the job's [`Job::key`]) are served in turn, and a full queue makes
 //!   room for an account holding few jobs by pushing out the newest job
 //!   of the one holding the most (answered [`Outcome::Busy`]). A job that

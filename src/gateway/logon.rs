@@ -156,7 +156,7 @@ impl Logons {
             return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
         }
         let name = std::str::from_utf8(logon.account).unwrap_or("");
-        let acct = match shared.refdata.lookup(name, now) {
+        let acct = match shared.refdata.lookup_from(name, ip, now) {
             Lookup::Found(a) => Some(a),
             Lookup::Unavailable { retry_after_ms } => {
                 // Reference data is unreachable: come back later, not "wrong".

@@ -321,6 +321,16 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
     r.register_gauge_fn(m::BUS_LAST_HEARTBEAT_AGE, &[], move || {
         s.last_heartbeat_age_s(crate::clock::monotonic_ns())
     })?;
+    for reason in crate::bus::security::ConnectFailures::REASONS {
+        let s = stats.clone();
+        r.register_counter_fn(m::BUS_CONNECT_FAILURES, &[("reason", reason)], move || {
+            s.connect_failures.get(reason)
+        })?;
+    }
+    let s = stats.clone();
+    r.register_counter_fn(m::BUS_PERMISSION_DENIED, &[], move || {
+        s.permission_denied.get()
+    })?;
     let s = stats.clone();
     r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)
 }

@@ -117,8 +117,10 @@ struct Tally {
 /// `guesses` wrong tokens for account `a` from 150 addresses (two each,
 /// as sent at once), queued behind a held worker, then released; the
 /// outcomes once all are answered.
-fn flood(guard: &Arc<AuthGuard>, v: &Verifier, stored: &str) -> Tally {
-    let release = hold(v);
+/// Every one of the verifier's `workers` is held while the flood is
+/// submitted, so the queue alone decides what is queued.
+fn flood(guard: &Arc<AuthGuard>, v: &Verifier, workers: usize, stored: &str) -> Tally {
+    let release: Vec<_> = (0..workers).map(|_| hold(v)).collect();
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut tally = Tally::default();
     let mut queued = 0;
@@ -187,7 +189,7 @@ fn a_concurrent_flood_of_one_account_reaches_argon2_at_most_threshold_times() {
             &Default::default(),
         )
         .unwrap();
-        let t = flood(&guard, &v, &stored);
+        let t = flood(&guard, &v, workers, &stored);
         let threshold = limits.account.threshold;
         assert_eq!(
             guard.stats.verifications.load(Relaxed),

@@ -19,6 +19,7 @@ use crossbeam_channel::Receiver;
 use rand::SeedableRng;
 
 use super::refuse;
+use crate::bus::BusRole;
 use crate::capture::{RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
@@ -225,7 +226,12 @@ impl Plan {
             .map_err(|e| e.to_string())?;
         args.gateway_config()?;
         args.request_config()?;
-        args.bus_role()?;
+        if let Some(BusRole::Core(bus) | BusRole::Edge(bus)) = args.bus_role()? {
+            // The credentials and TLS files, read once before anything
+            // starts (the bus thread reads them again at each connect).
+            args.bus.security.warn_loose_files();
+            bus.check_access().map_err(|e| e.to_string())?;
+        }
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         let tls = args.gateway.listener_tls()?;
         let mut ingest = args
@@ -268,7 +274,14 @@ fn start_service(
     let cfg_config = config.clone();
     let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
     let mut fix = None;
-    if !config.fix.is_empty() {
+    let edge = matches!(args.bus_role()?, Some(crate::bus::BusRole::Edge(_)));
+    if edge && !config.fix.is_empty() {
+        tracing::info!(
+            sessions = config.fix.len(),
+            "FIX providers in the config are not started on an edge"
+        );
+    }
+    if !config.fix.is_empty() && !edge {
         // Reconnect jitter from the OS's entropy, not `--seed`: a fleet
         // restarted together must not reconnect to its LPs in step.
         let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), rand::random())
