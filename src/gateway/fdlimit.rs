@@ -9,7 +9,7 @@
 //! the connections between accept and their shard. Without it, a full
 //! process fails `accept` with EMFILE: the connection waits unanswered in
 //! the listen queue, and the orchestrator's `/livez` fails with it
-//! (issue 28: 515 of 2,500 attempts hung, 56 of 64 scrapes failed).
+//! (issue #28: 515 of 2,500 attempts hung, 56 of 64 scrapes failed).
 
 /// Default of `--fd-reserve`.
 pub const FD_RESERVE_DEFAULT: u64 = 256;

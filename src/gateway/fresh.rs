@@ -12,7 +12,7 @@
 //!   one pass instead of working through the backlog: before this gate, an
 //!   edge overloaded by 10,000 terminals × 5 symbols at 10k ticks/s
 //!   delivered prices 12–17 s old, from a full 65,536-price ring, and kept
-//!   delivering for 11 s after the feed stopped (BENCHMARKS.md, run 35);
+//!   delivering for 11 s after the feed stopped (measured for issue #28);
 //! - **the connection gate** (`outbound.rs`, `sendq.rs`): bytes queued
 //!   for one connection, in its outbound buffer and in its kernel send
 //!   queue, are bounded in bytes and in age; a connection whose queue is

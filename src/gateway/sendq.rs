@@ -31,7 +31,7 @@
 /// Default of `--sndbuf-bytes`: 64 KiB asked, 128 KiB granted (the
 /// kernel doubles it), a few milliseconds of a busy terminal's prices and
 /// a 50-ms round trip at 2.6 MB/s; without it loopback auto-tunes to 4 MiB,
-/// a queue of seconds for a terminal that reads slowly (issue 28).
+/// a queue of seconds for a terminal that reads slowly (issue #28).
 pub const SNDBUF_BYTES_DEFAULT: usize = 64 * 1024;
 /// Largest `--sndbuf-bytes`.
 pub const SNDBUF_BYTES_MAX: usize = 64 * 1024 * 1024;
