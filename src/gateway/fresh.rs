@@ -4,21 +4,21 @@
 //! next price for that key is the latest one, as a snapshot flagged
 //! conflated. Two gates keep it:
 //!
-//! - **the ring gate** ([`FreshGate`]): a price the shard takes off its
+//! - **the ring gate** (`FreshGate`): a price the shard takes off its
 //!   engine ring older than the limit is not fanned out as an update; the
 //!   symbol is owed, and once the batch is taken every owed symbol's
 //!   latest price (the price table's) goes to its subscribers flagged
 //!   conflated. A shard that falls behind its ring therefore catches up in
-//!   one pass instead of working through the backlog: before this gate, an
-//!   edge overloaded by 10,000 terminals × 5 symbols at 10k ticks/s
-//!   delivered prices 12–17 s old, from a full 65,536-price ring, and kept
-//!   delivering for 11 s after the feed stopped (measured for issue #28);
+//!   one pass instead of working through a backlog of up to 65,536 prices
+//!   (an edge overloaded by 10,000 terminals × 5 symbols at 10k ticks/s
+//!   delivered prices 12–17 s old, and kept delivering for 11 s after the
+//!   feed stopped, before both gates: measured for issue #28);
 //! - **the connection gate** (`outbound.rs`, `sendq.rs`): bytes queued
 //!   for one connection, in its outbound buffer and in its kernel send
 //!   queue, are bounded in bytes and in age; a connection whose queue is
 //!   too old stops taking updates (it conflates), and prices it was given
 //!   and could not write within the limit are dropped before the write
-//!   ([`compact_run`] and [`owe_dropped`] here): the latest of each key
+//!   (`compact_run` and `owe_dropped` here): the latest of each key
 //!   goes out as a conflated snapshot once the connection drains.
 //!
 //! The ring gate costs one subtraction per price and allocates nothing:
