@@ -16,8 +16,7 @@ use std::time::Duration;
 use pricewire::client::{Client, ClientConfig, ClientError};
 use pricewire::wire::DisconnectReason;
 
-#[path = "util/net.rs"]
-mod net;
+use crate::util::net;
 
 const FD_LIMIT: u64 = 2_000;
 const ATTEMPTS: usize = 2_500;
