@@ -1,7 +1,9 @@
 //! Gap resync end to end: a scripted server sends a snapshot, updates and
-//! then skips sequence numbers; the client flags the gap, asks for a
-//! critical snapshot of exactly that (symbol, tier) and resumes from the
-//! answer.
+//! then skips sequence numbers; the client flags the gap and asks for a
+//! critical snapshot of exactly that (symbol, tier). The answer reaches the
+//! caller but moves no expectation: it overtook updates already on their
+//! way (the server read its table for it), and those still reach the
+//! caller in order; only a duplicate is dropped.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -91,15 +93,18 @@ fn scripted_server(listener: TcpListener) -> OwnedMessage {
     };
     let n = wire::encode_snapshot_response(&mut out, *request_id, [body(20)]).unwrap();
     s.write_all(&out[..n]).unwrap();
-    send_price(&mut s, PriceKind::Update, 19); // queued before the table read: old
-    send_price(&mut s, PriceKind::Update, 21);
+    // Queued before the table read: the stream the answer overtook, with
+    // one duplicate.
+    for seq in [16, 17, 18, 18, 19, 20, 21] {
+        send_price(&mut s, PriceKind::Update, seq);
+    }
     // Hold the connection until the client is done.
     let _ = s.read(&mut out);
     request
 }
 
 #[test]
-fn gap_triggers_one_critical_snapshot_request_and_resumes() {
+fn gap_triggers_one_critical_snapshot_request_and_loses_no_update() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || scripted_server(listener));
@@ -130,6 +135,11 @@ fn gap_triggers_one_critical_snapshot_request_and_resumes() {
             ),
             (15, SeqStatus::InOrder),
             (20, SeqStatus::Reset),
+            (16, SeqStatus::InOrder),
+            (17, SeqStatus::InOrder),
+            (18, SeqStatus::InOrder),
+            (19, SeqStatus::InOrder),
+            (20, SeqStatus::InOrder),
             (21, SeqStatus::InOrder),
         ]
     );
