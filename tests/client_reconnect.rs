@@ -10,7 +10,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use pricewire::admission::RetryWindow;
-use pricewire::client::{Client, ClientConfig, ClientError, DisconnectCause, Event, SeqStatus};
+use pricewire::client::{
+    Client, ClientConfig, ClientError, DisconnectCause, Event, ResetCause, SeqStatus,
+};
 use pricewire::feed::bridge::Bridge;
 use pricewire::gateway::GatewayConfig;
 use pricewire::model::Tick;
@@ -62,6 +64,8 @@ fn expect_resubscribed_as(c: &mut Client, symbol: u16, statuses: &[SeqStatus]) {
     let p = ev.price().unwrap();
     assert_eq!((p.kind, p.body.symbol_id), (PriceKind::Snapshot, symbol));
     assert!(statuses.contains(&p.seq), "{:?} not in {statuses:?}", p.seq);
+    // A reset says why; a resume has nothing to explain.
+    assert_eq!(p.reset.is_some(), p.seq == SeqStatus::Reset, "{p:?}");
     until(c, "an in-order update", |e| {
         e.price().is_some_and(|p| p.seq == SeqStatus::InOrder)
     });
@@ -265,6 +269,10 @@ fn a_restarted_server_at_the_held_sequence_is_a_resync_not_a_resume() {
         (PriceKind::Snapshot, 2, 110_001)
     );
     assert_eq!((p.seq, p.stream_id), (SeqStatus::Reset, after.stream_id));
+    // Said as a new stream, not as prices missed on the old one.
+    let previous = before.stream_id;
+    assert_eq!(p.reset, Some(ResetCause::NewStream { previous }));
+    assert_eq!(p.seq_label(), "resync: new stream");
     let s = c.stats().snapshot();
     assert_eq!((s.resumed, s.resume_resyncs), (0, 1), "{s:?}");
     second.stop();
