@@ -262,7 +262,7 @@ impl<'a> Requester<'a> {
                 }
             }
             Event::LoggedOn(_) => self.resend_lost(),
-            Event::Disconnected { cause, .. } => writeln!(out, "disconnected ({cause:?})")?,
+            Event::Disconnected { cause, .. } => writeln!(out, "disconnected ({cause})")?,
             _ => {}
         }
         Ok(())

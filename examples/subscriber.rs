@@ -205,8 +205,8 @@ impl View {
             } => {
                 self.sum.disconnects += 1;
                 match reconnect_in_ms {
-                    Some(ms) => writeln!(out, "disconnected ({cause:?}); reconnecting in {ms} ms")?,
-                    None => writeln!(out, "disconnected ({cause:?}); not reconnecting")?,
+                    Some(ms) => writeln!(out, "disconnected ({cause}); reconnecting in {ms} ms")?,
+                    None => writeln!(out, "disconnected ({cause}); not reconnecting")?,
                 }
             }
             Event::Reject { reason, text, .. } => writeln!(out, "reject: {reason} {text:?}")?,

@@ -432,8 +432,8 @@ fn apply(rows: &mut [Row], ev: Event, status: &mut String) {
             ..
         } => {
             *status = match reconnect_in_ms {
-                Some(ms) => format!("disconnected ({cause:?}); reconnecting in {ms} ms"),
-                None => format!("disconnected ({cause:?})"),
+                Some(ms) => format!("disconnected ({cause}); reconnecting in {ms} ms"),
+                None => format!("disconnected ({cause})"),
             };
         }
         _ => {}

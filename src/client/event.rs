@@ -177,6 +177,26 @@ pub enum DisconnectCause {
     LogonTimeout,
 }
 
+impl std::fmt::Display for DisconnectCause {
+    /// `server: slow_consumer "text"`, `logon rejected: auth`,
+    /// `peer closed`, `dead peer (3000 ms silent)`, `io: connection
+    /// reset`, `protocol error: …`, `logon timeout`. The server's text is
+    /// escaped (`{:?}`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DisconnectCause::Server { reason, text } => write!(f, "server: {reason} {text:?}"),
+            DisconnectCause::LogonRejected(reason) => write!(f, "logon rejected: {reason}"),
+            DisconnectCause::PeerClosed => f.write_str("peer closed"),
+            DisconnectCause::DeadPeer { silent_ms } => {
+                write!(f, "dead peer ({silent_ms} ms silent)")
+            }
+            DisconnectCause::Io(kind) => write!(f, "io: {kind}"),
+            DisconnectCause::Protocol(e) => write!(f, "protocol error: {e}"),
+            DisconnectCause::LogonTimeout => f.write_str("logon timeout"),
+        }
+    }
+}
+
 /// Everything [`Client::next_event`](super::Client::next_event) yields.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -278,5 +298,46 @@ impl Event {
             Event::Price(p) => Some(p),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_and_statuses_read_as_names_with_the_server_text_escaped() {
+        let slow = DisconnectCause::Server {
+            reason: DisconnectReason::SLOW_CONSUMER,
+            text: "behind\n\x1b[2J".into(),
+        };
+        assert_eq!(
+            slow.to_string(),
+            r#"server: slow_consumer "behind\n\u{1b}[2J""#
+        );
+        let refused = DisconnectCause::LogonRejected(LogonRejectReason::AUTH);
+        assert_eq!(refused.to_string(), "logon rejected: auth");
+        let dead = DisconnectCause::DeadPeer { silent_ms: 3_000 };
+        assert_eq!(dead.to_string(), "dead peer (3000 ms silent)");
+        let gap = SeqStatus::Gap {
+            expected: 12,
+            resync: true,
+        };
+        assert_eq!(gap.to_string(), "gap(expected 12, resync)");
+        let mut p = PriceEvent {
+            kind: PriceKind::Snapshot,
+            body: PriceBody::default(),
+            seq: SeqStatus::Reset,
+            stream_id: 9,
+            reset: Some(ResetCause::NewStream { previous: 8 }),
+        };
+        assert_eq!(p.seq_label(), "resync: new stream");
+        p.reset = Some(ResetCause::Resync {
+            expected: 3,
+            after_reconnect: true,
+        });
+        assert_eq!(p.seq_label(), "resync after reconnect");
+        p.reset = Some(ResetCause::Fresh);
+        assert_eq!(p.seq_label(), "snapshot");
     }
 }

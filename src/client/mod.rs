@@ -58,7 +58,7 @@
 //!     match ev? {
 //!         Event::Price(p) => println!("{} seq {} {}", p.body.symbol_id, p.body.seq, p.seq_label()),
 //!         Event::Disconnected { cause, reconnect_in_ms, .. } => {
-//!             println!("lost ({cause:?}), reconnecting in {reconnect_in_ms:?} ms")
+//!             println!("lost ({cause}), reconnecting in {reconnect_in_ms:?} ms")
 //!         }
 //!         _ => {}
 //!     }
