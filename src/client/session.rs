@@ -165,25 +165,7 @@ fn to_event(
 ) -> Option<Event> {
     Some(match msg {
         Message::PriceUpdate(b) => return on_update(b, seq, stats, &mut want_resync),
-        Message::PriceSnapshot(s) => {
-            let (b, stream_id) = (s.body, s.stream_id);
-            ClientStats::inc(&stats.prices);
-            let resuming = seq.is_resuming(b.symbol_id, b.tier);
-            let (status, reset) = seq.on_snapshot_explained(b.symbol_id, b.tier, b.seq, stream_id);
-            match status {
-                SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
-                SeqStatus::Resumed => ClientStats::inc(&stats.resumed),
-                SeqStatus::Reset if resuming => ClientStats::inc(&stats.resume_resyncs),
-                _ => {}
-            }
-            Event::Price(PriceEvent {
-                kind: PriceKind::Snapshot,
-                body: b,
-                seq: status,
-                stream_id,
-                reset,
-            })
-        }
+        Message::PriceSnapshot(s) => on_snapshot(s.body, s.stream_id, seq, stats),
         Message::Heartbeat => return None,
         Message::LogonAccepted(a) => {
             seq.on_logon(a.stream_id);
@@ -212,16 +194,7 @@ fn to_event(
             request_id: r.request_id,
             results: r.results.collect(),
         },
-        Message::SnapshotResponse(r) => {
-            let prices: Vec<PriceBody> = r.prices.collect();
-            for p in &prices {
-                seq.on_response_price(p.symbol_id, p.tier);
-            }
-            Event::SnapshotResponse {
-                request_id: r.request_id,
-                prices,
-            }
-        }
+        Message::SnapshotResponse(r) => snapshot_response(r.request_id, r.prices.collect(), seq),
         Message::HistoryResponse(h) => Event::HistoryResponse {
             request_id: h.request_id,
             symbol_id: h.symbol_id,
@@ -244,6 +217,35 @@ fn to_event(
             ClientStats::inc(&stats.unexpected_frames);
             return None;
         }
+    })
+}
+
+/// An answer moves no expectation (it can overtake updates on their way);
+/// it only ends its keys' resync episodes.
+fn snapshot_response(request_id: u64, prices: Vec<PriceBody>, seq: &mut SeqTracker) -> Event {
+    for p in &prices {
+        seq.on_response_price(p.symbol_id, p.tier);
+    }
+    Event::SnapshotResponse { request_id, prices }
+}
+
+#[inline]
+fn on_snapshot(b: PriceBody, stream_id: u64, seq: &mut SeqTracker, stats: &ClientStats) -> Event {
+    ClientStats::inc(&stats.prices);
+    let resuming = seq.is_resuming(b.symbol_id, b.tier);
+    let (status, reset) = seq.on_snapshot_explained(b.symbol_id, b.tier, b.seq, stream_id);
+    match status {
+        SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
+        SeqStatus::Resumed => ClientStats::inc(&stats.resumed),
+        SeqStatus::Reset if resuming => ClientStats::inc(&stats.resume_resyncs),
+        _ => {}
+    }
+    Event::Price(PriceEvent {
+        kind: PriceKind::Snapshot,
+        body: b,
+        seq: status,
+        stream_id,
+        reset,
     })
 }
 
