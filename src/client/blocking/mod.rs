@@ -369,6 +369,29 @@ impl Client {
     ///
     /// A caller with a busy stream may instead handle answers in its own
     /// event loop: every request method returns the id its answer carries.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use pricewire::client::{Client, ClientConfig, ClientError, Event};
+    /// # fn show(_: &Event) {}
+    /// # let mut client = Client::connect(ClientConfig::new("127.0.0.1:9400".parse()?, "demo", "demo"))?;
+    /// let rid = client.request_symbols(500_000, false)?;
+    /// let answer = loop {
+    ///     match client.await_response(rid, Duration::from_secs(2)) {
+    ///         Err(ClientError::Backlog(n)) => {
+    ///             // Prices read meanwhile, in order: take them, then wait again.
+    ///             for _ in 0..n {
+    ///                 if let Some(ev) = client.next_event(Duration::ZERO)? {
+    ///                     show(&ev);
+    ///                 }
+    ///             }
+    ///         }
+    ///         other => break other?,
+    ///     }
+    /// };
+    /// # let _ = answer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn await_response(
         &mut self,
         request_id: u64,
