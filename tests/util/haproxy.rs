@@ -6,8 +6,7 @@
 //! killed when the [`Haproxy`] is dropped, and is ready when its port
 //! listens (read from /proc/net/tcp, so waiting opens no connection),
 //! bounded by [`START_TIMEOUT`]. When `haproxy` is missing the helper
-//! installs it from Debian's packages (`apt-get install -y haproxy`) once
-//! per test process, and fails with a clear message if that is impossible.
+//! fails at once, naming `tools/test-deps`, which installs it.
 
 #![allow(dead_code)] // each test binary uses a different part
 

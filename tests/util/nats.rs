@@ -6,8 +6,8 @@
 //! is killed when its handle is dropped. Start-up is awaited on a
 //! condition, bounded by [`START_TIMEOUT`]: the node's monitoring endpoint
 //! `/healthz` answers 200, which on a cluster means JetStream has a meta
-//! leader. When `nats-server` is missing the helper installs it from
-//! Debian's packages (`apt-get install -y nats-server`) once per process.
+//! leader. When `nats-server` is missing the helper fails at once,
+//! naming `tools/test-deps`, which installs it.
 
 #![allow(dead_code)] // each test binary uses a different part
 

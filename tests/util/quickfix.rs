@@ -52,7 +52,7 @@ pub fn binary() -> &'static Path {
             assert!(
                 status.success(),
                 "building quickfix-lp failed: is libquickfix-dev installed \
-                 (apt-get install -y libquickfix-dev)?"
+                 (tools/test-deps installs it)?"
             );
         }
         out

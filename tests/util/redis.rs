@@ -5,9 +5,7 @@
 //! and is killed when the [`RedisServer`] is dropped. Start-up is awaited on
 //! a condition (the server's "Ready to accept connections" line, then a
 //! `PING`), bounded by [`START_TIMEOUT`]. When `redis-server` is missing the
-//! helper installs it from Debian's packages (`apt-get install -y
-//! redis-server`) once per test process, and fails with a clear message if
-//! that is impossible.
+//! helper fails at once, naming `tools/test-deps`, which installs it.
 
 #![allow(dead_code)] // each test binary uses a different part
 
