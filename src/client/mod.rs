@@ -6,8 +6,11 @@
 //! - **Blocking, no runtime.** [`Client`] drives one `std::net::TcpStream`
 //!   with connect, read and write timeouts; [`Client::next_event`] blocks
 //!   for the timeout it is given, plus at most a write timeout when a
-//!   heartbeat or request goes out, or one connect + logon timeout when a
-//!   reconnect falls due inside the call.
+//!   heartbeat or request goes out, or one connect timeout (TCP connect,
+//!   then the TLS handshake) when a reconnect falls due inside the call.
+//!   The logon answer after a reconnect is awaited across calls, each
+//!   within its own timeout: a server that accepts and never answers
+//!   does not hold the caller for the logon timeout.
 //! - **Allocated up front.** The receive buffer (1 MiB, the largest server
 //!   frame), the send buffer (64 KiB, the largest client frame), the
 //!   sequence table (`max_subscriptions` keys) and the event queues

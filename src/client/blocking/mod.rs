@@ -46,6 +46,10 @@ enum State {
     Waiting {
         retry_at_ns: u64,
     },
+    /// Reconnected and Logon sent; the answer is due by `deadline_ns`.
+    LoggingOn {
+        deadline_ns: u64,
+    },
     /// Will not reconnect.
     Closed,
 }
@@ -307,7 +311,7 @@ impl Client {
         match self.state {
             State::Connected => Ok(()),
             State::Closed => Err(ClientError::Closed(self.closed_because.clone())),
-            State::Waiting { .. } => Err(ClientError::NotConnected),
+            State::Waiting { .. } | State::LoggingOn { .. } => Err(ClientError::NotConnected),
         }
     }
 
@@ -428,6 +432,13 @@ impl Client {
                     // The blocking driver's one deliberate wait: the backoff
                     // delay, cut short by the caller's timeout.
                     std::thread::sleep(left.min(Duration::from_nanos(retry_at_ns - now)));
+                }
+                State::LoggingOn { deadline_ns } => {
+                    let left = remaining(deadline);
+                    self.poll_logon(deadline_ns, left.unwrap_or(Duration::ZERO));
+                    if left.is_none() && self.queue.is_empty() {
+                        return Ok(None);
+                    }
                 }
                 State::Connected => {
                     if let Some(ev) = self.poll_connected(now, deadline) {
