@@ -10,7 +10,6 @@ use super::{invalid, ConfigError};
 /// One `[[accounts]]` entry as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-/// One `[[accounts]]` entry as written.
 pub struct AccountFile {
     /// Account name the Logon carries (1..=32 bytes, unique).
     pub name: String,
@@ -22,9 +21,8 @@ pub struct AccountFile {
     pub symbols: Vec<String>,
     /// Tier names the account may subscribe to; the first is its default.
     pub tiers: Vec<String>,
-    /// Concurrent sessions allowed (≥ 1; default 10,000).
+    /// Concurrent sessions allowed (≥ 1; default [`ACCOUNT_SESSIONS_DEFAULT`]).
     #[serde(default = "default_max_sessions")]
-    /// Concurrent sessions allowed (default [`ACCOUNT_SESSIONS_DEFAULT`]).
     pub max_sessions: u32,
     /// Whether the account may mark requests critical.
     #[serde(default)]

@@ -441,7 +441,25 @@ fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsErro
     r.register_gauge_fn(m::REQUEST_QUEUE_OVERLOADED, &[], move || {
         f64::from(u8::from(b.snapshot().overloaded))
     })?;
+    register_overload_seconds(r, o)?;
     register_overload_extras(r, o)
+}
+
+/// The overload delays in seconds (the snapshot keeps nanoseconds).
+fn register_overload_seconds(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
+    type Ns = fn(&crate::overload::stats::OverloadSnapshot) -> u64;
+    let delays: [(&str, Ns); 5] = [
+        (m::REQUEST_SOJOURN_MIN, |s| s.sojourn_min_last_interval_ns),
+        (m::REQUEST_SOJOURN_P99, |s| s.sojourn_p99_last_interval_ns),
+        (m::REQUEST_SOJOURN_MAX, |s| s.sojourn_max_last_interval_ns),
+        (m::ADAPTIVE_RTT_SHORT, |s| s.rtt_short_ns),
+        (m::ADAPTIVE_RTT_LONG, |s| s.rtt_long_ns),
+    ];
+    for (name, ns) in delays {
+        let o = o.clone();
+        r.register_gauge_fn(name, &[], move || ns(&o.snapshot()) as f64 / 1e9)?;
+    }
+    Ok(())
 }
 
 /// Every other overload value (LIFO mode, sojourn min/p99, adaptive limit
@@ -457,11 +475,9 @@ fn register_overload_extras(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), 
         }
     });
     for (name, counter) in names {
-        let unit = if name.ends_with("_ns") {
-            "nanoseconds"
-        } else {
-            "count"
-        };
+        // Times have families of their own in seconds (above); a new `_ns`
+        // value here would break the catalogue's base-unit rule.
+        let unit = "count";
         r.define(FamilyDesc {
             name,
             kind: if counter {

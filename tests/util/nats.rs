@@ -1,7 +1,8 @@
 //! Real `nats-server` processes on free loopback ports: one node with
 //! JetStream, or a 3-node JetStream cluster.
 //!
-//! Include with `#[path = "util/nats.rs"] mod nats;`. Each node gets its
+//! `util::nats` (a stand-alone binary includes it by `#[path]` beside
+//! `apt.rs`). Each node gets its
 //! own JetStream store in a temporary directory, binds 127.0.0.1 only, and
 //! is killed when its handle is dropped. Start-up is awaited on a
 //! condition, bounded by [`START_TIMEOUT`]: the node's monitoring endpoint

@@ -1,4 +1,4 @@
-//! Shared pieces of the request-storm drill (`tests/request_storm.rs`):
+//! Shared pieces of the request-storm drill (`tests/it/request_storm.rs`):
 //! pacing, the server process, /metrics scraping and the answer tally.
 
 use std::collections::BTreeMap;

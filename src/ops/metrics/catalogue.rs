@@ -4,11 +4,15 @@
 //! This table is the single source of truth for metric names. The registry
 //! refuses samples for families it does not know, `docs/operations.md`'s
 //! metrics section is generated from a scrape of the binary plus this table
-//! (`tests/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
+//! (`tests/it/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
 //! from here (another test checks), so dashboards and alerts cannot drift
 //! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
-//! base units (`_seconds`), counters end in `_total`, ratios end in `_rate`
-//! and lie in 0..=1.
+//! base units (`_seconds`, `_bytes`), counters end in `_total`, ratios end
+//! in `_ratio` and lie in 0..=1. A renamed family keeps its old name for one
+//! release, exposed with the same value and listed in [`DEPRECATED`].
+
+use super::renamed::*;
+pub use super::renamed::{Renamed, DEPRECATED};
 
 /// The Prometheus type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,10 +116,36 @@ pub const FEED_DECODE_ERRORS: &str = "pricewire_feed_decode_errors_total";
 /// (gauge, by `provider`).
 pub const PROVIDER_HEALTHY: &str = "pricewire_provider_healthy";
 /// 1 for the provider's health state (down, probation, streaming, silent,
-/// breaker_open), 0 for the others (gauge, by `provider`, `state`).
+/// breaker_open, damped, gray), 0 for the others (gauge, by `provider`,
+/// `state`).
 pub const PROVIDER_STATE: &str = "pricewire_provider_state";
-/// Quotes (ticks) a FIX provider delivered (counter, by `provider`).
+/// 1 while the provider is damped for flapping (its sessions end early), else
+/// 0 (gauge, by `provider`).
+pub const PROVIDER_DAMPED: &str = "pricewire_provider_damped";
+/// The provider's flap penalty: 1000 per session that ended early, halving
+/// every flap_half_life_ms (gauge, by `provider`).
+pub const PROVIDER_DAMPING_PENALTY: &str = "pricewire_provider_damping_penalty";
+/// Seconds until the provider's damping ends if it flaps no more; 0 when not
+/// damped (gauge, by `provider`).
+pub const PROVIDER_DAMPED_SECONDS: &str = "pricewire_provider_damped_seconds";
+/// The probation a new session of the provider must stream before it
+/// re-enters the price, grown by the flap penalty (gauge, by `provider`).
+pub const PROVIDER_PROBATION_SECONDS: &str = "pricewire_provider_probation_seconds";
+/// Logged-on sessions of the provider that ended sooner than flap_stable_ms
+/// (counter, by `provider`).
+pub const PROVIDER_FLAPS: &str = "pricewire_provider_flaps_total";
+/// Times a FIX provider's last delivered quote aged past the engine's max
+/// quote age while logged on (counter, by `provider`).
+pub const FIX_QUOTE_LAPSES: &str = "pricewire_fix_quote_lapses_total";
+/// Two-sided quotes a FIX provider delivered to the engine (counter, by
+/// `provider`).
 pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
+/// Withdrawal ticks a FIX provider delivered: a side or symbol that left the
+/// price (counter, by `provider`).
+pub const FIX_WITHDRAWALS: &str = "pricewire_fix_withdrawals_total";
+/// Quotes a FIX provider sent that were not delivered, by reason (counter, by
+/// `provider`, `reason`).
+pub const FIX_QUOTES_DISCARDED: &str = "pricewire_fix_quotes_discarded_total";
 /// Quotes older than slow_quote_ms on arrival (provider time to receive)
 /// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
@@ -167,7 +197,7 @@ pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
 /// Share of wall time a shard's loop spent on turns that did work, capped
 /// by the CPU time its thread ran, over its last 50-ms window (gauge, by
 /// `shard`).
-pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+pub const SHARD_BUSY: &str = "pricewire_shard_busy_ratio";
 /// Loop stalls a shard measured (a timer sweep 100 ms or more late: process
 /// stopped or starved); deadlines were extended by each (counter, by `shard`).
 pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
@@ -270,6 +300,17 @@ pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds
 /// 1 while the CoDel detector judges the request queue overloaded (LIFO and
 /// shedding on) (gauge).
 pub const REQUEST_QUEUE_OVERLOADED: &str = "pricewire_request_queue_overloaded";
+/// Smallest queueing delay (CoDel's overload signal) of the last closed
+/// interval, seconds (gauge).
+pub const REQUEST_SOJOURN_MIN: &str = "pricewire_request_sojourn_min_interval_seconds";
+/// p99 queueing delay of requests served in the last interval, seconds (gauge).
+pub const REQUEST_SOJOURN_P99: &str = "pricewire_request_sojourn_p99_interval_seconds";
+/// Largest queueing delay of requests served in the last interval, seconds (gauge).
+pub const REQUEST_SOJOURN_MAX: &str = "pricewire_request_sojourn_max_interval_seconds";
+/// Short-term average request RTT the adaptive limit reacts to, seconds (gauge).
+pub const ADAPTIVE_RTT_SHORT: &str = "pricewire_adaptive_rtt_short_seconds";
+/// Long-term (baseline) average request RTT, seconds (gauge).
+pub const ADAPTIVE_RTT_LONG: &str = "pricewire_adaptive_rtt_long_seconds";
 /// Requests answered by the workers, by request kind (counter, by `kind`).
 pub const REQUESTS_SERVED: &str = "pricewire_requests_served_total";
 /// Time a request spent in one hop of the request path: queue_wait, service,
@@ -282,9 +323,9 @@ pub const REQUEST_REJECTS_DEFERRED: &str = "pricewire_request_rejects_deferred_t
 /// the others (gauge, by `dependency`, `state`).
 pub const BREAKER_STATE: &str = "pricewire_breaker_state";
 /// Failure rate over the breaker's time window, 0..1 (gauge, by `dependency`).
-pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
+pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_ratio";
 /// Slow-call rate over the breaker's time window, 0..1 (gauge, by `dependency`).
-pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
+pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_ratio";
 /// Calls refused without trying because the breaker was open or half-open and
 /// full (counter, by `dependency`).
 pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
@@ -414,9 +455,25 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(PROVIDER_HEALTHY, &["provider"], "boolean", "fix",
         "1 while the provider is in the best price (provider state streaming), else 0"),
     gauge(PROVIDER_STATE, &["provider", "state"], "boolean", "fix",
-        "1 for the provider's health state (down, probation, streaming, silent, breaker_open), 0 for the others"),
+        "1 for the provider's health state (down, probation, streaming, silent, breaker_open, damped, gray), 0 for the others"),
+    gauge(PROVIDER_DAMPED, &["provider"], "boolean", "fix",
+        "1 while the provider is damped for flapping (its sessions end early), else 0"),
+    gauge(PROVIDER_DAMPING_PENALTY, &["provider"], "penalty", "fix",
+        "The provider's flap penalty: 1000 per session that ended early, halving every flap_half_life_ms"),
+    gauge(PROVIDER_DAMPED_SECONDS, &["provider"], "seconds", "fix",
+        "Seconds until the provider's damping ends if it flaps no more; 0 when not damped"),
+    gauge(PROVIDER_PROBATION_SECONDS, &["provider"], "seconds", "fix",
+        "The probation a new session must stream before it re-enters the price, grown by the flap penalty"),
+    counter(PROVIDER_FLAPS, &["provider"], "sessions", "fix",
+        "Logged-on sessions of the provider that ended sooner than flap_stable_ms"),
+    counter(FIX_QUOTE_LAPSES, &["provider"], "events", "fix",
+        "Times the provider's last delivered quote aged past the engine's max quote age while logged on (gray input)"),
     counter(FIX_QUOTES, &["provider"], "ticks", "fix",
-        "Quotes (ticks) a FIX provider delivered"),
+        "Two-sided quotes a FIX provider delivered to the engine"),
+    counter(FIX_WITHDRAWALS, &["provider"], "ticks", "fix",
+        "Withdrawal ticks a FIX provider delivered (a deleted side, a full refresh without it, a 35=Y): the side leaves the price on that message"),
+    counter(FIX_QUOTES_DISCARDED, &["provider", "reason"], "quotes", "fix",
+        "Quotes a FIX provider sent that were not delivered, by reason (stale_provider_time, unknown_symbol, rejected_symbol, not_logged_on, bad_price)"),
     counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
         "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
     counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",
@@ -424,7 +481,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
         "FIX timeouts by kind: connect, logon, read, quote_silence"),
     counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
-        "FIX sessions closed, by reason (peer_closed, peer_logout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, outbound_full)"),
+        "FIX connections that ended, each once under its first cause (peer_closed, peer_logout, logon_rejected, logon_timeout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, missing_seq_num, outbound_full, shutdown)"),
     counter(FIX_SEQ_GAPS, &["provider"], "events", "fix",
         "MsgSeqNum gaps from a FIX provider"),
     counter(FIX_RESUBSCRIBES, &["provider"], "events", "fix",
@@ -458,6 +515,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
     gauge(SHARD_BUSY, &["shard"], "ratio", "gateway",
         "Share of wall time a shard's loop spent on turns that did work (capped by the CPU time its thread ran), over its last 50-ms window"),
+    gauge(SHARD_BUSY_OLD, &["shard"], "ratio", "gateway",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_shard_busy_ratio"),
     counter(SHARD_STALLS, &["shard"], "events", "gateway",
         "Loop stalls a shard measured (a timer sweep 100 ms or more late: process stopped or starved); deadlines were extended by each"),
     gauge(SHARD_MAX_STALL, &["shard"], "seconds", "gateway",
@@ -531,6 +590,26 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Time a request waited in the queue before a worker took it"),
     gauge(REQUEST_QUEUE_OVERLOADED, &[], "boolean", "requests",
         "1 while the CoDel detector judges the request queue overloaded (LIFO and shedding on)"),
+    gauge(REQUEST_SOJOURN_MIN, &[], "seconds", "requests",
+        "Smallest queueing delay of the last closed CoDel interval (the overload signal)"),
+    gauge(REQUEST_SOJOURN_P99, &[], "seconds", "requests",
+        "p99 queueing delay of requests served in the last interval"),
+    gauge(REQUEST_SOJOURN_MAX, &[], "seconds", "requests",
+        "Largest queueing delay of requests served in the last interval"),
+    gauge(ADAPTIVE_RTT_SHORT, &[], "seconds", "requests",
+        "Short-term average request RTT (what the adaptive limit reacts to)"),
+    gauge(ADAPTIVE_RTT_LONG, &[], "seconds", "requests",
+        "Long-term average request RTT (the adaptive limit's baseline)"),
+    gauge(REQUEST_SOJOURN_MIN_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_min_interval_seconds in ns"),
+    gauge(REQUEST_SOJOURN_P99_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_p99_interval_seconds in ns"),
+    gauge(REQUEST_SOJOURN_MAX_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_max_interval_seconds in ns"),
+    gauge(ADAPTIVE_RTT_SHORT_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_adaptive_rtt_short_seconds in ns"),
+    gauge(ADAPTIVE_RTT_LONG_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_adaptive_rtt_long_seconds in ns"),
     counter(REQUESTS_SERVED, &["kind"], "requests", "requests",
         "Requests answered by the workers, by request kind"),
     histogram(REQUEST_HOP, &["hop"], "requests",
@@ -544,6 +623,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Failure rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls (no decision possible)"),
     gauge(BREAKER_SLOW_CALL_RATE, &["dependency"], "ratio", "resilience",
         "Slow-call rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls"),
+    gauge(BREAKER_FAILURE_RATE_OLD, &["dependency"], "ratio", "resilience",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_breaker_failure_ratio"),
+    gauge(BREAKER_SLOW_CALL_RATE_OLD, &["dependency"], "ratio", "resilience",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_breaker_slow_call_ratio"),
     counter(BREAKER_NOT_PERMITTED, &["dependency"], "calls", "resilience",
         "Calls refused without trying because the breaker was open or half-open and full"),
     // reference data (src/refdata/metrics.rs; only with --redis)
@@ -646,8 +729,13 @@ pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
     if f.unit == "seconds" && !f.name.contains("_seconds") {
         return Err(format!("{}: a value in seconds carries _seconds", f.name));
     }
-    if f.unit == "ratio" && !f.name.ends_with("_rate") {
-        return Err(format!("{}: ratios end in _rate", f.name));
+    let deprecated = DEPRECATED.iter().any(|r| r.old == f.name);
+    if f.unit == "ratio" && !f.name.ends_with("_ratio") && !deprecated {
+        return Err(format!("{}: ratios end in _ratio", f.name));
+    }
+    let base = !["nanoseconds", "microseconds", "milliseconds"].contains(&f.unit);
+    if !(base || deprecated) {
+        return Err(format!("{}: times are in seconds", f.name));
     }
     let label_ok = |l: &&str| {
         !l.is_empty() && *l != "le" && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
@@ -662,42 +750,5 @@ pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_family_follows_the_naming_conventions() {
-        for f in FAMILIES {
-            check_conventions(f).unwrap();
-        }
-    }
-
-    #[test]
-    fn family_names_are_unique() {
-        for (i, a) in FAMILIES.iter().enumerate() {
-            assert!(
-                FAMILIES[i + 1..].iter().all(|b| b.name != a.name),
-                "{}",
-                a.name
-            );
-        }
-    }
-
-    #[test]
-    fn histogram_sample_names_are_documented() {
-        assert!(is_documented_sample(
-            "pricewire_tick_to_publish_latency_seconds_bucket"
-        ));
-        assert!(is_documented_sample("pricewire_ticks_received_total"));
-        assert!(!is_documented_sample(
-            "pricewire_ticks_received_total_bucket"
-        ));
-        assert!(!is_documented_sample("pricewire_nonexistent_total"));
-    }
-
-    #[test]
-    fn conventions_catch_a_counter_without_total() {
-        let bad = counter("pricewire_ticks", &[], "ticks", "feed", "x");
-        assert!(check_conventions(&bad).is_err());
-    }
-}
+#[path = "catalogue_tests.rs"]
+mod tests;
