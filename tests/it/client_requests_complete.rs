@@ -12,10 +12,7 @@
 //! are ones the server itself skipped for it with a snapshot flagged
 //! `conflated` (a reader the server judged slow). No verdict counts time.
 
-#[path = "util/server.rs"]
-mod server;
-#[path = "util/wait.rs"]
-mod wait;
+use crate::util::{server, wait};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

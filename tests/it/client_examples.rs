@@ -13,19 +13,18 @@
 //! Every wait is a bounded wait on a line of the example's output or on a
 //! condition; nothing sleeps, no verdict depends on the host's speed.
 
-#[path = "util/net.rs"]
-mod net;
+use crate::util::net;
 
 #[allow(dead_code)] // `main` and the flag parsing are the example's own
-#[path = "../examples/subscriber.rs"]
+#[path = "../../examples/subscriber.rs"]
 mod subscriber;
 
 #[allow(dead_code)]
-#[path = "../examples/requests.rs"]
+#[path = "../../examples/requests.rs"]
 mod requests;
 
 #[allow(dead_code)]
-#[path = "../examples/bridge.rs"]
+#[path = "../../examples/bridge.rs"]
 mod bridge;
 
 use std::io::Write;

@@ -6,8 +6,7 @@
 //! and resubscribes. Real gateway on loopback; the cut is awaited on the
 //! gateway's own counter, never on time.
 
-#[path = "util/server.rs"]
-mod server;
+use crate::util::server;
 
 use std::time::{Duration, Instant};
 
