@@ -43,12 +43,13 @@ pub const GROUPS: &[(&str, &[&str])] = &[
         "queue-capacity", "queue-target-ms", "queue-interval-ms", "shed-retry-min-ms",
         "shed-retry-max-ms", "account-request-rate-per-s", "account-request-burst",
         "low-water-bytes", "high-water-bytes", "out-cap-bytes", "slow-consumer-ms",
-        "loop-lag-target-ms",
+        "sndbuf-bytes", "price-age-max-ms", "loop-lag-target-ms",
     ]),
     ("Overload: admission and rate limits", &[
         "accept-rate-per-s", "accept-burst", "ip-connections-max", "ip-connect-burst",
         "ip-connect-rate-per-s", "busy-retry-min-ms", "busy-retry-max-ms", "logon-rate-per-s",
         "first-subscribe-rate-per-s", "symbol-list-rate-per-s", "msg-rate-per-s", "msg-burst",
+        "fd-reserve",
     ]),
     ("Security: TLS and tokens", &[
         "tls-cert", "tls-key", "tls-handshake-timeout-ms", "tls-busy-handshakes-per-s",

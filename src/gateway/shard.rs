@@ -47,6 +47,7 @@ use mio::{Events, Poll, Token, Waker};
 use super::acceptor::Handoff;
 use super::conns::{Conns, INTERLEAVE_EVERY};
 use super::drain::{DrainPolicy, Drainer};
+use super::fresh::FreshGate;
 use super::lag::{LagState, CONFLATE_BATCH};
 use super::lanes::{Lanes, Room};
 use super::logon::Logons;
@@ -194,6 +195,8 @@ pub(super) struct Shard {
     pub(super) drainer: Drainer,
     /// Loop-lag detector and conflation scratch.
     pub(super) lag: LagState,
+    /// Prices off the ring too old to fan out (`fresh.rs`).
+    pub(super) fresh: FreshGate,
 }
 
 impl Shard {
@@ -242,6 +245,7 @@ impl Shard {
             spiller: Spiller::new(cfg.shard0_spill_permille, SWEEP_NS, now),
             drainer: Drainer::new(drain_policy),
             lag: LagState::new(lag_target, shared.config.table.len(), now),
+            fresh: FreshGate::new(cfg.price_age_max_ms * 1_000_000, shared.config.table.len()),
             conns,
             input,
         })
@@ -548,9 +552,15 @@ impl Shard {
                 self.hist
                     .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
                 let c = &mut self.conns;
-                c.fanout.on_price(&p, &mut c.slab, &c.stats, now);
+                if self.fresh.admit(&p, now) {
+                    c.fanout.on_price(&p, &mut c.slab, &c.stats, now);
+                } else {
+                    c.stats.stale.inc();
+                }
             }
         }
+        // Each symbol whose prices were too old: its latest, once.
+        self.fresh.flush(&mut self.conns, now);
         if n > 0 {
             self.swap_histogram();
         }

@@ -175,6 +175,10 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         &[("shard", "all")],
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
+    let f = g.shared.stats.clone();
+    r.register_counter_fn(m::ADMISSION_REJECTS, &[("stage", "fd_limit")], move || {
+        crate::gateway::GatewayStats::get(&f.refused_fd)
+    })?;
     let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
     let faults = &[("listener", "subscriber"), ("stage", "acceptor")];
     r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
@@ -228,6 +232,18 @@ fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), Ops
         m::CONFLATIONS,
         &[("reason", &format!("slow_subscriber_shard{i}"))],
         move || d.conflated.get(),
+    )?;
+    let e = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("stale_ring_shard{i}"))],
+        move || e.stale.get(),
+    )?;
+    let q = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("stale_queue_shard{i}"))],
+        move || q.stale_dropped.get(),
     )?;
     Ok(())
 }

@@ -33,6 +33,7 @@ mod connection_faults;
 mod deploy_dry_start;
 mod deploy_image;
 mod fault_proxy;
+mod fd_limit;
 mod fix_breaker;
 mod fix_codec;
 mod fix_config;
