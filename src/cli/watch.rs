@@ -7,7 +7,11 @@
 //! last redraw was) — redrawn a few times a second with plain ANSI escapes
 //! (no TUI library). The rate is shown once a whole second was measured,
 //! `-` before. `--once` prints one plain table as soon as every symbol has
-//! a price, for scripts and tests. The SDK reconnects on
+//! a price, for scripts and tests. `--verbose` adds each symbol's
+//! sequence: `SEQ` (the last price's), `GAPS` (gaps in its updates) and
+//! `SYNC`, the last event of its sequence other than an in-order update
+//! (`snapshot`, `resumed`, `resync: new stream`, `resync`, `resync after
+//! reconnect`, `gap(expected N)`; see [`PriceEvent::seq_label`]). The SDK reconnects on
 //! its own; the status line says so. An unreachable server or a refused
 //! logon ends the command with a clear message and exit code 1.
 //!
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::client::{Client, ClientConfig, ClientError, Event};
+use crate::client::{Client, ClientConfig, ClientError, Event, PriceEvent, SeqStatus};
 use crate::model::price::{FixedPrice, NO_PRICE};
 use crate::model::price_flags;
 use crate::wire::codes::PRICE_FLAG_NAMES;
@@ -66,6 +70,14 @@ pub struct WatchArgs {
     /// Print one table once every symbol has a price, then exit.
     #[arg(long)]
     pub once: bool,
+
+    /// Also show each symbol's sequence: SEQ (the last price's sequence
+    /// number), GAPS (gaps seen in its updates) and SYNC (the last event
+    /// of its sequence other than an in-order update: snapshot, resumed,
+    /// `resync: new stream` after a restarted server, resync, `resync
+    /// after reconnect`, `gap(expected N)`).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 
     /// Redraw interval, in milliseconds.
     #[arg(long, default_value_t = 250, value_name = "MS")]
@@ -189,6 +201,12 @@ struct Row {
     window_count: u32,
     window_start: Instant,
     rate_per_s: Option<f64>,
+    /// The last price's sequence number (0: none yet).
+    seq: u64,
+    /// Gaps seen in the symbol's updates.
+    gaps: u64,
+    /// The last sequence event other than an in-order update.
+    sync: String,
 }
 
 impl Row {
@@ -205,6 +223,22 @@ impl Row {
             window_count: 0,
             window_start: now,
             rate_per_s: None,
+            seq: 0,
+            gaps: 0,
+            sync: "-".into(),
+        }
+    }
+
+    /// Takes one price's place in its sequence.
+    fn sequence(&mut self, p: &PriceEvent) {
+        self.seq = p.body.seq;
+        match p.seq {
+            SeqStatus::InOrder => {}
+            SeqStatus::Gap { .. } => {
+                self.gaps += 1;
+                self.sync = p.seq_label();
+            }
+            _ => self.sync = p.seq_label(),
         }
     }
 
@@ -295,15 +329,15 @@ pub fn watch(args: &WatchArgs, out: &mut dyn Write) -> Result<(), WatchError> {
     loop {
         let now = Instant::now();
         if args.once && rows.iter().all(Row::done) {
-            draw(out, &mut rows, now, None)?;
+            draw(out, &mut rows, now, None, args.verbose)?;
             return incomplete(&rows);
         }
         if args.once && now >= started + Duration::from_millis(args.once_timeout_ms) {
-            draw(out, &mut rows, now, None)?;
+            draw(out, &mut rows, now, None, args.verbose)?;
             return incomplete(&rows).and(Err(WatchError::Incomplete("timed out".into())));
         }
         if !args.once && now >= next_draw {
-            draw(out, &mut rows, now, Some(&status))?;
+            draw(out, &mut rows, now, Some(&status), args.verbose)?;
             next_draw = now + refresh;
         }
         let wait = next_draw
@@ -383,6 +417,7 @@ fn apply(rows: &mut [Row], ev: Event, status: &mut String) {
             {
                 let b = &p.body;
                 row.update(b.bid, b.ask, b.digits, b.flags, now);
+                row.sequence(&p);
             }
         }
         Event::LoggedOn(info) => {
@@ -397,32 +432,38 @@ fn apply(rows: &mut [Row], ev: Event, status: &mut String) {
             ..
         } => {
             *status = match reconnect_in_ms {
-                Some(ms) => format!("disconnected ({cause:?}); reconnecting in {ms} ms"),
-                None => format!("disconnected ({cause:?})"),
+                Some(ms) => format!("disconnected ({cause}); reconnecting in {ms} ms"),
+                None => format!("disconnected ({cause})"),
             };
         }
         _ => {}
     }
 }
 
-/// Draws the table; `status` = Some for the live view (ANSI clear + home).
+/// Draws the table; `status` = Some for the live view (ANSI clear + home);
+/// `verbose` adds the sequence columns.
 fn draw(
     out: &mut dyn Write,
     rows: &mut [Row],
     now: Instant,
     status: Option<&str>,
+    verbose: bool,
 ) -> std::io::Result<()> {
     if status.is_some() {
         write!(out, "\x1b[H\x1b[2J")?;
     }
-    writeln!(
+    write!(
         out,
-        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}  FLAGS",
+        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}",
         "SYMBOL", "BID", "ASK", "SPREAD", "AGE_MS", "UPD/S"
     )?;
+    if verbose {
+        write!(out, " {:>10} {:>5} {:<22}", "SEQ", "GAPS", "SYNC")?;
+    }
+    writeln!(out, "  FLAGS")?;
     for row in rows.iter_mut() {
         row.roll_rate(now);
-        write_row(out, row, now)?;
+        write_row(out, row, now, verbose)?;
         // `conflated` is shown for the updates since the last redraw.
         row.flags &= !price_flags::CONFLATED;
     }
@@ -432,7 +473,7 @@ fn draw(
     out.flush()
 }
 
-fn write_row(out: &mut dyn Write, r: &Row, now: Instant) -> std::io::Result<()> {
+fn write_row(out: &mut dyn Write, r: &Row, now: Instant, verbose: bool) -> std::io::Result<()> {
     let Some(at) = r.last_update else {
         return writeln!(out, "{:<12} {:>14}", r.name, status_text(r));
     };
@@ -441,17 +482,20 @@ fn write_row(out: &mut dyn Write, r: &Row, now: Instant) -> std::io::Result<()> 
     } else {
         (r.ask - r.bid).to_string()
     };
-    writeln!(
+    write!(
         out,
-        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}  {}",
+        "{:<12} {:>14} {:>14} {:>8} {:>9} {:>9}",
         r.name,
         FixedPrice(r.bid, r.digits).to_string(),
         FixedPrice(r.ask, r.digits).to_string(),
         spread,
         now.duration_since(at).as_millis(),
         r.rate_text(),
-        r.flags_text()
-    )
+    )?;
+    if verbose {
+        write!(out, " {:>10} {:>5} {:<22}", r.seq, r.gaps, r.sync)?;
+    }
+    writeln!(out, "  {}", r.flags_text())
 }
 
 #[cfg(test)]
@@ -460,7 +504,7 @@ mod tests {
 
     fn table(rows: &mut [Row], now: Instant) -> String {
         let mut out = Vec::new();
-        draw(&mut out, rows, now, None).unwrap();
+        draw(&mut out, rows, now, None, false).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -494,5 +538,101 @@ mod tests {
         let next = table(&mut rows, t0);
         assert!(next.lines().nth(1).unwrap().ends_with("  -"), "{next}");
         assert!(next.lines().next().unwrap().ends_with("FLAGS"));
+    }
+
+    /// A price of symbol 4 with this sequence verdict.
+    fn price(seq: u64, status: SeqStatus, reset: Option<crate::client::ResetCause>) -> Event {
+        let kind = match status {
+            SeqStatus::Reset | SeqStatus::Resumed => crate::wire::PriceKind::Snapshot,
+            _ => crate::wire::PriceKind::Update,
+        };
+        Event::Price(PriceEvent {
+            kind,
+            body: crate::wire::PriceBody {
+                symbol_id: 4,
+                tier: 1,
+                digits: 5,
+                seq,
+                bid: 108_000,
+                ask: 108_004,
+                ..Default::default()
+            },
+            seq: status,
+            stream_id: 9,
+            reset,
+        })
+    }
+
+    fn verbose_row(rows: &mut [Row]) -> String {
+        let mut out = Vec::new();
+        draw(&mut out, rows, Instant::now(), None, true).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("SYMBOL"), "{text}");
+        assert!(
+            text.lines().next().unwrap().contains(" SEQ  GAPS SYNC"),
+            "{text}"
+        );
+        text.lines().nth(1).unwrap().to_string()
+    }
+
+    #[test]
+    fn verbose_shows_the_sequence_gaps_and_the_last_resume_or_resync() {
+        use crate::client::ResetCause;
+        let mut rows = [Row::new("EURUSD", Instant::now())];
+        let ok = crate::wire::SubscribeResult {
+            symbol_id: 4,
+            name: Default::default(),
+            status: SubscribeStatus::OK,
+        };
+        let mut status = String::new();
+        let ev = Event::SubscribeResponse {
+            request_id: 1,
+            results: vec![ok],
+        };
+        apply(&mut rows, ev, &mut status);
+        let seen = |rows: &mut [Row], ev| {
+            apply(rows, ev, &mut String::new());
+            let line = verbose_row(rows);
+            let cols: Vec<String> = line.split_whitespace().map(String::from).collect();
+            (line, cols)
+        };
+        let (_, c) = seen(
+            &mut rows,
+            price(10, SeqStatus::Reset, Some(ResetCause::Fresh)),
+        );
+        assert_eq!(
+            (c[6].as_str(), c[7].as_str(), c[8].as_str()),
+            ("10", "0", "snapshot")
+        );
+        // In-order updates move SEQ and leave SYNC alone.
+        let (_, c) = seen(&mut rows, price(11, SeqStatus::InOrder, None));
+        assert_eq!((c[6].as_str(), c[8].as_str()), ("11", "snapshot"));
+        let gap = SeqStatus::Gap {
+            expected: 12,
+            resync: true,
+        };
+        let (line, c) = seen(&mut rows, price(15, gap, None));
+        assert_eq!((c[6].as_str(), c[7].as_str()), ("15", "1"));
+        assert!(line.contains("gap(expected 12, resync)"), "{line}");
+        // A reconnect to a restarted server: a resync on its new stream.
+        let new = Some(ResetCause::NewStream { previous: 8 });
+        let (line, c) = seen(&mut rows, price(16, SeqStatus::Reset, new));
+        assert_eq!(c[6], "16");
+        assert!(line.contains("resync: new stream"), "{line}");
+        let (_, c) = seen(&mut rows, price(16, SeqStatus::Resumed, None));
+        assert_eq!((c[7].as_str(), c[8].as_str()), ("1", "resumed"));
+        let missed = Some(ResetCause::Resync {
+            expected: 17,
+            after_reconnect: true,
+        });
+        let (line, _) = seen(&mut rows, price(40, SeqStatus::Reset, missed));
+        assert!(line.contains("resync after reconnect"), "{line}");
+        assert!(line.ends_with("  -"), "FLAGS stays last: {line}");
+        // Without --verbose the table is as before.
+        let plain = table(&mut rows, Instant::now());
+        assert!(
+            !plain.contains("SYNC") && !plain.contains("resync"),
+            "{plain}"
+        );
     }
 }

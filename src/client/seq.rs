@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::event::SeqStatus;
+use super::event::{ResetCause, SeqStatus};
 
 #[derive(Debug, Clone, Copy)]
 struct Expect {
@@ -40,6 +40,23 @@ pub enum UpdateVerdict {
 /// server, an edge that follows a new stream) is a resync whatever its
 /// sequence. Two version-2 servers (stream id 0 both times) are compared
 /// by sequence alone, as before the stream id existed.
+///
+/// ```
+/// use pricewire::client::{ResetCause, SeqStatus, SeqTracker};
+///
+/// let mut t = SeqTracker::new(4);
+/// t.on_logon(7);
+/// t.on_snapshot(1, 0, 100, 7);
+/// t.resume(); // reconnected: expectations kept
+/// // Same stream, the next seq: nothing was missed.
+/// assert_eq!(t.on_snapshot(1, 0, 101, 7), SeqStatus::Resumed);
+/// t.resume();
+/// // A restarted server numbers a new stream: a resync, never a resume,
+/// // even though its seq happens to continue.
+/// let (status, cause) = t.on_snapshot_explained(1, 0, 102, 8);
+/// assert_eq!(status, SeqStatus::Reset);
+/// assert_eq!(cause, Some(ResetCause::NewStream { previous: 7 }));
+/// ```
 #[derive(Debug)]
 pub struct SeqTracker {
     map: HashMap<(u16, u8), Expect>,
@@ -118,31 +135,57 @@ impl SeqTracker {
     /// is the last one accepted or the next: nothing was missed. A
     /// snapshot of another stream is [`SeqStatus::Reset`].
     pub fn on_snapshot(&mut self, symbol: u16, tier: u8, seq: u64, stream_id: u64) -> SeqStatus {
-        match self.slot(symbol, tier) {
-            Some(e) => {
-                let continues = seq + 1 == e.next || seq == e.next;
-                let resumed = e.resuming && e.next > 0 && e.stream == stream_id && continues;
-                *e = Expect {
-                    next: seq.saturating_add(1),
-                    stream: stream_id,
-                    resync_pending: false,
-                    resuming: false,
-                };
-                if resumed {
-                    SeqStatus::Resumed
-                } else {
-                    SeqStatus::Reset
-                }
-            }
-            None => SeqStatus::Untracked,
-        }
+        self.on_snapshot_explained(symbol, tier, seq, stream_id).0
     }
 
-    /// A price from a SnapshotResponse: like a snapshot, but never moves
-    /// the expectation backwards (updates already delivered stay valid).
-    pub fn on_response_price(&mut self, symbol: u16, tier: u8, seq: u64) {
-        if let Some(e) = self.slot(symbol, tier) {
-            e.next = e.next.max(seq.saturating_add(1));
+    /// [`SeqTracker::on_snapshot`], with what the key held before it when
+    /// the verdict is [`SeqStatus::Reset`] (`None` otherwise).
+    pub fn on_snapshot_explained(
+        &mut self,
+        symbol: u16,
+        tier: u8,
+        seq: u64,
+        stream_id: u64,
+    ) -> (SeqStatus, Option<ResetCause>) {
+        let Some(e) = self.slot(symbol, tier) else {
+            return (SeqStatus::Untracked, None);
+        };
+        let prior = *e;
+        // `checked_add`: a seq of u64::MAX from a broken server continues
+        // nothing (and must not overflow).
+        let continues = seq.checked_add(1) == Some(prior.next) || seq == prior.next;
+        let resumed = prior.resuming && prior.next > 0 && prior.stream == stream_id && continues;
+        *e = Expect {
+            next: seq.saturating_add(1),
+            stream: stream_id,
+            resync_pending: false,
+            resuming: false,
+        };
+        if resumed {
+            return (SeqStatus::Resumed, None);
+        }
+        let cause = if prior.next == 0 {
+            ResetCause::Fresh
+        } else if prior.stream != stream_id {
+            ResetCause::NewStream {
+                previous: prior.stream,
+            }
+        } else {
+            ResetCause::Resync {
+                expected: prior.next,
+                after_reconnect: prior.resuming,
+            }
+        };
+        (SeqStatus::Reset, Some(cause))
+    }
+
+    /// A price from a SnapshotResponse. An answer is not part of the
+    /// stream: it can overtake updates still on their way to the
+    /// connection, which must still be accepted, so it leaves every
+    /// expectation where it is (and adds no key). It only ends a tracked
+    /// key's resync episode, so that a later gap asks again.
+    pub fn on_response_price(&mut self, symbol: u16, tier: u8) {
+        if let Some(e) = self.map.get_mut(&(symbol, tier)) {
             e.resync_pending = false;
         }
     }
@@ -270,15 +313,63 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_resets_even_backwards_but_response_never_regresses() {
+    fn snapshot_resets_even_backwards_but_a_response_moves_nothing() {
         let mut t = SeqTracker::new(8);
         t.on_snapshot(1, 0, 50, S);
         t.on_snapshot(1, 0, 40, S);
         assert_eq!(t.expected(1, 0), Some(41));
-        t.on_response_price(1, 0, 30);
+        t.on_response_price(1, 0);
         assert_eq!(t.expected(1, 0), Some(41));
-        t.on_response_price(1, 0, 45);
-        assert_eq!(t.expected(1, 0), Some(46));
+        // Updates the answer overtook are still the stream's next prices.
+        for seq in 41..46 {
+            assert_eq!(
+                t.on_update(1, 0, seq),
+                UpdateVerdict::Accept(SeqStatus::InOrder)
+            );
+        }
+        // An answer for a key the stream does not carry adds none.
+        t.on_response_price(7, 0);
+        assert_eq!((t.len(), t.expected(7, 0)), (1, None));
+    }
+
+    #[test]
+    fn a_response_ends_the_resync_episode_so_the_next_gap_asks_again() {
+        let mut t = SeqTracker::new(8);
+        t.on_snapshot(1, 0, 5, S);
+        let gap = |expected, resync| UpdateVerdict::Accept(SeqStatus::Gap { expected, resync });
+        assert_eq!(t.on_update(1, 0, 8), gap(6, true));
+        t.on_response_price(1, 0);
+        assert_eq!(t.on_update(1, 0, 11), gap(9, true));
+    }
+
+    #[test]
+    fn a_reset_says_what_the_key_held_before_it() {
+        let mut t = SeqTracker::new(8);
+        let fresh = t.on_snapshot_explained(1, 0, 10, S);
+        assert_eq!(fresh, (SeqStatus::Reset, Some(ResetCause::Fresh)));
+        let mid = t.on_snapshot_explained(1, 0, 20, S);
+        let resync = |expected, after_reconnect| ResetCause::Resync {
+            expected,
+            after_reconnect,
+        };
+        assert_eq!(mid, (SeqStatus::Reset, Some(resync(11, false))));
+        t.resume();
+        let missed = t.on_snapshot_explained(1, 0, 30, S);
+        assert_eq!(missed, (SeqStatus::Reset, Some(resync(21, true))));
+        t.resume();
+        let other = t.on_snapshot_explained(1, 0, 31, S + 1);
+        let new = ResetCause::NewStream { previous: S };
+        assert_eq!(other, (SeqStatus::Reset, Some(new)));
+        t.resume();
+        assert_eq!(
+            t.on_snapshot_explained(1, 0, 31, S + 1),
+            (SeqStatus::Resumed, None)
+        );
+        // A broken server's u64::MAX continues nothing and does not overflow.
+        t.resume();
+        let (status, _) = t.on_snapshot_explained(1, 0, u64::MAX, S + 1);
+        assert_eq!(status, SeqStatus::Reset);
+        assert_eq!(t.expected(1, 0), Some(u64::MAX));
     }
 
     #[test]

@@ -165,19 +165,7 @@ fn to_event(
 ) -> Option<Event> {
     Some(match msg {
         Message::PriceUpdate(b) => return on_update(b, seq, stats, &mut want_resync),
-        Message::PriceSnapshot(s) => {
-            let (b, stream_id) = (s.body, s.stream_id);
-            ClientStats::inc(&stats.prices);
-            let resuming = seq.is_resuming(b.symbol_id, b.tier);
-            let status = seq.on_snapshot(b.symbol_id, b.tier, b.seq, stream_id);
-            match status {
-                SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
-                SeqStatus::Resumed => ClientStats::inc(&stats.resumed),
-                SeqStatus::Reset if resuming => ClientStats::inc(&stats.resume_resyncs),
-                _ => {}
-            }
-            price(PriceKind::Snapshot, b, status, stream_id)
-        }
+        Message::PriceSnapshot(s) => on_snapshot(s.body, s.stream_id, seq, stats),
         Message::Heartbeat => return None,
         Message::LogonAccepted(a) => {
             seq.on_logon(a.stream_id);
@@ -206,16 +194,13 @@ fn to_event(
             request_id: r.request_id,
             results: r.results.collect(),
         },
-        Message::SnapshotResponse(r) => {
-            let prices: Vec<PriceBody> = r.prices.collect();
-            for p in &prices {
-                seq.on_response_price(p.symbol_id, p.tier, p.seq);
-            }
-            Event::SnapshotResponse {
-                request_id: r.request_id,
-                prices,
-            }
-        }
+        Message::SnapshotResponse(r) => snapshot_response(r.request_id, r.prices.collect(), seq),
+        Message::HistoryResponse(h) => Event::HistoryResponse {
+            request_id: h.request_id,
+            symbol_id: h.symbol_id,
+            digits: h.digits,
+            ticks: h.ticks.collect(),
+        },
         Message::SymbolDirectory(d) => Event::SymbolDirectory {
             request_id: d.request_id,
             symbols: d.symbols.collect(),
@@ -232,6 +217,35 @@ fn to_event(
             ClientStats::inc(&stats.unexpected_frames);
             return None;
         }
+    })
+}
+
+/// An answer moves no expectation (it can overtake updates on their way);
+/// it only ends its keys' resync episodes.
+fn snapshot_response(request_id: u64, prices: Vec<PriceBody>, seq: &mut SeqTracker) -> Event {
+    for p in &prices {
+        seq.on_response_price(p.symbol_id, p.tier);
+    }
+    Event::SnapshotResponse { request_id, prices }
+}
+
+#[inline]
+fn on_snapshot(b: PriceBody, stream_id: u64, seq: &mut SeqTracker, stats: &ClientStats) -> Event {
+    ClientStats::inc(&stats.prices);
+    let resuming = seq.is_resuming(b.symbol_id, b.tier);
+    let (status, reset) = seq.on_snapshot_explained(b.symbol_id, b.tier, b.seq, stream_id);
+    match status {
+        SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
+        SeqStatus::Resumed => ClientStats::inc(&stats.resumed),
+        SeqStatus::Reset if resuming => ClientStats::inc(&stats.resume_resyncs),
+        _ => {}
+    }
+    Event::Price(PriceEvent {
+        kind: PriceKind::Snapshot,
+        body: b,
+        seq: status,
+        stream_id,
+        reset,
     })
 }
 
@@ -260,18 +274,13 @@ fn on_update(
         SeqStatus::Untracked => ClientStats::inc(&stats.untracked),
         _ => {}
     }
-    let stream_id = seq.stream_of(b.symbol_id, b.tier);
-    Some(price(PriceKind::Update, b, status, stream_id))
-}
-
-#[inline]
-fn price(kind: PriceKind, body: PriceBody, seq: SeqStatus, stream_id: u64) -> Event {
-    Event::Price(PriceEvent {
-        kind,
-        body,
-        seq,
-        stream_id,
-    })
+    Some(Event::Price(PriceEvent {
+        kind: PriceKind::Update,
+        body: b,
+        seq: status,
+        stream_id: seq.stream_of(b.symbol_id, b.tier),
+        reset: None,
+    }))
 }
 
 #[cfg(test)]
@@ -357,24 +366,80 @@ mod tests {
         assert_eq!(s.stats.gaps.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
+    fn response(request_id: u64, prices: &[PriceBody]) -> Vec<u8> {
+        let mut buf = [0u8; 4096];
+        let n = wire::encode_snapshot_response(&mut buf, request_id, prices.iter()).unwrap();
+        buf[..n].to_vec()
+    }
+
     #[test]
-    fn snapshot_response_resyncs_and_old_updates_are_dropped() {
+    fn an_answer_that_overtakes_updates_loses_none_of_them() {
         let mut s = session();
-        s.feed(&script(&[(S, 2, 5), (U, 2, 9)]));
-        assert_eq!(drain(&mut s).len(), 2);
-        assert_eq!(s.take_resync(), Some((2, 1)));
-        let mut buf = [0u8; 256];
-        let n = wire::encode_snapshot_response(&mut buf, 77, [body(2, 1, 12)]).unwrap();
-        s.feed(&buf[..n]);
-        // Updates the server had queued before it read the table are old.
-        s.feed(&script(&[(U, 2, 10), (U, 2, 12), (U, 2, 13)]));
+        s.feed(&script(&[(S, 2, 5), (U, 2, 6)]));
+        // The server read its table (seq 9) before updates 7..9 were
+        // written to this connection: the answer overtakes them.
+        s.feed(&response(77, &[body(2, 1, 9), body(4, 1, 3)]));
+        s.feed(&script(&[
+            (U, 2, 7),
+            (U, 2, 8),
+            (U, 2, 9),
+            (U, 2, 8),
+            (U, 2, 10),
+        ]));
         let ev = drain(&mut s);
         assert!(
-            matches!(&ev[0], Event::SnapshotResponse { request_id: 77, prices } if prices.len() == 1)
+            matches!(&ev[2], Event::SnapshotResponse { request_id: 77, prices } if prices.len() == 2)
         );
-        assert_eq!(ev.len(), 2, "seq 10 and 12 dropped: {ev:?}");
-        assert_eq!(ev[1].price().unwrap().seq, SeqStatus::InOrder);
-        assert_eq!(ev[1].price().unwrap().body.seq, 13);
+        let seqs: Vec<(u64, SeqStatus)> = ev
+            .iter()
+            .filter_map(Event::price)
+            .map(|p| (p.body.seq, p.seq))
+            .collect();
+        let in_order = |n| (n, SeqStatus::InOrder);
+        let want = [(5, SeqStatus::Reset), in_order(6), in_order(7)];
+        assert_eq!(seqs[..3], want);
+        assert_eq!(seqs[3..], [in_order(8), in_order(9), in_order(10)]);
+        assert_eq!(
+            s.stats
+                .old_dropped
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        assert_eq!(s.seq().len(), 1, "an answer's other symbol is not tracked");
+    }
+
+    #[test]
+    fn a_history_answer_is_an_event_with_its_ticks() {
+        let mut s = session();
+        let tick = |bid| wire::HistoryTick {
+            provider: 1,
+            bid,
+            ask: bid + 3,
+            bid_size: 1,
+            ask_size: 1,
+            provider_time_ns: 5,
+        };
+        let mut buf = [0u8; 512];
+        let n = wire::encode_history_response(&mut buf, 9, 4, 5, [tick(10), tick(11)]).unwrap();
+        s.feed(&buf[..n]);
+        let ev = drain(&mut s);
+        let Event::HistoryResponse {
+            request_id: 9,
+            symbol_id: 4,
+            digits: 5,
+            ticks,
+        } = &ev[0]
+        else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(ticks.iter().map(|t| t.bid).collect::<Vec<_>>(), [10, 11]);
+        assert_eq!(ev[0].request_id(), Some(9));
+        assert_eq!(
+            s.stats
+                .unexpected_frames
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
     }
 
     #[test]
@@ -475,3 +540,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "session_props.rs"]
+mod props;

@@ -9,7 +9,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use pricewire::admission::RetryWindow;
-use pricewire::client::{Client, ClientConfig, ClientError, DisconnectCause, Event, SeqStatus};
+use pricewire::client::{
+    Client, ClientConfig, ClientError, DisconnectCause, Event, ResetCause, SeqStatus,
+};
 use pricewire::feed::bridge::Bridge;
 use pricewire::gateway::GatewayConfig;
 use pricewire::model::Tick;
@@ -61,6 +63,8 @@ fn expect_resubscribed_as(c: &mut Client, symbol: u16, statuses: &[SeqStatus]) {
     let p = ev.price().unwrap();
     assert_eq!((p.kind, p.body.symbol_id), (PriceKind::Snapshot, symbol));
     assert!(statuses.contains(&p.seq), "{:?} not in {statuses:?}", p.seq);
+    // A reset says why; a resume has nothing to explain.
+    assert_eq!(p.reset.is_some(), p.seq == SeqStatus::Reset, "{p:?}");
     until(c, "an in-order update", |e| {
         e.price().is_some_and(|p| p.seq == SeqStatus::InOrder)
     });
@@ -264,9 +268,73 @@ fn a_restarted_server_at_the_held_sequence_is_a_resync_not_a_resume() {
         (PriceKind::Snapshot, 2, 110_001)
     );
     assert_eq!((p.seq, p.stream_id), (SeqStatus::Reset, after.stream_id));
+    // Said as a new stream, not as prices missed on the old one.
+    let previous = before.stream_id;
+    assert_eq!(p.reset, Some(ResetCause::NewStream { previous }));
+    assert_eq!(p.seq_label(), "resync: new stream");
     let s = c.stats().snapshot();
     assert_eq!((s.resumed, s.resume_resyncs), (0, 1), "{s:?}");
     second.stop();
+}
+
+/// The case for the Python client, in Rust: after a session, the
+/// server accepts the reconnect and never answers the Logon. The caller
+/// polling with a short timeout gets control back while the logon is
+/// awaited (not once per logon timeout), and the attempt still ends as a
+/// LogonTimeout, then is retried.
+#[test]
+fn a_reconnect_to_a_server_that_never_answers_does_not_hold_the_caller() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicBool::new(false));
+    let seen = accepted.clone();
+    // The first connection is logged on and closed; the next one is
+    // accepted and held without a word.
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 256];
+        let _ = s.read(&mut buf);
+        let m = LogonAccepted {
+            session_id: 1,
+            heartbeat_interval_ms: 1_000,
+            server_time_ns: 0,
+            default_tier: 1,
+            stream_id: 1,
+        };
+        let n = wire::encode_logon_accepted(&mut buf, &m).unwrap();
+        s.write_all(&buf[..n]).unwrap();
+        drop(s);
+        let (held, _) = listener.accept().unwrap();
+        seen.store(true, Ordering::SeqCst);
+        held
+    });
+    let mut cfg = fast_config(addr);
+    cfg.logon_timeout_ms = 3_000;
+    let mut c = Client::connect(cfg).unwrap();
+    let mut returned_while_logging_on = 0u32;
+    let deadline = Instant::now() + 4 * T;
+    let cause = loop {
+        assert!(Instant::now() < deadline, "the logon never timed out");
+        match c.next_event(Duration::from_millis(10)).unwrap() {
+            None if accepted.load(Ordering::SeqCst) => returned_while_logging_on += 1,
+            Some(Event::Disconnected { cause, .. }) if accepted.load(Ordering::SeqCst) => {
+                break cause
+            }
+            _ => {}
+        }
+    };
+    assert_eq!(cause, DisconnectCause::LogonTimeout);
+    assert!(
+        returned_while_logging_on > 0,
+        "next_event held the caller for the whole logon timeout"
+    );
+    assert!(!c.is_connected());
+    let s = c.stats().snapshot();
+    assert_eq!((s.connects, s.logons), (2, 1), "{s:?}");
+    drop(c);
+    drop(fake.join().unwrap());
 }
 
 #[test]

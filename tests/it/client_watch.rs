@@ -241,3 +241,20 @@ fn binary_takes_the_token_from_the_environment_and_warns_about_argv() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("PRICEWIRE_TOKEN: set but empty"), "{err}");
 }
+
+#[test]
+fn binary_verbose_shows_each_symbols_sequence_and_sync() {
+    let server = TestServer::start();
+    let addr = server.addr.to_string();
+    let (code, out, err) = watch_bin(&addr, &["--verbose"], Some("demo"));
+    assert_eq!(code, Some(0), "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header[6..], ["SEQ", "GAPS", "SYNC", "FLAGS"], "{out}");
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row[0], "EURUSD", "{out}");
+    let seq: u64 = row[6].parse().unwrap();
+    assert!(seq >= 1, "seq starts at 1: {out}");
+    // The first price of a subscription is its snapshot; no gap after it.
+    assert_eq!(row[7..9], ["0", "snapshot"], "{out}");
+}

@@ -70,8 +70,11 @@ pub struct ClientConfig {
     pub auto_resync: bool,
     /// Time budget of a gap-resync snapshot request, in µs.
     pub resync_budget_us: u32,
-    /// Most events queued inside the client (at least 1); more are dropped
-    /// and counted.
+    /// Most events queued inside the client (at least 1), apart for each
+    /// of two queues: the driver's own (logons, disconnects; more are
+    /// dropped and counted) and the events `await_response` sets aside
+    /// (never dropped: a full one stops the wait with
+    /// [`ClientError::Backlog`]).
     pub events_queued_max: usize,
     /// Seed of the backoff RNG (`None` = from entropy).
     pub rng_seed: Option<u64>,

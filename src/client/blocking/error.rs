@@ -63,6 +63,11 @@ pub enum ClientError {
     /// The request could not be encoded (a name or text too long).
     #[error("cannot encode the request: {0}")]
     Encode(#[from] EncodeError),
+    /// [`Client::await_response`](super::Client::await_response) set aside
+    /// this many events (`events_queued_max`) without seeing the answer:
+    /// nothing was dropped; take them with `next_event`, then wait again.
+    #[error("{0} events wait for next_event (events_queued_max); take them, then wait again")]
+    Backlog(usize),
     /// A [`ClientConfig`] setting is refused (see [`ClientConfig::validate`]).
     #[error("invalid client setting: {0}")]
     Config(String),

@@ -49,8 +49,30 @@ impl Client {
 
     // ---- connection life ----------------------------------------------
 
-    /// Connects, sends Logon and waits for the answer.
+    /// Connects, sends Logon and waits for the answer (the first connect,
+    /// whose errors [`Client::connect`](super::Client::connect) returns).
     pub(super) fn open(&mut self) -> Result<LogonInfo, OpenError> {
+        self.begin_open()?;
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.logon_timeout_ms);
+        let res = loop {
+            let Some(left) = remaining(deadline) else {
+                break Err(OpenError::Timeout);
+            };
+            match self.logon_step(left) {
+                Ok(Some(info)) => break Ok(info),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        if res.is_err() {
+            self.stream = None;
+        }
+        res
+    }
+
+    /// Connects (TCP and TLS, each within the connect timeout) and sends
+    /// Logon; the answer is read by [`Client::logon_step`].
+    fn begin_open(&mut self) -> Result<(), OpenError> {
         let timeout = Duration::from_millis(self.cfg.connect_timeout_ms);
         let stream = match TcpStream::connect_timeout(&self.target_addr(), timeout) {
             Ok(s) => s,
@@ -78,25 +100,25 @@ impl Client {
         // again, or another edge with the same sequences) resumes them.
         self.session.resume();
         self.stream = Some(stream);
-        let res = self.logon_exchange();
-        if res.is_err() {
-            self.stream = None;
-        }
-        res
-    }
-
-    fn logon_exchange(&mut self) -> Result<LogonInfo, OpenError> {
         let logon = wire::Logon {
             heartbeat_interval_ms: self.cfg.heartbeat_ms,
             account: self.cfg.account.as_bytes(),
             token: self.cfg.token.as_bytes(),
         };
         let n = wire::encode_logon(&mut self.tx, &logon).expect("validated account and token fit");
-        self.write(n).map_err(OpenError::Io)?;
-        let deadline = Instant::now() + Duration::from_millis(self.cfg.logon_timeout_ms);
+        let sent = self.write(n).map_err(OpenError::Io);
+        if sent.is_err() {
+            self.stream = None;
+        }
+        sent
+    }
+
+    /// One step of the logon: the answer if one is buffered, else one read
+    /// of at most `wait` (`Ok(None)`: no answer yet).
+    fn logon_step(&mut self, wait: Duration) -> Result<Option<LogonInfo>, OpenError> {
         loop {
             match self.session.next_event().map_err(OpenError::Protocol)? {
-                Some(Event::LoggedOn(info)) => return Ok(info),
+                Some(Event::LoggedOn(info)) => return Ok(Some(info)),
                 Some(Event::LogonRejected {
                     reason,
                     retry_after_ms,
@@ -110,15 +132,14 @@ impl Client {
                     ..
                 }) => return Err(OpenError::Refused(reason, retry_after_ms, text)),
                 Some(_) => continue, // nothing else is sent before the answer
-                None => {}
+                None => break,
             }
-            let left = remaining(deadline).ok_or(OpenError::Timeout)?;
-            match self.read_some(left.max(Duration::from_millis(1))) {
-                Ok(0) => return Err(OpenError::Io(io::ErrorKind::UnexpectedEof.into())),
-                Ok(_) => {}
-                Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(OpenError::Io(e)),
-            }
+        }
+        match self.read_some(wait.max(Duration::from_millis(1))) {
+            Ok(0) => Err(OpenError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => Ok(None),
+            Err(e) if is_timeout(&e) => Ok(None),
+            Err(e) => Err(OpenError::Io(e)),
         }
     }
 
@@ -137,24 +158,51 @@ impl Client {
         ClientStats::inc(&self.stats.logons);
     }
 
+    /// A reconnect fell due: connect and send Logon; the answer is awaited
+    /// in [`Client::poll_logon`], within each caller's timeout.
     pub(super) fn reconnect(&mut self, now: u64) {
-        match self.open() {
-            Ok(info) => {
+        match self.begin_open() {
+            Ok(()) => {
+                let logon_ns = self.cfg.logon_timeout_ms.saturating_mul(NS_PER_MS);
+                let deadline_ns = self.clock.now_ns().saturating_add(logon_ns);
+                self.state = State::LoggingOn { deadline_ns };
+            }
+            Err(e) => self.failed_open(e, now),
+        }
+    }
+
+    /// While logging on again: one step of at most `wait`, or the logon
+    /// timeout once `deadline_ns` passed.
+    pub(super) fn poll_logon(&mut self, deadline_ns: u64, wait: Duration) {
+        let now = self.clock.now_ns();
+        let step = if now >= deadline_ns {
+            Err(OpenError::Timeout)
+        } else {
+            self.logon_step(wait.min(Duration::from_nanos(deadline_ns - now)))
+        };
+        match step {
+            Ok(Some(info)) => {
                 self.logged_on(info);
                 self.push(Event::LoggedOn(self.logon.expect("just logged on")));
                 self.resubscribe();
             }
+            Ok(None) => {}
             Err(e) => {
-                let (cause, retry_after_ms) = e.cause();
-                if let DisconnectCause::LogonRejected(reason) = cause {
-                    self.push(Event::LogonRejected {
-                        reason,
-                        retry_after_ms,
-                    });
-                }
-                self.schedule(cause, retry_after_ms, now);
+                self.stream = None;
+                self.failed_open(e, self.clock.now_ns());
             }
         }
+    }
+
+    fn failed_open(&mut self, e: OpenError, now: u64) {
+        let (cause, retry_after_ms) = e.cause();
+        if let DisconnectCause::LogonRejected(reason) = cause {
+            self.push(Event::LogonRejected {
+                reason,
+                retry_after_ms,
+            });
+        }
+        self.schedule(cause, retry_after_ms, now);
     }
 
     /// Sends every kept subscription again, one Subscribe per tier chunk.

@@ -46,6 +46,10 @@ enum State {
     Waiting {
         retry_at_ns: u64,
     },
+    /// Reconnected and Logon sent; the answer is due by `deadline_ns`.
+    LoggingOn {
+        deadline_ns: u64,
+    },
     /// Will not reconnect.
     Closed,
 }
@@ -66,7 +70,8 @@ pub struct Client {
     tx: Box<[u8]>,
     /// Events the driver produced itself (logons, disconnects).
     queue: VecDeque<Event>,
-    /// Events set aside while [`Client::await_response`] looked for one.
+    /// Events set aside while [`Client::await_response`] looked for an
+    /// answer (at most `events_queued_max`: a full stash stops the wait).
     stash: VecDeque<Event>,
     logon: Option<LogonInfo>,
     logons: u64,
@@ -263,6 +268,31 @@ impl Client {
         Ok(rid)
     }
 
+    /// Asks for the `count` most recent provider ticks of `symbol_id` (the
+    /// server answers at most 190, raw quotes: the account needs a tier
+    /// without markup, such as `raw`, else `Reject(not_entitled)`).
+    /// `budget_us` and `critical` as for [`Client::request_snapshot`].
+    pub fn request_history(
+        &mut self,
+        symbol_id: u16,
+        count: u16,
+        budget_us: u32,
+        critical: bool,
+    ) -> Result<u64, ClientError> {
+        self.require_connected()?;
+        let rid = self.request_id();
+        let m = wire::HistoryRequest {
+            request_id: rid,
+            budget_us,
+            critical,
+            symbol_id,
+            count,
+        };
+        let n = wire::encode_history_request(&mut self.tx, &m)?;
+        self.send_request(n)?;
+        Ok(rid)
+    }
+
     /// Sends Logout; the server answers Disconnect(logout), after which the
     /// client is closed.
     pub fn logout(&mut self) -> Result<(), ClientError> {
@@ -281,7 +311,7 @@ impl Client {
         match self.state {
             State::Connected => Ok(()),
             State::Closed => Err(ClientError::Closed(self.closed_because.clone())),
-            State::Waiting { .. } => Err(ClientError::NotConnected),
+            State::Waiting { .. } | State::LoggingOn { .. } => Err(ClientError::NotConnected),
         }
     }
 
@@ -331,26 +361,59 @@ impl Client {
         }
     }
 
-    /// Waits for the answer (or Reject) to `request_id`; other events are
-    /// kept, in order, for [`Client::next_event`] (bounded; excess counted
-    /// as dropped).
+    /// Waits up to `timeout` for the answer (or Reject) to `request_id`;
+    /// `Ok(None)` when none came in time. Every other event read
+    /// meanwhile — prices above all — is set aside, in order, for
+    /// [`Client::next_event`]: none is lost. The set-aside room is
+    /// `events_queued_max`; when it is full the wait stops with
+    /// [`ClientError::Backlog`] and the rest stays unread in the socket
+    /// (the server conflates for a slow reader, flagged): take the events
+    /// with `next_event`, then wait again. An answer already set aside by
+    /// an earlier wait is found first.
+    ///
+    /// A caller with a busy stream may instead handle answers in its own
+    /// event loop: every request method returns the id its answer carries.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use pricewire::client::{Client, ClientConfig, ClientError, Event};
+    /// # fn show(_: &Event) {}
+    /// # let mut client = Client::connect(ClientConfig::new("127.0.0.1:9400".parse()?, "demo", "demo"))?;
+    /// let rid = client.request_symbols(500_000, false)?;
+    /// let answer = loop {
+    ///     match client.await_response(rid, Duration::from_secs(2)) {
+    ///         Err(ClientError::Backlog(n)) => {
+    ///             // Prices read meanwhile, in order: take them, then wait again.
+    ///             for _ in 0..n {
+    ///                 if let Some(ev) = client.next_event(Duration::ZERO)? {
+    ///                     show(&ev);
+    ///                 }
+    ///             }
+    ///         }
+    ///         other => break other?,
+    ///     }
+    /// };
+    /// # let _ = answer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn await_response(
         &mut self,
         request_id: u64,
         timeout: Duration,
     ) -> Result<Option<Event>, ClientError> {
+        let mine = |e: &Event| e.request_id() == Some(request_id);
+        if let Some(i) = self.stash.iter().position(mine) {
+            return Ok(self.stash.remove(i));
+        }
         let deadline = Instant::now() + timeout;
-        while let Some(ev) = self.poll_event(deadline)? {
-            if ev.request_id() == Some(request_id) {
-                return Ok(Some(ev));
-            }
-            if self.stash.len() < self.cfg.events_queued_max {
-                self.stash.push_back(ev);
-            } else {
-                ClientStats::inc(&self.stats.events_dropped);
+        while self.stash.len() < self.cfg.events_queued_max {
+            match self.poll_event(deadline)? {
+                Some(ev) if mine(&ev) => return Ok(Some(ev)),
+                Some(ev) => self.stash.push_back(ev),
+                None => return Ok(None),
             }
         }
-        Ok(None)
+        Err(ClientError::Backlog(self.stash.len()))
     }
 
     fn poll_event(&mut self, deadline: Instant) -> Result<Option<Event>, ClientError> {
@@ -369,6 +432,13 @@ impl Client {
                     // The blocking driver's one deliberate wait: the backoff
                     // delay, cut short by the caller's timeout.
                     std::thread::sleep(left.min(Duration::from_nanos(retry_at_ns - now)));
+                }
+                State::LoggingOn { deadline_ns } => {
+                    let left = remaining(deadline);
+                    self.poll_logon(deadline_ns, left.unwrap_or(Duration::ZERO));
+                    if left.is_none() && self.queue.is_empty() {
+                        return Ok(None);
+                    }
                 }
                 State::Connected => {
                     if let Some(ev) = self.poll_connected(now, deadline) {
