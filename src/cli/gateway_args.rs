@@ -249,6 +249,13 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 400, value_name = "N")]
     pub msg_burst: u32,
 
+    /// Refusals in a row after which a connection is cut with
+    /// Disconnect(message_flood): messages its message rate refused, and
+    /// messages it sent inside a Reject(rate_limited)'s retry-after.
+    /// 1..=1000000.
+    #[arg(long, default_value_t = crate::gateway::FLOOD_DISCONNECT_AFTER_DEFAULT, value_name = "N")]
+    pub flood_disconnect_after: u32,
+
     /// Refused frames (bad body, unknown template, unexpected message) a
     /// logged-on connection may send within --bad-frame-window-ms; one
     /// more → Disconnect(protocol_error).
@@ -339,6 +346,7 @@ impl GatewayArgs {
             max_subscriptions: self.max_subscriptions,
             msg_rate_per_s: self.msg_rate_per_s,
             msg_burst: self.msg_burst,
+            flood_disconnect_after: self.flood_disconnect_after,
             bad_frame_limit: self.bad_frame_limit,
             bad_frame_window_ms: self.bad_frame_window_ms,
             shard_wait,

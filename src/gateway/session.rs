@@ -77,7 +77,8 @@ pub struct SessionConfig {
     pub msg_rate_per_s: u32,
     /// Messages a connection may send in a burst above the rate.
     pub msg_burst: u32,
-    /// Rate-limited messages in a row after which it is cut as a flood.
+    /// Refusals in a row after which it is cut as a flood (see
+    /// [`backoff`]).
     pub flood_disconnect_after: u32,
     /// Refused frames within `bad_frame_window_ms` that end the session.
     pub bad_frame_limit: u32,
@@ -85,8 +86,9 @@ pub struct SessionConfig {
     pub bad_frame_window_ms: u64,
     /// retryAfterMs window of the Disconnects for errors.
     pub error_retry: RetryWindow,
-    /// retryAfterMs window of Reject(rate_limited) for the message limit.
-    pub rate_limited_retry: RetryWindow,
+    /// retryAfterMs window of LogonRejected(busy) for a Logon whose
+    /// verification did not come within the logon timeout.
+    pub busy_retry: RetryWindow,
 }
 
 impl From<&GatewayConfig> for SessionConfig {
@@ -107,7 +109,7 @@ impl From<&GatewayConfig> for SessionConfig {
             bad_frame_limit: c.bad_frame_limit,
             bad_frame_window_ms: c.bad_frame_window_ms,
             error_retry: c.error_retry,
-            rate_limited_retry: c.rate_limited_retry,
+            busy_retry: c.admission.retry_after,
         }
     }
 }
@@ -222,8 +224,17 @@ pub struct Session {
     /// When the oldest incomplete frame in `inbuf` started arriving.
     partial_since_ns: Option<u64>,
     msg_bucket: TokenBucket,
-    /// Consecutive rate-limited messages.
-    flood_strikes: u32,
+    /// The retry-after it was told and what it did with it.
+    backoff: Backoff,
+    /// The peer's smoothed round trip as the kernel measured it (0:
+    /// unknown): the grace of a backoff window.
+    rtt_ns: u64,
+    /// When its Logon arrived (it is with the verifier): from then on the
+    /// logon timeout no longer applies, a verdict does.
+    logon_seen_ns: Option<u64>,
+    /// When the shard last found input waiting that it has not read
+    /// (socket or buffer): the peer is not silent at that time.
+    unread_noted_ns: u64,
     /// Bad frames (refused bodies) since `bad_since_ns`.
     bad_frames: u32,
     /// When the current bad-frame window opened.
@@ -235,7 +246,10 @@ pub struct Session {
 }
 
 mod accessors;
+pub mod backoff;
 mod timers;
+
+use backoff::{Backoff, Gate};
 
 impl Session {
     /// A new connection at `now_ns`: the inbound buffer (one largest
@@ -255,7 +269,10 @@ impl Session {
             in_off: 0,
             partial_since_ns: None,
             msg_bucket: TokenBucket::new(cfg.msg_rate_per_s, cfg.msg_burst, now_ns),
-            flood_strikes: 0,
+            backoff: Backoff::default(),
+            rtt_ns: 0,
+            logon_seen_ns: None,
+            unread_noted_ns: 0,
             bad_frames: 0,
             bad_since_ns: now_ns,
             first_subscribe_done: false,
@@ -343,7 +360,10 @@ impl Session {
         };
         match self.state {
             SessionState::AwaitingLogon => match msg {
-                Message::Logon(l) => Step::Event(Event::Logon(l)),
+                Message::Logon(l) => {
+                    self.logon_seen_ns.get_or_insert(ctx.now_ns);
+                    Step::Event(Event::Logon(l))
+                }
                 // A client waiting long for LogonAccepted (a herd) may
                 // heartbeat: it only proves the peer alive.
                 Message::Heartbeat => Step::Handled,
@@ -366,6 +386,10 @@ impl Session {
     }
 
     fn on_active<'f>(&mut self, msg: Message<'f>, ctx: &mut Ctx<'_>) -> Step<'f> {
+        // Inside a backoff window only Heartbeat and Logout go on.
+        if !matches!(msg, Message::Heartbeat | Message::Logout) && !self.gate(&msg, ctx) {
+            return Step::Handled;
+        }
         // Every message, heartbeats included, spends a token: a heartbeat
         // flood is a flood.
         if !self.take_msg_token(&msg, ctx) {
@@ -397,29 +421,77 @@ impl Session {
         Step::Event(event)
     }
 
-    /// Per-connection message rate limit; a sustained flood disconnects.
+    /// Per-connection message rate limit: a refusal's retry-after is the
+    /// bucket's next token (one to two refills, see
+    /// [`crate::admission::refill_retry_ms`]); a refusal is a strike (see
+    /// [`backoff`]).
     fn take_msg_token(&mut self, msg: &Message<'_>, ctx: &mut Ctx<'_>) -> bool {
         if self.msg_bucket.try_take(ctx.now_ns) {
-            self.flood_strikes = 0;
+            self.backoff.passed();
             return true;
         }
-        self.flood_strikes += 1;
-        if self.flood_strikes > ctx.cfg.flood_disconnect_after {
-            GatewayStats::add(&ctx.stats.disconnects_flood, 1);
-            let retry = ctx.jitter(ctx.cfg.error_retry);
-            let reason = DisconnectReason::MESSAGE_FLOOD;
-            self.disconnect(ctx, reason, retry, "message flood");
-        } else {
-            // A floor a client can back off by (not the bucket's next
-            // token, which only invites the next refused message); counted
-            // as `pricewire_sheds_total{reason="conn_rate_limited"}`.
+        if self.strike(ctx) {
+            // Counted as `pricewire_sheds_total{reason="conn_rate_limited"}`.
             GatewayStats::add(&ctx.stats.rejects_rate_limited, 1);
-            let retry = ctx.jitter(ctx.cfg.rate_limited_retry);
+            let wait = self.msg_bucket.wait_ns(ctx.now_ns);
+            let retry = crate::admission::refill_retry_ms(wait, ctx.rng);
             let rid = msg.request_id().unwrap_or(0);
             let t = msg.template_id();
             self.reject(ctx, rid, t, RejectReason::RATE_LIMITED, retry, "");
         }
         false
+    }
+
+    /// The backoff window's verdict on `msg`: true if it goes on. Inside
+    /// the window it is refused with the time left, a strike (one sent
+    /// after the grace also restarts the window, longer).
+    fn gate(&mut self, msg: &Message<'_>, ctx: &mut Ctx<'_>) -> bool {
+        let grace = backoff::grace_ns(self.rtt_ns);
+        let Gate::Refuse { retry_ms, .. } = self.backoff.check(ctx.now_ns, grace) else {
+            return true;
+        };
+        if !self.strike(ctx) {
+            return false;
+        }
+        GatewayStats::add(&ctx.stats.rejects_backoff, 1);
+        let (rid, t) = (msg.request_id().unwrap_or(0), msg.template_id());
+        // Not `reject`: this refusal restates the window, it opens none.
+        self.reject_frame(
+            ctx,
+            rid,
+            t,
+            RejectReason::RATE_LIMITED,
+            retry_ms,
+            "retry later",
+        );
+        false
+    }
+
+    /// One more refusal in a row: past `flood_disconnect_after` the
+    /// session ends with Disconnect(message_flood) and a jittered floor
+    /// (false then).
+    fn strike(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.backoff.strike() <= ctx.cfg.flood_disconnect_after {
+            return true;
+        }
+        GatewayStats::add(&ctx.stats.disconnects_flood, 1);
+        let retry = ctx.jitter(ctx.cfg.error_retry);
+        let reason = DisconnectReason::MESSAGE_FLOOD;
+        self.disconnect(ctx, reason, retry, "message flood");
+        false
+    }
+
+    /// A refusal for this session came from elsewhere (the request path's
+    /// account rate): one for the client's own rate opens a backoff window.
+    pub fn note_refusal(&mut self, reason: RejectReason, retry_after_ms: u32, now_ns: u64) {
+        if reason == RejectReason::RATE_LIMITED {
+            self.backoff.told(retry_after_ms, now_ns);
+        }
+    }
+
+    /// The peer's smoothed round trip (from the kernel's TCP state), ns.
+    pub fn set_rtt_ns(&mut self, rtt_ns: u64) {
+        self.rtt_ns = rtt_ns;
     }
 
     /// A logged-on session's frame with a bad body (unknown template,
@@ -518,8 +590,29 @@ impl Session {
         }
     }
 
-    /// Queues Reject.
+    /// Queues Reject. A `rate_limited` one with a retry-after opens a
+    /// backoff window (see [`backoff`]).
     pub fn reject(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        request_id: u64,
+        ref_template_id: u16,
+        reason: RejectReason,
+        retry_after_ms: u32,
+        text: &str,
+    ) {
+        self.note_refusal(reason, retry_after_ms, ctx.now_ns);
+        self.reject_frame(
+            ctx,
+            request_id,
+            ref_template_id,
+            reason,
+            retry_after_ms,
+            text,
+        );
+    }
+
+    fn reject_frame(
         &mut self,
         ctx: &mut Ctx<'_>,
         request_id: u64,
@@ -565,7 +658,9 @@ impl Session {
         let counter = match reason {
             DisconnectReason::SLOW_CONSUMER => Some(&s.disconnects_slow_consumer),
             DisconnectReason::PROTOCOL_ERROR => Some(&s.disconnects_protocol_error),
-            DisconnectReason::IDLE_TIMEOUT | DisconnectReason::LOGON_TIMEOUT => {
+            DisconnectReason::IDLE_TIMEOUT => Some(&s.disconnects_idle),
+            DisconnectReason::LOGON_TIMEOUT => {
+                GatewayStats::add(&s.disconnects_logon_timeout, 1);
                 Some(&s.disconnects_idle)
             }
             DisconnectReason::SHUTDOWN => Some(&s.disconnects_shutdown),
