@@ -17,7 +17,9 @@ use crate::wire::{self, RejectReason};
 /// and socket until the next turn. See [`REQUESTS_PER_TURN`].
 pub(crate) const REQUESTS_PER_CONN_TURN: usize = 8;
 
-/// Requests handled per loop turn over all connections of a shard. The
+/// Requests handled per loop turn over all connections of a shard (a
+/// Logon or a Subscribe counts as one too: a reconnect herd's turn is
+/// bounded like a flood's). The
 /// turn fans out and writes its prices first, then reads and hands over at
 /// most this many requests, then writes the prices that arrived meanwhile,
 /// and only then copies a batch of answers (at most

@@ -156,12 +156,17 @@ impl Shard {
                 Step::Handled => {}
                 Step::Event(ev) => {
                     use super::session::Event as E;
-                    if matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_)) {
+                    // Requests, and the session steps that cost the shard
+                    // most (a Logon, a Subscribe with its snapshots): a
+                    // herd's turn is bounded like a flood's, so prices go
+                    // out between its batches.
+                    let request = matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_));
+                    if request || matches!(ev, E::Logon(_) | E::Subscribe(_)) {
                         *left -= 1;
                         self.requests.left -= 1;
-                        if let Some(c) = self.conns.slab.conns[i].as_mut() {
-                            c.window_requests = c.window_requests.saturating_add(1);
-                        }
+                    }
+                    if let Some(c) = self.conns.slab.conns[i].as_mut().filter(|_| request) {
+                        c.window_requests = c.window_requests.saturating_add(1);
                     }
                     self.on_event(i, ev, now)
                 }

@@ -5,17 +5,19 @@
 //!
 //! - **Starved**: the thread waited for a CPU for at least
 //!   [`STARVED_WAIT_PERMILLE`] of the window (a neighbour spinning on every
-//!   core, an oversubscribed host). Shedding its own sessions would not
-//!   give it the CPU back, so a starved shard refuses nobody for lag: it
-//!   conflates prices (one per symbol per turn) and admits what comes.
-//! - **Own**: otherwise, the loop is late because of its own work (a
-//!   herd's logons, a flood's requests): it sheds, heaviest accounts
-//!   first, and admits logons at a paced rate.
+//!   core, an oversubscribed host), or ran less than
+//!   [`STARVED_CPU_PERMILLE`] of it (a loop that is late without being
+//!   busy is held by something else: the CPU, a stopped process, the
+//!   kernel). Shedding its own sessions would not give it the time back,
+//!   so a starved shard refuses nobody for lag: it conflates prices (one
+//!   per symbol per turn) and admits what comes.
+//! - **Own**: otherwise the loop is late because of its own work (a
+//!   herd's logons, a flood's requests): busy most of the window and not
+//!   kept waiting. It sheds, heaviest accounts first, and admits logons
+//!   at a paced rate.
 //!
-//! Where schedstat is missing (a kernel without it), a window in which the
-//! thread ran less than [`STARVED_CPU_PERMILLE`] of the time while lagging
-//! counts as starved: a loop that is late without being busy is waiting
-//! for the CPU, not working.
+//! Where schedstat is missing (a kernel without it), the CPU share alone
+//! decides.
 //!
 //! [`classify`] is pure; [`CauseMeter`] reads the clocks once per window on
 //! the shard thread (two reads, no allocation).
@@ -26,7 +28,8 @@ use crate::runtime::sys::{thread_cpu_ns, SchedStat};
 /// starved: a quarter of the window spent waiting for a CPU is a host
 /// that does not run the thread, whatever its own load.
 pub const STARVED_WAIT_PERMILLE: u64 = 250;
-/// Without schedstat: CPU share below which a window is starved.
+/// CPU share, per-mille of a window, below which a lagging window is not
+/// the shard's own work.
 pub const STARVED_CPU_PERMILLE: u64 = 500;
 
 /// What a closed window says about the lag.
@@ -49,10 +52,8 @@ pub struct WindowShares {
 
 /// The cause a window with these shares shows (see the module docs).
 pub fn classify(s: WindowShares) -> Cause {
-    let starved = match s.wait_permille {
-        Some(w) => w >= STARVED_WAIT_PERMILLE,
-        None => s.cpu_permille < STARVED_CPU_PERMILLE,
-    };
+    let waited = s.wait_permille.is_some_and(|w| w >= STARVED_WAIT_PERMILLE);
+    let starved = waited || s.cpu_permille < STARVED_CPU_PERMILLE;
     if starved {
         Cause::Starved
     } else {
@@ -133,7 +134,13 @@ mod tests {
         assert_eq!(classify(w(900, Some(300))), Cause::Starved);
         assert_eq!(classify(w(100, Some(700))), Cause::Starved);
         assert_eq!(classify(w(950, Some(20))), Cause::Own);
-        assert_eq!(classify(w(50, Some(0))), Cause::Own);
+    }
+
+    #[test]
+    fn a_late_loop_that_ran_little_is_held_by_something_else() {
+        // Stopped (SIGSTOP) or blocked: neither running nor queued.
+        assert_eq!(classify(w(150, Some(0))), Cause::Starved);
+        assert_eq!(classify(w(600, Some(100))), Cause::Own);
     }
 
     #[test]
