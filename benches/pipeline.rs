@@ -28,7 +28,15 @@ fn throughput(c: &mut Criterion) {
         engine_wait: WaitStrategy::SpinYield,
         ..PipelineConfig::default()
     };
-    let parts = Pipeline::start(&pcfg, &config, sources, Vec::new(), None).unwrap();
+    let parts = Pipeline::start(
+        &pcfg,
+        &config,
+        sources,
+        Vec::new(),
+        None,
+        &Default::default(),
+    )
+    .unwrap();
     let mut pipeline = parts.pipeline;
     let (symbols, tiers) = (config.table.len(), config.table.tiers().len());
     let sinks: Vec<_> = parts

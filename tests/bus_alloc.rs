@@ -1,12 +1,14 @@
-//! What the bus thread allocates per price, on a core and on an edge.
+//! What the bus thread allocates per price, on a core and on an edge,
+//! over plain TCP and over TLS.
 //!
 //! The engine side of a core's ring allocates nothing (the engine's own
 //! zero-allocation tests hold), and neither does the bus thread's NATS
 //! client in steady state: publishing on a core (lease renewals and
-//! heartbeats included) and receiving on an edge (heartbeats included). This counts every allocation in the process
-//! with a counting allocator over a steady window and requires exactly 0,
-//! printing the figure (`--nocapture`). One test in this binary, so
-//! nothing else allocates meanwhile.
+//! heartbeats included) and receiving on an edge (heartbeats included),
+//! TLS records sealed and opened included. This counts every allocation
+//! in the process with a counting allocator over a steady window and
+//! requires exactly 0, printing the figure (`--nocapture`). One test in
+//! this binary, so nothing else allocates meanwhile.
 
 #[path = "util/alloc.rs"]
 mod alloc;
@@ -14,6 +16,8 @@ mod alloc;
 mod nats;
 #[path = "util/net.rs"]
 mod net;
+#[path = "util/pki.rs"]
+mod pki;
 #[path = "util/wait.rs"]
 mod wait;
 
@@ -21,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pricewire::bus::security::{BusAuth, BusTls};
 use pricewire::bus::{BusConfig, BusRole};
 use pricewire::config::Config;
 use pricewire::feed::synthetic::SyntheticConfig;
@@ -83,12 +88,18 @@ fn core_allocations(bus: &BusConfig) -> [u64; 3] {
     counted
 }
 
-fn edge_allocations(node: &nats::NatsServer, bus: &BusConfig) -> [u64; 3] {
+fn edge_allocations(bus: &BusConfig) -> [u64; 3] {
     // The core in its own process: only the edge allocates here.
+    let ca = bus.tls.as_ref().map(|t| t.ca.display().to_string());
+    let tls: Vec<&str> = ca
+        .iter()
+        .flat_map(|ca| ["--bus-tls-ca", ca.as_str()])
+        .collect();
     let _core = Kill(
         Command::new(env!("CARGO_BIN_EXE_pricewire"))
             .args(["serve", "--role", "core", "--threading", "dedicated"])
-            .args(["--bus", &node.url(), "--bus-prefix", &bus.prefix])
+            .args(["--bus", &bus.servers.join(","), "--bus-prefix", &bus.prefix])
+            .args(&tls)
             .args(["--synthetic-rate", "20000"])
             .args(["--ops-listen", &net::free_addr().to_string()])
             .stdout(Stdio::null())
@@ -109,17 +120,49 @@ fn edge_allocations(node: &nats::NatsServer, bus: &BusConfig) -> [u64; 3] {
     counted
 }
 
+/// Core and edge allocations over `url`'s server with `tls`; `what` names
+/// the run in the figures.
+fn measure(what: &str, url: &str, tls: Option<BusTls>) {
+    let bus = |prefix: String| {
+        BusConfig::parse(url, &prefix, 1)
+            .and_then(|b| b.with_security(BusAuth::None, tls.clone(), false))
+            .unwrap()
+    };
+    let [core, published, sent] = core_allocations(&bus(format!("{what}1")));
+    let [edge, received, taken] = edge_allocations(&bus(format!("{what}2")));
+    eprintln!(
+        "bus allocations ({what}): core {core} over {published} prices and {sent} heartbeats \
+         published, edge {edge} over {received} prices and {taken} heartbeats received"
+    );
+    assert_eq!(
+        core, 0,
+        "{what} core: {core} allocations over {published} prices"
+    );
+    assert_eq!(
+        edge, 0,
+        "{what} edge: {edge} allocations over {received} prices"
+    );
+}
+
 #[test]
 fn the_bus_thread_allocates_nothing_per_price_in_steady_state() {
     let node = nats::NatsServer::start();
-    let [core, published, sent] =
-        core_allocations(&BusConfig::parse(&node.url(), "alloc1", 1).unwrap());
-    let [edge, received, taken] =
-        edge_allocations(&node, &BusConfig::parse(&node.url(), "alloc2", 1).unwrap());
-    eprintln!(
-        "bus allocations: core {core} over {published} prices and {sent} heartbeats \
-         published, edge {edge} over {received} prices and {taken} heartbeats received"
+    measure("plain", &node.url(), None);
+    drop(node);
+    // TLS required by the server, verified by the client.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki::Ca::new("pw-alloc-ca");
+    let ca_file = pki::write_ca(dir.path(), "ca", &ca);
+    let files = pki::ServerFiles::write(dir.path(), &ca);
+    let conf = format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n}}\n",
+        files.cert.display(),
+        files.key.display()
     );
-    assert_eq!(core, 0, "core: {core} allocations over {published} prices");
-    assert_eq!(edge, 0, "edge: {edge} allocations over {received} prices");
+    let node = nats::NatsServer::start_with(&conf);
+    let tls = BusTls {
+        ca: ca_file,
+        client: None,
+    };
+    measure("tls", &format!("tls://{}", node.client_addr()), Some(tls));
 }

@@ -124,6 +124,9 @@ fn logon_credentials_come_from_a_file_or_the_environment_never_the_config() {
         "heartbeat_s = 10",
         "heartbeat_s = 10\npassword_env = \"PRICEWIRE_TEST_NO_SUCH_VARIABLE\"",
     );
+    // A process that runs no feed (an edge) reads none of it.
+    let skipped = Config::parse_with(&unset, 1, pricewire::config::fix::FeedSecrets::Skip).unwrap();
+    assert_eq!(skipped.fix[0].password, None);
     let e = Config::parse(&unset, 1).unwrap_err();
     assert!(
         e.to_string().contains("PRICEWIRE_TEST_NO_SUCH_VARIABLE"),

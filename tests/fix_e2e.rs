@@ -68,7 +68,15 @@ fn a_stalled_provider_is_excluded_and_prices_continue_single_provider() {
         engine_wait: WaitStrategy::SpinPark,
         ..PipelineConfig::default()
     };
-    let parts = Pipeline::start(&pcfg, &config, sources, Vec::new(), None).unwrap();
+    let parts = Pipeline::start(
+        &pcfg,
+        &config,
+        sources,
+        Vec::new(),
+        None,
+        &Default::default(),
+    )
+    .unwrap();
     let mut pipeline = parts.pipeline;
     let _shards = parts.shards;
     slot.set(pipeline.handles.health.clone()).unwrap();

@@ -109,7 +109,8 @@ fn workloads_run_the_image_with_the_documented_flags_and_ports() {
     let ops_port = i64::from(DEFAULT_OPS_LISTEN.parse::<SocketAddr>().unwrap().port());
     for (kind, w) in workloads() {
         let c = container(&w);
-        assert_eq!(c["image"].as_str(), Some("pricewire:latest"), "{kind}");
+        let image = format!("pricewire:{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(c["image"].as_str(), Some(image.as_str()), "{kind}");
         let a = args(c);
         let flag = |f: &str| a.iter().position(|x| x == f).map(|i| a[i + 1].clone());
         assert_eq!(flag("--listen").as_deref(), Some("0.0.0.0:9400"), "{kind}");
@@ -343,7 +344,7 @@ fn nats_nodes() -> Vec<String> {
     let service = sts["spec"]["serviceName"].as_str().unwrap();
     let replicas = sts["spec"]["replicas"].as_i64().unwrap();
     (0..replicas)
-        .map(|i| format!("nats://nats-{i}.{service}:4222"))
+        .map(|i| format!("tls://nats-{i}.{service}:4222"))
         .collect()
 }
 
@@ -363,7 +364,7 @@ fn the_nats_cluster_has_three_jetstream_nodes_routed_to_each_other() {
         .unwrap();
     assert!(conf.contains("jetstream {"), "JetStream on");
     for node in nats_nodes() {
-        let route = node.replace(":4222", ":6222");
+        let route = node.replace("tls://", "nats://").replace(":4222", ":6222");
         assert!(conf.contains(&route), "route {route}");
     }
 }

@@ -173,27 +173,29 @@ fn families(text: &str) -> Vec<(String, Family)> {
 /// Values the code lists but a scrape shows only once they were counted,
 /// or only for the threads one configuration happens to run.
 fn add_listed_values(fams: &mut [(String, Family)]) {
-    if let Some((_, f)) = fams
-        .iter_mut()
-        .find(|(n, _)| n == catalogue::THREAD_RT_PRIORITY)
-    {
-        let seen = f.labels.iter().flat_map(|(_, values)| values.iter());
-        for thread in seen {
-            assert!(
-                catalogue::THREAD_NAMES
-                    .iter()
-                    .any(|t| match t.strip_suffix('-') {
+    let listed = [
+        (
+            catalogue::THREAD_RT_PRIORITY,
+            "thread",
+            catalogue::THREAD_NAMES,
+        ),
+        (catalogue::STAGE_UP, "stage", catalogue::STAGE_NAMES),
+    ];
+    for (family, label, names) in listed {
+        if let Some((_, f)) = fams.iter_mut().find(|(n, _)| n == family) {
+            let seen = f.labels.iter().flat_map(|(_, values)| values.iter());
+            for thread in seen {
+                assert!(
+                    names.iter().any(|t| match t.strip_suffix('-') {
                         Some(feed) => thread.starts_with(t) && thread.len() > feed.len() + 1,
                         None => thread == t,
                     }),
-                "thread {thread} is missing from catalogue::THREAD_NAMES"
-            );
+                    "{label} {thread} of {family} is not listed in the catalogue"
+                );
+            }
+            let names = names.iter().map(|t| t.to_string()).collect();
+            f.labels = vec![(label.into(), names)];
         }
-        let names = catalogue::THREAD_NAMES
-            .iter()
-            .map(|t| t.to_string())
-            .collect();
-        f.labels = vec![("thread".into(), names)];
     }
     let Some((_, f)) = fams
         .iter_mut()

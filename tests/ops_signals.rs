@@ -14,16 +14,19 @@ fn first_sigterm_drains_second_exits() {
     let (first_tx, first_rx) = crossbeam_channel::bounded(1);
     let (second_tx, second_rx) = crossbeam_channel::bounded(1);
     let h = health.clone();
-    let watcher = SignalWatcher::spawn(SignalCallbacks {
-        on_first: Box::new(move |signo| {
-            h.begin_draining();
-            let _ = first_tx.try_send(signo);
-        }),
-        // The service exits the process here; the test only records it.
-        on_second: Box::new(move |signo| {
-            let _ = second_tx.try_send(signo);
-        }),
-    })
+    let watcher = SignalWatcher::spawn(
+        SignalCallbacks {
+            on_first: Box::new(move |signo| {
+                h.begin_draining();
+                let _ = first_tx.try_send(signo);
+            }),
+            // The service exits the process here; the test only records it.
+            on_second: Box::new(move |signo| {
+                let _ = second_tx.try_send(signo);
+            }),
+        },
+        health.supervisor(),
+    )
     .unwrap();
 
     signal_hook::low_level::raise(SIGTERM).unwrap();

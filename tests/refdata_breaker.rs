@@ -52,6 +52,8 @@ fn config(addr: SocketAddr) -> RedisConfig {
     cfg.breaker.failure_rate_threshold_pct = 50;
     cfg.breaker.slow_call_rate_threshold_pct = 50;
     cfg.breaker.open_wait_ms = OPEN_WAIT_MS;
+    // Exact waits: this file checks the matrix, not the jitter.
+    cfg.breaker.open_wait_jitter_pct = 0;
     cfg.breaker.half_open_permitted_calls = 2;
     cfg
 }

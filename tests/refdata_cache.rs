@@ -164,7 +164,14 @@ fn jitter_and_xfetch_spread_refreshes_of_keys_filled_together() {
     // 300 keys over the ±20% band (4 s = 40 buckets) average ~8 a bucket.
     assert!(peak <= 40, "peak {peak} fetches in 100 ms: {hist:?}");
     let s = rd.stats().snapshot();
-    assert_eq!(s.stale_served, 0, "refreshed before expiry");
+    // XFetch is a draw per read: a key whose reads all decline to refresh
+    // early expires and is served stale once (about 1 in 100 over this
+    // run's draws), never a stampede.
+    assert!(
+        s.stale_served * 100 <= u64::from(total),
+        "refreshed before expiry: {} stale of {total}",
+        s.stale_served
+    );
     assert_eq!(s.lookups_unavailable as usize, keys, "only the fills");
 
     // Control: plain TTL (no jitter, no early refresh) refreshes every key
@@ -265,11 +272,18 @@ fn misses_get_a_jittered_retry_after_and_requests_are_bounded() {
         }
     }
     assert!(seen.len() >= 5, "retry-after spread: {seen:?}");
-    let _ = rd.lookup("u0", clock.now_ns()); // already pending
+    // At the bound the newest miss wins: u0..u5 gave their places to
+    // u4..u9 (each client was told to come back and asks again).
+    let _ = rd.lookup("u9", clock.now_ns()); // already pending
     let s = rd.stats().snapshot();
-    assert_eq!((s.fill_requests, s.requests_dropped), (4, 6));
-    assert_eq!(s.requests_coalesced, 1);
-    assert_eq!(r.step(&*clock), 4);
+    assert_eq!((s.fill_requests, s.requests_displaced), (10, 6));
+    assert_eq!((s.requests_dropped, s.requests_coalesced), (0, 1));
+    assert_eq!(r.step(&*clock), 5, "four fills, then the index listing");
+    assert!(found(&rd.lookup("u9", clock.now_ns())));
+    assert!(matches!(
+        rd.lookup("u0", clock.now_ns()),
+        Lookup::Unavailable { .. }
+    ));
     assert!(matches!(
         rd.lookup("ghost1", clock.now_ns()),
         Lookup::Unavailable { .. }

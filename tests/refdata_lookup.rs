@@ -56,6 +56,32 @@ fn lookup_settled(rd: &RefData, name: &str) -> Lookup {
     last
 }
 
+/// Unknown tier, a clear token, a frequency over the limit: refused like
+/// the config file would, as a fault of that record (busy, come back after
+/// the negative TTL), never as "no such account" — an unreadable record is
+/// the data's fault, not the client's.
+fn assert_record_faults(rd: &RefData, faulty: &[&str]) {
+    for &name in faulty {
+        assert!(matches!(
+            rd.lookup(name, MonotonicClock.now_ns()),
+            Lookup::Unavailable { .. }
+        ));
+    }
+    let stats = rd.stats();
+    assert!(wait_until(WAIT, || stats
+        .redis_invalid_record
+        .load(Relaxed)
+        >= faulty.len() as u64));
+    for &name in faulty {
+        match rd.lookup(name, MonotonicClock.now_ns()) {
+            Lookup::Unavailable { retry_after_ms } => {
+                assert!(retry_after_ms >= 3_000, "{name}: {retry_after_ms}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
     let server = RedisServer::start();
@@ -93,7 +119,13 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         cache: CacheConfig::default(),
     };
     let t = table();
-    let rd = RefData::start_redis(&cfg, t.clone(), Arc::new(MonotonicClock)).unwrap();
+    let rd = RefData::start_redis(
+        &cfg,
+        t.clone(),
+        Arc::new(MonotonicClock),
+        &Default::default(),
+    )
+    .unwrap();
     assert!(rd.is_redis());
 
     let Lookup::Found(alice) = lookup_settled(&rd, "alice") else {
@@ -116,11 +148,8 @@ fn accounts_written_to_redis_are_found_with_entitlements_resolved() {
         bob.max_sessions,
         pricewire::config::ACCOUNT_SESSIONS_DEFAULT
     );
-
-    // Unknown tier: refused like the config file would, served as absent.
-    assert_eq!(lookup_settled(&rd, "broken"), Lookup::NotFound);
-    assert_eq!(lookup_settled(&rd, "clear"), Lookup::NotFound);
-    assert_eq!(lookup_settled(&rd, "too-fast"), Lookup::NotFound);
+    assert_record_faults(&rd, &["broken", "clear", "too-fast"]);
+    // Absent, and the index set vouches for the data set.
     assert_eq!(lookup_settled(&rd, "carol"), Lookup::NotFound);
 
     let s = rd.stats().snapshot();
@@ -214,7 +243,8 @@ fn refresher_thread_serves_stale_entries_while_redis_is_down() {
             ..CacheConfig::default()
         },
     };
-    let rd = RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock)).unwrap();
+    let rd =
+        RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock), &Default::default()).unwrap();
     assert!(matches!(lookup_settled(&rd, "alice"), Lookup::Found(_)));
     server.kill();
     let stats = rd.stats();
@@ -234,4 +264,79 @@ fn refresher_thread_serves_stale_entries_while_redis_is_down() {
         all_found,
         "a lookup missed while the stale entry was available"
     );
+}
+
+/// The band `docs/refdata.md` says prefetched accounts expire over.
+fn documented_band_s() -> u64 {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/refdata.md")).unwrap();
+    let at = doc.find("expire over a ").expect("the doc names the band") + "expire over a ".len();
+    let figure: String = doc[at..].chars().take_while(char::is_ascii_digit).collect();
+    figure.parse().expect("a number of seconds")
+}
+
+#[test]
+fn prefetched_accounts_expire_over_the_documented_band() {
+    let server = RedisServer::start();
+    let names: Vec<String> = (0..1_000).map(|i| format!("p{i:04}")).collect();
+    server.put_accounts(&names, &[("token", S3CRET_HASH), ("tiers", "raw")]);
+    let cfg = RefDataConfig {
+        redis: redis_config(&server),
+        cache: CacheConfig::default(),
+    };
+    let started = MonotonicClock.now_ns();
+    let rd =
+        RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock), &Default::default()).unwrap();
+    assert!(wait_until(WAIT, || rd.cached_entries() == 1_000));
+    let filled_in_ns = MonotonicClock.now_ns() - started;
+    let expiries: Vec<u64> = names.iter().map(|n| rd.entry_times(n).unwrap().0).collect();
+    let (lo, hi) = (
+        *expiries.iter().min().unwrap(),
+        *expiries.iter().max().unwrap(),
+    );
+    let band_ms = (hi - lo) / NS_PER_MS;
+    // ±20% of 60 s is 24 s; the fills themselves took `filled_in`.
+    let spread_ms = 2 * cfg.cache.ttl_ms * u64::from(cfg.cache.ttl_jitter_pct) / 100;
+    eprintln!(
+        "1,000 prefetched accounts expire over {band_ms} ms (jitter spread {spread_ms} ms, fills took {} ms)",
+        filled_in_ns / NS_PER_MS
+    );
+    assert_eq!(
+        documented_band_s() * 1_000,
+        spread_ms,
+        "the doc and the settings agree"
+    );
+    assert!(band_ms >= spread_ms * 95 / 100, "{band_ms} ms");
+    assert!(
+        band_ms <= spread_ms + filled_in_ns / NS_PER_MS,
+        "{band_ms} ms"
+    );
+    let earliest = lo - started;
+    assert!(
+        earliest >= cfg.cache.ttl_ms * 80 / 100 * NS_PER_MS,
+        "an entry expires before -20%"
+    );
+}
+
+#[test]
+fn an_index_over_the_prefetch_bound_is_loaded_to_it_and_the_rest_counted() {
+    let server = RedisServer::start();
+    let names: Vec<String> = (0..1_500).map(|i| format!("x{i:04}")).collect();
+    server.put_accounts(&names, &[("token", S3CRET_HASH), ("tiers", "raw")]);
+    let cfg = RefDataConfig {
+        redis: redis_config(&server),
+        cache: CacheConfig {
+            prefetch_max: 1_000,
+            ..CacheConfig::default()
+        },
+    };
+    let rd =
+        RefData::start_redis(&cfg, table(), Arc::new(MonotonicClock), &Default::default()).unwrap();
+    let stats = rd.stats();
+    assert!(wait_until(WAIT, || stats.prefetch_listed.load(Relaxed) == 1_000));
+    assert!(wait_until(WAIT, || rd.cached_entries() == 1_000));
+    assert_eq!(stats.prefetch_left_out.load(Relaxed), 500);
+    // The rest come at their first logon.
+    assert!(matches!(lookup_settled(&rd, "x1499"), Lookup::Found(_)));
+    assert_eq!(rd.cached_entries(), 1_001);
 }

@@ -108,6 +108,7 @@ fn start_service(config: Arc<Config>) -> Service {
         requests: Default::default(),
         refdata: None,
         bus: None,
+        supervisor: Default::default(),
     })
     .unwrap()
 }

@@ -49,7 +49,15 @@ fn run(threading: Threading) {
         threading,
         ..PipelineConfig::default()
     };
-    let parts = Pipeline::start(&pcfg, &config, sources, Vec::new(), None).unwrap();
+    let parts = Pipeline::start(
+        &pcfg,
+        &config,
+        sources,
+        Vec::new(),
+        None,
+        &Default::default(),
+    )
+    .unwrap();
     let mut pipeline = parts.pipeline;
     let (symbols, tiers) = (config.table.len(), config.table.tiers().len());
     let mut sink_stats = Vec::new();

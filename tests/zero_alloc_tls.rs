@@ -135,6 +135,7 @@ fn start_service(config: Arc<Config>, tls: Arc<TlsAcceptor>) -> Service {
         requests: Default::default(),
         refdata: None,
         bus: None,
+        supervisor: Default::default(),
     })
     .unwrap()
 }

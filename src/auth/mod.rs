@@ -227,6 +227,12 @@ impl AuthGuard {
         }
     }
 
+    /// Whether a panic left one of the tables poisoned (a connection
+    /// boundary then does not contain the fault: the tables are shared).
+    pub fn is_poisoned(&self) -> bool {
+        self.addresses.is_poisoned() || self.accounts.is_poisoned() || self.cache.is_poisoned()
+    }
+
     /// `Err(retry_after_ms)` while `ip` is locked (counted as a failure).
     pub fn check_address(&self, ip: IpAddr, now_ns: u64) -> Result<(), u32> {
         let r = lock(&self.addresses).check(self.keyer.address(ip), now_ns);

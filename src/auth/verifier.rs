@@ -1,7 +1,7 @@
 //! The argon2 verifier: worker threads fed by a bounded queue, so that
 //! milliseconds of hashing never run on a shard thread between prices.
 //!
-//! - **Bounded and fair** ([`fair`]): at most `queue` jobs wait; accounts
+//! - **Bounded and fair** (`verifier/fair.rs`): at most `queue` jobs wait; accounts
 //!   (the job's [`Job::key`]) are served in turn, and a full queue makes
 //!   room for an account holding few jobs by pushing out the newest job
 //!   of the one holding the most (answered [`Outcome::Busy`]). A job that
@@ -25,7 +25,12 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::{hash, AuthGuard, Reservation};
 use crate::clock::{Clock, MonotonicClock};
+use crate::runtime::{Policy, Supervised, Supervisor};
 use fair::{FairQueue, Pushed};
+
+/// Longest an idle verifier thread waits before it looks up (its drill
+/// point; the request workers wake as often).
+const VERIFIER_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Default verifier threads.
 pub const WORKERS_DEFAULT: usize = 1;
@@ -117,9 +122,12 @@ struct Queue {
 }
 
 /// The worker pool (threads `<name><N>`: `pw-auth0` for subscribers,
-/// `pw-provauth0` for providers); they exit when the handle is dropped.
+/// `pw-provauth0` for providers, supervised); they exit when the handle
+/// is dropped.
 pub struct Verifier {
     queue: Arc<Queue>,
+    /// Asked to stop on drop, before the queue is closed.
+    threads: Vec<Supervised<()>>,
     /// Jobs dropped past their deadline.
     expired: Arc<AtomicU64>,
 }
@@ -130,8 +138,13 @@ impl Verifier {
     ///
     /// # Errors
     /// A thread could not be spawned.
-    pub fn start(name: &str, workers: usize, queue: usize) -> io::Result<Verifier> {
-        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock))
+    pub fn start(
+        name: &str,
+        workers: usize,
+        queue: usize,
+        supervisor: &Supervisor,
+    ) -> io::Result<Verifier> {
+        Self::start_with_clock(name, workers, queue, Arc::new(MonotonicClock), supervisor)
     }
 
     /// [`Verifier::start`] with the clock job deadlines and lockouts are
@@ -144,21 +157,28 @@ impl Verifier {
         workers: usize,
         queue: usize,
         clock: Arc<dyn Clock>,
+        supervisor: &Supervisor,
     ) -> io::Result<Verifier> {
         let q = Arc::new(Queue {
             jobs: Mutex::new((FairQueue::new(queue.max(1)), false)),
             ready: Condvar::new(),
         });
         let expired = Arc::new(AtomicU64::new(0));
-        let v = Verifier {
+        let mut v = Verifier {
             queue: q.clone(),
+            threads: Vec::new(),
             expired: expired.clone(),
+        };
+        let kind = if name.ends_with("provauth") {
+            "provauth"
+        } else {
+            "auth"
         };
         for n in 0..workers.max(1) {
             let (q, clock, expired) = (q.clone(), clock.clone(), expired.clone());
-            std::thread::Builder::new()
-                .name(format!("{name}{n}"))
-                .spawn(move || work(&q, &*clock, &expired))?;
+            let body = move || work(&q, &*clock, &expired, (kind, n as u32));
+            v.threads
+                .push(supervisor.spawn(format!("{name}{n}"), Policy::Permanent, body)?);
         }
         Ok(v)
     }
@@ -194,6 +214,10 @@ impl Verifier {
 
 impl Drop for Verifier {
     fn drop(&mut self) {
+        // Before the queue closes and the workers return.
+        for t in &self.threads {
+            t.request_stop();
+        }
         lock(&self.queue.jobs).1 = true;
         self.queue.ready.notify_all();
     }
@@ -205,25 +229,51 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The next job, or `None` once the verifier is dropped.
-fn take(q: &Queue) -> Option<Job> {
+/// What a worker's wait came to.
+enum Take {
+    Job(Job),
+    /// [`VERIFIER_IDLE`] passed without a job.
+    Idle,
+    /// The verifier was dropped.
+    Closed,
+}
+
+/// The next job, waiting at most [`VERIFIER_IDLE`].
+fn take(q: &Queue) -> Take {
     let mut jobs = lock(&q.jobs);
+    let mut waited = false;
     loop {
         if jobs.1 {
-            return None;
+            return Take::Closed;
         }
         if let Some(job) = jobs.0.pop() {
-            return Some(job);
+            return Take::Job(job);
+        }
+        if waited {
+            return Take::Idle;
         }
         jobs = q
             .ready
-            .wait(jobs)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .wait_timeout(jobs, VERIFIER_IDLE)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+        waited = true;
     }
 }
 
-fn work(q: &Queue, clock: &dyn Clock, expired: &AtomicU64) {
-    while let Some(mut job) = take(q) {
+fn work(q: &Queue, clock: &dyn Clock, expired: &AtomicU64, (kind, n): (&'static str, u32)) {
+    loop {
+        // Woken every VERIFIER_IDLE even without jobs: the drill point (a
+        // cold path) then fires on an idle verifier too.
+        let mut job = match take(q) {
+            Take::Job(job) => job,
+            Take::Idle => {
+                crate::runtime::drill::point(kind, n);
+                continue;
+            }
+            Take::Closed => return,
+        };
+        crate::runtime::drill::point(kind, n);
         match judge(&job, clock) {
             Some(outcome) => (job.done)(outcome, &job.token),
             None => {

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::nats::client::Client;
-use super::nats::jetstream::{self, KvKey, StreamConfig};
+use super::nats::access::Access;
+use super::nats::client::{Client, FailKind};
+use super::nats::jetstream::{self, JsError, KvKey, StreamConfig};
+use super::nats::session::RequestError;
 use super::{BusConfig, BusError, BusStats, CONNECT_TIMEOUT};
 use crate::clock::MonotonicClock;
 
@@ -30,18 +32,41 @@ pub fn reconnect_delay(attempt: usize, rng: &mut impl Rng) -> Duration {
 }
 
 /// Connects to the first server of `--bus` that answers within
-/// [`CONNECT_TIMEOUT`].
+/// [`CONNECT_TIMEOUT`]; credentials or TLS every server refuses end the
+/// wait at once, the error naming the method and its source (never the
+/// secret).
 pub(crate) fn client(cfg: &BusConfig, stats: &Arc<BusStats>) -> Result<Client, BusError> {
-    Client::connect(
-        &cfg.servers,
-        CONNECT_TIMEOUT,
-        Arc::new(MonotonicClock),
-        stats.clone(),
-    )
-    .map_err(|reason| BusError::Connect {
-        servers: cfg.servers.join(","),
-        reason: format!("no server answered within {CONNECT_TIMEOUT:?} ({reason})"),
+    let servers = cfg.servers.join(",");
+    let access = Access::new(&cfg.auth, cfg.tls.as_ref()).map_err(|reason| BusError::Connect {
+        servers: servers.clone(),
+        reason,
+    })?;
+    let sent = access.describe();
+    let clock = Arc::new(MonotonicClock);
+    Client::connect(&cfg.servers, access, CONNECT_TIMEOUT, clock, stats.clone()).map_err(|e| {
+        let reason = match e.kind {
+            FailKind::Auth => format!("{} (this client sent {sent})", e.reason),
+            FailKind::Tls => e.reason,
+            FailKind::Io | FailKind::Refused => {
+                format!(
+                    "no server answered within {CONNECT_TIMEOUT:?} ({})",
+                    e.reason
+                )
+            }
+        };
+        BusError::Connect { servers, reason }
     })
+}
+
+/// The reason of a stream set-up refusal, with what to do about one the
+/// permissions refused.
+fn stream_reason(e: &JsError) -> String {
+    match e {
+        JsError::Request(RequestError::Denied) => format!(
+            "{e}: a core's credentials create it; an edge's may only read it, so start a core first"
+        ),
+        _ => e.to_string(),
+    }
 }
 
 /// Creates the last-value stream if it is missing (cores and edges both
@@ -59,7 +84,7 @@ pub(crate) fn last_value_stream(c: &mut Client, cfg: &BusConfig) -> Result<(), B
     };
     jetstream::ensure_stream(c, &config, CONNECT_TIMEOUT).map_err(|e| BusError::Stream {
         stream: name.clone(),
-        reason: e.to_string(),
+        reason: stream_reason(&e),
     })
 }
 
@@ -82,7 +107,7 @@ pub(crate) fn lease_bucket(c: &mut Client, cfg: &BusConfig) -> Result<KvKey, Bus
     };
     jetstream::ensure_stream(c, &config, CONNECT_TIMEOUT).map_err(|e| BusError::Stream {
         stream: bucket,
-        reason: e.to_string(),
+        reason: stream_reason(&e),
     })?;
     Ok(key)
 }

@@ -104,6 +104,7 @@ impl BusPublisher {
         cfg: &BusConfig,
         table: &InstrumentTable,
         input: ShardInput,
+        supervisor: &crate::runtime::Supervisor,
     ) -> Result<BusPublisher, BusError> {
         input.interest.set_all();
         let stats = Arc::new(BusStats::default());
@@ -116,7 +117,9 @@ impl BusPublisher {
         let names: Vec<String> = table.instruments().iter().map(|i| i.name.clone()).collect();
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
         let (cfg, st) = (cfg.clone(), stats.clone());
-        let thread = BusThread::spawn(move |stop| {
+        // Transient: it ends by design once the engine lets go of the ring.
+        let transient = crate::runtime::Policy::Transient;
+        let thread = BusThread::spawn(supervisor, transient, move |stop| {
             let tables = (subjects, digits, names);
             let ring = (input.consumer, input.hosted);
             bus_thread(cfg, st, tables, ring, ready_tx, &stop)
@@ -153,7 +156,10 @@ fn bus_thread(
     });
     let (client, key) = match set_up {
         Ok(c) => c,
-        Err(e) => return drop(ready_tx.send(Err(e))),
+        Err(e) => {
+            crate::runtime::supervise::end_expected();
+            return drop(ready_tx.send(Err(e)));
+        }
     };
     let _ = ready_tx.send(Ok(()));
     let core_id = rand::random::<u64>();
@@ -212,6 +218,9 @@ impl Outbox {
                 continue;
             }
             let busy = engine_work > 0 || hosted.has_work();
+            if !busy {
+                crate::runtime::drill::point("bus", 0);
+            }
             self.client
                 .poll(if busy { Duration::ZERO } else { idle }, &mut |_, _| {});
         }

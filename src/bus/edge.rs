@@ -140,6 +140,7 @@ impl BusSubscriber {
         shards: usize,
         ring: usize,
         history_depth: usize,
+        supervisor: &crate::runtime::Supervisor,
     ) -> Result<(BusSubscriber, EdgeParts), BusError> {
         let (publishers, parts) = build_shards(instruments, shards, ring, history_depth);
         let stats = Arc::new(BusStats::default());
@@ -161,7 +162,10 @@ impl BusSubscriber {
         };
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
         let cfg = cfg.clone();
-        let thread = BusThread::spawn(move |stop| inbox.run(cfg, ready_tx, stop))?;
+        let permanent = crate::runtime::Policy::Permanent;
+        let thread = BusThread::spawn(supervisor, permanent, move |stop| {
+            inbox.run(cfg, ready_tx, stop)
+        })?;
         let wait = super::CONNECT_TIMEOUT * 2 + LOAD_TIMEOUT;
         // On an error the thread is halted as `thread` drops.
         match ready_rx.recv_timeout(wait) {
@@ -186,7 +190,10 @@ impl Inbox {
             Ok(c)
         }) {
             Ok(c) => c,
-            Err(e) => return drop(ready.send(Err(e))),
+            Err(e) => {
+                crate::runtime::supervise::end_expected();
+                return drop(ready.send(Err(e)));
+            }
         };
         // Live first, then the last values: nothing published in between
         // is missed (it waits in the client during the gets), and the
@@ -194,6 +201,7 @@ impl Inbox {
         client.subscribe(&cfg.wildcard());
         client.subscribe(&cfg.heartbeat_subject());
         if let Err(e) = self.load(&mut client, &cfg, &stop) {
+            crate::runtime::supervise::end_expected();
             return drop(ready.send(Err(e)));
         }
         self.loaded = true;
@@ -262,6 +270,7 @@ impl Inbox {
             let wait = if self.parked() { 1 } else { POLL_MS };
             c.poll(Duration::from_millis(wait), &mut |subject, payload| {
                 if subject == self.heartbeat_subject.as_bytes() {
+                    crate::runtime::drill::point("bus", 0);
                     self.take_heartbeat(payload);
                 } else {
                     self.take(subject, payload);

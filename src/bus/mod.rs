@@ -40,6 +40,7 @@ pub mod edge;
 pub mod heartbeat;
 pub mod lease;
 mod nats;
+pub mod security;
 mod staleness;
 mod stats;
 mod thread;
@@ -142,6 +143,11 @@ pub struct BusConfig {
     /// Core: the lease holder's heartbeat period on
     /// `<prefix>.heartbeat`, in milliseconds.
     pub heartbeat_ms: u64,
+    /// How the client authenticates to NATS ([`security`]).
+    pub auth: security::BusAuth,
+    /// TLS to every server, verified against these CAs (on with a
+    /// `tls://` URL, `--bus-tls` or `--bus-tls-ca`).
+    pub tls: Option<security::BusTls>,
 }
 
 /// Why the bus could not start or was refused.
@@ -181,8 +187,9 @@ pub enum BusError {
 }
 
 impl BusConfig {
-    /// Parses `--bus` (comma-separated `nats://host:port`) and checks the
-    /// prefix; every refusal names the flag and the reason.
+    /// Parses `--bus` (comma-separated `nats://host:port` or
+    /// `tls://host:port`, no credentials in them) and checks the prefix;
+    /// every refusal names the flag and the reason.
     pub fn parse(bus: &str, prefix: &str, replicas: usize) -> Result<BusConfig, BusError> {
         let servers: Vec<String> = bus
             .split(',')
@@ -194,11 +201,18 @@ impl BusConfig {
         if servers.is_empty() || servers.len() > SERVERS_MAX {
             return Err(invalid(
                 "--bus",
-                format!("{bus:?}: give 1..={SERVERS_MAX} nats://host:port, comma-separated"),
+                format!(
+                    "{:?}: give 1..={SERVERS_MAX} nats://host:port, comma-separated",
+                    bus.split(',')
+                        .map(security::redact)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
             ));
         }
         for s in &servers {
-            check_server(s).map_err(|r| invalid("--bus", format!("{s:?}: {r}")))?;
+            security::check_server(s)
+                .map_err(|r| invalid("--bus", format!("{:?}: {r}", security::redact(s))))?;
         }
         check_prefix(prefix).map_err(|r| invalid("--bus-prefix", format!("{prefix:?}: {r}")))?;
         if !(1..=5).contains(&replicas) {
@@ -214,7 +228,43 @@ impl BusConfig {
             lease_ms: LEASE_MS_DEFAULT,
             max_age_ms: MAX_AGE_MS_DEFAULT,
             heartbeat_ms: heartbeat::HEARTBEAT_MS_DEFAULT,
+            auth: security::BusAuth::None,
+            tls: None,
         })
+    }
+
+    /// The same, with credentials and TLS (`--bus-user`…, `--bus-tls…`):
+    /// a `tls://` URL or `tls_flag` needs `tls` (its CA). No file is read
+    /// here ([`BusConfig::check_access`]).
+    pub fn with_security(
+        mut self,
+        auth: security::BusAuth,
+        tls: Option<security::BusTls>,
+        tls_flag: bool,
+    ) -> Result<BusConfig, BusError> {
+        if tls.is_none() && (tls_flag || security::tls_scheme(&self.servers)) {
+            let flag = if tls_flag { "--bus-tls" } else { "--bus" };
+            return Err(BusError::Invalid {
+                flag,
+                reason:
+                    "TLS needs --bus-tls-ca FILE: the CA certificates the servers' chains verify to"
+                        .into(),
+            });
+        }
+        self.auth = auth;
+        self.tls = tls;
+        Ok(self)
+    }
+
+    /// Reads the credentials and TLS files once (at start, so a missing
+    /// file or a malformed seed is refused before anything runs); errors
+    /// name the flag or variable and the file, never a secret.
+    pub fn check_access(&self) -> Result<(), BusError> {
+        let invalid = |flag, reason: String| BusError::Invalid { flag, reason };
+        if let Some(t) = &self.tls {
+            t.check().map_err(|r| invalid("bus TLS", r))?;
+        }
+        self.auth.check().map_err(|r| invalid("bus credentials", r))
     }
 
     /// The same, with an edge's max age of `max_age_ms` (`--bus-max-age-ms`).
@@ -292,19 +342,6 @@ impl BusConfig {
             .collect();
         format!("{p}_PRICES")
     }
-}
-
-fn check_server(s: &str) -> Result<(), &'static str> {
-    let Some(rest) = s.strip_prefix("nats://") else {
-        return Err("must start with nats://");
-    };
-    let Some((host, port)) = rest.rsplit_once(':') else {
-        return Err("must be nats://host:port");
-    };
-    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err("must be nats://host:port with a port 1..=65535");
-    }
-    Ok(())
 }
 
 fn check_prefix(prefix: &str) -> Result<(), &'static str> {

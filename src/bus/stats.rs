@@ -61,6 +61,11 @@ pub struct BusStats {
     last_heartbeat_ns: AtomicU64,
     /// 1 while the client has a server connection.
     pub connected: Gauge,
+    /// Connect attempts that failed, by kind (credentials, TLS, …).
+    pub connect_failures: super::security::ConnectFailures,
+    /// Publishes or subscriptions the server refused for this client's
+    /// permissions (`-ERR 'Permissions Violation …'`).
+    pub permission_denied: Counter,
     /// Set when the client reconnected: an edge reloads last values.
     reconnected: AtomicBool,
 }

@@ -96,3 +96,44 @@ fn a_bus_message_is_the_price_frame_and_the_epoch_and_decodes_back() {
     ));
     assert_eq!(codec::epoch(&out[..80]), 0, "too short to carry an epoch");
 }
+
+#[test]
+fn credentials_in_a_url_are_refused_without_echoing_them_and_tls_needs_a_ca() {
+    let e = BusConfig::parse("nats://edge:s3cret@h:4222", "pw", 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nats://***@h:4222"), "{e}");
+    assert!(
+        e.contains("--bus-password-file") && e.contains("--bus-creds-file"),
+        "{e}"
+    );
+    assert!(!e.contains("s3cret"), "{e}");
+    let e = BusConfig::parse("tls://t0ken@h:4222", "pw", 1)
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("t0ken"), "{e}");
+    let tls = BusConfig::parse("tls://h:4222,nats://h2:4222", "pw", 1).unwrap();
+    let e = tls
+        .clone()
+        .with_security(security::BusAuth::None, None, false)
+        .unwrap_err();
+    assert!(e.to_string().contains("--bus-tls-ca"), "{e}");
+    let plain = BusConfig::parse("nats://h:4222", "pw", 1).unwrap();
+    let e = plain
+        .clone()
+        .with_security(security::BusAuth::None, None, true)
+        .unwrap_err();
+    assert!(e.to_string().contains("`--bus-tls`"), "{e}");
+    let ca = security::BusTls {
+        ca: "/nonexistent/ca.pem".into(),
+        client: None,
+    };
+    // Nothing is read until `check_access`, which names the file.
+    let secured = plain
+        .with_security(security::BusAuth::None, Some(ca), false)
+        .unwrap();
+    let e = secured.check_access().unwrap_err().to_string();
+    assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    assert_eq!(security::host_of("tls://[::1]:4222"), "[::1]");
+    assert_eq!(security::host_of("10.0.0.5:4222"), "10.0.0.5");
+}

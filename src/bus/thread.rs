@@ -4,26 +4,29 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use super::BusError;
+use crate::runtime::{Policy, Supervised, Supervisor};
 
 /// A running `pw-bus` thread; halted (stop flag, then join) on drop.
 pub(crate) struct BusThread {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<Supervised<()>>,
 }
 
 impl BusThread {
-    /// Starts `run` on a thread named `pw-bus`, handing it the stop flag.
+    /// Starts `run` on a supervised thread named `pw-bus`, handing it the
+    /// stop flag. A start-up failure the thread reports on its ready
+    /// channel is not a death (`supervise::end_expected`).
     pub(crate) fn spawn(
+        supervisor: &Supervisor,
+        policy: Policy,
         run: impl FnOnce(Arc<AtomicBool>) + Send + 'static,
     ) -> Result<BusThread, BusError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("pw-bus".into())
-            .spawn(move || run(flag))
+        let thread = supervisor
+            .spawn("pw-bus", policy, move || run(flag))
             .map_err(|e| BusError::Thread(e.to_string()))?;
         Ok(BusThread {
             stop,
@@ -33,6 +36,9 @@ impl BusThread {
 
     /// Sets the stop flag and waits for the thread to finish; idempotent.
     pub(crate) fn halt(&mut self) {
+        if let Some(t) = &self.thread {
+            t.request_stop();
+        }
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -24,10 +24,10 @@
 //! keeps the first message, and from then on drains and drops ticks
 //! (counted in `dropped_io`) so the ring never backs up into the feed.
 
+use crate::runtime::{Policy, Supervised, Supervisor};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::format::CaptureHeader;
@@ -79,6 +79,9 @@ pub struct RecorderConfig {
     pub source: String,
     /// Decides segment age and flush times; inject a manual clock in tests.
     pub clock: Arc<dyn Clock>,
+    /// Watches the recorder thread (transient: it ends once the engine
+    /// let go of its ring; a panic is a death).
+    pub supervisor: Supervisor,
 }
 
 impl Default for RecorderConfig {
@@ -93,6 +96,7 @@ impl Default for RecorderConfig {
             idle_park_us: IDLE_PARK_US_DEFAULT,
             source: "pricewire recorder".to_string(),
             clock: Arc::new(MonotonicClock),
+            supervisor: Supervisor::new(),
         }
     }
 }
@@ -234,7 +238,7 @@ pub struct RecorderHandle {
     stats: Arc<RecorderStats>,
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<String>>>,
-    thread: Option<JoinHandle<Result<Vec<std::path::PathBuf>, CaptureError>>>,
+    thread: Option<Supervised<Result<Vec<std::path::PathBuf>, CaptureError>>>,
 }
 
 impl Recorder {
@@ -283,9 +287,11 @@ impl Recorder {
             last_flush_ns: cfg.clock.now_ns(),
             cfg,
         };
-        let thread = std::thread::Builder::new()
-            .name("recorder".into())
-            .spawn(move || worker.run())
+        let thread = worker
+            .cfg
+            .supervisor
+            .clone()
+            .spawn("recorder", Policy::Transient, move || worker.run())
             .map_err(|e| CaptureError::io(dir, e))?;
         let handle = RecorderHandle {
             stats: stats.clone(),
@@ -457,6 +463,7 @@ impl Worker {
     }
 
     fn idle(&mut self) {
+        crate::runtime::drill::point("recorder", 0);
         let now_ns = self.cfg.clock.now_ns();
         self.maybe_flush(now_ns);
         self.stats.recorded.store(self.writer.handed(), Relaxed);

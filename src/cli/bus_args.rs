@@ -15,7 +15,10 @@ pub struct BusArgs {
     pub role: Role,
 
     /// NATS servers of the bus, `nats://host:port[,nats://host:port…]`
-    /// (needed by `core` and `edge`).
+    /// (needed by `core` and `edge`); `tls://host:port` for TLS. A URL
+    /// with credentials in it is refused: give them with --bus-user and
+    /// --bus-password-file, --bus-token-file, --bus-nkey-file or
+    /// --bus-creds-file.
     #[arg(long, value_name = "URLS")]
     pub bus: Option<String>,
 
@@ -45,6 +48,10 @@ pub struct BusArgs {
     /// (10..=150000; the default is a quarter of the default max age).
     #[arg(long, default_value_t = crate::bus::heartbeat::HEARTBEAT_MS_DEFAULT, value_name = "MS")]
     pub bus_heartbeat_ms: u64,
+
+    /// Credentials and TLS of the bus.
+    #[command(flatten)]
+    pub security: crate::cli::bus_security_args::BusSecurityArgs,
 }
 
 /// What the rest of `serve` needs to know to check the role against.
@@ -63,8 +70,12 @@ impl BusArgs {
                 .and_then(|c| c.with_max_age_ms(self.bus_max_age_ms))
                 .and_then(|c| c.with_heartbeat_ms(self.bus_heartbeat_ms))
                 .map_err(|e| e.to_string())
+                .and_then(|c| self.security.apply(c))
         };
         match (self.role, self.bus.as_deref()) {
+            (Role::Standalone, None) if self.security.any() => {
+                Err("--bus-user, --bus-tls…: need --role core or --role edge and --bus".into())
+            }
             (Role::Standalone, None) => Ok(None),
             (Role::Standalone, Some(_)) => {
                 Err("--bus: needs --role core or --role edge (standalone has no bus)".into())

@@ -6,6 +6,7 @@ pub mod config_flags;
 pub mod auth_args;
 pub mod bench;
 pub mod bus_args;
+pub mod bus_security_args;
 pub mod gateway_args;
 pub mod replay;
 pub mod secret;

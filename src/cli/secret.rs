@@ -196,11 +196,35 @@ fn read_file(flag: &str, path: &Path) -> Result<String, String> {
     Ok(line.to_string())
 }
 
-/// The file's permission bits when group or others may read it.
+/// Warns on stderr when a secret file (a key, a `.creds` file) is
+/// readable by group or others.
+pub(crate) fn warn_if_loose(flag: &str, path: &Path) {
+    if let Some(mode) = loose_mode(path) {
+        eprintln!(
+            "warning: {flag} {}: readable by other users (mode {mode:o}); chmod 600 it",
+            path.display()
+        );
+    }
+}
+
+/// The file's permission bits when group or others may read it. A file
+/// readable by its group only, that group being this process's own (a
+/// Kubernetes Secret mounted with `fsGroup` set to the pod's group), is
+/// not loose: nobody outside the process's own group can read it.
 fn loose_mode(path: &Path) -> Option<u32> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-    (mode & 0o044 != 0).then_some(mode)
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(path).ok()?;
+    let mode = meta.permissions().mode() & 0o777;
+    let own_group = own_gid() == Some(meta.gid());
+    let loose = mode & 0o004 != 0 || (mode & 0o040 != 0 && !own_group);
+    loose.then_some(mode)
+}
+
+/// This process's effective group id (Linux: `/proc/self/status`).
+fn own_gid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Gid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Whether `flag` is on this process's own command line (as `--flag V`
@@ -339,6 +363,12 @@ mod tests {
         let got = s.pick(None).unwrap().unwrap();
         let w = s.warnings(&got, None, false);
         assert!(w.len() == 1 && w[0].contains("mode 644"), "{w:?}");
+        // Readable by its group, that group being ours (a Secret mounted
+        // with the pod's fsGroup): not loose. By others: loose.
+        let group = file(b"t0k", 0o640);
+        assert_eq!(loose_mode(group.path()), None);
+        let world = file(b"t0k", 0o604);
+        assert_eq!(loose_mode(world.path()), Some(0o604));
         let tight = file(b"t0k", 0o600);
         let s = sources(None, Some(tight.path()), None);
         let got = s.pick(None).unwrap().unwrap();

@@ -476,18 +476,43 @@ fn credential_ok(v: &str) -> bool {
     !v.is_empty() && v.len() <= CREDENTIAL_LEN_MAX && v.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// `password_env` and `password_file` are not both set (checked whether
+/// or not they are read).
+fn check_password_source(
+    f: &FixProviderFile,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if f.password_env.is_some() && f.password_file.is_some() {
+        return Err(invalid(
+            key("password_env"),
+            "set password_env or password_file, not both",
+        ));
+    }
+    Ok(())
+}
+
+/// The Logon Password when `secrets` says to read it; only the sources
+/// checked otherwise.
+fn password(
+    f: &FixProviderFile,
+    key: &dyn Fn(&str) -> String,
+    secrets: FeedSecrets,
+) -> Result<Option<Secret>, ConfigError> {
+    match secrets {
+        FeedSecrets::Read => read_password(f, key),
+        FeedSecrets::Skip => check_password_source(f, key).map(|()| None),
+    }
+}
+
 /// The Logon Password from `password_env` or `password_file` (at most one);
 /// errors name the variable or the file, never a value.
 fn read_password(
     f: &FixProviderFile,
     key: &dyn Fn(&str) -> String,
 ) -> Result<Option<Secret>, ConfigError> {
+    check_password_source(f, key)?;
     match (&f.password_env, &f.password_file) {
-        (Some(_), Some(_)) => Err(invalid(
-            key("password_env"),
-            "set password_env or password_file, not both",
-        )),
-        (Some(var), None) => match std::env::var(var) {
+        (Some(var), _) => match std::env::var(var) {
             Ok(v) => Ok(Some(Secret::new(v))),
             Err(_) => Err(invalid(
                 key("password_env"),
@@ -543,6 +568,20 @@ fn resolve_symbols(
     Ok(symbols)
 }
 
+/// Whether resolving a configuration reads the providers' Logon
+/// passwords (`password_env`, `password_file`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FeedSecrets {
+    /// Read them (a process that runs the feeds): a missing variable or
+    /// unreadable file is refused.
+    #[default]
+    Read,
+    /// Leave them unread (`serve --role edge`, which runs no feed and
+    /// must need nothing of them); every other setting is still checked
+    /// and `password` stays `None`.
+    Skip,
+}
+
 /// Resolves one `[providers.fix]` table of provider `index` against the
 /// instrument list.
 pub fn resolve(
@@ -550,6 +589,7 @@ pub fn resolve(
     name: &str,
     f: &FixProviderFile,
     instruments: &[Instrument],
+    secrets: FeedSecrets,
 ) -> Result<FixSessionConfig, ConfigError> {
     let key = |field: &str| format!("providers[{index}].fix.{field}");
     let heartbeat_s = f.heartbeat_s.unwrap_or(HEARTBEAT_S_DEFAULT);
@@ -601,7 +641,7 @@ pub fn resolve(
         garbled_window_ms: f.garbled_window_ms.unwrap_or(GARBLED_WINDOW_MS_DEFAULT),
         logout_timeout_ms: f.logout_ms.unwrap_or(LOGOUT_MS_DEFAULT),
         username: f.username.clone(),
-        password: read_password(f, &key)?,
+        password: password(f, &key, secrets)?,
         quote_silence_ms: f.quote_silence_ms.unwrap_or(QUOTE_SILENCE_MS_DEFAULT),
         probation_quotes: f.probation_quotes.unwrap_or(PROBATION_QUOTES_DEFAULT),
         probation_ms: f.probation_ms.unwrap_or(PROBATION_MS_DEFAULT),
@@ -621,12 +661,13 @@ pub fn resolve(
 pub fn resolve_all(
     providers: &[super::ProviderFile],
     instruments: &[Instrument],
+    secrets: FeedSecrets,
 ) -> Result<Vec<FixSessionConfig>, ConfigError> {
     let mut out = Vec::new();
     for (i, p) in providers.iter().enumerate() {
         let is_fix = p.kind == crate::model::ProviderKind::Fix;
         match (&p.fix, is_fix) {
-            (Some(f), true) => out.push(resolve(i, &p.name, f, instruments)?),
+            (Some(f), true) => out.push(resolve(i, &p.name, f, instruments, secrets)?),
             (None, true) => {
                 return Err(invalid(
                     format!("providers[{i}].fix"),

@@ -202,18 +202,37 @@ impl Config {
 
     /// Reads and resolves a file.
     pub fn load(path: &Path, synthetic_providers: usize) -> Result<Config, ConfigError> {
+        Config::load_with(path, synthetic_providers, fix::FeedSecrets::Read)
+    }
+
+    /// Reads and resolves a file, reading the providers' Logon passwords
+    /// or not (`FeedSecrets::Skip` on a process that runs no feed).
+    pub fn load_with(
+        path: &Path,
+        synthetic_providers: usize,
+        secrets: fix::FeedSecrets,
+    ) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        Config::parse(&text, synthetic_providers)
+        Config::parse_with(&text, synthetic_providers, secrets)
     }
 
     /// Parses and resolves TOML text.
     pub fn parse(text: &str, synthetic_providers: usize) -> Result<Config, ConfigError> {
+        Config::parse_with(text, synthetic_providers, fix::FeedSecrets::Read)
+    }
+
+    /// Parses and resolves TOML text (see [`Config::load_with`]).
+    pub fn parse_with(
+        text: &str,
+        synthetic_providers: usize,
+        secrets: fix::FeedSecrets,
+    ) -> Result<Config, ConfigError> {
         let file: ConfigFile =
             toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        file.resolve(synthetic_providers)
+        file.resolve_with(synthetic_providers, secrets)
     }
 
     /// The account called `name`, if any.
@@ -226,6 +245,16 @@ impl ConfigFile {
     /// Applies defaults and validates. `synthetic_providers` is used when
     /// the file names no providers.
     pub fn resolve(self, synthetic_providers: usize) -> Result<Config, ConfigError> {
+        self.resolve_with(synthetic_providers, fix::FeedSecrets::Read)
+    }
+
+    /// The same, reading the providers' Logon passwords or not (see
+    /// [`fix::FeedSecrets`]).
+    pub fn resolve_with(
+        self,
+        synthetic_providers: usize,
+        secrets: fix::FeedSecrets,
+    ) -> Result<Config, ConfigError> {
         let instruments = match self.instruments {
             None => default_instruments(),
             Some(list) => resolve_instruments(list)?,
@@ -252,7 +281,7 @@ impl ConfigFile {
                 crate::model::instruments::synthetic_providers(synthetic_providers)
             }
             Some(list) => {
-                fix = fix::resolve_all(&list, &instruments)?;
+                fix = fix::resolve_all(&list, &instruments, secrets)?;
                 resolve_providers(list, plain)?
             }
         };

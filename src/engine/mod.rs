@@ -149,6 +149,7 @@ impl EngineStage {
             return;
         }
         self.next_sweep_ns = now_ns + STALE_SWEEP_NS;
+        crate::runtime::drill::point("engine", 0);
         let mut any = false;
         for sym in 0..self.agg.symbols() {
             if self.agg.reevaluate(sym, now_ns) == TickOutcome::Published {

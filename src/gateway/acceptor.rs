@@ -18,13 +18,13 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::net::{TcpListener, TcpStream};
 
 use crate::runtime::tls::{Link, RefusalOutcome, TlsAcceptor};
+use crate::runtime::{Policy, Supervised};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use super::proxy_wait::{Ended, Outcome, ProxyWait};
@@ -84,12 +84,19 @@ pub fn place(loads: &[u64], shard0_fill: u64, shard0_busy: bool) -> usize {
 pub struct AcceptorHandle {
     waker: Arc<Waker>,
     stop: Sender<()>,
-    thread: JoinHandle<()>,
+    thread: Supervised<()>,
 }
 
 impl AcceptorHandle {
+    /// The acceptor is about to be stopped (before `accepting` turns false,
+    /// which ends its loop too).
+    pub fn request_stop(&self) {
+        self.thread.request_stop();
+    }
+
     /// Closes the listener and joins the thread.
     pub fn stop(self) {
+        self.thread.request_stop();
         let _ = self.stop.send(());
         let _ = self.waker.wake();
         let _ = self.thread.join();
@@ -109,32 +116,32 @@ pub fn spawn(
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     shared.tls_refusals.set_waker(waker.clone());
     let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
-    let thread = std::thread::Builder::new()
-        .name("pw-acceptor".into())
-        .spawn(move || {
-            let waiting = shared
-                .cfg
-                .proxy
-                .as_ref()
-                .map(|p| ProxyWait::new(p.pending_max, p.header_timeout_ns, FIRST_WAITING));
-            let refuser = shared.cfg.tls.as_ref().map(|tls| {
-                let per_s = shared.cfg.tls_busy_handshakes_per_s;
-                Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
-            });
-            let per_s = super::lag::LAG_ADMIT_PER_S.saturating_mul(shards.len().max(1) as u32);
-            let lag_admit = TokenBucket::new(per_s, (per_s / 10).max(1), monotonic_ns());
-            let mut a = Acceptor {
-                shared,
-                shards,
-                lag_admit,
-                loads: Vec::new(),
-                rng: rand::SeedableRng::from_entropy(),
-                waiting,
-                ended: Vec::new(),
-                refuser,
-            };
-            a.run(poll, listener, stop_rx);
-        })?;
+    let supervisor = shared.supervisor.clone();
+    let thread = supervisor.spawn("pw-acceptor", Policy::Permanent, move || {
+        let waiting = shared
+            .cfg
+            .proxy
+            .as_ref()
+            .map(|p| ProxyWait::new(p.pending_max, p.header_timeout_ns, FIRST_WAITING));
+        let refuser = shared.cfg.tls.as_ref().map(|tls| {
+            let per_s = shared.cfg.tls_busy_handshakes_per_s;
+            Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
+        });
+        let per_s = super::lag::LAG_ADMIT_PER_S.saturating_mul(shards.len().max(1) as u32);
+        let lag_admit = TokenBucket::new(per_s, (per_s / 10).max(1), monotonic_ns());
+        let mut a = Acceptor {
+            shared,
+            shards,
+            lag_admit,
+            loads: Vec::new(),
+            rng: rand::SeedableRng::from_entropy(),
+            waiting,
+            ended: Vec::new(),
+            refuser,
+            admitting: None,
+        };
+        a.run(poll, listener, stop_rx);
+    })?;
     Ok((
         AcceptorHandle {
             waker,
@@ -160,6 +167,9 @@ struct Acceptor {
     ended: Vec<Ended>,
     /// Refusals over TLS in progress (a TLS listener only).
     refuser: Option<Refuser>,
+    /// A connection admitted (its per-IP slot taken) and not yet handed
+    /// to a shard or refused: a fault gives the slot back.
+    admitting: Option<SocketAddr>,
 }
 
 impl Acceptor {
@@ -177,25 +187,19 @@ impl Acceptor {
             if stop.try_recv().is_ok() || !self.shared.accepting.load(Ordering::SeqCst) {
                 break;
             }
+            // At most every IDLE_POLL, and per readiness: a cold path.
+            crate::runtime::drill::point("acceptor", 0);
             let r = poll.registry();
             for e in events.iter() {
                 match e.token().0 {
-                    t if t >= FIRST_TOKEN => {
-                        if let Some(refuser) = self.refuser.as_mut() {
-                            refuser.on_event(r, e.token());
-                        }
-                    }
+                    t if t >= FIRST_TOKEN => self.on_refusal(r, e.token()),
                     t if t >= FIRST_WAITING.0 => self.on_waiting(r, e.token()),
                     _ => {}
                 }
             }
             self.accept_all(&listener, r);
             self.expire_waiting(r);
-            if let Some(refuser) = self.refuser.as_mut() {
-                let now = monotonic_ns();
-                refuser.drain(&self.shared.tls_refusals, r, now);
-                refuser.expire(r, now);
-            }
+            self.drain_refusals(r);
         }
         drop(listener);
         tracing::info!("listener closed: no longer accepting");
@@ -206,9 +210,11 @@ impl Acceptor {
         loop {
             match listener.accept() {
                 Ok((stream, peer)) if self.waiting.is_some() => {
-                    self.await_header(registry, stream, peer)
+                    self.contained(peer, |a| a.await_header(registry, stream, peer));
                 }
-                Ok((stream, peer)) => self.admit(stream, peer, registry),
+                Ok((stream, peer)) => {
+                    self.contained(peer, |a| a.admit(stream, peer, registry));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     // EMFILE and friends: log and leave the rest in the
@@ -236,6 +242,8 @@ impl Acceptor {
                 Some(tls) => self.refuse_tls(tls.clone(), stream, reject.retry_after_ms, r),
             };
         }
+        // Until the hand-over (or its release) a fault must give the slot back.
+        self.admitting = Some(peer);
         let link = match &self.shared.cfg.tls {
             None => Link::Plain(stream),
             Some(tls) => match tls.link(stream, monotonic_ns()) {
@@ -245,11 +253,17 @@ impl Acceptor {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "TLS session could not be set up");
+                    self.admitting = None;
                     self.release(peer);
                     return;
                 }
             },
         };
+        self.hand_over(link, peer, r);
+    }
+
+    /// Places an admitted connection on a shard (or refuses it there).
+    fn hand_over(&mut self, link: Link, peer: SocketAddr, r: &Registry) {
         self.loads.clear();
         for h in &self.shards {
             // A shard that sheds for lag takes no new session while
@@ -277,6 +291,8 @@ impl Acceptor {
         }
         match shard.tx.try_send((link, peer)) {
             Ok(()) => {
+                // The shard owns the slot now.
+                self.admitting = None;
                 let _ = shard.waker.wake();
             }
             Err(e) => {
@@ -291,6 +307,7 @@ impl Acceptor {
     /// Releases `peer`'s admission slot and sends Disconnect(busy) with a
     /// retry-after drawn from the busy window.
     fn refuse_jittered(&mut self, stream: Link, peer: SocketAddr, r: &Registry) {
+        self.admitting = None;
         self.release(peer);
         // Jittered, or every refused client would return together.
         let w = self.shared.cfg.admission.retry_after;
@@ -346,13 +363,19 @@ impl Acceptor {
         }
     }
 
+    /// Reads a waiting connection's header; a fault discards its wait.
     fn on_waiting(&mut self, registry: &Registry, token: Token) {
-        let ended = self
-            .waiting
-            .as_mut()
-            .and_then(|w| w.on_ready(registry, token));
-        if let Some(ended) = ended {
-            self.header_ended(registry, ended);
+        let Some(peer) = self.waiting.as_ref().and_then(|w| w.peer(token)) else {
+            return;
+        };
+        let faulted = self.contained(peer, |a| {
+            let w = a.waiting.as_mut();
+            if let Some(ended) = w.and_then(|w| w.on_ready(registry, token)) {
+                a.header_ended(registry, ended);
+            }
+        });
+        if let (true, Some(w)) = (faulted, self.waiting.as_mut()) {
+            w.discard(registry, token);
         }
     }
 
@@ -363,7 +386,8 @@ impl Acceptor {
         let mut ended = std::mem::take(&mut self.ended);
         w.expire(registry, monotonic_ns(), |e| ended.push(e));
         for e in ended.drain(..) {
-            self.header_ended(registry, e);
+            let peer = e.1;
+            let _ = self.contained(peer, |a| a.header_ended(registry, e));
         }
         self.ended = ended;
     }
@@ -382,6 +406,11 @@ impl Acceptor {
             Outcome::Done(h) => {
                 proxy.stats.count_header(h.command);
                 let client = h.client(peer);
+                if crate::runtime::drill::connection_armed()
+                    && client.port() == crate::runtime::drill::DRILL_PROXY_PORT
+                {
+                    panic!("drill: planted panic in a connection's PROXY header");
+                }
                 tracing::debug!(balancer = %peer, %client, command = h.command.label(),
                     "PROXY header");
                 self.admit(stream, client, registry);
@@ -411,6 +440,77 @@ impl Acceptor {
         }
     }
 }
+
+/// The unwind boundary of the acceptor's work on one connection
+/// (docs/design.md, "Fault isolation"). What a fault leaves behind:
+/// that connection's socket, dropped while unwinding (closed); its PROXY
+/// wait or refusal slot, discarded by the caller ([`ProxyWait::discard`],
+/// [`Refuser`]); the per-IP admission slot it took, given back
+/// (`admitting`). Nothing shared is half-updated by it: the shard inbox
+/// and the refusal queue are channels (a send is whole or not made), and
+/// admission is one `Mutex` whose every update happens under the lock — a
+/// panic inside it poisons the lock, and then the fault is not contained:
+/// the acceptor dies and the supervisor takes the process down.
+impl Acceptor {
+    /// Runs `f` for `peer`'s connection; true when it faulted (counted,
+    /// logged thinned, the admission slot given back).
+    fn contained(&mut self, peer: SocketAddr, f: impl FnOnce(&mut Self)) -> bool {
+        let Err(fault) = crate::runtime::contain::contain(|| f(self)) else {
+            return false;
+        };
+        if self.shared.admission.is_poisoned() {
+            panic!("a connection's fault left the admission table poisoned: {fault}");
+        }
+        if let Some(p) = self.admitting.take() {
+            self.release(p);
+        }
+        GatewayStats::add(&self.shared.stats.faults_acceptor, 1);
+        ACCEPTOR_FAULTS.report("acceptor", &peer, &fault);
+        true
+    }
+
+    /// A refusal's readiness, contained like every connection's work.
+    fn on_refusal(&mut self, r: &Registry, token: Token) {
+        let Some(peer) = self.refuser.as_ref().and_then(|f| f.peer(token)) else {
+            return;
+        };
+        let faulted = self.contained(peer, |a| {
+            if let Some(refuser) = a.refuser.as_mut() {
+                refuser.on_event(r, token);
+            }
+        });
+        if let (true, Some(refuser)) = (faulted, self.refuser.as_mut()) {
+            refuser.discard_faulted(r);
+        }
+    }
+
+    /// Takes the links shards refused and closes refusals past their
+    /// deadline; a fault in one refusal's handshake discards it alone.
+    fn drain_refusals(&mut self, r: &Registry) {
+        let Some(refuser) = self.refuser.as_mut() else {
+            return;
+        };
+        let now = monotonic_ns();
+        while let Some((link, retry)) = self.shared.tls_refusals.try_take() {
+            let peer = link.socket().peer_addr().unwrap_or(UNKNOWN_PEER);
+            let taken = crate::runtime::contain::contain(|| refuser.take(r, link, retry, now));
+            if let Err(fault) = taken {
+                refuser.discard_faulted(r);
+                GatewayStats::add(&self.shared.stats.faults_acceptor, 1);
+                ACCEPTOR_FAULTS.report("acceptor", &peer, &fault);
+            }
+        }
+        refuser.expire(r, now);
+    }
+}
+
+/// Shown for a peer whose address the socket no longer knows.
+const UNKNOWN_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+/// The acceptor's thinned fault log.
+static ACCEPTOR_FAULTS: crate::runtime::contain::FaultLog =
+    crate::runtime::contain::FaultLog::new();
 
 impl Acceptor {
     /// Gives back the per-IP slot admission took for `peer`.

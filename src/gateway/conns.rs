@@ -195,7 +195,7 @@ impl Conns {
             if let Some(c) = self.slab.conns[i as usize].as_mut() {
                 c.in_write_list = false;
             }
-            self.write_conn(i as usize, now);
+            self.contained(i as usize, |c| c.write_conn(i as usize, now));
             if hosting && k % INTERLEAVE_EVERY == INTERLEAVE_EVERY - 1 {
                 hosted.between(monotonic_ns());
                 self.stats.interleaves.inc();
@@ -384,7 +384,7 @@ impl Conns {
     pub(super) fn close_every(&mut self) {
         for i in 0..self.slab.conns.len() {
             if self.slab.conns[i].is_some() {
-                self.write_conn(i, monotonic_ns());
+                self.contained(i, |c| c.write_conn(i, monotonic_ns()));
                 self.close_now(i);
             }
         }

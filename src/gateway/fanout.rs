@@ -54,6 +54,12 @@ pub(super) struct Fanout {
     pacer: Pacer,
     /// `--max-update-hz`: the limit of accounts that set none (0 = none).
     default_hz: u32,
+    /// Subscription changes in progress (index, pace groups, per-symbol
+    /// counts, interest): raised before one starts and lowered after it
+    /// ends, so a panic that unwinds out of one leaves it raised — the
+    /// fan-out state is then poisoned and no connection boundary may
+    /// contain that fault (see [`Fanout::is_poisoned`]).
+    mutating: u32,
 }
 
 /// One encoded price on its way to subscribers.
@@ -93,7 +99,22 @@ impl Fanout {
             wall_offset_ns,
             pacer: Pacer::new(now),
             default_hz,
+            mutating: 0,
         }
+    }
+
+    /// A panic unwound out of a subscription change: the index, the pace
+    /// groups or the interest counts may be half-updated.
+    pub(super) fn is_poisoned(&self) -> bool {
+        self.mutating > 0
+    }
+
+    /// Runs one subscription change, poisoning the state if it unwinds.
+    fn mutate<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.mutating += 1;
+        let r = f(self);
+        self.mutating -= 1;
+        r
     }
 
     /// The minimum interval between two prices of one subscription of
@@ -231,6 +252,17 @@ impl Fanout {
         slab: &mut Slab,
         i: usize,
         key: usize,
+        limits: (usize, u64),
+        new_keys: &mut Vec<u32>,
+    ) -> SubscribeStatus {
+        self.mutate(|f| f.add_sub(slab, i, key, limits, new_keys))
+    }
+
+    fn add_sub(
+        &mut self,
+        slab: &mut Slab,
+        i: usize,
+        key: usize,
         (max, interval_ns): (usize, u64),
         new_keys: &mut Vec<u32>,
     ) -> SubscribeStatus {
@@ -275,6 +307,10 @@ impl Fanout {
 
     /// Removes subscription `slot` of connection `i`.
     pub(super) fn remove(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.mutate(|f| f.remove_sub(slab, i, slot));
+    }
+
+    fn remove_sub(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         self.unindex(slab, i, slot);
         let Some(conn) = slab.conns[i].as_mut() else {
             return;
@@ -299,6 +335,10 @@ impl Fanout {
     /// sends the latest as a resync), leaving the connection's own list as
     /// it is.
     pub(super) fn unindex(&mut self, slab: &mut Slab, i: usize, slot: usize) {
+        self.mutate(|f| f.unindex_sub(slab, i, slot));
+    }
+
+    fn unindex_sub(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         let Some(conn) = slab.conns[i].as_mut() else {
             return;
         };
@@ -325,6 +365,10 @@ impl Fanout {
     /// Indexes every subscription of `conn` (a session moved here) as
     /// connection `i`.
     pub(super) fn index_conn(&mut self, conn: &mut Conn, i: usize) {
+        self.mutate(|f| f.index_subs(conn, i));
+    }
+
+    fn index_subs(&mut self, conn: &mut Conn, i: usize) {
         let interval_ns = self.interval_for(conn.session.acct().map(|a| &**a));
         for (k, sub) in conn.subs.iter_mut().enumerate() {
             let key = sub.key as usize;
@@ -610,6 +654,9 @@ fn append(
     conn.out.update_flow(now);
     true
 }
+
+#[path = "fanout_check.rs"]
+mod check;
 
 #[cfg(test)]
 mod tests {

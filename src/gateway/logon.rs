@@ -46,6 +46,13 @@ pub(crate) struct Verdict {
     judged: Judged,
 }
 
+impl Verdict {
+    /// The connection slot it is for.
+    pub(super) fn conn(&self) -> usize {
+        self.conn as usize
+    }
+}
+
 /// What the verifier decided about one logon.
 enum Judged {
     /// The account exists and the token matched.
@@ -105,6 +112,7 @@ impl Logons {
         logon: &wire::Logon<'_>,
         now: u64,
     ) {
+        crate::runtime::drill::connection_point(logon.account, "Logon");
         let pending = conns.slab.conns[i]
             .as_ref()
             .is_some_and(|c| c.logon_ticket != 0);
@@ -148,7 +156,7 @@ impl Logons {
             return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
         }
         let name = std::str::from_utf8(logon.account).unwrap_or("");
-        let acct = match shared.refdata.lookup(name, now) {
+        let acct = match shared.refdata.lookup_from(name, ip, now) {
             Lookup::Found(a) => Some(a),
             Lookup::Unavailable { retry_after_ms } => {
                 // Reference data is unreachable: come back later, not "wrong".
@@ -241,8 +249,19 @@ impl Logons {
     /// connection it was applied to (`None` inside: closed meanwhile).
     /// The caller reads that connection next (its frames after the Logon
     /// waited for the verdict).
-    pub(super) fn next_verdict(&mut self, conns: &mut Conns, now: u64) -> Option<Option<usize>> {
-        let v = self.verdicts_rx.try_recv().ok()?;
+    /// The next verdict the verifier sent, if any.
+    pub(super) fn take_verdict(&mut self) -> Option<Verdict> {
+        self.verdicts_rx.try_recv().ok()
+    }
+
+    /// Applies verdict `v` to its connection; `Some(i)` when connection
+    /// `i` was waiting for it (its input is then read on).
+    pub(super) fn apply_verdict(
+        &mut self,
+        v: Verdict,
+        conns: &mut Conns,
+        now: u64,
+    ) -> Option<usize> {
         let i = v.conn as usize;
         let waiting = conns
             .slab
@@ -251,7 +270,7 @@ impl Logons {
             .and_then(Option::as_mut)
             .filter(|c| c.logon_ticket == v.ticket && !c.is_active() && !c.session.is_closing());
         let Some(c) = waiting else {
-            return Some(None); // closed (logon timeout, peer gone) meanwhile
+            return None; // closed (logon timeout, peer gone) meanwhile
         };
         c.logon_ticket = 0;
         let decision = match v.judged {
@@ -275,7 +294,7 @@ impl Logons {
             }
             Decision::Pending => {}
         }
-        Some(Some(i))
+        Some(i)
     }
 }
 

@@ -31,6 +31,7 @@ pub mod conn;
 mod conns;
 mod drain;
 mod fanout;
+mod faults;
 pub mod lag;
 mod lanes;
 mod logon;
@@ -55,7 +56,6 @@ pub mod tls_refusal;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
@@ -71,7 +71,7 @@ use crate::overload::stats::OverloadStats;
 use crate::refdata::RefData;
 use crate::requests::service::{RequestConfig, RequestService, RequestStats, Sources};
 use crate::runtime::latency::HistogramExchange;
-use crate::runtime::WaitStrategy;
+use crate::runtime::{Supervisor, WaitStrategy};
 
 /// Default subscriber listen address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9400";
@@ -327,6 +327,8 @@ pub struct Shared {
     /// TLS links refused on a shard, for the acceptor to refuse with
     /// Disconnect(busy) within its handshake budget.
     pub tls_refusals: tls_refusal::RefusalQueue,
+    /// Watches the acceptor, the shards and the request threads.
+    pub supervisor: Supervisor,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -345,6 +347,8 @@ pub struct GatewayDeps {
     pub requests: RequestConfig,
     /// Accounts from Redis; default: the config file's accounts.
     pub refdata: Option<Arc<RefData>>,
+    /// Watches every thread the gateway starts.
+    pub supervisor: Supervisor,
 }
 
 /// Control messages to a shard.
@@ -368,7 +372,11 @@ pub struct Gateway {
     pub local_addr: SocketAddr,
     acceptor: Option<acceptor::AcceptorHandle>,
     requests: Option<RequestService>,
-    shards: Vec<(Sender<ShardControl>, Arc<mio::Waker>, JoinHandle<()>)>,
+    shards: Vec<(
+        Sender<ShardControl>,
+        Arc<mio::Waker>,
+        crate::runtime::Supervised<()>,
+    )>,
     /// Each shard's counters, by shard index.
     pub shard_stats: Vec<Arc<ShardStats>>,
     peers: Arc<[lanes::Peer]>,
@@ -406,6 +414,7 @@ impl Gateway {
             history: None,
             requests: RequestConfig::default(),
             refdata: None,
+            supervisor: Supervisor::new(),
         };
         Self::start_with(cfg, inputs, deps)
     }
@@ -457,8 +466,10 @@ impl Gateway {
                 "pw-auth",
                 limits.verifier_threads,
                 limits.verifier_queue,
+                &deps.supervisor,
             )?,
             tls_refusals: Default::default(),
+            supervisor: deps.supervisor.clone(),
         });
         Ok(shared)
     }
@@ -482,9 +493,14 @@ impl Gateway {
             wall_offset_ns: shared.wall_offset_ns,
             refdata: shared.refdata.clone(),
         };
-        let (request_service, ports) =
-            RequestService::start(deps.requests, sources, bells, shared.overload.clone())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (request_service, ports) = RequestService::start(
+            deps.requests,
+            sources,
+            bells,
+            shared.overload.clone(),
+            &deps.supervisor,
+        )
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let mut lanes = lanes::Lanes::new(&inputs, shared.cfg.max_connections_per_shard);
         let parts = inputs.into_iter().zip(deps.exchanges).zip(ports);
         for ((input, exchange), requests) in parts {
@@ -521,6 +537,9 @@ impl Gateway {
 
     /// Stops accepting: the listener is closed; existing sessions go on.
     pub fn stop_accepting(&mut self) {
+        if let Some(a) = &self.acceptor {
+            a.request_stop();
+        }
         self.shared.accepting.store(false, Ordering::SeqCst);
         if let Some(a) = self.acceptor.take() {
             a.stop();
@@ -577,6 +596,9 @@ impl Gateway {
     /// Stops everything and joins the threads.
     pub fn stop(mut self) {
         self.stop_accepting();
+        for (_, _, t) in &self.shards {
+            t.request_stop();
+        }
         self.send(ShardControl::Stop);
         for (_, _, t) in self.shards.drain(..) {
             let _ = t.join();

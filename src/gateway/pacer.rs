@@ -240,6 +240,19 @@ impl Pacer {
         }
     }
 
+    /// Member `id`'s key and entry, if it is in a group (invariant checks).
+    pub fn member(&self, id: PaceId) -> Option<(u32, Member)> {
+        let p = self.places.get(id as usize)?;
+        let g = self.groups.get(p.group as usize)?;
+        let m = g.members.get(p.pos as usize).filter(|m| m.id == id)?;
+        Some((g.key, *m))
+    }
+
+    /// Members over every group (invariant checks).
+    pub fn member_total(&self) -> usize {
+        self.groups.iter().map(|g| g.members.len()).sum()
+    }
+
     /// The groups of `key` (one per interval its subscribers have).
     #[inline]
     pub fn groups_of(&self, key: usize) -> &[GroupId] {

@@ -170,6 +170,23 @@ impl ProxyWait {
         Some(live.0.saturating_sub(now_ns))
     }
 
+    /// The balancer's address of the connection polled as `token`.
+    pub(super) fn peer(&self, token: Token) -> Option<SocketAddr> {
+        let slot = token.0.checked_sub(self.first)?;
+        self.slots.get(slot)?.as_ref().map(|w| w.peer)
+    }
+
+    /// Ends `token`'s wait after a fault in its processing: its socket is
+    /// deregistered and dropped (closed). Sound whatever the fault
+    /// interrupted: a wait's bytes are its own (`buf`), the slot list and
+    /// free list change only in `insert` and `remove`, each whole, and a
+    /// deadline left behind is skipped by its generation.
+    pub(super) fn discard(&mut self, registry: &Registry, token: Token) {
+        if let Some(slot) = token.0.checked_sub(self.first) {
+            drop(self.remove(registry, slot));
+        }
+    }
+
     fn remove(&mut self, registry: &Registry, slot: usize) -> Option<(TcpStream, SocketAddr)> {
         let mut w = self.slots.get_mut(slot)?.take()?;
         self.free.push(slot);

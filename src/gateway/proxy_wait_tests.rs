@@ -170,3 +170,37 @@ fn a_header_over_a_real_socket_ends_the_wait_and_leaves_the_rest() {
     );
     assert!(w.on_ready(poll.registry(), Token(1)).is_none(), "not ours");
 }
+
+#[test]
+fn a_discarded_wait_frees_its_slot_and_its_deadline_is_skipped() {
+    let poll = Poll::new().unwrap();
+    let ms = 1_000_000;
+    let mut w = ProxyWait::new(2, 100 * ms, Token(2));
+    let (mut c1, s1, p1) = pair();
+    let (_c2, s2, p2) = pair();
+    assert!(w.insert(poll.registry(), s1, p1, 0).is_ok());
+    assert!(w.insert(poll.registry(), s2, p2, 10 * ms).is_ok());
+    assert_eq!(w.peer(Token(2)), Some(p1));
+    w.discard(poll.registry(), Token(2));
+    w.discard(poll.registry(), Token(2)); // twice: nothing more happens
+    assert_eq!((w.len(), w.peer(Token(2))), (1, None));
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        c1.read(&mut byte).unwrap(),
+        0,
+        "the discarded socket is closed"
+    );
+    assert_eq!(
+        w.next_due_in(0),
+        Some(110 * ms),
+        "the live wait's deadline is next"
+    );
+    // The freed slot takes a new wait; the old deadline does not end it.
+    let (_c3, s3, p3) = pair();
+    assert!(w.insert(poll.registry(), s3, p3, 50 * ms).is_ok());
+    let mut ended = Vec::new();
+    w.expire(poll.registry(), 105 * ms, |e| ended.push(e.1));
+    assert!(ended.is_empty(), "no wait is due at 105 ms");
+    w.expire(poll.registry(), 150 * ms, |e| ended.push(e.1));
+    assert_eq!(ended, vec![p2, p3]);
+}

@@ -198,14 +198,17 @@ impl Shard {
     /// waiting for them); returns how many came.
     pub(super) fn drain_verdicts(&mut self, now: u64) -> usize {
         let mut n = 0;
-        while let Some(applied) = self.logons.next_verdict(&mut self.conns, now) {
+        while let Some(v) = self.logons.take_verdict() {
             n += 1;
-            // What the client sent after its Logon (a pipelined Subscribe)
-            // waited for this: the frames already read, then the socket
-            // (`on_readable` takes both, within the turn's budget).
-            if let Some(i) = applied {
-                self.on_readable(i, now);
-            }
+            self.contained(v.conn(), |s| {
+                // What the client sent after its Logon (a pipelined
+                // Subscribe) waited for this: the frames already read,
+                // then the socket (`on_readable` takes both, within the
+                // turn's budget).
+                if let Some(i) = s.logons.apply_verdict(v, &mut s.conns, now) {
+                    s.on_readable(i, now);
+                }
+            });
         }
         n
     }
@@ -235,29 +238,37 @@ impl Shard {
     /// the outbound gauges. A session about to be cut for what its peer
     /// has not sent has its socket read first: bytes waiting there count.
     pub(super) fn sweep(&mut self, now: u64) {
-        let (mut conflating, mut queued) = (0u64, 0u64);
+        let mut sampled = (0u64, 0u64);
         for i in 0..self.conns.slab.live_end {
-            let Some(conn) = self.conns.slab.conns[i].as_mut() else {
-                continue;
-            };
-            if conn.stream.handshake_expired(now) {
-                // Counted by the link; the peer never spoke TLS to the end.
-                self.conns.close_now(i);
-                continue;
-            }
-            // No deadline counts against a session while it is held.
-            conn.held_catch_up(now);
-            conflating += u64::from(conn.out.is_conflating());
-            queued += conn.out.len() as u64;
-            if conn.session.silence_due(&self.conns.session_cfg, now) {
-                self.read_before_judging(i, now);
-            }
-            if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
-                self.conns.close_now(i);
+            if self.conns.slab.conns[i].is_some() {
+                self.contained(i, |s| s.sweep_one(i, now, &mut sampled));
             }
         }
+        let (conflating, queued) = sampled;
         self.conns.stats.conflating_now.set(conflating);
         self.conns.stats.outbound_bytes.set(queued);
+    }
+
+    /// Connection `i`'s part of the sweep; adds to the (conflating,
+    /// queued bytes) samples.
+    fn sweep_one(&mut self, i: usize, now: u64, (conflating, queued): &mut (u64, u64)) {
+        let Some(conn) = self.conns.slab.conns[i].as_mut() else {
+            return;
+        };
+        if conn.stream.handshake_expired(now) {
+            // Counted by the link; the peer never spoke TLS to the end.
+            return self.conns.close_now(i);
+        }
+        // No deadline counts against a session while it is held.
+        conn.held_catch_up(now);
+        *conflating += u64::from(conn.out.is_conflating());
+        *queued += conn.out.len() as u64;
+        if conn.session.silence_due(&self.conns.session_cfg, now) {
+            self.read_before_judging(i, now);
+        }
+        if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
+            self.conns.close_now(i);
+        }
     }
 }
 
@@ -277,6 +288,8 @@ impl Reader for Shard {
         if let Some(c) = self.conns.slab.conns[i].as_mut() {
             c.in_read_list = false;
         }
-        self.read_conn(i, monotonic_ns(), allow)
+        let mut handled = 0;
+        self.contained(i, |s| handled = s.read_conn(i, monotonic_ns(), allow));
+        handled
     }
 }

@@ -3,7 +3,9 @@
 //! connection slots (round robin over the slots in use) against the reference data ([`RefData::recheck`]), off
 //! the price path (in the shard's sweep, only with `--redis`).
 //!
-//! - Account deleted, or its record now invalid: `Disconnect(auth)`.
+//! - Account deleted (its data set trusted) or `revoked 1`:
+//!   `Disconnect(auth)`. A fault of the reference data (Redis down, its
+//!   data set lost, the record unreadable) ends no session.
 //! - The session's default tier withdrawn: `Disconnect(auth)` (every
 //!   request naming the default tier would be refused).
 //! - A symbol or a tier withdrawn: each (symbol, tier) the session holds

@@ -39,7 +39,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -88,7 +87,7 @@ pub struct SpawnedShard {
     /// Wakes the shard's poll.
     pub waker: Arc<Waker>,
     /// The shard's thread.
-    pub thread: JoinHandle<()>,
+    pub thread: crate::runtime::Supervised<()>,
     /// Where the acceptor sends the shard new connections.
     pub handoff: Handoff,
     /// The shard's counters.
@@ -122,23 +121,23 @@ pub fn spawn(
         waker: waker.clone(),
         exchange,
     };
+    let supervisor = shared.supervisor.clone();
     let mut shard = Shard::new(shared, input, wiring, requests, lanes)?;
-    let thread = std::thread::Builder::new()
-        .name(format!("pw-shard{index}"))
-        .spawn(move || {
-            let stage = crate::runtime::Stage::Shard(index as u16);
-            let cpus = &shard.conns.shared.cfg.cpus;
-            if let Err(e) = crate::runtime::affinity::place_current(stage, cpus) {
-                // Pinning or priority was asked for: running otherwise would
-                // lie to the operator about where latency comes from.
-                tracing::error!("{e}; exiting");
-                std::process::exit(1);
-            }
-            // Even if this thread panics, the others stop waiting for
-            // sessions from it at shutdown (see `Lanes`).
-            let _moves = shard.mover.closed_on_exit();
-            shard.run()
-        })?;
+    let permanent = crate::runtime::Policy::Permanent;
+    let thread = supervisor.spawn(format!("pw-shard{index}"), permanent, move || {
+        let stage = crate::runtime::Stage::Shard(index as u16);
+        let cpus = &shard.conns.shared.cfg.cpus;
+        if let Err(e) = crate::runtime::affinity::place_current(stage, cpus) {
+            // Pinning or priority was asked for: running otherwise would
+            // lie to the operator about where latency comes from.
+            tracing::error!("{e}; exiting");
+            std::process::exit(1);
+        }
+        // Even if this thread panics, the others stop waiting for
+        // sessions from it at shutdown (see `Lanes`).
+        let _moves = shard.mover.closed_on_exit();
+        shard.run()
+    })?;
     Ok(SpawnedShard {
         control: control_tx,
         waker: waker.clone(),
@@ -350,6 +349,7 @@ impl Shard {
                 self.sweeps.next_ns = now;
             } else {
                 self.sweeps.next_ns = now + SWEEP_NS;
+                crate::runtime::drill::point("shard", self.input.index as u32);
                 self.sweep(now);
                 self.measure(now);
                 let (conns, subscribing) = (&mut self.conns, &mut self.subscribing);
@@ -449,7 +449,7 @@ impl Shard {
             }
             let i = token - 1;
             if r.writable {
-                self.conns.write_conn(i, monotonic_ns());
+                self.conns.contained(i, |c| c.write_conn(i, monotonic_ns()));
             }
             if r.readable {
                 // Input reported now: its wait starts here (see

@@ -50,6 +50,12 @@ pub struct GatewayStats {
     /// Messages refused because they came inside the backoff window of an
     /// earlier Reject(rate_limited) (see `gateway::session::backoff`).
     pub rejects_backoff: AtomicU64,
+    /// Connections closed because the acceptor's work on them panicked
+    /// (contained: PROXY header, admission, TLS refusal).
+    pub faults_acceptor: AtomicU64,
+    /// Connections closed because a shard's work on them panicked
+    /// (contained: TLS, decode, session logic).
+    pub faults_shard: AtomicU64,
 }
 
 impl GatewayStats {

@@ -16,6 +16,15 @@ pub(super) struct Subscribing {
 }
 
 impl Subscribing {
+    /// After a fault in a connection's work: the results scratch gets its
+    /// room back if the fault came while it was lent out.
+    pub(super) fn restore(&mut self) {
+        let want = self.new_keys.capacity();
+        if self.results.capacity() < want {
+            self.results.reserve(want);
+        }
+    }
+
     /// Scratch for requests of up to `max_entries` entries.
     pub(super) fn new(max_entries: usize) -> Subscribing {
         Subscribing {
@@ -69,6 +78,7 @@ impl Subscribing {
         self.results.clear();
         self.new_keys.clear();
         for entry in s.entries.clone() {
+            crate::runtime::drill::connection_point(entry.name.as_bytes(), "Subscribe");
             let (id, status) = resolve(conns, acct, tier, &entry);
             let status = if status == SubscribeStatus::OK {
                 let key = id as usize * conns.fanout.tiers + tier as usize;

@@ -81,6 +81,11 @@ impl RefusalQueue {
             Err(_) => stats.count_refusal(RefusalOutcome::Bare),
         }
     }
+
+    /// The next refused link, if any.
+    pub(super) fn try_take(&self) -> Option<(Link, u32)> {
+        self.rx.try_recv().ok()
+    }
 }
 
 struct Pending {
@@ -97,6 +102,9 @@ pub(super) struct Refuser {
     bucket: TokenBucket,
     stats: Arc<TlsStats>,
     scratch: Box<[u8]>,
+    /// The slot being driven: after a fault in its handshake, the one
+    /// to discard ([`Refuser::discard_faulted`]).
+    driving: Option<usize>,
 }
 
 impl Refuser {
@@ -109,6 +117,7 @@ impl Refuser {
             bucket: TokenBucket::new(per_s, per_s.max(1), now_ns),
             stats,
             scratch: vec![0; 4096].into_boxed_slice(),
+            driving: None,
         }
     }
 
@@ -117,10 +126,22 @@ impl Refuser {
         self.free.len() < self.slots.len()
     }
 
-    /// Takes what shards refused.
-    pub(super) fn drain(&mut self, q: &RefusalQueue, r: &Registry, now_ns: u64) {
-        while let Ok((link, retry)) = q.rx.try_recv() {
-            self.take(r, link, retry, now_ns);
+    /// The client address of the refusal polled as `token`.
+    pub(super) fn peer(&self, token: Token) -> Option<std::net::SocketAddr> {
+        let p = self
+            .slots
+            .get(token.0.wrapping_sub(FIRST_TOKEN))?
+            .as_ref()?;
+        p.link.socket().peer_addr().ok()
+    }
+
+    /// After a fault while a refusal was driven: closes that refusal (its
+    /// link dropped, its slot free again); the others are untouched (each
+    /// slot is its own connection's, and `free` changes only in `take` and
+    /// `close`, whole).
+    pub(super) fn discard_faulted(&mut self, r: &Registry) {
+        if let Some(i) = self.driving.take() {
+            self.close(r, i);
         }
     }
 
@@ -173,6 +194,12 @@ impl Refuser {
     /// half-closes, then waits for the peer's close (closing first with
     /// its bytes unread would reset the connection and lose the frame).
     fn drive(&mut self, r: &Registry, i: usize) {
+        self.driving = Some(i);
+        self.drive_slot(r, i);
+        self.driving = None;
+    }
+
+    fn drive_slot(&mut self, r: &Registry, i: usize) {
         let Some(p) = self.slots[i].as_mut() else {
             return;
         };

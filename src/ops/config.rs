@@ -12,6 +12,7 @@ use crate::ops::stagger::{
     StaggerConfig, DEFAULT_STAGGER_CAP_MS, DEFAULT_STAGGER_JITTER_MS, DEFAULT_STAGGER_STEP_MS,
 };
 use crate::ops::OpsError;
+use crate::runtime::supervise::{STAGE_EXIT_GRACE_MS_DEFAULT, STAGE_EXIT_GRACE_MS_MAX};
 use std::net::SocketAddr;
 
 /// Largest accepted `--drain-delay-ms`.
@@ -56,6 +57,9 @@ pub struct OpsArgs {
     /// Pod name, hashed into a slot when it has no ordinal suffix [default: $HOSTNAME].
     #[arg(long, value_name = "NAME")]
     pub pod_name: Option<String>,
+    /// After a stage dies: /livez fails and the recorder flushes for this long, then the process exits 70.
+    #[arg(long, value_name = "MS", default_value_t = STAGE_EXIT_GRACE_MS_DEFAULT)]
+    pub stage_exit_grace_ms: u64,
 }
 
 impl Default for OpsArgs {
@@ -71,6 +75,7 @@ impl Default for OpsArgs {
             stagger_jitter_ms: DEFAULT_STAGGER_JITTER_MS,
             ordinal: None,
             pod_name: None,
+            stage_exit_grace_ms: STAGE_EXIT_GRACE_MS_DEFAULT,
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct OpsConfig {
     pub ordinal: Option<u32>,
     /// The pod name (`--pod-name` or `$HOSTNAME`), if known.
     pub pod_name: Option<String>,
+    /// How long a process whose stage died lingers before it exits, ms.
+    pub stage_exit_grace_ms: u64,
 }
 
 fn invalid(flag: &'static str, reason: String) -> OpsError {
@@ -115,6 +122,11 @@ impl OpsArgs {
     ) -> Result<OpsConfig, OpsError> {
         at_most("--drain-delay-ms", self.drain_delay_ms, DRAIN_DELAY_MS_MAX)?;
         at_most("--grace-ms", self.grace_ms, GRACE_MS_MAX)?;
+        at_most(
+            "--stage-exit-grace-ms",
+            self.stage_exit_grace_ms,
+            STAGE_EXIT_GRACE_MS_MAX,
+        )?;
         at_most("--stagger-cap-ms", self.stagger_cap_ms, STAGGER_CAP_MS_MAX)?;
         at_most(
             "--stagger-jitter-ms",
@@ -162,6 +174,7 @@ impl OpsArgs {
             },
             ordinal: self.ordinal,
             pod_name,
+            stage_exit_grace_ms: self.stage_exit_grace_ms,
         })
     }
 }
@@ -228,12 +241,15 @@ mod tests {
             &["--stagger-step-ms", "0"][..],
             &["--stagger-jitter-ms", "60001"][..],
             &["--grace-ms", "300001"][..],
+            &["--stage-exit-grace-ms", "30001"][..],
         ] {
             assert!(parse(args).validate_with_env(|_| None).is_err(), "{args:?}");
         }
         assert!(parse(&["--stagger-step-ms", "0", "--stagger-cap-ms", "0"])
             .validate_with_env(|_| None)
             .is_ok());
+        let grace = parse(&["--stage-exit-grace-ms", "0"]).validate_with_env(|_| None);
+        assert_eq!(grace.unwrap().stage_exit_grace_ms, 0, "0: exit at once");
         let cli = Cli::try_parse_from(["pricewire", "--ops-listen", "nowhere"]);
         assert!(cli.is_err());
     }

@@ -3,12 +3,16 @@
 //! [`Health`] is a handful of atomics the service flips and the ops thread
 //! reads; no locks, no allocation after construction. The state only moves
 //! forward — starting → serving → draining → stopped — so a late "serving"
-//! can never undo a drain. Liveness is a heartbeat: the process loop calls
-//! [`Health::beat`] every turn, and `/livez` fails once no beat arrived for
-//! `liveness_stale_ms`, which is how a wedged loop gets restarted.
+//! can never undo a drain. Liveness is the truth about the process: it
+//! fails at once when the stage [`Supervisor`] has seen a stage die (the
+//! process then exits within its grace, `runtime::supervise`), and
+//! otherwise once the process loop, which calls [`Health::beat`] every
+//! turn, has not beaten for `liveness_stale_ms` (a wedged loop).
 
 use crate::clock::{Clock, NS_PER_MS};
 use crate::ops::metrics::{catalogue, Collect, Sink};
+use crate::runtime::supervise::Death;
+use crate::runtime::Supervisor;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -58,12 +62,24 @@ impl HealthState {
     }
 }
 
+/// What `/livez` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// Every stage runs and the process loop beats.
+    Live,
+    /// No heartbeat within `liveness_stale_ms`.
+    Stalled,
+    /// A stage died (the first one).
+    StageDied(Death),
+}
+
 /// Shared health of the process. Create once, share as `Arc<Health>`.
 pub struct Health {
     state: AtomicU8,
     last_beat_ns: AtomicU64,
     liveness_stale_ns: u64,
     clock: Arc<dyn Clock>,
+    supervisor: Supervisor,
 }
 
 impl std::fmt::Debug for Health {
@@ -75,15 +91,32 @@ impl std::fmt::Debug for Health {
 }
 
 impl Health {
-    /// Starts in `Starting` with a fresh heartbeat.
+    /// Starts in `Starting` with a fresh heartbeat, over a supervisor of
+    /// its own (which sees only the ops threads).
     pub fn new(clock: Arc<dyn Clock>, liveness_stale_ms: u64) -> Arc<Self> {
+        Self::with_supervisor(clock, liveness_stale_ms, Supervisor::new())
+    }
+
+    /// [`Health::new`] reporting the stages `supervisor` watches.
+    pub fn with_supervisor(
+        clock: Arc<dyn Clock>,
+        liveness_stale_ms: u64,
+        supervisor: Supervisor,
+    ) -> Arc<Self> {
         let now = clock.now_ns();
         Arc::new(Health {
             state: AtomicU8::new(HealthState::Starting as u8),
             last_beat_ns: AtomicU64::new(now),
             liveness_stale_ns: liveness_stale_ms.saturating_mul(NS_PER_MS),
             clock,
+            supervisor,
         })
+    }
+
+    /// The supervisor whose stages `/livez` reports (the ops threads
+    /// register with it too).
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
     }
 
     /// The current state (Acquire).
@@ -123,19 +156,33 @@ impl Health {
             .store(self.clock.now_ns(), Ordering::Relaxed);
     }
 
-    /// `/livez`: a heartbeat within `liveness_stale_ms`. Draining is alive:
-    /// a drain must not get the process restarted.
-    pub(crate) fn is_live(&self) -> bool {
+    /// `/livez`: no stage died and a heartbeat within
+    /// `liveness_stale_ms`. Draining is alive: a drain must not get the
+    /// process restarted.
+    pub fn liveness(&self) -> Liveness {
+        if let Some(d) = self.supervisor.first_death() {
+            return Liveness::StageDied(d.clone());
+        }
         let age_ns = self
             .clock
             .now_ns()
             .saturating_sub(self.last_beat_ns.load(Ordering::Relaxed));
-        age_ns <= self.liveness_stale_ns
+        if age_ns <= self.liveness_stale_ns {
+            Liveness::Live
+        } else {
+            Liveness::Stalled
+        }
     }
 
-    /// `/readyz`: serving and not draining.
+    /// [`Health::liveness`] is [`Liveness::Live`].
+    pub fn is_live(&self) -> bool {
+        self.liveness() == Liveness::Live
+    }
+
+    /// `/readyz`: serving, not draining, and no stage died (the process
+    /// is on its way out: no new traffic).
     pub fn is_ready(&self) -> bool {
-        self.state() == HealthState::Serving
+        self.state() == HealthState::Serving && self.supervisor.first_death().is_none()
     }
 
     /// `/startupz`: start-up (including the stagger wait) is over. True in
@@ -152,6 +199,10 @@ impl Collect for Health {
         for s in HealthState::ALL {
             let v = if s == current { 1.0 } else { 0.0 };
             sink.gauge(catalogue::HEALTH_STATE, &[("state", s.as_str())], v);
+        }
+        for (stage, up) in self.supervisor.stages() {
+            let v = if up { 1.0 } else { 0.0 };
+            sink.gauge(catalogue::STAGE_UP, &[("stage", &stage)], v);
         }
     }
 }
@@ -186,6 +237,27 @@ mod tests {
         assert!(!h.is_live());
         h.beat();
         assert!(h.is_live());
+    }
+
+    #[test]
+    fn a_dead_stage_fails_liveness_at_once_whatever_the_heartbeat() {
+        let supervisor = Supervisor::new();
+        let h = Health::with_supervisor(ManualClock::new(0), 1000, supervisor.clone());
+        h.beat();
+        assert_eq!(h.liveness(), Liveness::Live);
+        let t = supervisor
+            .spawn("pw-test-stage", crate::runtime::Policy::Permanent, || {
+                panic!("boom")
+            })
+            .unwrap();
+        let _ = t.join();
+        h.beat();
+        match h.liveness() {
+            Liveness::StageDied(d) => assert_eq!(d.stage, "pw-test-stage"),
+            other => panic!("{other:?}"),
+        }
+        h.set_serving();
+        assert!(!h.is_ready(), "a process whose stage died takes no traffic");
     }
 
     #[test]

@@ -11,14 +11,14 @@
 //! answer always says `Connection: close`.
 
 use crate::clock::{monotonic_ns, NS_PER_MS};
-use crate::ops::health::Health;
+use crate::ops::health::{Health, Liveness};
 use crate::ops::metrics::{self, catalogue, Collect, Registry, Sink};
 use crate::ops::OpsError;
+use crate::runtime::{Policy, Supervised};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Default address of the ops listener (`--ops-listen`).
@@ -71,6 +71,7 @@ pub const CODES: [u16; 6] = [200, 400, 404, 405, 431, 503];
 pub struct OpsHttpStats {
     answered: [[AtomicU64; CODES.len()]; PATHS.len()],
     rejected: AtomicU64,
+    faults: AtomicU64,
 }
 
 impl OpsHttpStats {
@@ -113,6 +114,9 @@ impl Collect for OpsHttpStats {
             }
         }
         sink.counter(catalogue::OPS_HTTP_REJECTED, &[], self.rejected());
+        let faults = self.faults.load(Ordering::Relaxed);
+        let labels = [("listener", "ops"), ("stage", "ops-http")];
+        sink.counter(catalogue::CONNECTION_FAULTS, &labels, faults);
     }
 }
 
@@ -175,6 +179,15 @@ fn probe(ok: bool, yes: &str, no: &str) -> Response {
     }
 }
 
+/// `/livez`: 503 names the dead stage (and why) or the stalled loop.
+fn livez(health: &Health) -> Response {
+    match health.liveness() {
+        Liveness::Live => Response::text(200, "live"),
+        Liveness::Stalled => Response::text(503, "process loop stalled"),
+        Liveness::StageDied(d) => Response::text(503, &d.to_string()),
+    }
+}
+
 /// Answers one request head (sans IO). Returns the path label for the stats.
 pub(crate) fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'static str, Response) {
     let Some((method, target)) = parse_request_line(head) else {
@@ -194,7 +207,10 @@ pub(crate) fn route(head: &[u8], health: &Health, registry: &Registry) -> (&'sta
     }
     let state = health.state().as_str();
     let response = match label {
-        "/livez" => probe(health.is_live(), "live", "process loop stalled"),
+        "/livez" => livez(health),
+        "/readyz" if health.supervisor().first_death().is_some() => {
+            Response::text(503, "a stage died")
+        }
         "/readyz" => probe(health.is_ready(), "ready", state),
         "/startupz" => probe(health.is_started(), "started", state),
         _ => Response {
@@ -251,6 +267,9 @@ fn read_head(stream: &mut TcpStream, buf: &mut [u8], timeout_ms: u64) -> Head {
     }
 }
 
+/// The ops workers' thinned fault log.
+static OPS_FAULTS: crate::runtime::contain::FaultLog = crate::runtime::contain::FaultLog::new();
+
 struct Worker {
     health: Arc<Health>,
     registry: Registry,
@@ -259,6 +278,20 @@ struct Worker {
 }
 
 impl Worker {
+    /// [`Worker::serve`] inside the connection's unwind boundary: a fault
+    /// drops the stream (closed) and the worker takes the next. Nothing
+    /// shared is written while a request is answered (the health state
+    /// and the registry are read; the counters are atomics), so nothing
+    /// is left half-updated.
+    fn serve_contained(&self, stream: TcpStream, buf: &mut [u8]) {
+        let peer = stream.peer_addr().ok();
+        if let Err(fault) = crate::runtime::contain::contain(|| self.serve(stream, buf)) {
+            self.stats.faults.fetch_add(1, Ordering::Relaxed);
+            let shown = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            OPS_FAULTS.report("ops-http", &shown, &fault);
+        }
+    }
+
     fn serve(&self, mut stream: TcpStream, buf: &mut [u8]) {
         let write_timeout = Duration::from_millis(self.config.write_timeout_ms.max(1));
         if stream.set_nonblocking(false).is_err()
@@ -288,7 +321,7 @@ pub struct OpsServer;
 pub struct OpsHandle {
     local_addr: SocketAddr,
     waker: Arc<mio::Waker>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<Supervised<()>>,
     stats: Arc<OpsHttpStats>,
 }
 
@@ -333,6 +366,7 @@ impl OpsServer {
         registry.register_collect(stats.clone());
         let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(config.queue_max);
         let mut threads = Vec::with_capacity(config.workers + 1);
+        let supervisor = health.supervisor().clone();
         for i in 0..config.workers {
             let worker = Worker {
                 health: health.clone(),
@@ -341,20 +375,19 @@ impl OpsServer {
                 config,
             };
             let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("ops-http-{i}"))
-                .spawn(move || {
-                    let mut buf = vec![0u8; worker.config.request_head_max_bytes];
-                    for stream in rx.iter() {
-                        worker.serve(stream, &mut buf);
-                    }
-                });
+            let body = move || {
+                let mut buf = vec![0u8; worker.config.request_head_max_bytes];
+                for stream in rx.iter() {
+                    crate::runtime::drill::point("ops-http", i as u32);
+                    worker.serve_contained(stream, &mut buf);
+                }
+            };
+            let spawned = supervisor.spawn(format!("ops-http-{i}"), Policy::Permanent, body);
             threads.push(spawned.map_err(bind)?);
         }
         let accept_stats = stats.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ops-accept".into())
-            .spawn(move || accept_loop(poll, listener, tx, &accept_stats));
+        let body = move || accept_loop(poll, listener, tx, &accept_stats);
+        let spawned = supervisor.spawn("ops-accept", Policy::Permanent, body);
         threads.push(spawned.map_err(bind)?);
         tracing::info!(%local_addr, "ops listener up");
         Ok(OpsHandle {
@@ -390,6 +423,7 @@ fn accept_loop(
         if events.iter().any(|e| e.token() == WAKE) {
             return; // dropping `tx` ends the workers once the queue is empty
         }
+        crate::runtime::drill::point("ops-accept", 0);
         retry = accept_ready(&listener, &tx, stats);
     }
 }
@@ -447,6 +481,9 @@ impl OpsHandle {
     fn stop_inner(&mut self) {
         if self.threads.is_empty() {
             return;
+        }
+        for t in &self.threads {
+            t.request_stop();
         }
         if let Err(e) = self.waker.wake() {
             tracing::error!(error = %e, "ops listener wake failed; not joining its threads");

@@ -49,7 +49,7 @@
 //!         forced_cb.store(true, std::sync::atomic::Ordering::Release);
 //!         std::process::exit(ops::shutdown::EXIT_FORCED);
 //!     }),
-//! })?;
+//! }, health.supervisor())?;
 //! // ... main loop: health.beat() every turn, until begin_rx has a message ...
 //! # let _ = begin_rx;
 //! let done = |_: u64, _: u64| ops::StepResult::Done; // the service's real steps go here

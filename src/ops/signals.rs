@@ -10,10 +10,10 @@
 //! [`EXIT_FORCED`](crate::ops::shutdown::EXIT_FORCED).
 
 use crate::ops::OpsError;
+use crate::runtime::{Policy, Supervised, Supervisor};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::thread::JoinHandle;
 
 /// What the n-th termination signal asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,27 +59,28 @@ pub struct SignalCallbacks {
 #[derive(Debug)]
 pub struct SignalWatcher {
     handle: Handle,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<Supervised<()>>,
 }
 
 impl SignalWatcher {
-    /// Watches SIGTERM and SIGINT.
-    pub fn spawn(callbacks: SignalCallbacks) -> Result<Self, OpsError> {
-        Self::spawn_for(&[SIGTERM, SIGINT], callbacks)
+    /// Watches SIGTERM and SIGINT on a thread `supervisor` watches.
+    pub fn spawn(callbacks: SignalCallbacks, supervisor: &Supervisor) -> Result<Self, OpsError> {
+        Self::spawn_for(&[SIGTERM, SIGINT], callbacks, supervisor)
     }
 
     /// Watches the given signals.
     pub(crate) fn spawn_for(
         signals: &[i32],
         mut callbacks: SignalCallbacks,
+        supervisor: &Supervisor,
     ) -> Result<Self, OpsError> {
         let mut signals = Signals::new(signals).map_err(OpsError::Signals)?;
         let handle = signals.handle();
-        let thread = std::thread::Builder::new()
-            .name("ops-signals".into())
-            .spawn(move || {
+        let thread = supervisor
+            .spawn("ops-signals", Policy::Permanent, move || {
                 let counter = SignalCounter::default();
                 for signo in signals.forever() {
+                    crate::runtime::drill::point("signals", 0);
                     tracing::warn!(signo, "termination signal");
                     match counter.observe() {
                         SignalAction::BeginShutdown => (callbacks.on_first)(signo),
@@ -100,6 +101,9 @@ impl SignalWatcher {
     }
 
     fn close_inner(&mut self) {
+        if let Some(t) = &self.thread {
+            t.request_stop();
+        }
         self.handle.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -123,19 +127,26 @@ pub struct ReloadWatcher {
 }
 
 impl ReloadWatcher {
-    /// Watches SIGHUP.
-    pub fn spawn(reload: Box<dyn FnMut() + Send>) -> Result<Self, OpsError> {
-        Self::spawn_for(signal_hook::consts::SIGHUP, reload)
+    /// Watches SIGHUP on a thread `supervisor` watches.
+    pub fn spawn(
+        reload: Box<dyn FnMut() + Send>,
+        supervisor: &Supervisor,
+    ) -> Result<Self, OpsError> {
+        Self::spawn_for(signal_hook::consts::SIGHUP, reload, supervisor)
     }
 
     /// Watches `signo` (tests use SIGUSR1).
-    pub fn spawn_for(signo: i32, mut reload: Box<dyn FnMut() + Send>) -> Result<Self, OpsError> {
+    pub fn spawn_for(
+        signo: i32,
+        mut reload: Box<dyn FnMut() + Send>,
+        supervisor: &Supervisor,
+    ) -> Result<Self, OpsError> {
         let mut signals = Signals::new([signo]).map_err(OpsError::Signals)?;
         let handle = signals.handle();
-        let thread = std::thread::Builder::new()
-            .name("ops-reload".into())
-            .spawn(move || {
+        let thread = supervisor
+            .spawn("ops-reload", Policy::Permanent, move || {
                 for _ in signals.forever() {
+                    crate::runtime::drill::point("reload", 0);
                     reload();
                 }
             })

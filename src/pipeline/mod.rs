@@ -17,14 +17,13 @@ pub mod determ;
 pub mod sink;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::runtime::affinity;
 use crate::runtime::{CpuMap, Doorbell, FeedPort, HostedTasks, Stage, Threading};
-use crate::runtime::{FeedStats, WaitStrategy, Waiter};
+use crate::runtime::{FeedStats, Policy, Supervised, Supervisor, WaitStrategy, Waiter};
 
 use crate::clock::monotonic_ns;
 use crate::config::Config;
@@ -107,6 +106,9 @@ pub enum PipelineError {
     /// A stage did not report in within the start-up timeout (10 s).
     #[error("stage {0} did not report in within the start-up timeout")]
     StartTimeout(Stage),
+    /// A stage's thread could not be spawned.
+    #[error("a stage thread could not be spawned: {0}")]
+    Spawn(String),
 }
 
 fn ring_size_ok(flag: &'static str, n: usize) -> Result<(), PipelineError> {
@@ -214,7 +216,7 @@ pub struct PipelineHandles {
 struct StageThread {
     stage: Stage,
     control: Option<Sender<Control>>,
-    handle: JoinHandle<()>,
+    handle: Supervised<()>,
 }
 
 /// A running pipeline (feeds and engine). Shards are run by the caller.
@@ -358,6 +360,7 @@ impl Pipeline {
         sources: Vec<(String, Box<dyn TickSource>)>,
         external_ports: Vec<String>,
         recorder: Option<RecorderTap>,
+        supervisor: &Supervisor,
     ) -> Result<PipelineParts, PipelineError> {
         cfg.validate()?;
         let table = &config.table;
@@ -382,22 +385,10 @@ impl Pipeline {
             health,
             stats: engine_stats,
         } = engine_stage(config, cfg, publishers, inputs, recorder);
-        let (engine, hosted_engine) = if shared {
-            let (task, done) = crate::engine::hosted::HostedEngine::new(stage);
-            shards[0].hosted.push(Box::new(task));
-            (None, Some(done))
-        } else {
-            let t = spawn_engine(stage, cfg, engine_doorbell.clone(), events_tx.clone());
-            (Some(t), None)
-        };
-        let mut feeds = Vec::new();
-        for (i, (name, source, port)) in pending_sources.into_iter().enumerate() {
-            feeds.push(spawn_feed(i, name, source, port, cfg, events_tx.clone()));
-        }
         let mut pipeline = Pipeline {
-            feeds,
-            engine,
-            hosted_engine,
+            feeds: Vec::new(),
+            engine: None,
+            hosted_engine: None,
             handles: PipelineHandles {
                 table: price_table,
                 health,
@@ -408,7 +399,17 @@ impl Pipeline {
                 history,
             },
         };
-        if let Err(e) = pipeline.await_started(&events_rx) {
+        let dedicated = if shared {
+            let (task, done) = crate::engine::hosted::HostedEngine::new(stage);
+            shards[0].hosted.push(Box::new(task));
+            pipeline.hosted_engine = Some(done);
+            None
+        } else {
+            Some(stage)
+        };
+        let spawned =
+            pipeline.spawn_stages(dedicated, pending_sources, cfg, &events_tx, supervisor);
+        if let Err(e) = spawned.and_then(|()| pipeline.await_started(&events_rx)) {
             drop(shards); // a hosted engine ends with them
             pipeline.stop();
             return Err(e);
@@ -418,6 +419,28 @@ impl Pipeline {
             shards,
             ports,
         })
+    }
+
+    /// Spawns the engine thread (when not hosted) and one thread per
+    /// source; on a failed spawn the caller stops what did start.
+    fn spawn_stages(
+        &mut self,
+        engine: Option<EngineStage>,
+        sources: Vec<(String, Box<dyn TickSource>, FeedPort)>,
+        cfg: &PipelineConfig,
+        events: &Sender<StageEvent>,
+        supervisor: &Supervisor,
+    ) -> Result<(), PipelineError> {
+        if let Some(stage) = engine {
+            let bell = self.handles.engine_doorbell.clone();
+            self.engine = Some(spawn_engine(stage, cfg, bell, events.clone(), supervisor)?);
+        }
+        for (i, feed) in sources.into_iter().enumerate() {
+            let events = events.clone();
+            self.feeds
+                .push(spawn_feed(i, feed, cfg, events, supervisor)?);
+        }
+        Ok(())
     }
 
     /// A pipeline with no stages: an edge's, whose prices come from the
@@ -466,6 +489,9 @@ impl Pipeline {
     /// Orderly stop: feeds first, then the engine drains and exits. The
     /// caller's external ports must be dropped for the engine to finish.
     pub fn stop(&mut self) {
+        for f in self.feeds.iter().chain(&self.engine) {
+            f.handle.request_stop();
+        }
         for f in &self.feeds {
             if let Some(c) = &f.control {
                 let _ = c.try_send(Control::Stop);
@@ -499,12 +525,10 @@ impl Drop for Pipeline {
     }
 }
 
+/// Joins a stopped stage; a panic was logged by the supervisor.
 fn join_stage(t: StageThread) {
-    let stage = t.stage;
     drop(t.control);
-    if t.handle.join().is_err() {
-        tracing::error!(%stage, "stage panicked");
-    }
+    let _ = t.handle.join();
 }
 
 fn place(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
@@ -520,35 +544,40 @@ fn place(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
     }
 }
 
+/// A feed thread: transient, since a source may end (a replay's last
+/// tick) and the feed with it.
 fn spawn_feed(
     index: usize,
-    name: String,
-    mut source: Box<dyn TickSource>,
-    mut port: FeedPort,
+    (name, mut source, mut port): (String, Box<dyn TickSource>, FeedPort),
     cfg: &PipelineConfig,
     events: Sender<StageEvent>,
-) -> StageThread {
+    supervisor: &Supervisor,
+) -> Result<StageThread, PipelineError> {
     let (control_tx, control_rx) = crossbeam_channel::bounded(1);
     let cpus = cfg.cpus.clone();
     let wait = cfg.feed_wait;
     let stage = Stage::Feed;
-    let handle = std::thread::Builder::new()
-        .name(format!("pw-feed{index}-{name}"))
-        .spawn(move || {
-            if place(stage, &cpus, &events) {
-                run_feed(source.as_mut(), &mut port, &control_rx, wait);
-            }
-        })
-        .expect("spawn feed thread");
-    StageThread {
+    let handle = supervisor
+        .spawn(
+            format!("pw-feed{index}-{name}"),
+            Policy::Transient,
+            move || {
+                if place(stage, &cpus, &events) {
+                    run_feed(index as u32, source.as_mut(), &mut port, &control_rx, wait);
+                }
+            },
+        )
+        .map_err(|e| PipelineError::Spawn(e.to_string()))?;
+    Ok(StageThread {
         stage,
         control: Some(control_tx),
         handle,
-    }
+    })
 }
 
 /// The feed loop: poll the source, stamp receive times, push.
 pub(crate) fn run_feed(
+    index: u32,
     source: &mut dyn TickSource,
     port: &mut FeedPort,
     control: &Receiver<Control>,
@@ -561,8 +590,11 @@ pub(crate) fn run_feed(
     let mut turn: u32 = 0;
     loop {
         turn = turn.wrapping_add(1);
-        if turn.is_multiple_of(64) && should_stop(control) {
-            break;
+        if turn.is_multiple_of(64) {
+            crate::runtime::drill::point("feed", index);
+            if should_stop(control) {
+                break;
+            }
         }
         let now = monotonic_ns();
         match source.poll(now, &mut batch) {
@@ -577,6 +609,7 @@ pub(crate) fn run_feed(
                 waiter.reset();
             }
             SourcePoll::Idle => {
+                crate::runtime::drill::point("feed", index);
                 if should_stop(control) {
                     break;
                 }
@@ -594,28 +627,30 @@ fn should_stop(control: &Receiver<Control>) -> bool {
     )
 }
 
+/// The engine thread: transient, since it ends by design once every
+/// feed let go of its ring and the rings are drained.
 fn spawn_engine(
     mut stage: EngineStage,
     cfg: &PipelineConfig,
     doorbell: Arc<Doorbell>,
     events: Sender<StageEvent>,
-) -> StageThread {
+    supervisor: &Supervisor,
+) -> Result<StageThread, PipelineError> {
     let cpus = cfg.cpus.clone();
     let wait = cfg.engine_wait;
-    let handle = std::thread::Builder::new()
-        .name("pw-engine".into())
-        .spawn(move || {
+    let handle = supervisor
+        .spawn("pw-engine", Policy::Transient, move || {
             doorbell.bind_current_thread();
             if place(Stage::Engine, &cpus, &events) {
                 run_engine(&mut stage, Waiter::new(wait, doorbell));
             }
         })
-        .expect("spawn engine thread");
-    StageThread {
+        .map_err(|e| PipelineError::Spawn(e.to_string()))?;
+    Ok(StageThread {
         stage: Stage::Engine,
         control: None,
         handle,
-    }
+    })
 }
 
 /// The engine loop: turns until every input is abandoned and drained,

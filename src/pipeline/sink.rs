@@ -122,6 +122,7 @@ impl ShardSink {
             {
                 break;
             }
+            crate::runtime::drill::point("sink", self.input.index as u32);
             let consumer = &self.input.consumer;
             let hosted = &self.input.hosted;
             waiter.idle(|| !consumer.is_empty() || hosted.has_work());

@@ -46,6 +46,8 @@ pub struct RefDataFile {
     pub recovery_rate_per_s: Option<u32>,
     /// Accounts prefetched from the index set at start.
     pub prefetch_max: Option<usize>,
+    /// Pending lookups of unknown names per client address (IPv6: /64).
+    pub misses_per_source_max: Option<usize>,
     /// TCP connect plus handshake budget (ms).
     pub connect_timeout_ms: Option<u64>,
     /// Total budget of one command (ms).
@@ -70,6 +72,8 @@ pub struct RefDataFile {
     pub breaker_open_wait_ms: Option<u64>,
     /// Trial calls in half-open.
     pub breaker_half_open_calls: Option<u32>,
+    /// Spread of each open wait, ± percent.
+    pub breaker_open_wait_jitter_pct: Option<u32>,
     /// Failed calls in a row that open the breaker (0 = rate rule only).
     pub breaker_consecutive_failures: Option<u32>,
 }
@@ -120,6 +124,7 @@ impl RefDataFile {
         set(&mut c.probe_interval_ms, self.probe_interval_ms);
         set(&mut c.recovery_rate_per_s, self.recovery_rate_per_s);
         set(&mut c.prefetch_max, self.prefetch_max);
+        set(&mut c.misses_per_source_max, self.misses_per_source_max);
     }
 
     fn apply_redis(&self, cfg: &mut RefDataConfig) {
@@ -144,6 +149,10 @@ impl RefDataFile {
             self.breaker_slow_call_rate_pct,
         );
         set(&mut b.open_wait_ms, self.breaker_open_wait_ms);
+        set(
+            &mut b.open_wait_jitter_pct,
+            self.breaker_open_wait_jitter_pct,
+        );
         set(
             &mut b.half_open_permitted_calls,
             self.breaker_half_open_calls,
@@ -171,6 +180,7 @@ fn file_key(e: RefDataError) -> RefDataError {
                 "failure_rate_threshold_pct" => "refdata.breaker_failure_rate_pct",
                 "slow_call_rate_threshold_pct" => "refdata.breaker_slow_call_rate_pct",
                 "open_wait_ms" => "refdata.breaker_open_wait_ms",
+                "open_wait_jitter_pct" => "refdata.breaker_open_wait_jitter_pct",
                 "half_open_permitted_calls" => "refdata.breaker_half_open_calls",
                 "slow_call_duration_ms" => "refdata.slow_call_ms",
                 "call_timeout_ms" => "refdata.io_timeout_ms",
@@ -225,6 +235,14 @@ mod tests {
         assert_eq!(key_of("pool_size = 0"), "refdata.pool_size");
         assert_eq!(key_of("slow_call_ms = 250"), "refdata.slow_call_ms");
         assert_eq!(key_of("breaker_window_s = 0"), "refdata.breaker_window_s");
+        assert_eq!(
+            key_of("breaker_open_wait_jitter_pct = 51"),
+            "refdata.breaker_open_wait_jitter_pct"
+        );
+        assert_eq!(
+            key_of("misses_per_source_max = 0"),
+            "refdata.misses_per_source_max"
+        );
         assert_eq!(
             key_of("recovery_rate_per_s = 0"),
             "refdata.recovery_rate_per_s"

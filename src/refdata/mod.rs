@@ -1,42 +1,57 @@
 //! Reference data: accounts, tokens and entitlements, from Redis or from the
 //! config file.
 //!
-//! Contract for the gateway: [`RefData::lookup`] never blocks on I/O. It
-//! reads an in-memory cache (a read lock, a short mutex, one `try_send` on
-//! a bounded channel) and answers at once: [`Lookup::Found`],
-//! [`Lookup::NotFound`], or [`Lookup::Unavailable`] with a jittered
-//! retry-after while the account is not known yet or Redis has been down
-//! longer than the staleness limit. A background refresher thread owns all
-//! Redis I/O: it fills misses requested through the bounded channel,
-//! refreshes entries early per XFetch, and backs off with full jitter while
-//! the Redis circuit breaker is open. Cached entries keep serving while
-//! Redis fails, for up to `max_stale_ms` past their expiry.
+//! Contract for the gateway: [`RefData::lookup_from`] never blocks on
+//! I/O. It reads an in-memory cache (a read lock, two short mutexes, one
+//! `try_send` on a doorbell channel) and answers at once:
+//! [`Lookup::Found`], [`Lookup::NotFound`] (a positive absence only), or
+//! [`Lookup::Unavailable`] with a jittered retry-after while the account is
+//! not known yet, its record is unreadable, the data set is lost, or Redis
+//! has been down longer than the staleness limit. A background refresher
+//! thread owns all Redis I/O: it fills misses taken from the bounded
+//! request queue (`queue`-ordered: waiting logons first, a flood of
+//! unknown names bounded per client address), refreshes entries early per
+//! XFetch, and waits for the breaker's trial while it is open. Cached
+//! entries keep serving while Redis fails, or its data set is lost, for up
+//! to `max_stale_ms` past their expiry.
+//!
+//! An empty or stale Redis is a dependency fault, never a revocation: every
+//! account read carries the data set's generation marker and index
+//! ([`dataset`]), and an absence revokes only when they vouch for the data
+//! set; a revocation is positive (the record deleted while the data set is
+//! trusted, or `revoked 1`). A record fault (another type, a bad field, a
+//! reply over the limits) fails that key only.
 //!
 //! Bounded: cache entries (`entries_max`), pending requests
-//! (`request_queue_max`), pooled connections (`pool_size_max`), every
-//! Redis call (connect, I/O and checkout timeouts), each reply
-//! ([`resp::REPLY_BYTES_MAX`]). Without `--redis` the accounts of the config
-//! file are served from an immutable map ([`RefData::from_accounts`]).
+//! (`request_queue_max` misses and as many refreshes,
+//! `misses_per_source_max` unknown misses per address), pooled connections
+//! (`pool_size_max`), every Redis call (connect, I/O and checkout
+//! timeouts), each reply ([`resp::REPLY_BYTES_MAX`]), the prefetch
+//! (`prefetch_max`). Without `--redis` the accounts of the config file are
+//! served from an immutable map ([`RefData::from_accounts`]).
 //!
 //! The breaker opens on a dead or silent Redis within
-//! [`RefDataConfig::open_bound_ms`] (consecutive failures, and a `PING`
-//! probe when every logon is served from the cache); a record over the
-//! reply limits is an invalid record for its account; the backlog after an
-//! outage is paced. Live sessions are re-checked by the gateway with
-//! [`RefData::recheck`] (revocation). Every random draw is seeded from the
-//! OS's entropy in [`RefData::start_redis`].
+//! [`RefDataConfig::open_bound_ms`] (consecutive failures, and a probe when
+//! every logon is served from the cache); after Redis is healthy the first
+//! uncached logon is served within [`RefDataConfig::recovery_bound_ms`];
+//! the backlog after an outage is paced. Live sessions are re-checked by
+//! the gateway with [`RefData::recheck`] (revocation). Every random draw is
+//! seeded from the OS's entropy in [`RefData::start_redis`].
 //!
 //! Layout: [`resp`] (RESP2 client) → [`pool`] → [`source`] (key layout,
-//! record resolution, breaker) → `refresher` (thread) → `cache`
-//! (what lookups read); [`settings`] and the config file's `[refdata]`
+//! record resolution) → `guarded` (breaker, data-set rule) → `refresher`
+//! (thread) → `queue` and `cache` (what lookups read); [`settings`] and the config file's `[refdata]`
 //! table ([`RefDataFile`]); [`metrics`] (/metrics). Counters:
 //! [`RefDataStats`], plus the breaker's and the pool's own. Key layout,
 //! settings and bounds: `docs/refdata.md`.
 
 mod cache;
+pub mod dataset;
 mod file;
+mod guarded;
 pub mod metrics;
 pub mod pool;
+mod queue;
 mod refresher;
 pub mod resp;
 pub mod settings;
@@ -44,25 +59,29 @@ pub mod source;
 mod stats;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 pub use file::RefDataFile;
+pub use guarded::{Backend, GuardedStore};
 pub use pool::{Pool, PoolConfig, PoolError, PoolStats};
 pub use refresher::Refresher;
 pub use resp::{RedisError, RespConn, Value};
 pub use settings::{CacheConfig, RedisConfig, RefDataConfig};
-pub use source::{classify, AccountFetch, AccountStore, FetchError, FetchResult, GuardedStore};
+pub use source::{
+    classify, AccountFetch, AccountStore, FetchError, FetchResult, Listing, Record, RecordRead,
+};
 pub use stats::{RefDataSnapshot, RefDataStats};
 
 use crate::clock::Clock;
 use crate::config::Account;
 use crate::model::InstrumentTable;
 use crate::resilience::BreakerStats;
+use dataset::DataSetStats;
 
 /// Reference-data errors (configuration and start-up only; lookups do not
 /// fail, they answer [`Lookup::Unavailable`]).
@@ -102,13 +121,15 @@ pub enum Lookup {
 /// What a live session's account is now ([`RefData::recheck`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recheck {
-    /// Unchanged (or not known right now: Redis unreachable past the
-    /// staleness limit keeps what the session has).
+    /// Unchanged (or not known right now: Redis unreachable or its data
+    /// set lost past the staleness limit, or the record unreadable, keeps
+    /// what the session has).
     Same,
     /// The record changed: the session's entitlements are now these.
     Changed(Arc<Account>),
-    /// The account no longer exists (deleted, or its record became
-    /// invalid): the session must end with Disconnect(auth).
+    /// The account is revoked, positively (deleted while the data set is
+    /// trusted, or `revoked 1`): the session must end with
+    /// Disconnect(auth).
     Gone,
 }
 
@@ -132,8 +153,9 @@ pub struct RefData {
     stats: Arc<RefDataStats>,
     breaker_stats: Option<Arc<BreakerStats>>,
     pool_stats: Option<Arc<PoolStats>>,
+    data_set_stats: Option<Arc<DataSetStats>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<crate::runtime::Supervised<()>>,
 }
 
 impl RefData {
@@ -152,6 +174,7 @@ impl RefData {
             stats: Arc::new(RefDataStats::default()),
             breaker_stats: None,
             pool_stats: None,
+            data_set_stats: None,
             stop: Arc::new(AtomicBool::new(false)),
             thread: None,
         }
@@ -170,6 +193,7 @@ impl RefData {
         cfg: &RefDataConfig,
         table: InstrumentTable,
         clock: Arc<dyn Clock>,
+        supervisor: &crate::runtime::Supervisor,
     ) -> Result<RefData, RefDataError> {
         let seed = rand::random::<u64>();
         cfg.validate()?;
@@ -177,13 +201,17 @@ impl RefData {
         let store = GuardedStore::new(&cfg.redis, table, Arc::clone(&stats))?;
         let breaker_stats = store.breaker_stats();
         let pool_stats = store.store().pool().stats();
+        let data_set_stats = store.data_set_stats();
         let (mut refdata, refresher) = RefData::with_fetcher(cfg.cache, store, seed, stats)?;
         refdata.breaker_stats = Some(breaker_stats);
         refdata.pool_stats = Some(pool_stats);
+        refdata.data_set_stats = Some(data_set_stats);
         let stop = Arc::clone(&refdata.stop);
-        let handle = std::thread::Builder::new()
-            .name("refdata-refresh".into())
-            .spawn(move || refresher.run(clock, stop))
+        let permanent = crate::runtime::Policy::Permanent;
+        let handle = supervisor
+            .spawn("refdata-refresh", permanent, move || {
+                refresher.run(clock, stop)
+            })
             .map_err(|e| RefDataError::Spawn(e.to_string()))?;
         refdata.thread = Some(handle);
         Ok(refdata)
@@ -207,7 +235,7 @@ impl RefData {
         stats: Arc<RefDataStats>,
     ) -> Result<(RefData, Refresher<S>), RefDataError> {
         cfg.validate()?;
-        let (tx, rx) = crossbeam_channel::bounded(cfg.request_queue_max);
+        let (tx, rx) = crossbeam_channel::bounded(1);
         let readers_rng = SmallRng::seed_from_u64(seed);
         let shared = Arc::new(cache::Shared::new(cfg, tx, readers_rng, Arc::clone(&stats)));
         let refresher_rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fda_7a00);
@@ -217,10 +245,21 @@ impl RefData {
         Ok((refdata, refresher))
     }
 
-    /// Non-blocking lookup for the gateway's logon (see the module docs).
-    /// The caller compares the token and checks entitlements on the
-    /// returned account.
+    /// Non-blocking lookup (see the module docs), with no source address:
+    /// only the queue's global bounds apply to its miss.
     pub fn lookup(&self, account: &str, now_ns: u64) -> Lookup {
+        self.lookup_inner(account, None, now_ns)
+    }
+
+    /// Non-blocking lookup for the gateway's logon from the client at
+    /// `peer`: a miss for an unknown name counts against that address's
+    /// `misses_per_source_max` (IPv6: its /64). The caller compares the
+    /// token and checks entitlements on the returned account.
+    pub fn lookup_from(&self, account: &str, peer: IpAddr, now_ns: u64) -> Lookup {
+        self.lookup_inner(account, Some(peer), now_ns)
+    }
+
+    fn lookup_inner(&self, account: &str, peer: Option<IpAddr>, now_ns: u64) -> Lookup {
         match &self.source {
             Source::Static(map) => match map.get(account) {
                 Some(a) => {
@@ -232,7 +271,7 @@ impl RefData {
                     Lookup::NotFound
                 }
             },
-            Source::Cached(shared) => shared.lookup(account, now_ns),
+            Source::Cached(shared) => shared.lookup(account, cache::source_of(peer), now_ns),
         }
     }
 
@@ -270,6 +309,11 @@ impl RefData {
         self.breaker_stats.clone()
     }
 
+    /// The Redis data set's gauges and counters (`None` without Redis).
+    pub fn data_set_stats(&self) -> Option<Arc<DataSetStats>> {
+        self.data_set_stats.clone()
+    }
+
     /// The Redis pool's counters (`None` without Redis).
     pub fn pool_stats(&self) -> Option<Arc<PoolStats>> {
         self.pool_stats.clone()
@@ -280,6 +324,18 @@ impl RefData {
         match &self.source {
             Source::Static(_) => 0,
             Source::Cached(s) => s.len(),
+        }
+    }
+
+    /// Requests pending for the refresher: (misses, refreshes); (0, 0)
+    /// for the config-file source.
+    pub fn pending(&self) -> (usize, usize) {
+        match &self.source {
+            Source::Static(_) => (0, 0),
+            Source::Cached(s) => {
+                let q = s.queue();
+                (q.misses(), q.refreshes())
+            }
         }
     }
 
@@ -295,6 +351,9 @@ impl RefData {
     /// plus one Redis call's timeouts). Lookups keep answering from the
     /// cache afterwards.
     pub fn shutdown(&mut self) {
+        if let Some(h) = &self.thread {
+            h.request_stop();
+        }
         self.stop.store(true, Relaxed);
         if let Some(h) = self.thread.take() {
             let _ = h.join();

@@ -203,6 +203,22 @@ impl PooledConn<'_> {
     }
 }
 
+impl PooledConn<'_> {
+    /// One `MULTI`/`EXEC` transaction within the pool's `io_timeout_ms`
+    /// ([`RespConn::transaction`]). Any error marks the connection broken
+    /// (replies of the transaction may be left unread).
+    pub fn transaction(
+        &mut self,
+        cmds: &[&[&[u8]]],
+    ) -> Result<Vec<Result<Value, String>>, RedisError> {
+        let timeout = Duration::from_millis(self.pool.cfg.io_timeout_ms);
+        let conn = self.conn.as_mut().expect("connection present until drop");
+        let result = conn.transaction(cmds, timeout);
+        self.broken |= result.is_err();
+        result
+    }
+}
+
 impl Drop for PooledConn<'_> {
     fn drop(&mut self) {
         let conn = self.conn.take();

@@ -5,7 +5,9 @@
 //! connect plus the optional `AUTH`/`SELECT` handshake); every
 //! [`RespConn::command`] is bounded by its timeout *in total*: before each
 //! read and write the socket timeout is set to the time remaining, so a
-//! reply that trickles in cannot stretch one call to many timeouts. Replies
+//! reply that trickles in cannot stretch one call to many timeouts.
+//! [`RespConn::transaction`] runs several commands as one `MULTI`/`EXEC`
+//! (one round trip, one deadline), each command's error reply its own. Replies
 //! are bounded ([`REPLY_BYTES_MAX`], [`ARRAY_LEN_MAX`], [`DEPTH_MAX`]); the
 //! read buffer is allocated once per connection. After any error the
 //! connection is unusable (a late reply would answer the next command), so
@@ -14,7 +16,7 @@
 //! Why not the `redis` crate: its current release needs a newer compiler
 //! than the project's MSRV, brings ~57 crates (an ICU stack through `url`)
 //! onto a build machine with two cores, and its read timeout is per read
-//! syscall; it also keeps a connection open after a read timeout. The four
+//! syscall; it also keeps a connection open after a read timeout. The few
 //! commands pricewire needs fit in this file, with timeouts we control.
 
 use std::io::{self, Read, Write};
@@ -170,8 +172,71 @@ impl RespConn {
         }
     }
 
+    /// Runs `cmds` as one `MULTI`/`EXEC` transaction (Redis runs them with
+    /// no other client's command between them), all within `timeout`, and
+    /// returns each command's reply: `Err(text)` for a command's own error
+    /// reply (`-WRONGTYPE ...`), which fails only that command. An error
+    /// for the whole transaction (`-EXECABORT`, a refused `MULTI`) is
+    /// `Err(RedisError::Server)`.
+    pub fn transaction(
+        &mut self,
+        cmds: &[&[&[u8]]],
+        timeout: Duration,
+    ) -> Result<Vec<Result<Value, String>>, RedisError> {
+        let deadline = Instant::now() + timeout;
+        self.out.clear();
+        self.encode_one(&[b"MULTI"]);
+        for c in cmds {
+            self.encode_one(c);
+        }
+        self.encode_one(&[b"EXEC"]);
+        self.write_out(deadline)?;
+        self.filled = 0;
+        // `+OK`, one `+QUEUED` per command, then EXEC's array.
+        let mut at = 0;
+        for _ in 0..=cmds.len() {
+            let (reply, used) = self.reply_at(at, deadline)?;
+            if let Reply::Error(m) = reply {
+                return Err(RedisError::Server(m));
+            }
+            at += used;
+        }
+        loop {
+            if let Some((items, used)) = parse_exec(&self.buf[at..self.filled])? {
+                if at + used != self.filled {
+                    return Err(RedisError::Protocol("bytes after the reply"));
+                }
+                return items;
+            }
+            if self.filled == self.buf.len() {
+                return Err(RedisError::TooLarge("reply larger than REPLY_BYTES_MAX"));
+            }
+            self.read_more(deadline)?;
+        }
+    }
+
+    /// The next whole reply at `at` in the read buffer, reading more
+    /// within the deadline.
+    fn reply_at(&mut self, at: usize, deadline: Instant) -> Result<(Reply, usize), RedisError> {
+        loop {
+            if at < self.filled {
+                if let Some(r) = parse(&self.buf[at..self.filled], 0)? {
+                    return Ok(r);
+                }
+            }
+            if self.filled == self.buf.len() {
+                return Err(RedisError::TooLarge("reply larger than REPLY_BYTES_MAX"));
+            }
+            self.read_more(deadline)?;
+        }
+    }
+
     fn encode(&mut self, args: &[&[u8]]) {
         self.out.clear();
+        self.encode_one(args);
+    }
+
+    fn encode_one(&mut self, args: &[&[u8]]) {
         self.out
             .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
         for a in args {
@@ -270,6 +335,49 @@ fn parse(buf: &[u8], depth: usize) -> Result<Option<(Reply, usize)>, RedisError>
     Ok(Some(reply))
 }
 
+/// EXEC's reply: an array whose elements may be error replies (one per
+/// failed command); `Ok(None)` while incomplete. A nil array (a
+/// transaction aborted by `WATCH`, which pricewire never sets) or an
+/// error reply fails the whole transaction.
+type ExecReply = Result<Vec<Result<Value, String>>, RedisError>;
+
+fn parse_exec(buf: &[u8]) -> Result<Option<(ExecReply, usize)>, RedisError> {
+    let Some(end) = line_end(buf, 1) else {
+        return Ok(None);
+    };
+    let after = end + 2;
+    let len = match buf[0] {
+        b'*' => int_of(&buf[1..end])?,
+        b'-' => {
+            let m = String::from_utf8_lossy(&buf[1..end]).into_owned();
+            return Ok(Some((Err(RedisError::Server(m)), after)));
+        }
+        _ => return Err(RedisError::Protocol("EXEC did not answer an array")),
+    };
+    if len < 0 {
+        return Err(RedisError::Protocol("EXEC answered nil"));
+    }
+    if len as usize > ARRAY_LEN_MAX {
+        return Err(RedisError::TooLarge("array longer than ARRAY_LEN_MAX"));
+    }
+    let mut at = after;
+    let mut items = Vec::with_capacity(len as usize);
+    for _ in 0..len {
+        if at >= buf.len() {
+            return Ok(None);
+        }
+        let Some((reply, used)) = parse(&buf[at..], 1)? else {
+            return Ok(None);
+        };
+        items.push(match reply {
+            Reply::Value(v) => Ok(v),
+            Reply::Error(m) => Err(m),
+        });
+        at += used;
+    }
+    Ok(Some((Ok(items), at)))
+}
+
 fn parse_bulk(buf: &[u8], len: i64, at: usize) -> Result<Option<(Reply, usize)>, RedisError> {
     if len < 0 {
         return Ok(Some((Reply::Value(Value::Nil), at)));
@@ -351,6 +459,32 @@ mod tests {
         assert!(matches!(
             parse(b"-ERR no\r\n", 0),
             Ok(Some((Reply::Error(m), _))) if m == "ERR no"
+        ));
+    }
+
+    #[test]
+    fn exec_replies_keep_each_commands_error_to_itself() {
+        let reply = b"*3\r\n$-1\r\n-WRONGTYPE Operation against a key\r\n*0\r\n";
+        let (items, used) = parse_exec(reply).unwrap().unwrap();
+        assert_eq!(used, reply.len());
+        assert_eq!(
+            items.unwrap(),
+            vec![
+                Ok(Value::Nil),
+                Err("WRONGTYPE Operation against a key".to_string()),
+                Ok(Value::Array(vec![])),
+            ]
+        );
+        for partial in [&b"*2\r\n"[..], b"*2\r\n:1\r\n", b"*1"] {
+            assert!(parse_exec(partial).unwrap().is_none(), "{partial:?}");
+        }
+        let aborted = b"-EXECABORT Transaction discarded\r\n";
+        let (items, _) = parse_exec(aborted).unwrap().unwrap();
+        assert!(matches!(items, Err(RedisError::Server(m)) if m.starts_with("EXECABORT")));
+        assert!(parse_exec(b"*-1\r\n").is_err());
+        assert!(matches!(
+            parse_exec(b"*99999\r\n"),
+            Err(RedisError::TooLarge(_))
         ));
     }
 

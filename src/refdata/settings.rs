@@ -47,8 +47,18 @@ pub const MISS_RETRY_AFTER_MS_DEFAULT: u64 = 100;
 pub const REFRESH_BATCH_MAX_DEFAULT: usize = 256;
 /// The refresher's idle wake-up period.
 pub const IDLE_TICK_MS_DEFAULT: u64 = 100;
-/// Accounts prefetched from the index set at start.
+/// Accounts prefetched from the index set at start; an index with more
+/// names is loaded up to this bound and the rest counted and logged.
 pub const PREFETCH_MAX_DEFAULT: usize = 10_000;
+/// Pending lookups of unknown names one client address (IPv6: its /64)
+/// may hold; its next one displaces its oldest.
+pub const MISSES_PER_SOURCE_MAX_DEFAULT: usize = 64;
+/// The Redis breaker's open wait: short, because a trial is one cheap
+/// read and recovery waits for it ([`RefDataConfig::recovery_bound_ms`]).
+pub const BREAKER_OPEN_WAIT_MS_DEFAULT: u64 = 3_000;
+/// Each open wait is moved within ± this percent, so the trials of
+/// processes that opened together drift apart.
+pub const BREAKER_OPEN_WAIT_JITTER_PCT_DEFAULT: u32 = 20;
 /// Failed Redis calls in a row that open the breaker at once. The
 /// refresher backs off after each failure, so under an outage it makes a
 /// few calls per window, too few for the rate rule's `minimum_calls`; five
@@ -62,6 +72,9 @@ pub const PROBE_INTERVAL_MS_DEFAULT: u64 = 1_000;
 /// during an outage (paced recovery), so a recovering Redis is not hit
 /// with every queued request back to back.
 pub const RECOVERY_RATE_PER_S_DEFAULT: u32 = 200;
+/// The most a retry-after is spread above its base (ms): clients told
+/// together come back over up to this much, and never later.
+pub const RETRY_SPREAD_MAX_MS: u64 = 1_000;
 /// Calls the recovery pace lets through at once.
 pub const RECOVERY_BURST: u32 = 10;
 
@@ -137,7 +150,13 @@ impl RedisConfig {
             io_timeout_ms: IO_TIMEOUT_MS_DEFAULT,
             checkout_timeout_ms: CHECKOUT_TIMEOUT_MS_DEFAULT,
             pool_size_max: POOL_SIZE_DEFAULT,
-            breaker: BreakerConfig::default(),
+            breaker: BreakerConfig {
+                open_wait_ms: BREAKER_OPEN_WAIT_MS_DEFAULT,
+                open_wait_jitter_pct: BREAKER_OPEN_WAIT_JITTER_PCT_DEFAULT,
+                // One call at a time: each trial's verdict counts at once.
+                half_open_fail_fast: true,
+                ..BreakerConfig::default()
+            },
             slow_call_ms: SLOW_CALL_MS_DEFAULT,
             breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
         }
@@ -234,8 +253,11 @@ pub struct CacheConfig {
     pub idle_tick_ms: u64,
     /// Names loaded from the index set at start at most (0 = no prefetch).
     pub prefetch_max: usize,
-    /// `PING` Redis after this long without a call (0 = never).
+    /// Probe Redis (a data-set read) after this long without a call
+    /// (0 = never); also the pace of data-set checks while it is lost.
     pub probe_interval_ms: u64,
+    /// Pending lookups of unknown names per client address.
+    pub misses_per_source_max: usize,
     /// Calls per second while working off a backlog after a failure.
     pub recovery_rate_per_s: u32,
 }
@@ -256,6 +278,7 @@ impl Default for CacheConfig {
             idle_tick_ms: IDLE_TICK_MS_DEFAULT,
             prefetch_max: PREFETCH_MAX_DEFAULT,
             probe_interval_ms: PROBE_INTERVAL_MS_DEFAULT,
+            misses_per_source_max: MISSES_PER_SOURCE_MAX_DEFAULT,
             recovery_rate_per_s: RECOVERY_RATE_PER_S_DEFAULT,
         }
     }
@@ -284,6 +307,11 @@ impl CacheConfig {
             1,
             1 << 20,
         )?;
+        self.validate_refresher()
+    }
+
+    /// The refresher's and the queue's settings.
+    fn validate_refresher(&self) -> Result<(), RefDataError> {
         range(
             "refdata.miss_retry_after_ms",
             self.miss_retry_after_ms,
@@ -320,6 +348,12 @@ impl CacheConfig {
             self.probe_interval_ms,
             0,
             600_000,
+        )?;
+        range(
+            "refdata.misses_per_source_max",
+            self.misses_per_source_max as u64,
+            1,
+            1 << 20,
         )?;
         range(
             "refdata.recovery_rate_per_s",
@@ -379,6 +413,53 @@ impl RefDataConfig {
         let attempts = u64::from(k) * self.redis.attempt_max_ms();
         let first = self.cache.probe_interval_ms + self.cache.idle_tick_ms;
         Some(first + attempts + backoffs)
+    }
+}
+
+impl RefDataConfig {
+    /// Worst case from the moment Redis is healthy again (every call
+    /// answers within `io_timeout_ms`) until the first logon of an account
+    /// that is not cached is served, for a client that comes back when its
+    /// retry-after says: a failing call already under way (its timeouts,
+    /// [`RedisConfig::attempt_max_ms`]), then the longest wait before the
+    /// next attempt (the breaker's longest open wait, or with the breaker
+    /// still closed the refresher's backoff window before the
+    /// consecutive-failures rule trips; the backoff cap when that rule is
+    /// off), then the attempt itself (the first trial is the waiting
+    /// logon's own fetch: misses come first), then the client's return —
+    /// at most [`RETRY_SPREAD_MAX_MS`] after the attempt it was told
+    /// about, plus one miss retry if it came back while the fetch ran.
+    /// `docs/refdata.md`, "Recovery".
+    pub fn recovery_bound_ms(&self) -> u64 {
+        let k = self.redis.breaker_consecutive_failures;
+        let closed_wait_ms = match k {
+            0 => self.cache.backoff.cap_ms,
+            _ => self.cache.backoff.window_ms(k.saturating_sub(2)),
+        };
+        let open_wait_ms = self.redis.breaker_config().open_wait_max_ms();
+        self.redis.attempt_max_ms()
+            + open_wait_ms.max(closed_wait_ms)
+            + self.redis.io_timeout_ms
+            + self.client_return_ms()
+    }
+
+    /// Worst case from the data set trusted again in Redis (the marker
+    /// restored or raised, or the index refilled) until the first logon
+    /// refused meanwhile is served: the next data-set check (the probe
+    /// interval plus one idle tick), one call, and the client's return.
+    /// `None` with the probe off.
+    pub fn trust_bound_ms(&self) -> Option<u64> {
+        let interval = self.cache.probe_interval_ms;
+        (interval > 0).then(|| {
+            interval + self.cache.idle_tick_ms + self.redis.io_timeout_ms + self.client_return_ms()
+        })
+    }
+
+    /// A client told to come back returns at most the spread after the
+    /// time it was given, and may need one more miss retry (at most twice
+    /// the miss base) if it returned while the fill ran.
+    fn client_return_ms(&self) -> u64 {
+        RETRY_SPREAD_MAX_MS + 2 * self.cache.miss_retry_after_ms
     }
 }
 

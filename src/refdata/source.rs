@@ -15,19 +15,14 @@
 //! Every call that returns is timed with the real clock (the I/O is real)
 //! while the breaker's windows run on the injected clock.
 
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use std::time::Instant;
-
+use super::dataset::{DataSetFault, Index, Marker, Observation};
 use super::pool::{Pool, PoolConfig, PoolError};
 use super::resp::{RedisError, Value};
 use super::settings::RedisConfig;
-use super::stats::RefDataStats;
-use super::RefDataError;
 use crate::config::{Account, ACCOUNT_SESSIONS_DEFAULT};
 use crate::model::instruments::{INSTRUMENTS_MAX, TIERS_MAX};
 use crate::model::InstrumentTable;
-use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, NotPermitted, Outcome};
+use crate::resilience::{NotPermitted, Outcome};
 
 /// Longest account name (as in the config file).
 pub const ACCOUNT_NAME_LEN_MAX: usize = 32;
@@ -47,6 +42,10 @@ pub enum FetchError {
     /// The command failed (timeout, closed, protocol, server error).
     #[error("redis: {0}")]
     Redis(RedisError),
+    /// Redis answered, but the data set is not trusted (empty, stale,
+    /// or its index unreadable): no verdict on this account.
+    #[error("data set not trusted: {0}")]
+    DataSet(DataSetFault),
     /// The record exists but cannot be used (a bad field, another type,
     /// a reply over the limits): the account is refused, Redis is fine.
     #[error("account record field `{field}`: {reason}")]
@@ -58,6 +57,22 @@ pub enum FetchError {
     },
 }
 
+/// An account record as read (before any judgement of the data set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// No such key (`HGETALL` answered an empty array).
+    Absent,
+    /// The record says `revoked 1`: a positive revocation, whatever the
+    /// other fields hold.
+    Revoked,
+    /// A valid record, resolved.
+    Account(Account),
+}
+
+/// A record and the data set read with it ([`AccountStore::read`]): the
+/// outer error is the call's, the inner one the record's own.
+pub type RecordRead = Result<(Result<Record, FetchError>, Observation), FetchError>;
+
 /// What a fetch found: an account, or none under that name.
 pub type FetchResult = Result<Option<Account>, FetchError>;
 
@@ -65,7 +80,7 @@ pub type FetchResult = Result<Option<Account>, FetchError>;
 pub fn classify(result: &FetchResult, duration_ns: u64) -> Outcome {
     match result {
         Ok(Some(_)) => Outcome::Success { duration_ns },
-        Ok(None) | Err(FetchError::Invalid { .. }) => Outcome::Ignored,
+        Ok(None) | Err(FetchError::Invalid { .. } | FetchError::DataSet(_)) => Outcome::Ignored,
         Err(FetchError::Pool(PoolError::CheckoutTimeout { .. })) => Outcome::Ignored,
         Err(FetchError::Pool(PoolError::Connect(_)) | FetchError::Redis(_)) => {
             Outcome::Failure { duration_ns }
@@ -76,17 +91,20 @@ pub fn classify(result: &FetchResult, duration_ns: u64) -> Outcome {
 
 /// Where the refresher gets accounts. `fetch` returns the result and how
 /// long it took (ns); the cache stores that as the XFetch recompute time.
+/// `Ok(None)` is a positive absence (deleted or revoked while the data set
+/// is trusted); a source that cannot vouch for an absence answers
+/// [`FetchError::DataSet`].
 pub trait AccountFetch: Send {
     /// One account by name, at `now_ns` (injected time for the breaker).
     fn fetch(&mut self, name: &str, now_ns: u64) -> (FetchResult, u64);
-    /// Names to load at start (bounded by `max`); empty by default.
-    fn list(&mut self, _max: usize, _now_ns: u64) -> Result<Vec<String>, FetchError> {
-        Ok(Vec::new())
+    /// Names to load at start (bounded by `max`); none by default.
+    fn list(&mut self, _max: usize, _now_ns: u64) -> Result<Listing, FetchError> {
+        Ok(Listing::default())
     }
-    /// A cheap health call (Redis `PING`) the refresher makes when it has
-    /// made no other call for `probe_interval_ms`, so an outage is seen
-    /// (and the breaker opens) while every logon is served from the cache.
-    /// `Ok` by default (a source with nothing to probe).
+    /// A cheap health call (for Redis, a read of the data-set marker) the
+    /// refresher makes when it has made no other call for
+    /// `probe_interval_ms`, so an outage is seen (and the breaker opens)
+    /// while every logon is served from the cache. `Ok` by default.
     fn probe(&mut self, _now_ns: u64) -> Result<(), FetchError> {
         Ok(())
     }
@@ -95,6 +113,20 @@ pub trait AccountFetch: Send {
     fn wants_probe(&mut self, _now_ns: u64) -> bool {
         false
     }
+    /// Whether absences are trusted now (the data set is intact), as of
+    /// the last call. True by default (a source with no data-set notion).
+    fn data_set_trusted(&self) -> bool {
+        true
+    }
+    /// While the source's breaker is open: the time until its next trial
+    /// (the refresher waits exactly that long). `None` by default.
+    fn open_wait_left_ns(&mut self, _now_ns: u64) -> Option<u64> {
+        None
+    }
+    /// Called on every refresher wake-up, so timed state changes (the
+    /// breaker's open → half-open) are applied, logged and published
+    /// without waiting for a call.
+    fn tick(&mut self, _now_ns: u64) {}
 }
 
 /// Plain Redis access (no breaker): pool plus key layout plus resolution.
@@ -144,14 +176,35 @@ impl AccountStore {
         conn.command(args).map_err(FetchError::Redis)
     }
 
-    /// `HGETALL` of the account's hash, resolved.
+    /// The generation marker (`docs/refdata.md`, "The data set").
+    pub fn generation_key(&self) -> String {
+        format!("{}generation", self.prefix)
+    }
+
+    /// `HGETALL` of the account's hash, resolved, with no judgement of the
+    /// data set (a deleted and a revoked account are both `None`).
     pub fn fetch(&self, name: &str) -> FetchResult {
+        match self.read(name)?.0? {
+            Record::Account(a) => Ok(Some(a)),
+            Record::Absent | Record::Revoked => Ok(None),
+        }
+    }
+
+    /// The account's record and the data set, read in one `MULTI`/`EXEC`
+    /// transaction (the same instant): `HGETALL` of the record, `GET` of
+    /// the generation marker, `SCARD` of the index. The outer error is the
+    /// call's (Redis unreachable, timed out); the record's own fault (a
+    /// key of another type, a bad field, a reply over the limits) is the
+    /// inner [`FetchError::Invalid`] and fails this record only.
+    pub fn read(&self, name: &str) -> RecordRead {
         let key = self.account_key(name);
-        let reply = self.command(&[b"HGETALL", key.as_bytes()]);
-        let reply = match reply {
-            Err(FetchError::Redis(e)) if e.is_wrong_type() => {
-                return Err(invalid("key", "not a hash"));
-            }
+        let (gen, idx) = (self.generation_key(), self.index_key());
+        let cmds: [&[&[u8]]; 3] = [
+            &[b"GET", gen.as_bytes()],
+            &[b"SCARD", idx.as_bytes()],
+            &[b"HGETALL", key.as_bytes()],
+        ];
+        let replies = match self.transaction(&cmds) {
             // The server answered; the record is too big to be an account.
             // An invalid record for this account, not an unhealthy Redis.
             Err(FetchError::Redis(RedisError::TooLarge(what))) => {
@@ -159,55 +212,154 @@ impl AccountStore {
             }
             other => other?,
         };
-        let Value::Array(items) = reply else {
-            return Err(FetchError::Redis(RedisError::Protocol(
-                "HGETALL did not answer an array",
-            )));
+        let [g, i, h] = <[_; 3]>::try_from(replies).map_err(|_| exec_protocol())?;
+        let record = match h {
+            Err(m) if m.starts_with("WRONGTYPE") => Err(invalid("key", "not a hash")),
+            Err(m) => return Err(FetchError::Redis(RedisError::Server(m))),
+            Ok(Value::Array(items)) if items.is_empty() => Ok(Record::Absent),
+            Ok(Value::Array(items)) => self.record(name, &items),
+            Ok(_) => return Err(exec_protocol()),
         };
-        if items.is_empty() {
-            return Ok(None);
+        Ok((record, observation(g, i)))
+    }
+
+    /// The data set alone (`GET` of the marker, `SCARD` of the index, in
+    /// one transaction): the refresher's probe.
+    pub fn observe(&self) -> Result<Observation, FetchError> {
+        let (gen, idx) = (self.generation_key(), self.index_key());
+        let cmds: [&[&[u8]]; 2] = [&[b"GET", gen.as_bytes()], &[b"SCARD", idx.as_bytes()]];
+        let replies = self.transaction(&cmds)?;
+        let [g, i] = <[_; 2]>::try_from(replies).map_err(|_| exec_protocol())?;
+        Ok(observation(g, i))
+    }
+
+    fn transaction(&self, cmds: &[&[&[u8]]]) -> Result<Vec<Result<Value, String>>, FetchError> {
+        let mut conn = self.pool.checkout().map_err(FetchError::Pool)?;
+        conn.transaction(cmds).map_err(FetchError::Redis)
+    }
+
+    /// A non-empty hash: revoked, or resolved to an account.
+    fn record(&self, name: &str, items: &[Value]) -> Result<Record, FetchError> {
+        let f = fields(items)?;
+        match f.revoked.as_deref().map(str::trim) {
+            None | Some("0" | "false" | "") => {}
+            Some("1" | "true") => return Ok(Record::Revoked),
+            Some(_) => return Err(invalid("revoked", "must be 0, 1, true or false")),
         }
-        resolve(name, &fields(&items)?, &self.table).map(Some)
+        resolve(name, &f, &self.table).map(Record::Account)
     }
 
     /// The names in the index set, at most `max`, read with `SSCAN` in
-    /// pages of [`SCAN_PAGE`] so a large set never meets the reply limits.
-    /// Names that are not UTF-8 or too long are skipped.
-    pub fn list(&self, max: usize) -> Result<Vec<String>, FetchError> {
+    /// pages of [`SCAN_PAGE`] so a large set never meets the reply limits;
+    /// `complete` is false when the set holds more (the rest are left
+    /// out). Names that are not UTF-8 or too long are skipped. An index of
+    /// another type is [`FetchError::DataSet`] (`index_unreadable`): the
+    /// data is at fault, not Redis.
+    pub fn list(&self, max: usize) -> Result<Listing, FetchError> {
         let key = self.index_key();
         let page = SCAN_PAGE.to_string();
-        let mut names = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
         let mut cursor = b"0".to_vec();
         loop {
             let args: [&[u8]; 5] = [b"SSCAN", key.as_bytes(), &cursor, b"COUNT", page.as_bytes()];
-            let (next, items) = match self.command(&args)? {
-                Value::Array(mut v) if v.len() == 2 => match (v.pop(), v.pop()) {
+            let (next, items) = match self.command(&args) {
+                Ok(Value::Array(mut v)) if v.len() == 2 => match (v.pop(), v.pop()) {
                     (Some(Value::Array(items)), Some(Value::Bulk(next))) => (next, items),
                     _ => return Err(scan_protocol()),
                 },
-                _ => return Err(scan_protocol()),
+                Err(FetchError::Redis(e)) if e.is_wrong_type() => {
+                    return Err(FetchError::DataSet(DataSetFault::IndexUnreadable));
+                }
+                Err(e) => return Err(e),
+                Ok(_) => return Err(scan_protocol()),
             };
             for v in items {
                 if let Value::Bulk(b) = v {
                     match String::from_utf8(b) {
-                        Ok(n) if !n.is_empty() && n.len() <= ACCOUNT_NAME_LEN_MAX => names.push(n),
+                        Ok(n) if !n.is_empty() && n.len() <= ACCOUNT_NAME_LEN_MAX => {
+                            names.insert(n);
+                        }
                         _ => {}
                     }
                 }
             }
-            if next == b"0" || names.len() >= max {
-                names.sort_unstable();
-                names.dedup();
-                names.truncate(max);
-                return Ok(names);
+            let done = next == b"0";
+            if done || names.len() > max {
+                let complete = done && names.len() <= max;
+                let total = match complete {
+                    true => names.len() as u64,
+                    false => self.index_len()?,
+                };
+                let names = names.into_iter().take(max).collect();
+                return Ok(Listing {
+                    names,
+                    complete,
+                    total,
+                });
             }
             cursor = next;
         }
     }
 }
 
+impl Default for Listing {
+    /// No names, nothing left out.
+    fn default() -> Self {
+        Listing {
+            names: Vec::new(),
+            complete: true,
+            total: 0,
+        }
+    }
+}
+
+impl AccountStore {
+    fn index_len(&self) -> Result<u64, FetchError> {
+        match self.command(&[b"SCARD", self.index_key().as_bytes()])? {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            _ => Err(FetchError::Redis(RedisError::Protocol(
+                "SCARD did not answer an integer",
+            ))),
+        }
+    }
+}
+
+/// The names read from the index set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// At most the bound asked for, sorted.
+    pub names: Vec<String>,
+    /// False when the set holds more names than the bound.
+    pub complete: bool,
+    /// The names the set holds (`SCARD`).
+    pub total: u64,
+}
+
 /// Names asked for per `SSCAN` page of the index set.
 pub const SCAN_PAGE: usize = 512;
+
+fn exec_protocol() -> FetchError {
+    FetchError::Redis(RedisError::Protocol(
+        "EXEC answered the wrong number of replies",
+    ))
+}
+
+/// The marker and the index from their replies inside a transaction.
+fn observation(gen: Result<Value, String>, index: Result<Value, String>) -> Observation {
+    let marker = match gen {
+        Ok(Value::Nil) => Marker::Absent,
+        Ok(Value::Bulk(b)) => std::str::from_utf8(&b)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .map_or(Marker::Unreadable, Marker::Value),
+        _ => Marker::Unreadable,
+    };
+    let index = match index {
+        Ok(Value::Int(n)) => Index::Names(u64::try_from(n).unwrap_or(0)),
+        _ => Index::Unreadable,
+    };
+    Observation { marker, index }
+}
 
 fn scan_protocol() -> FetchError {
     FetchError::Redis(RedisError::Protocol("SSCAN did not answer [cursor, names]"))
@@ -229,6 +381,7 @@ struct Fields {
     max_sessions: Option<String>,
     critical: Option<String>,
     max_update_hz: Option<String>,
+    revoked: Option<String>,
 }
 
 fn fields(items: &[Value]) -> Result<Fields, FetchError> {
@@ -245,6 +398,7 @@ fn fields(items: &[Value]) -> Result<Fields, FetchError> {
             b"max_sessions" => f.max_sessions = Some(v),
             b"critical" => f.critical = Some(v),
             b"max_update_hz" => f.max_update_hz = Some(v),
+            b"revoked" => f.revoked = Some(v),
             _ => {} // unknown fields are left for newer versions
         }
     }
@@ -333,147 +487,4 @@ fn resolve_tiers(text: &str, table: &InstrumentTable) -> Result<Vec<u8>, FetchEr
         return Err(invalid("tiers", "at least one tier"));
     }
     Ok(ids)
-}
-
-/// [`AccountStore`] behind the Redis circuit breaker: what the refresher
-/// uses in production. Single owner (the refresher thread).
-///
-/// Besides the breaker's rate rule, `breaker_consecutive_failures` failed
-/// calls in a row (no success between) open it at once
-/// ([`CircuitBreaker::trip`]): the refresher backs off after each failure,
-/// so under a dead or blackholed Redis it makes too few calls for the rate
-/// rule's `minimum_calls` to fill its window (see `docs/refdata.md`).
-/// Every breaker transition is logged.
-#[derive(Debug)]
-pub struct GuardedStore {
-    store: AccountStore,
-    breaker: CircuitBreaker,
-    stats: Arc<RefDataStats>,
-    consecutive_max: u32,
-    consecutive: u32,
-}
-
-impl GuardedStore {
-    /// Validates `cfg` and builds the pool (no connection yet) and the
-    /// breaker. Errors: the setting that is refused.
-    pub fn new(
-        cfg: &RedisConfig,
-        table: InstrumentTable,
-        stats: Arc<RefDataStats>,
-    ) -> Result<GuardedStore, RefDataError> {
-        cfg.validate()?;
-        Ok(GuardedStore {
-            store: AccountStore::new(cfg, table),
-            breaker: CircuitBreaker::new(cfg.breaker_config())?,
-            stats,
-            consecutive_max: cfg.breaker_consecutive_failures,
-            consecutive: 0,
-        })
-    }
-
-    /// The plain store (pool and key layout).
-    pub fn store(&self) -> &AccountStore {
-        &self.store
-    }
-
-    /// The breaker, for operator actions and tests.
-    pub fn breaker(&mut self) -> &mut CircuitBreaker {
-        &mut self.breaker
-    }
-
-    /// The breaker's counters, for /metrics.
-    pub fn breaker_stats(&self) -> Arc<BreakerStats> {
-        self.breaker.stats()
-    }
-
-    /// One breaker-guarded call; `op` runs only when permitted.
-    fn guarded<T>(
-        &mut self,
-        now_ns: u64,
-        op: impl FnOnce(&AccountStore) -> Result<T, FetchError>,
-        outcome: impl FnOnce(&Result<T, FetchError>, u64) -> Outcome,
-    ) -> (Result<T, FetchError>, u64) {
-        let before = self.breaker.state(now_ns);
-        let permit = match self.breaker.try_acquire(now_ns) {
-            Ok(p) => p,
-            Err(refused) => {
-                self.stats.redis_not_permitted.fetch_add(1, Relaxed);
-                self.log_transition(before, now_ns);
-                return (Err(FetchError::NotPermitted(refused)), 0);
-            }
-        };
-        let started = Instant::now();
-        let result = op(&self.store);
-        let duration_ns = started.elapsed().as_nanos() as u64;
-        let o = outcome(&result, duration_ns);
-        self.stats.count_redis(o, &result);
-        // Recorded at the injected `now_ns` (tests drive the breaker's
-        // windows with a manual clock while the I/O takes real time).
-        self.breaker.record(permit, o, now_ns);
-        self.count_consecutive(o, now_ns);
-        self.log_transition(before, now_ns);
-        (result, duration_ns)
-    }
-
-    /// The consecutive-failures rule (0 = off).
-    fn count_consecutive(&mut self, o: Outcome, now_ns: u64) {
-        match o {
-            Outcome::Success { .. } => self.consecutive = 0,
-            Outcome::Failure { .. } => {
-                self.consecutive = self.consecutive.saturating_add(1);
-                let k = self.consecutive_max;
-                if k > 0 && self.consecutive >= k && self.breaker.trip(now_ns) {
-                    self.consecutive = 0;
-                }
-            }
-            Outcome::Ignored => {}
-        }
-    }
-
-    fn log_transition(&mut self, before: BreakerState, now_ns: u64) {
-        let after = self.breaker.state(now_ns);
-        if after == before {
-            return;
-        }
-        if after == BreakerState::Open {
-            tracing::warn!(
-                from = before.name(),
-                to = after.name(),
-                "reference data: Redis breaker opened; cached accounts keep serving"
-            );
-        } else {
-            tracing::info!(
-                from = before.name(),
-                to = after.name(),
-                "reference data: Redis breaker changed state"
-            );
-        }
-    }
-}
-
-impl AccountFetch for GuardedStore {
-    fn fetch(&mut self, name: &str, now_ns: u64) -> (FetchResult, u64) {
-        self.guarded(now_ns, |s| s.fetch(name), classify)
-    }
-
-    fn list(&mut self, max: usize, now_ns: u64) -> Result<Vec<String>, FetchError> {
-        let outcome = |r: &Result<Vec<String>, FetchError>, d| match r {
-            Ok(_) => Outcome::Success { duration_ns: d },
-            Err(e) => classify(&Err(e.clone()), d),
-        };
-        self.guarded(now_ns, |s| s.list(max), outcome).0
-    }
-
-    fn probe(&mut self, now_ns: u64) -> Result<(), FetchError> {
-        let outcome = |r: &Result<(), FetchError>, d| match r {
-            Ok(()) => Outcome::Success { duration_ns: d },
-            Err(e) => classify(&Err(e.clone()), d),
-        };
-        let ping = |s: &AccountStore| s.command(&[b"PING"]).map(|_| ());
-        self.guarded(now_ns, ping, outcome).0
-    }
-
-    fn wants_probe(&mut self, now_ns: u64) -> bool {
-        self.breaker.state(now_ns) == BreakerState::HalfOpen
-    }
 }

@@ -34,6 +34,16 @@ pub struct RefDataStats {
     pub requests_coalesced: AtomicU64,
     /// Requests refused because the queue was full.
     pub requests_dropped: AtomicU64,
+    /// Requests queued in place of an older unknown-name miss (the queue at
+    /// its bound).
+    pub requests_displaced: AtomicU64,
+    /// Requests queued in place of their own source's oldest unknown-name
+    /// miss (the source at `misses_per_source_max`).
+    pub requests_source_limited: AtomicU64,
+    /// Names read from the index set for prefetch.
+    pub prefetch_listed: AtomicU64,
+    /// Names of the index set left out of the prefetch (over `prefetch_max`).
+    pub prefetch_left_out: AtomicU64,
     /// Entries written by the refresher (fills and refreshes).
     pub entries_written: AtomicU64,
     /// Completed fetches by why they were asked for: misses and prefetch,
@@ -51,6 +61,9 @@ pub struct RefDataStats {
     pub redis_not_found: AtomicU64,
     /// Records refused as invalid, including replies over the client's limits.
     pub redis_invalid_record: AtomicU64,
+    /// Records found absent while the data set was not trusted (no
+    /// verdict: not a revocation).
+    pub redis_absent_untrusted: AtomicU64,
     /// Calls that ran into the connect or command timeout.
     pub redis_timeouts: AtomicU64,
     /// Calls that failed on the connection (refused, reset, closed).
@@ -70,7 +83,8 @@ pub struct RefDataStats {
     /// gateway ended after their account changed.
     pub revoked_unsubscribed: AtomicU64,
     /// Live sessions the gateway ended with Disconnect(auth): account
-    /// deleted, made invalid, or its session's default tier withdrawn.
+    /// deleted or revoked (the data set trusted), or its session's default
+    /// tier withdrawn.
     pub revoked_disconnected: AtomicU64,
 }
 
@@ -99,6 +113,14 @@ pub struct RefDataSnapshot {
     pub requests_coalesced: u64,
     /// [`RefDataStats::requests_dropped`].
     pub requests_dropped: u64,
+    /// [`RefDataStats::requests_displaced`].
+    pub requests_displaced: u64,
+    /// [`RefDataStats::requests_source_limited`].
+    pub requests_source_limited: u64,
+    /// [`RefDataStats::prefetch_listed`].
+    pub prefetch_listed: u64,
+    /// [`RefDataStats::prefetch_left_out`].
+    pub prefetch_left_out: u64,
     /// [`RefDataStats::entries_written`].
     pub entries_written: u64,
     /// [`RefDataStats::fills`].
@@ -115,6 +137,8 @@ pub struct RefDataSnapshot {
     pub redis_not_found: u64,
     /// [`RefDataStats::redis_invalid_record`].
     pub redis_invalid_record: u64,
+    /// [`RefDataStats::redis_absent_untrusted`].
+    pub redis_absent_untrusted: u64,
     /// [`RefDataStats::redis_timeouts`].
     pub redis_timeouts: u64,
     /// [`RefDataStats::redis_connection_errors`].
@@ -151,6 +175,10 @@ impl RefDataStats {
             fill_requests: l(&self.fill_requests),
             requests_coalesced: l(&self.requests_coalesced),
             requests_dropped: l(&self.requests_dropped),
+            requests_displaced: l(&self.requests_displaced),
+            requests_source_limited: l(&self.requests_source_limited),
+            prefetch_listed: l(&self.prefetch_listed),
+            prefetch_left_out: l(&self.prefetch_left_out),
             entries_written: l(&self.entries_written),
             fills: l(&self.fills),
             refreshes_early: l(&self.refreshes_early),
@@ -159,6 +187,7 @@ impl RefDataStats {
             redis_ok: l(&self.redis_ok),
             redis_not_found: l(&self.redis_not_found),
             redis_invalid_record: l(&self.redis_invalid_record),
+            redis_absent_untrusted: l(&self.redis_absent_untrusted),
             redis_timeouts: l(&self.redis_timeouts),
             redis_connection_errors: l(&self.redis_connection_errors),
             redis_other_errors: l(&self.redis_other_errors),
@@ -177,6 +206,7 @@ impl RefDataStats {
             Ok(_) if outcome == Outcome::Ignored => &self.redis_not_found,
             Ok(_) => &self.redis_ok,
             Err(FetchError::Invalid { .. }) => &self.redis_invalid_record,
+            Err(FetchError::DataSet(_)) => &self.redis_absent_untrusted,
             Err(FetchError::Pool(PoolError::CheckoutTimeout { .. })) => {
                 &self.redis_checkout_timeouts
             }

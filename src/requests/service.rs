@@ -18,7 +18,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bumpalo::Bump;
@@ -35,7 +34,7 @@ use crate::config::Config;
 use crate::engine::{PriceTable, TickHistory};
 use crate::overload::stats::OverloadStats;
 use crate::runtime::counter::Counter;
-use crate::runtime::{Doorbell, WaitStrategy, Waiter};
+use crate::runtime::{Doorbell, Policy, Supervised, Supervisor, WaitStrategy, Waiter};
 use crate::wire::{self, HistoryTick, Name16, PriceBody, RejectReason, SymbolInfo, TierInfo};
 use std::collections::VecDeque;
 
@@ -242,7 +241,7 @@ pub struct Sources {
 pub struct RequestService {
     stop: Arc<AtomicBool>,
     dispatcher_bell: Arc<Doorbell>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<Supervised<()>>,
     /// The request path's counters, read by the metrics endpoint.
     pub stats: Arc<RequestStats>,
     /// The adaptive concurrency limit the dispatcher applies.
@@ -266,6 +265,7 @@ impl RequestService {
         sources: Sources,
         shard_bells: Vec<Arc<Doorbell>>,
         overload: Arc<OverloadStats>,
+        supervisor: &Supervisor,
     ) -> Result<(RequestService, Vec<RequestPort>), String> {
         if cfg.workers == 0 || cfg.workers > 64 {
             return Err("--request-workers: 1..=64".into());
@@ -300,7 +300,7 @@ impl RequestService {
                 service: stats.hops.recorder(Hop::Service),
                 hold: cfg.hold.clone(),
             };
-            threads.push(spawn_worker(w, worker, jobs_rx.clone())?);
+            threads.push(spawn_worker(w, worker, jobs_rx.clone(), supervisor)?);
         }
         let dispatcher = Dispatcher {
             queue,
@@ -321,7 +321,12 @@ impl RequestService {
             stop: stop.clone(),
             stats: stats.clone(),
         };
-        threads.push(spawn_dispatcher(dispatcher, bell.clone(), cfg.wait)?);
+        threads.push(spawn_dispatcher(
+            dispatcher,
+            bell.clone(),
+            cfg.wait,
+            supervisor,
+        )?);
         Ok((
             RequestService {
                 stop,
@@ -337,6 +342,9 @@ impl RequestService {
 
     /// Stops the dispatcher (which closes the job channel) and the workers.
     pub fn stop(mut self) {
+        for t in &self.threads {
+            t.request_stop();
+        }
         self.stop.store(true, Ordering::SeqCst);
         self.dispatcher_bell.ring();
         for t in self.threads.drain(..) {
@@ -365,20 +373,26 @@ fn spawn_dispatcher(
     mut d: Dispatcher,
     bell: Arc<Doorbell>,
     wait: WaitStrategy,
-) -> Result<JoinHandle<()>, String> {
-    std::thread::Builder::new()
-        .name("pw-dispatch".into())
-        .spawn(move || {
+    supervisor: &Supervisor,
+) -> Result<Supervised<()>, String> {
+    supervisor
+        .spawn("pw-dispatch", Policy::Permanent, move || {
             bell.bind_current_thread();
             d.run(Waiter::new(wait, bell));
         })
         .map_err(|e| e.to_string())
 }
 
-fn spawn_worker(w: usize, worker: Worker, jobs: Receiver<Job>) -> Result<JoinHandle<()>, String> {
-    std::thread::Builder::new()
-        .name(format!("pw-request{w}"))
-        .spawn(move || worker.run(jobs))
+fn spawn_worker(
+    w: usize,
+    worker: Worker,
+    jobs: Receiver<Job>,
+    supervisor: &Supervisor,
+) -> Result<Supervised<()>, String> {
+    supervisor
+        .spawn(format!("pw-request{w}"), Policy::Permanent, move || {
+            worker.run(w as u32, jobs)
+        })
         .map_err(|e| e.to_string())
 }
 
@@ -507,6 +521,7 @@ impl Dispatcher {
             // pending rejects wait for ring room (no doorbell for that); an
             // empty queue has no timer, and every input rings.
             waiter.set_retrying(queued || !self.pending.is_empty());
+            crate::runtime::drill::point("dispatch", 0);
             waiter.idle(|| {
                 inbound.iter().any(|(r, _)| !r.is_empty())
                     || (queued

@@ -17,14 +17,19 @@
 //!   the window holds `minimum_calls`, the breaker opens when the failure
 //!   rate or the slow-call rate reaches its threshold.
 //! - **Open**: every call is refused with the remaining wait. After
-//!   `open_wait_ms` it is **HalfOpen** — decided from `now_ns` whenever the
-//!   breaker is asked, so `state(now)` reports `HalfOpen` with no traffic.
+//!   `open_wait_ms` (moved within ±`open_wait_jitter_pct`, drawn per Open
+//!   from a generator seeded from the OS's entropy) it is **HalfOpen** —
+//!   decided from `now_ns` whenever the breaker is asked, so `state(now)`
+//!   reports `HalfOpen` with no traffic.
 //! - **HalfOpen**: exactly `half_open_permitted_calls` trial permits are
 //!   handed out; excess calls are refused. When the trials are complete the
 //!   breaker closes if both rates are below their thresholds and re-opens
 //!   otherwise (it re-opens early once the failures or slow calls already
-//!   seen make the threshold unavoidable). Trials that never report (a lost
-//!   permit) cannot wedge it: after `half_open_max_wait_ms` it re-opens.
+//!   seen make the threshold unavoidable; with `half_open_fail_fast`, at
+//!   the first failed trial). Trials that never report (a lost permit)
+//!   cannot wedge it: after `half_open_max_wait_ms` it re-opens.
+//! - Every transition, with its reason, is kept in a fixed ring for the
+//!   owner to log ([`CircuitBreaker::pop_transition`]).
 //! - **ForcedOpen** / **Disabled**: operator states — refuse everything /
 //!   permit everything and record nothing in the window. Left only by
 //!   [`CircuitBreaker::reset`].
@@ -33,8 +38,11 @@
 //! reports after a transition (a slow call from before the breaker opened)
 //! is counted in the stats but does not vote in the new state.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use super::error::{invalid, CallError, ConfigError, NotPermitted};
 use super::window::{CountWindow, Sample, TimeWindow, Totals, Window};
@@ -64,6 +72,8 @@ pub const HALF_OPEN_PERMITTED_CALLS_DEFAULT: u32 = 5;
 pub const HALF_OPEN_PERMITTED_CALLS_MAX: u32 = 1_000;
 /// Default `half_open_max_wait_ms`.
 pub const HALF_OPEN_MAX_WAIT_MS_DEFAULT: u64 = 5_000;
+/// Largest `open_wait_jitter_pct` accepted.
+pub const OPEN_WAIT_JITTER_PCT_MAX: u32 = 50;
 
 /// The shape of the sliding window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +113,16 @@ pub struct BreakerConfig {
     /// Longest HalfOpen without a verdict before re-opening; at least
     /// `call_timeout_ms` so a trial that takes the whole timeout still counts.
     pub half_open_max_wait_ms: u64,
+    /// Each Open lasts `open_wait_ms` moved by a uniform amount within
+    /// ± this percent (0..=[`OPEN_WAIT_JITTER_PCT_MAX`]; 0, the default,
+    /// is exactly `open_wait_ms`), drawn from the breaker's own generator
+    /// (seeded from the OS's entropy by [`CircuitBreaker::new`]), so the
+    /// trials of processes that opened together drift apart.
+    pub open_wait_jitter_pct: u32,
+    /// HalfOpen: the first failed trial re-opens at once (a caller that
+    /// makes one call at a time gets a verdict per trial). False, the
+    /// default: the rates over all permitted trials decide.
+    pub half_open_fail_fast: bool,
 }
 
 impl Default for BreakerConfig {
@@ -119,6 +139,8 @@ impl Default for BreakerConfig {
             open_wait_ms: OPEN_WAIT_MS_DEFAULT,
             half_open_permitted_calls: HALF_OPEN_PERMITTED_CALLS_DEFAULT,
             half_open_max_wait_ms: HALF_OPEN_MAX_WAIT_MS_DEFAULT,
+            open_wait_jitter_pct: 0,
+            half_open_fail_fast: false,
         }
     }
 }
@@ -181,7 +203,21 @@ impl BreakerConfig {
             HALF_OPEN_PERMITTED_CALLS_MAX.into(),
         )?;
         let hw = self.half_open_max_wait_ms;
-        check_range("half_open_max_wait_ms", hw, self.call_timeout_ms, ms_max)
+        check_range("half_open_max_wait_ms", hw, self.call_timeout_ms, ms_max)?;
+        let jitter = self.open_wait_jitter_pct.into();
+        check_range(
+            "open_wait_jitter_pct",
+            jitter,
+            0,
+            OPEN_WAIT_JITTER_PCT_MAX.into(),
+        )
+    }
+
+    /// The longest an Open lasts: `open_wait_ms` plus its jitter.
+    pub fn open_wait_max_ms(&self) -> u64 {
+        self.open_wait_ms
+            .saturating_mul(100 + u64::from(self.open_wait_jitter_pct))
+            / 100
     }
 
     /// Refuses a window the caller can never fill: a caller that, while its
@@ -243,7 +279,7 @@ impl BreakerState {
         BreakerState::Disabled,
     ];
 
-    fn from_u8(v: u8) -> BreakerState {
+    pub(super) fn from_u8(v: u8) -> BreakerState {
         Self::ALL[v as usize]
     }
 
@@ -299,112 +335,6 @@ pub struct Permit {
     epoch: u64,
 }
 
-/// Counters and gauges of one breaker, readable from any thread.
-#[derive(Debug)]
-pub struct BreakerStats {
-    state: AtomicU8,
-    minimum_calls: u32,
-    /// Calls reported as [`Outcome::Success`].
-    pub successful_calls: AtomicU64,
-    /// Calls reported as [`Outcome::Failure`].
-    pub failed_calls: AtomicU64,
-    /// Calls over the slow threshold (a subset of successful + failed).
-    pub slow_calls: AtomicU64,
-    /// Calls reported as [`Outcome::Ignored`].
-    pub ignored_calls: AtomicU64,
-    /// Calls refused (Open, ForcedOpen, or HalfOpen with no trial left).
-    pub not_permitted_calls: AtomicU64,
-    /// Transitions into each state, indexed by `BreakerState as usize`.
-    pub transitions: [AtomicU64; 5],
-    /// Totals of the window currently deciding (the closed window, or the
-    /// half-open trials).
-    pub window_calls: AtomicU64,
-    /// Failures in that window.
-    pub window_failures: AtomicU64,
-    /// Slow calls in that window.
-    pub window_slow: AtomicU64,
-}
-
-/// A plain copy of [`BreakerStats`] with the rates worked out.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BreakerSnapshot {
-    /// The state as of the last call on the breaker.
-    pub state: BreakerState,
-    /// Percent of calls in the window that failed; -1 below `minimum_calls`
-    /// (no decision possible yet).
-    pub failure_rate_pct: f64,
-    /// Percent of calls in the window that were slow; -1 as above.
-    pub slow_call_rate_pct: f64,
-    /// Calls reported as successes.
-    pub successful_calls: u64,
-    /// Calls reported as failures.
-    pub failed_calls: u64,
-    /// Calls over the slow threshold (successful or failed).
-    pub slow_calls: u64,
-    /// Calls reported as ignored.
-    pub ignored_calls: u64,
-    /// Calls refused.
-    pub not_permitted_calls: u64,
-    /// Transitions into each state, indexed by `BreakerState as usize`.
-    pub transitions: [u64; 5],
-    /// Calls in the window currently deciding.
-    pub window_calls: u64,
-}
-
-impl BreakerStats {
-    fn new(minimum_calls: u32) -> Self {
-        BreakerStats {
-            state: AtomicU8::new(BreakerState::Closed as u8),
-            minimum_calls,
-            successful_calls: AtomicU64::new(0),
-            failed_calls: AtomicU64::new(0),
-            slow_calls: AtomicU64::new(0),
-            ignored_calls: AtomicU64::new(0),
-            not_permitted_calls: AtomicU64::new(0),
-            transitions: Default::default(),
-            window_calls: AtomicU64::new(0),
-            window_failures: AtomicU64::new(0),
-            window_slow: AtomicU64::new(0),
-        }
-    }
-
-    /// The state as of the last call on the breaker (the owner decides the
-    /// timed Open -> HalfOpen move on its next call).
-    pub fn state(&self) -> BreakerState {
-        BreakerState::from_u8(self.state.load(Relaxed))
-    }
-
-    /// Reads every counter (Relaxed: each exact, the set not one instant).
-    pub fn snapshot(&self) -> BreakerSnapshot {
-        let calls = self.window_calls.load(Relaxed);
-        let rate = |n: u64| {
-            if calls == 0 || calls < self.minimum_calls as u64 {
-                -1.0
-            } else {
-                n as f64 * 100.0 / calls as f64
-            }
-        };
-        BreakerSnapshot {
-            state: self.state(),
-            failure_rate_pct: rate(self.window_failures.load(Relaxed)),
-            slow_call_rate_pct: rate(self.window_slow.load(Relaxed)),
-            successful_calls: self.successful_calls.load(Relaxed),
-            failed_calls: self.failed_calls.load(Relaxed),
-            slow_calls: self.slow_calls.load(Relaxed),
-            ignored_calls: self.ignored_calls.load(Relaxed),
-            not_permitted_calls: self.not_permitted_calls.load(Relaxed),
-            transitions: std::array::from_fn(|i| self.transitions[i].load(Relaxed)),
-            window_calls: calls,
-        }
-    }
-
-    fn publish_totals(&self, t: Totals) {
-        self.window_calls.store(t.calls.into(), Relaxed);
-        self.window_failures.store(t.failures.into(), Relaxed);
-        self.window_slow.store(t.slow.into(), Relaxed);
-    }
-}
-
 /// A circuit breaker for one dependency. See the module docs.
 #[derive(Debug)]
 pub struct CircuitBreaker {
@@ -420,11 +350,21 @@ pub struct CircuitBreaker {
     trials_issued: u32,
     trials: Totals,
     stats: Arc<BreakerStats>,
+    /// This Open's (jittered) wait.
+    current_open_wait_ns: u64,
+    rng: SmallRng,
+    log: TransitionLog,
 }
 
 impl CircuitBreaker {
-    /// Validates `cfg` and preallocates the window. Starts Closed.
+    /// Validates `cfg` and preallocates the window. Starts Closed. The
+    /// open-wait jitter is seeded from the OS's entropy.
     pub fn new(cfg: BreakerConfig) -> Result<Self, ConfigError> {
+        Self::with_seed(cfg, rand::random())
+    }
+
+    /// As [`CircuitBreaker::new`], with the jitter's seed given (tests).
+    pub fn with_seed(cfg: BreakerConfig, seed: u64) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let window = match cfg.window {
             WindowKind::Time { window_s } => Window::Time(TimeWindow::new(window_s)),
@@ -441,6 +381,9 @@ impl CircuitBreaker {
             trials_issued: 0,
             trials: Totals::default(),
             stats: Arc::new(BreakerStats::new(cfg.minimum_calls)),
+            current_open_wait_ns: cfg.open_wait_ms * NS_PER_MS,
+            rng: SmallRng::seed_from_u64(seed),
+            log: TransitionLog::new(),
             cfg,
         })
     }
@@ -477,10 +420,7 @@ impl CircuitBreaker {
                 self.trials_issued += 1;
                 None
             }
-            BreakerState::Open => {
-                let open_until_ns = self.state_since_ns.saturating_add(self.open_wait_ns);
-                Some(Some(open_until_ns.saturating_sub(now_ns)))
-            }
+            BreakerState::Open => Some(Some(self.open_left_ns(now_ns))),
             BreakerState::HalfOpen | BreakerState::ForcedOpen => Some(None),
         };
         match refused {
@@ -511,6 +451,32 @@ impl CircuitBreaker {
         }
     }
 
+    /// In Open, the time until HalfOpen (the next trial); `None` in any
+    /// other state. Applies the timed moves first.
+    pub fn open_wait_left_ns(&mut self, now_ns: u64) -> Option<u64> {
+        self.apply_timers(now_ns);
+        (self.state == BreakerState::Open).then(|| self.open_left_ns(now_ns))
+    }
+
+    fn open_left_ns(&self, now_ns: u64) -> u64 {
+        let open_until_ns = self
+            .state_since_ns
+            .saturating_add(self.current_open_wait_ns);
+        open_until_ns.saturating_sub(now_ns)
+    }
+
+    /// The oldest transition not yet taken (see [`log`]), for the owner to
+    /// log; every transition is kept, timed ones included, up to
+    /// [`TRANSITIONS_KEPT`].
+    pub fn pop_transition(&mut self) -> Option<Transition> {
+        self.log.pop()
+    }
+
+    /// Transitions overwritten before the owner took them.
+    pub fn transitions_lost(&self) -> u64 {
+        self.log.lost
+    }
+
     /// Opens a Closed breaker now, as its own rate rule would: for a caller
     /// with an extra rule of its own (the FIX feed opens on consecutive
     /// failures). Open then runs its course (HalfOpen after `open_wait_ms`).
@@ -520,24 +486,24 @@ impl CircuitBreaker {
         if self.state != BreakerState::Closed {
             return false;
         }
-        self.transition(BreakerState::Open, now_ns);
+        self.transition(BreakerState::Open, TransitionReason::Tripped, now_ns);
         true
     }
 
     /// Operator: refuse every call until [`CircuitBreaker::reset`].
     pub fn force_open(&mut self, now_ns: u64) {
-        self.transition(BreakerState::ForcedOpen, now_ns);
+        self.transition(BreakerState::ForcedOpen, TransitionReason::Operator, now_ns);
     }
 
     /// Operator: permit every call and record nothing until
     /// [`CircuitBreaker::reset`].
     pub fn disable(&mut self, now_ns: u64) {
-        self.transition(BreakerState::Disabled, now_ns);
+        self.transition(BreakerState::Disabled, TransitionReason::Operator, now_ns);
     }
 
     /// Operator: back to Closed with an empty window.
     pub fn reset(&mut self, now_ns: u64) {
-        self.transition(BreakerState::Closed, now_ns);
+        self.transition(BreakerState::Closed, TransitionReason::Operator, now_ns);
     }
 
     /// Updates the outcome counters; returns the window sample, `None` for
@@ -564,18 +530,29 @@ impl CircuitBreaker {
         Some(Sample { failed, slow })
     }
 
-    fn over_threshold(&self, t: Totals, out_of: u32) -> bool {
+    /// Which threshold `t` reaches out of `out_of` calls, if any.
+    fn over_threshold(&self, t: Totals, out_of: u32) -> Option<TransitionReason> {
         let out_of = u64::from(out_of);
-        u64::from(t.failures) * 100 >= u64::from(self.cfg.failure_rate_threshold_pct) * out_of
-            || u64::from(t.slow) * 100 >= u64::from(self.cfg.slow_call_rate_threshold_pct) * out_of
+        if u64::from(t.failures) * 100 >= u64::from(self.cfg.failure_rate_threshold_pct) * out_of {
+            Some(TransitionReason::FailureRate)
+        } else if u64::from(t.slow) * 100
+            >= u64::from(self.cfg.slow_call_rate_threshold_pct) * out_of
+        {
+            Some(TransitionReason::SlowCallRate)
+        } else {
+            None
+        }
     }
 
     fn record_closed(&mut self, sample: Sample, now_ns: u64) {
         self.window.record(sample, now_ns);
         let totals = self.window.totals(now_ns);
         self.stats.publish_totals(totals);
-        if totals.calls >= self.cfg.minimum_calls && self.over_threshold(totals, totals.calls) {
-            self.transition(BreakerState::Open, now_ns);
+        if totals.calls < self.cfg.minimum_calls {
+            return;
+        }
+        if let Some(reason) = self.over_threshold(totals, totals.calls) {
+            self.transition(BreakerState::Open, reason, now_ns);
         }
     }
 
@@ -590,27 +567,60 @@ impl CircuitBreaker {
         // Judged against all permitted trials, so a verdict already certain
         // (enough failures that the rest cannot bring the rate below the
         // threshold) re-opens at once instead of waiting for the stragglers.
-        if self.over_threshold(trials, permitted) {
-            self.transition(BreakerState::Open, now_ns);
+        if sample.failed && self.cfg.half_open_fail_fast {
+            self.transition(BreakerState::Open, TransitionReason::TrialFailed, now_ns);
+        } else if self.over_threshold(trials, permitted).is_some() {
+            let reason = TransitionReason::TrialsOverThreshold;
+            self.transition(BreakerState::Open, reason, now_ns);
         } else if trials.calls >= permitted {
-            self.transition(BreakerState::Closed, now_ns);
+            self.transition(BreakerState::Closed, TransitionReason::TrialsPassed, now_ns);
         }
     }
 
     fn apply_timers(&mut self, now_ns: u64) {
         let since = now_ns.saturating_sub(self.state_since_ns);
         match self.state {
-            BreakerState::Open if since >= self.open_wait_ns => {
-                self.transition(BreakerState::HalfOpen, now_ns)
+            BreakerState::Open if since >= self.current_open_wait_ns => {
+                let reason = TransitionReason::OpenWaitElapsed;
+                self.transition(BreakerState::HalfOpen, reason, now_ns)
             }
             BreakerState::HalfOpen if since >= self.half_open_max_wait_ns => {
-                self.transition(BreakerState::Open, now_ns)
+                let reason = TransitionReason::HalfOpenTimedOut;
+                self.transition(BreakerState::Open, reason, now_ns)
             }
             _ => {}
         }
     }
 
-    fn transition(&mut self, to: BreakerState, now_ns: u64) {
+    /// The wait of an Open starting now: `open_wait_ms` ± the jitter.
+    fn draw_open_wait_ns(&mut self) -> u64 {
+        let pct = u64::from(self.cfg.open_wait_jitter_pct);
+        if pct == 0 {
+            return self.open_wait_ns;
+        }
+        let lo = self.open_wait_ns / 100 * (100 - pct);
+        let hi = self.open_wait_ns / 100 * (100 + pct);
+        self.rng.gen_range(lo..=hi)
+    }
+
+    fn transition(&mut self, to: BreakerState, reason: TransitionReason, now_ns: u64) {
+        let from = self.state;
+        self.current_open_wait_ns = if to == BreakerState::Open {
+            self.draw_open_wait_ns()
+        } else {
+            self.open_wait_ns
+        };
+        self.log.push(Transition {
+            from,
+            to,
+            reason,
+            at_ns: now_ns,
+            open_wait_ns: if to == BreakerState::Open {
+                self.current_open_wait_ns
+            } else {
+                0
+            },
+        });
         self.state = to;
         self.epoch += 1;
         self.state_since_ns = now_ns;
@@ -625,5 +635,11 @@ impl CircuitBreaker {
     }
 }
 
+pub mod log;
+mod stats;
 #[cfg(test)]
 mod tests;
+
+use log::TransitionLog;
+pub use log::{Transition, TransitionReason, TRANSITIONS_KEPT};
+pub use stats::{BreakerSnapshot, BreakerStats};

@@ -71,7 +71,10 @@ mod window;
 pub mod xfetch;
 
 pub use backoff::Backoff;
-pub use breaker::{BreakerConfig, BreakerState, BreakerStats, CircuitBreaker, Outcome, Permit};
+pub use breaker::{
+    BreakerConfig, BreakerState, BreakerStats, CircuitBreaker, Outcome, Permit, Transition,
+    TransitionReason,
+};
 pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadGuard};
 pub use error::{BulkheadFull, CallError, ConfigError, NotPermitted};
 pub use limiter::{RateLimiter, TokenBucket};

@@ -1,6 +1,8 @@
 //! The floor every stage stands on: how a stage waits, where its thread
 //! runs, how it counts, how a feed hands ticks in, how one thread hosts
-//! another stage, and every call across the operating-system boundary.
+//! another stage, who watches every stage's thread (`supervise`), where
+//! one connection's fault stops (`contain`), and every call across the
+//! operating-system boundary.
 //!
 //! Contract: nothing here knows what a price, a provider or a subscriber
 //! is beyond the plain [`crate::model`] values it carries; stages import
@@ -11,7 +13,9 @@
 //! or on a stage's own thread at placement, never per tick.
 
 pub mod affinity;
+pub mod contain;
 pub mod counter;
+pub mod drill;
 pub mod escape;
 pub mod feed_port;
 pub mod hosting;
@@ -21,6 +25,7 @@ pub mod listen;
 mod loom_models;
 pub mod proxy;
 pub mod source;
+pub mod supervise;
 pub(crate) mod sync;
 pub mod sys;
 pub mod tls;
@@ -31,4 +36,5 @@ pub use escape::{esc, esc_bytes};
 pub use feed_port::{FeedPort, FeedStats};
 pub use hosting::{HostedTask, HostedTasks, Threading};
 pub use source::{SourcePoll, TickSource};
+pub use supervise::{Policy, Supervised, Supervisor};
 pub use wait::{Doorbell, WaitStrategy, Waiter};

@@ -58,6 +58,11 @@ impl Service {
     fn register_pipeline(&self, r: &Registry) -> Result<(), OpsError> {
         if let Some(i) = &self.ingest {
             super::auth_metrics::register(r, &i.auth)?;
+            let s = i.stats.clone();
+            let faults = &[("listener", "feed"), ("stage", "ingest")];
+            r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+                s.faults.load(std::sync::atomic::Ordering::Relaxed)
+            })?;
             for why in ingest::quotes::Refusal::ALL {
                 let s = i.stats.clone();
                 r.register_counter_fn(
@@ -135,10 +140,10 @@ fn register_lag(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), Op
     r.register_gauge_fn(m::SHARD_LAG_SHEDDING, &labels, move || {
         f.lag.shedding.get() as f64
     })?;
-    r.register_gauge_fn(m::SHARD_CPU_SHARE, &labels, move || {
+    r.register_gauge_fn(m::SHARD_CPU_RATE, &labels, move || {
         g.lag.cpu_permille.get() as f64 / 1000.0
     })?;
-    r.register_gauge_fn(m::SHARD_RUN_WAIT_SHARE, &labels, move || {
+    r.register_gauge_fn(m::SHARD_RUN_WAIT_RATE, &labels, move || {
         h.lag.wait_permille.get() as f64 / 1000.0
     })?;
     r.register_counter_fn(m::SHARD_LAG_LOGONS_PACED, &labels, move || {
@@ -183,6 +188,15 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         &[("shard", "all")],
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
+    let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
+    let faults = &[("listener", "subscriber"), ("stage", "acceptor")];
+    r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+        crate::gateway::GatewayStats::get(&a.faults_acceptor)
+    })?;
+    let faults = &[("listener", "subscriber"), ("stage", "shard")];
+    r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
+        crate::gateway::GatewayStats::get(&b.faults_shard)
+    })?;
     register_session_ends(r, &g.shared.stats)
 }
 
@@ -331,6 +345,16 @@ fn register_bus(r: &Registry, stats: &Arc<crate::bus::BusStats>) -> Result<(), O
     let s = stats.clone();
     r.register_gauge_fn(m::BUS_LAST_HEARTBEAT_AGE, &[], move || {
         s.last_heartbeat_age_s(crate::clock::monotonic_ns())
+    })?;
+    for reason in crate::bus::security::ConnectFailures::REASONS {
+        let s = stats.clone();
+        r.register_counter_fn(m::BUS_CONNECT_FAILURES, &[("reason", reason)], move || {
+            s.connect_failures.get(reason)
+        })?;
+    }
+    let s = stats.clone();
+    r.register_counter_fn(m::BUS_PERMISSION_DENIED, &[], move || {
+        s.permission_denied.get()
     })?;
     let s = stats.clone();
     r.register_gauge_fn(m::BUS_CONNECTED, &[], move || s.connected.get() as f64)

@@ -10,7 +10,6 @@ pub mod report;
 mod tls_metrics;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use crate::bus::{BusConfig, BusError, BusHandle, BusPublisher, BusRole, BusSubscriber};
 use crate::config::Config;
@@ -23,7 +22,7 @@ use crate::pipeline::sink::{ShardSink, SinkStats};
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, PipelineHandles, RecorderTap};
 use crate::refdata::RefData;
 use crate::requests::service::RequestConfig;
-use crate::runtime::{Stage, Threading, WaitStrategy};
+use crate::runtime::{Policy, Stage, Supervised, Supervisor, Threading, WaitStrategy};
 use report::LatencyCollector;
 
 /// What to start.
@@ -50,6 +49,9 @@ pub struct ServiceConfig {
     pub refdata: Option<Arc<RefData>>,
     /// `--role core|edge`: the NATS bus side; `None` is standalone.
     pub bus: Option<BusRole>,
+    /// Watches every stage thread the service starts (`serve` exits the
+    /// process when one dies; a fresh one by default, which only records).
+    pub supervisor: Supervisor,
 }
 
 impl ServiceConfig {
@@ -68,6 +70,7 @@ impl ServiceConfig {
             requests: RequestConfig::default(),
             refdata: None,
             bus: None,
+            supervisor: Supervisor::new(),
         }
     }
 }
@@ -87,6 +90,9 @@ pub enum ServiceError {
     /// The NATS bus settings are refused, or the bus could not start.
     #[error("bus: {0}")]
     Bus(#[from] BusError),
+    /// A headless sink's thread could not be spawned.
+    #[error("shard sink: {0}")]
+    Sink(std::io::Error),
 }
 
 /// The parts of a [`ServiceConfig`] that decide what takes the shard
@@ -96,6 +102,20 @@ struct Consumers {
     requests: RequestConfig,
     refdata: Option<Arc<RefData>>,
     shard_wait: WaitStrategy,
+    supervisor: Supervisor,
+}
+
+impl Consumers {
+    /// Takes them out of `cfg`.
+    fn of(cfg: &mut ServiceConfig) -> Consumers {
+        Consumers {
+            gateway: cfg.gateway.take(),
+            requests: std::mem::take(&mut cfg.requests),
+            refdata: cfg.refdata.take(),
+            shard_wait: cfg.shard_wait,
+            supervisor: cfg.supervisor.clone(),
+        }
+    }
 }
 
 /// A running service.
@@ -120,7 +140,7 @@ pub struct Service {
     pub fix: Option<Arc<crate::feed::fix::FixFeedStats>>,
     /// The NATS bus thread (`--role core|edge`).
     pub bus: Option<BusHandle>,
-    sinks: Vec<JoinHandle<()>>,
+    sinks: Vec<Supervised<()>>,
 }
 
 impl Service {
@@ -135,13 +155,15 @@ impl Service {
         let config = cfg.config.clone();
         let sources = feed_sources(&mut cfg, &config);
         let ports = cfg.ingest.iter().map(|_| "ingest".to_string()).collect();
-        let parts = Pipeline::start(&cfg.pipeline, &config, sources, ports, cfg.recorder.take())?;
+        let recorder = cfg.recorder.take();
+        let sup = cfg.supervisor.clone();
+        let parts = Pipeline::start(&cfg.pipeline, &config, sources, ports, recorder, &sup)?;
         let mut pipeline = parts.pipeline;
         let overload = Arc::new(OverloadStats::default());
         let (latency, exchanges) = LatencyCollector::new(parts.shards.len());
         let mut service_ingest = None;
         let mut shards = parts.shards;
-        let bus = match start_core_bus(cfg.bus.take(), &config, &mut shards) {
+        let bus = match start_core_bus(cfg.bus.take(), &config, &mut shards, &sup) {
             Ok(b) => b,
             Err(e) => {
                 drop(shards);
@@ -149,12 +171,12 @@ impl Service {
                 return Err(e.into());
             }
         };
-        if let (Some(icfg), Some(port)) = (cfg.ingest, parts.ports.into_iter().next()) {
+        if let (Some(icfg), Some(port)) = (cfg.ingest.take(), parts.ports.into_iter().next()) {
             // Shared threading with a gateway: shard 0 watches the ingest
             // listener's sockets too. A headless sink cannot watch
             // descriptors, so without a gateway the listener keeps its thread.
             let host = cfg.pipeline.threading == Threading::Shared && cfg.gateway.is_some();
-            match start_ingest(icfg, port, &config, host, &mut shards) {
+            match start_ingest(icfg, port, &config, host, &mut shards, &sup) {
                 Ok(h) => service_ingest = Some(h),
                 Err(e) => {
                     drop(shards); // a hosted engine ends with them
@@ -175,12 +197,7 @@ impl Service {
             bus,
             sinks: Vec::new(),
         };
-        let consumers = Consumers {
-            gateway: cfg.gateway,
-            requests: cfg.requests,
-            refdata: cfg.refdata,
-            shard_wait: cfg.shard_wait,
-        };
+        let consumers = Consumers::of(&mut cfg);
         service.start_consumers(consumers, shards, exchanges, &cfg.pipeline)?;
         Ok(service)
     }
@@ -188,11 +205,12 @@ impl Service {
     /// An edge: no feeds and no engine; the bus thread fills the price
     /// table and the gateway shards' rings, and has loaded every last value
     /// before the gateway accepts its first terminal.
-    fn start_edge(cfg: ServiceConfig, bus: &BusConfig) -> Result<Service, ServiceError> {
+    fn start_edge(mut cfg: ServiceConfig, bus: &BusConfig) -> Result<Service, ServiceError> {
         let config = cfg.config.clone();
         let (shards, ring) = (cfg.pipeline.shards, cfg.pipeline.shard_ring);
         let depth = cfg.pipeline.history_depth;
-        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring, depth)?;
+        let sup = &cfg.supervisor;
+        let (sub, parts) = BusSubscriber::start(bus, &config.table, shards, ring, depth, sup)?;
         let handles = PipelineHandles {
             table: parts.table,
             health: crate::model::ProviderHealth::new(config.table.providers().len()),
@@ -216,12 +234,7 @@ impl Service {
             bus: Some(BusHandle::Edge(sub)),
             sinks: Vec::new(),
         };
-        let consumers = Consumers {
-            gateway: cfg.gateway,
-            requests: cfg.requests,
-            refdata: cfg.refdata,
-            shard_wait: cfg.shard_wait,
-        };
+        let consumers = Consumers::of(&mut cfg);
         service.start_consumers(consumers, parts.shards, exchanges, &cfg.pipeline)?;
         Ok(service)
     }
@@ -237,8 +250,7 @@ impl Service {
         pcfg: &PipelineConfig,
     ) -> Result<(), ServiceError> {
         let Some(gcfg) = c.gateway else {
-            self.start_sinks(shards, exchanges, pcfg, c.shard_wait);
-            return Ok(());
+            return self.start_sinks(shards, exchanges, pcfg, c.shard_wait, &c.supervisor);
         };
         let deps = GatewayDeps {
             config: self.config.clone(),
@@ -248,40 +260,43 @@ impl Service {
             history: Some(self.pipeline.handles.history.clone()),
             requests: c.requests,
             refdata: c.refdata,
+            supervisor: c.supervisor,
         };
         let gw = Gateway::start_with(gcfg, shards, deps).map_err(ServiceError::Gateway)?;
         self.gateway = Some(gw);
         Ok(())
     }
 
+    /// Headless: one measuring sink per shard ring, each on a thread named
+    /// as the shard it stands for (transient: a sink ends with its input).
     fn start_sinks(
         &mut self,
         shards: Vec<crate::engine::ShardInput>,
         exchanges: Vec<crate::runtime::latency::HistogramExchange>,
         pcfg: &PipelineConfig,
         wait: WaitStrategy,
-    ) {
+        supervisor: &Supervisor,
+    ) -> Result<(), ServiceError> {
         let (symbols, tiers) = (self.config.table.len(), self.config.table.tiers().len());
         for (input, exchange) in shards.into_iter().zip(exchanges) {
             let index = input.index;
             let mut sink = ShardSink::new(input, symbols, tiers).with_exchange(exchange);
             self.sink_stats.push(sink.stats.clone());
             let cpus = pcfg.cpus.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("pw-shard{index}"))
-                .spawn(move || {
-                    let stage = Stage::Shard(index as u16);
-                    if let Err(e) = crate::runtime::affinity::place_current(stage, &cpus) {
-                        // As a gateway shard does: a sink left unplaced, or
-                        // gone, would leave the service up without prices.
-                        tracing::error!("{e}; exiting");
-                        std::process::exit(1);
-                    }
-                    sink.run(wait);
-                })
-                .expect("spawn shard sink");
-            self.sinks.push(t);
+            let name = format!("pw-shard{index}");
+            let t = supervisor.spawn(name, Policy::Transient, move || {
+                let stage = Stage::Shard(index as u16);
+                if let Err(e) = crate::runtime::affinity::place_current(stage, &cpus) {
+                    // As a gateway shard does: a sink left unplaced, or
+                    // gone, would leave the service up without prices.
+                    tracing::error!("{e}; exiting");
+                    std::process::exit(1);
+                }
+                sink.run(wait);
+            });
+            self.sinks.push(t.map_err(ServiceError::Sink)?);
         }
+        Ok(())
     }
 
     /// Counters for the periodic report.
@@ -354,17 +369,18 @@ fn start_ingest(
     config: &Config,
     host: bool,
     shards: &mut [crate::engine::ShardInput],
+    supervisor: &Supervisor,
 ) -> std::io::Result<IngestHandle> {
     let table = Arc::new(config.table.clone());
     if host {
-        ingest::hosted(icfg, table, port).map(|(h, task)| {
+        ingest::hosted(icfg, table, port, supervisor).map(|(h, task)| {
             // Ahead of the engine: quotes read in a turn are
             // priced in the same turn.
             shards[0].hosted.push_first(task);
             h
         })
     } else {
-        ingest::spawn(icfg, table, port)
+        ingest::spawn(icfg, table, port, supervisor)
     }
 }
 
@@ -373,12 +389,13 @@ fn start_core_bus(
     bus: Option<BusRole>,
     config: &Config,
     shards: &mut Vec<crate::engine::ShardInput>,
+    supervisor: &Supervisor,
 ) -> Result<Option<BusHandle>, BusError> {
     let Some(BusRole::Core(b)) = bus else {
         return Ok(None);
     };
     let input = shards.remove(0);
-    let publisher = BusPublisher::start(&b, &config.table, input)?;
+    let publisher = BusPublisher::start(&b, &config.table, input, supervisor)?;
     Ok(Some(BusHandle::Core(publisher)))
 }
 

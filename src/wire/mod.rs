@@ -53,13 +53,16 @@
 //!
 //! Every encoder returns the frame length or an [`EncodeError`] (buffer too
 //! small, var data over 255 bytes, ...), in which case nothing usable was
-//! written. The price fast path writes into a fixed 76-byte slot:
+//! written. The price fast path writes into a fixed slot that holds either
+//! price message: a PriceUpdate (76 bytes) or a PriceSnapshot, which also
+//! names the stream that numbered its sequence (84 bytes):
 //!
 //! ```
-//! use pricewire::wire::{self, PriceBody, PriceKind, PRICE_FRAME_LEN};
-//! let mut slot = [0u8; PRICE_FRAME_LEN];
+//! use pricewire::wire::{self, PriceBody, PriceKind, PRICE_FRAME_LEN, PRICE_SLOT_LEN};
+//! let mut slot = [0u8; PRICE_SLOT_LEN];
 //! let body = PriceBody { symbol_id: 3, digits: 5, seq: 1, bid: 108_123, ask: 108_126, ..Default::default() };
-//! let n = wire::encode_price(&mut slot, PriceKind::Update, &body);
+//! let n = wire::encode_price(&mut slot, PriceKind::Update, &body, 0);
+//! assert_eq!(n, PRICE_FRAME_LEN);
 //! assert_eq!(wire::decode(&slot[..n]), Ok(wire::Message::PriceUpdate(body)));
 //! ```
 //!

@@ -76,7 +76,51 @@ impl NatsServer {
         node
     }
 
+    /// A single node with JetStream and the configuration `conf` (an
+    /// `authorization` or `tls` block, operator mode…; the flags set the
+    /// ports and the store), healthy. [`NatsServer::reconfigure`] changes
+    /// it and reloads.
+    pub fn start_with(conf: &str) -> NatsServer {
+        ensure_installed();
+        let mut node = NatsServer::unlaunched("pw-conf", Ports::free(), None);
+        let path = node._store.path().join("server.conf");
+        std::fs::write(&path, NatsServer::with_name(conf)).expect("write the server config");
+        node.args.extend(["-c".into(), path.display().to_string()]);
+        node.launch();
+        let deadline = Instant::now() + START_TIMEOUT;
+        if let Err(e) = node.await_healthy(deadline) {
+            panic!("nats-server did not start with its config: {e}\n{conf}");
+        }
+        node
+    }
+
+    /// `conf` naming the server as its flag does (a reload refuses a
+    /// name that changed).
+    fn with_name(conf: &str) -> String {
+        format!("server_name: pw-conf\n{conf}")
+    }
+
+    /// Rewrites the configuration of a [`NatsServer::start_with`] node
+    /// and signals a reload (SIGHUP): the server applies it to new
+    /// connections and closes those it no longer authorizes.
+    pub fn reconfigure(&mut self, conf: &str) {
+        let path = self._store.path().join("server.conf");
+        std::fs::write(&path, NatsServer::with_name(conf)).expect("write the server config");
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -HUP nats-server");
+    }
+
     fn spawn(name: &str, ports: Ports, cluster: Option<&[Ports]>) -> NatsServer {
+        let mut node = NatsServer::unlaunched(name, ports, cluster);
+        node.launch();
+        node
+    }
+
+    fn unlaunched(name: &str, ports: Ports, cluster: Option<&[Ports]>) -> NatsServer {
         let store = tempfile::tempdir().expect("JetStream store dir");
         let mut args: Vec<String> = vec![
             "-a".into(),
@@ -105,23 +149,23 @@ impl NatsServer {
                 routes.join(","),
             ]);
         }
-        let mut node = NatsServer {
+        NatsServer {
             child: None,
             ports,
             name: name.into(),
             args,
             _store: store,
-        };
-        node.launch();
-        node
+        }
     }
 
     fn launch(&mut self) {
+        // The server's log, kept for the message of a failed start.
+        let log = std::fs::File::create(self._store.path().join("server.log")).expect("log file");
         let child = Command::new("nats-server")
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("spawn nats-server");
         self.child = Some(child);
@@ -132,7 +176,10 @@ impl NatsServer {
         loop {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
-                    return Err(format!("{} exited: {status}", self.name));
+                    let log = std::fs::read_to_string(self._store.path().join("server.log"));
+                    let log = log.unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                    return Err(format!("{} exited: {status}: {tail:?}", self.name));
                 }
             }
             if self.healthy() {
@@ -197,6 +244,11 @@ impl NatsServer {
         if let Err(e) = self.await_healthy(deadline) {
             panic!("nats-server did not restart: {e}");
         }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._store.path().join("server.log")).unwrap_or_default()
     }
 
     pub fn is_running(&self) -> bool {

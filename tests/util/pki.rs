@@ -38,15 +38,30 @@ impl Ca {
     /// A leaf for `names` (DNS names or IP addresses), for a server or a
     /// client: (chain PEM, leaf first; key PEM).
     pub fn leaf(&self, names: &[&str], client: bool) -> (String, String) {
+        let usage = if client {
+            ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            ExtendedKeyUsagePurpose::ServerAuth
+        };
+        self.leaf_for(names, vec![usage])
+    }
+
+    /// A leaf that is both a server's and a client's (a NATS node: its
+    /// routes authenticate each other with it).
+    pub fn leaf_both(&self, names: &[&str]) -> (String, String) {
+        let usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.leaf_for(names, usages)
+    }
+
+    fn leaf_for(&self, names: &[&str], usages: Vec<ExtendedKeyUsagePurpose>) -> (String, String) {
         let sans: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let mut p = CertificateParams::new(sans).unwrap();
         p.distinguished_name.push(DnType::CommonName, names[0]);
         p.is_ca = IsCa::NoCa;
-        p.extended_key_usages = vec![if client {
-            ExtendedKeyUsagePurpose::ClientAuth
-        } else {
-            ExtendedKeyUsagePurpose::ServerAuth
-        }];
+        p.extended_key_usages = usages;
         let key = KeyPair::generate().unwrap();
         let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
         (

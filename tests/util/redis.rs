@@ -103,6 +103,11 @@ impl RedisServer {
         self.addr
     }
 
+    /// The server's process id (its main thread's too).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// One command on a fresh connection; panics on error (test setup).
     pub fn command(&self, args: &[&[u8]]) -> Value {
         let mut c = RespConn::connect(self.addr, IO_TIMEOUT, None, 0).expect("connect to redis");
@@ -120,6 +125,48 @@ impl RedisServer {
         }
         self.command(&args);
         self.command(&[b"SADD", b"pricewire:accounts", name.as_bytes()]);
+    }
+
+    /// Writes many accounts over one connection (each as
+    /// [`RedisServer::put_account`]).
+    pub fn put_accounts(&self, names: &[String], fields: &[(&str, &str)]) {
+        let mut c = RespConn::connect(self.addr, IO_TIMEOUT, None, 0).expect("connect to redis");
+        for name in names {
+            let key = format!("pricewire:account:{name}");
+            let mut args: Vec<&[u8]> = vec![b"HSET", key.as_bytes()];
+            for (f, v) in fields {
+                args.push(f.as_bytes());
+                args.push(v.as_bytes());
+            }
+            c.command(&args, IO_TIMEOUT).expect("HSET");
+            let sadd: [&[u8]; 3] = [b"SADD", b"pricewire:accounts", name.as_bytes()];
+            c.command(&sadd, IO_TIMEOUT).expect("SADD");
+        }
+    }
+
+    /// Sets the data-set generation marker `pricewire:generation`.
+    pub fn set_generation(&self, generation: u64) {
+        let g = generation.to_string();
+        self.command(&[b"SET", b"pricewire:generation", g.as_bytes()]);
+    }
+
+    /// Kills the server (as in a crash) and starts a new one on the same
+    /// port without persistence: Redis back, its data gone.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let port = self.addr.port();
+        let mut last_error = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            match Self::try_start(port) {
+                Ok(mut server) => {
+                    std::mem::swap(self, &mut server);
+                    // `server` now holds the killed child; dropping it is a no-op kill.
+                    return;
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server did not restart on port {port}: {last_error}");
     }
 
     /// Kills the server now (as in a crash) and waits for it to exit.

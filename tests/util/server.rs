@@ -134,8 +134,15 @@ impl TestServer {
             shards: opts.shards,
             ..Default::default()
         };
-        let parts =
-            Pipeline::start(&pcfg, &config, sources, Vec::new(), None).expect("pipeline starts");
+        let parts = Pipeline::start(
+            &pcfg,
+            &config,
+            sources,
+            Vec::new(),
+            None,
+            &Default::default(),
+        )
+        .expect("pipeline starts");
         let table = parts.pipeline.handles.table.clone();
         let gateway = Gateway::start(
             opts.gateway,

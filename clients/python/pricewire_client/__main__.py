@@ -25,8 +25,8 @@ import time
 from typing import TextIO
 
 from . import schema
-from .codec import Message
 from .messages import flag_names, format_price
+from .model import Price, SubscribeResponse
 from .reconnect import Backoff, ReconnectPolicy
 from .subscriber import Event, Subscriber, parse_addresses
 
@@ -115,29 +115,27 @@ class Watch:
         """A ``#`` line."""
         print(f"# {text}", file=self.out)
 
-    def subscribed(self, resp: Message) -> None:
+    def subscribed(self, resp: SubscribeResponse) -> None:
         """Learn names from a SubscribeResponse; report refused entries once."""
-        for res in resp.groups.get("results", []):
-            label = str(res["name"] or res["symbolId"])
-            if res["status"] == schema.SubscribeStatus.OK:
-                self.names[int(res["symbolId"])] = label
+        for res in resp.results:
+            label = res.name or str(res.symbol_id)
+            if res.ok:
+                self.names[res.symbol_id] = label
             elif label not in self.reported:
                 self.reported.add(label)
-                status = schema.SubscribeStatus(int(res["status"])).name.lower()
-                self.note(f"{label}: {status}")
+                self.note(f"{label}: {res.status_name}")
 
-    def show(self, msg: Message, status: str) -> None:
+    def show(self, msg: Price, status: str) -> None:
         """Print one price line (and a note on a gap or a resume)."""
-        name = self.names.get(msg.int("symbolId"), str(msg.int("symbolId")))
-        digits = msg.int("digits")
-        kind = "snap" if msg.name == "PriceSnapshot" else "upd "
-        bid = format_price(msg.int("bid"), digits)
-        ask = format_price(msg.int("ask"), digits)
-        flags = flag_names(msg.int("flags")) or "-"
-        line = f"{name:<8} t{msg.int('tier')} seq {msg.int('seq'):>8} {bid:>12} {ask:>12}"
+        name = self.names.get(msg.symbol_id, str(msg.symbol_id))
+        kind = "snap" if msg.snapshot else "upd "
+        bid = format_price(msg.bid, msg.digits)
+        ask = format_price(msg.ask, msg.digits)
+        flags = flag_names(msg.flags) or "-"
+        line = f"{name:<8} t{msg.tier} seq {msg.seq:>8} {bid:>12} {ask:>12}"
         print(f"{time.strftime('%H:%M:%S')} {line} {kind} {flags}", file=self.out)
         if status == "gap":
-            self.note(f"gap before seq {msg.int('seq')}: resync requested")
+            self.note(f"gap before seq {msg.seq}: resync requested")
         elif status == "resumed":
             self.note(f"{name}: resumed by sequence, no price missed")
         elif status == "resync":
@@ -146,9 +144,9 @@ class Watch:
 
     def on_event(self, ev: Event) -> None:
         """Print what one event means for the terminal."""
-        if ev.kind == "price" and ev.msg is not None:
-            self.show(ev.msg, ev.status)
-        elif ev.kind == "message" and ev.msg is not None and ev.msg.name == "SubscribeResponse":
+        if ev.price is not None:
+            self.show(ev.price, ev.status)
+        elif isinstance(ev.msg, SubscribeResponse):
             self.subscribed(ev.msg)
         elif ev.kind == "logon" and ev.address is not None:
             self.note(f"logged on at {ev.address[0]}:{ev.address[1]}")

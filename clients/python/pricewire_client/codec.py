@@ -2,10 +2,12 @@
 
 Contract: ``encode`` turns a :class:`Message` into one complete frame (SOFH included);
 ``decode`` turns one complete frame back, honouring the wire's ``blockLength`` of the root
-block and of every group entry (unknown trailing bytes are skipped, a shorter block is
-:class:`MalformedError`). :class:`FrameReader` splits a byte stream into frames and refuses
-a stream whose length or encoding type is wrong as soon as those bytes arrive, before the
-body. No function here touches a socket or a clock.
+block and of every group entry (unknown trailing bytes are skipped, a block shorter than
+the first version's is :class:`MalformedError`, a field beyond the block, one a later
+version added, is absent from ``fields``). :class:`FrameReader`
+splits a byte stream into frames and refuses a stream whose length or encoding type is
+wrong as soon as those bytes arrive, before the body. No function here touches a socket or
+a clock.
 """
 
 from __future__ import annotations
@@ -14,39 +16,38 @@ import struct
 from dataclasses import dataclass, field
 
 from . import schema
+from .errors import CodecError, FramingError, MalformedError, UnknownTemplateError
 from .schema import Field, MessageSpec
 
+__all__ = [
+    "CodecError",
+    "FrameReader",
+    "FramingError",
+    "MalformedError",
+    "Message",
+    "UnknownTemplateError",
+    "Value",
+    "check_sofh",
+    "decode",
+    "encode",
+    "encode_body",
+    "header",
+    "raw_frame",
+    "sofh",
+]
+
 Value = int | str
-
-
-class CodecError(Exception):
-    """A frame or stream that cannot be decoded."""
-
-
-class MalformedError(CodecError):
-    """Valid framing, but a body that is too short or inconsistent."""
-
-
-class UnknownTemplateError(CodecError):
-    """A template id this schema does not define."""
-
-    def __init__(self, template_id: int) -> None:
-        super().__init__(f"unknown template {template_id}")
-        self.template_id = template_id
-
-
-class FramingError(CodecError):
-    """A SOFH that loses the framing (length out of range, wrong encoding type)."""
 
 
 @dataclass
 class Message:
     """A decoded (or to-be-encoded) message.
 
-    ``fields`` holds the root block's fields by schema name; ``groups`` each group's entries
-    (dicts by field name); ``data`` each var data field as bytes. Name16 fields are ``str``
-    (NUL padding removed). ``block_length``/``version``/``schema_id`` are the header's values
-    as received (encode uses the schema's unless overridden).
+    ``fields`` holds the root block's fields by schema name (a field the sender's block does
+    not carry is absent); ``groups`` each group's entries (dicts by field name);
+    ``data`` each var data field as bytes. Name16 fields are ``str`` (NUL padding removed).
+    ``block_length``/``version``/``schema_id`` are the header's values as received (encode
+    uses the schema's unless overridden).
     """
 
     name: str
@@ -157,20 +158,21 @@ def encode(msg: Message) -> bytes:
     )
 
 
-def check_sofh(buf: bytes | bytearray | memoryview, max_len: int) -> int | None:
-    """The frame length if the SOFH in ``buf`` is readable and valid, None if incomplete.
+def check_sofh(buf: bytes | bytearray | memoryview, max_len: int, start: int = 0) -> int | None:
+    """The length of the frame at ``start`` if its SOFH is readable and valid, None if
+    incomplete.
 
     Raises :class:`FramingError` as soon as the length (4 bytes) or the encoding type
     (6 bytes) is known to be wrong.
     """
-    if len(buf) < 4:
+    if len(buf) - start < 4:
         return None
-    (length,) = struct.unpack_from(">I", buf, 0)
+    (length,) = struct.unpack_from(">I", buf, start)
     if length < schema.FRAME_LEN_MIN or length > max_len:
         raise FramingError(f"frame length {length} outside {schema.FRAME_LEN_MIN}..{max_len}")
-    if len(buf) < schema.SOFH_LEN:
+    if len(buf) - start < schema.SOFH_LEN:
         return None
-    (encoding,) = struct.unpack_from(">H", buf, 4)
+    (encoding,) = struct.unpack_from(">H", buf, start + 4)
     if encoding != schema.SBE_ENCODING:
         raise FramingError(f"encoding type 0x{encoding:04X} is not 0xEB50")
     return int(length)
@@ -219,11 +221,11 @@ def decode(frame: bytes | bytearray | memoryview) -> Message:
     spc = schema.BY_TEMPLATE.get(template_id)
     if spc is None:
         raise UnknownTemplateError(template_id)
-    if block_length < spc.block_length or schema.FRAME_LEN_MIN + block_length > length:
+    if block_length < spc.min_block_length or schema.FRAME_LEN_MIN + block_length > length:
         raise MalformedError(f"{spc.name}: root block {block_length} bytes")
     base = schema.FRAME_LEN_MIN
     msg = Message(spc.name, block_length=block_length, version=version, schema_id=schema_id)
-    msg.fields = {f.name: _get(view, base, f) for f in spc.fields}
+    msg.fields = {f.name: _get(view, base, f) for f in spc.fields if f.present(block_length)}
     pos = _read_groups(spc, view, base + block_length, msg)
     _read_data(spc, view, pos, msg)
     return msg
@@ -234,26 +236,39 @@ class FrameReader:
 
     Bounded: it holds at most one frame of ``max_frame_len`` bytes plus what one ``feed``
     brought. The SOFH is checked as soon as its bytes are there (see :func:`check_sofh`).
+    Frames are cut at a read offset and the consumed bytes dropped once the buffer is
+    drained (or past ``COMPACT_AFTER`` bytes): deleting each frame from the front of the
+    buffer would move the rest of a 64 KiB read once per frame.
     """
+
+    COMPACT_AFTER = 1 << 16
 
     def __init__(self, max_frame_len: int = schema.SERVER_FRAME_LEN_MAX) -> None:
         self._buf = bytearray()
+        self._start = 0
         self._max = max_frame_len
 
     def feed(self, data: bytes) -> None:
         """Append received bytes."""
+        if self._start >= self.COMPACT_AFTER:
+            del self._buf[: self._start]
+            self._start = 0
         self._buf += data
 
     def next_frame(self) -> bytes | None:
         """The next complete frame, or None until more bytes arrive."""
-        length = check_sofh(self._buf, self._max)
-        if length is None or len(self._buf) < length:
+        start = self._start
+        length = check_sofh(self._buf, self._max, start)
+        if length is None or len(self._buf) - start < length:
             return None
-        frame = bytes(self._buf[:length])
-        del self._buf[:length]
+        frame = bytes(self._buf[start : start + length])
+        self._start = start + length
+        if self._start == len(self._buf):
+            self._buf.clear()
+            self._start = 0
         return frame
 
     @property
     def buffered(self) -> int:
         """Bytes held that are not yet a complete frame."""
-        return len(self._buf)
+        return len(self._buf) - self._start

@@ -4,10 +4,15 @@ Pure (no socket, no clock of its own): callers pass the time and a :class:`rando
 so tests check every delay without sleeping. A delay is ``max(retryAfterMs, uniform(0,
 min(cap, base * 2**attempt)))`` (protocol.md §4.2, full jitter): never a fixed schedule, so
 terminals dropped at the same instant spread out, and the server's ``retryAfterMs`` is a
-floor. The attempt count grows with every failure and resets only once a session stayed up
-for ``stable_after_s``, so a server that accepts and drops at once still sees the backoff
-grow. Retries are bounded by ``attempts_max`` consecutive failures and, optionally, by a
-``give_up_after_s`` deadline counted from the first failure since the last stable session.
+floor. The backoff window grows with every failure and shrinks back to ``base_ms`` only
+once a session stayed up for ``stable_after_s``, so a server that accepts and drops at once
+still sees the backoff grow.
+
+Giving up is bounded per outage, and an outage starts when a session is lost (or with the
+first failed attempt): ``attempts_max`` failed attempts in a row since the last logon, and
+optionally ``give_up_after_s`` seconds since the outage started. After a lost session at
+least one attempt is always made (unless the answer was final, or ``attempts_max`` is 0),
+however long the previous outage was and however short the session in between.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from . import schema
-from .codec import Message
+from .model import Disconnect, LogonRejected, Reject
 
 BACKOFF_BASE_MS = 100
 BACKOFF_CAP_MS = 10_000
@@ -51,7 +56,7 @@ class Backoff:
         return max(floor_ms, own)
 
 
-def retry_floor(answer: Message | None) -> tuple[bool, int]:
+def retry_floor(answer: Disconnect | LogonRejected | Reject | None) -> tuple[bool, int]:
     """Whether reconnecting can help after ``answer``, and the server's floor in ms.
 
     ``answer`` is the Disconnect or LogonRejected that ended the session or attempt, or None
@@ -60,15 +65,14 @@ def retry_floor(answer: Message | None) -> tuple[bool, int]:
     """
     if answer is None:
         return True, 0
-    floor = int(answer.get("retryAfterMs", 0))
-    reason = answer.get("reason", 0)
-    if answer.name == "Disconnect":
+    reason = int(answer.reason)
+    if isinstance(answer, Disconnect):
         final = reason in (schema.DisconnectReason.LOGOUT, schema.DisconnectReason.AUTH)
-    elif answer.name == "LogonRejected":
+    elif isinstance(answer, LogonRejected):
         final = reason in (schema.LogonRejectReason.AUTH, schema.LogonRejectReason.NOT_ENTITLED)
     else:
         final = False
-    return not final, floor
+    return not final, answer.retry_after_ms
 
 
 class ReconnectPolicy:
@@ -86,9 +90,12 @@ class ReconnectPolicy:
         self.stable_after_s = stable_after_s
         self.give_up_after_s = give_up_after_s
         self.attempt = 0
-        """Consecutive failed attempts since the last stable session."""
+        """Failed attempts since the last stable session: the backoff window's exponent."""
+        self.failures = 0
+        """Failed attempts in a row since the last logon (bounded by ``attempts_max``)."""
         self.connected_since: float | None = None
-        self.failing_since: float | None = None
+        self.outage_since: float | None = None
+        """When the current outage started (None: none yet)."""
 
     def on_connected(self, now: float) -> None:
         """A session logged on at ``now`` (seconds, the caller's clock)."""
@@ -103,16 +110,20 @@ class ReconnectPolicy:
         :func:`retry_floor` returns them.
         """
         since, self.connected_since = self.connected_since, None
-        if since is not None and now - since >= self.stable_after_s:
-            self.attempt = 0
-            self.failing_since = None
-        if self.failing_since is None:
-            self.failing_since = now
-        if not retry or self.attempt >= self.attempts_max:
+        after_session = since is not None
+        if since is not None:  # a session was lost: a new outage starts now
+            if now - since >= self.stable_after_s:
+                self.attempt = 0
+            self.failures = 0
+            self.outage_since = now
+        elif self.outage_since is None:
+            self.outage_since = now
+        if not retry or self.failures >= self.attempts_max:
             return None
         delay_s = self.backoff.delay_ms(self.attempt, floor_ms, rng) / 1000
-        if self.give_up_after_s is not None:
-            if now + delay_s - self.failing_since > self.give_up_after_s:
+        if self.give_up_after_s is not None and not after_session:
+            if now + delay_s - self.outage_since > self.give_up_after_s:
                 return None
         self.attempt += 1
+        self.failures += 1
         return delay_s

@@ -1,9 +1,15 @@
 """The pricewire SBE schema as data, transcribed from schema/pricewire-sbe.xml.
 
-Every message of schema 0x5057 version 2 is described here once: its template id,
-root block length, root fields (name, offset, primitive), repeating groups and var
-data, in wire order. The codec (``codec.py``) is driven by these tables only, so
-adding a message is adding a row. Nothing here allocates after import.
+Every message of schema 0x5057 version 3 is described here once: its template id,
+root block length, root fields (name, offset, primitive, the version that added it),
+repeating groups and var data, in wire order. The codec (``codec.py``) is driven by these
+tables only, so adding a message is adding a row. Nothing here allocates after import.
+
+Version 3 appended ``streamId`` (uint64) to LogonAccepted (offset 21, block 21 -> 29) and
+PriceSnapshot (offset 62, block 62 -> 70). A received root block that ends before a field
+added by a later version (``since``) comes from a sender of an earlier version: the field
+is absent (protocol.md §2); a block shorter than the first version's is malformed. So a
+version 2 frame decodes without ``streamId``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
 SCHEMA_ID = 0x5057
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SBE_ENCODING = 0xEB50
 SOFH_LEN = 6
 HEADER_LEN = 8
@@ -43,11 +49,22 @@ class Field:
     name: str
     offset: int
     kind: str
+    since: int = 1
+    """The schema version that added the field."""
 
     @property
     def size(self) -> int:
         """Size of the field in bytes."""
         return PRIMITIVES[self.kind][1]
+
+    @property
+    def end(self) -> int:
+        """Offset of the first byte after the field."""
+        return self.offset + self.size
+
+    def present(self, block_length: int) -> bool:
+        """Whether a block of ``block_length`` bytes carries the field."""
+        return self.end <= block_length
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,12 @@ class MessageSpec:
     fields: tuple[Field, ...] = ()
     groups: tuple[Group, ...] = ()
     data: tuple[str, ...] = ()
+
+    @property
+    def min_block_length(self) -> int:
+        """The shortest root block: the first version's (a shorter one is malformed,
+        protocol.md §2)."""
+        return max((f.end for f in self.fields if f.since <= 1), default=0)
 
 
 class RejectReason(IntEnum):
@@ -146,8 +169,8 @@ class QuoteFlags(IntFlag):
     INDICATIVE = 0x01
 
 
-def _f(name: str, offset: int, kind: str) -> Field:
-    return Field(name, offset, kind)
+def _f(name: str, offset: int, kind: str, since: int = 1) -> Field:
+    return Field(name, offset, kind, since)
 
 
 _PRICE_FIELDS: tuple[Field, ...] = (
@@ -172,12 +195,13 @@ MESSAGES: tuple[MessageSpec, ...] = (
     MessageSpec(
         "LogonAccepted",
         2,
-        21,
+        29,
         (
             _f("sessionId", 0, "u64"),
             _f("heartbeatIntervalMs", 8, "u32"),
             _f("serverTimeNs", 12, "u64"),
             _f("defaultTier", 20, "u8"),
+            _f("streamId", 21, "u64", since=3),
         ),
     ),
     MessageSpec("LogonRejected", 3, 5, (_f("reason", 0, "u8"), _f("retryAfterMs", 1, "u32"))),
@@ -221,7 +245,7 @@ MESSAGES: tuple[MessageSpec, ...] = (
             ),
         ),
     ),
-    MessageSpec("PriceSnapshot", 15, 62, _PRICE_FIELDS),
+    MessageSpec("PriceSnapshot", 15, 70, (*_PRICE_FIELDS, _f("streamId", 62, "u64", since=3))),
     MessageSpec("PriceUpdate", 16, 62, _PRICE_FIELDS),
     MessageSpec(
         "SnapshotRequest",

@@ -1,185 +1,237 @@
-"""Subscriber and provider sessions over TCP, and the sequence tracker they use.
+"""Synchronous subscriber and provider sessions over one connection each.
 
-:class:`SeqTracker` is pure (no socket, no clock): it applies the rules of protocol.md §5 to
-each price and says whether it was accepted, old, or a gap. :class:`Connection` owns one
-socket and a :class:`~pricewire_client.codec.FrameReader`; every wait is bounded by a
-deadline, and while waiting it sends Heartbeat whenever nothing was sent for the heartbeat
-interval. :class:`Session` adds logon, requests with fresh request ids and budgets, and
-resync by a critical SnapshotRequest on a gap. :class:`ProviderSession` is the ingest side.
+A :class:`Session` moves bytes between a socket and a
+:class:`~pricewire_client.core.SessionCore` and adds blocking calls. Nothing is lost
+between calls: prices that arrive while :meth:`Session.snapshot` (or any request) waits for
+its answer are kept, in order, and returned by the next :meth:`Session.recv` (or yielded by
+:meth:`Session.prices`); answers are matched to their request by ``requestId``, and a
+Reject is raised as :class:`~pricewire_client.errors.RequestRejected` by the request it
+answers.
+
+Every call takes a timeout and never blocks past it. There is no background thread: the
+session reads, heartbeats (when it sent nothing for the interval from LogonAccepted) and
+notices a dead peer (silent for 3 intervals) while one of its calls runs, so a program
+should call :meth:`Session.recv` (or iterate) regularly; requests wait by reading too.
+A Session is not thread-safe: use it from one thread (or lock around it).
 """
 
 from __future__ import annotations
 
-import socket
+import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Self, TypeVar
 
 from . import messages, schema
-from .codec import FrameReader, Message, decode, encode
+from .codec import Message
+from .core import INBOX_MAX, SessionCore, SessionStats
+from .errors import ConnectionLost, LogonRefused, PricewireError, RequestTimeout
+from .model import (
+    Answer,
+    Disconnect,
+    HistoryResponse,
+    Incoming,
+    LogonAccepted,
+    Price,
+    SnapshotResponse,
+    SubscribeResponse,
+    SymbolDirectory,
+)
+from .tracker import Key, SeqTracker
+from .transport import Connector, SocketTransport, Transport
+
+__all__ = ["ConnectionClosed", "Connection", "LogonRefused", "ProviderSession", "Session"]
+
+ConnectionClosed = ConnectionLost
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+TIMEOUT_S = 5.0
+CLOSE_TIMEOUT_S = 1.0
 
 
-class ConnectionClosed(Exception):
-    """The peer closed the connection (EOF or reset)."""
-
-
-class LogonRefused(Exception):
-    """The server answered the logon with LogonRejected or Disconnect."""
-
-    def __init__(self, answer: Message) -> None:
-        super().__init__(f"logon refused: {answer.name} {answer.fields} {answer.text('text')!r}")
-        self.answer = answer
-
-
-@dataclass
-class SeqTracker:
-    """Per-(symbol, tier) expected sequence numbers (protocol.md §5).
-
-    The expectations outlive a connection: after :meth:`resume` (a new session, to the same
-    server or another edge of the same core), the first snapshot of each key says whether a
-    price was missed in between: 'resumed' when its ``seq`` is the last one accepted or the
-    next one, 'resync' otherwise (prices were missed, or the server is behind).
-    """
-
-    expected: dict[tuple[int, int], int] = field(default_factory=dict)
-    gaps: list[tuple[int, int, int, int]] = field(default_factory=list)
-    accepted: int = 0
-    old: int = 0
-    resuming: set[tuple[int, int]] = field(default_factory=set)
-    resumed: int = 0
-    resume_resyncs: int = 0
-
-    def resume(self) -> None:
-        """A new session starts: every tracked key checks its next snapshot against it."""
-        self.resuming = set(self.expected)
-
-    def apply(self, msg: Message) -> str:
-        """Apply a PriceSnapshot or PriceUpdate: 'snapshot', 'resumed', 'resync', 'ok',
-        'old' or 'gap'."""
-        key = (msg.int("symbolId"), msg.int("tier"))
-        seq = msg.int("seq")
-        want = self.expected.get(key)
-        if msg.name == "PriceSnapshot":
-            self.expected[key] = seq + 1
-            self.accepted += 1
-            if key not in self.resuming:
-                return "snapshot"
-            self.resuming.discard(key)
-            if want is not None and seq in (want - 1, want):
-                self.resumed += 1
-                return "resumed"
-            self.resume_resyncs += 1
-            return "resync"
-        if want is not None and seq < want:
-            self.old += 1
-            return "old"
-        self.accepted += 1
-        self.expected[key] = seq + 1
-        if want is None or seq == want:
-            return "ok"
-        self.gaps.append((key[0], key[1], want, seq))
-        return "gap"
-
-    def apply_snapshot_entry(self, entry: dict[str, int | str]) -> None:
-        """Apply a SnapshotResponse entry: never moves the expectation backwards."""
-        sym, tier, seq = int(entry["symbolId"]), int(entry["tier"]), int(entry["seq"])
-        key = (sym, tier)
-        self.expected[key] = max(self.expected.get(key, 0), seq + 1)
+def open_transport(
+    host: str,
+    port: int,
+    timeout_s: float,
+    *,
+    tls: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    rcvbuf: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SocketTransport:
+    """A connected transport to (host, port) within ``timeout_s`` (TLS handshake included)."""
+    conn = Connector(
+        host, port, timeout_s, clock(), tls=tls, server_hostname=server_hostname, rcvbuf=rcvbuf
+    )
+    while (sock := conn.poll(timeout_s, clock())) is None:
+        pass
+    return SocketTransport(sock)
 
 
 class Connection:
-    """One framed TCP connection with bounded waits and idle heartbeats.
+    """One framed connection with bounded waits and idle heartbeats: the part of
+    :class:`Session` and :class:`ProviderSession` that moves bytes.
 
-    With ``tls`` (an :class:`ssl.SSLContext`, e.g. ``ssl.create_default_context(cafile=...)``)
-    the connection speaks TLS; the handshake runs in the constructor within ``timeout_s`` and
-    checks the server's certificate against ``server_hostname`` (default: ``host``).
-    ``clock`` (seconds, monotonic) times deadlines, heartbeats and ``last_received``.
+    ``host``/``port`` are connected to within ``timeout_s`` (TLS with ``tls``, an
+    :class:`ssl.SSLContext`, checked against ``server_hostname``, default ``host``); or pass
+    ``transport`` (a :class:`~pricewire_client.transport.Transport`) to use one already
+    open. ``clock`` (seconds, monotonic) times every wait and heartbeat.
     """
 
     def __init__(
         self,
-        host: str,
-        port: int,
-        timeout_s: float = 5.0,
+        host: str = "127.0.0.1",
+        port: int = 9400,
+        timeout_s: float = TIMEOUT_S,
+        *,
         rcvbuf: int | None = None,
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tracker: SeqTracker | None = None,
+        inbox_max: int = INBOX_MAX,
+        transport: Transport | None = None,
     ) -> None:
         self.clock = clock
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:  # before connect, so the window is negotiated with it
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(timeout_s)
-        self.sock.connect((host, port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            self.sock = tls.wrap_socket(self.sock, server_hostname=server_hostname or host)
-        self.reader = FrameReader()
-        self.heartbeat_ms = 0
-        self.last_sent = self.clock()
-        self.last_received = self.clock()
-        self.closed = False
+        self.timeout_s = timeout_s
+        self.address = (host, port)
+        self.core = SessionCore(tracker, now=clock(), inbox_max=inbox_max)
+        if transport is None:
+            transport = open_transport(
+                host,
+                port,
+                timeout_s,
+                tls=tls,
+                server_hostname=server_hostname,
+                rcvbuf=rcvbuf,
+                clock=clock,
+            )
+        self.transport = transport
+
+    # ---- state ------------------------------------------------------------------------
+
+    @property
+    def tracker(self) -> SeqTracker:
+        """The sequence tracker (shared with a Subscriber across its sessions)."""
+        return self.core.tracker
+
+    @tracker.setter
+    def tracker(self, tracker: SeqTracker) -> None:
+        self.core.tracker = tracker
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """The heartbeat interval in use (from LogonAccepted; set 0 to stop heartbeating
+        and the dead-peer check)."""
+        return self.core.heartbeat_ms
+
+    @heartbeat_ms.setter
+    def heartbeat_ms(self, value: int) -> None:
+        self.core.heartbeat_ms = value
+
+    @property
+    def accepted(self) -> LogonAccepted | None:
+        """The LogonAccepted of this session (None before logon)."""
+        return self.core.accepted
+
+    @property
+    def stats(self) -> SessionStats:
+        """Counters: frames, prices, skipped frames, conflated prices, ..."""
+        return self.core.stats
+
+    @property
+    def latest(self) -> dict[Key, Price]:
+        """The newest price received per (symbol, tier)."""
+        return self.core.latest
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection ended (or was closed)."""
+        return self.core.error is not None
+
+    @property
+    def error(self) -> PricewireError | None:
+        """Why the connection ended (None while open)."""
+        return self.core.error
+
+    def request_id(self) -> int:
+        """A fresh request id (for requests sent with :meth:`send`)."""
+        return self.core.request_id()
+
+    # ---- moving bytes -----------------------------------------------------------------
 
     def send(self, msg: Message | bytes) -> None:
-        """Send one message (or raw bytes, for tests)."""
-        self.sock.sendall(encode(msg) if isinstance(msg, Message) else msg)
-        self.last_sent = self.clock()
+        """Send one message (or raw bytes, for tests) now; the connection's error if it
+        already ended."""
+        self.core.raise_if_failed()
+        self.core.send(msg, self.clock())
+        self._flush()
 
-    def _heartbeat_if_idle(self) -> None:
-        if self.heartbeat_ms and self.clock() - self.last_sent >= self.heartbeat_ms / 1000:
-            self.send(messages.heartbeat())
+    def _flush(self) -> None:
+        data = self.core.outgoing()
+        if data and self.core.error is None:
+            try:
+                self.transport.send(data)
+            except ConnectionLost as err:
+                self.core.fail(err)
+                raise
 
-    def _read_some(self, deadline: float) -> bool:
-        wait = deadline - self.clock()
-        if self.heartbeat_ms:
-            wait = min(wait, self.heartbeat_ms / 2000)
-        self.sock.settimeout(max(wait, 0.001))
+    def pump(self, deadline: float) -> None:
+        """Read once, waiting at most until ``deadline`` (a ``clock`` value) or the next
+        heartbeat, then send what is due. An ended connection is kept in :attr:`error`."""
+        now = self.clock()
+        wait = deadline - now
+        due = self.core.next_timer()
+        if due is not None:
+            wait = min(wait, due - now)
         try:
-            data = self.sock.recv(1 << 16)
-        except TimeoutError:
-            return False
-        except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as err:
-            self.closed = True
-            raise ConnectionClosed(str(err)) from err
-        if not data:
-            self.closed = True
-            raise ConnectionClosed("EOF")
-        self.reader.feed(data)
-        self.last_received = self.clock()
-        return True
+            data = self.transport.recv(max(wait, 0.0))
+        except ConnectionLost as err:
+            self.core.connection_lost(str(err))
+            return
+        now = self.clock()
+        if data:
+            self.core.receive(data, now)
+        self.core.timer(now)
+        try:
+            self._flush()
+        except ConnectionLost:
+            pass  # kept in core.error: raised once the inbox is read
 
-    def recv_raw(self, timeout_s: float) -> bytes | None:
-        """The next frame's bytes, or None when ``timeout_s`` passes first."""
+    def _until(self, check: Callable[[], T | None], timeout_s: float, what: str) -> T:
+        """Read until ``check`` returns a value; RequestTimeout after ``timeout_s``."""
         deadline = self.clock() + timeout_s
-        while True:
-            frame = self.reader.next_frame()
-            if frame is not None:
-                return frame
-            if self.closed:
-                raise ConnectionClosed("EOF")
-            self._heartbeat_if_idle()
+        while (result := check()) is None:
             if self.clock() >= deadline:
+                raise RequestTimeout(f"{what}: no answer within {timeout_s:g} s")
+            self.pump(deadline)
+        return result
+
+    def recv(self, timeout_s: float) -> Incoming | None:
+        """The next message not claimed by a request, or None when ``timeout_s`` passes
+        first (0: only what has arrived). Raises the error that ended the connection
+        (:class:`~pricewire_client.errors.ConnectionLost`,
+        :class:`~pricewire_client.errors.ProtocolError`) once every message received
+        before it was returned."""
+        deadline = self.clock() + timeout_s
+        pumped = False
+        while True:
+            item = self.core.pop()
+            if item is not None:
+                return item
+            self.core.raise_if_failed()
+            if pumped and self.clock() >= deadline:
                 return None
-            self._read_some(deadline)
+            self.pump(deadline)
+            pumped = True
 
-    def recv(self, timeout_s: float) -> Message | None:
-        """The next message, or None when ``timeout_s`` passes first."""
-        frame = self.recv_raw(timeout_s)
-        if frame is None:
-            return None
-        msg = decode(frame)
-        self.on_message(msg)
-        return msg
+    def wait_for(self, pred: Callable[[Incoming], bool], timeout_s: float) -> Incoming | None:
+        """The first message matching ``pred`` within ``timeout_s``, else None.
 
-    def on_message(self, msg: Message) -> None:
-        """Hook called for every received message (the subscriber session tracks prices)."""
-
-    def wait_for(self, pred: Callable[[Message], bool], timeout_s: float) -> Message | None:
-        """The first received message matching ``pred`` within ``timeout_s``, else None.
-
-        Messages that do not match are still passed to :meth:`on_message`, then dropped.
+        Messages that do not match are **discarded** (a test helper, and a way to skip
+        ahead): use :meth:`recv` to see every message.
         """
         deadline = self.clock() + timeout_s
         while (left := deadline - self.clock()) > 0:
@@ -188,126 +240,139 @@ class Connection:
                 return msg
         return None
 
-    def wait_closed(self, timeout_s: float) -> list[Message]:
-        """Read until the server closes; the messages received meanwhile.
+    def wait_closed(self, timeout_s: float) -> list[Incoming]:
+        """Read until the connection ends; the messages received meanwhile.
 
-        Raises TimeoutError if the connection is still open after ``timeout_s``.
+        Raises :class:`~pricewire_client.errors.RequestTimeout` if it is still open
+        after ``timeout_s``.
         """
-        seen: list[Message] = []
+        seen: list[Incoming] = []
         deadline = self.clock() + timeout_s
         try:
             while (left := deadline - self.clock()) > 0:
                 msg = self.recv(left)
                 if msg is not None:
                     seen.append(msg)
-        except ConnectionClosed:
+        except PricewireError:
             return seen
-        raise TimeoutError(f"still open after {timeout_s} s; received {[m.name for m in seen]}")
+        raise RequestTimeout(f"still open after {timeout_s} s; received {[m.name for m in seen]}")
+
+    def _logon_with(self, msg: Message, timeout_s: float | None) -> LogonAccepted:
+        self.core.start_logon(msg, self.clock())
+        self._flush()
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        return self._until(self.core.logon_result, wait, msg.name)
 
     def close(self) -> None:
-        """Close the socket (idempotent)."""
-        self.closed = True
-        self.sock.close()
+        """Close the connection (idempotent); no Logout is sent (see ``logout``)."""
+        self.core.fail(ConnectionLost("closed by the client"))
+        self.transport.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 class Session(Connection):
-    """A subscriber session: logon, requests, subscriptions with sequence checking."""
+    """A subscriber session: logon, subscriptions with sequence checking, requests.
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        timeout_s: float = 5.0,
-        rcvbuf: int | None = None,
-        tls: ssl.SSLContext | None = None,
-        server_hostname: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        tracker: SeqTracker | None = None,
-    ) -> None:
-        super().__init__(host, port, timeout_s, rcvbuf, tls, server_hostname, clock)
-        self.tracker = tracker if tracker is not None else SeqTracker()
-        self.last_status = ""
-        self.next_request_id = 1
-        self.resync_ids: set[int] = set()
-        self.prices: dict[tuple[int, int], Message] = {}
-        self.accepted: Message | None = None
-
-    def request_id(self) -> int:
-        """A fresh request id."""
-        rid = self.next_request_id
-        self.next_request_id += 1
-        return rid
+    ``with Session(host, port) as s:`` logs out (bounded by 1 s) and closes on exit.
+    """
 
     def logon(
         self,
         account: str = "demo",
         token: str = "demo",
         heartbeat_ms: int = 0,
-        timeout_s: float = 5.0,
-    ) -> Message:
-        """Log on; the LogonAccepted, or :class:`LogonRefused`."""
-        self.send(messages.logon(account, token, heartbeat_ms))
-        answer = self.wait_for(
-            lambda m: m.name in ("LogonAccepted", "LogonRejected", "Disconnect"), timeout_s
+        timeout_s: float | None = None,
+    ) -> LogonAccepted:
+        """Log on (``heartbeat_ms`` 0: the server's default interval); the LogonAccepted.
+
+        Raises :class:`~pricewire_client.errors.LogonRefused` (``.reason``,
+        ``.retry_after``) or :class:`~pricewire_client.errors.RequestTimeout`.
+        """
+        accepted = self._logon_with(messages.logon(account, token, heartbeat_ms), timeout_s)
+        log.info(
+            "logged on at %s:%d: session %d, stream %d",
+            *self.address,
+            accepted.session_id,
+            accepted.stream_id,
         )
-        if answer is None:
-            raise TimeoutError("no answer to Logon")
-        if answer.name != "LogonAccepted":
-            raise LogonRefused(answer)
-        self.heartbeat_ms = answer.int("heartbeatIntervalMs")
-        self.accepted = answer
+        return accepted
+
+    def start_logon(self, account: str, token: str, heartbeat_ms: int = 0) -> None:
+        """Send the Logon without waiting; :meth:`poll_logon` reads its answer."""
+        self.core.start_logon(messages.logon(account, token, heartbeat_ms), self.clock())
+        self._flush()
+
+    def poll_logon(self, timeout_s: float) -> LogonAccepted | None:
+        """Read for at most ``timeout_s``: the LogonAccepted once it came, else None.
+        Raises as :meth:`logon` does, and the connection's error."""
+        deadline = self.clock() + timeout_s
+        while (accepted := self.core.logon_result()) is None and self.clock() < deadline:
+            self.pump(deadline)
+        return accepted
+
+    def request(self, build: Callable[[int], Message], timeout_s: float | None = None) -> Answer:
+        """Send the request ``build`` makes for a fresh id and wait for its answer.
+
+        Prices received meanwhile are kept for :meth:`recv`. After a Reject(rate_limited)
+        a request waits for its floor first (reading meanwhile), or raises that Reject at
+        once if the floor outlasts ``timeout_s``. Raises
+        :class:`~pricewire_client.errors.RequestRejected` for a Reject,
+        :class:`~pricewire_client.errors.RequestTimeout` (the answer, if it comes later,
+        is dropped) or :class:`~pricewire_client.errors.ConnectionLost`.
+        """
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        deadline = self.clock() + wait
+        if (quiet_s := self.core.quiet_left(self.clock(), wait)) > 0:
+            self._hold(self.clock() + quiet_s)  # §4.2: the server's floor after rate_limited
+        rid = self.core.start_request(build, self.clock())
+        self._flush()
+        while (answer := self.core.take_answer(rid)) is None:
+            if self.clock() >= deadline:
+                self.core.abandon(rid)
+                raise RequestTimeout(f"request {rid}: no answer within {wait:g} s")
+            self.pump(deadline)
         return answer
 
-    def on_message(self, msg: Message) -> None:
-        """Track prices; on a gap, ask for a critical snapshot to resync."""
-        if msg.name in ("PriceSnapshot", "PriceUpdate"):
-            self.prices[(msg.int("symbolId"), msg.int("tier"))] = msg
-            self.last_status = self.tracker.apply(msg)
-            if self.last_status == "gap":
-                self.resync(msg.int("symbolId"), msg.int("tier"))
-        elif msg.name == "SnapshotResponse" and msg.int("requestId") in self.resync_ids:
-            self.resync_ids.discard(msg.int("requestId"))
-            for entry in msg.groups["prices"]:
-                self.tracker.apply_snapshot_entry(entry)
+    def _hold(self, until: float) -> None:
+        """Read (and heartbeat) until ``until``; prices are kept for :meth:`recv`."""
+        while self.clock() < until and self.core.error is None:
+            self.pump(until)
 
-    def resync(self, symbol_id: int, tier: int) -> None:
-        """Send a critical SnapshotRequest for one (symbol, tier)."""
-        rid = self.request_id()
-        self.resync_ids.add(rid)
-        self.send(messages.snapshot_request(rid, [symbol_id], tier, critical=True))
-
-    def request(self, build: Callable[[int], Message], timeout_s: float = 5.0) -> Message:
-        """Send a request built for a fresh id; its answer (response or Reject)."""
-        rid = self.request_id()
-        self.send(build(rid))
-        answer = self.wait_for(
-            lambda m: (
-                m.name != "PriceUpdate"
-                and m.name != "PriceSnapshot"
-                and m.get("requestId", -1) == rid
-                or m.name == "Disconnect"
-            ),
-            timeout_s,
-        )
-        if answer is None:
-            raise TimeoutError(f"no answer to request {rid}")
-        return answer
-
-    def symbols(self, budget_us: int = 0) -> Message:
-        """SymbolListRequest; the SymbolDirectory (or Reject)."""
-        return self.request(lambda rid: messages.symbol_list_request(rid, budget_us))
+    def symbols(self, budget_us: int = 0, timeout_s: float | None = None) -> SymbolDirectory:
+        """SymbolListRequest; the SymbolDirectory."""
+        answer = self.request(lambda rid: messages.symbol_list_request(rid, budget_us), timeout_s)
+        return _expect(answer, SymbolDirectory)
 
     def subscribe(
-        self, symbols: Sequence[messages.SymbolRef], tier: int = schema.DEFAULT_TIER
-    ) -> Message:
-        """Subscribe; the SubscribeResponse (or Reject)."""
-        return self.request(lambda rid: messages.subscribe(rid, symbols, tier))
+        self,
+        symbols: Sequence[messages.SymbolRef],
+        tier: int = schema.DEFAULT_TIER,
+        timeout_s: float | None = None,
+    ) -> SubscribeResponse:
+        """Subscribe (symbols by id or name, ``tier`` 0xFF = the account's default); the
+        SubscribeResponse (each ``ok`` entry's PriceSnapshot follows on the stream)."""
+        answer = self.request(lambda rid: messages.subscribe(rid, symbols, tier), timeout_s)
+        return _expect(answer, SubscribeResponse)
 
     def unsubscribe(
-        self, symbols: Sequence[messages.SymbolRef], tier: int = schema.DEFAULT_TIER
-    ) -> Message:
-        """Unsubscribe; the SubscribeResponse (or Reject)."""
-        return self.request(lambda rid: messages.unsubscribe(rid, symbols, tier))
+        self,
+        symbols: Sequence[messages.SymbolRef],
+        tier: int = schema.DEFAULT_TIER,
+        timeout_s: float | None = None,
+    ) -> SubscribeResponse:
+        """Unsubscribe; the SubscribeResponse."""
+        answer = self.request(lambda rid: messages.unsubscribe(rid, symbols, tier), timeout_s)
+        return _expect(answer, SubscribeResponse)
 
     def snapshot(
         self,
@@ -315,40 +380,80 @@ class Session(Connection):
         tier: int = schema.DEFAULT_TIER,
         budget_us: int = 0,
         critical: bool = False,
-    ) -> Message:
-        """SnapshotRequest; the SnapshotResponse (or Reject)."""
-        return self.request(
-            lambda rid: messages.snapshot_request(rid, symbols, tier, budget_us, critical)
+        timeout_s: float | None = None,
+    ) -> SnapshotResponse:
+        """SnapshotRequest (at most 32 symbol ids); the SnapshotResponse."""
+        answer = self.request(
+            lambda rid: messages.snapshot_request(rid, symbols, tier, budget_us, critical),
+            timeout_s,
         )
+        return _expect(answer, SnapshotResponse)
 
-    def history(self, symbol_id: int, count: int, budget_us: int = 0) -> Message:
-        """HistoryRequest; the HistoryResponse (or Reject)."""
-        return self.request(lambda rid: messages.history_request(rid, symbol_id, count, budget_us))
+    def history(
+        self, symbol_id: int, count: int, budget_us: int = 0, timeout_s: float | None = None
+    ) -> HistoryResponse:
+        """HistoryRequest; the HistoryResponse (the newest ``count`` ticks, oldest first)."""
+        answer = self.request(
+            lambda rid: messages.history_request(rid, symbol_id, count, budget_us), timeout_s
+        )
+        return _expect(answer, HistoryResponse)
 
-    def logout(self, timeout_s: float = 5.0) -> Message | None:
-        """Logout; the Disconnect(logout) the server answers with (None if it just closed)."""
-        self.send(messages.logout())
+    def prices(self) -> Iterator[Price]:
+        """Every price, in arrival order, until the session ends.
+
+        Other messages are skipped. Ends quietly after :meth:`logout`; otherwise the end
+        is raised (:class:`~pricewire_client.errors.ConnectionLost` with the Disconnect's
+        reason, or :class:`~pricewire_client.errors.ProtocolError`).
+        """
+        while True:
+            try:
+                msg = self.recv(3600.0)
+            except ConnectionLost:
+                if self.core.logged_out:
+                    return
+                raise
+            if isinstance(msg, Price):
+                yield msg
+
+    def __iter__(self) -> Iterator[Price]:
+        return self.prices()
+
+    def logout(self, timeout_s: float = TIMEOUT_S) -> Disconnect | None:
+        """Logout; the Disconnect(logout) the server answers with (None if it just closed).
+        Messages received before it are discarded."""
         try:
-            return self.wait_for(lambda m: m.name == "Disconnect", timeout_s)
-        except ConnectionClosed:
+            self.send(messages.logout())
+            disc = self.wait_for(lambda m: m.name == "Disconnect", timeout_s)
+        except PricewireError:
             return None
+        return disc if isinstance(disc, Disconnect) else None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.closed and self.accepted is not None:
+            self.logout(CLOSE_TIMEOUT_S)
+        self.close()
+
+
+A = TypeVar("A")
+
+
+def _expect(answer: Answer, kind: type[A]) -> A:
+    if not isinstance(answer, kind):
+        raise PricewireError(f"expected {kind.__name__}, got {answer.name}")
+    return answer
 
 
 class ProviderSession(Connection):
     """A provider ingest session: ProviderLogon, then ProviderQuote batches."""
 
-    def logon(self, provider_id: int, token: str, timeout_s: float = 5.0) -> Message:
-        """ProviderLogon; the LogonAccepted, or :class:`LogonRefused`."""
-        self.send(messages.provider_logon(provider_id, token))
-        answer = self.wait_for(
-            lambda m: m.name in ("LogonAccepted", "LogonRejected", "Disconnect"), timeout_s
-        )
-        if answer is None:
-            raise TimeoutError("no answer to ProviderLogon")
-        if answer.name != "LogonAccepted":
-            raise LogonRefused(answer)
-        self.heartbeat_ms = answer.int("heartbeatIntervalMs")
-        return answer
+    def logon(self, provider_id: int, token: str, timeout_s: float | None = None) -> LogonAccepted:
+        """ProviderLogon; the LogonAccepted, or :class:`~pricewire_client.errors.LogonRefused`."""
+        return self._logon_with(messages.provider_logon(provider_id, token), timeout_s)
 
     def quote(self, quotes: list[messages.Quote]) -> None:
         """Send one ProviderQuote batch."""

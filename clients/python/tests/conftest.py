@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pricewire_client import ConnectionClosed, ProviderSession, Quote, Session
+from pricewire_client import ConnectionLost, ProviderSession, Quote, Session
 
-from helpers import release
+import helpers
+from helpers import Prov, Sess, connect, new_provider, release
 from server import Server
 
 FEED_TOKEN = "demo-feed"
@@ -78,7 +79,7 @@ class GoodSubscriber(threading.Thread):
         self.session.logon()
         for tier in (0, 1, 2):
             answer = self.session.subscribe([EURUSD], tier)
-            assert answer.name == "SubscribeResponse", answer
+            assert all(r.ok for r in answer.results), answer
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.lock = threading.Lock()
@@ -88,7 +89,7 @@ class GoodSubscriber(threading.Thread):
             while not self.stop_event.is_set():
                 with self.lock:
                     self.session.recv(0.05)
-        except ConnectionClosed as err:
+        except ConnectionLost as err:
             self.error = err
         except BaseException as err:  # noqa: BLE001 - reported by the fixture
             self.error = err
@@ -134,20 +135,29 @@ def alongside(good_subscriber: GoodSubscriber, feeder: Feeder) -> Iterator[GoodS
     assert good_subscriber.accepted() > before + 3, "good subscriber stopped receiving"
 
 
+@pytest.fixture(params=["sync", "aio"])
+def api(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The client API a test runs against: the blocking one, then asyncio."""
+    helpers.API = request.param
+    yield request.param
+    helpers.API = "sync"
+
+
 @pytest.fixture
-def session(server: Server) -> Iterator[Session]:
-    """A logged-on demo session, closed after the test."""
-    sess = Session("127.0.0.1", server.port)
+def session(server: Server, api: str) -> Iterator[Sess]:
+    """A logged-on demo session of the API under test, closed after the test."""
+    sess = connect(server)
     sess.logon()
     yield sess
+    gaps = sess.tracker.gaps
     sess.close()
-    assert sess.tracker.gaps == [], "sequence gap on a test's session"
+    assert gaps == [], "sequence gap on a test's session"
 
 
 @pytest.fixture
-def provider(server: Server) -> Iterator[ProviderSession]:
-    """A logged-on provider (id 1), closed after the test."""
-    prov = ProviderSession("127.0.0.1", server.feed_port)
+def provider(server: Server, api: str) -> Iterator[Prov]:
+    """A logged-on provider (id 1) of the API under test, closed after the test."""
+    prov = new_provider("127.0.0.1", server.feed_port)
     prov.logon(1, FEED_TOKEN)
     yield prov
     release(prov)

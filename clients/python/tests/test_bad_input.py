@@ -13,28 +13,40 @@ import pytest
 
 from pricewire_client import (
     DisconnectReason,
+    Incoming,
     Message,
+    Price,
+    PricewireError,
     ProviderSession,
     Quote,
+    Reject,
     RejectReason,
-    Session,
     encode,
     messages,
 )
 from pricewire_client.codec import raw_frame, sofh
 
 from conftest import FEED_TOKEN, GoodSubscriber
-from helpers import connect, deadline_poll, logged_on, next_named, release, until_closed
+from helpers import (
+    Sess,
+    connect,
+    deadline_poll,
+    logged_on,
+    next_named,
+    release,
+    until_closed,
+    write_raw,
+)
 from server import Server
 
-pytestmark = pytest.mark.usefixtures("alongside")
+pytestmark = pytest.mark.usefixtures("alongside", "api")
 
 
-def assert_framing_error(sess: Session, reason: RejectReason) -> None:
+def assert_framing_error(sess: Sess, reason: RejectReason) -> None:
     seen = until_closed(sess)
     assert [m.name for m in seen][-2:] == ["Reject", "Disconnect"], seen
-    assert seen[-2].int("reason") == reason, seen
-    assert seen[-1].int("reason") == DisconnectReason.PROTOCOL_ERROR, seen
+    assert seen[-2].reason == reason, seen
+    assert seen[-1].reason == DisconnectReason.PROTOCOL_ERROR, seen
 
 
 @pytest.mark.parametrize("logon_first", [False, True], ids=["before_logon", "after_logon"])
@@ -69,7 +81,7 @@ def test_frame_at_the_listener_limit_is_read(server: Server) -> None:
     body = struct.pack("<QB", 5, 0xFF) + struct.pack("<HH", 18, 0) + b"\0" * (16384 - 27)
     sess.send(raw_frame(12, body, 9))  # an empty Subscribe padded with trailing bytes
     resp = next_named(sess, "SubscribeResponse", "Reject")
-    assert resp.name == "SubscribeResponse" and resp.int("requestId") == 5, resp
+    assert resp.name == "SubscribeResponse" and resp.request_id == 5, resp
 
 
 @pytest.mark.parametrize("logon_first", [False, True], ids=["before_logon", "after_logon"])
@@ -85,30 +97,31 @@ def test_unknown_template_before_logon(server: Server) -> None:
     sess = connect(server)
     sess.send(raw_frame(99, b"", 0))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") in (RejectReason.UNKNOWN_TEMPLATE, RejectReason.NOT_LOGGED_ON)
-    assert rej.int("refTemplateId") == 99
+    assert rej.reason in (RejectReason.UNKNOWN_TEMPLATE, RejectReason.NOT_LOGGED_ON)
+    assert rej.ref_template_id == 99
 
 
 def test_unknown_template_after_logon_keeps_the_session(server: Server) -> None:
     sess = logged_on(server)
     sess.send(raw_frame(99, b"\0" * 8, 8))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") == RejectReason.UNKNOWN_TEMPLATE
-    assert rej.int("refTemplateId") == 99
+    assert rej.reason == RejectReason.UNKNOWN_TEMPLATE
+    assert rej.ref_template_id == 99
     assert sess.symbols().name == "SymbolDirectory"
 
 
 def test_repeated_unknown_templates_are_bounded(server: Server) -> None:
     sess = logged_on(server)
-    for _ in range(300):  # §6: the server may close if such frames repeat; #17: it must
-        sess.send(raw_frame(99, b"", 0))
+    # §6: the server may close if such frames repeat; #17: it must (one write: the server
+    # closes while they arrive, and a later write would find the connection gone).
+    sess.send(raw_frame(99, b"", 0) * 300)
     seen = until_closed(sess)
     assert seen[-1].name == "Disconnect", [m.name for m in seen[-3:]]
-    rejects = [m for m in seen if m.name == "Reject"]
+    rejects = [m for m in seen if isinstance(m, Reject)]
     assert len(rejects) == 11  # §6: --bad-frame-limit 10 answered, the 11th disconnects
-    assert all(r.int("refTemplateId") == 99 for r in rejects)
-    assert seen[-1].int("reason") == DisconnectReason.PROTOCOL_ERROR
-    assert 1_000 <= seen[-1].int("retryAfterMs") <= 5_000  # §4.2
+    assert all(r.ref_template_id == 99 for r in rejects)
+    assert seen[-1].reason == DisconnectReason.PROTOCOL_ERROR
+    assert 1_000 <= seen[-1].retry_after_ms <= 5_000  # §4.2
 
 
 @pytest.mark.parametrize(
@@ -124,7 +137,7 @@ def test_bad_schema_or_version_is_rejected(server: Server, header: dict[str, int
     want = (
         RejectReason.UNKNOWN_SCHEMA if "schema_id" in header else RejectReason.UNSUPPORTED_VERSION
     )
-    assert rej.int("reason") == want
+    assert rej.reason == want
 
 
 @pytest.mark.parametrize(
@@ -136,7 +149,7 @@ def test_bad_schema_or_version_reject_names_the_template(
     sess = logged_on(server)
     body = encode(messages.symbol_list_request(7))[14:]
     sess.send(raw_frame(10, body, 13, **header))
-    assert next_named(sess, "Reject").int("refTemplateId") == 10
+    assert next_named(sess, "Reject").ref_template_id == 10
 
 
 def truncated_subscribe(request_id: int) -> bytes:
@@ -150,21 +163,21 @@ def test_truncated_group_is_malformed(server: Server) -> None:
     sess = logged_on(server)
     sess.send(truncated_subscribe(9))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") == RejectReason.MALFORMED and rej.int("refTemplateId") == 12
+    assert rej.reason == RejectReason.MALFORMED and rej.ref_template_id == 12
     assert sess.symbols().name == "SymbolDirectory"  # nothing accepted is lost
 
 
 def test_truncated_group_reject_echoes_the_request_id(server: Server) -> None:
     sess = logged_on(server)
     sess.send(truncated_subscribe(9))
-    assert next_named(sess, "Reject").int("requestId") == 9
+    assert next_named(sess, "Reject").request_id == 9
 
 
 def test_short_root_block_is_malformed(server: Server) -> None:
     sess = logged_on(server)
     sess.send(raw_frame(12, struct.pack("<Q", 9)[:5], 5))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") == RejectReason.MALFORMED and rej.int("refTemplateId") == 12
+    assert rej.reason == RejectReason.MALFORMED and rej.ref_template_id == 12
 
 
 def test_group_entry_shorter_than_the_schema_is_malformed(server: Server) -> None:
@@ -172,7 +185,7 @@ def test_group_entry_shorter_than_the_schema_is_malformed(server: Server) -> Non
     body = struct.pack("<QB", 8, 0xFF) + struct.pack("<HH", 10, 1) + b"\0" * 10
     sess.send(raw_frame(12, body, 9))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") == RejectReason.MALFORMED and rej.int("refTemplateId") == 12
+    assert rej.reason == RejectReason.MALFORMED and rej.ref_template_id == 12
 
 
 def test_truncated_var_data_in_logon_is_malformed(server: Server) -> None:
@@ -180,47 +193,47 @@ def test_truncated_var_data_in_logon_is_malformed(server: Server) -> None:
     body = struct.pack("<I", 0) + b"\x04demo\x09dem"  # token says 9 bytes, has 3
     sess.send(raw_frame(1, body, 4))
     rej = next_named(sess, "Reject", "LogonRejected")
-    assert rej.name == "Reject" and rej.int("reason") == RejectReason.MALFORMED, rej
+    assert rej.name == "Reject" and rej.reason == RejectReason.MALFORMED, rej
 
 
 def test_logon_with_a_bad_token_is_rejected(server: Server) -> None:
     sess = connect(server)
     sess.send(messages.logon("demo", "bad"))
     rej = next_named(sess, "LogonRejected")
-    assert rej.int("reason") == 1
+    assert rej.reason == 1 and rej.reason_name == "auth"
     until_closed(sess)
 
 
 def test_unknown_symbols_by_id_and_name(server: Server) -> None:
     sess = logged_on(server)
     resp = sess.subscribe([500, "ZZZZZZ", "EURUSD-but-16b!!"])
-    assert [r["status"] for r in resp.groups["results"]] == [1, 1, 1]
+    assert [r.status for r in resp.results] == [1, 1, 1]
 
 
 def test_provider_message_on_the_subscriber_port(server: Server) -> None:
     sess = logged_on(server)
     sess.send(messages.provider_quote([messages.Quote(0, 1, 2)]))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") == RejectReason.UNEXPECTED_MESSAGE
-    assert rej.int("refTemplateId") == 31
+    assert rej.reason == RejectReason.UNEXPECTED_MESSAGE
+    assert rej.ref_template_id == 31
 
 
 def test_server_message_sent_by_a_client(server: Server) -> None:
     sess = logged_on(server)
     sess.send(Message("PriceUpdate", {"symbolId": 0, "seq": 1}))
     rej = next_named(sess, "Reject")
-    assert rej.int("reason") == RejectReason.UNEXPECTED_MESSAGE
-    assert rej.int("refTemplateId") == 16
+    assert rej.reason == RejectReason.UNEXPECTED_MESSAGE
+    assert rej.ref_template_id == 16
 
 
-def burst(sess: Session, count: int) -> threading.Thread:
+def burst(sess: Sess, count: int) -> threading.Thread:
     """Send ``count`` Subscribes in one write from a thread (the reader stays free)."""
     data = b"".join(encode(messages.subscribe(i + 1, [0], 0)) for i in range(count))
 
     def write() -> None:
         try:
-            sess.sock.sendall(data)
-        except OSError:
+            write_raw(sess, data)
+        except (OSError, PricewireError):
             pass  # the server may close mid-burst; what it answered is checked
 
     thread = threading.Thread(target=write, daemon=True)
@@ -228,12 +241,12 @@ def burst(sess: Session, count: int) -> threading.Thread:
     return thread
 
 
-def read_burst_answers(sess: Session) -> list[Message]:
-    seen: list[Message] = []
+def read_burst_answers(sess: Sess) -> list[Incoming]:
+    seen: list[Incoming] = []
     try:
         while msg := sess.recv(3.0):
             seen.append(msg)
-    except Exception:  # noqa: BLE001 - closed connection ends the read
+    except PricewireError:  # the closed connection ends the read
         pass
     return seen
 
@@ -244,11 +257,11 @@ def test_subscribe_burst_of_10000_is_rate_limited(server: Server) -> None:
     seen = read_burst_answers(sess)
     writer.join(5)
     oks = [m for m in seen if m.name == "SubscribeResponse"]
-    rejects = [m for m in seen if m.name == "Reject"]
+    rejects = [m for m in seen if isinstance(m, Reject)]
     assert oks, "nothing of the burst was served"
-    assert rejects and all(r.int("reason") == RejectReason.RATE_LIMITED for r in rejects)
-    assert all(250 <= r.int("retryAfterMs") <= 1_000 for r in rejects)  # §4.2
-    assert all(r.int("requestId") > 0 for r in rejects)
+    assert rejects and all(r.reason == RejectReason.RATE_LIMITED for r in rejects)
+    assert all(250 <= r.retry_after_ms <= 1_000 for r in rejects)  # §4.2
+    assert all(r.request_id > 0 for r in rejects)
 
 
 def test_subscribe_burst_is_not_called_a_protocol_error(server: Server) -> None:
@@ -257,8 +270,8 @@ def test_subscribe_burst_is_not_called_a_protocol_error(server: Server) -> None:
     seen = read_burst_answers(sess)
     writer.join(5)
     disc = [m for m in seen if m.name == "Disconnect"]
-    assert not disc or disc[0].int("reason") == DisconnectReason.MESSAGE_FLOOD
-    assert not disc or 1_000 <= disc[0].int("retryAfterMs") <= 5_000  # §4.2
+    assert not disc or disc[0].reason == DisconnectReason.MESSAGE_FLOOD
+    assert not disc or 1_000 <= disc[0].retry_after_ms <= 5_000  # §4.2
 
 
 def test_one_byte_every_100ms_frame_is_served(server: Server) -> None:
@@ -266,12 +279,12 @@ def test_one_byte_every_100ms_frame_is_served(server: Server) -> None:
     sess.heartbeat_ms = 0  # a heartbeat must not land inside the dribbled frame
     frame = encode(messages.symbol_list_request(42))  # 27 bytes over 2.7 s
     for byte in frame[:-1]:
-        sess.sock.sendall(bytes([byte]))
+        sess.send(bytes([byte]))
         early = sess.recv(0.1)  # paces the bytes; only the server's heartbeat may arrive
         assert early is None or early.name == "Heartbeat", early
-    sess.sock.sendall(frame[-1:])
+    sess.send(frame[-1:])
     resp = next_named(sess, "SymbolDirectory", "Reject", "Disconnect")
-    assert resp.name == "SymbolDirectory" and resp.int("requestId") == 42, resp
+    assert resp.name == "SymbolDirectory" and resp.request_id == 42, resp
 
 
 HEAVY_SYMBOLS = list(range(16, 25))  # used by no other test: no spike filter surprises
@@ -299,8 +312,9 @@ class HeavyFeed(threading.Thread):
 def test_subscriber_that_never_reads(server: Server, good_subscriber: GoodSubscriber) -> None:
     """A reader that stops is conflated, then disconnected as a slow consumer; when it
     finally reads, its stream has no PriceUpdate gap (resyncs are snapshots) and ends with
-    Disconnect(slow_consumer)."""
-    sess = Session("127.0.0.1", server.port, rcvbuf=4096)
+    Disconnect(slow_consumer). (A small inbox: an asyncio session stops reading as soon as
+    64 messages wait, as a blocking one does at once.)"""
+    sess = connect(server, rcvbuf=4096, inbox_max=64)
     sess.logon()
     for tier in (0, 1, 2):
         sess.subscribe(HEAVY_SYMBOLS, tier)
@@ -318,7 +332,7 @@ def test_subscriber_that_never_reads(server: Server, good_subscriber: GoodSubscr
     seen = until_closed(sess, timeout_s=10)
     assert sess.tracker.gaps == []
     disc = [m for m in seen if m.name == "Disconnect"]
-    assert disc and disc[-1].int("reason") == DisconnectReason.SLOW_CONSUMER, seen[-3:]
+    assert disc and disc[-1].reason == DisconnectReason.SLOW_CONSUMER, seen[-3:]
     assert sess.tracker.accepted > 0
 
 
@@ -327,7 +341,7 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
 ) -> None:
     """A reader that stops until the server conflates it, then reads again, gets a
     PriceSnapshot flagged conflated for the symbols it fell behind on, and no gap."""
-    sess = Session("127.0.0.1", server.port, rcvbuf=4096)
+    sess = connect(server, rcvbuf=4096, inbox_max=64)
     sess.logon(heartbeat_ms=5000)
     for tier in (0, 1, 2):
         sess.subscribe(HEAVY_SYMBOLS, tier)
@@ -338,7 +352,7 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
     finally:
         feed.stop_event.set()
         feed.join(5)
-    flagged = sess.wait_for(lambda m: m.name == "PriceSnapshot" and bool(m.int("flags") & 0x01), 5)
+    flagged = sess.wait_for(lambda m: isinstance(m, Price) and m.snapshot and m.conflated, 5)
     assert flagged is not None, "no conflated resync snapshot"
     assert sess.tracker.gaps == []
     sess.close()

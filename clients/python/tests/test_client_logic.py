@@ -1,6 +1,6 @@
-"""The client's own behaviour against a scripted peer on 127.0.0.1 (no pricewire server):
-a sequence gap triggers a critical SnapshotRequest whose answer resyncs the tracker, and
-the session heartbeats when idle."""
+"""The client's own behaviour against a scripted peer on 127.0.0.1 (no pricewire server),
+for both APIs: a sequence gap triggers a critical SnapshotRequest whose answer resyncs the
+tracker, and the session heartbeats when idle."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from pricewire_client import FrameReader, Message, Session, decode, encode
+from pricewire_client import FrameReader, Message, Price, decode, encode
+
+from helpers import Sess, new_session
 
 PRICE = {"symbolId": 4, "tier": 2, "digits": 5, "bid": 100, "ask": 110}
 
 
 @pytest.fixture
-def pair() -> Iterator[tuple[Session, socket.socket]]:
-    """A Session connected to a scripted peer socket."""
+def pair(api: str) -> Iterator[tuple[Sess, socket.socket]]:
+    """A session of the API under test connected to a scripted peer socket."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        sess = Session("127.0.0.1", listener.getsockname()[1])
+        sess = new_session("127.0.0.1", listener.getsockname()[1])
         peer, _ = listener.accept()
     peer.settimeout(3)
     yield sess, peer
@@ -40,7 +42,7 @@ def price(name: str, seq: int) -> bytes:
 
 
 def test_gap_sends_a_critical_snapshot_request_and_resyncs(
-    pair: tuple[Session, socket.socket],
+    pair: tuple[Sess, socket.socket],
 ) -> None:
     sess, peer = pair
     peer.sendall(price("PriceSnapshot", 10) + price("PriceUpdate", 11) + price("PriceUpdate", 14))
@@ -56,17 +58,16 @@ def test_gap_sends_a_critical_snapshot_request_and_resyncs(
         {"prices": [dict(PRICE, seq=16, flags=0, providers=1)]},
     )
     peer.sendall(encode(answer) + price("PriceUpdate", 15) + price("PriceUpdate", 17))
-    outcomes = []
-    for _ in range(3):
-        msg = sess.recv(2)
-        assert msg is not None
-        if msg.name == "PriceUpdate":
-            outcomes.append(sess.tracker.expected[(4, 2)])
-    assert outcomes == [17, 18]  # 15 ignored as older than the resync, 17 accepted
-    assert sess.tracker.old == 1 and len(sess.tracker.gaps) == 1
+    got = [sess.recv(2) for _ in range(3)]
+    assert got[0] is not None and got[0].name == "SnapshotResponse"  # handed on, too
+    statuses = [m.status for m in got if isinstance(m, Price)]
+    assert statuses == ["old", "ok"]  # 15 older than the resync, 17 its next
+    tracker = sess.tracker
+    assert tracker.expected[(4, 2)] == 18
+    assert tracker.old == 1 and len(tracker.gaps) == 1
 
 
-def test_idle_session_sends_heartbeats(pair: tuple[Session, socket.socket]) -> None:
+def test_idle_session_sends_heartbeats(pair: tuple[Sess, socket.socket]) -> None:
     sess, peer = pair
     sess.heartbeat_ms = 100
     sess.recv(0.35)  # idle: nothing to read, so the session heartbeats meanwhile

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from pricewire_client import FrameReader, SeqTracker, decode, encode, schema
+from pricewire_client import FrameReader, Price, SeqTracker, decode, encode, schema
 from pricewire_client.codec import FramingError, MalformedError, Message, raw_frame
 
 from server import REPO_ROOT
@@ -129,8 +129,8 @@ def test_reader_splits_a_stream_and_refuses_bad_sofh_early() -> None:
             reader.next_frame()
 
 
-def price(name: str, seq: int, symbol: int = 1, tier: int = 0) -> Message:
-    return Message(name, {"symbolId": symbol, "tier": tier, "seq": seq})
+def price(name: str, seq: int, symbol: int = 1, tier: int = 0) -> Price:
+    return Price(symbol, tier, seq, 1, 2, 5, snapshot=name == "PriceSnapshot")
 
 
 def test_seq_tracker_follows_section_5() -> None:
@@ -142,6 +142,6 @@ def test_seq_tracker_follows_section_5() -> None:
     assert tracker.gaps == [(1, 0, 7, 9)]
     assert tracker.apply(price("PriceSnapshot", 3)) == "snapshot"  # a snapshot always resets
     assert tracker.apply(price("PriceUpdate", 4)) == "ok"
-    tracker.apply_snapshot_entry({"symbolId": 1, "tier": 0, "seq": 2})  # never backwards
+    tracker.apply_snapshot_entry(price("PriceSnapshot", 2))  # never backwards
     assert tracker.apply(price("PriceUpdate", 5)) == "ok"
     assert tracker.apply(price("PriceUpdate", 1, tier=1)) == "ok"  # first of another tier

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from pricewire_client import (
-    ConnectionClosed,
-    Message,
+    ConnectionLost,
+    Incoming,
     ProviderSession,
     Quote,
+    Reject,
     RejectReason,
     Session,
     encode,
@@ -24,8 +25,10 @@ from pricewire_client import (
 )
 
 from conftest import FEED_TOKEN
-from helpers import release
+from helpers import connect, release, write_raw
 from server import Server
+
+pytestmark = pytest.mark.usefixtures("api")
 
 UNLIMITED = [
     "--account-request-rate-per-s", "1000000", "--account-request-burst", "1000000",
@@ -42,31 +45,31 @@ def priced(srv: Server) -> Server:
     sess = Session("127.0.0.1", srv.port)
     sess.logon()
     deadline = time.monotonic() + 3
-    while len(sess.snapshot(list(range(25))).groups.get("prices", [])) < 25:
+    while len(sess.snapshot(list(range(25))).prices) < 25:
         assert time.monotonic() < deadline, "quotes never priced"
     sess.close()
     release(prov)
     return srv
 
 
-def pipelined_answers(srv: Server, count: int) -> tuple[dict[int, Message], bool]:
+def pipelined_answers(srv: Server, count: int) -> tuple[dict[int, Incoming], bool]:
     """Send ``count`` 25-symbol SnapshotRequests in one write; the answers by requestId and
     whether the connection was closed without a Disconnect."""
-    sess = Session("127.0.0.1", srv.port)
+    sess = connect(srv)
     sess.logon()
     data = b"".join(encode(messages.snapshot_request(i + 1, list(range(25)))) for i in range(count))
-    threading.Thread(target=sess.sock.sendall, args=(data,), daemon=True).start()
-    answers: dict[int, Message] = {}
+    threading.Thread(target=write_raw, args=(sess, data), daemon=True).start()
+    answers: dict[int, Incoming] = {}
     last = time.monotonic()
     try:
         while time.monotonic() - last < QUIET_S and len(answers) < count:
             msg = sess.recv(0.5)
             if msg is not None and msg.name in ("SnapshotResponse", "Reject"):
-                answers[msg.int("requestId")] = msg
+                answers[msg.request_id] = msg  # type: ignore[union-attr]
                 last = time.monotonic()
             elif msg is not None and msg.name == "Disconnect":
                 return answers, False
-    except ConnectionClosed:
+    except ConnectionLost:
         return answers, True
     sess.close()
     return answers, False
@@ -94,10 +97,10 @@ def test_full_request_queue_is_rejected_overloaded(small_queue: Server) -> None:
     answers, closed_silently = pipelined_answers(small_queue, 1000)
     assert not closed_silently
     assert len(answers) == 1000
-    shed = [m for m in answers.values() if m.name == "Reject"]
-    assert shed and all(m.int("reason") == RejectReason.OVERLOADED for m in shed)
-    assert all(m.int("retryAfterMs") > 0 for m in shed)
-    assert len({m.int("retryAfterMs") for m in shed}) > 1  # jittered
+    shed = [m for m in answers.values() if isinstance(m, Reject)]
+    assert shed and all(m.reason == RejectReason.OVERLOADED for m in shed)
+    assert all(m.retry_after_ms > 0 for m in shed)
+    assert len({m.retry_after_ms for m in shed}) > 1  # jittered
 
 
 def test_every_pipelined_request_is_answered(default_queue: Server) -> None:

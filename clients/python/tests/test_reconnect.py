@@ -10,11 +10,22 @@ from collections import deque
 
 import pytest
 
-from pricewire_client import Message, decode, encode
+from pricewire_client import (
+    ConnectionLost,
+    Disconnect,
+    FrameReader,
+    LogonRejected,
+    Message,
+    Price,
+    Reject,
+    SeqTracker,
+    Session,
+    decode,
+    encode,
+)
 from pricewire_client.codec import raw_frame
 from pricewire_client.reconnect import Backoff, ReconnectPolicy, retry_floor, system_rng
-from pricewire_client.schema import DisconnectReason, LogonRejectReason
-from pricewire_client.session import ConnectionClosed, SeqTracker, Session
+from pricewire_client.schema import DisconnectReason, LogonRejectReason, RejectReason
 from pricewire_client.subscriber import Address, Subscriber, parse_addresses
 
 RNG_SEED = 7
@@ -78,30 +89,34 @@ def test_server_retry_after_is_a_floor() -> None:
 
 
 def test_final_answers_stop_and_the_rest_retry_with_the_servers_floor() -> None:
-    def answer(name: str, reason: int, retry_after_ms: int) -> Message:
-        return Message(name, {"reason": reason, "retryAfterMs": retry_after_ms})
-
     assert retry_floor(None) == (True, 0)
-    assert retry_floor(answer("Disconnect", DisconnectReason.LOGOUT, 0)) == (False, 0)
-    assert retry_floor(answer("Disconnect", DisconnectReason.AUTH, 0)) == (False, 0)
-    assert retry_floor(answer("LogonRejected", LogonRejectReason.AUTH, 0)) == (False, 0)
-    assert retry_floor(answer("LogonRejected", LogonRejectReason.NOT_ENTITLED, 0))[0] is False
-    assert retry_floor(answer("Disconnect", DisconnectReason.SHUTDOWN, 4_200)) == (True, 4_200)
-    assert retry_floor(answer("LogonRejected", LogonRejectReason.BUSY, 3_100)) == (True, 3_100)
+    assert retry_floor(Disconnect(DisconnectReason.LOGOUT, 0)) == (False, 0)
+    assert retry_floor(Disconnect(DisconnectReason.AUTH, 0)) == (False, 0)
+    assert retry_floor(LogonRejected(LogonRejectReason.AUTH, 0)) == (False, 0)
+    assert retry_floor(LogonRejected(LogonRejectReason.NOT_ENTITLED, 0))[0] is False
+    assert retry_floor(Disconnect(DisconnectReason.SHUTDOWN, 4_200)) == (True, 4_200)
+    assert retry_floor(LogonRejected(LogonRejectReason.BUSY, 3_100)) == (True, 3_100)
+    assert retry_floor(LogonRejected(99, 10)) == (True, 10), "an unknown reason retries"
+    assert retry_floor(Reject(0, 1, RejectReason.MALFORMED, 0)) == (True, 0)
     assert ReconnectPolicy().next_delay(0.0, False, 0, Zero()) is None
 
 
-def test_attempts_are_bounded_and_reset_only_after_a_stable_session() -> None:
+def test_attempts_are_bounded_per_outage_and_the_window_resets_only_after_a_stable_session() -> (
+    None
+):
     p = ReconnectPolicy(Backoff(100, 100_000), attempts_max=5, stable_after_s=10.0)
     rng = random.Random(RNG_SEED)
     for _ in range(4):
         assert p.next_delay(0.0, True, 0, rng) is not None
     p.on_connected(1.0)  # dropped after 2 s: a flapping server, the backoff keeps growing
     assert p.next_delay(3.0, True, 0, Top()) == 1.6  # window of attempt 4
+    for _ in range(4):  # a new outage: 5 attempts in a row again
+        assert p.next_delay(3.0, True, 0, rng) is not None
     assert p.next_delay(3.0, True, 0, rng) is None, "5 attempts in a row: give up"
     p.on_connected(10.0)  # up for 10 s: the next window starts from the base again
     assert p.next_delay(20.0, True, 0, Top()) == 0.1
-    assert p.attempt == 1
+    assert p.attempt == 1 and p.failures == 1
+    assert ReconnectPolicy(attempts_max=0).next_delay(0.0, True, 0, Top()) is None
 
 
 def test_a_deadline_bounds_the_reconnecting() -> None:
@@ -111,31 +126,86 @@ def test_a_deadline_bounds_the_reconnecting() -> None:
     assert p.next_delay(102.0, True, 0, Top()) is None, "would retry 3 s after the loss"
 
 
+def test_the_deadline_counts_from_the_last_lost_session() -> None:
+    """A short session between two outages (under stable_after_s) starts a new outage: a
+    first attempt is made however long the previous outage was."""
+    p = ReconnectPolicy(Backoff(1_000, 1_000), give_up_after_s=2.5, stable_after_s=10.0)
+    assert p.next_delay(100.0, True, 0, Top()) == 1.0
+    assert p.next_delay(101.0, True, 0, Top()) == 1.0  # outage since 100 s
+    p.on_connected(102.0)
+    assert p.next_delay(110.2, True, 0, Top()) == 1.0, "lost after 8.2 s: one attempt at least"
+    assert p.next_delay(111.2, True, 0, Top()) == 1.0
+    assert p.next_delay(112.2, True, 0, Top()) is None, "2.5 s after the loss at 110.2 s"
+    p.on_connected(200.0)  # a floor beyond the deadline still gets its one attempt
+    assert p.next_delay(201.0, True, 9_000, Top()) == 9.0
+    assert p.next_delay(210.0, True, 0, Top()) is None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_lost_session_gets_an_attempt_under_generated_schedules(seed: int) -> None:
+    """Invariant over seeded schedules of sessions and failures: after a lost session the
+    policy gives a delay (never None) unless the answer was final; it gives up only after
+    attempts_max failures in a row or past give_up_after_s of the current outage."""
+    rng = random.Random(seed)
+    p = ReconnectPolicy(Backoff(50, 2_000), attempts_max=rng.randint(1, 6),
+                        stable_after_s=rng.choice([1.0, 10.0]),
+                        give_up_after_s=rng.choice([None, 0.5, 3.0]))  # fmt: skip
+    now, outage_start, failures, connected = 0.0, None, 0, False
+    for _ in range(200):
+        if connected:
+            now += rng.uniform(0.0, 12.0)
+            delay = p.next_delay(now, True, 0, rng)
+            assert delay is not None, "a lost session always gets one attempt"
+            outage_start, failures, connected = now, 1, False
+        elif rng.random() < 0.3:
+            p.on_connected(now)
+            connected = True
+            continue
+        else:
+            delay = p.next_delay(now, True, 0, rng)
+            outage_start = now if outage_start is None else outage_start
+            if delay is None:  # the window's top is the cap, 2 s
+                late = (
+                    p.give_up_after_s is not None and now + 2.0 - outage_start > p.give_up_after_s
+                )
+                assert failures >= p.attempts_max or late, (failures, now - outage_start)
+                return
+            failures += 1
+        now += delay
+
+
 # ---- sequence tracker across a reconnect -------------------------------------------------
 
 
-def price(name: str, symbol: int, seq: int, tier: int = 0) -> Message:
-    return Message(name, {"symbolId": symbol, "tier": tier, "seq": seq, "bid": 1, "ask": 2})
+def price(name: str, symbol: int, seq: int, tier: int = 0, stream: int = 0) -> Message:
+    fields = {"symbolId": symbol, "tier": tier, "seq": seq, "bid": 1, "ask": 2, "digits": 5}
+    if stream:
+        fields["streamId"] = stream
+    return Message(name, fields)
+
+
+def typed(name: str, symbol: int, seq: int, tier: int = 0, stream: int = 0) -> Price:
+    return Price(symbol, tier, seq, 1, 2, 5, snapshot=name == "PriceSnapshot", stream_id=stream)
 
 
 def test_after_a_resume_a_snapshot_resyncs_only_on_a_real_gap() -> None:
     t = SeqTracker()
     for sym in (1, 2, 3, 4):
-        assert t.apply(price("PriceSnapshot", sym, 10)) == "snapshot"
+        assert t.apply(typed("PriceSnapshot", sym, 10)) == "snapshot"
     t.resume()
     # The price held, or the next one: nothing missed.
-    assert t.apply(price("PriceSnapshot", 1, 10)) == "resumed"
-    assert t.apply(price("PriceSnapshot", 2, 11)) == "resumed"
+    assert t.apply(typed("PriceSnapshot", 1, 10)) == "resumed"
+    assert t.apply(typed("PriceSnapshot", 2, 11)) == "resumed"
     # Prices missed, or a server behind (restarted): a resync.
-    assert t.apply(price("PriceSnapshot", 3, 13)) == "resync"
-    assert t.apply(price("PriceSnapshot", 4, 4)) == "resync"
+    assert t.apply(typed("PriceSnapshot", 3, 13)) == "resync"
+    assert t.apply(typed("PriceSnapshot", 4, 4)) == "resync"
     assert t.expected[(4, 0)] == 5
     assert (t.resumed, t.resume_resyncs, t.gaps) == (2, 2, [])
     # Only the first snapshot after the resume is judged; updates go on in order.
-    assert t.apply(price("PriceSnapshot", 1, 10)) == "snapshot"
-    assert t.apply(price("PriceUpdate", 2, 12)) == "ok"
+    assert t.apply(typed("PriceSnapshot", 1, 10)) == "snapshot"
+    assert t.apply(typed("PriceUpdate", 2, 12)) == "ok"
     # A key first seen on the new session is a plain snapshot.
-    assert t.apply(price("PriceSnapshot", 5, 99)) == "snapshot"
+    assert t.apply(typed("PriceSnapshot", 5, 99)) == "snapshot"
 
 
 # ---- the subscriber, through scripted sessions -------------------------------------------
@@ -159,43 +229,36 @@ class FakeClock:
 Script = list[Message | Exception | bytes]
 
 
-class ScriptedSession(Session):
-    """A Session whose peer is a script: frames to read (or an error to raise), no socket.
+class ScriptedTransport:
+    """A transport whose peer is a script: frames to read (or an error to raise), no socket.
 
-    Every frame goes through the real decode and the real ``on_message`` tracking; reading
-    an empty script waits out the timeout on the fake clock.
+    Every frame goes through the real session (decode, tracking, logon); reading an empty
+    script waits out the timeout on the fake clock. What the session sends is decoded into
+    ``sent``.
     """
 
-    def __init__(self, script: Script, clock: FakeClock) -> None:  # noqa: D107
-        self.clock = clock
-        self.fake_clock = clock
-        self.heartbeat_ms = 0
-        self.last_sent = self.last_received = clock()
-        self.closed = False
-        self.tracker = SeqTracker()
-        self.last_status = ""
-        self.next_request_id = 1
-        self.resync_ids: set[int] = set()
-        self.prices: dict[tuple[int, int], Message] = {}
-        self.accepted = None
+    def __init__(self, script: Script, clock: FakeClock) -> None:
         self.script = deque(script)
+        self.clock = clock
         self.sent: list[Message] = []
+        self.reader = FrameReader()
 
-    def send(self, msg: Message | bytes) -> None:
-        self.sent.append(decode(encode(msg) if isinstance(msg, Message) else msg))
+    def send(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while (frame := self.reader.next_frame()) is not None:
+            self.sent.append(decode(frame))
 
-    def recv_raw(self, timeout_s: float) -> bytes | None:
+    def recv(self, timeout_s: float) -> bytes | None:
         if not self.script:
-            self.fake_clock.now += timeout_s
+            self.clock.now += timeout_s
             return None
         item = self.script.popleft()
         if isinstance(item, Exception):
             raise item
-        self.last_received = self.clock()
         return item if isinstance(item, bytes) else encode(item)
 
     def close(self) -> None:
-        self.closed = True
+        pass
 
 
 ACCEPTED = Message("LogonAccepted", {"sessionId": 1, "heartbeatIntervalMs": 1_000})
@@ -209,16 +272,16 @@ class Peers:
     def __init__(self, clock: FakeClock, scripts: dict[Address, list[Script | None]]) -> None:
         self.clock = clock
         self.scripts = {a: deque(s) for a, s in scripts.items()}
-        self.sessions: list[tuple[Address, ScriptedSession]] = []
+        self.sessions: list[tuple[Address, ScriptedTransport]] = []
 
     def connect(self, addr: Address) -> Session:
         queue = self.scripts.get(addr)
         script = queue.popleft() if queue else None
         if script is None:
             raise ConnectionRefusedError(f"{addr[0]} refuses")
-        sess = ScriptedSession(script, self.clock)
-        self.sessions.append((addr, sess))
-        return sess
+        transport = ScriptedTransport(script, self.clock)
+        self.sessions.append((addr, transport))
+        return Session(addr[0], addr[1], clock=self.clock, transport=transport)
 
 
 def subscriber(clock: FakeClock, peers: Peers, **kw: object) -> Subscriber:
@@ -246,7 +309,7 @@ def kinds(sub: Subscriber, n: int) -> list[tuple[str, str]]:
 def test_a_dead_first_address_then_failover_resumes_by_sequence() -> None:
     clock = FakeClock()
     on_b: Script = [ACCEPTED, price("PriceSnapshot", 0, 10), price("PriceUpdate", 0, 11)]
-    on_b += [price("PriceSnapshot", 1, 40), ConnectionClosed("EOF")]
+    on_b += [price("PriceSnapshot", 1, 40), ConnectionLost("EOF")]
     # A refuses the first connect; B serves and dies; A then has the same sequences
     # (symbol 0 moved on by one price, symbol 1 not at all).
     on_a: Script = [ACCEPTED, price("PriceSnapshot", 0, 12), price("PriceSnapshot", 1, 40)]
@@ -280,7 +343,7 @@ def test_a_dead_first_address_then_failover_resumes_by_sequence() -> None:
 
 def test_a_missed_price_is_a_resync_on_the_new_session() -> None:
     clock = FakeClock()
-    on_a: Script = [ACCEPTED, price("PriceSnapshot", 0, 10), ConnectionClosed("reset")]
+    on_a: Script = [ACCEPTED, price("PriceSnapshot", 0, 10), ConnectionLost("reset")]
     on_b: Script = [ACCEPTED, price("PriceSnapshot", 0, 12)]  # seq 11 was missed
     sub = subscriber(clock, Peers(clock, {A: [on_a], B: [on_b]}))
     sub.subscribe([0], 0)
@@ -331,7 +394,7 @@ def test_a_silent_server_is_dead_after_three_heartbeats_and_attempts_are_bounded
     logged_on_at = clock()
     dead = sub.next_event(10.0)
     assert dead is not None and dead.kind == "disconnected" and "dead peer" in dead.reason
-    assert 3.0 < clock() - logged_on_at < 3.1, "3 x the 1,000-ms heartbeat interval"
+    assert 3.0 <= clock() - logged_on_at < 3.1, "3 x the 1,000-ms heartbeat interval"
     got = [sub.next_event(10.0) for _ in range(4)]
     assert [e.kind for e in got if e] == ["disconnected"] * 3 + ["closed"]
     assert got[-1] is not None and "attempts exhausted" in got[-1].reason

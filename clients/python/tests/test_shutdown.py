@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pricewire_client import DisconnectReason
 
 from helpers import logged_on, until_closed
 from server import Server
+
+pytestmark = pytest.mark.usefixtures("api")
 
 
 def test_sigterm_disconnects_subscribers_with_shutdown(tmp_path: Path) -> None:
@@ -20,8 +24,8 @@ def test_sigterm_disconnects_subscribers_with_shutdown(tmp_path: Path) -> None:
         for sess in sessions:
             seen = until_closed(sess, timeout_s=8)
             disc = [m for m in seen if m.name == "Disconnect"]
-            assert disc and disc[-1].int("reason") == DisconnectReason.SHUTDOWN, seen
-            floors.append(disc[-1].int("retryAfterMs"))
+            assert disc and disc[-1].reason == DisconnectReason.SHUTDOWN, seen
+            floors.append(disc[-1].retry_after_ms)
         assert all(1_000 <= f <= 10_000 for f in floors), floors  # §4.2: a floor...
         assert len(set(floors)) > 1, floors  # ...jittered per session
     finally:

@@ -54,6 +54,8 @@ def test_watch_connect_moves_past_a_dead_first_address(server: Server, feeder: F
     assert notes[1] == f"# logged on at 127.0.0.1:{server.port}"
     prices = [line.split() for line in out.stdout.splitlines() if " EURUSD " in line]
     assert len(prices) == 3 and prices[0][7] == "snap", out.stdout
+
+
 def run_watch(
     server: Server, extra: list[str], token_env: str | None
 ) -> subprocess.CompletedProcess[str]:

@@ -35,7 +35,7 @@ fn hold(v: &Verifier) -> Sender<()> {
 
 #[test]
 fn verifies_off_thread_and_refuses_when_full() {
-    let v = Verifier::start("pw-test-auth", 1, 1).unwrap();
+    let v = Verifier::start("pw-test-auth", 1, 1, &Default::default()).unwrap();
     let h = hash::hash_token(b"t0k").unwrap();
     let (tx, rx) = crossbeam_channel::unbounded();
     let release = hold(&v);
@@ -62,7 +62,8 @@ fn verifies_off_thread_and_refuses_when_full() {
 #[test]
 fn the_default_queues_take_exactly_their_length_behind_a_busy_worker() {
     for queue in [QUEUE_DEFAULT, FEED_QUEUE_DEFAULT] {
-        let v = Verifier::start("pw-test-auth", WORKERS_DEFAULT, queue).unwrap();
+        let v =
+            Verifier::start("pw-test-auth", WORKERS_DEFAULT, queue, &Default::default()).unwrap();
         let release = hold(&v);
         let hit = || {
             let mut j = job("", b"t", 7, Box::new(|_, _| {}));
@@ -81,7 +82,8 @@ fn the_default_queues_take_exactly_their_length_behind_a_busy_worker() {
 #[test]
 fn a_job_past_its_deadline_is_dropped_unrun() {
     let clock = crate::clock::ManualClock::new(1_000);
-    let v = Verifier::start_with_clock("pw-test-auth", 1, 4, clock.clone()).unwrap();
+    let v = Verifier::start_with_clock("pw-test-auth", 1, 4, clock.clone(), &Default::default())
+        .unwrap();
     let h = hash::hash_token(b"t0k").unwrap();
     let (tx, rx) = crossbeam_channel::unbounded();
     let with = |deadline_ns: u64, tx: Sender<bool>| {
@@ -115,8 +117,10 @@ struct Tally {
 /// `guesses` wrong tokens for account `a` from 150 addresses (two each,
 /// as sent at once), queued behind a held worker, then released; the
 /// outcomes once all are answered.
-fn flood(guard: &Arc<AuthGuard>, v: &Verifier, stored: &str) -> Tally {
-    let release = hold(v);
+/// Every one of the verifier's `workers` is held while the flood is
+/// submitted, so the queue alone decides what is queued.
+fn flood(guard: &Arc<AuthGuard>, v: &Verifier, workers: usize, stored: &str) -> Tally {
+    let release: Vec<_> = (0..workers).map(|_| hold(v)).collect();
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut tally = Tally::default();
     let mut queued = 0;
@@ -182,9 +186,10 @@ fn a_concurrent_flood_of_one_account_reaches_argon2_at_most_threshold_times() {
             workers,
             limits.verifier_queue,
             clock.clone(),
+            &Default::default(),
         )
         .unwrap();
-        let t = flood(&guard, &v, &stored);
+        let t = flood(&guard, &v, workers, &stored);
         let threshold = limits.account.threshold;
         assert_eq!(
             guard.stats.verifications.load(Relaxed),
@@ -219,7 +224,7 @@ fn a_concurrent_flood_of_one_account_reaches_argon2_at_most_threshold_times() {
 /// first job.
 #[test]
 fn another_accounts_first_logon_is_served_while_a_flood_is_queued() {
-    let v = Verifier::start("pw-test-auth", 1, QUEUE_DEFAULT).unwrap();
+    let v = Verifier::start("pw-test-auth", 1, QUEUE_DEFAULT, &Default::default()).unwrap();
     let release = hold(&v);
     let (tx, rx): (Sender<(u64, bool)>, Receiver<_>) = crossbeam_channel::unbounded();
     let hit = |key: u64| {

@@ -19,24 +19,33 @@
 //!   stall, [`PING_MAX_OUTSTANDING`] unanswered PINGs) is counted in
 //!   [`BusStats`], and the client reconnects from [`Client::poll`] to the
 //!   next server in the list with [`crate::bus::reconnect_delay`] between
-//!   attempts, forever, then subscribes again. Publishes while it has no
-//!   server are refused (the caller counts them).
+//!   attempts, forever, then subscribes again; each failed attempt is
+//!   counted by kind (`open.rs`), and refused credentials or a TLS
+//!   handshake that fails are logged as warnings, once per new reason.
+//!   Publishes while it has no server are refused (the caller counts
+//!   them); a publish or subscription the server's permissions refuse is
+//!   counted and logged at the 1st, 2nd, 4th, 8th… time.
+//! - **Security**: TLS (`tls.rs`) and credentials (`auth.rs`) are set up
+//!   in `open.rs` and cost the steady state one enum match per socket
+//!   call; sealing and opening records allocate nothing.
 
-use std::io::{self, Read, Write};
-use std::net::ToSocketAddrs;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Poll, Token};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
+use super::access::Access;
+use super::link::Link;
 use super::liveness::{Beat, Keepalive};
 use super::proto::{self, Op, ReadBuf};
 use super::session::{RequestError, Session};
-use crate::bus::{reconnect_delay, BusStats, SERVERS_MAX};
+use crate::bus::{reconnect_delay, BusStats};
 use crate::clock::Clock;
+
+pub(crate) use open::{FailKind, Failure};
 
 /// Longest one connect attempt (TCP, INFO, CONNECT, PONG) may take.
 pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,6 +63,7 @@ const SOCKET: Token = Token(0);
 /// The open connection.
 struct Conn {
     sock: TcpStream,
+    link: Link,
     readable: bool,
     writable: bool,
     max_payload: usize,
@@ -68,6 +78,10 @@ pub(crate) struct Client {
     events: Events,
     /// `host:port`: the configured servers first, then learned ones.
     servers: Vec<String>,
+    /// How many of `servers` were configured (`--bus`).
+    configured: usize,
+    /// Credentials and TLS, read again before each attempt.
+    access: Access,
     current: usize,
     attempt: usize,
     retry_at_ns: u64,
@@ -75,159 +89,15 @@ pub(crate) struct Client {
     rng: SmallRng,
     clock: Arc<dyn Clock>,
     stats: Arc<BusStats>,
+    /// The last refusal warned about while reconnecting.
+    last_refusal: Option<String>,
 }
 
 fn io_err(reason: impl Into<String>) -> io::Error {
     io::Error::other(reason.into())
 }
 
-/// A TCP connection to the first address of `server` (`host:port`) that
-/// accepts within `timeout` each.
-fn dial(server: &str, timeout: Duration) -> io::Result<std::net::TcpStream> {
-    let mut last = io_err("no address");
-    for addr in server.to_socket_addrs()? {
-        match std::net::TcpStream::connect_timeout(&addr, timeout) {
-            Ok(sock) => return Ok(sock),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
 impl Client {
-    /// Connects to the first of `servers` (`nats://host:port`) that
-    /// answers, in order, round after round with backoff, for at most
-    /// `timeout`; the error names the last server's reason.
-    pub(crate) fn connect(
-        servers: &[String],
-        timeout: Duration,
-        clock: Arc<dyn Clock>,
-        stats: Arc<BusStats>,
-    ) -> Result<Client, String> {
-        let mut rng = SmallRng::from_entropy();
-        let inbox = (0..22)
-            .map(|_| char::from(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[rng.gen_range(0..36)]))
-            .collect::<String>();
-        let mut c = Client {
-            conn: None,
-            rbuf: ReadBuf::new(super::MAX_PAYLOAD_DEFAULT),
-            st: Session::new(&format!("_INBOX.{inbox}.")),
-            poll: Poll::new().map_err(|e| format!("poll: {e}"))?,
-            events: Events::with_capacity(8),
-            servers: servers
-                .iter()
-                .map(|s| s.strip_prefix("nats://").unwrap_or(s).to_string())
-                .collect(),
-            current: 0,
-            attempt: 0,
-            retry_at_ns: 0,
-            keepalive: Keepalive::new(PING_INTERVAL.as_nanos() as u64, PING_MAX_OUTSTANDING),
-            rng,
-            clock,
-            stats,
-        };
-        let deadline = c.clock.now_ns() + timeout.as_nanos() as u64;
-        let mut why = String::from("no server tried");
-        for round in 0.. {
-            for i in 0..c.servers.len().min(SERVERS_MAX) {
-                let left = deadline.saturating_sub(c.clock.now_ns());
-                if left == 0 {
-                    return Err(why);
-                }
-                match c.open(i, Duration::from_nanos(left).min(ATTEMPT_TIMEOUT)) {
-                    Ok(()) => return Ok(c),
-                    Err(e) => why = format!("{}: {e}", c.servers[i]),
-                }
-            }
-            let left = deadline.saturating_sub(c.clock.now_ns());
-            std::thread::sleep(reconnect_delay(round, &mut c.rng).min(Duration::from_nanos(left)));
-        }
-        Err(why)
-    }
-
-    /// Opens server `i`: TCP, INFO, CONNECT, PING/PONG, then the
-    /// subscriptions again.
-    fn open(&mut self, i: usize, timeout: Duration) -> io::Result<()> {
-        // A socket deadline, in real time: the OS times these reads.
-        let until = std::time::Instant::now() + timeout;
-        let mut sock = dial(&self.servers[i], timeout)?;
-        sock.set_nodelay(true)?;
-        sock.set_write_timeout(Some(timeout))?;
-        self.rbuf.clear();
-        self.st.out.clear();
-        let max_payload = self.handshake_read(&mut sock, true, until)?;
-        self.rbuf.reserve(max_payload);
-        self.st.hello();
-        sock.write_all(&self.st.out)?;
-        self.st.out.clear();
-        self.handshake_read(&mut sock, false, until)?;
-        self.st.resubscribe();
-        sock.write_all(&self.st.out)?;
-        self.st.out.clear();
-        sock.set_nonblocking(true)?;
-        let mut sock = TcpStream::from_std(sock);
-        self.poll.registry().register(
-            &mut sock,
-            SOCKET,
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
-        self.conn = Some(Conn {
-            sock,
-            readable: true,
-            writable: true,
-            max_payload,
-        });
-        self.current = i;
-        self.attempt = 0;
-        self.keepalive.start(self.clock.now_ns());
-        self.stats.connected.set(1);
-        Ok(())
-    }
-
-    /// Reads blocking until INFO (`want_info`; its max_payload returned)
-    /// or the PONG that answers CONNECT's PING.
-    fn handshake_read(
-        &mut self,
-        sock: &mut std::net::TcpStream,
-        want_info: bool,
-        until: std::time::Instant,
-    ) -> io::Result<usize> {
-        loop {
-            let parsed = proto::parse(self.rbuf.data(), proto::PAYLOAD_MAX);
-            let Some((op, n)) = parsed.map_err(|e| io_err(e.to_string()))? else {
-                let left = until.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return Err(io::Error::from(io::ErrorKind::TimedOut));
-                }
-                sock.set_read_timeout(Some(left))?;
-                let room = self.rbuf.spare();
-                match sock.read(room)? {
-                    0 => return Err(io_err("closed during the handshake")),
-                    n => self.rbuf.filled(n),
-                }
-                continue;
-            };
-            let done = match op {
-                Op::Info(json) if want_info => {
-                    Some(self.st.info(json, &mut self.servers, SERVERS_MAX))
-                }
-                Op::Pong if !want_info => Some(0),
-                Op::Err(r) => {
-                    return Err(io_err(format!("refused: {}", String::from_utf8_lossy(r))))
-                }
-                Op::Ping => {
-                    proto::pong(&mut self.st.out);
-                    None
-                }
-                _ => None,
-            };
-            self.rbuf.consume(n);
-            if let Some(max_payload) = done {
-                return Ok(max_payload.clamp(1, proto::PAYLOAD_MAX));
-            }
-        }
-    }
-
     /// Subscribes to `subject` (again after every reconnect); its messages
     /// go to [`Client::poll`]'s handler.
     pub(crate) fn subscribe(&mut self, subject: &str) {
@@ -313,7 +183,7 @@ impl Client {
             if room.is_empty() {
                 return Err(io_err("read buffer full"));
             }
-            match c.sock.read(room) {
+            match c.link.read(&mut c.sock, room) {
                 Ok(0) => return Err(io_err("closed by the server")),
                 Ok(n) => self.rbuf.filled(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
@@ -337,8 +207,10 @@ impl Client {
             let Some((op, n)) = parsed.map_err(|e| io_err(e.to_string()))? else {
                 return Ok(());
             };
-            if op == Op::Pong {
-                self.keepalive.pong();
+            match op {
+                Op::Pong => self.keepalive.pong(),
+                Op::Err(reason) => server_error(&self.stats, &self.access, reason),
+                _ => {}
             }
             self.st.handle(op, &mut self.servers, on_msg);
             self.rbuf.consume(n);
@@ -348,11 +220,14 @@ impl Client {
     fn write_out(&mut self) -> io::Result<()> {
         let deadline = self.clock.now_ns() + WRITE_TIMEOUT.as_nanos() as u64;
         let mut at = 0;
-        while at < self.st.out.len() {
+        loop {
             let Some(c) = self.conn.as_mut() else {
                 self.st.out.clear();
                 return Ok(());
             };
+            if at >= self.st.out.len() && !c.link.pending() {
+                break;
+            }
             if !c.writable {
                 let left = deadline.saturating_sub(self.clock.now_ns());
                 if left == 0 {
@@ -361,8 +236,13 @@ impl Client {
                 self.wait_events(Duration::from_nanos(left))?;
                 continue;
             }
-            match c.sock.write(&self.st.out[at..]) {
-                Ok(0) => return Err(io_err("wrote nothing")),
+            let wrote = if at < self.st.out.len() {
+                c.link.write(&mut c.sock, &self.st.out[at..])
+            } else {
+                c.link.flush(&mut c.sock).map(|()| 0)
+            };
+            match wrote {
+                Ok(0) if at < self.st.out.len() => return Err(io_err("wrote nothing")),
                 Ok(n) => at += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -392,6 +272,9 @@ impl Client {
         let result = loop {
             if self.st.reply.done {
                 break Ok(());
+            }
+            if self.st.reply.denied {
+                break Err(RequestError::Denied);
             }
             let left = deadline.saturating_sub(self.clock.now_ns());
             if left == 0 {
@@ -424,6 +307,20 @@ impl Client {
             self.clock.now_ns() + reconnect_delay(0, &mut self.rng).as_nanos() as u64;
     }
 
+    /// A failed reconnect: credentials or TLS refused are warnings (once
+    /// per new reason: they need an operator); the rest is debug.
+    fn refused(&mut self, i: usize, e: &Failure) {
+        let server = crate::runtime::esc(&self.servers[i]);
+        if !matches!(e.kind, FailKind::Auth | FailKind::Tls) {
+            tracing::debug!(%server, error = %e.reason, "NATS reconnect failed");
+            return;
+        }
+        if self.last_refusal.as_deref() != Some(e.reason.as_str()) {
+            tracing::warn!(%server, reason = %e.reason, credentials = %self.access.describe(), "NATS refused the connection; retrying with backoff");
+            self.last_refusal = Some(e.reason.clone());
+        }
+    }
+
     fn reconnect_when_due(&mut self, wait: Duration) {
         let now = self.clock.now_ns();
         if now < self.retry_at_ns {
@@ -438,7 +335,7 @@ impl Client {
                 tracing::info!(server = %crate::runtime::esc(&self.servers[i]), "NATS connection restored");
             }
             Err(e) => {
-                tracing::debug!(server = %crate::runtime::esc(&self.servers[i]), error = %crate::runtime::esc(&e), "NATS reconnect failed");
+                self.refused(i, &e);
                 self.attempt += 1;
                 self.current = (i + 1) % self.servers.len();
                 let delay = reconnect_delay(self.attempt, &mut self.rng);
@@ -447,6 +344,30 @@ impl Client {
         }
     }
 }
+
+/// A `-ERR` after the handshake: counted; a permission refusal is logged
+/// at the 1st, 2nd, 4th… time (a core publishing with an edge's
+/// credentials would otherwise log every price).
+fn server_error(stats: &BusStats, access: &Access, reason: &[u8]) {
+    let text = String::from_utf8_lossy(reason);
+    if !text.contains("Permissions Violation") {
+        tracing::warn!(reason = %crate::runtime::esc_bytes(reason), "NATS server error");
+        return;
+    }
+    stats.permission_denied.inc();
+    let n = stats.permission_denied.get();
+    if n.is_power_of_two() {
+        tracing::warn!(
+            reason = %crate::runtime::esc_bytes(reason),
+            times = n,
+            credentials = %access.describe(),
+            "NATS refused an operation for these credentials' permissions"
+        );
+    }
+}
+
+#[path = "open.rs"]
+mod open;
 
 #[cfg(test)]
 #[path = "client_tests.rs"]

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::bus::nats::access::Access;
 use crate::clock::ManualClock;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -85,7 +86,8 @@ fn a_silent_server_is_dropped_and_the_client_comes_back_subscribed() {
     let script = std::thread::spawn(move || server(l, tx, end_rx));
     let clock = ManualClock::new(0);
     let stats = Arc::new(BusStats::default());
-    let mut c = Client::connect(&[url], WAIT, clock.clone(), stats.clone()).unwrap();
+    let mut c =
+        Client::connect(&[url], Access::open(), WAIT, clock.clone(), stats.clone()).unwrap();
     assert_eq!(
         c.servers.len(),
         2,
@@ -139,17 +141,20 @@ fn a_closed_port_a_mute_server_and_an_unanswered_request_all_end_in_time() {
     let clock = Arc::new(crate::clock::MonotonicClock);
     let refused = Client::connect(
         &[format!("nats://{addr}")],
+        Access::open(),
         Duration::from_millis(300),
         clock.clone(),
         stats.clone(),
     );
-    assert!(refused.is_err_and(|why| why.contains(&addr.to_string())));
+    assert!(refused
+        .is_err_and(|why| why.kind == FailKind::Io && why.reason.contains(&addr.to_string())));
     // A listener that never says INFO: the attempt ends at its deadline.
     let mute = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("nats://{}", mute.local_addr().unwrap());
     let t0 = Instant::now();
     let silent = Client::connect(
         &[url],
+        Access::open(),
         Duration::from_millis(300),
         clock.clone(),
         stats.clone(),
@@ -162,11 +167,59 @@ fn a_closed_port_a_mute_server_and_an_unanswered_request_all_end_in_time() {
         let (_s, mut r) = greet(&l);
         while !next_line(&mut r).is_empty() {}
     });
-    let mut c = Client::connect(&[url], WAIT, clock, stats).unwrap();
+    let mut c = Client::connect(&[url], Access::open(), WAIT, clock, stats).unwrap();
     let t0 = Instant::now();
     let e = c.request("$JS.API.INFO", &[], b"", Duration::from_millis(100));
     assert_eq!(e.err(), Some(RequestError::Timeout));
     assert!(t0.elapsed() < WAIT);
     drop(c);
     script.join().unwrap();
+}
+
+/// Publish-to-receive round trips of this client through a real
+/// nats-server, for the client decision in docs/design.md (the same
+/// measurement as the async-nats program described there).
+#[test]
+#[ignore = "a measurement: cargo test --release --lib rtt_through_nats_server -- --ignored --nocapture"]
+fn rtt_through_nats_server() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH");
+    let url = format!("nats://127.0.0.1:{port}");
+    let clock = Arc::new(crate::clock::MonotonicClock);
+    let stats = Arc::new(BusStats::default());
+    let mut c = Client::connect(&[url], Access::open(), WAIT, clock, stats).unwrap();
+    c.subscribe("cmp.price.>");
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    let mut frame = [7u8; 76];
+    for i in 0..20_000u64 {
+        frame[..8].copy_from_slice(&i.to_le_bytes());
+        let t = Instant::now();
+        assert!(c.publish("cmp.price.EURUSD", &frame) && c.flush());
+        let mut got = false;
+        while !got {
+            c.poll(Duration::from_millis(5), &mut |_, p| {
+                got |= p[..8] == i.to_le_bytes()
+            });
+            assert!(t.elapsed() < WAIT, "no echo");
+        }
+        if i >= 2_000 {
+            h.record(t.elapsed().as_nanos() as u64).unwrap();
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    eprintln!(
+        "own client: publish+flush -> receive p50 {} us, p99 {} us",
+        h.value_at_quantile(0.5) / 1000,
+        h.value_at_quantile(0.99) / 1000
+    );
 }

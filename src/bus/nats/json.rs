@@ -295,7 +295,6 @@ impl<'a> Value<'a> {
     }
 
     /// True if the value's text is exactly `text` (a literal, a number).
-    #[cfg(test)]
     pub(crate) fn raw_is(&self, text: &[u8]) -> bool {
         self.raw == text
     }

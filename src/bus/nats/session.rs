@@ -4,8 +4,36 @@
 
 use std::fmt;
 
+use super::auth::Material;
 use super::json;
 use super::proto::{self, Op};
+
+/// What a server's INFO asks of and offers to this connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerInfo {
+    /// Largest message it takes.
+    pub(crate) max_payload: usize,
+    /// The nonce an NKey or JWT user signs.
+    pub(crate) nonce: Option<String>,
+    /// Only TLS connections are accepted.
+    pub(crate) tls_required: bool,
+    /// TLS is offered though not required.
+    pub(crate) tls_available: bool,
+    /// Every connection must authenticate.
+    pub(crate) auth_required: bool,
+}
+
+impl Default for ServerInfo {
+    fn default() -> ServerInfo {
+        ServerInfo {
+            max_payload: super::MAX_PAYLOAD_DEFAULT,
+            nonce: None,
+            tls_required: false,
+            tls_available: false,
+            auth_required: false,
+        }
+    }
+}
 
 /// The sid of the inbox subscription (`_INBOX.<random>.*`), which carries
 /// every reply.
@@ -24,6 +52,8 @@ pub(crate) enum RequestError {
     NotConnected,
     Timeout,
     Lost,
+    /// The server's permissions refused the request's subject.
+    Denied,
 }
 
 impl fmt::Display for RequestError {
@@ -32,6 +62,7 @@ impl fmt::Display for RequestError {
             RequestError::NotConnected => "no server connection",
             RequestError::Timeout => "no reply in time",
             RequestError::Lost => "connection lost while waiting",
+            RequestError::Denied => "refused by the server's permissions for these credentials",
         })
     }
 }
@@ -43,6 +74,8 @@ pub(crate) struct Reply {
     pub(crate) headers: Vec<u8>,
     pub(crate) payload: Vec<u8>,
     pub(crate) done: bool,
+    /// The server refused to take the request (its permissions).
+    pub(crate) denied: bool,
     id: u64,
 }
 
@@ -115,6 +148,8 @@ pub(crate) struct Session {
     next_sid: u64,
     req_id: u64,
     reply_to: Vec<u8>,
+    /// The subject of the request in flight.
+    req_subject: String,
     pub(crate) reply: Reply,
     pub(crate) pending: Pending,
     /// A request waits: other messages go to [`Session::pending`].
@@ -131,10 +166,12 @@ impl Session {
             next_sid: INBOX_SID + 1,
             req_id: 0,
             reply_to: Vec::with_capacity(inbox.len() + 20),
+            req_subject: String::with_capacity(128),
             reply: Reply {
                 headers: Vec::with_capacity(REPLY_BYTES),
                 payload: Vec::with_capacity(REPLY_BYTES),
                 done: false,
+                denied: false,
                 id: 0,
             },
             pending: Pending::default(),
@@ -143,11 +180,17 @@ impl Session {
     }
 
     /// Reads INFO: learns the cluster's `connect_urls` (added after the
-    /// configured servers, at most `max` in all) and returns max_payload.
-    pub(crate) fn info(&mut self, json: &[u8], servers: &mut Vec<String>, max: usize) -> usize {
+    /// configured servers, at most `max` in all) and what the server asks
+    /// of this connection.
+    pub(crate) fn info(
+        &mut self,
+        json: &[u8],
+        servers: &mut Vec<String>,
+        max: usize,
+    ) -> ServerInfo {
         let Ok(v) = json::parse(json) else {
             tracing::warn!("INFO from the server is not JSON; ignored");
-            return super::MAX_PAYLOAD_DEFAULT;
+            return ServerInfo::default();
         };
         if let Some(urls) = v.get("connect_urls") {
             for url in urls.items().filter_map(|u| u.as_str()) {
@@ -156,28 +199,48 @@ impl Session {
                 }
             }
         }
-        v.get("max_payload")
-            .and_then(|m| m.as_u64())
-            .and_then(|m| usize::try_from(m).ok())
-            .unwrap_or(super::MAX_PAYLOAD_DEFAULT)
+        let flag = |key| v.get(key).is_some_and(|b| b.raw_is(b"true"));
+        ServerInfo {
+            max_payload: v
+                .get("max_payload")
+                .and_then(|m| m.as_u64())
+                .and_then(|m| usize::try_from(m).ok())
+                .unwrap_or(super::MAX_PAYLOAD_DEFAULT),
+            nonce: v
+                .get("nonce")
+                .and_then(|n| n.as_str())
+                .map(|n| n.into_owned()),
+            tls_required: flag("tls_required"),
+            tls_available: flag("tls_available"),
+            auth_required: flag("auth_required"),
+        }
     }
 
-    /// CONNECT (headers and no-responders on, no +OK acks) and a PING
-    /// whose PONG confirms the server took it.
-    pub(crate) fn hello(&mut self) {
+    /// CONNECT (headers and no-responders on, no +OK acks, `creds` signing
+    /// the INFO's `nonce`) and a PING whose PONG confirms the server took
+    /// it.
+    pub(crate) fn hello(
+        &mut self,
+        creds: &Material,
+        nonce: Option<&str>,
+        tls: bool,
+    ) -> Result<(), String> {
         let connect = json::Writer::object()
             .bool("verbose", false)
             .bool("pedantic", false)
             .bool("headers", true)
             .bool("no_responders", true)
-            .bool("tls_required", false)
+            .bool("tls_required", tls)
             .str("name", "pricewire")
             .str("lang", "rust")
             .str("version", env!("CARGO_PKG_VERSION"))
-            .int("protocol", 1)
-            .end();
+            .int("protocol", 1);
+        let mut connect = creds.connect_fields(connect, nonce)?.end();
         proto::connect(&mut self.out, &connect);
+        // The copy may hold a password or token.
+        zeroize::Zeroize::zeroize(&mut connect);
         proto::ping(&mut self.out);
+        Ok(())
     }
 
     /// SUB for the inbox and every subscription (a new connection).
@@ -208,6 +271,9 @@ impl Session {
         self.req_id += 1;
         self.reply.id = self.req_id;
         self.reply.done = false;
+        self.reply.denied = false;
+        self.req_subject.clear();
+        self.req_subject.push_str(subject);
         self.reply_to.clear();
         self.reply_to.extend_from_slice(self.inbox.as_bytes());
         proto::put_u64(&mut self.reply_to, self.req_id);
@@ -237,8 +303,12 @@ impl Session {
             Op::Info(json) => {
                 self.info(json, servers, crate::bus::SERVERS_MAX);
             }
+            // Counted and logged by the client; a refusal of the request
+            // in flight ends its wait now rather than at its timeout.
             Op::Err(reason) => {
-                tracing::warn!(reason = %crate::runtime::esc_bytes(reason), "NATS server error");
+                if self.buffering && !self.reply.done && denies(reason, &self.req_subject) {
+                    self.reply.denied = true;
+                }
             }
             Op::Msg(m) if m.sid == INBOX_SID => {
                 let id = m
@@ -258,6 +328,16 @@ impl Session {
             Op::Pong | Op::Ok => {}
         }
     }
+}
+
+/// `-ERR 'Permissions Violation for Publish to "<subject>"'` names
+/// `subject`.
+fn denies(reason: &[u8], subject: &str) -> bool {
+    let prefix = b"'Permissions Violation for Publish to \"";
+    reason
+        .strip_prefix(&prefix[..])
+        .and_then(|r| r.strip_suffix(b"\"'"))
+        .is_some_and(|s| s == subject.as_bytes())
 }
 
 #[cfg(test)]
@@ -299,14 +379,33 @@ mod tests {
     }
 
     #[test]
+    fn a_permission_refusal_ends_the_wait_of_its_request_only() {
+        let mut s = Session::new("_INBOX.X.");
+        let mut servers = Vec::new();
+        s.start_request("$JS.API.STREAM.CREATE.P", &[], b"{}");
+        let other = br#"'Permissions Violation for Publish to "p.price.X"'"#;
+        s.handle(Op::Err(other), &mut servers, &mut |_, _| {});
+        assert!(!s.reply.denied);
+        let this = br#"'Permissions Violation for Publish to "$JS.API.STREAM.CREATE.P"'"#;
+        s.handle(Op::Err(this), &mut servers, &mut |_, _| {});
+        assert!(s.reply.denied);
+        s.start_request("$JS.API.STREAM.INFO.P", &[], b"");
+        assert!(!s.reply.denied, "a new request starts clean");
+    }
+
+    #[test]
     fn info_teaches_cluster_urls_bounded_and_max_payload() {
         let mut s = Session::new("_INBOX.X.");
         let mut servers = vec!["127.0.0.1:4222".to_string()];
         let info =
             br#"{"max_payload":2048,"connect_urls":["127.0.0.1:4222","127.0.0.1:4223","h:1"]}"#;
-        assert_eq!(s.info(info, &mut servers, 2), 2048);
+        assert_eq!(s.info(info, &mut servers, 2).max_payload, 2048);
         assert_eq!(servers, ["127.0.0.1:4222", "127.0.0.1:4223"]);
-        assert_eq!(s.info(b"not json", &mut servers, 2), 1 << 20);
+        assert_eq!(s.info(b"not json", &mut servers, 2).max_payload, 1 << 20);
+        let secured = br#"{"nonce":"n0nce","tls_required":true,"auth_required":true}"#;
+        let facts = s.info(secured, &mut servers, 2);
+        assert_eq!(facts.nonce.as_deref(), Some("n0nce"));
+        assert!(facts.tls_required && facts.auth_required && !facts.tls_available);
     }
 
     #[test]
@@ -314,7 +413,7 @@ mod tests {
         let mut s = Session::new("_INBOX.X.");
         s.subscribe("p.price.>");
         s.out.clear();
-        s.hello();
+        s.hello(&Material::None, None, false).unwrap();
         s.resubscribe();
         let text = String::from_utf8(s.out.clone()).unwrap();
         assert!(text.starts_with(

@@ -410,8 +410,14 @@ impl ServeArgs {
     pub fn load_config(&self) -> Result<Config, String> {
         // Stored hashes are checked against the cost window as they load.
         crate::auth::hash::set_cost_window(self.gateway.auth.cost_window()?);
+        // An edge runs no feed: it reads none of the providers' secrets
+        // (and resolves none of their host names, `start_service`).
+        let secrets = match self.bus.role {
+            crate::bus::Role::Edge => crate::config::fix::FeedSecrets::Skip,
+            _ => crate::config::fix::FeedSecrets::Read,
+        };
         let mut config = match &self.config {
-            Some(p) => Config::load(p, self.providers),
+            Some(p) => Config::load_with(p, self.providers, secrets),
             None => crate::config::ConfigFile::default().resolve(self.providers),
         }
         .map_err(|e| e.to_string())?;

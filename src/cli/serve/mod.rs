@@ -19,6 +19,7 @@ use crossbeam_channel::Receiver;
 use rand::SeedableRng;
 
 use super::refuse;
+use crate::bus::BusRole;
 use crate::capture::{RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
 use crate::config::Config;
@@ -32,6 +33,8 @@ use crate::ops::{
 };
 use crate::refdata::{RefData, RefDataConfig, RefDataFile};
 use crate::runtime::latency::{LATENCY_NS_MAX, LATENCY_NS_MIN, LATENCY_SIGFIG};
+use crate::runtime::supervise::EXIT_STAGE_DIED;
+use crate::runtime::Supervisor;
 use crate::service::{Service, ServiceConfig};
 use lifecycle::{report_loop, shutdown};
 use record::{register_recorder, start_recorder};
@@ -47,7 +50,12 @@ pub fn run(args: ServeArgs) -> i32 {
         return refuse(e);
     }
     let clock = Arc::new(MonotonicClock);
-    let health = Health::new(clock.clone(), DEFAULT_LIVENESS_STALE_MS);
+    let supervisor = match supervision() {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let health =
+        Health::with_supervisor(clock.clone(), DEFAULT_LIVENESS_STALE_MS, supervisor.clone());
     let registry = Registry::new();
     let ops_server = match OpsServer::spawn(plan.ops.listen, health.clone(), registry.clone()) {
         Ok(s) => s,
@@ -62,23 +70,29 @@ pub fn run(args: ServeArgs) -> i32 {
     if !stagger(&args, &plan, &*clock, &begin_rx) {
         return 0;
     }
-    let _reload = match watch_reload(&plan.tls) {
+    let _reload = match watch_reload(&plan.tls, &supervisor) {
         Ok(w) => w,
         Err(e) => return refuse(e),
     };
-    let (recorder, tap) = match start_recorder(&args, &plan.config) {
+    let (recorder, tap) = match start_recorder(&args, &plan.config, &supervisor) {
         Ok(r) => r,
         Err(e) => return refuse(e),
     };
-    let service = match start_service(&args, &plan, tap) {
+    let recorder = Arc::new(Mutex::new(recorder));
+    let grace = Duration::from_millis(plan.ops.stage_exit_grace_ms);
+    if let Err(e) = supervisor.watch(grace, flush_on_death(recorder.clone())) {
+        return refuse(format!("the stage supervisor could not start: {e}"));
+    }
+    let service = match start_service(&args, &plan, tap, &supervisor) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return 1;
         }
     };
-    let (latency, mut memory) = register_metrics(&registry, &service, recorder.as_ref());
-    let recorder = Arc::new(Mutex::new(recorder));
+    let recorded = recorder.lock().expect("recorder lock");
+    let (latency, mut memory) = register_metrics(&registry, &service, recorded.as_ref());
+    drop(recorded);
     health.set_serving();
     tracing::info!(ops = %ops_server.local_addr(), "serving");
     let service = Arc::new(Mutex::new(Some(service)));
@@ -91,14 +105,47 @@ pub fn run(args: ServeArgs) -> i32 {
         &begin_rx,
         &mut memory,
     );
-    let code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
+    let mut code = shutdown(&plan, &health, &service, &recorder, &*clock, &forced);
     if let Some(s) = service.lock().expect("service lock").take() {
         s.stop();
     }
     health.set_stopped();
     ops_server.stop();
+    if let Some(death) = supervisor.first_death() {
+        // A stage died during the shutdown: not a clean exit.
+        tracing::error!(%death, "a stage died; exiting non-zero");
+        code = EXIT_STAGE_DIED;
+    }
     tracing::info!(exit_code = code, "stopped");
     code
+}
+
+/// The drill switch (read once, here) and the supervisor of every stage;
+/// panics contained at a connection boundary are kept off stderr (their
+/// boundary logs them, thinned).
+fn supervision() -> Result<Supervisor, String> {
+    if let Some(d) = crate::runtime::drill::arm_from_env()? {
+        tracing::warn!(drill = ?d, env = crate::runtime::drill::ENV,
+            "fault drill armed: a planted panic will fire (never in production)");
+    }
+    crate::runtime::contain::install_panic_hook();
+    Ok(Supervisor::new())
+}
+
+/// What the supervisor runs once a stage died, within its grace: the
+/// recorder drains, flushes and fsyncs what it holds (unless the shutdown
+/// is closing it right now).
+fn flush_on_death(recorder: Arc<Mutex<Option<RecorderHandle>>>) -> Box<dyn FnOnce() + Send> {
+    Box::new(move || {
+        let Ok(mut slot) = recorder.try_lock() else {
+            return;
+        };
+        if let Some(rec) = slot.take() {
+            let totals = rec.stop();
+            tracing::warn!(recorded = totals.stats.recorded, error = ?totals.error,
+                "capture flushed after a stage died");
+        }
+    })
 }
 
 /// Registers the service's metrics, the tick-to-publish histogram, the
@@ -179,7 +226,12 @@ impl Plan {
             .map_err(|e| e.to_string())?;
         args.gateway_config()?;
         args.request_config()?;
-        args.bus_role()?;
+        if let Some(BusRole::Core(bus) | BusRole::Edge(bus)) = args.bus_role()? {
+            // The credentials and TLS files, read once before anything
+            // starts (the bus thread reads them again at each connect).
+            args.bus.security.warn_loose_files();
+            bus.check_access().map_err(|e| e.to_string())?;
+        }
         let ops = args.ops.validate().map_err(|e| e.to_string())?;
         let tls = args.gateway.listener_tls()?;
         let mut ingest = args
@@ -202,6 +254,7 @@ fn start_service(
     args: &ServeArgs,
     plan: &Plan,
     recorder: Option<RecorderTap>,
+    supervisor: &Supervisor,
 ) -> Result<Service, String> {
     let config = plan.config.clone();
     let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
@@ -221,7 +274,14 @@ fn start_service(
     let cfg_config = config.clone();
     let mut sources: Vec<(String, Box<dyn crate::feed::TickSource>)> = Vec::new();
     let mut fix = None;
-    if !config.fix.is_empty() {
+    let edge = matches!(args.bus_role()?, Some(crate::bus::BusRole::Edge(_)));
+    if edge && !config.fix.is_empty() {
+        tracing::info!(
+            sessions = config.fix.len(),
+            "FIX providers in the config are not started on an edge"
+        );
+    }
+    if !config.fix.is_empty() && !edge {
         // Reconnect jitter from the OS's entropy, not `--seed`: a fleet
         // restarted together must not reconnect to its LPs in step.
         let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), rand::random())
@@ -248,8 +308,14 @@ fn start_service(
         shard_wait: args.shard_wait(),
         recorder,
         requests: args.request_config()?,
-        refdata: start_refdata(args, &cfg_config, plan.redis_password.as_deref())?,
+        refdata: start_refdata(
+            args,
+            &cfg_config,
+            plan.redis_password.as_deref(),
+            supervisor,
+        )?,
         bus: args.bus_role()?,
+        supervisor: supervisor.clone(),
     };
     crate::cli::bus_args::fit_role(&mut cfg);
     let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
@@ -285,6 +351,7 @@ fn start_refdata(
     args: &ServeArgs,
     config: &Config,
     redis_password: Option<&str>,
+    supervisor: &Supervisor,
 ) -> Result<Option<Arc<RefData>>, String> {
     // `[refdata]` is checked with or without `--redis`: a typo is refused
     // at start, not when Redis is switched on.
@@ -300,8 +367,13 @@ fn start_refdata(
     cfg.redis.password = redis_password.map(str::to_string);
     file.apply(&mut cfg)
         .map_err(|e| format!("[refdata]: {e}"))?;
-    let rd = RefData::start_redis(&cfg, config.table.clone(), Arc::new(MonotonicClock))
-        .map_err(|e| format!("--redis {shown}: {e}"))?;
+    let rd = RefData::start_redis(
+        &cfg,
+        config.table.clone(),
+        Arc::new(MonotonicClock),
+        supervisor,
+    )
+    .map_err(|e| format!("--redis {shown}: {e}"))?;
     tracing::info!(
         url = %shown,
         ttl_ms = cfg.cache.ttl_ms,
@@ -320,19 +392,20 @@ const REDIS_PASSWORD_ENV: &str = "PRICEWIRE_REDIS_PASSWORD";
 /// without TLS nothing watches it.
 fn watch_reload(
     tls: &crate::cli::gateway_args::ListenerTls,
+    supervisor: &Supervisor,
 ) -> Result<Option<crate::ops::ReloadWatcher>, crate::ops::OpsError> {
     let acceptors: Vec<_> = tls.all().cloned().collect();
     if acceptors.is_empty() {
         return Ok(None);
     }
-    crate::ops::ReloadWatcher::spawn(Box::new(move || {
+    let reload = Box::new(move || {
         tracing::info!("SIGHUP: reloading TLS certificates");
         for a in &acceptors {
             // A refused reload is logged and counted by the acceptor.
             let _ = a.reload();
         }
-    }))
-    .map(Some)
+    });
+    crate::ops::ReloadWatcher::spawn(reload, supervisor).map(Some)
 }
 
 fn watch_signals(
@@ -341,18 +414,21 @@ fn watch_signals(
     forced: Arc<AtomicBool>,
 ) -> Result<SignalWatcher, crate::ops::OpsError> {
     let h = health.clone();
-    SignalWatcher::spawn(SignalCallbacks {
-        on_first: Box::new(move |sig| {
-            tracing::info!(signal = sig, "shutdown requested: readiness now fails");
-            h.begin_draining();
-            let _ = begin.try_send(());
-        }),
-        on_second: Box::new(move |sig| {
-            forced.store(true, Ordering::Release);
-            eprintln!("second signal {sig}: exiting at once");
-            std::process::exit(crate::ops::shutdown::EXIT_FORCED);
-        }),
-    })
+    SignalWatcher::spawn(
+        SignalCallbacks {
+            on_first: Box::new(move |sig| {
+                tracing::info!(signal = sig, "shutdown requested: readiness now fails");
+                h.begin_draining();
+                let _ = begin.try_send(());
+            }),
+            on_second: Box::new(move |sig| {
+                forced.store(true, Ordering::Release);
+                eprintln!("second signal {sig}: exiting at once");
+                std::process::exit(crate::ops::shutdown::EXIT_FORCED);
+            }),
+        },
+        health.supervisor(),
+    )
 }
 
 /// Staggered start-up. Applies in Kubernetes (KUBERNETES_SERVICE_HOST set)

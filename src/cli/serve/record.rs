@@ -13,6 +13,7 @@ use crate::service::Service;
 pub(super) fn start_recorder(
     args: &ServeArgs,
     config: &Config,
+    supervisor: &crate::runtime::Supervisor,
 ) -> Result<(Option<RecorderHandle>, Option<RecorderTap>), String> {
     let Some(dir) = &args.record else {
         return Ok((None, None));
@@ -33,6 +34,7 @@ pub(super) fn start_recorder(
         flush_interval_ms: args.record_flush_ms,
         fsync: args.record_fsync,
         source: format!("pricewire serve (seed {})", args.seed),
+        supervisor: supervisor.clone(),
         ..RecorderConfig::default()
     };
     let (handle, tap) = Recorder::spawn(dir, &config.table, cfg)

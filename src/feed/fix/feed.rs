@@ -14,18 +14,22 @@
 //! Allocation: per connection nothing (the receive buffer of
 //! [`RX_BYTES`] is allocated once per session in [`FixFeed::new`]);
 //! frames are parsed in place and ticks copied into the caller's batch.
-//! Host names are resolved once in `new` (resolution may block).
+//! Host names are resolved at every connect attempt, off this thread
+//! (`resolver.rs`): a name that does not resolve fails that attempt under
+//! the session's backoff and breaker, counted and logged, and never stops
+//! the feed.
 //!
 //! Latency note: the feed thread learns about socket data by polling, not
 //! by readiness; with the default spin-park feed wait an idle feed parks
 //! for at most `PARK_MAX_US` between polls. Choose `spin-yield` for the
 //! feed stage where that matters.
 
-use std::io::{self, ErrorKind, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::codec;
+use super::resolver::{Answer, Asked, Resolver};
 use super::session::{FixSession, HealthSlot, Io, SessionState};
 use super::stats::{FixFeedStats, FixProviderStats};
 use super::FixError;
@@ -53,7 +57,12 @@ impl Clock for WallClock {
 
 struct Conn {
     session: FixSession,
-    addr: SocketAddr,
+    /// The connect attempt waiting for its host name (see `resolver.rs`).
+    resolving: Option<u64>,
+    attempts: u64,
+    /// The last lookup failure logged, so a name that keeps failing the
+    /// same way is logged once, not at every backoff.
+    unresolved: Option<String>,
     stream: Option<mio::net::TcpStream>,
     connecting: bool,
     rx: Box<[u8]>,
@@ -66,6 +75,7 @@ pub struct FixFeed {
     wall: Arc<dyn Clock>,
     stats: Arc<FixFeedStats>,
     health: HealthSlot,
+    resolver: Resolver,
     next: usize,
     shut: bool,
 }
@@ -73,7 +83,7 @@ pub struct FixFeed {
 impl FixFeed {
     /// Builds one session per config; first connects are staggered by
     /// position in `configs` from `start_ns`. `seed` makes the jitter
-    /// reproducible.
+    /// reproducible. No host name is looked up here (see the module doc).
     pub fn new(
         configs: &[FixSessionConfig],
         start_ns: u64,
@@ -86,10 +96,6 @@ impl FixFeed {
             cfg.validate().map_err(|reason| FixError::Config {
                 provider: cfg.name.clone(),
                 reason,
-            })?;
-            let addr = resolve(&cfg.host, cfg.port).map_err(|e| FixError::Resolve {
-                provider: cfg.name.clone(),
-                reason: e.to_string(),
             })?;
             let session = FixSession::new(
                 cfg.clone(),
@@ -107,7 +113,9 @@ impl FixFeed {
             });
             conns.push(Conn {
                 session,
-                addr,
+                resolving: None,
+                attempts: 0,
+                unresolved: None,
                 stream: None,
                 connecting: false,
                 rx: vec![0u8; RX_BYTES].into_boxed_slice(),
@@ -119,6 +127,7 @@ impl FixFeed {
             wall: Arc::new(WallClock),
             stats: Arc::new(stats),
             health,
+            resolver: Resolver::default(),
             next: 0,
             shut: false,
         })
@@ -157,7 +166,7 @@ impl FixFeed {
         let wall = self.wall.now_ns();
         for c in &mut self.conns {
             let io = c.session.request_logout(now_ns, wall);
-            c.apply(io, now_ns);
+            c.apply(io);
         }
     }
 }
@@ -208,21 +217,30 @@ impl Drop for FixFeed {
     }
 }
 
-fn resolve(host: &str, port: u16) -> io::Result<SocketAddr> {
-    (host, port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::new(ErrorKind::NotFound, "no address"))
+impl FixFeed {
+    /// Hands every finished lookup to its session.
+    fn take_answers(&mut self, now_ns: u64) {
+        let answers: &Resolver = &self.resolver;
+        for a in answers.answers() {
+            if let Some(c) = self.conns.get_mut(a.conn) {
+                c.answered(a, now_ns);
+            }
+        }
+    }
 }
 
 impl TickSource for FixFeed {
     fn poll(&mut self, now_ns: u64, out: &mut [Tick]) -> SourcePoll {
         let wall = self.wall.now_ns();
+        self.take_answers(now_ns);
         let mut n = 0;
         let count = self.conns.len();
         for k in 0..count {
             let i = (self.next + k) % count;
             n += self.conns[i].turn(now_ns, wall, &mut out[n..]);
+            if self.conns[i].connect_due() {
+                self.conns[i].resolve(i, now_ns, &mut self.resolver);
+            }
             if n == out.len() {
                 break;
             }
@@ -248,7 +266,7 @@ impl Conn {
             self.check_connect(now_ns, wall);
         }
         let io = self.session.poll(now_ns, wall);
-        self.apply(io, now_ns);
+        self.apply(io);
         if self.stream.is_some() && !self.connecting {
             n += self.read_frames(now_ns, wall, &mut out[n..]);
             self.write_out();
@@ -256,21 +274,11 @@ impl Conn {
         n
     }
 
-    fn apply(&mut self, io: Io, now_ns: u64) {
+    fn apply(&mut self, io: Io) {
         match io {
             Io::Nothing => {}
-            Io::Connect => match mio::net::TcpStream::connect(self.addr) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    self.stream = Some(s);
-                    self.connecting = true;
-                    self.rx_len = 0;
-                }
-                Err(_) => {
-                    let io = self.session.on_connect_failed(now_ns);
-                    self.apply(io, now_ns);
-                }
-            },
+            // The host name first (the feed asks its resolver next).
+            Io::Connect => self.resolving = Some(0),
             Io::Close => {
                 // Best effort: a parting Logout, then close.
                 self.write_out();
@@ -283,6 +291,79 @@ impl Conn {
         self.stream = None;
         self.connecting = false;
         self.rx_len = 0;
+        self.resolving = None;
+    }
+
+    /// A connect was asked for and its lookup not started yet.
+    fn connect_due(&self) -> bool {
+        self.resolving == Some(0)
+    }
+
+    /// Starts the lookup of attempt `self.attempts + 1`; an IP literal
+    /// connects at once, a refusal fails the attempt.
+    fn resolve(&mut self, index: usize, now_ns: u64, resolver: &mut Resolver) {
+        self.attempts += 1;
+        self.resolving = Some(self.attempts);
+        let cfg = self.session.config();
+        match resolver.ask(index, self.attempts, &cfg.host, cfg.port) {
+            Asked::Now(addr) => self.connect(addr, now_ns),
+            Asked::Queued => {}
+            Asked::Refused(why) => self.unresolvable(why, now_ns),
+        }
+    }
+
+    /// A lookup finished: connect, unless the attempt is over (the
+    /// session's connect timeout came first).
+    fn answered(&mut self, answer: Answer, now_ns: u64) {
+        let current = self.resolving == Some(answer.attempt)
+            && self.session.state() == SessionState::Connecting;
+        if !current {
+            return;
+        }
+        match answer.addr {
+            Ok(addr) => self.connect(addr, now_ns),
+            Err(why) => self.unresolvable(why, now_ns),
+        }
+    }
+
+    fn connect(&mut self, addr: SocketAddr, now_ns: u64) {
+        self.resolving = None;
+        if self.unresolved.take().is_some() {
+            let cfg = self.session.config();
+            tracing::info!(provider = %crate::runtime::esc(&cfg.name), host = %crate::runtime::esc(&cfg.host), %addr, "FIX provider host resolves again");
+        }
+        match mio::net::TcpStream::connect(addr) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                self.stream = Some(s);
+                self.connecting = true;
+                self.rx_len = 0;
+            }
+            Err(_) => {
+                let io = self.session.on_connect_failed(now_ns);
+                self.apply(io);
+            }
+        }
+    }
+
+    /// The host name gave no address: one failed connect (backoff and
+    /// breaker as any), counted as `unresolved`, logged when the reason
+    /// changes.
+    fn unresolvable(&mut self, why: String, now_ns: u64) {
+        self.resolving = None;
+        self.session.stats().resolve_failures.inc();
+        if self.unresolved.as_deref() != Some(why.as_str()) {
+            let cfg = self.session.config();
+            tracing::warn!(
+                provider = %crate::runtime::esc(&cfg.name),
+                host = %crate::runtime::esc(&cfg.host),
+                reason = %crate::runtime::esc(&why),
+                "FIX provider host does not resolve; retrying with the session's backoff"
+            );
+            self.unresolved = Some(why);
+        }
+        let io = self.session.on_connect_failed(now_ns);
+        self.apply(io);
     }
 
     /// Non-blocking connect progress: SO_ERROR first, then a peer address
@@ -300,11 +381,11 @@ impl Conn {
         if failed {
             self.drop_stream();
             let io = self.session.on_connect_failed(now_ns);
-            self.apply(io, now_ns);
+            self.apply(io);
         } else {
             self.connecting = false;
             let io = self.session.on_connected(now_ns, wall);
-            self.apply(io, now_ns);
+            self.apply(io);
         }
     }
 
@@ -334,7 +415,7 @@ impl Conn {
                     start += len;
                     let io = self.session.handle_frame(frame, now_ns, wall);
                     n += self.session.drain_ticks(&mut out[n..]);
-                    self.apply(io, now_ns);
+                    self.apply(io);
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -342,7 +423,7 @@ impl Conn {
                     // the session decides whether the line is beyond use.
                     start += codec::resync(&self.rx[start..self.rx_len]);
                     let io = self.session.on_garbled(e, now_ns);
-                    self.apply(io, now_ns);
+                    self.apply(io);
                 }
             }
         }
@@ -374,7 +455,7 @@ impl Conn {
     fn lost(&mut self, now_ns: u64) -> bool {
         self.drop_stream();
         let io = self.session.on_disconnected(now_ns);
-        self.apply(io, now_ns);
+        self.apply(io);
         false
     }
 

@@ -41,6 +41,9 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
         s.connects_attempted
     }),
     (m::FIX_CONNECTS, "result", "failed", |s| s.connects_failed),
+    (m::FIX_CONNECTS, "result", "unresolved", |s| {
+        s.resolve_failures
+    }),
     (m::FIX_CONNECTS, "result", "logged_on", |s| s.logons),
     (m::FIX_TIMEOUTS, "kind", "connect", |s| s.connect_timeouts),
     (m::FIX_TIMEOUTS, "kind", "logon", |s| s.logon_timeouts),

@@ -22,6 +22,7 @@ pub mod feed;
 pub(crate) mod garble;
 pub mod health;
 pub mod metrics;
+pub mod resolver;
 pub mod session;
 pub mod sim;
 pub mod stats;
@@ -41,14 +42,6 @@ pub enum FixError {
         /// The provider's configured name.
         provider: String,
         /// Which setting and why.
-        reason: String,
-    },
-    /// The provider's host name does not resolve.
-    #[error("FIX provider {provider}: cannot resolve host: {reason}")]
-    Resolve {
-        /// The provider's configured name.
-        provider: String,
-        /// The resolver's error.
         reason: String,
     },
     /// The FIX simulator could not start (the reason).

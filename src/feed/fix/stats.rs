@@ -46,8 +46,11 @@ macro_rules! session_stats {
 session_stats! {
     /// Connect attempts started.
     connects_attempted,
-    /// Connects refused or otherwise failed.
+    /// Connects refused or otherwise failed (unresolved host names
+    /// included).
     connects_failed,
+    /// Connect attempts whose host name gave no address.
+    resolve_failures,
     /// Connects that took longer than `connect_ms`.
     connect_timeouts,
     /// Logons not answered within `logon_ms`.

@@ -22,6 +22,9 @@ use crate::wire::{self, DisconnectReason, LogonRejectReason};
 /// Readiness events taken per poll.
 const EVENTS_CAPACITY: usize = 256;
 
+/// The listener's thinned fault log.
+static INGEST_FAULTS: crate::runtime::contain::FaultLog = crate::runtime::contain::FaultLog::new();
+
 impl Ingest {
     pub(super) fn run(&mut self) {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
@@ -62,40 +65,48 @@ impl Ingest {
             return 0;
         }
         self.next_check_ns = now + CHECK_EVERY_NS;
+        crate::runtime::drill::point("ingest", 0);
         let mut n = 0;
         for i in 0..self.bridges.len() {
-            let Some(b) = self.bridges[i].as_mut() else {
-                continue;
-            };
-            if b.closing || b.logon_ticket != 0 {
-                // Closing, or its logon is with the verifier (no
-                // Heartbeat may come before LogonAccepted).
-                continue;
+            if self.bridges[i].is_some() {
+                self.contained(i, |s| n += s.bridge_timers(i, now));
             }
-            if b.stream.handshake_expired(now) {
-                // Counted by the link; no TLS session, nothing to say.
-                self.close(i);
-                continue;
-            }
-            match b.keep.due(now) {
-                Due::Nothing => continue,
-                Due::Heartbeat => reply(&mut b.out, wire::encode_heartbeat),
-                Due::Drop => {
-                    let text = if b.provider.is_some() {
-                        "idle"
-                    } else {
-                        "no ProviderLogon"
-                    };
-                    push_disconnect(&mut b.out, DisconnectReason::IDLE_TIMEOUT, text);
-                    b.closing = true;
-                    self.stats.idle_disconnects.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            b.keep.sent(now);
-            n += 1;
-            self.flush(i);
         }
         n
+    }
+
+    /// Bridge `i`'s heartbeat, dead-peer and handshake timers; 1 if acted on.
+    fn bridge_timers(&mut self, i: usize, now: u64) -> usize {
+        let Some(b) = self.bridges[i].as_mut() else {
+            return 0;
+        };
+        if b.closing || b.logon_ticket != 0 {
+            // Closing, or its logon is with the verifier (no
+            // Heartbeat may come before LogonAccepted).
+            return 0;
+        }
+        if b.stream.handshake_expired(now) {
+            // Counted by the link; no TLS session, nothing to say.
+            self.close(i);
+            return 0;
+        }
+        match b.keep.due(now) {
+            Due::Nothing => return 0,
+            Due::Heartbeat => reply(&mut b.out, wire::encode_heartbeat),
+            Due::Drop => {
+                let text = if b.provider.is_some() {
+                    "idle"
+                } else {
+                    "no ProviderLogon"
+                };
+                push_disconnect(&mut b.out, DisconnectReason::IDLE_TIMEOUT, text);
+                b.closing = true;
+                self.stats.idle_disconnects.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        b.keep.sent(now);
+        self.flush(i);
+        1
     }
 
     /// Reads the bridges held back by a full ring, once it has room.
@@ -125,7 +136,13 @@ impl Ingest {
     fn accept_all(&mut self) {
         loop {
             match self.listener.accept() {
-                Ok((stream, _)) => self.add(stream),
+                Ok((stream, peer)) => {
+                    let faulted = crate::runtime::contain::contain(|| self.add(stream));
+                    if let Err(fault) = faulted {
+                        self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                        INGEST_FAULTS.report("ingest", &peer, &fault);
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "ingest accept failed");
@@ -177,13 +194,19 @@ impl Ingest {
         });
     }
 
+    /// Reads bridge `i` (see `read_bridge`) inside its connection's
+    /// boundary.
+    pub(super) fn on_ready(&mut self, i: usize, short_drains: bool) {
+        self.contained(i, |s| s.read_bridge(i, short_drains));
+    }
+
     /// Reads bridge `i` until the socket is drained. With `short_drains`, a
     /// read that returns less than asked means drained (a later arrival
     /// raises a new edge), which saves the `EAGAIN` read — one syscall per
     /// quote batch at low rates (nginx's `ngx_unix_recv` does the same).
     /// Without it (the peer closed, or resuming a held bridge) it reads
     /// until `WouldBlock` or the end.
-    pub(super) fn on_ready(&mut self, i: usize, short_drains: bool) {
+    fn read_bridge(&mut self, i: usize, short_drains: bool) {
         if i >= self.bridges.len() {
             return;
         }
@@ -375,6 +398,17 @@ impl Ingest {
             }
             b.logon_ticket = 0;
             n += 1;
+            self.contained(i, |s| s.logon_verdict(i, provider, verdict));
+        }
+        n
+    }
+
+    /// Bridge `i`'s ProviderLogon verdict, then the frames it sent meanwhile.
+    fn logon_verdict(&mut self, i: usize, provider: u16, verdict: super::frames::TokenVerdict) {
+        let Some(b) = self.bridges.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        {
             let mut verify = None;
             let peer = Peer {
                 provider: &mut b.provider,
@@ -396,10 +430,9 @@ impl Ingest {
             if logon_decided(provider, verdict, peer, &mut cx) {
                 b.closing = true;
             }
-            self.frames(i);
-            self.on_ready(i, false);
         }
-        n
+        self.frames(i);
+        self.read_bridge(i, false);
     }
 
     fn flush(&mut self, i: usize) {
@@ -427,6 +460,33 @@ impl Ingest {
         if close || overflow {
             self.close(i);
         }
+    }
+
+    /// Runs `f`, bridge `i`'s work, inside that connection's unwind
+    /// boundary (docs/design.md, "Fault isolation"). After a fault the
+    /// bridge is closed and its state dropped: its buffers, its provider
+    /// id (released: the logon sets the bridge's id before it marks the
+    /// id held, so no fault leaves one held by nobody), a read held for
+    /// ring room, a logon at the verifier (whose verdict, by ticket, then
+    /// matches nothing). The quotes it had pushed are whole ticks in the
+    /// engine's ring (a push is whole or not made) and the scratch batch
+    /// is cleared. The lockout tables are the one shared structure behind
+    /// a lock: a fault that poisoned one is not contained.
+    fn contained(&mut self, i: usize, f: impl FnOnce(&mut Self)) {
+        let Err(fault) = crate::runtime::contain::contain(|| f(self)) else {
+            return;
+        };
+        if self.auth.is_poisoned() {
+            panic!("a bridge's fault left the provider lockout tables poisoned: {fault}");
+        }
+        let peer = self.bridges.get(i).and_then(Option::as_ref).map(|b| b.ip);
+        self.batch.clear();
+        self.held.retain(|&h| h != i);
+        self.close(i);
+        self.port.notify();
+        self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        let shown = peer.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+        INGEST_FAULTS.report("ingest", &shown, &fault);
     }
 
     fn close(&mut self, i: usize) {

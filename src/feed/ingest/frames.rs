@@ -256,6 +256,7 @@ fn refuse_before_logon(peer: &mut Peer<'_>, text: &str) -> bool {
 }
 
 fn logon(l: &wire::ProviderLogon<'_>, peer: Peer<'_>, cx: &mut Ctx<'_>) -> bool {
+    crate::runtime::drill::connection_point(l.token, "ProviderLogon");
     let id = usize::from(l.provider_id);
     let (ip, now) = (peer.ip, cx.now_ns);
     if let Err(retry) = cx.auth.check_address(ip, now) {
@@ -316,8 +317,10 @@ pub(super) fn logon_decided(
         reply(peer.out, |b| wire::encode_logon_rejected(b, &m));
         return true;
     }
-    cx.held[id] = true;
+    // The bridge names its id before the id is marked held: a fault
+    // between the two cannot leave an id held by no bridge.
     *peer.provider = Some(provider_id);
+    cx.held[id] = true;
     cx.stats.logons_accepted.fetch_add(1, Ordering::Relaxed);
     let m = LogonAccepted {
         session_id: u64::from(provider_id),

@@ -22,7 +22,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Registry, Token, Waker};
@@ -30,7 +29,9 @@ use mio::{Interest, Poll, Registry, Token, Waker};
 use crate::clock::{Clock, MonotonicClock};
 use crate::model::{InstrumentTable, Tick};
 use crate::runtime::hosting::{drop_signal, Dropped, HOSTED_STOP_TIMEOUT};
-use crate::runtime::{Doorbell, FeedPort, HostedTask, WaitStrategy};
+use crate::runtime::{
+    Doorbell, FeedPort, HostedTask, Policy, Supervised, Supervisor, WaitStrategy,
+};
 use crate::wire;
 use hosted::HostedIngest;
 
@@ -73,6 +74,8 @@ pub struct IngestStats {
     pub quote_rejects_unsent: AtomicU64,
     /// Bridges dropped with `Disconnect(idle_timeout)`.
     pub idle_disconnects: AtomicU64,
+    /// Bridges closed because their processing panicked (contained).
+    pub faults: AtomicU64,
 }
 
 impl IngestStats {
@@ -143,7 +146,7 @@ pub struct IngestHandle {
     waker: Arc<Waker>,
     /// Wakes the hosting shard (`--threading shared`).
     host_bell: Option<Arc<Doorbell>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<Supervised<()>>,
     /// Hosted by a shard: disconnected once the host dropped the listener.
     hosted_done: Option<Dropped>,
 }
@@ -156,6 +159,9 @@ impl IngestHandle {
     }
 
     fn stop_inner(&mut self) {
+        if let Some(t) = &self.thread {
+            t.request_stop();
+        }
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
         if let Some(bell) = &self.host_bell {
@@ -185,24 +191,26 @@ pub fn spawn(
     cfg: IngestConfig,
     table: Arc<InstrumentTable>,
     port: FeedPort,
+    supervisor: &Supervisor,
 ) -> io::Result<IngestHandle> {
     let cpus = cfg.cpus.clone();
-    let (mut handle, mut ingest) = bind(cfg, table, port)?;
+    let (mut handle, mut ingest) = bind(cfg, table, port, supervisor)?;
     // Placed like every feed; a refusal fails start-up here rather than
     // leaving prices' first stage at a placement the operator did not ask
     // for.
     let (placed_tx, placed_rx) = std::sync::mpsc::sync_channel(1);
-    let thread = std::thread::Builder::new()
-        .name("pw-ingest".into())
-        .spawn(move || {
-            let placed =
-                crate::runtime::affinity::place_current(crate::runtime::Stage::Feed, &cpus);
-            let ok = placed.is_ok();
-            let _ = placed_tx.send(placed);
-            if ok {
-                ingest.run();
-            }
-        })?;
+    let thread = supervisor.spawn("pw-ingest", Policy::Permanent, move || {
+        let placed = crate::runtime::affinity::place_current(crate::runtime::Stage::Feed, &cpus);
+        let ok = placed.is_ok();
+        if !ok {
+            // Start-up fails with the reason: not a death.
+            crate::runtime::supervise::end_expected();
+        }
+        let _ = placed_tx.send(placed);
+        if ok {
+            ingest.run();
+        }
+    })?;
     handle.thread = Some(thread);
     match placed_rx.recv() {
         Ok(Ok(_)) => {}
@@ -220,8 +228,9 @@ pub fn hosted(
     cfg: IngestConfig,
     table: Arc<InstrumentTable>,
     port: FeedPort,
+    supervisor: &Supervisor,
 ) -> io::Result<(IngestHandle, Box<dyn HostedTask>)> {
-    let (mut handle, mut ingest) = bind(cfg, table, port)?;
+    let (mut handle, mut ingest) = bind(cfg, table, port, supervisor)?;
     ingest.hold_when_full = true;
     ingest.port.never_wait();
     let (signal, dropped) = drop_signal();
@@ -239,6 +248,7 @@ fn bind(
     cfg: IngestConfig,
     table: Arc<InstrumentTable>,
     port: FeedPort,
+    supervisor: &Supervisor,
 ) -> io::Result<(IngestHandle, Ingest)> {
     let mut listener = TcpListener::from_std(crate::runtime::listen::bind(cfg.listen)?);
     let local_addr = listener.local_addr()?;
@@ -259,6 +269,7 @@ fn bind(
         "pw-provauth",
         cfg.auth.verifier_threads,
         cfg.auth.verifier_queue,
+        supervisor,
     )?;
     let ingest = Ingest {
         cfg,

@@ -119,8 +119,8 @@ pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
 /// Quotes older than slow_quote_ms on arrival (provider time to receive)
 /// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
-/// FIX connects by result: attempted, failed (refused or unreachable),
-/// logged_on (counter, by `provider`, `result`).
+/// FIX connects by result: attempted, failed (refused, unreachable or
+/// unresolved), unresolved, logged_on (counter, by `provider`, `result`).
 pub const FIX_CONNECTS: &str = "pricewire_fix_connects_total";
 /// FIX timeouts by kind: connect, logon, read, quote_silence (counter, by
 /// `provider`, `kind`).
@@ -187,11 +187,11 @@ pub const SHARD_LAGGING: &str = "pricewire_shard_lagging";
 pub const SHARD_LAG_SHEDDING: &str = "pricewire_shard_lag_shedding";
 /// Share of wall time a shard's thread ran on a CPU in its last 100-ms
 /// cause window (gauge, by `shard`).
-pub const SHARD_CPU_SHARE: &str = "pricewire_shard_cpu_share";
+pub const SHARD_CPU_RATE: &str = "pricewire_shard_cpu_rate";
 /// Share of wall time a shard's thread was runnable but waiting for a CPU
 /// (run-queue delay, `/proc/thread-self/schedstat`) in its last 100-ms
 /// cause window (gauge, by `shard`).
-pub const SHARD_RUN_WAIT_SHARE: &str = "pricewire_shard_run_wait_share";
+pub const SHARD_RUN_WAIT_RATE: &str = "pricewire_shard_run_wait_rate";
 /// How long each session move stopped the moving shard's loop (its ring
 /// drained, the session handed over): the pause every other session's
 /// prices and answers waited (histogram, by `shard`).
@@ -206,6 +206,12 @@ pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 pub const BUS_MESSAGES: &str = "pricewire_bus_messages_total";
 /// 1 while the bus client has a NATS server connection (gauge).
 pub const BUS_CONNECTED: &str = "pricewire_bus_connected";
+/// Failed bus connect attempts by reason: auth, tls, refused, io (counter,
+/// by `reason`).
+pub const BUS_CONNECT_FAILURES: &str = "pricewire_bus_connect_failures_total";
+/// Publishes or subscriptions NATS refused for the bus client's
+/// permissions (counter).
+pub const BUS_PERMISSION_DENIED: &str = "pricewire_bus_permission_denied_total";
 /// Connections refused at the PROXY protocol v2 header (counter, by
 /// `reason`: bad_signature, v1_unsupported, bad_version, bad_command,
 /// bad_address, too_long, timeout, peer_closed, untrusted, overflow).
@@ -262,6 +268,10 @@ pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects
 /// timeout: LogonRejected(busy)), `message_flood` (refusals in a row past
 /// `--flood-disconnect-after`) (counter, by `reason`).
 pub const SESSION_DISCONNECTS: &str = "pricewire_session_disconnects_total";
+/// Connections closed because their processing panicked and the panic
+/// was contained at the connection's boundary (counter, by `listener`,
+/// `stage`).
+pub const CONNECTION_FAULTS: &str = "pricewire_connection_faults_total";
 /// Logons refused for their credentials, subscriber or provider (counter,
 /// by `listener`, `reason`).
 pub const LOGON_FAILURES: &str = "pricewire_logon_failures_total";
@@ -323,6 +333,20 @@ pub const REFDATA_POOL_CONNECTIONS: &str = "pricewire_refdata_pool_connections";
 pub const REFDATA_POOL_EVENTS: &str = "pricewire_refdata_pool_events_total";
 /// Live sessions changed by a revocation, by action (counter, by `action`).
 pub const REFDATA_REVOCATIONS: &str = "pricewire_refdata_revocations_total";
+/// Whether absent records are trusted as deletions: 1, 0 (the data set is
+/// lost or stale), -1 before the first read (gauge).
+pub const REFDATA_DATASET_TRUSTED: &str = "pricewire_refdata_dataset_trusted";
+/// 1 while a data-set fault is observed (gauge, by `fault`).
+pub const REFDATA_DATASET_FAULT: &str = "pricewire_refdata_dataset_fault";
+/// Data-set faults begun (counter, by `fault`).
+pub const REFDATA_DATASET_FAULTS: &str = "pricewire_refdata_dataset_faults_total";
+/// The generation marker: last read, highest seen; -1 none (gauge, by `marker`).
+pub const REFDATA_GENERATION: &str = "pricewire_refdata_generation";
+/// Requests waiting for the refresher (gauge, by `class`).
+pub const REFDATA_PENDING: &str = "pricewire_refdata_pending_requests";
+/// Names of the index set listed for prefetch or left out over its bound
+/// (counter, by `result`).
+pub const REFDATA_PREFETCH_NAMES: &str = "pricewire_refdata_prefetch_names_total";
 /// Age of the oldest tick accepted but not yet written to the capture file (gauge).
 pub const RECORDER_LAG: &str = "pricewire_recorder_lag_seconds";
 /// Ticks not recorded because the recorder ring was full (the feed never waits)
@@ -337,6 +361,9 @@ pub const RECORDER_BUFFERED_TICKS: &str = "pricewire_recorder_buffered_ticks";
 /// 1 for the process lifecycle state (starting, serving, draining, stopped), 0
 /// for the others (gauge, by `state`).
 pub const HEALTH_STATE: &str = "pricewire_health_state";
+/// 1 for each supervised stage thread running, 0 for one that died (the
+/// process exits within `--stage-exit-grace-ms`); gauge, by `stage`.
+pub const STAGE_UP: &str = "pricewire_stage_up";
 /// Start-up delay this instance chose (slot times step, capped, plus jitter) (gauge).
 pub const START_STAGGER: &str = "pricewire_start_stagger_seconds";
 /// Requests answered by the ops listener, by path and status code (counter, by
@@ -369,6 +396,30 @@ pub const THREAD_NAMES: &[&str] = &[
     "pw-provauthN",
     "pw-requestN",
     "pw-shardN",
+    "pw-supervise",
+];
+/// Every stage thread the supervisor may list in [`STAGE_UP`] (digit runs
+/// written `N`, a feed's source name after `pw-feedN-`): which run depends
+/// on the configuration (`pw-engine` and `pw-ingest` with `--threading
+/// dedicated`, `pw-bus` on a bus core or edge, `recorder` with
+/// `--record`, `refdata-refresh` with `--redis`, `ops-reload` with TLS).
+pub const STAGE_NAMES: &[&str] = &[
+    "ops-accept",
+    "ops-http-N",
+    "ops-reload",
+    "ops-signals",
+    "pw-acceptor",
+    "pw-authN",
+    "pw-bus",
+    "pw-dispatch",
+    "pw-engine",
+    "pw-feedN-",
+    "pw-ingest",
+    "pw-provauthN",
+    "pw-requestN",
+    "pw-shardN",
+    "recorder",
+    "refdata-refresh",
 ];
 /// Times the allocator's free memory was returned to the kernel after
 /// connections left (counter).
@@ -394,7 +445,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
         "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
     counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",
-        "FIX connects by result: attempted, failed (refused or unreachable), logged_on"),
+        "FIX connects by result: attempted, failed (refused, unreachable or unresolved), unresolved (the host name gave no address), logged_on"),
     counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
         "FIX timeouts by kind: connect, logon, read, quote_silence"),
     counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
@@ -444,9 +495,9 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "1 while a shard lags (loop lag above --loop-lag-target-ms): it conflates prices"),
     gauge(SHARD_LAG_SHEDDING, &["shard"], "boolean", "gateway",
         "1 while a lagging shard sheds because its own work keeps it late: paced logons, no new connections, the heaviest accounts' requests refused (0 when the host starves it: it only conflates)"),
-    gauge(SHARD_CPU_SHARE, &["shard"], "ratio", "gateway",
+    gauge(SHARD_CPU_RATE, &["shard"], "ratio", "gateway",
         "Share of wall time the shard's thread ran on a CPU in its last 100-ms cause window"),
-    gauge(SHARD_RUN_WAIT_SHARE, &["shard"], "ratio", "gateway",
+    gauge(SHARD_RUN_WAIT_RATE, &["shard"], "ratio", "gateway",
         "Share of wall time the shard's thread was runnable but waiting for a CPU (run-queue delay) in its last 100-ms cause window"),
     histogram(SESSION_MOVE_PAUSE, &["shard"], "gateway",
         "How long each session move stopped the moving shard's loop (ring drained, session handed over): what every other session's prices and answers waited"),
@@ -471,6 +522,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // PROXY protocol v2 (serve --proxy-protocol)
     counter(PROXY_HEADERS, &["command"], "connections", "gateway",
         "PROXY v2 headers accepted on the subscriber listener, by command (proxy: the header's source is the client; local: a balancer health check keeps the balancer's address)"),
+    counter(CONNECTION_FAULTS, &["listener", "stage"], "connections", "runtime::contain",
+        "Connections closed because their processing panicked, contained at the connection's boundary (the stage and every other connection go on), by listener (subscriber, feed, ops) and stage (acceptor, shard, ingest, ops-http); each is logged at error level, thinned"),
     counter(PROXY_HEADER_FAILURES, &["reason"], "connections", "gateway",
         "Subscriber connections closed at the PROXY v2 header, by reason (bad_signature, v1_unsupported, bad_version, bad_command, bad_address, too_long, timeout, peer_closed, untrusted, overflow)"),
     // TLS (serve --tls-cert)
@@ -498,6 +551,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Prices through the NATS bus thread, by event (published, received, gap_flagged, ...)"),
     gauge(BUS_CONNECTED, &[], "boolean", "bus",
         "1 while the bus client has a NATS server connection"),
+    counter(BUS_CONNECT_FAILURES, &["reason"], "connections", "bus",
+        "Bus connect attempts that failed, by reason: auth (credentials refused or unreadable), tls (handshake failed, or TLS required by one side only), refused (another server refusal), io (TCP)"),
+    counter(BUS_PERMISSION_DENIED, &[], "operations", "bus",
+        "Publishes or subscriptions NATS refused for the bus client's permissions (a forged price from an edge's credentials, a misconfigured core)"),
     counter(BUS_HEARTBEATS, &["event"], "messages", "bus",
         "Heartbeats of the lease-holding core, by event: sent, send_error (core); received, stale_epoch_dropped, refused (edge)"),
     gauge(BUS_LAST_HEARTBEAT_AGE, &[], "seconds", "bus",
@@ -530,15 +587,15 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(REFDATA_LOOKUPS, &["result"], "lookups", "refdata",
         "Account lookups at logon by answer: found, not_found, unavailable"),
     counter(REFDATA_CACHE_EVENTS, &["event"], "events", "refdata",
-        "Cache events: hit (fresh), stale_served (expired, within max_stale_ms), miss, eviction, request_coalesced, request_dropped"),
+        "Cache events: hit (fresh), stale_served (expired, within max_stale_ms), miss, eviction, request_coalesced, request_dropped (queue full), request_displaced (took the place of the oldest unknown-name miss), request_source_limited (took the place of its own address's oldest)"),
     counter(REFDATA_FETCHES, &["reason"], "fetches", "refdata",
         "Completed account fetches by why they were asked for: fill (miss or prefetch), early (XFetch), expired"),
     counter(REFDATA_REDIS_CALLS, &["outcome"], "calls", "refdata",
-        "Redis calls by outcome: ok, not_found, invalid_record (incl. over the reply limits), timeout, connection_error, other_error, checkout_timeout, not_permitted (breaker)"),
+        "Redis calls by outcome: ok, not_found, invalid_record (incl. over the reply limits), absent_untrusted (absent while the data set is not trusted: no verdict), timeout, connection_error, other_error, checkout_timeout, not_permitted (breaker)"),
     counter(REFDATA_BACKOFFS, &[], "events", "refdata",
         "Times the refresher backed off after a failed or refused Redis call"),
     counter(REFDATA_PROBES, &[], "calls", "refdata",
-        "Health probes (PING) the refresher sent while it had nothing else to ask"),
+        "Health probes (a read of the data-set marker) the refresher sent while it had nothing else to ask"),
     gauge(REFDATA_ENTRIES, &[], "entries", "refdata",
         "Accounts (and negative entries) in the reference-data cache"),
     gauge(REFDATA_POOL_CONNECTIONS, &["state"], "connections", "refdata",
@@ -546,7 +603,19 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(REFDATA_POOL_EVENTS, &["event"], "events", "refdata",
         "Redis pool events: checkout, checkout_timeout, connect, connect_failure, discarded (after an error)"),
     counter(REFDATA_REVOCATIONS, &["action"], "sessions", "refdata",
-        "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or made invalid: Disconnect(auth))"),
+        "Live sessions acted on after their account changed in Redis: unsubscribed (an entitlement withdrawn), disconnected (account deleted or revoked while the data set is trusted: Disconnect(auth))"),
+    gauge(REFDATA_PENDING, &["class"], "requests", "refdata",
+        "Requests waiting for the refresher: miss (a logon waits; at most request_queue_max, misses_per_source_max per address for unknown names), refresh (a cached entry serves meanwhile; at most request_queue_max)"),
+    gauge(REFDATA_DATASET_TRUSTED, &[], "state", "refdata",
+        "1 while absent records are trusted as deletions; 0 while the data set is lost or stale (cached accounts keep serving, nothing is revoked); -1 before the first read"),
+    gauge(REFDATA_DATASET_FAULT, &["fault"], "state", "refdata",
+        "1 while the fault is observed: generation_missing, generation_behind, generation_unreadable, no_index, index_unreadable"),
+    counter(REFDATA_DATASET_FAULTS, &["fault"], "events", "refdata",
+        "Data-set faults begun, by fault"),
+    gauge(REFDATA_GENERATION, &["marker"], "generation", "refdata",
+        "The generation marker: read (the last value read), high_water (the highest trusted); -1 none"),
+    counter(REFDATA_PREFETCH_NAMES, &["result"], "names", "refdata",
+        "Names of the index set: listed (prefetched), left_out (over refdata.prefetch_max; fetched at first logon)"),
     // capture
     gauge(RECORDER_LAG, &[], "seconds", "capture",
         "Age of the oldest tick accepted but not yet written to the capture file"),
@@ -559,6 +628,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // ops
     gauge(HEALTH_STATE, &["state"], "boolean", "ops",
         "1 for the process lifecycle state (starting, serving, draining, stopped), 0 for the others"),
+    gauge(STAGE_UP, &["stage"], "boolean", "runtime::supervise",
+        "1 for each supervised stage thread that runs, 0 for one that died (then /livez fails and the process exits 70 after --stage-exit-grace-ms)"),
     gauge(START_STAGGER, &[], "seconds", "ops",
         "Start-up delay this instance chose (slot times step, capped, plus jitter)"),
     counter(OPS_HTTP_REQUESTS, &["path", "code"], "requests", "ops",

@@ -54,8 +54,14 @@ fn a_shard_that_stalls_still_gets_one_answer_or_reject_per_request() {
     cfg.queue.account_rate_per_s = 1_000_000;
     cfg.queue.account_burst = 1_000_000;
     let overload = Arc::new(OverloadStats::new());
-    let (svc, mut ports) =
-        RequestService::start(cfg, sources(), vec![Doorbell::new()], overload.clone()).unwrap();
+    let (svc, mut ports) = RequestService::start(
+        cfg,
+        sources(),
+        vec![Doorbell::new()],
+        overload.clone(),
+        &Default::default(),
+    )
+    .unwrap();
     let port = &mut ports[0];
     const N: u64 = 5_000;
     let mut next = 0;
@@ -142,8 +148,14 @@ fn a_quiet_account_behind_a_held_flood_is_served_in_its_turn_and_the_flood_is_ca
     cfg.queue.account_rate_per_s = 1_000_000;
     cfg.queue.account_burst = 1_000_000;
     let overload = Arc::new(OverloadStats::new());
-    let (svc, mut ports) =
-        RequestService::start(cfg, sources(), vec![Doorbell::new()], overload.clone()).unwrap();
+    let (svc, mut ports) = RequestService::start(
+        cfg,
+        sources(),
+        vec![Doorbell::new()],
+        overload.clone(),
+        &Default::default(),
+    )
+    .unwrap();
     let port = &mut ports[0];
     let long = |mut m: RequestMsg| {
         m.budget_us = 30_000_000;
@@ -182,16 +194,19 @@ fn a_quiet_account_behind_a_held_flood_is_served_in_its_turn_and_the_flood_is_ca
     ids.dedup();
     assert_eq!(ids.len() as u64, FLOOD + 1, "an answer missing or doubled");
     // The worker's ring is its service order: the quiet request came
-    // after what was already past the queue, then at most one more of
-    // the flood's (the rotation's turn), never behind its backlog.
+    // after what was already past the queue (the dispatcher may still
+    // have been filling the hand-off when `held` was read: at most the
+    // held job and a full hand-off), then at most one more of the
+    // flood's (the rotation's turn), never behind its backlog.
     let served: Vec<u64> = got.iter().filter(|g| g.0 == 1).map(|g| g.1).collect();
     let at = served
         .iter()
         .position(|&id| id == FLOOD)
         .expect("quiet served");
+    let past = HANDOFF_PER_WORKER + 1;
     assert!(
-        at <= held as usize + 1,
-        "quiet served {at}th, {held} were past the queue"
+        at <= past + 1,
+        "quiet served {at}th, at most {past} were past the queue"
     );
     assert!(!got.iter().any(|g| g.1 == FLOOD && g.2), "quiet rejected");
     assert_eq!(stats.answers_dropped.get(), 0);

@@ -19,9 +19,11 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn run(mut self, jobs: Receiver<Job>) {
+    pub(super) fn run(mut self, index: u32, jobs: Receiver<Job>) {
         loop {
-            match jobs.recv_timeout(Duration::from_millis(200)) {
+            let job = jobs.recv_timeout(Duration::from_millis(200));
+            crate::runtime::drill::point("request", index);
+            match job {
                 Ok(job) => {
                     if let Some(h) = &self.hold {
                         h.pass();

@@ -17,6 +17,7 @@ fn cfg() -> BreakerConfig {
         open_wait_ms: 1_000,
         half_open_permitted_calls: 2,
         half_open_max_wait_ms: 500,
+        ..BreakerConfig::default()
     }
 }
 
@@ -535,4 +536,124 @@ fn rates_read_minus_one_below_minimum_calls_and_while_open() {
     assert_eq!((s.failure_rate_pct, s.slow_call_rate_pct), (-1.0, -1.0));
     assert!(b.trip(clock.now_ns()));
     assert_eq!(stats.snapshot().failure_rate_pct, -1.0);
+}
+
+#[test]
+fn open_waits_are_jittered_within_their_bound_and_seeded() {
+    let c = BreakerConfig {
+        open_wait_jitter_pct: 20,
+        ..cfg()
+    };
+    assert_eq!(c.open_wait_max_ms(), 1_200);
+    let waits = |seed: u64| -> Vec<u64> {
+        let mut b = CircuitBreaker::with_seed(c, seed).unwrap();
+        let mut t = 100 * S;
+        let mut out = Vec::new();
+        for _ in 0..50 {
+            assert!(b.trip(t) || b.state(t) != BreakerState::Closed);
+            let left = b.open_wait_left_ns(t).expect("open");
+            assert!((800 * MS..=1_200 * MS).contains(&left), "{left}");
+            out.push(left);
+            t += left;
+            assert_eq!(
+                b.state(t),
+                BreakerState::HalfOpen,
+                "half-open exactly at the drawn wait"
+            );
+            b.reset(t);
+        }
+        out
+    };
+    let (a, b) = (waits(1), waits(2));
+    assert_ne!(a, b, "different seeds draw different waits");
+    assert!(a.iter().max() > a.iter().min(), "the waits spread");
+    assert_eq!(waits(1), a, "one seed, one sequence");
+    // No jitter: exactly the configured wait, as before.
+    let mut plain = CircuitBreaker::new(cfg()).unwrap();
+    plain.trip(0);
+    assert_eq!(plain.open_wait_left_ns(0), Some(1_000 * MS));
+    assert!(BreakerConfig {
+        open_wait_jitter_pct: 51,
+        ..cfg()
+    }
+    .validate()
+    .is_err());
+}
+
+#[test]
+fn fail_fast_half_open_decides_on_each_trial() {
+    let c = BreakerConfig {
+        half_open_permitted_calls: 5,
+        half_open_fail_fast: true,
+        ..cfg()
+    };
+    let mut b = CircuitBreaker::new(c).unwrap();
+    b.trip(0);
+    let t = 1_000 * MS;
+    assert_eq!(b.state(t), BreakerState::HalfOpen);
+    call(&mut b, ok(1), t);
+    call(&mut b, fail(1), t);
+    assert_eq!(b.state(t), BreakerState::Open, "one failed trial re-opens");
+    let t = t + 1_000 * MS;
+    for _ in 0..5 {
+        assert_eq!(b.state(t), BreakerState::HalfOpen);
+        call(&mut b, ok(1), t);
+    }
+    assert_eq!(b.state(t), BreakerState::Closed, "five good trials close");
+    // Without it, one failure in five is below the 50% threshold.
+    let mut b = CircuitBreaker::new(BreakerConfig {
+        half_open_fail_fast: false,
+        ..c
+    })
+    .unwrap();
+    b.trip(0);
+    call(&mut b, fail(1), t);
+    assert_eq!(b.state(t), BreakerState::HalfOpen);
+}
+
+#[test]
+fn every_transition_is_kept_with_its_reason() {
+    let mut b = CircuitBreaker::new(cfg()).unwrap();
+    let t0 = 100 * S;
+    for _ in 0..4 {
+        call(&mut b, fail(1), t0);
+    }
+    // The timed moves happen inside whichever call comes first.
+    assert_eq!(b.state(t0 + 1_000 * MS), BreakerState::HalfOpen);
+    assert_eq!(b.state(t0 + 1_500 * MS), BreakerState::Open);
+    b.reset(t0 + 2 * S);
+    let got: Vec<_> = std::iter::from_fn(|| b.pop_transition())
+        .map(|t| (t.from, t.to, t.reason, t.at_ns))
+        .collect();
+    use BreakerState::{Closed, HalfOpen, Open};
+    assert_eq!(
+        got,
+        [
+            (Closed, Open, TransitionReason::FailureRate, t0),
+            (
+                Open,
+                HalfOpen,
+                TransitionReason::OpenWaitElapsed,
+                t0 + 1_000 * MS
+            ),
+            (
+                HalfOpen,
+                Open,
+                TransitionReason::HalfOpenTimedOut,
+                t0 + 1_500 * MS
+            ),
+            (Open, Closed, TransitionReason::Operator, t0 + 2 * S),
+        ]
+    );
+    // An owner that never takes them loses the oldest, counted; the ring
+    // never grows.
+    for i in 0..20 {
+        b.trip(t0 + (3 + 2 * i) * S);
+        b.reset(t0 + (4 + 2 * i) * S);
+    }
+    assert_eq!(b.transitions_lost(), 40 - TRANSITIONS_KEPT as u64);
+    assert_eq!(
+        std::iter::from_fn(|| b.pop_transition()).count(),
+        TRANSITIONS_KEPT
+    );
 }

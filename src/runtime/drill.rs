@@ -1,0 +1,214 @@
+//! The fault drill switch: planted panics, to prove that no stage dies
+//! unseen and that one connection's fault stays in that connection.
+//!
+//! `PRICEWIRE_FAULT_PANIC=<target>[:after_ms]` is read once, by `serve` at
+//! start-up ([`arm_from_env`]); unset, nothing is armed and every drill
+//! point is one load of a never-set `OnceLock` and a branch. Drill points
+//! sit on cold paths only (a stage's timer sweep or idle turn, a job, a
+//! logon), never per tick or per price. Targets:
+//!
+//! - a stage kind, optionally with its index: `shard`, `shard1`,
+//!   `acceptor`, `engine`, `feed`, `ingest`, `dispatch`, `request`,
+//!   `auth`, `provauth`, `refdata`, `bus`, `recorder`, `ops-accept`,
+//!   `ops-http`, `signals`, `sink` ([`STAGES`]): that stage panics at its
+//!   first drill point at least `after_ms` (default 0) after start-up —
+//!   the supervisor must then fail `/livez` and exit the process;
+//! - `conn`: every connection that names [`DRILL_NAME`] panics inside its
+//!   own processing — a subscriber Logon with that account, a Subscribe
+//!   entry with that symbol name (after the entries before it were
+//!   added), a ProviderLogon with that token — or sends a PROXY v2 header
+//!   whose client source port is [`DRILL_PROXY_PORT`], and the connection
+//!   boundary must close that connection alone.
+//!
+//! A drill switch, not a feature: never set it in production.
+
+use std::sync::OnceLock;
+
+use crate::clock::{monotonic_ns, NS_PER_MS};
+
+/// The environment variable.
+pub const ENV: &str = "PRICEWIRE_FAULT_PANIC";
+
+/// Account (subscriber Logon), symbol name (Subscribe entry) or token
+/// (ProviderLogon) whose connection panics under the `conn` drill (at
+/// most 16 bytes: it fits a symbol name).
+pub const DRILL_NAME: &str = "pw-drill-panic";
+
+/// Client source port in a PROXY v2 header that panics the acceptor's
+/// work on that connection under the `conn` drill.
+pub const DRILL_PROXY_PORT: u16 = 9;
+
+/// The stage kinds a drill may target.
+pub const STAGES: [&str; 17] = [
+    "shard",
+    "acceptor",
+    "engine",
+    "feed",
+    "ingest",
+    "dispatch",
+    "request",
+    "auth",
+    "provauth",
+    "refdata",
+    "bus",
+    "recorder",
+    "ops-accept",
+    "ops-http",
+    "signals",
+    "sink",
+    "reload",
+];
+
+/// What is armed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A stage of this kind (one of [`STAGES`]), any index or only this one.
+    Stage(&'static str, Option<u32>),
+    /// Connections that name [`DRILL_NAME`].
+    Connection,
+}
+
+/// A parsed switch: the target and its delay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drill {
+    /// What panics.
+    pub target: Target,
+    /// Not before this long after arming (ms).
+    pub after_ms: u64,
+}
+
+struct Armed {
+    drill: Drill,
+    due_ns: u64,
+}
+
+static ARMED: OnceLock<Armed> = OnceLock::new();
+
+/// Parses `<target>[:after_ms]`; the error names what is wrong.
+pub fn parse(s: &str) -> Result<Drill, String> {
+    let (target, after) = s.split_once(':').unwrap_or((s, "0"));
+    let after_ms = after
+        .parse::<u64>()
+        .ok()
+        .filter(|&ms| ms <= 3_600_000)
+        .ok_or_else(|| format!("{ENV}={s:?}: after_ms must be 0..=3600000"))?;
+    if target == "conn" {
+        return Ok(Drill {
+            target: Target::Connection,
+            after_ms,
+        });
+    }
+    let digits = target.len() - target.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (kind, index) = target.split_at(target.len() - digits);
+    let kind = STAGES
+        .iter()
+        .copied()
+        .find(|&k| k == kind)
+        .ok_or_else(|| format!("{ENV}={s:?}: unknown target (conn, {})", STAGES.join(", ")))?;
+    let index = (!index.is_empty())
+        .then(|| {
+            index
+                .parse::<u32>()
+                .map_err(|_| format!("{ENV}={s:?}: bad index"))
+        })
+        .transpose()?;
+    Ok(Drill {
+        target: Target::Stage(kind, index),
+        after_ms,
+    })
+}
+
+/// Reads [`ENV`] once and arms it. `Ok(None)` when unset; `Err` for a
+/// value that does not parse (start-up refuses it).
+pub fn arm_from_env() -> Result<Option<Drill>, String> {
+    let Some(value) = std::env::var_os(ENV) else {
+        return Ok(None);
+    };
+    let value = value
+        .into_string()
+        .map_err(|_| format!("{ENV}: not UTF-8"))?;
+    let drill = parse(&value)?;
+    let due_ns = monotonic_ns().saturating_add(drill.after_ms.saturating_mul(NS_PER_MS));
+    let _ = ARMED.set(Armed {
+        drill: drill.clone(),
+        due_ns,
+    });
+    Ok(Some(drill))
+}
+
+/// A drill point of stage `kind` (one of [`STAGES`]) with index `index`:
+/// panics if the drill targets it and is due. Call on cold paths only.
+#[inline]
+pub fn point(kind: &'static str, index: u32) {
+    if let Some(a) = ARMED.get() {
+        if let Target::Stage(k, i) = a.drill.target {
+            if k == kind && i.is_none_or(|i| i == index) && monotonic_ns() >= a.due_ns {
+                panic!("drill: planted panic in stage {kind}{index} ({ENV})");
+            }
+        }
+    }
+}
+
+/// A per-connection drill point: panics if the `conn` drill is armed and
+/// `name` (an account or provider from the peer) is [`DRILL_NAME`].
+#[inline]
+pub fn connection_point(name: &[u8], what: &'static str) {
+    if let Some(a) = ARMED.get() {
+        if a.drill.target == Target::Connection && name == DRILL_NAME.as_bytes() {
+            panic!("drill: planted panic in a connection's {what} ({ENV})");
+        }
+    }
+}
+
+/// Whether the `conn` drill is armed (the acceptor's PROXY-header point
+/// compares the port itself).
+#[inline]
+pub fn connection_armed() -> bool {
+    ARMED
+        .get()
+        .is_some_and(|a| a.drill.target == Target::Connection)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_with_and_without_index_and_delay() {
+        assert_eq!(
+            parse("shard0:1500").unwrap(),
+            Drill {
+                target: Target::Stage("shard", Some(0)),
+                after_ms: 1500
+            }
+        );
+        assert_eq!(
+            parse("engine").unwrap().target,
+            Target::Stage("engine", None)
+        );
+        assert_eq!(
+            parse("ops-http").unwrap().target,
+            Target::Stage("ops-http", None)
+        );
+        assert_eq!(parse("conn").unwrap().target, Target::Connection);
+        for k in STAGES {
+            assert_eq!(parse(k).unwrap().target, Target::Stage(k, None), "{k}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_reason() {
+        assert!(parse("shrad").unwrap_err().contains("unknown target"));
+        assert!(parse("shard:x").unwrap_err().contains("after_ms"));
+        assert!(parse("shard:99999999").unwrap_err().contains("after_ms"));
+        assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn unarmed_points_do_nothing() {
+        // The test binary never arms the switch.
+        point("shard", 0);
+        connection_point(DRILL_NAME.as_bytes(), "logon");
+        assert!(!connection_armed());
+    }
+}
