@@ -71,7 +71,7 @@ fn frame(buf: &mut [u8], id: u64, budget_us: u32) -> usize {
         budget_us,
         false,
         TIER_ACCOUNT_DEFAULT,
-        &[0u16, 1, 2],
+        [0u16, 1, 2],
     )
     .unwrap()
 }

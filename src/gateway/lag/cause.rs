@@ -62,11 +62,9 @@ pub fn classify(s: WindowShares) -> Cause {
 }
 
 fn permille(part: u64, whole: u64) -> u64 {
-    if whole == 0 {
-        0
-    } else {
-        (part.saturating_mul(1000) / whole).min(1000)
-    }
+    part.saturating_mul(1000)
+        .checked_div(whole)
+        .map_or(0, |p| p.min(1000))
 }
 
 /// The shard thread's CPU and run-queue readings, per window.

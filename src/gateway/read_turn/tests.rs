@@ -117,7 +117,7 @@ fn flood_connections_take_turns_round_robin() {
 
 #[test]
 fn a_lone_flood_gets_the_whole_budget() {
-    let mut s = shard(&vec![(Some(1), u32::MAX); 6], 3);
+    let mut s = shard(&[(Some(1), u32::MAX); 6], 3);
     run(&mut s, 3);
     for t in 0..3 {
         let n: usize = s.conns.iter().map(|c| c.handled[t]).sum();
