@@ -44,9 +44,11 @@
 //!   `2 * target_ns` with [`ShedReason::Overloaded`] and a retry-after drawn
 //!   uniformly from `retry_after`. The first request served in each interval
 //!   is never shed, so the queue always makes progress and yields a fresh
-//!   sample. The only request an account has queued is not shed for
-//!   overload while another account holds more, nor while at most
-//!   `SINGLES_STANDING_MIN` requests are queued at all. LIFO ends (FIFO
+//!   sample. A request is shed for overload only if its account holds
+//!   more than one and at least 1/`FAR_BELOW_HEAVIEST` (1/16) of what the
+//!   heaviest account holds; single requests only when every account
+//!   holds one, and then only while more than `SINGLES_STANDING_MIN` are
+//!   queued. LIFO ends (FIFO
 //!   again) once the queue has been empty within the last interval; a
 //!   worker finding it empty also clears the overloaded verdict at once.
 //! - **Critical lane**: a request is critical only if the client flagged it
@@ -97,6 +99,12 @@ mod slab;
 /// a standing queue (many tenants, one request each) and are shed for
 /// overload alike; at or below it they are served (see `shed_for_overload`).
 pub(crate) const SINGLES_STANDING_MIN: usize = 8;
+
+/// An account holding fewer than 1/this of the heaviest account's queued
+/// requests is not shed for overload (see `shed_for_overload`): 16 keeps
+/// near-equal backlogs shed alike (each down to its last request) while a
+/// quiet tenant's few requests behind a flood of hundreds are served.
+pub(crate) const FAR_BELOW_HEAVIEST: u32 = 16;
 
 /// Default queue capacity: a few seconds of request work at the rates one
 /// instance serves, small enough that a full queue is still fresh.
@@ -635,11 +643,13 @@ impl<T, R: Rng> RequestQueue<T, R> {
     }
 
     /// Whether a normal request of `account` that arrived at `arrival_ns`
-    /// is shed for overload now: overdue (see `Codel::overdue`), unless it
-    /// is the only request its account has queued while another account
-    /// holds more. A tenant with one request waiting is not part of the
-    /// standing queue a flooding neighbour built: it is served in its turn
-    /// (its deadline still applies). When every account holds one, all are
+    /// is shed for overload now: overdue (see `Codel::overdue`), and its
+    /// account holds more than one queued request and at least
+    /// 1/[`FAR_BELOW_HEAVIEST`] of what the heaviest account holds. An
+    /// account holding less is not what built the standing queue: a quiet
+    /// tenant whose few requests wait behind a flooding neighbour's
+    /// thousands (its own pile up while the host starves the path) is
+    /// served in its turn (its deadline still applies). When every account holds one, all are
     /// shed alike, but only while more than [`SINGLES_STANDING_MIN`] are
     /// queued: a few single requests left overdue (a worker or the host
     /// stalled; the flood's backlog already gone) are no standing queue,
@@ -652,7 +662,10 @@ impl<T, R: Rng> RequestQueue<T, R> {
             .heaviest
             .heaviest()
             .map_or(0, |a| self.heaviest.count(a));
-        self.heaviest.count(account) > 1 || (top <= 1 && self.len as usize > SINGLES_STANDING_MIN)
+        let mine = self.heaviest.count(account);
+        // An account far below the heaviest did not build the queue.
+        (mine > 1 && mine.saturating_mul(FAR_BELOW_HEAVIEST) >= top)
+            || (top <= 1 && self.len as usize > SINGLES_STANDING_MIN)
     }
 
     /// Removes, from the old end of the lanes, requests past their deadline
