@@ -112,24 +112,30 @@ insecure_plain_tokens = true
 [[accounts]]
 name = "flood"
 token = "flood"
+tiers = ["standard"]
 max_sessions = 20000
 [[accounts]]
 name = "quiet"
 token = "quiet"
+tiers = ["standard"]
 [[accounts]]
 name = "honour"
 token = "honour"
+tiers = ["standard"]
 [[accounts]]
 name = "ignore"
 token = "ignore"
+tiers = ["standard"]
 max_sessions = 20000
 [[accounts]]
 name = "herd"
 token = "herd"
+tiers = ["standard"]
 max_sessions = 20000
 [[accounts]]
 name = "watch"
 token = "watch"
+tiers = ["standard"]
 "#;
 
 /// The server a drill runs against, stopped when dropped.

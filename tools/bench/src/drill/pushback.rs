@@ -5,7 +5,8 @@
 //! logs on again at once (a flood does not wait). The writers block when
 //! TCP pushes back (counted: writes that took over 5 ms).
 //!
-//! Checked: no session was cut as idle (its bytes wait in its socket: the
+//! Checked: the premise (some writes blocked by TCP push-back); no
+//! session was cut as idle (its bytes wait in its socket: the
 //! server has not read them, the peer is not silent); every cut is
 //! `message_flood`, its retry-after inside the error window (1–5 s) and
 //! jittered (not one value for all).
@@ -117,6 +118,11 @@ fn report(v: &mut Verdict, c: &Counts, text: &str) {
             n.unwrap_or(0.0)
         ));
     }
+    let blocked = c.blocked_writes.load(Relaxed);
+    v.check(
+        blocked > 0,
+        format!("TCP pushed the flood back: {blocked} writes blocked > 5 ms"),
+    );
     v.check(!cuts.is_empty(), "the flood was cut at least once");
     v.check(idle == 0, format!("no idle_timeout cut: {idle}"));
     v.check(

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pricewire::wire::{DisconnectReason, Message};
+use pricewire::wire::{DisconnectReason, Message, RejectReason};
 
 use super::conn::{self, Logon, Reader};
 use super::{quantiles, scrape, series, start_server, Verdict};
@@ -45,6 +45,8 @@ struct Sent {
     phase: Phase,
     rtt_us: Option<u64>,
     ok: bool,
+    /// A refusal's reason.
+    reject: Option<(RejectReason, &'static str)>,
 }
 
 #[derive(Default)]
@@ -150,6 +152,15 @@ fn report(
         d99 as f64 / b99.max(1) as f64
     ));
     v.fig(format!("quiet after: p50 {a50} us, p99 {a99} us"));
+    let unanswered = during.iter().filter(|s| s.rtt_us.is_none()).count();
+    let mut refused: std::collections::BTreeMap<String, usize> = Default::default();
+    for (r, text) in during.iter().filter_map(|s| s.reject) {
+        *refused.entry(format!("{r:?} {text}")).or_default() += 1;
+    }
+    v.fig(format!(
+        "quiet during: {} sent, unanswered {unanswered}, refused {refused:?}",
+        during.len()
+    ));
     let cut_list = counts.cuts.lock().map(|c| c.clone()).unwrap_or_default();
     v.fig(format!(
         "flood: sent {}, answers {}, rejects {}, cuts {:?}",
@@ -179,6 +190,8 @@ fn report(
         v.fig(format!("sheds {reason}: {n}"));
     }
     v.fig(move_figures(text));
+    v.fig(hop_figures(text));
+    v.fig(seen.shares());
     v.check(
         seen.overloaded,
         "the flood formed a standing queue (overloaded seen)",
@@ -204,6 +217,49 @@ fn summarize(cuts: &[(DisconnectReason, u32)]) -> Vec<(String, usize)> {
         *by.entry(format!("{r:?}")).or_default() += 1;
     }
     by.into_iter().collect()
+}
+
+/// A Reject's text if it is one the server sends (no allocation per
+/// frame; anything else is "other").
+fn known_text(t: &[u8]) -> &'static str {
+    const KNOWN: [&str; 7] = [
+        "deadline expired",
+        "request path full",
+        "workers busy",
+        "loop lag",
+        "queue full",
+        "overloaded",
+        "expired",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| t.starts_with(k.as_bytes()))
+        .copied()
+        .unwrap_or("other")
+}
+
+/// Mean time per request-path hop (every account), from one scrape.
+fn hop_figures(text: &str) -> String {
+    let mut out = String::from("request hops (mean, all accounts):");
+    for hop in ["queue_wait", "service", "answer_ring", "gateway_write"] {
+        let count = series(
+            text,
+            &format!("pricewire_request_hop_seconds_count{{hop=\"{hop}\"}}"),
+        );
+        let sum = series(
+            text,
+            &format!("pricewire_request_hop_seconds_sum{{hop=\"{hop}\"}}"),
+        );
+        let mean_us = match (count, sum) {
+            (Some(c), Some(s)) if c > 0.0 => s / c * 1e6,
+            _ => 0.0,
+        };
+        out.push_str(&format!(
+            " {hop} {mean_us:.0} us ({} requests)",
+            count.unwrap_or(0.0)
+        ));
+    }
+    out
 }
 
 /// Sessions moved and the hand-over pauses, from one scrape.
@@ -247,18 +303,53 @@ struct Seen {
     overloaded: bool,
     lifo: bool,
     depth_max: f64,
+    /// Sums over scrapes while the queue was overloaded, both shards:
+    /// CPU share, run-queue wait share, busy share; and their count.
+    cpu: f64,
+    wait: f64,
+    busy: f64,
+    samples: f64,
+}
+
+impl Seen {
+    fn sample(&mut self, t: &str) {
+        let over = series(t, "pricewire_request_queue_overloaded") == Some(1.0);
+        self.overloaded |= over;
+        self.lifo |= series(t, "pricewire_request_queue_lifo") == Some(1.0);
+        let depth = series(t, "pricewire_request_queue_depth").unwrap_or(0.0);
+        self.depth_max = self.depth_max.max(depth);
+        if !over {
+            return;
+        }
+        for k in ["0", "1"] {
+            let l = format!("{{shard=\"{k}\"}}");
+            self.cpu += series(t, &format!("pricewire_shard_cpu_rate{l}")).unwrap_or(0.0);
+            self.wait += series(t, &format!("pricewire_shard_run_wait_rate{l}")).unwrap_or(0.0);
+            self.busy += series(t, &format!("pricewire_shard_busy_rate{l}")).unwrap_or(0.0);
+            self.samples += 1.0;
+        }
+    }
+
+    /// The shards' mean CPU, run-queue wait and busy shares while
+    /// overloaded: a shard that waits for a CPU is starved by the host,
+    /// not by the flood.
+    fn shares(&self) -> String {
+        let n = self.samples.max(1.0);
+        format!(
+            "shards while overloaded (mean of {} samples): on CPU {:.0} %, waiting for a CPU {:.0} %, busy {:.0} %",
+            self.samples,
+            self.cpu / n * 100.0,
+            self.wait / n * 100.0,
+            self.busy / n * 100.0
+        )
+    }
 }
 
 fn scraper(ops: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Seen> {
     std::thread::spawn(move || {
         let mut seen = Seen::default();
         while !stop.load(Relaxed) {
-            let t = scrape(ops);
-            seen.overloaded |= series(&t, "pricewire_request_queue_overloaded") == Some(1.0);
-            seen.lifo |= series(&t, "pricewire_request_queue_lifo") == Some(1.0);
-            seen.depth_max = seen
-                .depth_max
-                .max(series(&t, "pricewire_request_queue_depth").unwrap_or(0.0));
+            seen.sample(&scrape(ops));
             std::thread::sleep(Duration::from_millis(250));
         }
         seen
@@ -294,6 +385,7 @@ fn quiet(
                 phase: phase(at),
                 rtt_us: None,
                 ok: false,
+                reject: None,
             });
             if std::io::Write::write_all(&mut writer, &buf[..k]).is_err() {
                 break;
@@ -305,9 +397,11 @@ fn quiet(
         let end = start + until + Duration::from_secs(2);
         while Instant::now() < end && cuts.is_empty() {
             let open = r.poll(Duration::from_millis(50), |m| {
-                let (id, ok) = match m {
-                    Message::SnapshotResponse(a) => (a.request_id, true),
-                    Message::Reject(j) => (j.request_id, false),
+                let (id, ok, reject) = match m {
+                    Message::SnapshotResponse(a) => (a.request_id, true, None),
+                    Message::Reject(j) => {
+                        (j.request_id, false, Some((j.reason, known_text(j.text))))
+                    }
                     Message::Disconnect(x) => return cuts.push((x.reason, x.retry_after_ms)),
                     _ => return,
                 };
@@ -315,6 +409,7 @@ fn quiet(
                 if let Some(e) = s.get_mut(id as usize) {
                     e.rtt_us = Some(e.at.elapsed().as_micros() as u64);
                     e.ok = ok;
+                    e.reject = reject;
                 }
             });
             if !open {
