@@ -161,6 +161,7 @@ fn report(
         "quiet during: {} sent, unanswered {unanswered}, refused {refused:?}",
         during.len()
     ));
+    v.fig(worst_stretch(&during));
     let cut_list = counts.cuts.lock().map(|c| c.clone()).unwrap_or_default();
     v.fig(format!(
         "flood: sent {}, answers {}, rejects {}, cuts {:?}",
@@ -217,6 +218,32 @@ fn summarize(cuts: &[(DisconnectReason, u32)]) -> Vec<(String, usize)> {
         *by.entry(format!("{r:?}")).or_default() += 1;
     }
     by.into_iter().collect()
+}
+
+/// The longest run of quiet requests in a row not answered OK within
+/// their budget: its length and when it began (since the flood's start).
+fn worst_stretch(during: &[&Sent]) -> String {
+    let good = |s: &Sent| s.ok && s.rtt_us.is_some_and(|r| r <= u64::from(QUIET_BUDGET_US));
+    let (mut best, mut best_at, mut run, mut run_at) = (0, None, 0, None);
+    for s in during {
+        if good(s) {
+            run = 0;
+            continue;
+        }
+        if run == 0 {
+            run_at = Some(s.at);
+        }
+        run += 1;
+        if run > best {
+            (best, best_at) = (run, run_at);
+        }
+    }
+    let start = during.first().map(|s| s.at);
+    let at = match (best_at, start) {
+        (Some(a), Some(s)) => format!("{:.2} s", a.duration_since(s).as_secs_f64()),
+        _ => "-".into(),
+    };
+    format!("quiet during: longest run not answered in budget {best} requests, from {at} into the flood")
 }
 
 /// A Reject's text if it is one the server sends (no allocation per
