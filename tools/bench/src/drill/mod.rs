@@ -7,17 +7,17 @@
 //! figures and the host's load, checks the invariants the issue names
 //! and exits non-zero if one fails.
 //!
-//! - `tenant-storm` ([`storm`]): one account floods flat out from several
+//! - `tenant-storm` (`storm.rs`): one account floods flat out from several
 //!   connections with its limits raised, a quiet account asks 50 req/s
 //!   with a 50-ms budget: the quiet answered share (≥ 99.9 %), its p99
 //!   against its unloaded p99, its idle cuts, answers after their budget.
-//! - `flood-pushback` ([`pushback`]): flooders on the shipped limits, pushed
+//! - `flood-pushback` (`pushback.rs`): flooders on the shipped limits, pushed
 //!   back by TCP: no idle cut, every cut `message_flood` with a jittered
 //!   floor.
-//! - `retry-honour` ([`honour`]): two accounts at 150 req/s against the
+//! - `retry-honour` (`honour.rs`): two accounts at 150 req/s against the
 //!   100/s account rate, one honouring every retry-after, one ignoring
 //!   them: the honouring one gets at least as many answers.
-//! - `herd-starved` ([`herd`]): a herd from many source addresses beside
+//! - `herd-starved` (`herd.rs`): a herd from many source addresses beside
 //!   one CPU-spinning process per core: all logged on within a bound, no
 //!   receiving client cut as idle, the observers' price age bounded.
 
