@@ -4,7 +4,7 @@
 #   docker build -t pricewire:0.3.0 .
 #   docker run --rm -p 9400:9400 -p 9401:9401 pricewire:0.3.0
 #
-# tests/deploy_image.rs holds this file to the manifests (user, ports,
+# tests/it/deploy_image.rs holds this file to the manifests (user, ports,
 # entrypoint, image tag) and starts the binary the way this image runs it:
 # in an otherwise empty root holding exactly the libraries the final stage
 # has, as uid 65532, answering /livez.

@@ -6,7 +6,7 @@
 //! flow: [`model`] → [`feed`] → [`engine`] → [`gateway`], standing on
 //! [`runtime`] (waits, pinning, counters, feed ports, hosting, every libc
 //! call), and [`pipeline`] and [`service`] assemble them. The layers and
-//! the data path are in `docs/design.md`; `tests/module_graph.rs` holds the
+//! the data path are in `docs/design.md`; `tests/it/module_graph.rs` holds the
 //! graph free of cycles.
 //!
 //! The hot path (feed decode → engine → fan-out) allocates nothing, takes

@@ -2,11 +2,17 @@
 //! inside gateway shard 0's thread. Real loopback TCP: bridges push quotes,
 //! subscribers on both shards see every price in sequence, no engine or
 //! ingest thread exists, and an orderly stop drains and ends the hosted
-//! stages. Only shared-threading services run in this file (the thread
-//! check looks at the whole test process).
+//! stages. Only shared-threading services run in this file.
+//!
+//! Owns its process: the thread check reads the names of every thread in
+//! `/proc/self/task`, so no other test's service may run beside it.
 
+// A binary of its own uses a part of the shared helpers.
+#[allow(dead_code)]
 #[path = "util/server.rs"]
 mod server;
+#[path = "util/wait.rs"]
+mod wait;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -24,9 +24,15 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::ConfigError;
+
+pub mod damping;
+mod secret;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
 use crate::resilience::{Backoff, BreakerConfig};
+pub use damping::{FlapDamping, GrayRule};
+use secret::{credential_ok, password};
+pub use secret::{FeedSecrets, Secret};
 
 /// Default TCP connect timeout, in ms.
 pub const CONNECT_MS_DEFAULT: u64 = 2_000;
@@ -45,9 +51,14 @@ pub const RECONNECT_BASE_MS_DEFAULT: u64 = 500;
 pub const RECONNECT_CAP_MS_DEFAULT: u64 = 30_000;
 /// A quote older than this (provider SendingTime -> our receive) is slow.
 pub const SLOW_QUOTE_MS_DEFAULT: u64 = 250;
-/// Sequence gaps (each resubscribed) before the session logs out and
-/// reconnects instead.
+/// Sequence gaps (each resubscribed) within `gap_window_ms` after which
+/// the session logs out and reconnects instead.
 pub const GAPS_BEFORE_LOGOUT_DEFAULT: u32 = 3;
+/// Default window of the gap count, in ms: gaps further apart are each
+/// recovered by resubscribing, however many there are.
+pub const GAP_WINDOW_MS_DEFAULT: u64 = 10_000;
+/// Most gaps a window may be set to hold.
+pub const GAPS_BEFORE_LOGOUT_MAX: u32 = 1_000;
 /// Successful quotes are recorded in the breaker at most once per this
 /// period (failures always); see the module docs of `session`.
 pub const QUOTE_SAMPLE_MS_DEFAULT: u64 = 100;
@@ -124,9 +135,11 @@ pub struct FixProviderFile {
     /// A quote older than this on arrival is slow, in ms (default
     /// [`SLOW_QUOTE_MS_DEFAULT`]).
     pub slow_quote_ms: Option<u64>,
-    /// Sequence gaps before logout and reconnect (default
-    /// [`GAPS_BEFORE_LOGOUT_DEFAULT`]).
+    /// Sequence gaps within `gap_window_ms` before logout and reconnect
+    /// (default [`GAPS_BEFORE_LOGOUT_DEFAULT`]).
     pub gaps_before_logout: Option<u32>,
+    /// Window of the gap count, in ms (default [`GAP_WINDOW_MS_DEFAULT`]).
+    pub gap_window_ms: Option<u64>,
     /// Period of breaker success samples, in ms (default
     /// [`QUOTE_SAMPLE_MS_DEFAULT`]).
     pub quote_sample_ms: Option<u64>,
@@ -165,6 +178,30 @@ pub struct FixProviderFile {
     pub provider_age_max_ms: Option<u64>,
     /// Allowed provider clock skew, in ms (default [`CLOCK_SKEW_MS_DEFAULT`]).
     pub clock_skew_ms: Option<u64>,
+    /// A logged-on session shorter than this is a flap, in ms (default
+    /// [`damping::FLAP_STABLE_MS_DEFAULT`]; 0: no damping).
+    pub flap_stable_ms: Option<u64>,
+    /// Half-life of the flap penalty, in ms (default
+    /// [`damping::FLAP_HALF_LIFE_MS_DEFAULT`]).
+    pub flap_half_life_ms: Option<u64>,
+    /// Penalty that damps the provider (default
+    /// [`damping::FLAP_SUPPRESS_DEFAULT`]; one flap is 1000).
+    pub flap_suppress: Option<u32>,
+    /// Penalty below which damping ends (default
+    /// [`damping::FLAP_REUSE_DEFAULT`]).
+    pub flap_reuse: Option<u32>,
+    /// Longest damping after the last flap, in ms (default
+    /// [`damping::FLAP_MAX_SUPPRESS_MS_DEFAULT`]).
+    pub flap_max_suppress_ms: Option<u64>,
+    /// Quote lapses within `gray_window_ms` that make the provider gray
+    /// (default [`damping::GRAY_LAPSES_DEFAULT`]; 0: off).
+    pub gray_lapses: Option<u32>,
+    /// Window of the lapse count, in ms (default
+    /// [`damping::GRAY_WINDOW_MS_DEFAULT`]).
+    pub gray_window_ms: Option<u64>,
+    /// Fresh quotes for this long end gray, in ms (default
+    /// [`damping::GRAY_CLEAR_MS_DEFAULT`]).
+    pub gray_clear_ms: Option<u64>,
     /// Logon Username (553).
     pub username: Option<String>,
     /// Name of the environment variable that holds the Logon Password
@@ -173,27 +210,6 @@ pub struct FixProviderFile {
     /// A file whose content (one trailing newline removed) is the Logon
     /// Password (554).
     pub password_file: Option<std::path::PathBuf>,
-}
-
-/// A credential that never prints: `Debug` shows `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a clear-text credential.
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-    /// The clear text, for the Logon message only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
 }
 
 /// One subscribed symbol: what the provider calls it and what we do.
@@ -239,8 +255,10 @@ pub struct FixSessionConfig {
     pub reconnect: Backoff,
     /// A quote older than this on arrival is slow, in ms.
     pub slow_quote_ms: u64,
-    /// Sequence gaps before logout and reconnect.
+    /// Sequence gaps within `gap_window_ms` before logout and reconnect.
     pub gaps_before_logout: u32,
+    /// Window of the gap count, in ms.
+    pub gap_window_ms: u64,
     /// Period of breaker success samples, in ms.
     pub quote_sample_ms: u64,
     /// The feed breaker: a call is a quote, its timeout the read timeout.
@@ -267,6 +285,10 @@ pub struct FixSessionConfig {
     pub provider_age_max_ms: u64,
     /// Allowed provider clock skew, in ms.
     pub clock_skew_ms: u64,
+    /// Flap damping (docs/fix.md "Flap damping").
+    pub flap: FlapDamping,
+    /// The gray rule (docs/fix.md "Gray providers").
+    pub gray: GrayRule,
 }
 
 impl FixSessionConfig {
@@ -290,6 +312,7 @@ impl FixSessionConfig {
             reconnect: Backoff::new(RECONNECT_BASE_MS_DEFAULT, RECONNECT_CAP_MS_DEFAULT),
             slow_quote_ms: SLOW_QUOTE_MS_DEFAULT,
             gaps_before_logout: GAPS_BEFORE_LOGOUT_DEFAULT,
+            gap_window_ms: GAP_WINDOW_MS_DEFAULT,
             quote_sample_ms: QUOTE_SAMPLE_MS_DEFAULT,
             breaker: breaker_config(
                 SLOW_QUOTE_MS_DEFAULT,
@@ -309,6 +332,8 @@ impl FixSessionConfig {
             breaker_consecutive_failures: BREAKER_CONSECUTIVE_FAILURES_DEFAULT,
             provider_age_max_ms: PROVIDER_AGE_MAX_MS_DEFAULT,
             clock_skew_ms: CLOCK_SKEW_MS_DEFAULT,
+            flap: FlapDamping::default(),
+            gray: GrayRule::default(),
         }
     }
 
@@ -351,8 +376,10 @@ impl FixSessionConfig {
         if self.reconnect.base_ms == 0 || self.reconnect.cap_ms < self.reconnect.base_ms {
             return Err("reconnect: need 1 <= reconnect_base_ms <= reconnect_cap_ms".into());
         }
-        if self.gaps_before_logout == 0 {
-            return Err("gaps_before_logout: must be at least 1".into());
+        if self.gaps_before_logout == 0 || self.gaps_before_logout > GAPS_BEFORE_LOGOUT_MAX {
+            return Err(format!(
+                "gaps_before_logout: must be 1..={GAPS_BEFORE_LOGOUT_MAX}"
+            ));
         }
         if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
             return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
@@ -364,6 +391,7 @@ impl FixSessionConfig {
             ("provider_age_max_ms", self.provider_age_max_ms),
             ("clock_skew_ms", self.clock_skew_ms),
             ("garbled_window_ms", self.garbled_window_ms),
+            ("gap_window_ms", self.gap_window_ms),
             ("logout_ms", self.logout_timeout_ms),
             ("quote_silence_ms", self.quote_silence_ms),
             ("probation_ms", self.probation_ms),
@@ -371,8 +399,8 @@ impl FixSessionConfig {
         if let Some((key, _)) = times.iter().find(|(_, v)| *v > ms_max) {
             return Err(format!("{key}: at most {ms_max} (a day)"));
         }
-        if self.garbled_window_ms == 0 || self.logout_timeout_ms == 0 {
-            return Err("garbled_window_ms and logout_ms must be at least 1".into());
+        if self.garbled_window_ms == 0 || self.gap_window_ms == 0 || self.logout_timeout_ms == 0 {
+            return Err("garbled_window_ms, gap_window_ms and logout_ms must be at least 1".into());
         }
         let user = self.username.as_deref();
         let pass = self.password.as_ref().map(Secret::expose);
@@ -389,6 +417,8 @@ impl FixSessionConfig {
             }
         }
         self.breaker.validate().map_err(|e| e.to_string())?;
+        self.flap.validate()?;
+        self.gray.validate()?;
         self.check_breaker_can_open()
     }
 
@@ -453,7 +483,8 @@ impl FixSessionConfig {
 }
 
 /// The feed breaker's settings: a call is a quote (slow above
-/// `slow_quote_ms`), its timeout is the read timeout.
+/// `slow_quote_ms`), its timeout is the read timeout; in HalfOpen the
+/// first failed trial re-opens it (`half_open_fail_fast`).
 pub fn breaker_config(
     slow_quote_ms: u64,
     read_timeout_ms: u64,
@@ -468,69 +499,11 @@ pub fn breaker_config(
         call_timeout_ms: read_timeout_ms,
         open_wait_ms,
         half_open_max_wait_ms: read_timeout_ms.max(BreakerConfig::default().half_open_max_wait_ms),
+        // Half-open is one probe connection: its first failure (refused,
+        // logon rejected or timed out, Logout) re-opens the breaker at
+        // once, so an LP gets one connect per open wait, not a burst.
+        half_open_fail_fast: true,
         ..BreakerConfig::default()
-    }
-}
-
-fn credential_ok(v: &str) -> bool {
-    !v.is_empty() && v.len() <= CREDENTIAL_LEN_MAX && v.bytes().all(|b| b.is_ascii_graphic())
-}
-
-/// `password_env` and `password_file` are not both set (checked whether
-/// or not they are read).
-fn check_password_source(
-    f: &FixProviderFile,
-    key: &dyn Fn(&str) -> String,
-) -> Result<(), ConfigError> {
-    if f.password_env.is_some() && f.password_file.is_some() {
-        return Err(invalid(
-            key("password_env"),
-            "set password_env or password_file, not both",
-        ));
-    }
-    Ok(())
-}
-
-/// The Logon Password when `secrets` says to read it; only the sources
-/// checked otherwise.
-fn password(
-    f: &FixProviderFile,
-    key: &dyn Fn(&str) -> String,
-    secrets: FeedSecrets,
-) -> Result<Option<Secret>, ConfigError> {
-    match secrets {
-        FeedSecrets::Read => read_password(f, key),
-        FeedSecrets::Skip => check_password_source(f, key).map(|()| None),
-    }
-}
-
-/// The Logon Password from `password_env` or `password_file` (at most one);
-/// errors name the variable or the file, never a value.
-fn read_password(
-    f: &FixProviderFile,
-    key: &dyn Fn(&str) -> String,
-) -> Result<Option<Secret>, ConfigError> {
-    check_password_source(f, key)?;
-    match (&f.password_env, &f.password_file) {
-        (Some(var), _) => match std::env::var(var) {
-            Ok(v) => Ok(Some(Secret::new(v))),
-            Err(_) => Err(invalid(
-                key("password_env"),
-                format!("environment variable {var} is not set (or not UTF-8)"),
-            )),
-        },
-        (None, Some(path)) => match std::fs::read_to_string(path) {
-            Ok(v) => {
-                let v = v.strip_suffix('\n').unwrap_or(&v);
-                let v = v.strip_suffix('\r').unwrap_or(v);
-                Ok(Some(Secret::new(v)))
-            }
-            Err(e) => Err(invalid(
-                key("password_file"),
-                format!("cannot read {}: {}", path.display(), e.kind()),
-            )),
-        },
-        (None, None) => Ok(None),
     }
 }
 
@@ -566,20 +539,6 @@ fn resolve_symbols(
         });
     }
     Ok(symbols)
-}
-
-/// Whether resolving a configuration reads the providers' Logon
-/// passwords (`password_env`, `password_file`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FeedSecrets {
-    /// Read them (a process that runs the feeds): a missing variable or
-    /// unreadable file is refused.
-    #[default]
-    Read,
-    /// Leave them unread (`serve --role edge`, which runs no feed and
-    /// must need nothing of them); every other setting is still checked
-    /// and `password` stays `None`.
-    Skip,
 }
 
 /// Resolves one `[providers.fix]` table of provider `index` against the
@@ -635,6 +594,7 @@ pub fn resolve(
         ),
         slow_quote_ms,
         gaps_before_logout: f.gaps_before_logout.unwrap_or(GAPS_BEFORE_LOGOUT_DEFAULT),
+        gap_window_ms: f.gap_window_ms.unwrap_or(GAP_WINDOW_MS_DEFAULT),
         quote_sample_ms: f.quote_sample_ms.unwrap_or(QUOTE_SAMPLE_MS_DEFAULT),
         breaker,
         garbled_max: f.garbled_max.unwrap_or(GARBLED_MAX_DEFAULT),
@@ -650,6 +610,8 @@ pub fn resolve(
             .unwrap_or(BREAKER_CONSECUTIVE_FAILURES_DEFAULT),
         provider_age_max_ms: f.provider_age_max_ms.unwrap_or(PROVIDER_AGE_MAX_MS_DEFAULT),
         clock_skew_ms: f.clock_skew_ms.unwrap_or(CLOCK_SKEW_MS_DEFAULT),
+        flap: FlapDamping::from_file(f),
+        gray: GrayRule::from_file(f),
     };
     cfg.validate()
         .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;

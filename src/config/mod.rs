@@ -286,6 +286,10 @@ impl ConfigFile {
             }
         };
         let engine = resolve_engine(&self.engine)?;
+        // The gray rule judges quotes by the engine's own max age.
+        for session in &mut fix {
+            session.gray.max_quote_age_ms = engine.max_quote_age_ms;
+        }
         let tier_names: Vec<String> = tiers.iter().map(|t| t.name.clone()).collect();
         let accounts = match self.accounts {
             None => vec![demo_account(tiers.len())],

@@ -18,7 +18,9 @@
 //!    move is taken as real (every provider is quoting the new level) and
 //!    the next quote is accepted, so a genuine gap cannot freeze a price.
 //! 3. **Best of N**: best bid = highest bid, best ask = lowest ask over the
-//!    healthy, fresh quotes. Sizes at the same best price add up.
+//!    healthy, fresh quotes. Sizes at the same best price add up. Each side
+//!    is aggregated over the providers that quote it: a side no provider
+//!    quotes is absent ([`NO_PRICE`]) in the published price.
 //! 4. **Crossed or locked aggregate** (best bid >= best ask, i.e. two
 //!    providers disagree): the aggregate falls back to the freshest
 //!    contributing provider's own quote (never crossed, by rule 1) and is
@@ -30,13 +32,23 @@
 //! 6. **Publish** only when the result differs from the last published
 //!    price; each publish increments the symbol's sequence number, shared by
 //!    all of its tiers.
+//!
+//! **Withdrawals.** A tick flagged [`tick_flags::WITHDRAWN_BID`] or
+//! `WITHDRAWN_ASK` (a FIX delete, a snapshot without the side, a
+//! MarketDataRequestReject of the symbol) removes that side of the
+//! provider's quote at once and re-aggregates on the same tick, so the
+//! withdrawn price is out of the very next publish; an unflagged side of
+//! the tick updates the provider's other side (checked against the spike
+//! filter's last mid, and withdrawn too if it fails). A provider's quote
+//! with both sides withdrawn no longer counts.
 
 use std::sync::Arc;
 
 use super::stats::EngineStats;
 use crate::config::EngineConfig;
 use crate::model::{
-    price_flags, tick_flags, InstrumentTable, Mantissa, Price, ProviderHealth, Tick, TOP_OF_BOOK,
+    price_flags, tick_flags, InstrumentTable, Mantissa, Price, ProviderHealth, Tick, NO_PRICE,
+    TOP_OF_BOOK,
 };
 
 pub use crate::model::PRICE_MAX;
@@ -173,6 +185,9 @@ impl Aggregator {
     #[inline]
     pub fn on_tick(&mut self, t: &Tick, now_ns: u64) -> TickOutcome {
         self.published = false;
+        if t.flags & tick_flags::WITHDRAWN != 0 {
+            return self.on_withdrawal(t, now_ns);
+        }
         if !self.valid(t) {
             self.stats.invalid.inc();
             return TickOutcome::Invalid;
@@ -196,6 +211,69 @@ impl Aggregator {
             Some(top) => self.publish(sym, top, t.provider_time_ns, t.receive_time_ns, now_ns),
             None => self.publish_stale(sym, now_ns),
         }
+    }
+
+    /// A withdrawal tick (see the module docs): the flagged sides leave,
+    /// an unflagged side is updated, and the symbol is aggregated again.
+    fn on_withdrawal(&mut self, t: &Tick, now_ns: u64) -> TickOutcome {
+        if !self.valid_withdrawal(t) {
+            self.stats.invalid.inc();
+            return TickOutcome::Invalid;
+        }
+        self.stats.withdrawals.inc();
+        let sym = t.symbol as usize;
+        let (mut bid, mut ask) = (t.bid, t.ask);
+        for side in [&mut bid, &mut ask] {
+            if *side != NO_PRICE && self.side_is_spike(sym, *side) {
+                self.stats.spikes_rejected.inc();
+                *side = NO_PRICE;
+            }
+        }
+        let q = &mut self.quotes[sym * self.providers + t.provider as usize];
+        (q.bid, q.bid_size) = if bid == NO_PRICE {
+            (NO_PRICE, 0)
+        } else {
+            (bid, t.bid_size)
+        };
+        (q.ask, q.ask_size) = if ask == NO_PRICE {
+            (NO_PRICE, 0)
+        } else {
+            (ask, t.ask_size)
+        };
+        if bid != NO_PRICE || ask != NO_PRICE {
+            // The side that stays was quoted now.
+            (q.provider_time_ns, q.receive_time_ns) = (t.provider_time_ns, t.receive_time_ns);
+            q.indicative = t.flags & tick_flags::INDICATIVE != 0;
+        }
+        q.valid = q.bid != NO_PRICE || q.ask != NO_PRICE;
+        match self.aggregate(sym, now_ns) {
+            Some(top) => self.publish(sym, top, t.provider_time_ns, t.receive_time_ns, now_ns),
+            None => self.publish_stale(sym, now_ns),
+        }
+    }
+
+    /// Ids in range; a withdrawn side carries [`NO_PRICE`] and an
+    /// unflagged side a valid price (checked on both ends: the feed builds
+    /// them so, the engine refuses anything else).
+    fn valid_withdrawal(&self, t: &Tick) -> bool {
+        let side_ok = |px: Mantissa, withdrawn: bool| {
+            if withdrawn {
+                px == NO_PRICE
+            } else {
+                px > 0 && px <= PRICE_MAX
+            }
+        };
+        (t.symbol as usize) < self.state.len()
+            && (t.provider as usize) < self.providers
+            && side_ok(t.bid, t.flags & tick_flags::WITHDRAWN_BID != 0)
+            && side_ok(t.ask, t.flags & tick_flags::WITHDRAWN_ASK != 0)
+    }
+
+    /// One side against the last accepted mid, by the spike threshold
+    /// (no streak: a one-sided update never moves the mid).
+    fn side_is_spike(&self, sym: usize, px: Mantissa) -> bool {
+        let last = self.state[sym].last_mid;
+        last > 0 && i128::from((px - last).abs()) * 10_000 > i128::from(last) * self.spike_bps
     }
 
     fn valid(&self, t: &Tick) -> bool {
@@ -235,6 +313,7 @@ impl Aggregator {
             flags: 0,
             providers: 0,
         };
+        // The freshest two-sided quote: the fallback of a crossed book.
         let mut freshest: Option<&Quote> = None;
         for (p, q) in quotes.iter().enumerate() {
             if !q.valid
@@ -247,29 +326,34 @@ impl Aggregator {
             if q.indicative {
                 top.flags |= price_flags::INDICATIVE;
             }
-            if freshest.is_none_or(|f| q.receive_time_ns >= f.receive_time_ns) {
+            let two_sided = q.bid != NO_PRICE && q.ask != NO_PRICE;
+            if two_sided && freshest.is_none_or(|f| q.receive_time_ns >= f.receive_time_ns) {
                 freshest = Some(q);
             }
-            let (better_bid, better_ask) = (q.bid > top.bid, q.ask < top.ask);
-            merge_side(
-                &mut top.bid,
-                &mut top.bid_size,
-                q.bid,
-                q.bid_size,
-                better_bid,
-            );
-            merge_side(
-                &mut top.ask,
-                &mut top.ask_size,
-                q.ask,
-                q.ask_size,
-                better_ask,
-            );
+            if q.bid != NO_PRICE {
+                let better = q.bid > top.bid;
+                merge_side(&mut top.bid, &mut top.bid_size, q.bid, q.bid_size, better);
+            }
+            if q.ask != NO_PRICE {
+                let better = q.ask < top.ask;
+                merge_side(&mut top.ask, &mut top.ask_size, q.ask, q.ask_size, better);
+            }
         }
-        let f = freshest?;
-        if top.bid >= top.ask && top.providers > 1 {
+        if top.providers == 0 {
+            return None;
+        }
+        // Mantissa::MIN is NO_PRICE already; an ask nobody quotes is too.
+        const _: () = assert!(Mantissa::MIN == NO_PRICE);
+        if top.ask == Mantissa::MAX {
+            top.ask = NO_PRICE;
+        }
+        let both = top.bid != NO_PRICE && top.ask != NO_PRICE;
+        if both && top.bid >= top.ask && top.providers > 1 {
             self.stats.crossed.inc();
-            (top.bid, top.ask, top.bid_size, top.ask_size) = (f.bid, f.ask, f.bid_size, f.ask_size);
+            if let Some(f) = freshest {
+                (top.bid, top.ask, top.bid_size, top.ask_size) =
+                    (f.bid, f.ask, f.bid_size, f.ask_size);
+            }
             top.flags |= price_flags::INDICATIVE;
         }
         if top.providers == 1 {

@@ -22,4 +22,6 @@ pub struct EngineStats {
     pub published: Counter,
     /// Prices republished flagged stale.
     pub stale: Counter,
+    /// Ticks that withdrew a provider's side or symbol.
+    pub withdrawals: Counter,
 }

@@ -267,3 +267,83 @@ fn the_table_serves_every_tier_from_one_write_per_change() {
         }
     }
 }
+
+fn withdraw(symbol: u16, provider: u16, bid: i64, ask: i64, flags: u32, at_ms: u64) -> Tick {
+    Tick {
+        flags,
+        ..tick(symbol, provider, bid, ask, at_ms)
+    }
+}
+
+#[test]
+fn a_withdrawn_side_leaves_the_next_publish() {
+    use crate::model::{tick_flags as tf, NO_PRICE};
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_010, 100_014, 1)); // p0: the best bid
+    r.apply(tick(0, 1, 100_000, 100_060, 2));
+    // p0 deletes its bid: the very next publish has p1's bid, p0's ask.
+    let t = withdraw(0, 0, NO_PRICE, 100_014, tf::WITHDRAWN_BID, 3);
+    assert_eq!(r.apply(t), TickOutcome::Published);
+    let p = r.agg.output().unwrap();
+    assert_eq!((p.bid, p.ask, p.providers), (100_000, 100_014, 2));
+    // p1 deletes its bid too: no provider bids, the price is one-sided.
+    let t = withdraw(0, 1, NO_PRICE, 100_060, tf::WITHDRAWN_BID, 4);
+    assert_eq!(r.apply(t), TickOutcome::Published);
+    let p = *r.agg.output().unwrap();
+    assert_eq!((p.bid, p.ask, p.bid_size), (NO_PRICE, 100_014, 0));
+    assert_eq!(p.flags & price_flags::STALE, 0, "the ask is current");
+    // p0 withdraws the symbol: p1's ask alone.
+    let t = withdraw(0, 0, NO_PRICE, NO_PRICE, tf::WITHDRAWN, 5);
+    assert_eq!(r.apply(t), TickOutcome::Published);
+    let p = r.agg.output().unwrap();
+    assert_eq!((p.bid, p.ask), (NO_PRICE, 100_060));
+    assert_ne!(p.flags & price_flags::SINGLE_PROVIDER, 0);
+    // p1 withdraws too: nothing backs the price, the last is flagged stale.
+    let t = withdraw(0, 1, NO_PRICE, NO_PRICE, tf::WITHDRAWN, 6);
+    assert_eq!(r.apply(t), TickOutcome::Published);
+    assert_ne!(r.agg.output().unwrap().flags & price_flags::STALE, 0);
+    // A quote brings it back.
+    assert_eq!(
+        r.apply(tick(0, 0, 100_011, 100_015, 7)),
+        TickOutcome::Published
+    );
+    assert_eq!(r.stats.withdrawals.get(), 4);
+}
+
+#[test]
+fn a_withdrawal_must_say_what_it_withdraws_and_is_spike_checked() {
+    use crate::model::{tick_flags as tf, NO_PRICE};
+    let mut r = rig(2);
+    r.apply(tick(0, 0, 100_000, 100_010, 1));
+    // A flagged side that carries a price, an unflagged one without:
+    // refused on this end too.
+    let bad = withdraw(0, 0, 100_000, 100_010, tf::WITHDRAWN_BID, 2);
+    assert_eq!(r.apply(bad), TickOutcome::Invalid);
+    let bad = withdraw(0, 0, NO_PRICE, NO_PRICE, tf::WITHDRAWN_BID, 2);
+    assert_eq!(r.apply(bad), TickOutcome::Invalid);
+    let bad = withdraw(9, 0, NO_PRICE, NO_PRICE, tf::WITHDRAWN, 2);
+    assert_eq!(r.apply(bad), TickOutcome::Invalid);
+    // The side that stays moves 10 %: a spike, withdrawn as well.
+    let t = withdraw(0, 0, NO_PRICE, 110_000, tf::WITHDRAWN_BID, 3);
+    assert_eq!(r.apply(t), TickOutcome::Published);
+    assert_ne!(r.agg.output().unwrap().flags & price_flags::STALE, 0);
+    assert_eq!(r.stats.spikes_rejected.get(), 1);
+    // Markups leave an absent side absent.
+    let t = withdraw(0, 0, NO_PRICE, 100_012, tf::WITHDRAWN_BID, 4);
+    assert_eq!(r.apply(t), TickOutcome::Published);
+    let m = crate::model::Markups::new(&table(2));
+    let p = m.apply(r.agg.output().unwrap(), 1);
+    assert_eq!((p.bid, p.ask), (NO_PRICE, 100_015));
+}
+
+#[test]
+fn a_crossed_book_of_one_sided_quotes_is_indicative() {
+    use crate::model::{tick_flags as tf, NO_PRICE};
+    let mut r = rig(2);
+    r.apply(withdraw(0, 0, 100_020, NO_PRICE, tf::WITHDRAWN_ASK, 1));
+    r.apply(withdraw(0, 1, NO_PRICE, 100_010, tf::WITHDRAWN_BID, 2));
+    let p = r.agg.output().unwrap();
+    assert_eq!((p.bid, p.ask), (100_020, 100_010));
+    assert_ne!(p.flags & price_flags::INDICATIVE, 0, "crossed: not firm");
+    assert_eq!(r.stats.crossed.get(), 1);
+}

@@ -15,7 +15,7 @@
 
 use super::aggregated::{Price, TierId};
 use super::instruments::InstrumentTable;
-use super::price::Mantissa;
+use super::price::{Mantissa, NO_PRICE};
 use super::tick::SymbolId;
 
 /// The `tier` of a tier-less top of book as the engine publishes it. Its
@@ -85,8 +85,13 @@ impl Markups {
         let m = self.points(top.symbol, tier);
         let mut p = *top;
         p.tier = tier;
-        p.bid = p.bid.saturating_sub(m);
-        p.ask = p.ask.saturating_add(m);
+        // An absent side (a one-sided price) stays absent.
+        if p.bid != NO_PRICE {
+            p.bid = p.bid.saturating_sub(m);
+        }
+        if p.ask != NO_PRICE {
+            p.ask = p.ask.saturating_add(m);
+        }
         p
     }
 }
@@ -123,6 +128,15 @@ mod tests {
         let m = Markups::from_points(1, vec![10]);
         let p = m.apply(&top(0, i64::MIN + 3, i64::MAX - 3), 0);
         assert_eq!((p.bid, p.ask), (i64::MIN, i64::MAX));
+    }
+
+    #[test]
+    fn an_absent_side_stays_absent() {
+        let m = Markups::from_points(2, vec![0, 10]);
+        let p = m.apply(&top(0, NO_PRICE, 1_010), 1);
+        assert_eq!((p.bid, p.ask), (NO_PRICE, 1_020));
+        let p = m.apply(&top(0, 1_000, NO_PRICE), 1);
+        assert_eq!((p.bid, p.ask), (990, NO_PRICE));
     }
 
     #[test]

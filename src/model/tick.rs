@@ -43,6 +43,16 @@ const _: () = assert!(std::mem::size_of::<Tick>() == 64);
 pub mod tick_flags {
     /// The provider marked the quote indicative (not firm).
     pub const INDICATIVE: u32 = 1 << 0;
+    /// The provider withdrew its bid (a FIX delete `279=2` of the bid, a
+    /// snapshot without one, or the whole symbol by `35=Y`): the field
+    /// `bid` is [`NO_PRICE`](crate::model::NO_PRICE) and the engine drops
+    /// this provider's bid from the aggregate at once. An unflagged side
+    /// of such a tick carries the side's current price.
+    pub const WITHDRAWN_BID: u32 = 1 << 1;
+    /// The provider withdrew its ask (see [`WITHDRAWN_BID`]).
+    pub const WITHDRAWN_ASK: u32 = 1 << 2;
+    /// Either withdrawal bit: the tick is a withdrawal.
+    pub const WITHDRAWN: u32 = WITHDRAWN_BID | WITHDRAWN_ASK;
 }
 
 impl Tick {

@@ -46,7 +46,7 @@ pub enum Value {
 }
 
 /// How a Redis call failed. The variants are what the client really
-/// returns for each fault (asserted in `tests/refdata_breaker.rs`).
+/// returns for each fault (asserted in `tests/it/refdata_breaker.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RedisError {
     /// TCP connect failed at once (refused, unreachable).

@@ -7,7 +7,7 @@
 //! same rules as the config file's `[[accounts]]`.
 //!
 //! Breaker classification ([`classify`]), from what the client really
-//! returns for each fault (asserted in `tests/refdata_breaker.rs`):
+//! returns for each fault (asserted in `tests/it/refdata_breaker.rs`):
 //! connect errors, timeouts, resets, closes, protocol and server errors
 //! are failures; a missing key (`HGETALL` answers an empty array) and a
 //! malformed record are ignored — Redis answered, the data is the

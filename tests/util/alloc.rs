@@ -1,6 +1,7 @@
 //! A counting global allocator for allocation-free proofs.
 //!
 //! Include with `#[path = "util/alloc.rs"] mod alloc;` in a test binary
+//! of its own (beside `tests/it/`, see `tests/it/layout.rs`)
 //! that holds a single test, so no other test allocates concurrently.
 
 use std::alloc::{GlobalAlloc, Layout, System};

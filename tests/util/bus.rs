@@ -2,10 +2,7 @@
 //! and edges over real nats-server processes, SDK subscribers, and
 //! `pricewire serve` child processes.
 //!
-//! Include with `#[path = "util/bus.rs"] mod bus;` next to `util/wait.rs`
-//! (as `mod wait`). Every wait is a bounded condition; nothing sleeps.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! `util::bus`. Every wait is a bounded condition; nothing sleeps.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

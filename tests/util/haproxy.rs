@@ -1,15 +1,11 @@
 //! A real `haproxy` (TCP mode, `send-proxy-v2`) on a free loopback port in
 //! front of one server, for one test.
 //!
-//! Include with `#[path = "util/haproxy.rs"] mod haproxy;` next to
-//! `util/net.rs` as `net`. The proxy runs in the foreground (`-db`), is
+//! `util::haproxy`. The proxy runs in the foreground (`-db`), is
 //! killed when the [`Haproxy`] is dropped, and is ready when its port
 //! listens (read from /proc/net/tcp, so waiting opens no connection),
 //! bounded by [`START_TIMEOUT`]. When `haproxy` is missing the helper
-//! installs it from Debian's packages (`apt-get install -y haproxy`) once
-//! per test process, and fails with a clear message if that is impossible.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! fails at once, naming `tools/test-deps`, which installs it.
 
 // A test binary may include two server helpers, each with its own copy.
 #[allow(clippy::duplicate_mod)]

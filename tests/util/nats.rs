@@ -1,13 +1,14 @@
 //! Real `nats-server` processes on free loopback ports: one node with
 //! JetStream, or a 3-node JetStream cluster.
 //!
-//! Include with `#[path = "util/nats.rs"] mod nats;`. Each node gets its
+//! `util::nats` (a stand-alone binary includes it by `#[path]` beside
+//! `apt.rs`). Each node gets its
 //! own JetStream store in a temporary directory, binds 127.0.0.1 only, and
 //! is killed when its handle is dropped. Start-up is awaited on a
 //! condition, bounded by [`START_TIMEOUT`]: the node's monitoring endpoint
 //! `/healthz` answers 200, which on a cluster means JetStream has a meta
-//! leader. When `nats-server` is missing the helper installs it from
-//! Debian's packages (`apt-get install -y nats-server`) once per process.
+//! leader. When `nats-server` is missing the helper fails at once,
+//! naming `tools/test-deps`, which installs it.
 
 #![allow(dead_code)] // each test binary uses a different part
 

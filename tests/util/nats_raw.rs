@@ -2,9 +2,7 @@
 //! with no credentials or an edge's, or an eavesdropper on the price
 //! subjects. Blocking, over TLS (rustls) or plain TCP, line by line.
 //!
-//! Include with `#[path = "util/nats_raw.rs"] mod nats_raw;`.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! `util::nats_raw`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -3,9 +3,7 @@
 //! `.creds` files. Written apart from the library's own NKey code, so
 //! the two meet only at a real nats-server.
 //!
-//! Include with `#[path = "util/nkeys.rs"] mod nkeys;`.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! `util::nkeys`.
 
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{Ed25519KeyPair, KeyPair};
@@ -121,7 +119,6 @@ impl Nkey {
 
 /// An operator, one account with JetStream and users: what `nsc` makes.
 pub struct Operator {
-    pub operator: Nkey,
     pub account: Nkey,
     pub operator_jwt: String,
     pub account_jwt: String,
@@ -144,7 +141,6 @@ impl Operator {
         let system = Nkey::new(ACCOUNT);
         let system_jwt = operator.issue(&system, "SYS", r#"{"type":"account","version":2}"#);
         Operator {
-            operator,
             account,
             operator_jwt,
             account_jwt,

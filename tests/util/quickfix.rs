@@ -2,7 +2,7 @@
 //! C++ QuickFIX library with FIX44.xml validation on) on a free loopback
 //! port for one test.
 //!
-//! Include with `#[path = "util/quickfix.rs"] mod quickfix;`. The program
+//! `util::quickfix`. The program
 //! is built once per test process into `target/quickfix-lp/` when missing
 //! or older than its source (`tools/quickfix-lp/build.sh`, which needs
 //! `libquickfix-dev`); the helper fails with a clear message when it
@@ -10,8 +10,6 @@
 //! [`START_TIMEOUT`]; the process is killed when the [`QuickFixLp`] is
 //! dropped. Every stdout line is kept, so a test can assert what the LP
 //! received and that it sent no session Reject.
-
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -52,7 +50,7 @@ pub fn binary() -> &'static Path {
             assert!(
                 status.success(),
                 "building quickfix-lp failed: is libquickfix-dev installed \
-                 (apt-get install -y libquickfix-dev)?"
+                 (tools/test-deps installs it)?"
             );
         }
         out

@@ -1,15 +1,11 @@
 //! A real `redis-server` on a free loopback port for one test.
 //!
-//! Include with `#[path = "util/redis.rs"] mod redis;`. The server runs
+//! `util::redis`. The server runs
 //! without persistence (`--save '' --appendonly no`), bound to 127.0.0.1,
 //! and is killed when the [`RedisServer`] is dropped. Start-up is awaited on
 //! a condition (the server's "Ready to accept connections" line, then a
 //! `PING`), bounded by [`START_TIMEOUT`]. When `redis-server` is missing the
-//! helper installs it from Debian's packages (`apt-get install -y
-//! redis-server`) once per test process, and fails with a clear message if
-//! that is impossible.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! helper fails at once, naming `tools/test-deps`, which installs it.
 
 // A test binary may include two server helpers, each with its own copy.
 #[allow(clippy::duplicate_mod)]

@@ -1,12 +1,9 @@
 //! The real binary with `--redis`, for reference-data drills: start it
 //! with a config file, read its metrics, log on (following retry-after).
 //!
-//! Include with `#[path = "util/refdata_bin.rs"] mod bin;` next to the
-//! `net`, `server` and `wait` helpers.
+//! `util::refdata_bin`, beside the `net`, `server` and `wait` helpers.
 
-#![allow(dead_code)] // each test binary uses a different part
-
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,11 +58,6 @@ impl Binary {
             .find(|l| l.starts_with(line_start))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
-    }
-
-    /// Whether the listener accepts connections.
-    pub fn listening(&self) -> bool {
-        TcpStream::connect(self.listen).is_ok()
     }
 }
 

@@ -3,13 +3,11 @@
 //! the real refresher and cache run over it, so tests decide by a
 //! `ManualClock` and never sleep.
 //!
-//! Include with `#[path = "util/refdata_world.rs"] mod world;`. The world
+//! `util::refdata_world`. The world
 //! holds what Redis holds (records, the generation marker, the index set)
 //! and whether it is reachable: while it is down every call fails, either
 //! at once (refused) or after the call's longest timeouts (the clock is
 //! advanced by them inside the call, as a blackholed Redis would take).
-
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;

@@ -1,10 +1,8 @@
 //! An in-process pricewire server on loopback for integration tests, and a
 //! raw protocol connection for tests that must misbehave on purpose.
 //!
-//! Include with `#[path = "util/server.rs"] mod server;`. Every wait is a
+//! `util::server`. Every wait is a
 //! socket timeout or a bounded condition wait; nothing sleeps.
-
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -83,7 +81,7 @@ pub fn ingest_service_tuned(
         // An in-process server shares this process's CPU with the test's
         // clients (and other tests): its loop lag measures the harness.
         // Loop-lag shedding is tested against the real binary
-        // (tests/loop_lag_shed.rs, tests/herd_cpu_hog.rs).
+        // (tests/it/loop_lag_shed.rs, tests/it/herd_cpu_hog.rs).
         loop_lag_target_ms: 0,
         ..GatewayConfig::default()
     };
@@ -205,19 +203,7 @@ impl Drop for TestServer {
     }
 }
 
-/// Polls `cond` until it holds or `timeout` passes (yields between polls).
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-}
+pub use super::wait::wait_until;
 
 /// A raw connection speaking (or mis-speaking) the protocol by hand.
 pub struct Raw {

@@ -1,4 +1,4 @@
-//! Shared pieces of the request-storm tests (`tests/request_storm.rs`):
+//! Shared pieces of the request-storm tests (`tests/it/request_storm.rs`):
 //! the server process, /metrics scraping and the answer tally.
 
 use std::collections::BTreeMap;

@@ -2,15 +2,14 @@
 //! logged on through a test and counts what it receives, and a raw
 //! rustls client whose records the test cuts and batches itself.
 
-#![allow(dead_code)] // each test binary uses a different part
-
+use super::wait;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pricewire::client::tls::ClientTls;
 use pricewire::client::{Client, ClientConfig, Event, SeqStatus};
@@ -72,7 +71,7 @@ impl TlsServe {
             ca,
             _dir: dir,
         };
-        wait_until("server ready", || {
+        wait::expect(WAIT, "server ready", || {
             net::http_status(s.ops, "/readyz") == Some(200)
         });
         s
@@ -113,7 +112,7 @@ impl TlsServe {
             "{after}: /livez"
         );
         let seen = watch.seen.prices.load(Ordering::Relaxed);
-        wait_until(&format!("{after}: prices go on"), || {
+        wait::expect(WAIT, &format!("{after}: prices go on"), || {
             watch.seen.prices.load(Ordering::Relaxed) > seen + 2
                 || watch.seen.disconnects.load(Ordering::Relaxed) > 0
         });
@@ -123,15 +122,6 @@ impl TlsServe {
             "{after}: watcher cut"
         );
         assert_eq!(watch.seen.gaps.load(Ordering::Relaxed), 0, "{after}: gaps");
-    }
-}
-
-/// Waits for `cond`, failing the test after [`WAIT`].
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::park_timeout(Duration::from_millis(10));
     }
 }
 

@@ -24,6 +24,17 @@
 //   resend <n>         forget the last n messages received, ask for them
 //   logout             initiate a Logout
 //   disconnect         drop the connection (as a restarted LP would)
+//   flap <ms>          log every session out <ms> after its Logon (0: off)
+//   reset-logon        in-session reset: Logon 141=Y at MsgSeqNum 1 while
+//                      logged on (the daily reset of a 24-hour LP)
+//   seqreset <n>       SequenceReset-Reset (no 123) to NewSeqNo n, then
+//                      number our messages from n (n below: an LP that
+//                      "restarted" its numbers the wrong way)
+//   delete bid|ask     X with 279=2 for that side of every subscription,
+//                      then stream the other side only
+//   restore            the deleted side again (279=0), both sides streamed
+//   mdreject           35=Y (281=0, 58) for every subscription, mid-stream;
+//                      the subscriptions end
 //   auth <user> <password> | auth off   require Username/Password
 //   rate <per_s>       incrementals per second per subscription
 //   status             counters
@@ -32,7 +43,7 @@
 // Flags: --port N --dict PATH [--sender LP] [--target PRICEWIRE]
 //   [--rate N] [--symbol SYM=PRICE[:DIGITS]]... [--auth USER:PASSWORD]
 //   [--no-data] [--no-heartbeats] [--no-test-reply] [--no-logon-reply]
-//   [--silent] [--silent-after-logon]
+//   [--silent] [--silent-after-logon] [--flap MS]
 
 #include <atomic>
 #include <cmath>
@@ -61,7 +72,9 @@
 #include <quickfix/fix44/MarketDataRequest.h>
 #include <quickfix/fix44/MarketDataRequestReject.h>
 #include <quickfix/fix44/MarketDataSnapshotFullRefresh.h>
+#include <quickfix/fix44/Logon.h>
 #include <quickfix/fix44/ResendRequest.h>
+#include <quickfix/fix44/SequenceReset.h>
 
 static std::mutex out_mutex;
 
@@ -125,6 +138,8 @@ struct Switches {
   std::atomic<bool> logon_reply{true}, silent{false}, silent_after_logon{false};
   std::atomic<int> garble{0};
   std::atomic<int> rate{50};
+  std::atomic<long> flap_ms{0};
+  std::atomic<int> deleted_side{-1};  // -1: none, 0: bid, 1: offer
   std::mutex auth_mutex;
   std::string user, password;  // empty user: no authentication
 };
@@ -136,7 +151,88 @@ class Lp : public FIX::Application {
   std::atomic<long> in_count{0}, out_count{0}, suppressed{0}, quotes{0};
 
   void onCreate(const FIX::SessionID& id) override { sid_ = id; }
-  void onLogon(const FIX::SessionID&) override { say("EVENT app: logged on"); }
+  void onLogon(const FIX::SessionID&) override {
+    logon_at_ = now_ms();
+    say("EVENT app: logged on");
+  }
+
+  static long now_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+  }
+
+  // The flap switch: a session older than flap_ms is logged out. Run by
+  // the streaming thread.
+  void flap_due() {
+    long ms = sw.flap_ms, at = logon_at_;
+    if (ms <= 0 || at == 0 || now_ms() - at < ms) return;
+    FIX::Session* s = session();
+    if (!s) return;
+    FIX::Locker l(s->m_mutex);
+    if (s->isLoggedOn() && !s->m_state.sentLogout()) {
+      logon_at_ = 0;
+      say("EVENT app: flap logout");
+      s->generateLogout("quickfix-lp: flap");
+    }
+  }
+
+  // Logon 141=Y at MsgSeqNum 1 while logged on: QuickFIX's sendRaw resets
+  // both numbers when it sends a Logon with ResetSeqNumFlag.
+  void reset_logon() {
+    FIX::Session* s = session();
+    if (!s || !s->isLoggedOn()) return;
+    FIX44::Logon logon(FIX::EncryptMethod(0), FIX::HeartBtInt(s->m_state.heartBtInt()));
+    logon.set(FIX::ResetSeqNumFlag(true));
+    s->send(logon);
+  }
+
+  // SequenceReset-Reset to `n`, then our numbers go on from `n`.
+  void seqreset(int n) {
+    FIX::Session* s = session();
+    if (!s || !s->isLoggedOn()) return;
+    FIX44::SequenceReset sr{FIX::NewSeqNo(n)};
+    s->send(sr);
+    s->setNextSenderMsgSeqNum(n);
+  }
+
+  // One X deleting (action 2) or restoring (action 0) `side` of every
+  // subscription.
+  void side_update(int side, char action) {
+    std::vector<Sub> subs;
+    {
+      std::lock_guard<std::mutex> l(subs_mutex_);
+      subs = subs_;
+    }
+    for (auto& sub : subs) {
+      FIX44::MarketDataIncrementalRefresh x;
+      x.set(FIX::MDReqID(sub.req_id));
+      FIX44::MarketDataIncrementalRefresh::NoMDEntries e;
+      e.set(FIX::MDUpdateAction(action));
+      e.set(FIX::MDEntryType(side == 0 ? '0' : '1'));
+      e.set(FIX::Symbol(sub.symbol));
+      if (action != '2') {
+        e.set(FIX::MDEntryPx(px(sub.q, side, 0)));
+        e.set(FIX::MDEntrySize(1000000));
+      }
+      x.addGroup(e);
+      FIX::Session::sendToTarget(x, sid_);
+    }
+  }
+
+  // 35=Y for every subscription; the subscriptions end.
+  void mdreject() {
+    std::vector<Sub> subs;
+    {
+      std::lock_guard<std::mutex> l(subs_mutex_);
+      subs.swap(subs_);
+    }
+    for (auto& sub : subs) {
+      FIX44::MarketDataRequestReject rej{FIX::MDReqID(sub.req_id)};
+      rej.set(FIX::MDReqRejReason('0'));
+      rej.set(FIX::Text("instrument suspended"));
+      FIX::Session::sendToTarget(rej, sid_);
+    }
+  }
   void onLogout(const FIX::SessionID&) override {
     std::lock_guard<std::mutex> l(subs_mutex_);
     subs_.clear();
@@ -265,10 +361,12 @@ class Lp : public FIX::Application {
       std::lock_guard<std::mutex> l(subs_mutex_);
       subs = subs_;
     }
+    int deleted = sw.deleted_side;
     for (auto& s : subs) {
       FIX44::MarketDataIncrementalRefresh x;
       x.set(FIX::MDReqID(s.req_id));
       for (int side = 0; side < 2; side++) {
+        if (side == deleted) continue;
         FIX44::MarketDataIncrementalRefresh::NoMDEntries e;
         e.set(FIX::MDUpdateAction('1'));
         e.set(FIX::MDEntryType(side == 0 ? '0' : '1'));
@@ -339,6 +437,7 @@ class Lp : public FIX::Application {
   std::mutex subs_mutex_;
   std::vector<Sub> subs_;
   std::atomic<bool> muted_{false};
+  std::atomic<long> logon_at_{0};
 };
 
 static bool on_off(const std::string& v, std::atomic<bool>& flag) {
@@ -381,6 +480,21 @@ static bool command(Lp& lp, const std::string& line) {
     sw.password = a == "off" ? "" : b;
     return a == "off" || !b.empty();
   }
+  if (cmd == "flap" && !a.empty()) { sw.flap_ms = std::stol(a); return true; }
+  if (cmd == "reset-logon") { lp.reset_logon(); return true; }
+  if (cmd == "seqreset" && !a.empty()) { lp.seqreset(std::stoi(a)); return true; }
+  if (cmd == "delete" && (a == "bid" || a == "ask")) {
+    int side = a == "bid" ? 0 : 1;
+    sw.deleted_side = side;
+    lp.side_update(side, '2');
+    return true;
+  }
+  if (cmd == "restore") {
+    int side = sw.deleted_side.exchange(-1);
+    if (side >= 0) lp.side_update(side, '0');
+    return true;
+  }
+  if (cmd == "mdreject") { lp.mdreject(); return true; }
   if (cmd == "disconnect") {
     if (FIX::Session* s = lp.session()) s->disconnect();
     return true;
@@ -433,6 +547,7 @@ int main(int argc, char** argv) {
     else if (f == "--no-logon-reply") early.push_back("logon-reply off");
     else if (f == "--silent") early.push_back("silent on");
     else if (f == "--silent-after-logon") early.push_back("silent-after-logon on");
+    else if (f == "--flap") early.push_back("flap " + next());
     else { say("ERR unknown flag " + f); return 2; }
   }
   if (port <= 0 || dict.empty()) { say("ERR need --port and --dict"); return 2; }
@@ -455,6 +570,7 @@ int main(int argc, char** argv) {
         int rate = lp.sw.rate > 0 ? int(lp.sw.rate) : 1;
         std::this_thread::sleep_for(std::chrono::microseconds(1000000 / rate));
         lp.stream_once(n++);
+        lp.flap_due();
       }
     });
     say("READY " + std::to_string(port));

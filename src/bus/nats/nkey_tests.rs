@@ -2,7 +2,7 @@
 //! the NATS project's Python `nkeys` 0.2.1 (`encode_seed(bytes(range(1,
 //! 33)), PREFIX_BYTE_USER)`, its `public_key`, and `sign(b"nonce-Xy12")`
 //! base64url without padding); the real nats-server checks the rest
-//! (`tests/bus_security.rs` logs on with an NKey).
+//! (`tests/it/bus_security.rs` logs on with an NKey).
 
 use super::*;
 use proptest::prelude::*;

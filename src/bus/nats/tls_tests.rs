@@ -6,7 +6,7 @@
 //! the end; and a chain from another CA, or for another name, refused in
 //! the handshake. The real
 //! nats-server (Go's crypto/tls) is the other peer in
-//! `tests/bus_security.rs` and `tests/bus_alloc.rs`.
+//! `tests/it/bus_security.rs` and `tests/bus_alloc.rs`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

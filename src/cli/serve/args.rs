@@ -20,7 +20,9 @@ use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// TOML configuration file (instruments, tiers, providers, accounts,
-    /// engine). Absent sections keep the built-in defaults.
+    /// engine). Absent sections keep the built-in defaults. FIX provider
+    /// keys ([providers.fix]: timeouts, breaker, gap window, flap damping
+    /// flap_*, gray rule gray_*) with their defaults and units: docs/fix.md.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -121,7 +123,9 @@ pub struct ServeArgs {
     pub feed_full_wait_us: u64,
 
     /// Provider quotes older than this are excluded from aggregation, in
-    /// milliseconds (overrides the config file; default 2000).
+    /// milliseconds (overrides the config file; default 2000). A FIX
+    /// provider whose last quote keeps aging past it turns gray
+    /// (gray_lapses within gray_window_ms, docs/fix.md).
     #[arg(long, value_name = "MS")]
     pub max_quote_age_ms: Option<u64>,
 
@@ -426,6 +430,9 @@ impl ServeArgs {
                 return Err("--max-quote-age-ms: must be at least 1".into());
             }
             config.engine.max_quote_age_ms = ms;
+            for session in &mut config.fix {
+                session.gray.max_quote_age_ms = ms;
+            }
         }
         if let Some(bps) = self.spike_bps {
             if bps == 0 || bps > 10_000 {

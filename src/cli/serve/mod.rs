@@ -132,14 +132,15 @@ fn supervision() -> Result<Supervisor, String> {
     Ok(Supervisor::new())
 }
 
-/// What the supervisor runs once a stage died, within its grace: the
-/// recorder drains, flushes and fsyncs what it holds (unless the shutdown
-/// is closing it right now).
+/// What the supervisor runs once a stage died, on a thread of its own
+/// within the grace: the recorder drains, flushes and fsyncs what it holds.
+/// It waits for the lock: the main thread holds it briefly while it
+/// registers the recorder's metrics (a death then must still flush), and
+/// while the shutdown closes the recorder (the slot is then empty). The
+/// process exits at the end of the grace whether or not this finished.
 fn flush_on_death(recorder: Arc<Mutex<Option<RecorderHandle>>>) -> Box<dyn FnOnce() + Send> {
     Box::new(move || {
-        let Ok(mut slot) = recorder.try_lock() else {
-            return;
-        };
+        let mut slot = recorder.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(rec) = slot.take() {
             let totals = rec.stop();
             tracing::warn!(recorded = totals.stats.recorded, error = ?totals.error,

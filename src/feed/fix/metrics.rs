@@ -6,11 +6,12 @@
 //!
 //! Every value is read at scrape time from the sessions' atomics; nothing
 //! here runs on the feed thread. [`FAMILIES`] is the list docs/fix.md must
-//! show (`tests/fix_metrics.rs` holds them equal).
+//! show (`tests/it/fix_metrics.rs` holds them equal).
 
 use std::sync::Arc;
 
-use super::health::{HealthGauges, ProviderState};
+use super::health::{DampingGauges, HealthGauges, ProviderState};
+use super::session::DisconnectReason;
 use super::stats::{FixFeedStats, FixSessionSnapshot, FixSessionStats};
 use crate::clock::Clock;
 use crate::ops::metrics::catalogue as m;
@@ -20,7 +21,15 @@ use crate::ops::{OpsError, Registry};
 pub const FAMILIES: &[&str] = &[
     m::PROVIDER_HEALTHY,
     m::PROVIDER_STATE,
+    m::PROVIDER_DAMPED,
+    m::PROVIDER_DAMPING_PENALTY,
+    m::PROVIDER_DAMPED_SECONDS,
+    m::PROVIDER_PROBATION_SECONDS,
+    m::PROVIDER_FLAPS,
+    m::FIX_QUOTE_LAPSES,
     m::FIX_QUOTES,
+    m::FIX_WITHDRAWALS,
+    m::FIX_QUOTES_DISCARDED,
     m::TICKS_RECEIVED,
     m::FIX_SLOW_QUOTES,
     m::FIX_CONNECTS,
@@ -51,30 +60,6 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
     (m::FIX_TIMEOUTS, "kind", "quote_silence", |s| {
         s.quote_silences
     }),
-    (m::FIX_DISCONNECTS, "reason", "peer_closed", |s| {
-        s.disconnects
-    }),
-    (m::FIX_DISCONNECTS, "reason", "peer_logout", |s| {
-        s.logouts_received
-    }),
-    (m::FIX_DISCONNECTS, "reason", "read_timeout", |s| {
-        s.read_timeouts
-    }),
-    (m::FIX_DISCONNECTS, "reason", "garbled", |s| {
-        s.garbled_teardowns
-    }),
-    (m::FIX_DISCONNECTS, "reason", "gap_logout", |s| {
-        s.logouts_for_gaps
-    }),
-    (m::FIX_DISCONNECTS, "reason", "seq_too_low", |s| {
-        s.seq_too_low
-    }),
-    (m::FIX_DISCONNECTS, "reason", "wrong_comp_id", |s| {
-        s.comp_id_mismatches
-    }),
-    (m::FIX_DISCONNECTS, "reason", "outbound_full", |s| {
-        s.outbound_full
-    }),
     (m::FIX_REJECTS, "kind", "market_data_request", |s| {
         s.md_rejects
     }),
@@ -88,7 +73,28 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
     (m::FEED_DECODE_ERRORS, "reason", "wrong_comp_id", |s| {
         s.comp_id_mismatches
     }),
+    (m::FEED_DECODE_ERRORS, "reason", "missing_seq_num", |s| {
+        s.missing_seq_nums
+    }),
     (m::FEED_DECODE_ERRORS, "reason", "bad_price", |s| {
+        s.bad_prices
+    }),
+    (
+        m::FIX_QUOTES_DISCARDED,
+        "reason",
+        "stale_provider_time",
+        |s| s.stale_quotes,
+    ),
+    (m::FIX_QUOTES_DISCARDED, "reason", "unknown_symbol", |s| {
+        s.unknown_symbols
+    }),
+    (m::FIX_QUOTES_DISCARDED, "reason", "rejected_symbol", |s| {
+        s.discarded_rejected_symbol
+    }),
+    (m::FIX_QUOTES_DISCARDED, "reason", "not_logged_on", |s| {
+        s.discarded_not_logged_on
+    }),
+    (m::FIX_QUOTES_DISCARDED, "reason", "bad_price", |s| {
         s.bad_prices
     }),
 ];
@@ -96,6 +102,9 @@ const LABELLED: &[(&str, &str, &str, Field)] = &[
 /// (family, counter) for the counters labelled by provider only.
 const PLAIN: &[(&str, Field)] = &[
     (m::FIX_QUOTES, |s| s.quotes),
+    (m::FIX_WITHDRAWALS, |s| s.withdrawals),
+    (m::PROVIDER_FLAPS, |s| s.flaps),
+    (m::FIX_QUOTE_LAPSES, |s| s.quote_lapses),
     (m::FIX_SLOW_QUOTES, |s| s.slow_quotes),
     (m::FIX_SEQ_GAPS, |s| s.seq_gaps),
     (m::FIX_RESUBSCRIBES, |s| s.resubscribes),
@@ -125,6 +134,25 @@ fn health(r: &Registry, name: &str, g: &Arc<HealthGauges>) -> Result<(), OpsErro
             move || f64::from(u8::from(h.state() == state)),
         )?;
     }
+    damping(r, name, g)
+}
+
+fn damping(r: &Registry, name: &str, g: &Arc<HealthGauges>) -> Result<(), OpsError> {
+    type Read = fn(&DampingGauges) -> f64;
+    let gauges: [(&str, Read); 4] = [
+        (m::PROVIDER_DAMPED, |d| f64::from(u8::from(d.damped))),
+        (m::PROVIDER_DAMPING_PENALTY, |d| d.penalty as f64),
+        (m::PROVIDER_DAMPED_SECONDS, |d| {
+            d.damped_left_ms as f64 / 1e3
+        }),
+        (m::PROVIDER_PROBATION_SECONDS, |d| {
+            d.probation_ms as f64 / 1e3
+        }),
+    ];
+    for (family, read) in gauges {
+        let h = Arc::clone(g);
+        r.register_gauge_fn(family, &[("provider", name)], move || read(&h.damping()))?;
+    }
     Ok(())
 }
 
@@ -134,16 +162,25 @@ pub fn register(r: &Registry, stats: &FixFeedStats, wall: Arc<dyn Clock>) -> Res
     for p in &stats.providers {
         let name = p.name.as_str();
         health(r, name, &p.health)?;
-        // Every quote of this LP is one tick offered to the engine ring.
+        // Every tick of this LP offered to the engine ring: its delivered
+        // quotes and withdrawals (not what the socket read).
         counter(
             r,
             m::TICKS_RECEIVED,
             &[("provider", name)],
             &p.session,
-            |s| s.quotes,
+            |s| s.quotes + s.withdrawals,
         )?;
         for &(family, f) in PLAIN {
             counter(r, family, &[("provider", name)], &p.session, f)?;
+        }
+        // One count per connection that ended, under its first cause.
+        for reason in DisconnectReason::ALL {
+            let s = Arc::clone(&p.session);
+            let labels = [("provider", name), ("reason", reason.name())];
+            r.register_counter_fn(m::FIX_DISCONNECTS, &labels, move || {
+                reason.counter(&s).get()
+            })?;
         }
         for &(family, key, value, f) in LABELLED {
             counter(

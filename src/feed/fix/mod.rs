@@ -17,9 +17,11 @@
 //!
 //! See `docs/fix.md` for the supported subset and the operating rules.
 
+pub(crate) mod burst;
 pub mod codec;
+pub mod damping;
 pub mod feed;
-pub(crate) mod garble;
+pub(crate) mod gray;
 pub mod health;
 pub mod metrics;
 pub mod resolver;

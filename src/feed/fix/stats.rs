@@ -51,6 +51,8 @@ session_stats! {
     connects_failed,
     /// Connect attempts whose host name gave no address.
     resolve_failures,
+    /// TCP connections established (connects that completed).
+    connections,
     /// Connects that took longer than `connect_ms`.
     connect_timeouts,
     /// Logons not answered within `logon_ms`.
@@ -61,12 +63,14 @@ session_stats! {
     disconnects,
     /// Reconnects scheduled (after any close).
     reconnects_scheduled,
-    /// Frames that were not FIX (bad framing, fields, prices).
+    /// Garbled messages other than a CheckSum mismatch (framing, fields).
     decode_errors,
     /// Messages with a CheckSum mismatch.
     checksum_errors,
     /// Messages whose 49/56 did not name this session (decode failures).
     comp_id_mismatches,
+    /// Messages without MsgSeqNum (34) (decode failures).
+    missing_seq_nums,
     /// Sessions closed because nothing arrived for the read timeout.
     read_timeouts,
     /// MsgSeqNum gaps (messages missed).
@@ -79,6 +83,16 @@ session_stats! {
     logouts_for_gaps,
     /// Logouts the provider sent.
     logouts_received,
+    /// Logons the provider answered with a Logout.
+    logons_rejected,
+    /// In-session sequence resets: a Logon with ResetSeqNumFlag (141=Y)
+    /// while logged on, answered with ours.
+    seq_resets,
+    /// SequenceReset-Reset (35=4 without 123=Y) to a number below the
+    /// expected one: refused with a session Reject, as FIX 4.4 says.
+    seq_reset_rejects,
+    /// Session Rejects (35=3) we sent.
+    rejects_sent,
     /// MarketDataRequestRejects (business errors).
     md_rejects,
     /// Session-level Rejects of our messages (business errors).
@@ -87,8 +101,16 @@ session_stats! {
     messages_received,
     /// Messages dropped without effect (duplicates, out-of-state admin).
     messages_ignored,
-    /// Quotes (ticks) produced.
+    /// Two-sided quotes delivered to the engine (ticks).
     quotes,
+    /// Withdrawal ticks delivered to the engine (a side or a symbol that
+    /// left: a delete, a full refresh without the side, a 35=Y).
+    withdrawals,
+    /// Entries for a symbol whose request the LP refused (35=Y).
+    discarded_rejected_symbol,
+    /// Market data received while not logged on (before the Logon or
+    /// after our Logout).
+    discarded_not_logged_on,
     /// Quotes older than the slow threshold on arrival.
     slow_quotes,
     /// Entries whose price or size could not be read.
@@ -122,6 +144,39 @@ session_stats! {
     /// Quotes older than provider_age_max_ms + clock_skew_ms by their
     /// provider time: not delivered.
     stale_quotes,
+    /// Logged-on sessions that ended sooner than `flap_stable_ms` (flaps).
+    flaps,
+    /// Times the provider became damped for flapping.
+    damped_entries,
+    /// Times the last delivered quote aged past the engine's max quote age
+    /// while logged on (lapses).
+    quote_lapses,
+    /// Times the provider became gray.
+    gray_entries,
+    /// Connections ended by the peer closing or resetting them.
+    close_peer_closed,
+    /// Connections ended by the peer's Logout while logged on.
+    close_peer_logout,
+    /// Connections ended by a Logout answering our Logon.
+    close_logon_rejected,
+    /// Connections ended by the logon timeout.
+    close_logon_timeout,
+    /// Connections ended by the read timeout.
+    close_read_timeout,
+    /// Connections ended for garbled input.
+    close_garbled,
+    /// Connections ended by our Logout for sequence gaps.
+    close_gap_logout,
+    /// Connections ended by our Logout for a MsgSeqNum too low.
+    close_seq_too_low,
+    /// Connections ended for a message naming another session.
+    close_wrong_comp_id,
+    /// Connections ended for a message without MsgSeqNum.
+    close_missing_seq_num,
+    /// Connections ended because our outbound buffer overflowed.
+    close_outbound_full,
+    /// Connections ended by our Logout on shutdown or request.
+    close_shutdown,
 }
 
 /// Counters of one provider's session and feed breaker.

@@ -4,7 +4,7 @@
 //! This table is the single source of truth for metric names. The registry
 //! refuses samples for families it does not know, `docs/operations.md`'s
 //! metrics section is generated from a scrape of the binary plus this table
-//! (`tests/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
+//! (`tests/it/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
 //! from here (another test checks), so dashboards and alerts cannot drift
 //! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
 //! base units (`_seconds`), counters end in `_total`, ratios end in `_rate`
@@ -112,10 +112,36 @@ pub const FEED_DECODE_ERRORS: &str = "pricewire_feed_decode_errors_total";
 /// (gauge, by `provider`).
 pub const PROVIDER_HEALTHY: &str = "pricewire_provider_healthy";
 /// 1 for the provider's health state (down, probation, streaming, silent,
-/// breaker_open), 0 for the others (gauge, by `provider`, `state`).
+/// breaker_open, damped, gray), 0 for the others (gauge, by `provider`,
+/// `state`).
 pub const PROVIDER_STATE: &str = "pricewire_provider_state";
-/// Quotes (ticks) a FIX provider delivered (counter, by `provider`).
+/// 1 while the provider is damped for flapping (its sessions end early), else
+/// 0 (gauge, by `provider`).
+pub const PROVIDER_DAMPED: &str = "pricewire_provider_damped";
+/// The provider's flap penalty: 1000 per session that ended early, halving
+/// every flap_half_life_ms (gauge, by `provider`).
+pub const PROVIDER_DAMPING_PENALTY: &str = "pricewire_provider_damping_penalty";
+/// Seconds until the provider's damping ends if it flaps no more; 0 when not
+/// damped (gauge, by `provider`).
+pub const PROVIDER_DAMPED_SECONDS: &str = "pricewire_provider_damped_seconds";
+/// The probation a new session of the provider must stream before it
+/// re-enters the price, grown by the flap penalty (gauge, by `provider`).
+pub const PROVIDER_PROBATION_SECONDS: &str = "pricewire_provider_probation_seconds";
+/// Logged-on sessions of the provider that ended sooner than flap_stable_ms
+/// (counter, by `provider`).
+pub const PROVIDER_FLAPS: &str = "pricewire_provider_flaps_total";
+/// Times a FIX provider's last delivered quote aged past the engine's max
+/// quote age while logged on (counter, by `provider`).
+pub const FIX_QUOTE_LAPSES: &str = "pricewire_fix_quote_lapses_total";
+/// Two-sided quotes a FIX provider delivered to the engine (counter, by
+/// `provider`).
 pub const FIX_QUOTES: &str = "pricewire_fix_quotes_total";
+/// Withdrawal ticks a FIX provider delivered: a side or symbol that left the
+/// price (counter, by `provider`).
+pub const FIX_WITHDRAWALS: &str = "pricewire_fix_withdrawals_total";
+/// Quotes a FIX provider sent that were not delivered, by reason (counter, by
+/// `provider`, `reason`).
+pub const FIX_QUOTES_DISCARDED: &str = "pricewire_fix_quotes_discarded_total";
 /// Quotes older than slow_quote_ms on arrival (provider time to receive)
 /// (counter, by `provider`).
 pub const FIX_SLOW_QUOTES: &str = "pricewire_fix_slow_quotes_total";
@@ -439,9 +465,25 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(PROVIDER_HEALTHY, &["provider"], "boolean", "fix",
         "1 while the provider is in the best price (provider state streaming), else 0"),
     gauge(PROVIDER_STATE, &["provider", "state"], "boolean", "fix",
-        "1 for the provider's health state (down, probation, streaming, silent, breaker_open), 0 for the others"),
+        "1 for the provider's health state (down, probation, streaming, silent, breaker_open, damped, gray), 0 for the others"),
+    gauge(PROVIDER_DAMPED, &["provider"], "boolean", "fix",
+        "1 while the provider is damped for flapping (its sessions end early), else 0"),
+    gauge(PROVIDER_DAMPING_PENALTY, &["provider"], "penalty", "fix",
+        "The provider's flap penalty: 1000 per session that ended early, halving every flap_half_life_ms"),
+    gauge(PROVIDER_DAMPED_SECONDS, &["provider"], "seconds", "fix",
+        "Seconds until the provider's damping ends if it flaps no more; 0 when not damped"),
+    gauge(PROVIDER_PROBATION_SECONDS, &["provider"], "seconds", "fix",
+        "The probation a new session must stream before it re-enters the price, grown by the flap penalty"),
+    counter(PROVIDER_FLAPS, &["provider"], "sessions", "fix",
+        "Logged-on sessions of the provider that ended sooner than flap_stable_ms"),
+    counter(FIX_QUOTE_LAPSES, &["provider"], "events", "fix",
+        "Times the provider's last delivered quote aged past the engine's max quote age while logged on (gray input)"),
     counter(FIX_QUOTES, &["provider"], "ticks", "fix",
-        "Quotes (ticks) a FIX provider delivered"),
+        "Two-sided quotes a FIX provider delivered to the engine"),
+    counter(FIX_WITHDRAWALS, &["provider"], "ticks", "fix",
+        "Withdrawal ticks a FIX provider delivered (a deleted side, a full refresh without it, a 35=Y): the side leaves the price on that message"),
+    counter(FIX_QUOTES_DISCARDED, &["provider", "reason"], "quotes", "fix",
+        "Quotes a FIX provider sent that were not delivered, by reason (stale_provider_time, unknown_symbol, rejected_symbol, not_logged_on, bad_price)"),
     counter(FIX_SLOW_QUOTES, &["provider"], "ticks", "fix",
         "Quotes older than slow_quote_ms on arrival (provider time to receive)"),
     counter(FIX_CONNECTS, &["provider", "result"], "connections", "fix",
@@ -449,7 +491,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(FIX_TIMEOUTS, &["provider", "kind"], "events", "fix",
         "FIX timeouts by kind: connect, logon, read, quote_silence"),
     counter(FIX_DISCONNECTS, &["provider", "reason"], "connections", "fix",
-        "FIX sessions closed, by reason (peer_closed, peer_logout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, outbound_full)"),
+        "FIX connections that ended, each once under its first cause (peer_closed, peer_logout, logon_rejected, logon_timeout, read_timeout, garbled, gap_logout, seq_too_low, wrong_comp_id, missing_seq_num, outbound_full, shutdown)"),
     counter(FIX_SEQ_GAPS, &["provider"], "events", "fix",
         "MsgSeqNum gaps from a FIX provider"),
     counter(FIX_RESUBSCRIBES, &["provider"], "events", "fix",

@@ -12,6 +12,8 @@
 mod nats;
 #[path = "../../../tests/util/net.rs"]
 mod net;
+// The service crate's test helpers, of which this binary uses a part.
+#[allow(dead_code)]
 #[path = "../../../tests/util/redis.rs"]
 mod redis;
 #[path = "../../../tests/util/wait.rs"]

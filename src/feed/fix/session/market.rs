@@ -1,12 +1,20 @@
 //! Market data into ticks: W/X entries into the per-symbol books, books
 //! into ticks, and each quote's verdict for the breaker and the provider
 //! health. Part of [`super::FixSession`]; allocation-free.
+//!
+//! A book with both sides is a quote. A book that lost a side (an `X`
+//! delete `279=2`, a `W` full refresh without it) or the whole symbol (a
+//! `35=Y` for our current request) becomes a **withdrawal tick**
+//! (`tick_flags::WITHDRAWN_BID` / `WITHDRAWN_ASK`) on the message that
+//! withdrew it, so the engine drops the side before its next publish
+//! instead of when the quote ages out. Quotes the feed does not deliver
+//! are counted by reason (`quotes_discarded{reason}`).
 
 use super::{Failure, FixSession, MsgHeader};
 use crate::clock::NS_PER_MS;
 use crate::feed::fix::codec::{self, Fields};
 use crate::model::price::parse_price_bytes;
-use crate::model::{Mantissa, Tick, NO_PRICE};
+use crate::model::{tick_flags, Mantissa, Tick, NO_PRICE};
 use crate::resilience::{BreakerState, Outcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +31,12 @@ pub(super) struct Book {
     bid_size: u64,
     ask_size: u64,
     provider_time_ns: u64,
+    /// The LP said what each side is (an entry or a full refresh), since
+    /// the book was last cleared: an absent side that is known was
+    /// withdrawn; one that is not (after a gap cleared the book, before
+    /// the new snapshot) is merely unknown.
+    bid_known: bool,
+    ask_known: bool,
     touched: bool,
     pub(super) rejected: bool,
 }
@@ -33,6 +47,8 @@ pub(super) const EMPTY_BOOK: Book = Book {
     bid_size: 0,
     ask_size: 0,
     provider_time_ns: 0,
+    bid_known: false,
+    ask_known: false,
     touched: false,
     rejected: false,
 };
@@ -53,11 +69,15 @@ pub(super) struct Entry<'a> {
 impl FixSession {
     pub(super) fn on_market_data(
         &mut self,
+        full_refresh: bool,
         hdr: &MsgHeader<'_>,
         body: Fields<'_>,
         now_ns: u64,
         wall_ns: u64,
     ) {
+        if full_refresh {
+            self.clear_for_full_refresh(hdr);
+        }
         let mut entry = Entry::default();
         let mut in_group = false;
         for field in body {
@@ -85,11 +105,31 @@ impl FixSession {
         self.emit_touched(now_ns, wall_ns);
     }
 
+    /// A `W` replaces the symbol's whole book: a side it does not carry
+    /// is gone (withdrawn on this message).
+    fn clear_for_full_refresh(&mut self, hdr: &MsgHeader<'_>) {
+        let Some(i) = hdr.symbol.and_then(|s| self.symbol_index(s)) else {
+            return;
+        };
+        let b = &mut self.books[i];
+        if b.rejected {
+            return;
+        }
+        (b.bid, b.ask, b.bid_size, b.ask_size) = (NO_PRICE, NO_PRICE, 0, 0);
+        (b.bid_known, b.ask_known, b.touched) = (true, true, true);
+    }
+
     pub(super) fn apply_entry(&mut self, e: &Entry<'_>, hdr: &MsgHeader<'_>, now_ns: u64) {
         let Some(i) = e.symbol.or(hdr.symbol).and_then(|s| self.symbol_index(s)) else {
             self.stats.unknown_symbols.inc();
             return;
         };
+        if self.books[i].rejected {
+            // The LP refused this symbol's request: nothing of it counts
+            // until the next subscription.
+            self.stats.discarded_rejected_symbol.inc();
+            return;
+        }
         let Some(side) = e.side else { return };
         let digits = self.cfg.symbols[i].digits;
         let (price, size) = if e.action == b'2' {
@@ -112,8 +152,8 @@ impl FixSession {
         let time_ns = entry_time(e, hdr).unwrap_or(0);
         let book = &mut self.books[i];
         match side {
-            Side::Bid => (book.bid, book.bid_size) = (price, size),
-            Side::Offer => (book.ask, book.ask_size) = (price, size),
+            Side::Bid => (book.bid, book.bid_size, book.bid_known) = (price, size, true),
+            Side::Offer => (book.ask, book.ask_size, book.ask_known) = (price, size, true),
         }
         book.provider_time_ns = time_ns;
         book.touched = true;
@@ -133,31 +173,80 @@ impl FixSession {
                 continue;
             }
             self.books[i].touched = false;
-            if b.bid == NO_PRICE || b.ask == NO_PRICE {
-                continue; // one side only (after a delete or a gap): not a quote
-            }
-            if self.stale_on_arrival(b.provider_time_ns, wall_ns) {
-                // Old by the provider's own stamp: it never enters the
-                // price; still a (slow) quote for the breaker and health.
-                self.stats.stale_quotes.inc();
+            let stale = self.stale_on_arrival(b.provider_time_ns, wall_ns);
+            if b.bid != NO_PRICE && b.ask != NO_PRICE {
+                if stale {
+                    // Old by the provider's own stamp: it never enters the
+                    // price and is not a quote for health; a slow call
+                    // for the breaker.
+                    self.stats.stale_quotes.inc();
+                    self.breaker_sample(b.provider_time_ns, now_ns, wall_ns);
+                    continue;
+                }
+                self.push_tick(i, &b, 0, now_ns);
                 self.on_quote(b.provider_time_ns, now_ns, wall_ns);
                 continue;
             }
-            self.feed_seq += 1;
-            self.pending.push(Tick {
-                bid: b.bid,
-                ask: b.ask,
-                bid_size: b.bid_size,
-                ask_size: b.ask_size,
-                provider_time_ns: b.provider_time_ns,
-                receive_time_ns: now_ns,
-                feed_seq: self.feed_seq,
-                symbol: self.cfg.symbols[i].symbol,
-                provider: self.cfg.provider,
-                flags: 0,
-            });
-            self.on_quote(b.provider_time_ns, now_ns, wall_ns);
+            let deleted = (b.bid == NO_PRICE && b.bid_known) || (b.ask == NO_PRICE && b.ask_known);
+            if !deleted {
+                // Only unknown sides (a gap cleared the book): not a quote
+                // and nothing withdrawn; the snapshot comes.
+                continue;
+            }
+            // A side the LP withdrew: it leaves now, and so does a side we
+            // do not know (a tick carries a price for every side it keeps)
+            // and one whose update is stale.
+            let mut flags = 0;
+            let mut b = b;
+            if b.bid == NO_PRICE || stale {
+                (b.bid, b.bid_size, flags) = (NO_PRICE, 0, flags | tick_flags::WITHDRAWN_BID);
+            }
+            if b.ask == NO_PRICE || stale {
+                (b.ask, b.ask_size, flags) = (NO_PRICE, 0, flags | tick_flags::WITHDRAWN_ASK);
+            }
+            self.push_tick(i, &b, flags, now_ns);
+            if flags != tick_flags::WITHDRAWN {
+                // A one-sided update: the LP is quoting.
+                self.on_quote(b.provider_time_ns, now_ns, wall_ns);
+            }
         }
+    }
+
+    /// The symbol's request was refused (35=Y), at the start or
+    /// mid-stream: its book is dropped and both sides leave the price on
+    /// this message (the engine may hold a quote the feed's book no longer
+    /// has, after a gap cleared it).
+    pub(super) fn reject_symbol(&mut self, i: usize, now_ns: u64) {
+        let time = self.books[i].provider_time_ns;
+        self.books[i] = EMPTY_BOOK;
+        self.books[i].rejected = true;
+        self.books[i].provider_time_ns = time;
+        let b = self.books[i];
+        self.push_tick(i, &b, tick_flags::WITHDRAWN, now_ns);
+    }
+
+    /// One tick into the pending queue (its capacity is one per symbol and
+    /// a message emits at most one per symbol).
+    fn push_tick(&mut self, i: usize, b: &Book, flags: u32, now_ns: u64) {
+        debug_assert!(self.pending.len() < self.pending.capacity());
+        self.feed_seq += 1;
+        if flags & tick_flags::WITHDRAWN != 0 {
+            self.stats.withdrawals.inc();
+        } else {
+            self.stats.quotes.inc();
+        }
+        self.pending.push(Tick {
+            bid: b.bid,
+            ask: b.ask,
+            bid_size: b.bid_size,
+            ask_size: b.ask_size,
+            provider_time_ns: b.provider_time_ns,
+            receive_time_ns: now_ns,
+            feed_seq: self.feed_seq,
+            symbol: self.cfg.symbols[i].symbol,
+            provider: self.cfg.provider,
+            flags,
+        });
     }
 
     /// Quote age by provider time: older than `provider_age_max_ms` plus
@@ -172,18 +261,24 @@ impl FixSession {
         wall_ns.saturating_sub(provider_time_ns) > allowed_ns
     }
 
-    /// A good quote: breaker success (slow when late), sampled while Closed.
+    /// A quote delivered to the engine: health, the failure run, the last
+    /// quote's age, and a breaker success.
     pub(super) fn on_quote(&mut self, provider_time_ns: u64, now_ns: u64, wall_ns: u64) {
-        self.stats.quotes.inc();
         self.attempt = 0;
         self.machine.on_quote(now_ns);
         // Only a provider past its probation has shown it works: an LP
         // that sends its snapshot after each logon and then nothing must
         // not reset the run of failures every cycle.
-        if !self.machine.in_probation(now_ns) {
+        if !self.machine.in_probation(now_ns, self.probation_ms_now) {
             self.consecutive_failures = 0;
         }
         self.gauges.set_last_quote_wall_ns(wall_ns);
+        self.breaker_sample(provider_time_ns, now_ns, wall_ns);
+    }
+
+    /// A quote's verdict for the breaker: success (slow when late),
+    /// sampled while Closed, every quote a trial in HalfOpen.
+    fn breaker_sample(&mut self, provider_time_ns: u64, now_ns: u64, wall_ns: u64) {
         let latency_ns = wall_ns.saturating_sub(provider_time_ns);
         if latency_ns > self.cfg.slow_quote_ms * NS_PER_MS {
             self.stats.slow_quotes.inc();

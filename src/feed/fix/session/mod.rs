@@ -20,13 +20,17 @@
 //! session records a breaker failure, accepts the new number, clears every
 //! book (incrementals after a gap may apply to a book we never saw) and
 //! resubscribes with fresh MarketDataRequests, which bring new snapshots.
-//! After `gaps_before_logout` gaps on one connection it logs out and
-//! reconnects instead. A MsgSeqNum below the expected one (without
-//! PossDupFlag) means the peer lost its state: failure, Logout, reconnect.
+//! After `gaps_before_logout` gaps within `gap_window_ms` on one
+//! connection it logs out and reconnects instead. A MsgSeqNum below the
+//! expected one (without PossDupFlag) means the peer lost its state:
+//! failure, Logout, reconnect. In-session resets (Logon 141=Y while logged
+//! on) are answered; a SequenceReset-Reset below the expected number is
+//! refused with a Reject (FIX 4.4). Every Logout we send carries a Text
+//! (58) saying why; the LP's Text is logged escaped.
 //!
 //! **Garbled input** (bad CheckSum, BodyLength, framing, fields) is
 //! ignored and counted, as FIX says; `garbled_max` garbled messages within
-//! `garbled_window_ms` tear the session down (see `feed::fix::garble`).
+//! `garbled_window_ms` tear the session down (see `feed::fix::burst`).
 //!
 //! **ResendRequest** is answered by one SequenceReset-GapFill: nothing we
 //! send is worth resending (session messages never are; a
@@ -59,19 +63,24 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::burst::BurstWindow;
 use super::codec::{self, Encoder, Fields, Header};
-use super::garble::GarbleWindow;
-use super::health::{HealthConfig, HealthGauges, Inputs, ProviderHealthMachine, ProviderState};
+use super::damping::FlapDamper;
+use super::health::{HealthConfig, HealthGauges, ProviderHealthMachine, ProviderState};
 use super::stats::FixSessionStats;
 use crate::clock::NS_PER_MS;
 use crate::config::fix::FixSessionConfig;
 use crate::model::ProviderHealth;
 use crate::model::Tick;
-use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker, Outcome};
+use crate::resilience::{BreakerState, BreakerStats, CircuitBreaker};
 
 mod admin;
+mod close;
 mod market;
+mod timers;
+mod verdict;
 
+pub use close::DisconnectReason;
 use market::{Book, EMPTY_BOOK};
 
 /// Where a session publishes its provider's health: filled once the
@@ -131,12 +140,15 @@ pub enum Failure {
     ConnectTimeout,
     /// No Logon answer within `logon_ms`.
     LogonTimeout,
+    /// The provider answered our Logon with a Logout.
+    LogonRejected,
     /// The peer closed or reset the connection.
     Disconnected,
-    /// Bytes that are not FIX, or a message without MsgSeqNum.
-    Decode,
-    /// A CheckSum mismatch.
-    Checksum,
+    /// A message whose 49/56 named another session (a misrouted
+    /// connection).
+    WrongCompId,
+    /// A message without MsgSeqNum (34).
+    MissingSeqNum,
     /// Nothing received within the read timeout.
     ReadTimeout,
     /// A MsgSeqNum gap (recovered by resubscribing, or by logout after
@@ -170,11 +182,17 @@ struct MsgHeader<'a> {
     gap_fill: bool,
     sender_comp_id: Option<&'a [u8]>,
     target_comp_id: Option<&'a [u8]>,
-    /// Text (58) of a Logout or MarketDataRequestReject: logged escaped.
-    text: Option<&'a [u8]>,
     /// BeginSeqNo (7) / EndSeqNo (16) of a ResendRequest.
     begin_seq_no: Option<u64>,
     end_seq_no: Option<u64>,
+    /// ResetSeqNumFlag (141) of a Logon.
+    reset_seq_num: bool,
+    /// Text (58), for the log.
+    text: Option<&'a [u8]>,
+    /// RefSeqNum (45) and SessionRejectReason (373) of a Reject, or
+    /// MDReqRejReason (281) of a MarketDataRequestReject, for the log.
+    ref_seq_num: Option<u64>,
+    reject_reason: Option<&'a [u8]>,
 }
 
 /// One FIX market-data session (see the module docs).
@@ -203,8 +221,12 @@ pub struct FixSession {
     pending_pos: usize,
     feed_seq: u64,
     last_sample_ns: Option<u64>,
-    close: Option<Failure>,
-    close_quietly: bool,
+    /// A close is asked for (the driver is told at the end of the call).
+    close: bool,
+    /// Why the current connection ends: the first cause wins.
+    ending: Option<DisconnectReason>,
+    /// A TCP connection is established (counted once when it ends).
+    connected: bool,
     breaker: CircuitBreaker,
     /// Provider health (see [`super::health`]) and its gauges.
     machine: ProviderHealthMachine,
@@ -222,7 +244,16 @@ pub struct FixSession {
     health: HealthSlot,
     stats: Arc<FixSessionStats>,
     rng: SmallRng,
-    garbled: GarbleWindow,
+    garbled: BurstWindow,
+    /// Sequence gaps of this connection: `gaps_before_logout` within
+    /// `gap_window_ms` log out.
+    gaps: BurstWindow,
+    /// We answered an in-session reset and have heard nothing since.
+    reset_answered: bool,
+    /// Flap damping of the provider (see [`super::damping`]).
+    damper: FlapDamper,
+    /// The probation a session must stream now (grown by the damping).
+    probation_ms_now: u64,
 }
 
 impl FixSession {
@@ -272,13 +303,14 @@ impl FixSession {
             pending_pos: 0,
             feed_seq: 0,
             last_sample_ns: None,
-            close: None,
-            close_quietly: false,
+            close: false,
+            ending: None,
+            connected: false,
             breaker,
             machine: ProviderHealthMachine::new(HealthConfig {
                 quote_silence_ms: cfg.quote_silence_ms,
                 probation_quotes: cfg.probation_quotes,
-                probation_ms: cfg.probation_ms,
+                gray: cfg.gray,
             }),
             gauges: Arc::new(HealthGauges::default()),
             consecutive_failures: 0,
@@ -289,7 +321,11 @@ impl FixSession {
             health,
             stats: Arc::new(FixSessionStats::default()),
             rng,
-            garbled: GarbleWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
+            garbled: BurstWindow::new(cfg.garbled_max, cfg.garbled_window_ms * NS_PER_MS),
+            gaps: BurstWindow::new(cfg.gaps_before_logout, cfg.gap_window_ms * NS_PER_MS),
+            reset_answered: false,
+            damper: FlapDamper::new(cfg.flap),
+            probation_ms_now: cfg.probation_ms,
             cfg,
         }
     }
@@ -335,92 +371,19 @@ impl FixSession {
         self.outbound.drain(..n.min(self.outbound.len()));
     }
 
-    /// Timers: connect schedule, connect/logon/logout deadlines, heartbeat,
-    /// TestRequest, read timeout; and the breaker's own timer, so health
-    /// follows Open -> HalfOpen with no traffic.
-    pub fn poll(&mut self, now_ns: u64, wall_ns: u64) -> Io {
-        self.update_health(now_ns);
-        // Half-open is the time to probe: connect now instead of at the end
-        // of a long backoff, so the trial calls come before the breaker's
-        // half_open_max_wait_ms (the read timeout) ends it without a verdict.
-        if self.state == SessionState::Waiting
-            && self.next_connect_ns > now_ns
-            && self.breaker.state(now_ns) == BreakerState::HalfOpen
-        {
-            self.next_connect_ns = now_ns;
-        }
-        match self.state {
-            SessionState::Waiting if now_ns >= self.next_connect_ns => {
-                self.state = SessionState::Connecting;
-                self.deadline_ns = now_ns + self.cfg.connect_timeout_ms * NS_PER_MS;
-                self.stats.connects_attempted.inc();
-                return Io::Connect;
-            }
-            SessionState::Connecting if now_ns >= self.deadline_ns => {
-                self.stats.connect_timeouts.inc();
-                self.fail(Failure::ConnectTimeout, now_ns);
-            }
-            SessionState::LogonSent if now_ns >= self.deadline_ns => {
-                self.stats.logon_timeouts.inc();
-                self.fail(Failure::LogonTimeout, now_ns);
-            }
-            SessionState::LoggingOut if now_ns >= self.deadline_ns => self.close_quietly(),
-            SessionState::LogonSent | SessionState::Active | SessionState::LoggingOut => {
-                self.check_silence(now_ns, wall_ns)
-            }
-            _ => {}
-        }
-        self.take_io(now_ns)
-    }
-
-    fn check_silence(&mut self, now_ns: u64, wall_ns: u64) {
-        let silent_ns = now_ns.saturating_sub(self.last_recv_ns);
-        let hb_ns = u64::from(self.cfg.heartbeat_s) * 1_000 * NS_PER_MS;
-        if silent_ns >= self.cfg.read_timeout_ms * NS_PER_MS {
-            self.stats.read_timeouts.inc();
-            self.fail(Failure::ReadTimeout, now_ns);
-            return;
-        }
-        if self.state != SessionState::Active {
-            return;
-        }
-        self.check_quote_silence(now_ns);
-        if silent_ns >= hb_ns * TEST_REQUEST_AFTER_PCT / 100 && !self.test_req_pending {
-            self.test_req_pending = true;
-            self.test_req_id += 1;
-            self.stats.test_requests_sent.inc();
-            let id = self.test_req_id;
-            self.send(b"1", now_ns, wall_ns, |e| {
-                e.fmt(112, format_args!("TEST{id}"))
-            });
-        } else if now_ns.saturating_sub(self.last_sent_ns) >= hb_ns {
-            self.stats.heartbeats_sent.inc();
-            self.send(b"0", now_ns, wall_ns, |_| {});
-        }
-    }
-
-    /// Logged on and no quote for `quote_silence_ms`: one failure per
-    /// silent interval (a hung LP that still heartbeats opens the breaker
-    /// by the consecutive rule); the session stays up.
-    fn check_quote_silence(&mut self, now_ns: u64) {
-        let interval_ns = self.cfg.quote_silence_ms * NS_PER_MS;
-        if self.machine.silent(now_ns) && now_ns.saturating_sub(self.silence_mark_ns) >= interval_ns
-        {
-            self.silence_mark_ns = now_ns;
-            self.stats.quote_silences.inc();
-            self.note_failure(Failure::QuoteSilence, now_ns);
-        }
-    }
-
     /// The TCP connection is up: send Logon.
     pub fn on_connected(&mut self, now_ns: u64, wall_ns: u64) -> Io {
         debug_assert_eq!(self.state, SessionState::Connecting);
         self.state = SessionState::LogonSent;
+        self.connected = true;
+        self.stats.connections.inc();
         self.deadline_ns = now_ns + self.cfg.logon_timeout_ms * NS_PER_MS;
         self.last_recv_ns = now_ns;
         self.out_seq = 1;
         self.in_seq = 1;
         self.gaps_this_connection = 0;
+        self.gaps.clear();
+        self.reset_answered = false;
         self.test_req_pending = false;
         self.garbled.clear();
         self.outbound.clear();
@@ -454,7 +417,7 @@ impl FixSession {
     /// The peer closed or reset the connection (the driver has dropped it).
     pub fn on_disconnected(&mut self, now_ns: u64) -> Io {
         if self.state == SessionState::LoggingOut {
-            self.close_quietly = true;
+            self.end_quietly();
         } else {
             self.stats.disconnects.inc();
             self.fail(Failure::Disconnected, now_ns);
@@ -489,16 +452,13 @@ impl FixSession {
         }
     }
 
-    /// The receive buffer holds bytes that are not FIX.
-    pub(crate) fn on_decode_error(&mut self, err: codec::DecodeError, now_ns: u64) -> Io {
-        tracing::warn!(provider = %self.cfg.name, %err, "FIX decode failure");
-        if matches!(err, codec::DecodeError::BadChecksum { .. }) {
-            self.stats.checksum_errors.inc();
-            self.fail(Failure::Checksum, now_ns);
-        } else {
-            self.stats.decode_errors.inc();
-            self.fail(Failure::Decode, now_ns);
-        }
+    /// A message for another session: a misrouted connection, closed.
+    fn on_wrong_comp_id(&mut self, hdr: &MsgHeader<'_>, now_ns: u64) -> Io {
+        let (sender, target) = (hdr.sender_comp_id.unwrap_or(b""), hdr.target_comp_id);
+        tracing::warn!(provider = %self.cfg.name, sender = %crate::runtime::esc_bytes(sender),
+            target = %crate::runtime::esc_bytes(target.unwrap_or(b"")), "FIX message for another session");
+        self.stats.comp_id_mismatches.inc();
+        self.fail(Failure::WrongCompId, now_ns);
         self.take_io(now_ns)
     }
 
@@ -542,8 +502,7 @@ impl FixSession {
             Err(e) => return self.on_garbled(e, now_ns),
         };
         if !self.addressed_to_us(&hdr) {
-            self.stats.comp_id_mismatches.inc();
-            return self.on_decode_error(codec::DecodeError::WrongCompId, now_ns);
+            return self.on_wrong_comp_id(&hdr, now_ns);
         }
         if !self.check_seq(msg_type, &hdr, now_ns, wall_ns) {
             return self.take_io(now_ns);
@@ -561,7 +520,7 @@ impl FixSession {
         wall_ns: u64,
     ) {
         match msg_type {
-            b"A" => self.on_logon(now_ns, wall_ns),
+            b"A" => self.on_logon(hdr, now_ns, wall_ns),
             b"0" => {}
             b"1" => {
                 self.stats.test_requests_answered.inc();
@@ -570,24 +529,13 @@ impl FixSession {
             }
             b"5" => self.on_logout(hdr, now_ns, wall_ns),
             b"2" => self.on_resend_request(hdr, now_ns, wall_ns),
-            b"3" => {
-                // A session-level Reject of one of our messages: our own
-                // fault, so a business error for the breaker.
-                self.stats.session_rejects.inc();
-                self.record(Outcome::Ignored, now_ns);
-            }
-            b"4" => {
-                // A NewSeqNo at or below the expected number would rewind
-                // the session: FIX says reject it; we ignore it and count.
-                match hdr.new_seq_no {
-                    Some(n) if n > self.in_seq => self.in_seq = n,
-                    _ => self.stats.messages_ignored.inc(),
-                }
-            }
+            b"3" => self.on_session_reject(hdr, now_ns),
+            b"4" => self.on_sequence_reset(hdr, now_ns, wall_ns),
             b"Y" => self.on_md_reject(hdr, now_ns),
             b"W" | b"X" if self.state == SessionState::Active => {
-                self.on_market_data(hdr, body, now_ns, wall_ns)
+                self.on_market_data(msg_type == b"W", hdr, body, now_ns, wall_ns)
             }
+            b"W" | b"X" => self.stats.discarded_not_logged_on.inc(),
             _ => self.stats.messages_ignored.inc(),
         }
     }
@@ -628,118 +576,6 @@ impl FixSession {
         self.out_seq += 1;
         self.last_sent_ns = now_ns;
     }
-
-    /// Records a failure and asks the driver to close.
-    fn fail(&mut self, why: Failure, now_ns: u64) {
-        self.note_failure(why, now_ns);
-        if self.close.is_none() {
-            self.close = Some(why);
-        }
-    }
-
-    /// A breaker failure with a log line, at most one a second per
-    /// session (the lines held back are counted in the next).
-    fn note_failure(&mut self, why: Failure, now_ns: u64) {
-        let due = self
-            .fail_logged_ns
-            .is_none_or(|t| now_ns.saturating_sub(t) >= FAIL_LOG_EVERY_NS);
-        if due {
-            let held_back = std::mem::take(&mut self.fail_log_held);
-            tracing::warn!(provider = %self.cfg.name, ?why, held_back, "FIX session failure");
-            self.fail_logged_ns = Some(now_ns);
-        } else {
-            self.fail_log_held += 1;
-        }
-        self.record(Outcome::Failure { duration_ns: 0 }, now_ns);
-    }
-
-    fn close_quietly(&mut self) {
-        self.close_quietly = true;
-        if self.close.is_none() {
-            self.close = Some(Failure::Disconnected);
-        }
-    }
-
-    fn take_io(&mut self, now_ns: u64) -> Io {
-        if self.close.is_none() {
-            return Io::Nothing;
-        }
-        let was_open = self.state != SessionState::Waiting;
-        self.finish_close(now_ns);
-        if was_open {
-            Io::Close
-        } else {
-            Io::Nothing
-        }
-    }
-
-    /// Back to `Waiting` with the next attempt after full-jitter backoff.
-    fn finish_close(&mut self, now_ns: u64) {
-        self.close = None;
-        self.close_quietly = false;
-        self.state = SessionState::Waiting;
-        // The outbound buffer keeps a parting Logout for the driver's last
-        // write; it is cleared when the next connection comes up.
-        self.pending.clear();
-        self.pending_pos = 0;
-        self.books.fill(EMPTY_BOOK);
-        self.machine.on_session_down();
-        let delay_ms = self.cfg.reconnect.delay_ms(self.attempt, 0, &mut self.rng);
-        self.attempt = self.attempt.saturating_add(1);
-        self.next_connect_ns = now_ns + delay_ms * NS_PER_MS;
-        self.stats.reconnects_scheduled.inc();
-        self.update_health(now_ns);
-    }
-
-    fn record(&mut self, outcome: Outcome, now_ns: u64) {
-        if let Ok(permit) = self.breaker.try_acquire(now_ns) {
-            self.breaker.record(permit, outcome, now_ns);
-        }
-        if matches!(outcome, Outcome::Failure { .. }) {
-            self.consecutive_failures = self.consecutive_failures.saturating_add(1);
-            let k = self.cfg.breaker_consecutive_failures;
-            if k > 0 && self.consecutive_failures >= k && self.breaker.trip(now_ns) {
-                self.stats.breaker_trips.inc();
-                tracing::warn!(provider = %self.cfg.name, failures = k,
-                    "FIX feed breaker opened: consecutive failures");
-            }
-        }
-        self.update_health(now_ns);
-    }
-
-    /// Evaluates the provider-health machine; publishes `healthy` (state
-    /// `streaming`) to the engine and the state to the gauges.
-    fn update_health(&mut self, now_ns: u64) {
-        let inputs = Inputs {
-            breaker_closed: matches!(
-                self.breaker.state(now_ns),
-                BreakerState::Closed | BreakerState::Disabled
-            ),
-            session_up: self.state == SessionState::Active,
-        };
-        if let Some((from, to)) = self.machine.evaluate(now_ns, inputs) {
-            self.gauges.set_state(to);
-            if from.healthy() != to.healthy() {
-                self.stats.health_changes.inc();
-            }
-            let (provider, from, to_name) = (&self.cfg.name, from.name(), to.name());
-            match to {
-                ProviderState::Streaming | ProviderState::Probation => {
-                    tracing::info!(%provider, from, to = to_name, healthy = to.healthy(),
-                        "FIX provider state changed")
-                }
-                _ => tracing::warn!(%provider, from, to = to_name, healthy = to.healthy(),
-                    "FIX provider state changed"),
-            }
-        }
-        let healthy = self.machine.state().healthy();
-        if self.published != Some(healthy) {
-            if let Some(h) = self.health.get() {
-                h.set(usize::from(self.cfg.provider), healthy);
-                self.published = Some(healthy);
-            }
-        }
-    }
 }
 
 fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> {
@@ -764,7 +600,10 @@ fn read_header(fields: Fields<'_>) -> Result<MsgHeader<'_>, codec::DecodeError> 
             16 => h.end_seq_no = codec::parse_u64(v).filter(|&n| n <= SEQ_MAX),
             49 => h.sender_comp_id = Some(v),
             56 => h.target_comp_id = Some(v),
+            141 => h.reset_seq_num = v == b"Y",
             58 => h.text = Some(v),
+            45 => h.ref_seq_num = codec::parse_u64(v),
+            373 | 281 => h.reject_reason = Some(v),
             268 => break, // the repeating group: entries are read later
             _ => {}
         }
