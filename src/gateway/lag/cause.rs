@@ -19,7 +19,7 @@
 //! Where schedstat is missing (a kernel without it), the CPU share alone
 //! decides.
 //!
-//! [`classify`] is pure; [`CauseMeter`] reads the clocks once per window on
+//! [`classify`] is pure; `CauseMeter` reads the clocks once per window on
 //! the shard thread (two reads, no allocation).
 
 use crate::runtime::sys::{thread_cpu_ns, SchedStat};
