@@ -1,7 +1,5 @@
 //! The `pricewire` command: serve, watch, replay, import, capture, bench.
 
-use clap::Parser;
-
 fn main() {
     // Before any thread: connection buffers in their own mappings, so a
     // herd's memory goes back to the kernel when it leaves.
@@ -12,6 +10,6 @@ fn main() {
         Ok(a) => a,
         Err(e) => std::process::exit(pricewire::cli::refuse(e)),
     };
-    let cli = pricewire::cli::Cli::parse_from(args);
+    let cli = pricewire::cli::help::parse_from(args);
     std::process::exit(pricewire::cli::run(cli));
 }

@@ -14,11 +14,47 @@
 
 use std::ffi::OsString;
 
+/// Why the config file's `[serve]` table was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFlagsError {
+    /// The file is not TOML.
+    #[error("config file {path}: {source}")]
+    Toml {
+        /// The path as given to `--config`.
+        path: String,
+        /// The parser's message.
+        source: toml::de::Error,
+    },
+    /// `serve` is not a table.
+    #[error("config key `serve`: must be a table of flags")]
+    NotATable,
+    /// A key's value is negative (every numeric flag is unsigned).
+    #[error(
+        "config key `serve.{key}`: {value} is negative; every numeric flag is a count, \
+         a size, a rate or a time"
+    )]
+    Negative {
+        /// The key (the flag without `--`).
+        key: String,
+        /// The value written.
+        value: i64,
+    },
+    /// A key's value is an array, a table or a date.
+    #[error("config key `serve.{0}`: must be a string, number or boolean")]
+    WrongType(String),
+}
+
+impl From<ConfigFlagsError> for String {
+    fn from(e: ConfigFlagsError) -> String {
+        e.to_string()
+    }
+}
+
 /// Returns `args` with the `[serve]` flags of the `--config` file appended
 /// where the command line does not already give them. Only for `serve`;
 /// other commands and a missing or unreadable file leave `args` unchanged
 /// (the `serve` command reports file errors itself).
-pub fn merge(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+pub fn merge(args: Vec<OsString>) -> Result<Vec<OsString>, ConfigFlagsError> {
     let strs: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -34,13 +70,11 @@ pub fn merge(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     };
     let table: toml::Table = text
         .parse()
-        .map_err(|e| format!("config file {path}: {e}"))?;
+        .map_err(|source| ConfigFlagsError::Toml { path, source })?;
     let Some(serve) = table.get("serve") else {
         return Ok(args);
     };
-    let serve = serve
-        .as_table()
-        .ok_or_else(|| "config key `serve`: must be a table of flags".to_string())?;
+    let serve = serve.as_table().ok_or(ConfigFlagsError::NotATable)?;
     let mut out = args;
     for (key, value) in serve {
         let flag = format!("--{key}");
@@ -70,7 +104,7 @@ fn append(
     flag: &str,
     key: &str,
     value: &toml::Value,
-) -> Result<(), String> {
+) -> Result<(), ConfigFlagsError> {
     let text = match value {
         toml::Value::Boolean(true) => {
             out.push(flag.into());
@@ -79,18 +113,12 @@ fn append(
         toml::Value::Boolean(false) => return Ok(()),
         toml::Value::String(s) => s.clone(),
         toml::Value::Integer(i) if *i < 0 => {
-            return Err(format!(
-                "config key `serve.{key}`: {i} is negative; every numeric flag is a count, \
-                 a size, a rate or a time"
-            ))
+            let (key, value) = (key.to_string(), *i);
+            return Err(ConfigFlagsError::Negative { key, value });
         }
         toml::Value::Integer(i) => i.to_string(),
         toml::Value::Float(f) => f.to_string(),
-        _ => {
-            return Err(format!(
-                "config key `serve.{key}`: must be a string, number or boolean"
-            ))
-        }
+        _ => return Err(ConfigFlagsError::WrongType(key.to_string())),
     };
     out.push(flag.into());
     out.push(text.into());
@@ -160,6 +188,11 @@ mod tests {
             path.to_str().unwrap(),
         ]))
         .unwrap_err();
+        assert!(
+            matches!(&err, ConfigFlagsError::WrongType(k) if k == "shards"),
+            "{err:?}"
+        );
+        let err = err.to_string();
         assert!(err.contains("serve.shards"), "{err}");
     }
 
@@ -175,6 +208,11 @@ mod tests {
             path.to_str().unwrap(),
         ]))
         .unwrap_err();
+        assert!(
+            matches!(&err, ConfigFlagsError::Negative { value: -10, .. }),
+            "{err:?}"
+        );
+        let err = err.to_string();
         assert!(
             err.contains("serve.synthetic-rate") && err.contains("-10"),
             "{err}"

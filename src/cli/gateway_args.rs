@@ -164,6 +164,21 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = OUT_CAP_BYTES_DEFAULT, value_name = "BYTES")]
     pub out_cap_bytes: usize,
 
+    /// Kernel send buffer per connection (`SO_SNDBUF`), in bytes: 0 keeps
+    /// the kernel's auto-tuning (megabytes on loopback), else
+    /// 4096..=67108864 (the kernel doubles it for its bookkeeping). The
+    /// bound of the queue the water marks cannot empty.
+    #[arg(long, default_value_t = crate::gateway::sendq::SNDBUF_BYTES_DEFAULT, value_name = "BYTES")]
+    pub sndbuf_bytes: usize,
+
+    /// Descriptors kept free of subscriber connections (32..=65536): the
+    /// soft descriptor limit is raised to the hard one at start, and a
+    /// connection is refused with Disconnect(busy) once open connections
+    /// reach the limit less this reserve, which is left for the ops
+    /// listener, probes, scrapes, the bus, feeds and files.
+    #[arg(long, default_value_t = crate::gateway::FD_RESERVE_DEFAULT, value_name = "COUNT")]
+    pub fd_reserve: u64,
+
     /// Above the high water mark for longer than this → disconnected as a
     /// slow consumer, in milliseconds.
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
@@ -178,13 +193,24 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 0, value_name = "HZ")]
     pub max_update_hz: u32,
 
-    /// Loop lag above which a shard sheds, in milliseconds: while its loop
+    /// Loop lag above which a shard lags, in milliseconds: while its loop
     /// runs later than this (three 100-ms windows in a row; ends after ten
-    /// at or below it) it takes no new sessions (Disconnect(busy),
-    /// LogonRejected(busy)), rejects requests (Reject(overloaded)) and
-    /// sends only the latest price per symbol. 0 = never shed.
+    /// at or below it) it sends only the latest price per symbol; when the
+    /// lag is its own work (not a host that starves it of CPU) it also
+    /// sheds: new connections go to another shard, logons beyond a paced
+    /// 200/s get LogonRejected(busy), and requests of its heaviest
+    /// accounts get Reject(overloaded). 0 = never shed.
     #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]
     pub loop_lag_target_ms: u64,
+
+    /// The oldest a price may be when it is handed to a subscriber's
+    /// socket, in milliseconds since this process received it (1..=60000):
+    /// an older price is not sent; the subscriber's next price for that
+    /// symbol is the latest, as a snapshot flagged conflated. Also the
+    /// longest bytes may wait in a connection's queues (its outbound buffer
+    /// and kernel send queue) before it stops taking updates.
+    #[arg(long, default_value_t = crate::gateway::fresh::PRICE_AGE_MAX_MS_DEFAULT, value_name = "MS")]
+    pub price_age_max_ms: u64,
 
     /// Draining moves (`--threading shared`, with the spill on): at the
     /// end of a 50-ms window in which shard 0 was busy at least this share
@@ -232,8 +258,8 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 16 * 1024, value_name = "BYTES")]
     pub max_frame_bytes: usize,
 
-    /// Connections per shard at most.
-    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    /// Connections per shard at most (two shards: a 100,000-terminal edge).
+    #[arg(long, default_value_t = crate::gateway::MAX_CONNECTIONS_PER_SHARD_DEFAULT, value_name = "N")]
     pub max_connections_per_shard: usize,
 
     /// Subscriptions per session at most.
@@ -330,8 +356,11 @@ impl GatewayArgs {
             low_water_bytes: self.low_water_bytes,
             high_water_bytes: self.high_water_bytes,
             out_cap_bytes: self.out_cap_bytes,
+            sndbuf_bytes: self.sndbuf_bytes,
+            fd_reserve: self.fd_reserve,
             slow_consumer_ms: self.slow_consumer_ms,
             loop_lag_target_ms: self.loop_lag_target_ms,
+            price_age_max_ms: self.price_age_max_ms,
             max_update_hz: self.max_update_hz,
             drain_busy_permille: self.shard0_drain_busy_pct.saturating_mul(10),
             drain_request_share_permille: self.shard0_drain_request_share_pct.saturating_mul(10),

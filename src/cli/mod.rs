@@ -8,6 +8,8 @@ pub mod bench;
 pub mod bus_args;
 pub mod bus_security_args;
 pub mod gateway_args;
+pub mod help;
+pub mod logging;
 pub mod replay;
 pub mod secret;
 pub mod serve;
@@ -28,6 +30,16 @@ pub const EXIT_USAGE: i32 = 2;
     long_about = None
 )]
 pub struct Cli {
+    /// Log lines on stderr: `text` (human) or `json` (one object per
+    /// line; keys in docs/operations.md § Logs).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = logging::LogFormat::Text,
+        value_name = "FORMAT"
+    )]
+    pub log_format: logging::LogFormat,
     /// The subcommand to run.
     #[command(subcommand)]
     pub command: Command,
@@ -74,7 +86,7 @@ pub struct ImportCmd {
 
 /// Runs a parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
-    init_logging();
+    logging::init(cli.log_format);
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Replay(args) => replay::run(args),
@@ -111,16 +123,6 @@ fn import(args: ImportCmd) -> i32 {
             1
         }
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
 }
 
 /// Prints a refusal and returns [`EXIT_USAGE`].

@@ -36,7 +36,7 @@ pub const INGEST_TOKEN_ENV: &str = "PRICEWIRE_INGEST_TOKEN";
 pub fn ingest_token(
     (flag, value): (&str, Option<&str>),
     (file_flag, file): (&str, Option<&Path>),
-) -> Result<String, String> {
+) -> Result<String, SecretError> {
     let default = crate::feed::ingest::INGEST_TOKEN_DEFAULT;
     let sources = Sources {
         flag,
@@ -49,6 +49,49 @@ pub fn ingest_token(
     Ok(sources
         .resolve(Some(default))?
         .map_or_else(|| default.to_string(), |s| s.value))
+}
+
+/// Why a secret was refused. The message names the source (flag, file,
+/// variable) and never holds the secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file flag and the value flag were both given.
+    #[error("{file_flag} and {flag}: give one (the file keeps the secret off the command line)")]
+    Both {
+        /// The file flag (`--token-file`).
+        file_flag: String,
+        /// The value flag (`--token`).
+        flag: String,
+    },
+    /// The file could not be opened or read.
+    #[error("{flag} {path}: {source}")]
+    Unreadable {
+        /// The file flag.
+        flag: String,
+        /// The path as given.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not one non-empty line of at most [`SECRET_FILE_MAX`] bytes.
+    #[error("{flag} {path}: {why}")]
+    NotOneLine {
+        /// The file flag.
+        flag: String,
+        /// The path as given.
+        path: String,
+        /// `empty`, `more than one line` or the size limit.
+        why: String,
+    },
+    /// The environment variable is set but empty or not UTF-8.
+    #[error("{0}: set but empty or not UTF-8")]
+    EmptyVariable(String),
+}
+
+impl From<SecretError> for String {
+    fn from(e: SecretError) -> String {
+        e.to_string()
+    }
 }
 
 /// Where a secret came from.
@@ -109,7 +152,7 @@ impl Sources<'_> {
     /// Both flags given; the file cannot be read or holds no single line;
     /// the variable is empty or not UTF-8. The message names the source and
     /// never contains the secret.
-    pub fn resolve(&self, default: Option<&str>) -> Result<Option<Secret>, String> {
+    pub fn resolve(&self, default: Option<&str>) -> Result<Option<Secret>, SecretError> {
         let found = self.pick(default)?;
         if let Some(s) = &found {
             for w in self.warnings(s, default, on_argv(self.flag)) {
@@ -119,13 +162,13 @@ impl Sources<'_> {
         Ok(found)
     }
 
-    fn pick(&self, default: Option<&str>) -> Result<Option<Secret>, String> {
+    fn pick(&self, default: Option<&str>) -> Result<Option<Secret>, SecretError> {
         let secret = |value: String, origin| Some(Secret { value, origin });
         match (self.file, self.value) {
-            (Some(_), Some(_)) => Err(format!(
-                "{} and {}: give one (the file keeps the secret off the command line)",
-                self.file_flag, self.flag
-            )),
+            (Some(_), Some(_)) => Err(SecretError::Both {
+                file_flag: self.file_flag.to_string(),
+                flag: self.flag.to_string(),
+            }),
             (Some(path), None) => Ok(secret(read_file(self.file_flag, path)?, Origin::File)),
             (None, Some(v)) => Ok(secret(v.to_string(), Origin::Flag)),
             (None, None) => match &self.env_value {
@@ -133,7 +176,7 @@ impl Sources<'_> {
                     let v = v
                         .to_str()
                         .filter(|v| !v.is_empty())
-                        .ok_or_else(|| format!("{}: set but empty or not UTF-8", self.env))?;
+                        .ok_or_else(|| SecretError::EmptyVariable(self.env.to_string()))?;
                     Ok(secret(v.to_string(), Origin::Env))
                 }
                 None => Ok(default.and_then(|d| secret(d.to_string(), Origin::Default))),
@@ -170,28 +213,37 @@ pub fn loose_file_warning(flag: &str, path: &Path) -> Option<String> {
 }
 
 /// The first line of `path`, without its line ending.
-fn read_file(flag: &str, path: &Path) -> Result<String, String> {
+fn read_file(flag: &str, path: &Path) -> Result<String, SecretError> {
     use std::io::Read;
-    let shown = path.display();
-    let f = std::fs::File::open(path).map_err(|e| format!("{flag} {shown}: {e}"))?;
+    let (flag, shown) = (flag.to_string(), path.display().to_string());
+    let unreadable = |source| SecretError::Unreadable {
+        flag: flag.clone(),
+        path: shown.clone(),
+        source,
+    };
+    let refused = |why: &str| SecretError::NotOneLine {
+        flag: flag.clone(),
+        path: shown.clone(),
+        why: why.to_string(),
+    };
+    let f = std::fs::File::open(path).map_err(unreadable)?;
     let mut text = String::new();
     f.take(SECRET_FILE_MAX + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("{flag} {shown}: {e}"))?;
+        .map_err(unreadable)?;
     if text.len() as u64 > SECRET_FILE_MAX {
-        return Err(format!(
-            "{flag} {shown}: larger than {SECRET_FILE_MAX} bytes; expected one line"
-        ));
+        let why = format!("larger than {SECRET_FILE_MAX} bytes; expected one line");
+        return Err(refused(&why));
     }
     let line = text
         .strip_suffix('\n')
         .map(|t| t.strip_suffix('\r').unwrap_or(t))
         .unwrap_or(&text);
     if line.is_empty() {
-        return Err(format!("{flag} {shown}: empty"));
+        return Err(refused("empty"));
     }
     if line.contains(['\n', '\r']) {
-        return Err(format!("{flag} {shown}: more than one line"));
+        return Err(refused("more than one line"));
     }
     Ok(line.to_string())
 }
@@ -268,6 +320,7 @@ mod tests {
     fn value(s: &Sources<'_>) -> Result<(String, Origin), String> {
         s.pick(Some("demo"))
             .map(|s| s.map(|s| (s.value, s.origin)).unwrap())
+            .map_err(String::from)
     }
 
     #[test]
@@ -297,6 +350,23 @@ mod tests {
         let f = file(b"x", 0o600);
         let err = value(&sources(Some("y"), Some(f.path()), None)).unwrap_err();
         assert!(err.contains("--token-file and --token"), "{err}");
+    }
+
+    #[test]
+    fn refusals_are_typed_by_cause() {
+        let f = file(b"x", 0o600);
+        let both = sources(Some("y"), Some(f.path()), None).pick(None);
+        assert!(matches!(both, Err(SecretError::Both { .. })), "{both:?}");
+        let missing = sources(None, Some(Path::new("/nonexistent/pw")), None).pick(None);
+        assert!(
+            matches!(missing, Err(SecretError::Unreadable { .. })),
+            "{missing:?}"
+        );
+        let empty = file(b"\n", 0o600);
+        let empty = sources(None, Some(empty.path()), None).pick(None);
+        assert!(matches!(&empty, Err(SecretError::NotOneLine { why, .. }) if why == "empty"));
+        let env = sources(None, None, Some("")).pick(None);
+        assert!(matches!(env, Err(SecretError::EmptyVariable(v)) if v == "PRICEWIRE_TOKEN"));
     }
 
     #[test]

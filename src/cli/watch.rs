@@ -130,7 +130,7 @@ pub enum WatchError {
     /// The token's file or environment variable was refused (the reason,
     /// never the token).
     #[error("{0}")]
-    Token(String),
+    Token(#[from] super::secret::SecretError),
     /// The client could not connect, log on or send.
     #[error("{0}")]
     Client(#[from] ClientError),

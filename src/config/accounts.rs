@@ -10,7 +10,6 @@ use super::{invalid, ConfigError};
 /// One `[[accounts]]` entry as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-/// One `[[accounts]]` entry as written.
 pub struct AccountFile {
     /// Account name the Logon carries (1..=32 bytes, unique).
     pub name: String,
@@ -22,9 +21,9 @@ pub struct AccountFile {
     pub symbols: Vec<String>,
     /// Tier names the account may subscribe to; the first is its default.
     pub tiers: Vec<String>,
-    /// Concurrent sessions allowed (≥ 1; default 10,000).
+    /// Concurrent sessions allowed (≥ 1; default [`ACCOUNT_SESSIONS_DEFAULT`],
+    /// 100,000: a 100,000-terminal edge's demo account included).
     #[serde(default = "default_max_sessions")]
-    /// Concurrent sessions allowed (default [`ACCOUNT_SESSIONS_DEFAULT`]).
     pub max_sessions: u32,
     /// Whether the account may mark requests critical.
     #[serde(default)]
@@ -62,7 +61,7 @@ pub fn check_max_update_hz(hz: u32) -> Result<(), String> {
 }
 
 /// Default concurrent sessions per account.
-pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 10_000;
+pub const ACCOUNT_SESSIONS_DEFAULT: u32 = 100_000;
 
 /// An account that may log on to the subscriber gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -230,6 +230,23 @@ impl Acceptor {
         let stats = &self.shared.stats;
         GatewayStats::add(&stats.accepted, 1);
         let _ = stream.set_nodelay(true);
+        if GatewayStats::get(&stats.open) >= self.shared.connections_fd_max {
+            // At the descriptor limit less the reserve (`fdlimit.rs`).
+            GatewayStats::add(&stats.refused_fd, 1);
+            let retry = self
+                .shared
+                .cfg
+                .admission
+                .retry_after
+                .draw(&mut rand::thread_rng());
+            return match &self.shared.cfg.tls {
+                None => refuse_busy(Link::Plain(stream), retry, &self.shared),
+                Some(tls) => self.refuse_tls(tls.clone(), stream, retry, r),
+            };
+        }
+        if self.shared.cfg.sndbuf_bytes > 0 {
+            let _ = crate::runtime::sys::set_send_buffer(&stream, self.shared.cfg.sndbuf_bytes);
+        }
         let decision = self
             .shared
             .admission

@@ -26,6 +26,7 @@ use crate::admission::RetryWindow;
 use crate::clock::monotonic_ns;
 use crate::requests::hops::HopRecorder;
 use crate::runtime::hosting::HostedTasks;
+use crate::runtime::sys::send_queue_bytes;
 use crate::runtime::tls::Link;
 use crate::wire::{self, DisconnectReason, RejectReason};
 
@@ -214,11 +215,26 @@ impl Conns {
             self.close_now(i);
             return;
         }
+        // Prices given to the connection that waited past the age limit
+        // are not handed to the kernel: their keys are owed instead.
+        let (tiers, subs, dirty) = (self.fanout.tiers, &mut conn.subs, &mut conn.dirty_subs);
+        conn.out.drop_stale_prices(now, |run, written| {
+            super::fresh::compact_run(run, written, |f| {
+                super::fresh::owe_dropped(f, subs, dirty, tiers);
+                self.stats.stale_dropped.inc();
+            })
+        });
         for _ in 0..2 {
             let before = conn.out.len();
             let res = conn.out.write_to(&mut conn.stream);
             let n = before - conn.out.len();
             self.stats.bytes_written.add(n as u64);
+            conn.out.on_written(n, now);
+            if conn.out.wants_look() {
+                if let Ok((held, unsent)) = send_queue_bytes(conn.stream.socket()) {
+                    conn.out.on_look(held, unsent);
+                }
+            }
             conn.answer_marks
                 .on_written(n, &mut self.write_hop, monotonic_ns);
             if res.is_err() {
@@ -296,7 +312,8 @@ impl Conns {
             peer,
             session,
             out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
-                .with_final_reserve(super::session::CONTROL_FRAME_MAX),
+                .with_final_reserve(super::session::CONTROL_FRAME_MAX)
+                .with_age_max(cfg.price_age_max_ms.saturating_mul(1_000_000)),
             subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
             dirty_subs: 0,
             in_write_list: false,

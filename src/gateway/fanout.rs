@@ -425,7 +425,7 @@ impl Fanout {
                     p.flags |= flag;
                     let digits = self.digits[symbol as usize];
                     let body = PriceBody::from_price(&p, digits, self.wall_offset_ns);
-                    let r = conn.out.append_with(SNAPSHOT_FRAME_LEN, |b| {
+                    let r = conn.out.append_price_with(SNAPSHOT_FRAME_LEN, now, |b| {
                         wire::try_encode_price(b, PriceKind::Snapshot, &body, p.stream_id)
                             .unwrap_or(0)
                     });
@@ -458,7 +458,7 @@ impl Fanout {
 /// same flag (a lagging shard's catch-up re-reading a price it already
 /// sent) is not sent twice.
 #[inline]
-fn is_news(sub: &Sub, (stream, seq): (u64, u64), snapshot: bool, stale: bool) -> bool {
+pub(super) fn is_news(sub: &Sub, (stream, seq): (u64, u64), snapshot: bool, stale: bool) -> bool {
     stream != sub.stream
         || seq > sub.last_seq
         || (seq == sub.last_seq && snapshot && stale != sub.stale)
@@ -633,11 +633,11 @@ fn append(
     let template = bytes.get(TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2);
     let is_update = template == Some(&wire::template::PRICE_UPDATE.to_le_bytes()[..]);
     let appended = if is_update && (sub.last_seq == 0 || sub.stream != stream) {
-        conn.out.append_with(SNAPSHOT_FRAME_LEN, |b| {
+        conn.out.append_price_with(SNAPSHOT_FRAME_LEN, now, |b| {
             wire::update_to_snapshot(bytes, stream, b)
         })
     } else {
-        conn.out.append_with(bytes.len(), |b| {
+        conn.out.append_price_with(bytes.len(), now, |b| {
             b[..bytes.len()].copy_from_slice(bytes);
             bytes.len()
         })

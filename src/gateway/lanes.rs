@@ -2,7 +2,6 @@
 //! doorbell, symbol interest and slot room) made before any shard starts,
 //! so a busy shard 0 can move a session to any other (see `moves.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -11,6 +10,7 @@ use super::conn::Conn;
 use super::ShardStats;
 use crate::engine::ShardInput;
 use crate::engine::SymbolInterest;
+use crate::runtime::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::runtime::wait::Doorbell;
 
 /// Sessions in transit to one shard (moved off a busy shard 0).
@@ -23,29 +23,79 @@ pub struct Peer {
     pub(super) interest: Arc<SymbolInterest>,
     pub(super) stats: Arc<ShardStats>,
     /// Slab slots neither in use nor promised to a session in this
-    /// shard's lane. Taken before a slot is used or promised, by the shard
-    /// itself (accept) or by shard 0 (a move), so a moved session always
-    /// finds its slot; given back when a slot is freed or a promise is not
-    /// kept.
-    pub(super) room: AtomicU64,
+    /// shard's lane (see [`SlotRoom`]).
+    pub(super) room: SlotRoom,
 }
 
 impl Peer {
     /// One slot, if there is room.
     pub(super) fn take_room(&self) -> bool {
-        self.room
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
-            .is_ok()
+        self.room.take()
     }
 
     pub(super) fn give_room(&self) {
-        self.room.fetch_add(1, Ordering::SeqCst);
+        self.room.give();
     }
 
     /// Holds on `symbol` in this shard's interest (tests, diagnostics).
     pub fn symbol_holds(&self, symbol: u16) -> u32 {
         self.interest.holds(symbol)
     }
+}
+
+/// Slab slots of one shard neither in use nor promised to a session in
+/// its lane. Taken before a slot is used or promised, by the shard itself
+/// (accept) or by shard 0 (a move), so a moved session always finds its
+/// slot; given back when a slot is freed or a promise is not kept. Never
+/// below zero: of two takers racing for the last slot, one fails.
+pub(super) struct SlotRoom(AtomicU64);
+
+impl SlotRoom {
+    pub(super) fn new(slots: u64) -> SlotRoom {
+        SlotRoom(AtomicU64::new(slots))
+    }
+
+    /// One slot, if there is room.
+    pub(super) fn take(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
+            .is_ok()
+    }
+
+    /// A slot taken earlier is free again.
+    pub(super) fn give(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Slots free right now.
+    pub(super) fn available(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Whether a receiving shard may stop waiting for sessions: the sender has
+/// closed the moves (`open` false) and the lane is empty. `open` is read
+/// first: the sender clears it after its last send, so a receiver that
+/// reads it false then finds that send in the lane (checked the other way
+/// round, a session sent between the two reads would be left in the lane).
+pub(super) fn moves_settled(open: &AtomicBool, lane_empty: impl FnOnce() -> bool) -> bool {
+    !open.load(Ordering::SeqCst) && lane_empty()
+}
+
+/// The sender closes the moves: no more sessions come. Returns whether
+/// they were open; if so every receiver's doorbell rings, so a stopping
+/// receiver with nothing left notices at once (see [`moves_settled`]).
+pub(super) fn close_moves<'a>(
+    open: &AtomicBool,
+    receivers: impl Iterator<Item = &'a Doorbell>,
+) -> bool {
+    if !open.swap(false, Ordering::SeqCst) {
+        return false;
+    }
+    for bell in receivers {
+        bell.ring();
+    }
+    true
 }
 
 /// A shard's own slot room in its [`Peer`] (see [`Peer::room`]): taken
@@ -102,7 +152,7 @@ impl Lanes {
                     doorbell: input.doorbell.clone(),
                     interest: input.interest.clone(),
                     stats: Arc::new(ShardStats::default()),
-                    room: AtomicU64::new(slots as u64),
+                    room: SlotRoom::new(slots as u64),
                 };
                 (peer, rx)
             })

@@ -32,9 +32,18 @@ mod conns;
 mod drain;
 mod fanout;
 mod faults;
+mod fdlimit;
+pub use fdlimit::FD_RESERVE_DEFAULT;
+
+/// Default of `--max-connections-per-shard`: two shards (a 2-core edge's
+/// default) hold 100,000 terminals. Each slot costs 608 bytes at start.
+pub const MAX_CONNECTIONS_PER_SHARD_DEFAULT: usize = 50_000;
+pub mod fresh;
 pub mod lag;
 mod lanes;
 mod logon;
+#[cfg(all(test, pricewire_loom))]
+mod loom_models;
 mod moves;
 pub mod outbound;
 pub mod pacer;
@@ -43,6 +52,7 @@ mod queries;
 mod read_turn;
 mod reads;
 pub mod revoke;
+pub mod sendq;
 pub mod session;
 pub mod shard;
 mod slab;
@@ -126,6 +136,12 @@ pub struct GatewayConfig {
     pub high_water_bytes: usize,
     /// Hard capacity of a connection's outbound buffer, in bytes.
     pub out_cap_bytes: usize,
+    /// Kernel send buffer per connection (`SO_SNDBUF`), bytes; 0 = the
+    /// kernel's auto-tuning (see [`sendq`]).
+    pub sndbuf_bytes: usize,
+    /// Descriptors kept free of subscriber connections (`--fd-reserve`):
+    /// the acceptor refuses busy at the descriptor limit less this.
+    pub fd_reserve: u64,
     /// Above the high mark for longer than this → slow-consumer disconnect.
     pub slow_consumer_ms: u64,
     /// Heartbeat interval offered when the client asks for 0.
@@ -167,6 +183,9 @@ pub struct GatewayConfig {
     pub max_update_hz: u32,
     /// Loop lag (ms) above which a shard sheds (see [`lag`]); 0 = never.
     pub loop_lag_target_ms: u64,
+    /// The oldest a price may be (ms since this process received it) when
+    /// it is handed to a connection's socket (see [`fresh`]).
+    pub price_age_max_ms: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     /// How an idle shard waits for prices and sockets (`--shard-wait`).
@@ -203,6 +222,8 @@ impl Default for GatewayConfig {
             low_water_bytes: outbound::LOW_WATER_BYTES_DEFAULT,
             high_water_bytes: outbound::HIGH_WATER_BYTES_DEFAULT,
             out_cap_bytes: outbound::OUT_CAP_BYTES_DEFAULT,
+            sndbuf_bytes: sendq::SNDBUF_BYTES_DEFAULT,
+            fd_reserve: fdlimit::FD_RESERVE_DEFAULT,
             slow_consumer_ms: 5_000,
             shard0_fill: 0,
             shard0_spill_permille: 0,
@@ -217,7 +238,7 @@ impl Default for GatewayConfig {
             logon_timeout_ms: 5_000,
             frame_timeout_ms: 5_000,
             max_frame_bytes: 16 * 1024,
-            max_connections_per_shard: 20_000,
+            max_connections_per_shard: MAX_CONNECTIONS_PER_SHARD_DEFAULT,
             max_subscriptions: 1_024,
             msg_rate_per_s: 200,
             msg_burst: 400,
@@ -225,6 +246,7 @@ impl Default for GatewayConfig {
             bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
             loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
+            price_age_max_ms: fresh::PRICE_AGE_MAX_MS_DEFAULT,
             max_update_hz: 0,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
@@ -253,6 +275,8 @@ impl GatewayConfig {
         if self.out_cap_bytes < 4096 {
             return Err("--out-cap-bytes: at least 4096".into());
         }
+        sendq::check_sndbuf_bytes(self.sndbuf_bytes)?;
+        fdlimit::check_fd_reserve(self.fd_reserve)?;
         if self.max_frame_bytes < 64 || self.max_frame_bytes > crate::wire::FRAME_LEN_MAX {
             return Err(format!(
                 "--max-frame-bytes: 64..={}",
@@ -286,6 +310,7 @@ impl GatewayConfig {
         if self.loop_lag_target_ms > 60_000 {
             return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
         }
+        fresh::check_price_age_max_ms(self.price_age_max_ms)?;
         crate::config::check_max_update_hz(self.max_update_hz)
             .map_err(|e| format!("--max-update-hz {e}"))?;
         if self.slow_consumer_ms == 0 {
@@ -329,6 +354,9 @@ pub struct Shared {
     pub tls_refusals: tls_refusal::RefusalQueue,
     /// Watches the acceptor, the shards and the request threads.
     pub supervisor: Supervisor,
+    /// Open connections at which the acceptor refuses busy: the raised
+    /// descriptor limit less `--fd-reserve` (see `fdlimit.rs`).
+    pub connections_fd_max: u64,
 }
 
 /// What the gateway's shards use besides their engine rings.
@@ -427,13 +455,17 @@ impl Gateway {
     ) -> std::io::Result<Gateway> {
         cfg.validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let shared = Self::shared(cfg, &deps)?;
+        let shared = Self::shared(cfg, &deps, inputs.len())?;
         Self::apply_account_limits(&shared);
         Self::start_shards(shared, inputs, deps)
     }
 
     /// The state every shard and the acceptor share.
-    fn shared(cfg: GatewayConfig, deps: &GatewayDeps) -> std::io::Result<Arc<Shared>> {
+    fn shared(
+        cfg: GatewayConfig,
+        deps: &GatewayDeps,
+        shards: usize,
+    ) -> std::io::Result<Arc<Shared>> {
         let overload = deps.overload.clone();
         let admission = Admission::new(
             cfg.admission.clone(),
@@ -444,7 +476,10 @@ impl Gateway {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let config = deps.config.clone();
         let limits = cfg.auth;
+        let capacity = (shards.max(1) * cfg.max_connections_per_shard) as u64;
+        let connections_fd_max = fdlimit::at_start(capacity, cfg.fd_reserve);
         let shared = Arc::new(Shared {
+            connections_fd_max,
             cfg,
             table: deps.table.clone(),
             admission: Mutex::new(admission),

@@ -3,24 +3,24 @@
 //! `lanes.rs` and carries out the steps of a move on the shard that runs
 //! the engine and on the shard that adopts the session.
 //!
-//! The hand-over's invariants: a session is in exactly one shard's slab or in
+//! The hand-over's invariants (checked by `loom_models.rs`): a session is in exactly one shard's slab or in
 //! exactly one lane, never both and never neither; a moved session gets
 //! every price published for its symbols once, in sequence, across the
 //! move; the receivers exit only once the sender has closed the moves and
 //! their lanes are empty.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
 use super::conn::{Conn, ANSWER_WAIT_NS};
 use super::conns::Conns;
-use super::lanes::{release_symbols, Lanes, MovesClosedOnExit, Peer};
+use super::lanes::{close_moves, moves_settled, release_symbols, Lanes, MovesClosedOnExit, Peer};
 use super::spill::ShardLoad;
 use super::sweep::unnoted_stall_ns;
 use super::GatewayStats;
 use crate::clock::monotonic_ns;
+use crate::runtime::sync::AtomicBool;
 use crate::wire::DisconnectReason;
 
 /// This shard's part in moving sessions between shards.
@@ -71,7 +71,7 @@ impl Mover {
     /// No session can come any more: the sender closed the moves and this
     /// shard's lane is empty.
     pub(super) fn settled(&self) -> bool {
-        !self.moves_open.load(Ordering::SeqCst) && self.adopt_rx.is_empty()
+        moves_settled(&self.moves_open, || self.adopt_rx.is_empty())
     }
 
     /// The other shards as the policy sees them (sessions, room).
@@ -85,7 +85,7 @@ impl Mover {
             self.loads.push(ShardLoad {
                 index: k,
                 sessions,
-                has_room: !p.adopt.is_full() && p.room.load(Ordering::SeqCst) > 0,
+                has_room: !p.adopt.is_full() && p.room.available() > 0,
             });
         }
         &self.loads
@@ -194,11 +194,9 @@ impl Mover {
     pub(super) fn close(&mut self) {
         // Only shard 0 sends (while it runs the engine; it may have
         // finished by now).
-        if self.index == 0 && self.moves_open.swap(false, Ordering::SeqCst) {
-            // A stopping shard with nothing left notices at once.
-            for p in self.peers.iter().skip(1) {
-                p.doorbell.ring();
-            }
+        if self.index == 0 {
+            let receivers = self.peers.iter().skip(1).map(|p| &*p.doorbell);
+            close_moves(&self.moves_open, receivers);
         }
     }
 }

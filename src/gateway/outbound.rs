@@ -9,8 +9,22 @@
 //! stays above the high mark for longer than the slow-consumer limit, or
 //! whose buffer cannot take a control message, is disconnected as a slow
 //! consumer. Memory per connection is bounded by the hard capacity.
+//!
+//! The marks count every byte queued for the connection: this buffer's
+//! and, as last seen, the kernel send queue's ([`SendQueue`]). Age counts
+//! too: a connection whose kernel queue holds bytes older than the price
+//! age limit (`--price-age-max-ms`) conflates whatever its byte count, and
+//! leaves conflating only once the queue is back under half the limit.
+//! The first price appended to a buffer with none unwritten starts a run
+//! that lasts until the buffer empties; when that price has waited longer
+//! than the limit, the run's unwritten price frames are dropped
+//! ([`OutBuf::drop_stale_prices`]; control frames in it stay, in order),
+//! so a price is handed to the kernel within the limit or not at all —
+//! except the one frame the kernel took part of, which is finished.
 
 use std::io::{self, Write};
+
+use super::sendq::SendQueue;
 
 /// Default low water mark in bytes.
 pub const LOW_WATER_BYTES_DEFAULT: usize = 32 * 1024;
@@ -53,6 +67,13 @@ pub struct OutBuf {
     flow: Flow,
     /// Bytes at the end only [`OutBuf::append_final`] may use.
     reserve: usize,
+    /// The kernel send queue as last seen.
+    sendq: SendQueue,
+    /// The age limit of queued bytes, ns (`u64::MAX`: none).
+    age_max_ns: u64,
+    /// Where the trailing run of unwritten price frames starts, and when
+    /// its first frame was appended.
+    price_tail: Option<(usize, u64)>,
 }
 
 impl OutBuf {
@@ -72,7 +93,16 @@ impl OutBuf {
             high,
             flow: Flow::WriteThrough,
             reserve: 0,
+            sendq: SendQueue::default(),
+            age_max_ns: u64::MAX,
+            price_tail: None,
         }
+    }
+
+    /// Conflates when queued bytes are older than `ns` (see the module).
+    pub fn with_age_max(mut self, ns: u64) -> Self {
+        self.age_max_ns = ns;
+        self
     }
 
     /// Keeps the last `bytes` (at most half the capacity) for the frame
@@ -123,58 +153,191 @@ impl OutBuf {
     pub fn append_with(&mut self, need: usize, f: impl FnOnce(&mut [u8]) -> usize) -> Append {
         let limit = self.buf.len() - self.reserve;
         self.append_upto(limit, need, f)
+            .map_or(Append::Overflow, |_| Append::Appended)
+    }
+
+    /// [`OutBuf::append_with`] for one price frame at `now_ns`: it joins
+    /// the tail of unwritten prices that [`OutBuf::drop_stale_prices`]
+    /// may drop.
+    #[inline]
+    pub fn append_price_with(
+        &mut self,
+        need: usize,
+        now_ns: u64,
+        f: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Append {
+        let limit = self.buf.len() - self.reserve;
+        match self.append_upto(limit, need, f) {
+            Ok(at) => {
+                // A run in progress keeps its start and its first time.
+                self.price_tail = self.price_tail.or(Some((at, now_ns)));
+                Append::Appended
+            }
+            Err(()) => Append::Overflow,
+        }
+    }
+
+    /// Drops the unwritten price frames of the run that began with the
+    /// first price appended since the buffer was last empty, if that price
+    /// was appended longer ago than the age limit. Returns whether it did;
+    /// see [`OutBuf::drop_prices`] for `f`.
+    pub fn drop_stale_prices(
+        &mut self,
+        now_ns: u64,
+        f: impl FnOnce(&mut [u8], usize) -> usize,
+    ) -> bool {
+        match self.price_tail {
+            Some((_, since)) if now_ns.saturating_sub(since) > self.age_max_ns => {
+                self.drop_prices(f)
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the unwritten price frames of the run (see the module):
+    /// `f` gets the run's bytes (whole frames from its first price to the
+    /// end of the buffer) and how many of them the kernel already took;
+    /// it moves the frames it keeps (every control frame, and the frame
+    /// the kernel took part of) down in place, never before that count,
+    /// and returns the run's new length. Returns whether there was a run.
+    pub fn drop_prices(&mut self, f: impl FnOnce(&mut [u8], usize) -> usize) -> bool {
+        let Some((at, _)) = self.price_tail.take() else {
+            return false;
+        };
+        debug_assert!(at <= self.end, "the run is in the buffer");
+        let written = self.start.saturating_sub(at);
+        let kept = f(&mut self.buf[at..self.end], written);
+        assert!(
+            kept >= written && at + kept <= self.end,
+            "kept {kept} of a run"
+        );
+        self.end = at + kept;
+        true
+    }
+
+    /// How long the oldest byte queued for the connection has waited: the
+    /// unwritten prices' or the kernel queue's (as last seen).
+    #[inline]
+    pub fn age_ns(&self, now_ns: u64) -> u64 {
+        let tail = self
+            .price_tail
+            .map_or(0, |(_, since)| now_ns.saturating_sub(since));
+        tail.max(self.sendq.age_ns(now_ns))
+    }
+
+    /// `n` bytes were handed to the kernel at `now_ns`.
+    #[inline]
+    pub fn on_written(&mut self, n: usize, now_ns: u64) {
+        self.sendq.on_written(n, now_ns);
+    }
+
+    /// Whether the kernel's queue should be looked at after this write.
+    #[inline]
+    pub fn wants_look(&self) -> bool {
+        self.sendq.wants_look(!self.is_empty())
+    }
+
+    /// The kernel holds `held` bytes of this connection (`SIOCOUTQ`),
+    /// `unsent` of them not yet sent (`SIOCOUTQNSD`).
+    #[inline]
+    pub fn on_look(&mut self, held: u64, unsent: u64) {
+        self.sendq.on_look(held, unsent);
+    }
+
+    /// Bytes queued for the connection: this buffer's and the kernel's.
+    #[inline]
+    pub fn queued(&self) -> usize {
+        self.len() + self.sendq.bytes() as usize
+    }
+
+    /// The kernel queue as last seen.
+    pub fn sendq(&self) -> &SendQueue {
+        &self.sendq
     }
 
     /// [`OutBuf::append_with`] for the frame that ends the connection: it
     /// may use the reserve (see [`OutBuf::with_final_reserve`]).
     pub fn append_final(&mut self, need: usize, f: impl FnOnce(&mut [u8]) -> usize) -> Append {
         let limit = self.buf.len();
-        self.append_upto(limit, need, f)
+        match self.append_upto(limit, need, f) {
+            Ok(_) => Append::Appended,
+            Err(()) => Append::Overflow,
+        }
     }
 
+    /// Appends below `limit`; the offset the frame starts at, or `Err`
+    /// when it does not fit.
     #[inline]
     fn append_upto(
         &mut self,
         limit: usize,
         need: usize,
         f: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Append {
+    ) -> Result<usize, ()> {
         if limit.saturating_sub(self.end) < need {
             self.compact();
             if limit.saturating_sub(self.end) < need {
-                return Append::Overflow;
+                return Err(());
             }
         }
         let free = limit - self.end;
+        let at = self.end;
         let n = f(&mut self.buf[self.end..limit]);
         if n == 0 {
-            return Append::Overflow;
+            return Err(());
         }
         debug_assert!(n <= free, "encoder wrote {n} bytes into {free}");
         self.end += n;
-        Append::Appended
+        Ok(at)
     }
 
     fn compact(&mut self) {
         debug_assert!(self.start <= self.end && self.end <= self.buf.len());
         if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
+            // The run keeps the start of the frame the kernel is in.
+            let from = match self.price_tail {
+                Some((at, _)) if at < self.start => self.frame_at(at),
+                _ => self.start,
+            };
+            self.buf.copy_within(from..self.end, 0);
+            self.price_tail = self.price_tail.map(|(at, t)| (at.max(from) - from, t));
+            self.end -= from;
+            self.start -= from;
         }
+    }
+
+    /// The start of the frame that holds byte `start`, walking SOFH frames
+    /// from `at` (a run holds whole SOFH frames: every frame the gateway
+    /// appends is one). O(frames the kernel took since the run began), on
+    /// a compaction only.
+    fn frame_at(&self, mut at: usize) -> usize {
+        while let Some(h) = self.buf.get(at..at + 4).filter(|_| at < self.start) {
+            let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
+            if len == 0 || at + len > self.start {
+                break;
+            }
+            at += len;
+        }
+        at
     }
 
     /// Updates the water-mark state after appends or writes. Returns true
     /// when the connection just drained below low after conflating (the
     /// caller now sends the conflated snapshots).
+    ///
+    /// Bytes count this buffer's and the kernel's; queued bytes older than
+    /// the age limit ([`OutBuf::age_ns`]) conflate too, and older than
+    /// half of it keep conflating.
     #[inline]
     pub fn update_flow(&mut self, now_ns: u64) -> bool {
+        let queued = self.queued();
+        let age = self.age_ns(now_ns);
         match self.flow {
-            Flow::WriteThrough if self.len() > self.high => {
+            Flow::WriteThrough if queued > self.high || age > self.age_max_ns => {
                 self.flow = Flow::Conflating { since_ns: now_ns };
                 false
             }
-            Flow::Conflating { .. } if self.len() < self.low => {
+            Flow::Conflating { .. } if queued < self.low && age <= self.age_max_ns / 2 => {
                 self.flow = Flow::WriteThrough;
                 true
             }
@@ -182,12 +345,12 @@ impl OutBuf {
         }
     }
 
-    /// How long the connection has been above the high mark, if it is.
+    /// How long the connection has been conflating with more than the low
+    /// mark queued (or its kernel queue still too old), if it is.
     pub fn above_high_for_ns(&self, now_ns: u64) -> Option<u64> {
+        let behind = self.queued() > self.low || self.age_ns(now_ns) > self.age_max_ns / 2;
         match self.flow {
-            Flow::Conflating { since_ns } if self.len() > self.low => {
-                Some(now_ns.saturating_sub(since_ns))
-            }
+            Flow::Conflating { since_ns } if behind => Some(now_ns.saturating_sub(since_ns)),
             _ => None,
         }
     }
@@ -209,6 +372,7 @@ impl OutBuf {
         }
         self.start = 0;
         self.end = 0;
+        self.price_tail = None;
         Ok(true)
     }
 
@@ -217,6 +381,7 @@ impl OutBuf {
         self.start = 0;
         self.end = 0;
         self.flow = Flow::WriteThrough;
+        self.price_tail = None;
     }
 }
 
@@ -331,3 +496,7 @@ mod tests {
         assert_eq!(b.len(), 4);
     }
 }
+
+#[cfg(test)]
+#[path = "outbound_age_tests.rs"]
+mod age_tests;

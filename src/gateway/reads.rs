@@ -263,11 +263,17 @@ impl Shard {
         conn.held_catch_up(now);
         *conflating += u64::from(conn.out.is_conflating());
         *queued += conn.out.len() as u64;
+        // A kernel queue that held bytes is looked at again (by a write
+        // of what is left): one that drained lets a conflating connection
+        // resync, though no readiness comes to say so.
+        let look = conn.out.sendq().bytes() > 0;
         if conn.session.silence_due(&self.conns.session_cfg, now) {
             self.read_before_judging(i, now);
         }
         if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
             self.conns.close_now(i);
+        } else if look {
+            self.conns.queue_write(i);
         }
     }
 }

@@ -672,7 +672,13 @@ impl Session {
         }
         // The last frame may use the buffer's reserve, so a full buffer
         // (a slow consumer) still carries the reason; the closing linger
-        // is its bounded time to drain.
+        // is its bounded time to drain. A slow consumer's unwritten prices
+        // go first: the Disconnect then waits only behind the kernel's
+        // bounded queue (`--sndbuf-bytes`), not seconds of old prices.
+        if reason == DisconnectReason::SLOW_CONSUMER {
+            ctx.out
+                .drop_prices(|run, written| super::fresh::compact_run(run, written, |_| {}));
+        }
         let _ = ctx.out.append_final(CONTROL_FRAME_MAX, |b| {
             wire::encode_disconnect_reason(b, reason, retry_after_ms, text).unwrap_or(0)
         });

@@ -48,6 +48,7 @@ use mio::{Events, Poll, Token, Waker};
 use super::acceptor::Handoff;
 use super::conns::{Conns, INTERLEAVE_EVERY};
 use super::drain::{DrainPolicy, Drainer};
+use super::fresh::FreshGate;
 use super::lag::{LagState, CONFLATE_BATCH};
 use super::lanes::{Lanes, Room};
 use super::logon::Logons;
@@ -198,6 +199,8 @@ pub(super) struct Shard {
     pub(super) lag: LagState,
     /// The order and shares of the turn's reads (`read_turn.rs`).
     pub(super) read_turn: ReadTurn,
+    /// Prices off the ring too old to fan out (`fresh.rs`).
+    pub(super) fresh: FreshGate,
 }
 
 impl Shard {
@@ -247,6 +250,7 @@ impl Shard {
             drainer: Drainer::new(drain_policy),
             lag: LagState::new(lag_target, shared.config.table.len(), now),
             read_turn: ReadTurn::new(cfg.max_connections_per_shard),
+            fresh: FreshGate::new(cfg.price_age_max_ms * 1_000_000, shared.config.table.len()),
             conns,
             input,
         })
@@ -560,9 +564,15 @@ impl Shard {
                 self.hist
                     .saturating_record(now.saturating_sub(p.receive_time_ns).max(1));
                 let c = &mut self.conns;
-                c.fanout.on_price(&p, &mut c.slab, &c.stats, now);
+                if self.fresh.admit(&p, now) {
+                    c.fanout.on_price(&p, &mut c.slab, &c.stats, now);
+                } else {
+                    c.stats.stale.inc();
+                }
             }
         }
+        // Each symbol whose prices were too old: its latest, once.
+        self.fresh.flush(&mut self.conns, now);
         if n > 0 {
             self.swap_histogram();
         }

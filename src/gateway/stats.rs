@@ -13,6 +13,9 @@ pub struct GatewayStats {
     pub accepted: AtomicU64,
     /// Accepted, then refused by admission (Disconnect(busy)).
     pub refused: AtomicU64,
+    /// Accepted, then refused busy at the descriptor limit less the
+    /// reserve (`fdlimit.rs`).
+    pub refused_fd: AtomicU64,
     /// Connections currently open (any state).
     pub open: AtomicU64,
     /// Sessions currently logged on.
@@ -83,6 +86,14 @@ pub struct ShardStats {
     pub prices_out: Counter,
     /// Updates not appended because the connection was conflating.
     pub conflated: Counter,
+    /// Prices taken off the engine ring older than `--price-age-max-ms`:
+    /// not fanned out; their symbol's latest went out instead, flagged
+    /// conflated (`gateway::fresh`).
+    pub stale: Counter,
+    /// Prices given to a connection and dropped unwritten because they
+    /// waited past `--price-age-max-ms` (their keys' latest went out
+    /// instead, flagged conflated; `gateway::fresh`).
+    pub stale_dropped: Counter,
     /// Conflated snapshots sent after a connection drained below low.
     pub resync_snapshots: Counter,
     /// Updates older than what the connection already had (after resync).

@@ -232,6 +232,9 @@ impl Supervisor {
         let (inner, watched) = (self.inner.clone(), cell.clone());
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
             CURRENT.with(|c| *c.borrow_mut() = Some(watched.clone()));
+            // Every log line of the stage carries its name as a span field
+            // (`span.stage` in JSON logs); entered once, before any hot loop.
+            let _span = tracing::info_span!("stage", stage = %watched.name).entered();
             // AssertUnwindSafe: after a panic nothing of the body's state
             // is looked at again; it is dropped here, on its own thread.
             match panic::catch_unwind(AssertUnwindSafe(body)) {

@@ -1,9 +1,10 @@
 //! The synchronisation primitives of the hand-rolled lock-free code (the
-//! seqlock price table, the symbol-interest fence pair, the doorbell), from
+//! seqlock price table, the symbol-interest fence pair, the doorbell, the
+//! gateway's hand-over room and flag), from
 //! `std` in every real build and from `loom` under `--cfg pricewire_loom`, so the
 //! loom models check the production types themselves, not copies of them.
 //!
-//! Only what those three use is here. Under loom, `park_timeout` parks
+//! Only what those use is here. Under loom, `park_timeout` parks
 //! without a timeout: the timeout is a safety net, and a model that relied
 //! on it would hide exactly the lost wake-up it is there to find (loom
 //! reports the parked thread as a deadlock instead).

@@ -4,7 +4,9 @@
 //!
 //! Contract: none of these runs per tick. Scheduling calls run once per
 //! stage thread at placement (and in tests); socket options run when a
-//! connection is set up or torn down.
+//! connection is set up or torn down; the one per-write call,
+//! [`send_queue_bytes`], runs only after a write to a socket whose kernel
+//! queue held bytes or took a batch (see `gateway::sendq`).
 
 use std::io;
 use std::net::TcpStream;
@@ -58,6 +60,83 @@ pub fn thread_cpu_ns() -> u64 {
         return 0;
     }
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Bounds a socket's kernel send buffer (`SO_SNDBUF`; the kernel doubles
+/// the value for its bookkeeping and stops auto-tuning it).
+pub fn set_send_buffer(fd: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the fd is an open socket for the whole call, and the option
+    // pointer/length describe a live c_int.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Bytes a TCP socket's kernel send queue holds: `(held, unsent)`, held
+/// being those not yet acknowledged by the peer (`SIOCOUTQ`, which is
+/// `TIOCOUTQ`), unsent those not yet sent at all (`SIOCOUTQNSD`).
+#[inline]
+pub fn send_queue_bytes(fd: &impl AsRawFd) -> io::Result<(u64, u64)> {
+    Ok((
+        socket_ioctl_int(fd, libc::TIOCOUTQ)?,
+        socket_ioctl_int(fd, SIOCOUTQNSD)?,
+    ))
+}
+
+/// `SIOCOUTQNSD` (linux/sockios.h; not in the libc crate).
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+fn socket_ioctl_int(fd: &impl AsRawFd, request: libc::c_ulong) -> io::Result<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: the fd is open for the whole call; both requests write one
+    // c_int through the pointer, which points at a live local.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, &mut n as *mut libc::c_int) };
+    if rc == 0 {
+        Ok(u64::try_from(n).unwrap_or(0))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Raises the soft descriptor limit (`RLIMIT_NOFILE`) to the hard one
+/// (capped at 1 << 20 when the hard one is unlimited) and returns it.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a live rlimit the call writes.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let want = if lim.rlim_max == libc::RLIM_INFINITY {
+        1 << 20
+    } else {
+        lim.rlim_max
+    };
+    if lim.rlim_cur < want {
+        let raised = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a live rlimit the call reads.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = want;
+        }
+    }
+    Ok(lim.rlim_cur)
 }
 
 /// `SO_LINGER {on, 0}`: close() discards unsent data and sends RST.

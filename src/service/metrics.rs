@@ -140,10 +140,10 @@ fn register_lag(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), Op
     r.register_gauge_fn(m::SHARD_LAG_SHEDDING, &labels, move || {
         f.lag.shedding.get() as f64
     })?;
-    r.register_gauge_fn(m::SHARD_CPU_RATE, &labels, move || {
+    r.register_gauge_fn(m::SHARD_CPU_RATIO, &labels, move || {
         g.lag.cpu_permille.get() as f64 / 1000.0
     })?;
-    r.register_gauge_fn(m::SHARD_RUN_WAIT_RATE, &labels, move || {
+    r.register_gauge_fn(m::SHARD_RUN_WAIT_RATIO, &labels, move || {
         h.lag.wait_permille.get() as f64 / 1000.0
     })?;
     r.register_counter_fn(m::SHARD_LAG_LOGONS_PACED, &labels, move || {
@@ -188,6 +188,10 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
         &[("shard", "all")],
         move || crate::gateway::GatewayStats::get(&b.disconnects_slow_consumer),
     )?;
+    let f = g.shared.stats.clone();
+    r.register_counter_fn(m::ADMISSION_REJECTS, &[("stage", "fd_limit")], move || {
+        crate::gateway::GatewayStats::get(&f.refused_fd)
+    })?;
     let (a, b) = (g.shared.stats.clone(), g.shared.stats.clone());
     let faults = &[("listener", "subscriber"), ("stage", "acceptor")];
     r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
@@ -265,6 +269,18 @@ fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), Ops
         m::CONFLATIONS,
         &[("reason", &format!("slow_subscriber_shard{i}"))],
         move || d.conflated.get(),
+    )?;
+    let e = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("stale_ring_shard{i}"))],
+        move || e.stale.get(),
+    )?;
+    let q = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("stale_queue_shard{i}"))],
+        move || q.stale_dropped.get(),
     )?;
     Ok(())
 }
@@ -490,7 +506,25 @@ fn register_overload(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsErro
     r.register_gauge_fn(m::REQUEST_QUEUE_OVERLOADED, &[], move || {
         f64::from(u8::from(b.snapshot().overloaded))
     })?;
+    register_overload_seconds(r, o)?;
     register_overload_extras(r, o)
+}
+
+/// The overload delays in seconds (the snapshot keeps nanoseconds).
+fn register_overload_seconds(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), OpsError> {
+    type Ns = fn(&crate::overload::stats::OverloadSnapshot) -> u64;
+    let delays: [(&str, Ns); 5] = [
+        (m::REQUEST_SOJOURN_MIN, |s| s.sojourn_min_last_interval_ns),
+        (m::REQUEST_SOJOURN_P99, |s| s.sojourn_p99_last_interval_ns),
+        (m::REQUEST_SOJOURN_MAX, |s| s.sojourn_max_last_interval_ns),
+        (m::ADAPTIVE_RTT_SHORT, |s| s.rtt_short_ns),
+        (m::ADAPTIVE_RTT_LONG, |s| s.rtt_long_ns),
+    ];
+    for (name, ns) in delays {
+        let o = o.clone();
+        r.register_gauge_fn(name, &[], move || ns(&o.snapshot()) as f64 / 1e9)?;
+    }
+    Ok(())
 }
 
 /// Every other overload value (LIFO mode, sojourn min/p99, adaptive limit
@@ -506,11 +540,9 @@ fn register_overload_extras(r: &Registry, o: &Arc<OverloadStats>) -> Result<(), 
         }
     });
     for (name, counter) in names {
-        let unit = if name.ends_with("_ns") {
-            "nanoseconds"
-        } else {
-            "count"
-        };
+        // Times have families of their own in seconds (above); a new `_ns`
+        // value here would break the catalogue's base-unit rule.
+        let unit = "count";
         r.define(FamilyDesc {
             name,
             kind: if counter {

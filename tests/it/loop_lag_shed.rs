@@ -127,7 +127,7 @@ fn a_stopped_shard_lags_conflates_and_refuses_nobody() {
         Some(0.0),
         "a stopped shard does not shed"
     );
-    let cpu = "pricewire_shard_cpu_rate{shard=\"0\"}";
+    let cpu = "pricewire_shard_cpu_ratio{shard=\"0\"}";
     assert!(
         metric(ops, cpu).is_some_and(|c| c < 0.5),
         "{:?}",

@@ -7,8 +7,12 @@
 //! (`tests/it/ops_metrics_doc.rs`), and `deploy/alerts.yaml` may only use names
 //! from here (another test checks), so dashboards and alerts cannot drift
 //! from the code. Names follow Prometheus conventions: `pricewire_` prefix,
-//! base units (`_seconds`), counters end in `_total`, ratios end in `_rate`
-//! and lie in 0..=1.
+//! base units (`_seconds`, `_bytes`), counters end in `_total`, ratios end
+//! in `_ratio` and lie in 0..=1. A renamed family keeps its old name for one
+//! release, exposed with the same value and listed in [`DEPRECATED`].
+
+use super::renamed::*;
+pub use super::renamed::{Renamed, DEPRECATED};
 
 /// The Prometheus type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +197,7 @@ pub const HOSTED_INTERLEAVES: &str = "pricewire_hosted_interleaves_total";
 /// Share of wall time a shard's loop spent on turns that did work, capped
 /// by the CPU time its thread ran, over its last 50-ms window (gauge, by
 /// `shard`).
-pub const SHARD_BUSY: &str = "pricewire_shard_busy_rate";
+pub const SHARD_BUSY: &str = "pricewire_shard_busy_ratio";
 /// Loop stalls a shard measured (a timer sweep 100 ms or more late: process
 /// stopped or starved); deadlines were extended by each (counter, by `shard`).
 pub const SHARD_STALLS: &str = "pricewire_shard_stalls_total";
@@ -213,11 +217,11 @@ pub const SHARD_LAGGING: &str = "pricewire_shard_lagging";
 pub const SHARD_LAG_SHEDDING: &str = "pricewire_shard_lag_shedding";
 /// Share of wall time a shard's thread ran on a CPU in its last 100-ms
 /// cause window (gauge, by `shard`).
-pub const SHARD_CPU_RATE: &str = "pricewire_shard_cpu_rate";
+pub const SHARD_CPU_RATIO: &str = "pricewire_shard_cpu_ratio";
 /// Share of wall time a shard's thread was runnable but waiting for a CPU
 /// (run-queue delay, `/proc/thread-self/schedstat`) in its last 100-ms
 /// cause window (gauge, by `shard`).
-pub const SHARD_RUN_WAIT_RATE: &str = "pricewire_shard_run_wait_rate";
+pub const SHARD_RUN_WAIT_RATIO: &str = "pricewire_shard_run_wait_ratio";
 /// How long each session move stopped the moving shard's loop (its ring
 /// drained, the session handed over): the pause every other session's
 /// prices and answers waited (histogram, by `shard`).
@@ -321,6 +325,17 @@ pub const REQUEST_QUEUE_SOJOURN: &str = "pricewire_request_queue_sojourn_seconds
 /// 1 while the CoDel detector judges the request queue overloaded (LIFO and
 /// shedding on) (gauge).
 pub const REQUEST_QUEUE_OVERLOADED: &str = "pricewire_request_queue_overloaded";
+/// Smallest queueing delay (CoDel's overload signal) of the last closed
+/// interval, seconds (gauge).
+pub const REQUEST_SOJOURN_MIN: &str = "pricewire_request_sojourn_min_interval_seconds";
+/// p99 queueing delay of requests served in the last interval, seconds (gauge).
+pub const REQUEST_SOJOURN_P99: &str = "pricewire_request_sojourn_p99_interval_seconds";
+/// Largest queueing delay of requests served in the last interval, seconds (gauge).
+pub const REQUEST_SOJOURN_MAX: &str = "pricewire_request_sojourn_max_interval_seconds";
+/// Short-term average request RTT the adaptive limit reacts to, seconds (gauge).
+pub const ADAPTIVE_RTT_SHORT: &str = "pricewire_adaptive_rtt_short_seconds";
+/// Long-term (baseline) average request RTT, seconds (gauge).
+pub const ADAPTIVE_RTT_LONG: &str = "pricewire_adaptive_rtt_long_seconds";
 /// Requests answered by the workers, by request kind (counter, by `kind`).
 pub const REQUESTS_SERVED: &str = "pricewire_requests_served_total";
 /// Time a request spent in one hop of the request path: queue_wait, service,
@@ -333,9 +348,9 @@ pub const REQUEST_REJECTS_DEFERRED: &str = "pricewire_request_rejects_deferred_t
 /// the others (gauge, by `dependency`, `state`).
 pub const BREAKER_STATE: &str = "pricewire_breaker_state";
 /// Failure rate over the breaker's time window, 0..1 (gauge, by `dependency`).
-pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_rate";
+pub const BREAKER_FAILURE_RATE: &str = "pricewire_breaker_failure_ratio";
 /// Slow-call rate over the breaker's time window, 0..1 (gauge, by `dependency`).
-pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_rate";
+pub const BREAKER_SLOW_CALL_RATE: &str = "pricewire_breaker_slow_call_ratio";
 /// Calls refused without trying because the breaker was open or half-open and
 /// full (counter, by `dependency`).
 pub const BREAKER_NOT_PERMITTED: &str = "pricewire_breaker_not_permitted_total";
@@ -525,6 +540,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Times a shard ran its hosted stages (ingest, engine) in the middle of a long loop turn"),
     gauge(SHARD_BUSY, &["shard"], "ratio", "gateway",
         "Share of wall time a shard's loop spent on turns that did work (capped by the CPU time its thread ran), over its last 50-ms window"),
+    gauge(SHARD_BUSY_OLD, &["shard"], "ratio", "gateway",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_shard_busy_ratio"),
     counter(SHARD_STALLS, &["shard"], "events", "gateway",
         "Loop stalls a shard measured (a timer sweep 100 ms or more late: process stopped or starved); deadlines were extended by each"),
     gauge(SHARD_MAX_STALL, &["shard"], "seconds", "gateway",
@@ -537,9 +554,9 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "1 while a shard lags (loop lag above --loop-lag-target-ms): it conflates prices"),
     gauge(SHARD_LAG_SHEDDING, &["shard"], "boolean", "gateway",
         "1 while a lagging shard sheds because its own work keeps it late: paced logons, no new connections, the heaviest accounts' requests refused (0 when the host starves it: it only conflates)"),
-    gauge(SHARD_CPU_RATE, &["shard"], "ratio", "gateway",
+    gauge(SHARD_CPU_RATIO, &["shard"], "ratio", "gateway",
         "Share of wall time the shard's thread ran on a CPU in its last 100-ms cause window"),
-    gauge(SHARD_RUN_WAIT_RATE, &["shard"], "ratio", "gateway",
+    gauge(SHARD_RUN_WAIT_RATIO, &["shard"], "ratio", "gateway",
         "Share of wall time the shard's thread was runnable but waiting for a CPU (run-queue delay) in its last 100-ms cause window"),
     histogram(SESSION_MOVE_PAUSE, &["shard"], "gateway",
         "How long each session move stopped the moving shard's loop (ring drained, session handed over): what every other session's prices and answers waited"),
@@ -610,6 +627,26 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Time a request waited in the queue before a worker took it"),
     gauge(REQUEST_QUEUE_OVERLOADED, &[], "boolean", "requests",
         "1 while the CoDel detector judges the request queue overloaded (LIFO and shedding on)"),
+    gauge(REQUEST_SOJOURN_MIN, &[], "seconds", "requests",
+        "Smallest queueing delay of the last closed CoDel interval (the overload signal)"),
+    gauge(REQUEST_SOJOURN_P99, &[], "seconds", "requests",
+        "p99 queueing delay of requests served in the last interval"),
+    gauge(REQUEST_SOJOURN_MAX, &[], "seconds", "requests",
+        "Largest queueing delay of requests served in the last interval"),
+    gauge(ADAPTIVE_RTT_SHORT, &[], "seconds", "requests",
+        "Short-term average request RTT (what the adaptive limit reacts to)"),
+    gauge(ADAPTIVE_RTT_LONG, &[], "seconds", "requests",
+        "Long-term average request RTT (the adaptive limit's baseline)"),
+    gauge(REQUEST_SOJOURN_MIN_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_min_interval_seconds in ns"),
+    gauge(REQUEST_SOJOURN_P99_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_p99_interval_seconds in ns"),
+    gauge(REQUEST_SOJOURN_MAX_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_request_sojourn_max_interval_seconds in ns"),
+    gauge(ADAPTIVE_RTT_SHORT_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_adaptive_rtt_short_seconds in ns"),
+    gauge(ADAPTIVE_RTT_LONG_NS, &[], "nanoseconds", "requests",
+        "Deprecated, removed in 0.4.0: pricewire_adaptive_rtt_long_seconds in ns"),
     counter(REQUESTS_SERVED, &["kind"], "requests", "requests",
         "Requests answered by the workers, by request kind"),
     histogram(REQUEST_HOP, &["hop"], "requests",
@@ -623,6 +660,10 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Failure rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls (no decision possible)"),
     gauge(BREAKER_SLOW_CALL_RATE, &["dependency"], "ratio", "resilience",
         "Slow-call rate over the breaker's window, 0..1; -1 while it holds fewer than the minimum calls"),
+    gauge(BREAKER_FAILURE_RATE_OLD, &["dependency"], "ratio", "resilience",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_breaker_failure_ratio"),
+    gauge(BREAKER_SLOW_CALL_RATE_OLD, &["dependency"], "ratio", "resilience",
+        "Deprecated, removed in 0.4.0: the same value as pricewire_breaker_slow_call_ratio"),
     counter(BREAKER_NOT_PERMITTED, &["dependency"], "calls", "resilience",
         "Calls refused without trying because the breaker was open or half-open and full"),
     // reference data (src/refdata/metrics.rs; only with --redis)
@@ -725,8 +766,13 @@ pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
     if f.unit == "seconds" && !f.name.contains("_seconds") {
         return Err(format!("{}: a value in seconds carries _seconds", f.name));
     }
-    if f.unit == "ratio" && !f.name.ends_with("_rate") {
-        return Err(format!("{}: ratios end in _rate", f.name));
+    let deprecated = DEPRECATED.iter().any(|r| r.old == f.name);
+    if f.unit == "ratio" && !f.name.ends_with("_ratio") && !deprecated {
+        return Err(format!("{}: ratios end in _ratio", f.name));
+    }
+    let base = !["nanoseconds", "microseconds", "milliseconds"].contains(&f.unit);
+    if !(base || deprecated) {
+        return Err(format!("{}: times are in seconds", f.name));
     }
     let label_ok = |l: &&str| {
         !l.is_empty() && *l != "le" && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
@@ -741,42 +787,5 @@ pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_family_follows_the_naming_conventions() {
-        for f in FAMILIES {
-            check_conventions(f).unwrap();
-        }
-    }
-
-    #[test]
-    fn family_names_are_unique() {
-        for (i, a) in FAMILIES.iter().enumerate() {
-            assert!(
-                FAMILIES[i + 1..].iter().all(|b| b.name != a.name),
-                "{}",
-                a.name
-            );
-        }
-    }
-
-    #[test]
-    fn histogram_sample_names_are_documented() {
-        assert!(is_documented_sample(
-            "pricewire_tick_to_publish_latency_seconds_bucket"
-        ));
-        assert!(is_documented_sample("pricewire_ticks_received_total"));
-        assert!(!is_documented_sample(
-            "pricewire_ticks_received_total_bucket"
-        ));
-        assert!(!is_documented_sample("pricewire_nonexistent_total"));
-    }
-
-    #[test]
-    fn conventions_catch_a_counter_without_total() {
-        let bad = counter("pricewire_ticks", &[], "ticks", "feed", "x");
-        assert!(check_conventions(&bad).is_err());
-    }
-}
+#[path = "catalogue_tests.rs"]
+mod tests;

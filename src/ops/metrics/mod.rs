@@ -21,6 +21,7 @@
 
 pub mod catalogue;
 mod histogram;
+pub mod renamed;
 
 pub use catalogue::{FamilyDesc, MetricKind, FAMILIES};
 pub use histogram::{HistogramSnapshot, SharedHistogram, LATENCY_BUCKETS_S};
@@ -104,6 +105,27 @@ pub struct Sink {
 }
 
 impl Sink {
+    /// Each renamed family's samples also under its old name, in its old
+    /// unit ([`catalogue::DEPRECATED`]), so a scrape shows both.
+    fn alias_deprecated(&mut self) {
+        let at = |name: &str| self.families.iter().position(|f| f.name == name);
+        for r in catalogue::DEPRECATED {
+            let (Some(o), Some(n)) = (at(r.old), at(r.new)) else {
+                continue;
+            };
+            let mut samples = self.samples[n].clone();
+            for s in samples.iter_mut().filter(|_| r.scale != 1.0) {
+                match &mut s.value {
+                    SampleValue::Gauge(v) => *v = (*v * r.scale).round(),
+                    SampleValue::GaugeInt(v) => *v = (*v as f64 * r.scale).round() as i64,
+                    // Only gauges change unit; a scaled counter would not be one.
+                    SampleValue::Counter(_) | SampleValue::Histogram(_) => {}
+                }
+            }
+            self.samples[o] = samples;
+        }
+    }
+
     fn new(families: Vec<FamilyDesc>) -> Self {
         let samples = families.iter().map(|_| Vec::new()).collect();
         Sink {
@@ -499,6 +521,7 @@ impl Registry {
         for source in &sources {
             source.collect(&mut sink);
         }
+        sink.alias_deprecated();
         sink
     }
 

@@ -262,3 +262,69 @@ fn thread_priorities_are_what_the_kernel_reports() {
     assert!(!listed.is_empty());
     assert!(listed.iter().all(|l| l.starts_with("pw-")), "{listed:?}");
 }
+
+/// Registers every renamed family's new name (two series where it has a
+/// label) with seeded values and returns them.
+fn register_renamed(r: &Registry, seed: u64) -> Vec<(&'static str, f64)> {
+    let mut rng = seed;
+    let mut next = move || {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let mut out = Vec::new();
+    for d in catalogue::DEPRECATED {
+        let labels = catalogue::family(d.new).unwrap().labels;
+        let values: &[&str] = if labels.is_empty() {
+            &[""]
+        } else {
+            &["a", "b"]
+        };
+        for value in values {
+            // Seconds as the readers give them: whole nanoseconds / 1e9.
+            let v = if d.scale == 1e9 {
+                (next() * 1e9).round() / 1e9
+            } else {
+                next()
+            };
+            let l: Vec<(&str, &str)> = labels.iter().map(|k| (*k, *value)).collect();
+            r.register_gauge_fn(d.new, &l, move || v).unwrap();
+            out.push((d.new, v));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_deprecated_name_shows_its_replacement_in_the_old_unit() {
+    for seed in 0..16 {
+        let r = Registry::new();
+        register_renamed(&r, seed);
+        let series = r.series();
+        for d in catalogue::DEPRECATED {
+            let of = |name: &str| -> Vec<_> {
+                let s = series.iter().filter(|s| s.family == name);
+                s.map(|s| (s.labels.clone(), s.value)).collect()
+            };
+            let (old, new) = (of(d.old), of(d.new));
+            assert!(!new.is_empty() && old.len() == new.len(), "{}", d.old);
+            for ((lo, vo), (ln, vn)) in old.iter().zip(&new) {
+                assert_eq!(lo, ln, "{}", d.old);
+                let want = if d.scale == 1.0 {
+                    *vn
+                } else {
+                    (vn * d.scale).round()
+                };
+                assert_eq!(*vo, want, "{}", d.old);
+                assert_eq!(vo.fract(), 0.0_f64.max(want.fract()), "{}", d.old);
+            }
+            let text = r.scrape();
+            assert!(
+                text.contains(&format!("# TYPE {} gauge", d.old)),
+                "{}",
+                d.old
+            );
+        }
+    }
+}

@@ -350,3 +350,40 @@ fn a_logon_decision_after_the_session_closed_does_not_revive_it() {
     assert!(r.sent().is_empty());
     assert_eq!(GatewayStats::get(&r.stats.logged_on), 0);
 }
+
+#[test]
+fn a_slow_consumer_cut_drops_unwritten_prices_and_keeps_control_frames() {
+    // Issue #31 item 7: the Disconnect waits behind the kernel's bounded
+    // queue only, not behind prices the client has not been given yet.
+    let mut r = Rig::new().logged_on();
+    let price = |r: &mut Rig, seq: u64| {
+        let body = wire::PriceBody {
+            symbol_id: 1,
+            seq,
+            ..Default::default()
+        };
+        r.out.append_price_with(wire::PRICE_SLOT_LEN, r.now, |b| {
+            let slot = b.first_chunk_mut().expect("room");
+            wire::encode_price(slot, wire::PriceKind::Update, &body, 0)
+        })
+    };
+    for seq in 1..=20 {
+        assert_eq!(
+            price(&mut r, seq),
+            crate::gateway::outbound::Append::Appended
+        );
+    }
+    r.call(|s, ctx| s.send(ctx, wire::encode_heartbeat));
+    price(&mut r, 21);
+    let slow = DisconnectReason::SLOW_CONSUMER;
+    r.call(|s, ctx| s.disconnect(ctx, slow, 500, "slow consumer"));
+    let want = vec![
+        Sent::Heartbeat,
+        Sent::Disconnect {
+            reason: slow,
+            retry_ms: 500,
+            text: "slow consumer".into(),
+        },
+    ];
+    assert_eq!(r.sent(), want, "no price ahead of the Disconnect");
+}

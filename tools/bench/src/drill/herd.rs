@@ -145,8 +145,8 @@ fn report(
         let Some(ep) = series(text, &format!("pricewire_shard_lag_episodes_total{l}")) else {
             break;
         };
-        let cpu = series(text, &format!("pricewire_shard_cpu_rate{l}")).unwrap_or(0.0);
-        let wait = series(text, &format!("pricewire_shard_run_wait_rate{l}")).unwrap_or(0.0);
+        let cpu = series(text, &format!("pricewire_shard_cpu_ratio{l}")).unwrap_or(0.0);
+        let wait = series(text, &format!("pricewire_shard_run_wait_ratio{l}")).unwrap_or(0.0);
         let paced =
             series(text, &format!("pricewire_shard_lag_logons_paced_total{l}")).unwrap_or(0.0);
         lagging.push_str(&format!(

@@ -350,9 +350,9 @@ impl Seen {
         }
         for k in ["0", "1"] {
             let l = format!("{{shard=\"{k}\"}}");
-            self.cpu += series(t, &format!("pricewire_shard_cpu_rate{l}")).unwrap_or(0.0);
-            self.wait += series(t, &format!("pricewire_shard_run_wait_rate{l}")).unwrap_or(0.0);
-            self.busy += series(t, &format!("pricewire_shard_busy_rate{l}")).unwrap_or(0.0);
+            self.cpu += series(t, &format!("pricewire_shard_cpu_ratio{l}")).unwrap_or(0.0);
+            self.wait += series(t, &format!("pricewire_shard_run_wait_ratio{l}")).unwrap_or(0.0);
+            self.busy += series(t, &format!("pricewire_shard_busy_ratio{l}")).unwrap_or(0.0);
             self.samples += 1.0;
         }
     }
