@@ -27,6 +27,9 @@ use crate::wire::{
 /// Offset of the SBE templateId in a frame (after the 6-byte SOFH and the
 /// 2-byte blockLength).
 const TEMPLATE_ID_OFFSET: usize = 8;
+/// Offset of the PriceFlags byte in a price frame (after the symbol id
+/// and the tier of the body).
+const FLAGS_OFFSET: usize = wire::HEADER_LEN + 3;
 
 /// `Sub::pos` of a paced subscription (it is in a pace group, not in the
 /// index).
@@ -464,6 +467,18 @@ pub(super) fn is_news(sub: &Sub, (stream, seq): (u64, u64), snapshot: bool, stal
         || (seq == sub.last_seq && snapshot && stale != sub.stale)
 }
 
+/// Whether an update of `seq` on `stream` would skip a sequence of `sub`'s
+/// key: it is of the stream last sent and does not follow the last price
+/// sent. The protocol never sends a PriceUpdate that skips (protocol.md
+/// §5), so `append` sends such a price as a snapshot flagged conflated,
+/// whatever dropped the prices between: the ring gate, the compaction of
+/// prices a connection could not write in time, an overflow. One check at
+/// the one place every price is appended holds the rule for all of them.
+#[inline]
+pub(super) fn skips_a_sequence(sub: &Sub, stream: u64, seq: u64) -> bool {
+    sub.last_seq != 0 && sub.stream == stream && seq != sub.last_seq.wrapping_add(1)
+}
+
 /// Copies one encoded price to one unlimited subscription (or restates
 /// it to a paced one), or marks it owed if the connection is conflating.
 /// Returns true if bytes were appended.
@@ -632,9 +647,17 @@ fn append(
     // update's body is copied into a snapshot frame with the stream id.
     let template = bytes.get(TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2);
     let is_update = template == Some(&wire::template::PRICE_UPDATE.to_le_bytes()[..]);
-    let appended = if is_update && (sub.last_seq == 0 || sub.stream != stream) {
+    let skips = is_update && skips_a_sequence(sub, stream, seq);
+    if skips {
+        stats.conflated.inc();
+    }
+    let appended = if is_update && (sub.last_seq == 0 || sub.stream != stream || skips) {
         conn.out.append_price_with(SNAPSHOT_FRAME_LEN, now, |b| {
-            wire::update_to_snapshot(bytes, stream, b)
+            let n = wire::update_to_snapshot(bytes, stream, b);
+            if skips && n > FLAGS_OFFSET {
+                b[FLAGS_OFFSET] |= price_flags::CONFLATED;
+            }
+            n
         })
     } else {
         conn.out.append_price_with(bytes.len(), now, |b| {
@@ -698,6 +721,23 @@ mod tests {
         assert!(
             !is_news(&stale, seq(7), true, true),
             "stale again: already said"
+        );
+    }
+
+    #[test]
+    fn only_the_next_sequence_of_the_same_stream_goes_out_as_an_update() {
+        let held = sub(9, false);
+        assert!(!skips_a_sequence(&held, 5, 10), "the next one");
+        for seq in [11, 13, 1_000] {
+            assert!(skips_a_sequence(&held, 5, seq), "seq {seq} skips");
+        }
+        assert!(
+            !skips_a_sequence(&held, 6, 13),
+            "another stream: a snapshot anyway"
+        );
+        assert!(
+            !skips_a_sequence(&sub(0, false), 5, 13),
+            "the first price: a snapshot anyway"
         );
     }
 

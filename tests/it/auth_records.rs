@@ -358,7 +358,7 @@ fn outside_strings_cannot_forge_a_log_line() {
     let logged = |what: &str| std::fs::read_to_string(&log_path).unwrap().contains(what);
     let lines = [
         "MarketDataRequest rejected",
-        "FIX provider logged out unasked",
+        "FIX provider logged out",
         "invalid account record",
     ];
     let seen = wait_until(WAIT, || lines.iter().all(|l| logged(l)));
