@@ -55,7 +55,7 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::Rng;
 
-pub use bucket::{RetryWindow, TokenBucket};
+pub use bucket::{refill_retry_ms, RetryWindow, TokenBucket, REFILL_RETRY_MAX_MS};
 pub use ip_table::ip_key;
 
 use crate::config::ACCOUNT_SESSIONS_DEFAULT;

@@ -193,11 +193,13 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 0, value_name = "HZ")]
     pub max_update_hz: u32,
 
-    /// Loop lag above which a shard sheds, in milliseconds: while its loop
+    /// Loop lag above which a shard lags, in milliseconds: while its loop
     /// runs later than this (three 100-ms windows in a row; ends after ten
-    /// at or below it) it takes no new sessions (Disconnect(busy),
-    /// LogonRejected(busy)), rejects requests (Reject(overloaded)) and
-    /// sends only the latest price per symbol. 0 = never shed.
+    /// at or below it) it sends only the latest price per symbol; when the
+    /// lag is its own work (not a host that starves it of CPU) it also
+    /// sheds: new connections go to another shard, logons beyond a paced
+    /// 200/s get LogonRejected(busy), and requests of its heaviest
+    /// accounts get Reject(overloaded). 0 = never shed.
     #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]
     pub loop_lag_target_ms: u64,
 
@@ -272,6 +274,13 @@ pub struct GatewayArgs {
     /// Burst of inbound messages per connection.
     #[arg(long, default_value_t = 400, value_name = "N")]
     pub msg_burst: u32,
+
+    /// Refusals in a row after which a connection is cut with
+    /// Disconnect(message_flood): messages its message rate refused, and
+    /// messages it sent inside a Reject(rate_limited)'s retry-after.
+    /// 1..=1000000.
+    #[arg(long, default_value_t = crate::gateway::FLOOD_DISCONNECT_AFTER_DEFAULT, value_name = "N")]
+    pub flood_disconnect_after: u32,
 
     /// Refused frames (bad body, unknown template, unexpected message) a
     /// logged-on connection may send within --bad-frame-window-ms; one
@@ -366,6 +375,7 @@ impl GatewayArgs {
             max_subscriptions: self.max_subscriptions,
             msg_rate_per_s: self.msg_rate_per_s,
             msg_burst: self.msg_burst,
+            flood_disconnect_after: self.flood_disconnect_after,
             bad_frame_limit: self.bad_frame_limit,
             bad_frame_window_ms: self.bad_frame_window_ms,
             shard_wait,

@@ -49,6 +49,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
         "accept-rate-per-s", "accept-burst", "ip-connections-max", "ip-connect-burst",
         "ip-connect-rate-per-s", "busy-retry-min-ms", "busy-retry-max-ms", "logon-rate-per-s",
         "first-subscribe-rate-per-s", "symbol-list-rate-per-s", "msg-rate-per-s", "msg-burst",
+        "flood-disconnect-after",
         "fd-reserve",
     ]),
     ("Security: TLS and tokens", &[

@@ -30,6 +30,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use super::proxy_wait::{Ended, Outcome, ProxyWait};
 use super::tls_refusal::{Refuser, FIRST_TOKEN};
 use super::{GatewayStats, Shared};
+use crate::admission::TokenBucket;
 use crate::clock::monotonic_ns;
 use crate::overload::Stage;
 use crate::runtime::proxy::ProxyFailure;
@@ -126,9 +127,12 @@ pub fn spawn(
             let per_s = shared.cfg.tls_busy_handshakes_per_s;
             Refuser::new(per_s, tls.stats().clone(), monotonic_ns())
         });
+        let per_s = super::lag::LAG_ADMIT_PER_S.saturating_mul(shards.len().max(1) as u32);
+        let lag_admit = TokenBucket::new(per_s, (per_s / 10).max(1), monotonic_ns());
         let mut a = Acceptor {
             shared,
             shards,
+            lag_admit,
             loads: Vec::new(),
             rng: rand::SeedableRng::from_entropy(),
             waiting,
@@ -151,6 +155,9 @@ pub fn spawn(
 struct Acceptor {
     shared: Arc<Shared>,
     shards: Vec<Handoff>,
+    /// Connections admitted while every shard sheds for lag
+    /// (`lag::LAG_ADMIT_PER_S` per shard): a herd comes in paced.
+    lag_admit: TokenBucket,
     /// Scratch for [`place`] (sized once).
     loads: Vec<u64>,
     rng: rand::rngs::SmallRng,
@@ -276,18 +283,21 @@ impl Acceptor {
     fn hand_over(&mut self, link: Link, peer: SocketAddr, r: &Registry) {
         self.loads.clear();
         for h in &self.shards {
-            // A lagging shard takes no new session (see `lag.rs`).
-            let lagging = h.stats.lag.is_lagging();
+            // A shard that sheds for lag takes no new session while
+            // another does not (see `lag.rs`); one that lags because the
+            // host starves it refuses nobody.
+            let shedding = h.stats.lag.is_shedding();
             let load = h.stats.connections.get() + h.tx.len() as u64;
-            self.loads.push(if lagging { u64::MAX } else { load });
+            self.loads.push(if shedding { u64::MAX } else { load });
         }
         let spill = super::spill::SpillPolicy {
             threshold_permille: self.shared.cfg.shard0_spill_permille,
         };
         let busy = spill.is_busy(self.shards[0].stats.busy_permille.get() as u32);
         let shard = &self.shards[place(&self.loads, self.shared.cfg.shard0_fill, busy)];
-        if shard.stats.lag.is_lagging() {
-            // Every shard lags: Disconnect(busy), counted at `loop_lag`.
+        if shard.stats.lag.is_shedding() && !self.lag_admit.try_take(monotonic_ns()) {
+            // Every shard sheds, and this second's paced admissions are
+            // spent: Disconnect(busy), counted at `loop_lag`.
             shard
                 .stats
                 .lag

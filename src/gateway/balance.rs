@@ -81,6 +81,17 @@ impl Shard {
     ///
     /// Returns false if no session could move.
     pub(super) fn spill_one(&mut self, to: usize, now: u64) -> bool {
+        let start = crate::clock::monotonic_ns();
+        let moved = self.spill_one_paused(to, now);
+        if moved {
+            let pause = crate::clock::monotonic_ns().saturating_sub(start);
+            self.conns.stats.move_pause.record(pause);
+        }
+        moved
+    }
+
+    /// [`Shard::spill_one`]'s steps, timed by it (the hand-over's pause).
+    fn spill_one_paused(&mut self, to: usize, now: u64) -> bool {
         self.drain_ring(now);
         let Some(i) = pick_mover(&self.conns, now) else {
             return false;
@@ -115,12 +126,15 @@ impl Shard {
         };
         // Prices the engine published for this shard must be through
         // first (see `spill_step`).
+        let start = crate::clock::monotonic_ns();
         self.drain_ring(now);
         let last_sweep = self.sweeps.last_ns;
         if self
             .mover
             .move_slot(&mut self.conns, d.slot, d.to, last_sweep, now)
         {
+            let pause = crate::clock::monotonic_ns().saturating_sub(start);
+            self.conns.stats.move_pause.record(pause);
             self.drainer.moved(&self.conns, d, now);
         } else {
             self.drainer.abort(&mut self.conns, d, now);

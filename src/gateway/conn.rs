@@ -55,6 +55,13 @@ pub struct Conn {
     pub fin_sent: bool,
     /// Queued to read again next turn (its read budget ran out).
     pub in_read_list: bool,
+    /// Since when input has waited for the shard (monotonic ns; 0: none
+    /// known): the poll turn that reported it readable, or the last read
+    /// that left input over. A request read from that input counts its
+    /// budget from here, not from the moment the shard got round to it:
+    /// time the shard kept it unread is the server's queueing delay (see
+    /// `gateway::read_turn`).
+    pub unread_since_ns: u64,
     /// Requests handed to the request path and not answered yet: a
     /// session with answers on their way to this shard is not moved to
     /// another (see `gateway::spill`) until a drain has held it to 0 (see
@@ -96,6 +103,15 @@ impl Conn {
     /// The logged-on account's index, if logged on.
     pub fn account(&self) -> Option<u32> {
         self.session.account()
+    }
+
+    /// When a request read now arrived for the server: the connection's
+    /// unread mark if set and earlier, else `now_ns`.
+    pub fn arrival_ns(&self, now_ns: u64) -> u64 {
+        match self.unread_since_ns {
+            0 => now_ns,
+            t => t.min(now_ns),
+        }
     }
 
     /// Whether a draining move holds the session's input.

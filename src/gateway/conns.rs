@@ -303,10 +303,14 @@ impl Conns {
     /// A new connection's state, its buffers allocated.
     fn new_conn(&self, stream: Link, peer: SocketAddr, now: u64) -> Conn {
         let cfg = &self.shared.cfg;
+        let mut session = Session::new(&self.session_cfg, now);
+        // The handshake's round trip: the grace of a backoff window.
+        let rtt_us = crate::runtime::sys::tcp_rtt_us(stream.socket()).unwrap_or(0);
+        session.set_rtt_ns(u64::from(rtt_us) * 1_000);
         Conn {
             stream,
             peer,
-            session: Session::new(&self.session_cfg, now),
+            session,
             out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
                 .with_final_reserve(super::session::CONTROL_FRAME_MAX)
                 .with_age_max(cfg.price_age_max_ms.saturating_mul(1_000_000)),
@@ -315,6 +319,7 @@ impl Conns {
             in_write_list: false,
             fin_sent: false,
             in_read_list: false,
+            unread_since_ns: 0,
             requests_out: 0,
             last_request_ns: 0,
             answer_marks: super::answer_marks::AnswerMarks::new(),

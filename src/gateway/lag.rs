@@ -20,12 +20,30 @@
 //! hog beside a herd) must take sessions again, or the last clients of a
 //! herd are refused for as long as the hog runs. Admitting them may push
 //! the lag back over the target, which engages again after
-//! [`ENGAGE_WINDOWS`]: the herd then comes in as a paced trickle. While a shard lags: the acceptor
-//! places no new connection on it (Disconnect(busy) if every shard lags),
-//! logons on it get LogonRejected(busy), requests on it get
-//! Reject(overloaded), all with the jittered busy retry-after, and its
-//! subscribers get the latest price per symbol, flagged conflated, instead
-//! of every queued update (see `docs/overload.md`, "Loop lag").
+//! [`ENGAGE_WINDOWS`]: the herd then comes in as a paced trickle.
+//!
+//! While a shard lags its subscribers get the latest price per symbol,
+//! flagged conflated, instead of every queued update. What else it does
+//! depends on why it lags ([`cause`]):
+//!
+//! - **its own work** (it *sheds*): the acceptor places no new connection
+//!   on it (when every shard sheds, it admits [`LAG_ADMIT_PER_S`] per
+//!   shard and refuses the rest with Disconnect(busy)); logons on it are
+//!   admitted at [`LAG_ADMIT_PER_S`] and the rest get LogonRejected(busy);
+//!   requests of its heaviest accounts get Reject(overloaded) while the
+//!   quiet ones are served ([`shares`]); all with the jittered busy
+//!   retry-after. A refused herd is therefore in within about
+//!   `herd / (LAG_ADMIT_PER_S × shards)` seconds plus its retry windows,
+//!   and the refusals cannot hold the lag (and so the release) off for
+//!   ever;
+//! - **a host that starves it** (its thread waits for a CPU a quarter of
+//!   the time or more): shedding would not give it the CPU back, so it
+//!   refuses nobody for lag and only conflates.
+//!
+//! See `docs/overload.md`, "Loop lag".
+
+pub mod cause;
+pub mod shares;
 
 use std::sync::atomic::AtomicU64;
 
@@ -54,6 +72,12 @@ pub const LAG_BUCKETS_S: [f64; 13] = [
 /// Most prices a lagging shard takes off its ring in one turn (it sends
 /// only the latest of each symbol, so it can take many).
 pub const CONFLATE_BATCH: usize = 65_536;
+/// Logons a shedding shard admits per second (and, when every shard
+/// sheds, connections the acceptor admits per second per shard): a herd
+/// refused for lag comes in as a paced trickle in bounded time (3,000
+/// clients on 2 shards: 7.5 s plus their retry windows) instead of being
+/// refused for as long as its own retries keep the loop late.
+pub const LAG_ADMIT_PER_S: u32 = 200;
 
 /// A change of the lagging state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +186,17 @@ pub struct LagStats {
     pub windowed_ns: Gauge,
     /// Gauge: 1 while the shard is lagging.
     pub lagging: Gauge,
+    /// Gauge: 1 while it lags from its own work and sheds (0 when it lags
+    /// because the host starves it: it only conflates then).
+    pub shedding: Gauge,
+    /// Gauge: CPU time the shard's thread ran in the last cause window,
+    /// per-mille of wall time.
+    pub cpu_permille: Gauge,
+    /// Gauge: time it waited for a CPU in the last cause window (run-queue
+    /// delay), per-mille of wall time.
+    pub wait_permille: Gauge,
+    /// Logons admitted by the paced budget while shedding.
+    pub logons_paced: Counter,
     /// Times the shard started lagging.
     pub episodes: Counter,
     /// Prices taken off the ring and not sent because a newer price of the
@@ -188,6 +223,11 @@ impl LagStats {
         self.lagging.get() != 0
     }
 
+    /// Whether the shard sheds now: it lags from its own work (any thread).
+    pub fn is_shedding(&self) -> bool {
+        self.shedding.get() != 0
+    }
+
     /// The histogram for the exposition, in seconds.
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut cumulative = 0;
@@ -207,21 +247,38 @@ impl LagStats {
     }
 }
 
-/// The shard's lag state: the detector and the symbols owed a conflated
-/// price (sized at start; nothing allocates per turn).
+/// The shard's lag state: the detector, why it lags, what its accounts
+/// send, the paced logon budget and the symbols owed a conflated price
+/// (sized at start; nothing allocates per turn).
 pub(super) struct LagState {
     pub(super) detector: LagDetector,
+    cause: cause::CauseMeter,
+    /// The last closed cause window's verdict.
+    why: cause::Cause,
+    load: shares::AccountLoad,
+    /// Logons admitted while shedding ([`LAG_ADMIT_PER_S`]).
+    admit: crate::admission::TokenBucket,
     owed: Box<[bool]>,
     owed_list: Vec<u16>,
 }
 
 impl LagState {
     pub(super) fn new(target_ns: u64, symbols: usize, now: u64) -> LagState {
+        let burst = (LAG_ADMIT_PER_S / 10).max(1);
         LagState {
             detector: LagDetector::new(target_ns, now),
+            cause: cause::CauseMeter::new(),
+            why: cause::Cause::Own,
+            load: shares::AccountLoad::new(),
+            admit: crate::admission::TokenBucket::new(LAG_ADMIT_PER_S, burst, now),
             owed: vec![false; symbols].into_boxed_slice(),
             owed_list: Vec::with_capacity(symbols),
         }
+    }
+
+    /// Lagging from its own work: it sheds (see the module docs).
+    pub(super) fn is_shedding(&self) -> bool {
+        self.detector.is_lagging() && self.why == cause::Cause::Own
     }
 }
 
@@ -239,6 +296,15 @@ impl LagState {
         if due_ns != 0 {
             self.sample(conns, now.saturating_sub(due_ns), now);
         }
+        if let Some(w) = self.cause.roll(now, LAG_WINDOW_NS) {
+            self.why = cause::classify(w);
+            self.load.roll();
+            let stats = &conns.stats.lag;
+            stats.cpu_permille.set(w.cpu_permille);
+            stats.wait_permille.set(w.wait_permille.unwrap_or(0));
+        }
+        let shedding = self.is_shedding();
+        conns.stats.lag.shedding.set(u64::from(shedding));
     }
 
     fn publish(&mut self, conns: &Conns, change: Option<LagChange>) {
@@ -262,28 +328,28 @@ impl LagState {
         }
     }
 
-    /// While lagging: the jittered busy retry-after a refusal carries
-    /// (counted as an admission reject at `loop_lag`); `None` when the shard is not lagging.
-    fn refusal(&mut self, conns: &mut Conns) -> Option<u32> {
-        if !self.detector.is_lagging() {
-            return None;
+    /// A logon on a shedding shard beyond the paced budget
+    /// ([`LAG_ADMIT_PER_S`]): LogonRejected(busy) with the jittered busy
+    /// retry-after, counted as an admission reject at `loop_lag`; returns
+    /// true if so.
+    pub(super) fn refuse_logon(&mut self, conns: &mut Conns, i: usize, now: u64) -> bool {
+        if !self.is_shedding() {
+            return false;
+        }
+        if self.admit.try_take(now) {
+            conns.stats.lag.logons_paced.inc();
+            return false;
         }
         conns.shared.overload.record_reject(Stage::LoopLag);
-        Some(conns.jitter(conns.shared.cfg.admission.retry_after))
-    }
-
-    /// A logon on a lagging shard: LogonRejected(busy); returns true if so.
-    pub(super) fn refuse_logon(&mut self, conns: &mut Conns, i: usize, now: u64) -> bool {
-        let Some(retry) = self.refusal(conns) else {
-            return false;
-        };
+        let retry = conns.jitter(conns.shared.cfg.admission.retry_after);
         let busy = LogonRejectReason::BUSY;
         conns.with_session(i, now, |s, ctx| s.logon_rejected(busy, retry, ctx));
         true
     }
 
-    /// A request on a lagging shard: Reject(overloaded), counted as a
-    /// `loop_lag` shed; returns true if so.
+    /// A request on the shard: counted for its account; on a shedding
+    /// shard, a request of one of the heaviest accounts ([`shares`]) gets
+    /// Reject(overloaded), counted as a `loop_lag` shed; returns true if so.
     pub(super) fn shed_request(
         &mut self,
         conns: &mut Conns,
@@ -291,7 +357,11 @@ impl LagState {
         request_id: u64,
         template: u16,
     ) -> bool {
-        if !self.detector.is_lagging() {
+        let Some(account) = conns.slab.conns[i].as_ref().and_then(|c| c.account()) else {
+            return false;
+        };
+        self.load.note(account);
+        if !self.is_shedding() || !self.load.heavy(account) {
             return false;
         }
         conns.shared.overload.record_shed(ShedReason::LoopLag);

@@ -49,6 +49,7 @@ pub mod outbound;
 pub mod pacer;
 pub(crate) mod proxy_wait;
 mod queries;
+mod read_turn;
 mod reads;
 pub mod revoke;
 pub mod sendq;
@@ -92,6 +93,12 @@ pub(crate) const DRAIN_DEFAULT: drain::DrainPolicy = drain::DrainPolicy::DEFAULT
 pub const BAD_FRAME_LIMIT_DEFAULT: u32 = 10;
 /// Default of `--bad-frame-window-ms`.
 pub const BAD_FRAME_WINDOW_MS_DEFAULT: u64 = 10_000;
+/// Default of `--flood-disconnect-after`: refusals in a row a client may
+/// ignore before it is cut (100 is a second of a 100/s client ignoring
+/// every refusal; a client that honours them collects none).
+pub const FLOOD_DISCONNECT_AFTER_DEFAULT: u32 = 100;
+/// Largest `--flood-disconnect-after`.
+pub const FLOOD_DISCONNECT_AFTER_MAX: u32 = 1_000_000;
 
 /// Gateway settings (flags of `serve`).
 #[derive(Debug, Clone)]
@@ -159,8 +166,10 @@ pub struct GatewayConfig {
     pub msg_rate_per_s: u32,
     /// Messages a connection may send in a burst above `msg_rate_per_s`.
     pub msg_burst: u32,
-    /// Consecutive rate-limited messages after which the connection is
-    /// closed as a flood.
+    /// Refusals in a row (messages the rate limit refused, and messages
+    /// refused inside a backoff window: see [`session::backoff`]) after
+    /// which the connection is closed with Disconnect(message_flood)
+    /// (`--flood-disconnect-after`).
     pub flood_disconnect_after: u32,
     /// More than this many refused frames (bad body, unknown template,
     /// unexpected message) within `bad_frame_window_ms` of the first →
@@ -190,9 +199,6 @@ pub struct GatewayConfig {
     /// retryAfterMs window for Disconnect(slow consumer / protocol error /
     /// logon timeout / message flood).
     pub error_retry: RetryWindow,
-    /// retryAfterMs window for Reject(rate_limited) of the per-connection
-    /// message rate.
-    pub rate_limited_retry: RetryWindow,
     /// TLS on the subscriber listener (`--tls-cert`, `--tls-key`); `None`
     /// is plaintext.
     pub tls: Option<Arc<crate::runtime::tls::TlsAcceptor>>,
@@ -236,7 +242,7 @@ impl Default for GatewayConfig {
             max_subscriptions: 1_024,
             msg_rate_per_s: 200,
             msg_burst: 400,
-            flood_disconnect_after: 100,
+            flood_disconnect_after: FLOOD_DISCONNECT_AFTER_DEFAULT,
             bad_frame_limit: BAD_FRAME_LIMIT_DEFAULT,
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
             loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
@@ -248,7 +254,6 @@ impl Default for GatewayConfig {
             admission: AdmissionConfig::default(),
             shutdown_retry: RetryWindow::new(1_000, 10_000),
             error_retry: RetryWindow::new(1_000, 5_000),
-            rate_limited_retry: RetryWindow::new(250, 1_000),
             tls: None,
             proxy: None,
             auth: crate::auth::AuthLimits::default(),
@@ -292,6 +297,11 @@ impl GatewayConfig {
         }
         if self.max_subscriptions == 0 || self.msg_burst == 0 || self.msg_rate_per_s == 0 {
             return Err("--max-subscriptions, --msg-rate-per-s and --msg-burst: at least 1".into());
+        }
+        if !(1..=FLOOD_DISCONNECT_AFTER_MAX).contains(&self.flood_disconnect_after) {
+            return Err(format!(
+                "--flood-disconnect-after: 1..={FLOOD_DISCONNECT_AFTER_MAX}"
+            ));
         }
         if self.shard0_spill_permille > 1000 {
             return Err("--shard0-spill-pct: 0..=100".into());

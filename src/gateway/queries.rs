@@ -8,7 +8,7 @@ use super::lag::LagState;
 use super::outbound::Append;
 use crate::clock::monotonic_ns;
 use crate::requests::service::{
-    RequestKind, RequestMsg, RequestPort, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX,
+    Answer, RequestKind, RequestMsg, RequestPort, ACCOUNT_NAME_MAX, SNAPSHOT_SYMBOLS_MAX,
 };
 use crate::wire::{self, RejectReason};
 
@@ -17,7 +17,9 @@ use crate::wire::{self, RejectReason};
 /// and socket until the next turn. See [`REQUESTS_PER_TURN`].
 pub(crate) const REQUESTS_PER_CONN_TURN: usize = 8;
 
-/// Requests handled per loop turn over all connections of a shard. The
+/// Requests handled per loop turn over all connections of a shard (a
+/// Logon or a Subscribe counts as one too: a reconnect herd's turn is
+/// bounded like a flood's). The
 /// turn fans out and writes its prices first, then reads and hands over at
 /// most this many requests, then writes the prices that arrived meanwhile,
 /// and only then copies a batch of answers (at most
@@ -192,7 +194,8 @@ impl RequestSide {
             critical_entitled: conn
                 .and_then(|c| c.session.acct())
                 .is_some_and(|a| a.critical),
-            arrival_ns: now,
+            // Its wait began when the shard could first have read it.
+            arrival_ns: conn.map_or(now, |c| c.arrival_ns(now)),
             account_name: [0; ACCOUNT_NAME_MAX],
             account_name_len: 0,
         };
@@ -250,47 +253,65 @@ impl RequestSide {
     }
 
     /// Copies answers from the request workers into their connections.
+    /// An answer taken at or after its deadline is not delivered: the
+    /// connection gets Reject(deadline_expired) instead. A refusal that
+    /// asks the client to wait is noted in its session (its backoff).
     pub(super) fn drain_answers(&mut self, conns: &mut Conns) -> usize {
         let mut n = 0;
         for r in 0..self.port.answers.len() {
             while let Ok(a) = self.port.answers[r].pop() {
                 n += 1;
-                let i = a.conn as usize;
-                let live = conns
-                    .slab
-                    .conns
-                    .get(i)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|c| c.session.session_id() == a.session && c.is_active());
-                if !live {
-                    conns.stats.answers_orphaned.inc();
-                    continue;
-                }
-                let bytes = &a.bytes[..a.len as usize];
-                let mut lost = false;
-                if let Some(conn) = conns.slab.conns[i].as_mut() {
-                    conn.requests_out = conn.requests_out.saturating_sub(1);
-                    let now = monotonic_ns();
-                    if conn.out.append(bytes) == Append::Overflow {
-                        conns.stats.answers_orphaned.inc();
-                        lost = true;
-                    } else {
-                        conn.answer_marks.on_append(conn.out.len(), now);
-                    }
-                    conn.session.note_sent(now);
-                }
-                conns.queue_write(i);
-                // An answer that does not fit is never lost silently: the
-                // client is not reading, so it is closed as a slow consumer
-                // (and learns its open requests are gone).
-                if lost {
-                    let retry = conns.jitter(conns.shared.cfg.error_retry);
-                    let reason = wire::DisconnectReason::SLOW_CONSUMER;
-                    conns.disconnect(i, reason, retry, "answer did not fit", monotonic_ns());
-                }
+                self.deliver(conns, &a);
             }
         }
         n
+    }
+
+    fn deliver(&mut self, conns: &mut Conns, a: &Answer) {
+        let i = a.conn as usize;
+        let live = conns
+            .slab
+            .conns
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.session.session_id() == a.session && c.is_active());
+        if !live {
+            conns.stats.answers_orphaned.inc();
+            return;
+        }
+        let now = monotonic_ns();
+        if let Some(conn) = conns.slab.conns[i].as_mut() {
+            conn.requests_out = conn.requests_out.saturating_sub(1);
+        }
+        if a.deadline_ns != 0 && now >= a.deadline_ns {
+            self.port.expired_at_gateway();
+            let reason = RejectReason::DEADLINE_EXPIRED;
+            let (id, t) = (a.request_id, a.ref_template_id);
+            return conns.reject(i, id, t, reason, 0, "deadline expired");
+        }
+        let bytes = &a.bytes[..a.len as usize];
+        let mut lost = false;
+        if let Some(conn) = conns.slab.conns[i].as_mut() {
+            if conn.out.append(bytes) == Append::Overflow {
+                conns.stats.answers_orphaned.inc();
+                lost = true;
+            } else {
+                conn.answer_marks.on_append(conn.out.len(), now);
+            }
+            conn.session.note_sent(now);
+            if let Some((reason, retry_ms)) = a.refusal {
+                conn.session.note_refusal(reason, retry_ms, now);
+            }
+        }
+        conns.queue_write(i);
+        // An answer that does not fit is never lost silently: the
+        // client is not reading, so it is closed as a slow consumer
+        // (and learns its open requests are gone).
+        if lost {
+            let retry = conns.jitter(conns.shared.cfg.error_retry);
+            let reason = wire::DisconnectReason::SLOW_CONSUMER;
+            conns.disconnect(i, reason, retry, "answer did not fit", monotonic_ns());
+        }
     }
 }
 

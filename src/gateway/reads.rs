@@ -13,6 +13,7 @@ use std::io::{self, Read};
 
 use super::conn::Conn;
 use super::queries::REQUESTS_PER_CONN_TURN;
+use super::read_turn::{ReadTurn, Reader};
 use super::session::{Step, Timer};
 use super::shard::Shard;
 use super::GatewayStats;
@@ -22,74 +23,108 @@ use crate::clock::monotonic_ns;
 /// buffer's size).
 const READS_PER_TURN: usize = 8;
 
+/// How a read of one connection ended.
+enum ReadEnd {
+    /// Socket drained (WouldBlock) and every frame handled.
+    Drained,
+    /// Input left (budget spent, or reads bounded): read again next turn.
+    More,
+    /// Not to be read now (closed, held, its Logon with the verifier).
+    Stop,
+}
+
 impl Shard {
+    /// Reads connection `i` within the turn's request budget (see
+    /// [`Shard::read_conn`]).
     pub(super) fn on_readable(&mut self, i: usize, now: u64) {
-        // A bounded number of reads and requests per turn, so one fast
-        // sender cannot keep the shard from its prices and its other
-        // connections; the rest is read next turn (edge-triggered:
-        // remembered here). Frames left buffered by last turn's request
-        // budget come before more bytes.
+        self.read_conn(i, now, REQUESTS_PER_CONN_TURN);
+    }
+
+    /// Reads connection `i`, handling at most `allow` requests (and the
+    /// turn's budget); returns how many it handled. Input left over lists
+    /// it for the next turn. The connection's unread mark (see
+    /// [`Conn::unread_since_ns`]) is cleared when its input is drained and
+    /// set to `now` when some is left: requests handled later count their
+    /// budget from the last time the shard served it.
+    pub(super) fn read_conn(&mut self, i: usize, now: u64, allow: usize) -> usize {
         // A session held for a draining move is not read (see
         // `gateway::drain`); it is queued again when the hold ends.
         if self.conns.slab.conns[i].as_ref().is_none_or(Conn::is_held) {
-            return;
+            return 0;
         }
-        let mut left = REQUESTS_PER_CONN_TURN;
-        if !self.process_frames(i, now, &mut left) {
-            return self.conns.slab.queue_read(i);
+        let mut left = allow;
+        let end = self.read_input(i, now, &mut left);
+        if let Some(c) = self.conns.slab.conns[i].as_mut() {
+            match end {
+                ReadEnd::Drained => c.unread_since_ns = 0,
+                ReadEnd::More => {
+                    c.unread_since_ns = now;
+                    self.conns.slab.queue_read(i);
+                }
+                ReadEnd::Stop => {}
+            }
+        }
+        allow - left
+    }
+
+    /// A bounded number of reads and requests, so one fast sender cannot
+    /// keep the shard from its prices and its other connections. Frames
+    /// left buffered by last turn's request budget come before more bytes.
+    fn read_input(&mut self, i: usize, now: u64, left: &mut usize) -> ReadEnd {
+        if !self.process_frames(i, now, left) {
+            return ReadEnd::More;
         }
         for _ in 0..READS_PER_TURN {
             let Some(conn) = self.conns.slab.conns[i].as_mut() else {
-                return;
+                return ReadEnd::Stop;
             };
             if conn.logon_ticket != 0 {
                 // Its Logon is with the verifier: what follows stays in the
                 // socket until the verdict (`gateway::logon`).
-                return;
+                return ReadEnd::Stop;
             }
             let buf = conn.session.read_buf();
             if buf.is_empty() {
                 // Cannot happen while max frame <= buffer; treat as abuse.
                 self.conns
                     .with_session(i, now, |s, ctx| s.on_buffer_full(ctx));
-                return;
+                return ReadEnd::Stop;
             }
             match conn.stream.read(buf) {
                 Ok(0) => {
                     GatewayStats::add(&self.conns.shared.stats.peer_closed, 1);
                     self.conns.close_now(i);
-                    return;
+                    return ReadEnd::Stop;
                 }
                 Ok(n) => conn.session.on_read(n, now),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     GatewayStats::add(&self.conns.shared.stats.peer_closed, 1);
                     self.conns.close_now(i);
-                    return;
+                    return ReadEnd::Stop;
                 }
             }
-            if !self.process_frames(i, now, &mut left) {
-                break;
+            if !self.process_frames(i, now, left) {
+                return ReadEnd::More;
             }
         }
-        self.conns.slab.queue_read(i);
+        ReadEnd::More
     }
 
-    /// Continues reading connections that used up last turn's budget.
+    /// Continues reading connections that used up last turn's budget, in
+    /// the fair order of [`ReadTurn`](super::read_turn::ReadTurn).
     pub(super) fn read_again(&mut self) {
-        let mut list = std::mem::take(&mut self.conns.slab.read_list);
-        for &i in &list {
-            if let Some(c) = self.conns.slab.conns[i as usize].as_mut() {
-                c.in_read_list = false;
-            }
-            let i = i as usize;
-            self.contained(i, |s| s.on_readable(i, monotonic_ns()));
-        }
-        list.clear();
-        // Entries pushed while reading went to the (empty) replacement.
-        list.append(&mut self.conns.slab.read_list);
-        self.conns.slab.read_list = list;
+        let mut turn = std::mem::replace(&mut self.read_turn, ReadTurn::idle());
+        std::mem::swap(&mut turn.current, &mut self.conns.slab.read_list);
+        turn.run(self, REQUESTS_PER_CONN_TURN);
+        // Skipped connections first, then those listed again while reading.
+        let mut next = std::mem::take(&mut turn.current);
+        turn.next_list(&self.conns.slab.read_list, &mut next);
+        std::mem::swap(&mut next, &mut self.conns.slab.read_list);
+        next.clear();
+        turn.current = next;
+        self.read_turn = turn;
     }
 
     /// Hands every complete frame read so far to the session, and what it
@@ -121,12 +156,17 @@ impl Shard {
                 Step::Handled => {}
                 Step::Event(ev) => {
                     use super::session::Event as E;
-                    if matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_)) {
+                    // Requests, and the session steps that cost the shard
+                    // most (a Logon, a Subscribe with its snapshots): a
+                    // herd's turn is bounded like a flood's, so prices go
+                    // out between its batches.
+                    let request = matches!(ev, E::SymbolList(_) | E::Snapshot(_) | E::History(_));
+                    if request || matches!(ev, E::Logon(_) | E::Subscribe(_)) {
                         *left -= 1;
                         self.requests.left -= 1;
-                        if let Some(c) = self.conns.slab.conns[i].as_mut() {
-                            c.window_requests = c.window_requests.saturating_add(1);
-                        }
+                    }
+                    if let Some(c) = self.conns.slab.conns[i].as_mut().filter(|_| request) {
+                        c.window_requests = c.window_requests.saturating_add(1);
                     }
                     self.on_event(i, ev, now)
                 }
@@ -173,6 +213,27 @@ impl Shard {
         n
     }
 
+    /// A session about to be cut for what its peer has not sent: its
+    /// socket is read first (even when the turn's request budget is
+    /// spent), and if it still looks silent the socket is asked whether
+    /// bytes wait there unread (held, its Logon with the verifier): those
+    /// count as sent ([`super::session::Session::note_input_waiting`]).
+    fn read_before_judging(&mut self, i: usize, now: u64) {
+        self.requests.left = self.requests.left.max(REQUESTS_PER_CONN_TURN);
+        self.on_readable(i, now);
+        let cfg = &self.conns.session_cfg;
+        let Some(conn) = self.conns.slab.conns[i].as_mut() else {
+            return;
+        };
+        if !conn.session.silence_due(cfg, now) {
+            return;
+        }
+        let waiting = crate::runtime::sys::unread_bytes(conn.stream.socket()).unwrap_or(0);
+        if waiting > 0 {
+            conn.session.note_input_waiting(now);
+        }
+    }
+
     /// Runs every session's timers (see [`super::session::Session::on_timer`]) and samples
     /// the outbound gauges. A session about to be cut for what its peer
     /// has not sent has its socket read first: bytes waiting there count.
@@ -207,14 +268,34 @@ impl Shard {
         // resync, though no readiness comes to say so.
         let look = conn.out.sendq().bytes() > 0;
         if conn.session.silence_due(&self.conns.session_cfg, now) {
-            // Read even when the turn's request budget is spent.
-            self.requests.left = self.requests.left.max(REQUESTS_PER_CONN_TURN);
-            self.on_readable(i, now);
+            self.read_before_judging(i, now);
         }
         if self.conns.with_session(i, now, |s, ctx| s.on_timer(ctx)) == Some(Timer::CloseNow) {
             self.conns.close_now(i);
         } else if look {
             self.conns.queue_write(i);
         }
+    }
+}
+
+impl Reader for Shard {
+    fn account_of(&self, i: u32) -> Option<Option<u32>> {
+        self.conns.slab.conns[i as usize]
+            .as_ref()
+            .map(Conn::account)
+    }
+
+    fn turn_left(&self) -> usize {
+        self.requests.left
+    }
+
+    fn read(&mut self, i: u32, allow: usize) -> usize {
+        let i = i as usize;
+        if let Some(c) = self.conns.slab.conns[i].as_mut() {
+            c.in_read_list = false;
+        }
+        let mut handled = 0;
+        self.contained(i, |s| handled = s.read_conn(i, monotonic_ns(), allow));
+        handled
     }
 }

@@ -77,7 +77,8 @@ pub struct SessionConfig {
     pub msg_rate_per_s: u32,
     /// Messages a connection may send in a burst above the rate.
     pub msg_burst: u32,
-    /// Rate-limited messages in a row after which it is cut as a flood.
+    /// Refusals in a row after which it is cut as a flood (see
+    /// [`backoff`]).
     pub flood_disconnect_after: u32,
     /// Refused frames within `bad_frame_window_ms` that end the session.
     pub bad_frame_limit: u32,
@@ -85,8 +86,9 @@ pub struct SessionConfig {
     pub bad_frame_window_ms: u64,
     /// retryAfterMs window of the Disconnects for errors.
     pub error_retry: RetryWindow,
-    /// retryAfterMs window of Reject(rate_limited) for the message limit.
-    pub rate_limited_retry: RetryWindow,
+    /// retryAfterMs window of LogonRejected(busy) for a Logon whose
+    /// verification did not come within the logon timeout.
+    pub busy_retry: RetryWindow,
 }
 
 impl From<&GatewayConfig> for SessionConfig {
@@ -107,7 +109,7 @@ impl From<&GatewayConfig> for SessionConfig {
             bad_frame_limit: c.bad_frame_limit,
             bad_frame_window_ms: c.bad_frame_window_ms,
             error_retry: c.error_retry,
-            rate_limited_retry: c.rate_limited_retry,
+            busy_retry: c.admission.retry_after,
         }
     }
 }
@@ -222,8 +224,17 @@ pub struct Session {
     /// When the oldest incomplete frame in `inbuf` started arriving.
     partial_since_ns: Option<u64>,
     msg_bucket: TokenBucket,
-    /// Consecutive rate-limited messages.
-    flood_strikes: u32,
+    /// The retry-after it was told and what it did with it.
+    backoff: Backoff,
+    /// The peer's smoothed round trip as the kernel measured it (0:
+    /// unknown): the grace of a backoff window.
+    rtt_ns: u64,
+    /// When its Logon arrived (it is with the verifier): from then on the
+    /// logon timeout no longer applies, a verdict does.
+    logon_seen_ns: Option<u64>,
+    /// When the shard last found input waiting that it has not read
+    /// (socket or buffer): the peer is not silent at that time.
+    unread_noted_ns: u64,
     /// Bad frames (refused bodies) since `bad_since_ns`.
     bad_frames: u32,
     /// When the current bad-frame window opened.
@@ -235,6 +246,10 @@ pub struct Session {
 }
 
 mod accessors;
+pub mod backoff;
+mod timers;
+
+use backoff::{Backoff, Gate};
 
 impl Session {
     /// A new connection at `now_ns`: the inbound buffer (one largest
@@ -254,7 +269,10 @@ impl Session {
             in_off: 0,
             partial_since_ns: None,
             msg_bucket: TokenBucket::new(cfg.msg_rate_per_s, cfg.msg_burst, now_ns),
-            flood_strikes: 0,
+            backoff: Backoff::default(),
+            rtt_ns: 0,
+            logon_seen_ns: None,
+            unread_noted_ns: 0,
             bad_frames: 0,
             bad_since_ns: now_ns,
             first_subscribe_done: false,
@@ -276,39 +294,6 @@ impl Session {
         debug_assert!(self.in_len + n <= self.inbuf.len());
         self.in_len += n;
         self.last_rx_ns = now_ns;
-    }
-
-    /// The server's loop stalled for `stall_ns` (it was stopped or
-    /// starved): the peer's silence over that time is the server's, so
-    /// the idle, logon and partial-frame deadlines move out by it.
-    pub fn on_stall(&mut self, stall_ns: u64) {
-        self.last_rx_ns = self.last_rx_ns.saturating_add(stall_ns);
-        self.connected_ns = self.connected_ns.saturating_add(stall_ns);
-        if let Some(t) = self.partial_since_ns.as_mut() {
-            *t = t.saturating_add(stall_ns);
-        }
-    }
-
-    /// Whether [`Session::on_timer`] at `now_ns` would cut the peer for
-    /// what it has not sent (silence, no logon, an unfinished frame): the
-    /// shard reads its socket first, so bytes waiting there count.
-    pub fn silence_due(&self, cfg: &SessionConfig, now_ns: u64) -> bool {
-        let late = |since: u64, ms: u64| now_ns.saturating_sub(since) > ms * MS;
-        let partial = self
-            .partial_since_ns
-            .is_some_and(|t| late(t, cfg.frame_timeout_ms));
-        partial
-            || match self.state {
-                SessionState::Closing { .. } => false,
-                SessionState::AwaitingLogon => late(self.connected_ns, cfg.logon_timeout_ms),
-                SessionState::Active { .. } => {
-                    now_ns.saturating_sub(self.last_rx_ns) > self.idle_limit_ns(cfg)
-                }
-            }
-    }
-
-    fn idle_limit_ns(&self, cfg: &SessionConfig) -> u64 {
-        self.heartbeat_ns * u64::from(cfg.dead_after_heartbeats)
     }
 
     /// The inbound buffer filled without holding a frame: abuse.
@@ -375,7 +360,10 @@ impl Session {
         };
         match self.state {
             SessionState::AwaitingLogon => match msg {
-                Message::Logon(l) => Step::Event(Event::Logon(l)),
+                Message::Logon(l) => {
+                    self.logon_seen_ns.get_or_insert(ctx.now_ns);
+                    Step::Event(Event::Logon(l))
+                }
                 // A client waiting long for LogonAccepted (a herd) may
                 // heartbeat: it only proves the peer alive.
                 Message::Heartbeat => Step::Handled,
@@ -398,6 +386,10 @@ impl Session {
     }
 
     fn on_active<'f>(&mut self, msg: Message<'f>, ctx: &mut Ctx<'_>) -> Step<'f> {
+        // Inside a backoff window only Heartbeat and Logout go on.
+        if !matches!(msg, Message::Heartbeat | Message::Logout) && !self.gate(&msg, ctx) {
+            return Step::Handled;
+        }
         // Every message, heartbeats included, spends a token: a heartbeat
         // flood is a flood.
         if !self.take_msg_token(&msg, ctx) {
@@ -429,29 +421,77 @@ impl Session {
         Step::Event(event)
     }
 
-    /// Per-connection message rate limit; a sustained flood disconnects.
+    /// Per-connection message rate limit: a refusal's retry-after is the
+    /// bucket's next token (one to two refills, see
+    /// [`crate::admission::refill_retry_ms`]); a refusal is a strike (see
+    /// [`backoff`]).
     fn take_msg_token(&mut self, msg: &Message<'_>, ctx: &mut Ctx<'_>) -> bool {
         if self.msg_bucket.try_take(ctx.now_ns) {
-            self.flood_strikes = 0;
+            self.backoff.passed();
             return true;
         }
-        self.flood_strikes += 1;
-        if self.flood_strikes > ctx.cfg.flood_disconnect_after {
-            GatewayStats::add(&ctx.stats.disconnects_flood, 1);
-            let retry = ctx.jitter(ctx.cfg.error_retry);
-            let reason = DisconnectReason::MESSAGE_FLOOD;
-            self.disconnect(ctx, reason, retry, "message flood");
-        } else {
-            // A floor a client can back off by (not the bucket's next
-            // token, which only invites the next refused message); counted
-            // as `pricewire_sheds_total{reason="conn_rate_limited"}`.
+        if self.strike(ctx) {
+            // Counted as `pricewire_sheds_total{reason="conn_rate_limited"}`.
             GatewayStats::add(&ctx.stats.rejects_rate_limited, 1);
-            let retry = ctx.jitter(ctx.cfg.rate_limited_retry);
+            let wait = self.msg_bucket.wait_ns(ctx.now_ns);
+            let retry = crate::admission::refill_retry_ms(wait, ctx.rng);
             let rid = msg.request_id().unwrap_or(0);
             let t = msg.template_id();
             self.reject(ctx, rid, t, RejectReason::RATE_LIMITED, retry, "");
         }
         false
+    }
+
+    /// The backoff window's verdict on `msg`: true if it goes on. Inside
+    /// the window it is refused with the time left, a strike (one sent
+    /// after the grace also restarts the window, longer).
+    fn gate(&mut self, msg: &Message<'_>, ctx: &mut Ctx<'_>) -> bool {
+        let grace = backoff::grace_ns(self.rtt_ns);
+        let Gate::Refuse { retry_ms, .. } = self.backoff.check(ctx.now_ns, grace) else {
+            return true;
+        };
+        if !self.strike(ctx) {
+            return false;
+        }
+        GatewayStats::add(&ctx.stats.rejects_backoff, 1);
+        let (rid, t) = (msg.request_id().unwrap_or(0), msg.template_id());
+        // Not `reject`: this refusal restates the window, it opens none.
+        self.reject_frame(
+            ctx,
+            rid,
+            t,
+            RejectReason::RATE_LIMITED,
+            retry_ms,
+            "retry later",
+        );
+        false
+    }
+
+    /// One more refusal in a row: past `flood_disconnect_after` the
+    /// session ends with Disconnect(message_flood) and a jittered floor
+    /// (false then).
+    fn strike(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.backoff.strike() <= ctx.cfg.flood_disconnect_after {
+            return true;
+        }
+        GatewayStats::add(&ctx.stats.disconnects_flood, 1);
+        let retry = ctx.jitter(ctx.cfg.error_retry);
+        let reason = DisconnectReason::MESSAGE_FLOOD;
+        self.disconnect(ctx, reason, retry, "message flood");
+        false
+    }
+
+    /// A refusal for this session came from elsewhere (the request path's
+    /// account rate): one for the client's own rate opens a backoff window.
+    pub fn note_refusal(&mut self, reason: RejectReason, retry_after_ms: u32, now_ns: u64) {
+        if reason == RejectReason::RATE_LIMITED {
+            self.backoff.told(retry_after_ms, now_ns);
+        }
+    }
+
+    /// The peer's smoothed round trip (from the kernel's TCP state), ns.
+    pub fn set_rtt_ns(&mut self, rtt_ns: u64) {
+        self.rtt_ns = rtt_ns;
     }
 
     /// A logged-on session's frame with a bad body (unknown template,
@@ -550,8 +590,29 @@ impl Session {
         }
     }
 
-    /// Queues Reject.
+    /// Queues Reject. A `rate_limited` one with a retry-after opens a
+    /// backoff window (see [`backoff`]).
     pub fn reject(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        request_id: u64,
+        ref_template_id: u16,
+        reason: RejectReason,
+        retry_after_ms: u32,
+        text: &str,
+    ) {
+        self.note_refusal(reason, retry_after_ms, ctx.now_ns);
+        self.reject_frame(
+            ctx,
+            request_id,
+            ref_template_id,
+            reason,
+            retry_after_ms,
+            text,
+        );
+    }
+
+    fn reject_frame(
         &mut self,
         ctx: &mut Ctx<'_>,
         request_id: u64,
@@ -597,7 +658,9 @@ impl Session {
         let counter = match reason {
             DisconnectReason::SLOW_CONSUMER => Some(&s.disconnects_slow_consumer),
             DisconnectReason::PROTOCOL_ERROR => Some(&s.disconnects_protocol_error),
-            DisconnectReason::IDLE_TIMEOUT | DisconnectReason::LOGON_TIMEOUT => {
+            DisconnectReason::IDLE_TIMEOUT => Some(&s.disconnects_idle),
+            DisconnectReason::LOGON_TIMEOUT => {
+                GatewayStats::add(&s.disconnects_logon_timeout, 1);
                 Some(&s.disconnects_idle)
             }
             DisconnectReason::SHUTDOWN => Some(&s.disconnects_shutdown),
@@ -650,48 +713,6 @@ impl Session {
     /// What the shard must do after the last calls; cleared.
     pub fn take_effects(&mut self) -> Effects {
         std::mem::take(&mut self.effects)
-    }
-
-    // ---- timers -------------------------------------------------------
-
-    /// Judges the session's timers at `ctx.now_ns`: queues a Heartbeat or
-    /// a Disconnect, or says the closing linger is over.
-    pub fn on_timer(&mut self, ctx: &mut Ctx<'_>) -> Timer {
-        let (cfg, now) = (ctx.cfg, ctx.now_ns);
-        if let SessionState::Closing { deadline_ns } = self.state {
-            return if now >= deadline_ns {
-                Timer::CloseNow
-            } else {
-                Timer::Idle
-            };
-        }
-        let late = |since: u64, ms: u64| now.saturating_sub(since) > ms * MS;
-        if self
-            .partial_since_ns
-            .is_some_and(|t| late(t, cfg.frame_timeout_ms))
-        {
-            let reason = RejectReason::MALFORMED;
-            self.protocol_error(ctx, reason, 0, 0, "incomplete frame timed out");
-        } else if self.state == SessionState::AwaitingLogon {
-            if late(self.connected_ns, cfg.logon_timeout_ms) {
-                let retry = ctx.jitter(cfg.error_retry);
-                let reason = DisconnectReason::LOGON_TIMEOUT;
-                self.disconnect(ctx, reason, retry, "no logon");
-            }
-        } else if ctx
-            .out
-            .above_high_for_ns(now)
-            .is_some_and(|d| d > cfg.slow_consumer_ms * MS)
-        {
-            let retry = ctx.jitter(cfg.error_retry);
-            let reason = DisconnectReason::SLOW_CONSUMER;
-            self.disconnect(ctx, reason, retry, "slow consumer");
-        } else if now.saturating_sub(self.last_rx_ns) > self.idle_limit_ns(cfg) {
-            self.disconnect(ctx, DisconnectReason::IDLE_TIMEOUT, 0, "peer silent");
-        } else if now.saturating_sub(self.last_tx_ns) >= self.heartbeat_ns {
-            self.send(ctx, wire::encode_heartbeat);
-        }
-        Timer::Idle
     }
 }
 

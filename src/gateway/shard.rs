@@ -21,6 +21,7 @@
 //! |---|---|---|
 //! | `Conns` | `conns.rs` | the slab, sessions, subscription index, writes |
 //! | read path, sweep | `reads.rs` | (the loop's: dispatches to the parts) |
+//! | `ReadTurn` | `read_turn.rs` | the turn's read order and account shares |
 //! | `Subscribing` | `subscribe.rs` | Subscribe/Unsubscribe scratch |
 //! | `RequestSide` | `queries.rs` | the request port and turn budget |
 //! | `Logons` | `logon.rs` | the verifier's verdicts and tickets |
@@ -53,6 +54,7 @@ use super::lanes::{Lanes, Room};
 use super::logon::Logons;
 use super::moves::Mover;
 use super::queries::RequestSide;
+use super::read_turn::ReadTurn;
 use super::revoke::Revalidator;
 use super::spill::Spiller;
 use super::subscribe::Subscribing;
@@ -195,6 +197,8 @@ pub(super) struct Shard {
     pub(super) drainer: Drainer,
     /// Loop-lag detector and conflation scratch.
     pub(super) lag: LagState,
+    /// The order and shares of the turn's reads (`read_turn.rs`).
+    pub(super) read_turn: ReadTurn,
     /// Prices off the ring too old to fan out (`fresh.rs`).
     pub(super) fresh: FreshGate,
 }
@@ -245,6 +249,7 @@ impl Shard {
             spiller: Spiller::new(cfg.shard0_spill_permille, SWEEP_NS, now),
             drainer: Drainer::new(drain_policy),
             lag: LagState::new(lag_target, shared.config.table.len(), now),
+            read_turn: ReadTurn::new(cfg.max_connections_per_shard),
             fresh: FreshGate::new(cfg.price_age_max_ms * 1_000_000, shared.config.table.len()),
             conns,
             input,
@@ -291,7 +296,7 @@ impl Shard {
         let woke = monotonic_ns();
         // Sockets that became readable join the read list; they are
         // read after this turn's prices are out.
-        self.handle_events();
+        self.handle_events(woke);
         // Hosted stages (`--threading shared`): the ingest listener reads
         // what its sockets got and the engine turns it into prices in
         // this shard's ring, which is drained and written in this turn.
@@ -430,7 +435,7 @@ impl Shard {
         }
     }
 
-    fn handle_events(&mut self) {
+    fn handle_events(&mut self, woke: u64) {
         let hosting = !self.input.hosted.is_empty();
         for n in 0..self.ready.len() {
             if hosting && n % INTERLEAVE_EVERY == INTERLEAVE_EVERY - 1 {
@@ -451,6 +456,13 @@ impl Shard {
                 self.conns.contained(i, |c| c.write_conn(i, monotonic_ns()));
             }
             if r.readable {
+                // Input reported now: its wait starts here (see
+                // `Conn::unread_since_ns`), unless some was already waiting.
+                if let Some(c) = self.conns.slab.conns.get_mut(i).and_then(Option::as_mut) {
+                    if c.unread_since_ns == 0 {
+                        c.unread_since_ns = woke;
+                    }
+                }
                 self.conns.slab.queue_read(i);
             }
         }

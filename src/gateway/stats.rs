@@ -33,6 +33,11 @@ pub struct GatewayStats {
     pub disconnects_idle: AtomicU64,
     /// Sessions told Disconnect(shutdown).
     pub disconnects_shutdown: AtomicU64,
+    /// Of `disconnects_idle`, the logon timeouts (no Logon sent in time).
+    pub disconnects_logon_timeout: AtomicU64,
+    /// Logons refused with LogonRejected(busy) because their verdict did
+    /// not come within the logon timeout of their arrival.
+    pub logons_verdict_late: AtomicU64,
     /// Sessions cut for a message flood.
     pub disconnects_flood: AtomicU64,
     /// Sessions that logged out.
@@ -45,6 +50,9 @@ pub struct GatewayStats {
     /// Messages refused by the per-connection message limit
     /// (Reject(rate_limited)).
     pub rejects_rate_limited: AtomicU64,
+    /// Messages refused because they came inside the backoff window of an
+    /// earlier Reject(rate_limited) (see `gateway::session::backoff`).
+    pub rejects_backoff: AtomicU64,
     /// Connections closed because the acceptor's work on them panicked
     /// (contained: PROXY header, admission, TLS refusal).
     pub faults_acceptor: AtomicU64,
@@ -121,6 +129,10 @@ pub struct ShardStats {
     /// Holds ended without a move: the answers took longer than the
     /// drain's wait, or no shard had room.
     pub drains_aborted: Counter,
+    /// How long each session move stopped the shard's loop (draining its
+    /// ring, then handing the session over): what every other session's
+    /// prices and answers waited for it.
+    pub move_pause: PauseHist,
     /// Connections above the high water mark right now.
     pub conflating_now: Gauge,
     /// Sum of bytes waiting in outbound buffers (sampled each sweep).
@@ -132,4 +144,53 @@ pub struct ShardStats {
     pub max_stall_ms: Gauge,
     /// Loop lag: histogram, windowed value, lagging flag (`gateway::lag`).
     pub lag: super::lag::LagStats,
+}
+
+/// Upper bounds (seconds) of [`PauseHist`]'s buckets.
+pub const PAUSE_BUCKETS_S: [f64; 12] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
+];
+
+/// A histogram of short pauses (one writer: the shard thread).
+#[derive(Debug, Default)]
+pub struct PauseHist {
+    buckets: [Counter; PAUSE_BUCKETS_S.len()],
+    count: Counter,
+    sum_ns: Counter,
+    /// The longest pause recorded, ns.
+    pub max_ns: Gauge,
+}
+
+impl PauseHist {
+    /// Records one pause of `ns`.
+    pub fn record(&self, ns: u64) {
+        let s = ns as f64 * 1e-9;
+        let i = PAUSE_BUCKETS_S.partition_point(|&b| b < s);
+        if let Some(b) = self.buckets.get(i) {
+            b.inc();
+        }
+        self.count.inc();
+        self.sum_ns.add(ns);
+        if ns > self.max_ns.get() {
+            self.max_ns.set(ns);
+        }
+    }
+
+    /// The histogram for the exposition, in seconds.
+    pub fn snapshot(&self) -> crate::ops::HistogramSnapshot {
+        let mut cumulative = 0;
+        let buckets = PAUSE_BUCKETS_S
+            .iter()
+            .zip(&self.buckets)
+            .map(|(&b, n)| {
+                cumulative += n.get();
+                (b, cumulative)
+            })
+            .collect();
+        crate::ops::HistogramSnapshot {
+            buckets,
+            count: self.count.get(),
+            sum: self.sum_ns.get() as f64 * 1e-9,
+        }
+    }
 }

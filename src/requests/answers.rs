@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use crate::clock::monotonic_ns;
 use crate::requests::hops::HopRecorder;
+use crate::requests::inflight::AccountInflight;
 use crate::requests::service::{Answer, RequestKind, RequestMsg, ANSWER_BYTES_MAX, ANSWER_RING};
 use crate::requests::ShedReason;
 use crate::runtime::Doorbell;
@@ -76,15 +77,16 @@ pub struct AnswerRx {
     ring: rtrb::Consumer<Answer>,
     /// Answers handed over since the ring last reported empty.
     in_a_row: u32,
-    /// Set on worker rings: popping an answer gives its slot back.
-    credit: Option<Arc<ShardCredit>>,
+    /// Set on worker rings: popping an answer gives its slot back, and
+    /// its account's in-flight count.
+    credit: Option<(Arc<ShardCredit>, Arc<AccountInflight>)>,
     hop: HopRecorder,
 }
 
 impl AnswerRx {
     pub(crate) fn new(
         ring: rtrb::Consumer<Answer>,
-        credit: Option<Arc<ShardCredit>>,
+        credit: Option<(Arc<ShardCredit>, Arc<AccountInflight>)>,
         hop: HopRecorder,
     ) -> AnswerRx {
         AnswerRx {
@@ -105,8 +107,9 @@ impl AnswerRx {
         }
         let a = self.ring.pop().inspect_err(|_| self.in_a_row = 0)?;
         self.in_a_row += 1;
-        if let Some(c) = &self.credit {
+        if let Some((c, inflight)) = &self.credit {
             c.give();
+            inflight.give(a.account);
         }
         let now = monotonic_ns();
         self.hop.record(now.saturating_sub(a.sent_ns), now);
@@ -155,6 +158,11 @@ impl PendingReject {
     pub(crate) fn encode_into(&self, a: &mut Answer) {
         a.conn = self.conn;
         a.session = self.session;
+        a.account = 0;
+        a.request_id = self.request_id;
+        a.ref_template_id = template_of(self.kind);
+        a.deadline_ns = 0;
+        a.refusal = (self.retry_after_ms > 0).then_some((self.reason, self.retry_after_ms));
         let r = wire::Reject {
             request_id: self.request_id,
             ref_template_id: template_of(self.kind),

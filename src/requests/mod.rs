@@ -35,8 +35,10 @@
 pub mod adaptive;
 pub mod answers;
 mod codel;
+pub mod gate;
 mod heaviest;
 pub mod hops;
+pub mod inflight;
 pub mod port;
 pub mod queue;
 mod rotation;

@@ -108,6 +108,13 @@ impl RequestPort {
         self.path_full_retry.draw(&mut self.rng)
     }
 
+    /// An answer came off its ring at or after its deadline: the shard
+    /// sends Reject(deadline_expired) instead (counted as
+    /// `pricewire_sheds_total{reason="expired_at_gateway"}`).
+    pub fn expired_at_gateway(&self) {
+        self.stats.expired_at_gateway.inc();
+    }
+
     /// A recorder of the `gateway_write` hop for the shard that owns this
     /// port (allocates its local histogram: call once, at start).
     pub(crate) fn gateway_write_recorder(&self) -> crate::requests::hops::HopRecorder {

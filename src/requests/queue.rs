@@ -44,9 +44,11 @@
 //!   `2 * target_ns` with [`ShedReason::Overloaded`] and a retry-after drawn
 //!   uniformly from `retry_after`. The first request served in each interval
 //!   is never shed, so the queue always makes progress and yields a fresh
-//!   sample. The only request an account has queued is not shed for
-//!   overload while another account holds more, nor while at most
-//!   `SINGLES_STANDING_MIN` requests are queued at all. LIFO ends (FIFO
+//!   sample. A request is shed for overload only if its account holds
+//!   more than one and at least 1/`FAR_BELOW_HEAVIEST` (1/16) of what the
+//!   heaviest account holds; single requests only when every account
+//!   holds one, and then only while more than `SINGLES_STANDING_MIN` are
+//!   queued. LIFO ends (FIFO
 //!   again) once the queue has been empty within the last interval; a
 //!   worker finding it empty also clears the overloaded verdict at once.
 //! - **Critical lane**: a request is critical only if the client flagged it
@@ -55,7 +57,10 @@
 //!   only from an account that has no normal entries left.
 //! - **Fairness**: each account has a token bucket (`account_rate_per_s`,
 //!   `account_burst`); a push over budget is refused with
-//!   [`ShedReason::RateLimited`]. Within a lane, accounts with queued
+//!   [`ShedReason::RateLimited`] and a retry-after of one to two of the
+//!   bucket's refills (`admission::refill_retry_ms`: 10–20 ms at 100/s),
+//!   not the shed window: a client that honours it loses no more than
+//!   the rate it was over. Within a lane, accounts with queued
 //!   requests are served in turn (`requests::rotation`), one request each
 //!   per round, so a quiet account waits for one request of each other
 //!   account, not for a flooding account's backlog. When the queue is
@@ -95,6 +100,12 @@ mod slab;
 /// overload alike; at or below it they are served (see `shed_for_overload`).
 pub(crate) const SINGLES_STANDING_MIN: usize = 8;
 
+/// An account holding fewer than 1/this of the heaviest account's queued
+/// requests is not shed for overload (see `shed_for_overload`): 16 keeps
+/// near-equal backlogs shed alike (each down to its last request) while a
+/// quiet tenant's few requests behind a flood of hundreds are served.
+pub(crate) const FAR_BELOW_HEAVIEST: u32 = 16;
+
 /// Default queue capacity: a few seconds of request work at the rates one
 /// instance serves, small enough that a full queue is still fresh.
 pub const QUEUE_CAPACITY_DEFAULT: usize = 4096;
@@ -117,6 +128,10 @@ pub const ACCOUNT_BURST_DEFAULT: u32 = 200;
 pub const SHED_PER_POP_MAX_DEFAULT: u32 = 16;
 /// Upper bound of the sojourn histogram; longer waits saturate into it.
 pub const SOJOURN_HISTOGRAM_MAX_NS_DEFAULT: u64 = 60_000 * NS_PER_MS;
+/// Accounts [`RequestQueue::pop_eligible`] passes over at most per
+/// candidate: more than the accounts that can be at the dispatcher's
+/// in-flight cap at once (see `requests::inflight`).
+pub const ELIGIBLE_SKIP_MAX: usize = 64;
 /// Pass as `budget_us` for a request without a deadline.
 pub const NO_DEADLINE_BUDGET_US: u64 = u64::MAX;
 
@@ -362,8 +377,18 @@ impl<T, R: Rng> RequestQueue<T, R> {
         if account as usize >= self.cfg.accounts_max {
             return Err(self.refuse(request, account, ShedReason::BadAccount));
         }
-        if !self.account_buckets[account as usize].try_take(now_ns) {
-            return Err(self.refuse(request, account, ShedReason::RateLimited));
+        let bucket = &mut self.account_buckets[account as usize];
+        if !bucket.try_take(now_ns) {
+            // The retry-after of a rate is the refill it needs, not the
+            // shed window: honouring it costs one or two refills.
+            let retry = crate::admission::refill_retry_ms(bucket.wait_ns(now_ns), &mut self.rng);
+            self.stats.record_shed(ShedReason::RateLimited);
+            return Err(Shed {
+                request,
+                account,
+                reason: ShedReason::RateLimited,
+                retry_after_ms: retry,
+            });
         }
         let full = self.free_head == NIL;
         if full {
@@ -380,14 +405,28 @@ impl<T, R: Rng> RequestQueue<T, R> {
     /// servable is queued. Requests removed on the way (expired, or shed
     /// for overload) are passed to `on_shed` before this returns; a
     /// returned request is never past its deadline.
-    pub fn pop(&mut self, now_ns: u64, mut on_shed: impl FnMut(Shed<T>)) -> Option<Dequeued<T>> {
+    pub fn pop(&mut self, now_ns: u64, on_shed: impl FnMut(Shed<T>)) -> Option<Dequeued<T>> {
+        self.pop_eligible(now_ns, |_| true, on_shed)
+    }
+
+    /// [`RequestQueue::pop`], serving only accounts `eligible` accepts
+    /// (the dispatcher's per-account in-flight cap): an account passed
+    /// over loses its turn in this round, at most [`ELIGIBLE_SKIP_MAX`]
+    /// are passed over per candidate, and its requests still age, expire
+    /// and are shed from the old end as everyone's.
+    pub fn pop_eligible(
+        &mut self,
+        now_ns: u64,
+        mut eligible: impl FnMut(u32) -> bool,
+        mut on_shed: impl FnMut(Shed<T>),
+    ) -> Option<Dequeued<T>> {
         self.roll_interval(now_ns);
         if self.len == 0 {
             self.codel.on_idle(now_ns, &self.stats);
             return None;
         }
         self.purge_old_end(now_ns, &mut on_shed);
-        while let Some(idx) = self.next_candidate() {
+        while let Some(idx) = self.next_candidate(&mut eligible) {
             let slot = &self.slots[idx as usize];
             let reason = if now_ns >= slot.deadline_ns {
                 ShedReason::Expired
@@ -590,11 +629,11 @@ impl<T, R: Rng> RequestQueue<T, R> {
 
     /// Critical lane first; within a lane the account whose turn it is, and
     /// of its requests the newest under LIFO, the oldest otherwise.
-    fn next_candidate(&self) -> Option<u32> {
+    fn next_candidate(&mut self, eligible: &mut impl FnMut(u32) -> bool) -> Option<u32> {
         let lane = [CRITICAL, NORMAL]
             .into_iter()
             .find(|&lane| self.lanes[lane].len > 0)?;
-        let account = self.rotations[lane].current()?;
+        let account = self.rotations[lane].next_eligible(&mut *eligible, ELIGIBLE_SKIP_MAX)?;
         let list = self.account_lanes[account as usize][lane];
         Some(if self.codel.lifo() {
             list.tail
@@ -604,11 +643,13 @@ impl<T, R: Rng> RequestQueue<T, R> {
     }
 
     /// Whether a normal request of `account` that arrived at `arrival_ns`
-    /// is shed for overload now: overdue (see `Codel::overdue`), unless it
-    /// is the only request its account has queued while another account
-    /// holds more. A tenant with one request waiting is not part of the
-    /// standing queue a flooding neighbour built: it is served in its turn
-    /// (its deadline still applies). When every account holds one, all are
+    /// is shed for overload now: overdue (see `Codel::overdue`), and its
+    /// account holds more than one queued request and at least
+    /// 1/[`FAR_BELOW_HEAVIEST`] of what the heaviest account holds. An
+    /// account holding less is not what built the standing queue: a quiet
+    /// tenant whose few requests wait behind a flooding neighbour's
+    /// thousands (its own pile up while the host starves the path) is
+    /// served in its turn (its deadline still applies). When every account holds one, all are
     /// shed alike, but only while more than [`SINGLES_STANDING_MIN`] are
     /// queued: a few single requests left overdue (a worker or the host
     /// stalled; the flood's backlog already gone) are no standing queue,
@@ -621,7 +662,10 @@ impl<T, R: Rng> RequestQueue<T, R> {
             .heaviest
             .heaviest()
             .map_or(0, |a| self.heaviest.count(a));
-        self.heaviest.count(account) > 1 || (top <= 1 && self.len as usize > SINGLES_STANDING_MIN)
+        let mine = self.heaviest.count(account);
+        // An account far below the heaviest did not build the queue.
+        (mine > 1 && mine.saturating_mul(FAR_BELOW_HEAVIEST) >= top)
+            || (top <= 1 && self.len as usize > SINGLES_STANDING_MIN)
     }
 
     /// Removes, from the old end of the lanes, requests past their deadline

@@ -65,6 +65,30 @@ impl Rotation {
         self.prev[a] = NIL;
     }
 
+    /// The first account from the cursor on that `eligible` accepts,
+    /// looking at no more than `skip_max` others; each one passed over
+    /// loses its turn in this round (the cursor moves past it), so the
+    /// accounts behind it take turns rather than the first eligible one
+    /// being served every time. `None` if none was found.
+    pub(crate) fn next_eligible(
+        &mut self,
+        mut eligible: impl FnMut(u32) -> bool,
+        skip_max: usize,
+    ) -> Option<u32> {
+        let start = self.current()?;
+        for _ in 0..=skip_max {
+            let a = self.current()?;
+            if eligible(a) {
+                return Some(a);
+            }
+            self.served(a);
+            if self.cursor == start {
+                return None;
+            }
+        }
+        None
+    }
+
     /// `account` was served: the turn passes to the next one (if `account`
     /// is still the current one; removing it moved the cursor already).
     pub(crate) fn served(&mut self, account: u32) {
@@ -77,6 +101,25 @@ impl Rotation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ineligible_account_loses_its_turn_and_the_others_alternate() {
+        let mut r = Rotation::new(8);
+        for a in [1, 2, 3] {
+            r.add(a);
+        }
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            let a = r.next_eligible(|a| a != 1, 8).unwrap();
+            order.push(a);
+            r.served(a);
+        }
+        assert_eq!(order, vec![2, 3, 2, 3]);
+        assert_eq!(r.next_eligible(|_| false, 8), None);
+        // Bounded: gives up after `skip_max` passed over.
+        assert_eq!(r.next_eligible(|a| a == 3, 0), None);
+        assert_eq!(r.next_eligible(|_| true, 0), r.current());
+    }
 
     #[test]
     fn each_active_account_gets_one_turn_per_round() {

@@ -124,8 +124,25 @@ pub struct Answer {
     /// Session id the request came from; the shard drops the answer if the
     /// slot now holds another session.
     pub session: u64,
+    /// The request's account (its in-flight count is given back when the
+    /// shard pops a worker's answer; see `requests::inflight`).
+    pub account: u32,
     /// Bytes of `bytes` in use: one encoded frame.
     pub len: u32,
+    /// The request's id and template, for the Reject the shard sends
+    /// instead of an answer that comes too late.
+    pub request_id: u64,
+    /// The request's template id (a Reject's `refTemplateId`).
+    pub ref_template_id: u16,
+    /// For an answer (not a Reject): the request's deadline on the
+    /// monotonic clock (its arrival at the shard plus its budget). The
+    /// shard never delivers it at or after this: it sends
+    /// Reject(deadline_expired) instead. 0 for a Reject.
+    pub deadline_ns: u64,
+    /// For a Reject that asks the client to wait: its reason and
+    /// retry-after (ms), which the shard notes in the session (see
+    /// `gateway::session`'s backoff). `None` otherwise.
+    pub refusal: Option<(RejectReason, u32)>,
     /// When it was pushed to its ring (monotonic ns), for the
     /// `answer_ring` hop.
     pub sent_ns: u64,
@@ -133,8 +150,16 @@ pub struct Answer {
     pub bytes: [u8; ANSWER_BYTES_MAX],
 }
 
+use super::inflight::AccountInflight;
 pub use super::port::RequestPort;
 use super::port::RingShares;
+
+fn job_account(e: &crossbeam_channel::TrySendError<Job>) -> u32 {
+    match e {
+        crossbeam_channel::TrySendError::Full(j)
+        | crossbeam_channel::TrySendError::Disconnected(j) => j.msg.account,
+    }
+}
 
 /// Counters of the request path not kept by the queue itself.
 #[derive(Debug, Default)]
@@ -147,6 +172,10 @@ pub struct RequestStats {
     pub history_served: Counter,
     /// Expired between dequeue and service (also dropped before work).
     pub expired_at_worker: Counter,
+    /// Answers the shard took off their ring at or after their deadline:
+    /// Reject(deadline_expired) went instead (an answer older than its
+    /// budget is never delivered).
+    pub expired_at_gateway: Counter,
     /// Answers that did not fit an answer ring. Every answer's slot is
     /// reserved before the work is dispatched, so this stays 0; anything
     /// else is a bug in that reservation.
@@ -176,6 +205,9 @@ pub struct RequestConfig {
     pub adaptive: AdaptiveConfig,
     /// How idle workers and the dispatcher wait.
     pub wait: WaitStrategy,
+    /// Drills and tests only: a gate each worker passes before a job
+    /// (see `requests::gate`); `None` in the service.
+    pub hold: Option<Arc<super::gate::WorkerGate>>,
 }
 
 impl Default for RequestConfig {
@@ -185,6 +217,7 @@ impl Default for RequestConfig {
             queue: QueueConfig::default(),
             adaptive: AdaptiveConfig::default(),
             wait: WaitStrategy::SpinPark,
+            hold: None,
         }
     }
 }
@@ -213,6 +246,8 @@ pub struct RequestService {
     pub stats: Arc<RequestStats>,
     /// The adaptive concurrency limit the dispatcher applies.
     pub limit: Arc<AdaptiveLimit>,
+    /// Jobs per account past the queue (see `requests::inflight`).
+    pub inflight: Arc<AccountInflight>,
 }
 
 struct Job {
@@ -244,7 +279,9 @@ impl RequestService {
         let credits: Vec<Arc<ShardCredit>> = (0..shards)
             .map(|_| ShardCredit::new(bell.clone()))
             .collect();
-        let answer_tx = answer_rings(cfg.workers, &mut ports, &credits, &stats);
+        let inflight = AccountInflight::new(cfg.queue.accounts_max, bell.clone());
+        let answer_tx = answer_rings(cfg.workers, &mut ports, (&credits, &inflight), &stats);
+        let inflight_handle = inflight.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(cfg.adaptive.limit_max as usize + 1);
         let mut rows = answer_tx.into_iter();
@@ -261,6 +298,7 @@ impl RequestService {
                 arena: Bump::with_capacity(64 * 1024),
                 answer: empty_answer(),
                 service: stats.hops.recorder(Hop::Service),
+                hold: cfg.hold.clone(),
             };
             threads.push(spawn_worker(w, worker, jobs_rx.clone(), supervisor)?);
         }
@@ -274,6 +312,7 @@ impl RequestService {
             handoff_max: HANDOFF_PER_WORKER * cfg.workers,
             sheds: Vec::with_capacity(cfg.queue.shed_per_pop_max as usize + 8),
             credits,
+            inflight,
             pending: VecDeque::with_capacity(2 * cfg.queue.capacity),
             pending_of: vec![0; shards],
             scratch: empty_answer(),
@@ -295,6 +334,7 @@ impl RequestService {
                 threads,
                 stats,
                 limit,
+                inflight: inflight_handle,
             },
             ports,
         ))
@@ -384,11 +424,12 @@ fn request_rings(
 }
 
 /// One answer ring per (producer thread, shard), the dispatcher's first.
-/// Worker rings carry their shard's credit: popping gives a slot back.
+/// Worker rings carry their shard's credit and the accounts' in-flight
+/// counts: popping gives a slot back.
 fn answer_rings(
     workers: usize,
     ports: &mut [RequestPort],
-    credits: &[Arc<ShardCredit>],
+    (credits, inflight): (&[Arc<ShardCredit>], &Arc<AccountInflight>),
     stats: &RequestStats,
 ) -> Vec<AnswerTx> {
     let mut answer_tx = Vec::with_capacity(workers + 1);
@@ -397,7 +438,7 @@ fn answer_rings(
         for (s, port) in ports.iter_mut().enumerate() {
             let (tx, rx) = rtrb::RingBuffer::new(ANSWER_RING);
             row.push(tx);
-            let credit = (producer > 0).then(|| credits[s].clone());
+            let credit = (producer > 0).then(|| (credits[s].clone(), inflight.clone()));
             let hop = stats.hops.recorder(Hop::AnswerRing);
             port.answers.push(AnswerRx::new(rx, credit, hop));
         }
@@ -422,6 +463,9 @@ struct Dispatcher {
     sheds: Vec<Shed<RequestMsg>>,
     /// Per shard: worker answers owed (a job is dispatched only with room).
     credits: Vec<Arc<ShardCredit>>,
+    /// Per account: jobs past the queue (an account at its cap waits in
+    /// the queue; see `requests::inflight`).
+    inflight: Arc<AccountInflight>,
     /// Rejects waiting for room on the dispatcher's ring to their shard;
     /// preallocated to twice the queue's capacity (see `room_to_admit`).
     pending: VecDeque<PendingReject>,
@@ -439,7 +483,12 @@ fn empty_answer() -> Box<Answer> {
     Box::new(Answer {
         conn: 0,
         session: 0,
+        account: 0,
         len: 0,
+        request_id: 0,
+        ref_template_id: 0,
+        deadline_ns: 0,
+        refusal: None,
         sent_ns: 0,
         bytes: [0; ANSWER_BYTES_MAX],
     })
@@ -533,8 +582,10 @@ impl Dispatcher {
             && self.credits.iter().all(|c| c.has_room())
             && self.limit.try_acquire()
         {
-            let sheds = &mut self.sheds;
-            let popped = self.queue.pop(now, |s| sheds.push(s));
+            let (sheds, inflight) = (&mut self.sheds, &self.inflight);
+            let popped = self
+                .queue
+                .pop_eligible(now, |a| inflight.has_room(a), |s| sheds.push(s));
             // Drained in place: the vector keeps its capacity (no allocation).
             while let Some(s) = self.sheds.pop() {
                 self.reject_shed(s);
@@ -545,6 +596,7 @@ impl Dispatcher {
             };
             n += 1;
             self.queue_wait.record(d.sojourn_ns, now);
+            self.inflight.take(d.account);
             let credit = self.credits.get(usize::from(d.request.shard)).cloned();
             if let Some(c) = &credit {
                 c.take();
@@ -556,6 +608,7 @@ impl Dispatcher {
             if let Err(e) = self.jobs.try_send(job) {
                 // Cannot happen while the channel holds limit_max jobs.
                 self.limit.release();
+                self.inflight.give(job_account(&e));
                 if let Some(c) = &credit {
                     c.give();
                 }

@@ -136,6 +136,19 @@ fn register_lag(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), Op
         c.lag.lagging.get() as f64
     })?;
     r.register_counter_fn(m::SHARD_LAG_EPISODES, &labels, move || d.lag.episodes.get())?;
+    let (f, g, h, k) = (s.clone(), s.clone(), s.clone(), s.clone());
+    r.register_gauge_fn(m::SHARD_LAG_SHEDDING, &labels, move || {
+        f.lag.shedding.get() as f64
+    })?;
+    r.register_gauge_fn(m::SHARD_CPU_RATIO, &labels, move || {
+        g.lag.cpu_permille.get() as f64 / 1000.0
+    })?;
+    r.register_gauge_fn(m::SHARD_RUN_WAIT_RATIO, &labels, move || {
+        h.lag.wait_permille.get() as f64 / 1000.0
+    })?;
+    r.register_counter_fn(m::SHARD_LAG_LOGONS_PACED, &labels, move || {
+        k.lag.logons_paced.get()
+    })?;
     let reason = format!("loop_lag_shard{shard}");
     r.register_counter_fn(m::CONFLATIONS, &[("reason", &reason)], move || {
         e.lag.conflated.get()
@@ -188,6 +201,30 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
         crate::gateway::GatewayStats::get(&b.faults_shard)
     })?;
+    register_session_ends(r, &g.shared.stats)
+}
+
+/// `pricewire_session_disconnects_total{reason}` (liveness and floods).
+fn register_session_ends(
+    r: &Registry,
+    st: &Arc<crate::gateway::GatewayStats>,
+) -> Result<(), OpsError> {
+    use crate::gateway::GatewayStats as G;
+    type Read = fn(&G) -> u64;
+    let reasons: [(&str, Read); 4] = [
+        ("idle_timeout", |s| {
+            G::get(&s.disconnects_idle).saturating_sub(G::get(&s.disconnects_logon_timeout))
+        }),
+        ("logon_timeout", |s| G::get(&s.disconnects_logon_timeout)),
+        ("logon_verdict_late", |s| G::get(&s.logons_verdict_late)),
+        ("message_flood", |s| G::get(&s.disconnects_flood)),
+    ];
+    for (reason, read) in reasons {
+        let s = st.clone();
+        r.register_counter_fn(m::SESSION_DISCONNECTS, &[("reason", reason)], move || {
+            read(&s)
+        })?;
+    }
     Ok(())
 }
 
@@ -250,6 +287,10 @@ fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), Ops
 
 /// One shard's sessions moved and drained.
 fn register_moves(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), OpsError> {
+    let p = s.clone();
+    r.register_histogram_fn(m::SESSION_MOVE_PAUSE, &[("shard", shard)], move || {
+        p.move_pause.snapshot()
+    })?;
     for (direction, out) in [("out", true), ("in", false)] {
         let g = s.clone();
         r.register_counter_fn(
@@ -398,7 +439,7 @@ fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
             _ => s.history_served.get(),
         })?;
     }
-    let (a, b, st2) = (st.clone(), st.clone(), st);
+    let (a, b, e, st2) = (st.clone(), st.clone(), st.clone(), st);
     r.register_counter_fn(
         m::DROPS,
         &[("reason", "request_answer_ring_full")],
@@ -406,6 +447,9 @@ fn register_requests(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     )?;
     r.register_counter_fn(m::SHEDS, &[("reason", "expired_at_worker")], move || {
         b.expired_at_worker.get()
+    })?;
+    r.register_counter_fn(m::SHEDS, &[("reason", "expired_at_gateway")], move || {
+        e.expired_at_gateway.get()
     })?;
     register_request_path(r, st2, g.shared.stats.clone())
 }
@@ -424,8 +468,13 @@ fn register_request_path(
     })?;
     // The per-connection message limit lives in the sans-IO session, which
     // counts its refusals with the gateway's counters.
+    let gw2 = gw.clone();
     r.register_counter_fn(m::SHEDS, &[("reason", "conn_rate_limited")], move || {
         crate::gateway::GatewayStats::get(&gw.rejects_rate_limited)
+    })?;
+    // Messages a session refused inside a Reject(rate_limited)'s window.
+    r.register_counter_fn(m::SHEDS, &[("reason", "conn_backoff")], move || {
+        crate::gateway::GatewayStats::get(&gw2.rejects_backoff)
     })?;
     r.register_counter_fn(m::REQUEST_REJECTS_DEFERRED, &[], move || {
         c.rejects_deferred.get()

@@ -1,12 +1,16 @@
-//! Loop-lag shedding end to end (docs/overload.md, "Loop lag"): the real
-//! binary, one shard, a 50-ms lag target. The server is made to lag by
-//! pulses of SIGSTOP (120 ms stopped, 30 ms running): every timer sweep
-//! comes late. Then, while it lags: `pricewire_shard_lagging` is 1, a new
-//! connection gets Disconnect(busy) with a retry-after from the busy
-//! window, a request of a logged-on subscriber gets Reject(overloaded)
-//! (`sheds_total{reason="loop_lag"}`), and the subscriber keeps its session
-//! and its prices. After the pulses stop the shard leaves lagging and a new
-//! client logs on.
+//! Loop lag end to end (docs/overload.md, "Loop lag"): the real binary,
+//! one shard, a 50-ms lag target. The server is made to lag by pulses of
+//! SIGSTOP (120 ms stopped, 30 ms running): every timer sweep comes late,
+//! while the shard's thread runs a fifth of the time at most. That lag is
+//! not the shard's own work (shedding would not give it the time back),
+//! so while it lags: `pricewire_shard_lagging` is 1 and
+//! `pricewire_shard_lag_shedding` 0, a new client logs on, a request of a
+//! logged-on subscriber is answered (no `sheds_total{reason="loop_lag"}`),
+//! and the subscriber keeps its session and gets prices flagged conflated.
+//! After the pulses stop the shard leaves lagging. (Shedding for the
+//! shard's own work — paced logons, the heaviest accounts' requests — is
+//! decided by `gateway::lag::cause` and `gateway::lag::shares`, unit-tested
+//! on given readings; the drills exercise it.)
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -15,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pricewire::client::{Client, ClientConfig, ClientError, Event};
-use pricewire::wire::{DisconnectReason, RejectReason, TIER_ACCOUNT_DEFAULT};
+use pricewire::client::{Client, ClientConfig, Event};
+use pricewire::wire::{RejectReason, TIER_ACCOUNT_DEFAULT};
 
 use crate::util::net;
 
@@ -81,27 +85,31 @@ fn start(addr: SocketAddr, ops: SocketAddr) -> net::Server {
     net::start_ready(&mut cmd, ops)
 }
 
-/// Reads events until a Reject for `rid` (bounded); counts prices seen.
-fn reject_of(c: &mut Client, rid: u64, prices: &mut u64) -> (RejectReason, u32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Reads events until the answer to `rid` (bounded): `Some(reason)` for a
+/// Reject, `None` for the snapshot; counts prices, and conflated ones.
+fn answer_of(c: &mut Client, rid: u64, prices: &mut (u64, u64)) -> Option<RejectReason> {
+    let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         match c.next_event(Duration::from_millis(50)) {
-            Ok(Some(Event::Price(_))) => *prices += 1,
+            Ok(Some(Event::Price(p))) => {
+                prices.0 += 1;
+                prices.1 += u64::from(p.body.flags & pricewire::model::price_flags::CONFLATED != 0);
+            }
             Ok(Some(Event::Reject {
-                request_id,
-                reason,
-                retry_after_ms,
-                ..
-            })) if request_id == rid => return (reason, retry_after_ms),
+                request_id, reason, ..
+            })) if request_id == rid => return Some(reason),
+            Ok(Some(Event::SnapshotResponse { request_id, .. })) if request_id == rid => {
+                return None
+            }
             Ok(Some(Event::Disconnected { .. })) => panic!("the subscriber lost its session"),
             _ => {}
         }
     }
-    panic!("no Reject for request {rid}")
+    panic!("no answer for request {rid}")
 }
 
 #[test]
-fn a_lagging_shard_refuses_sessions_and_requests_and_keeps_its_subscribers() {
+fn a_stopped_shard_lags_conflates_and_refuses_nobody() {
     let (addr, ops) = (net::free_addr(), net::free_addr());
     let server = start(addr, ops);
     let mut sub = Client::connect(config(addr, 1)).unwrap();
@@ -113,46 +121,50 @@ fn a_lagging_shard_refuses_sessions_and_requests_and_keeps_its_subscribers() {
     let stop = Arc::new(AtomicBool::new(false));
     let pulse = pulses(server.0.id(), stop.clone());
     wait_metric(ops, lagging, 1.0, Duration::from_secs(10));
+    let shedding = "pricewire_shard_lag_shedding{shard=\"0\"}";
+    assert_eq!(
+        metric(ops, shedding),
+        Some(0.0),
+        "a stopped shard does not shed"
+    );
+    let cpu = "pricewire_shard_cpu_ratio{shard=\"0\"}";
+    assert!(
+        metric(ops, cpu).is_some_and(|c| c < 0.5),
+        "{:?}",
+        metric(ops, cpu)
+    );
 
-    match Client::connect(config(addr, 2)) {
-        Err(ClientError::Refused {
-            reason,
-            retry_after_ms,
-            ..
-        }) => {
-            assert_eq!(reason, DisconnectReason::BUSY);
-            assert!((RETRY_MIN_MS..=RETRY_MAX_MS).contains(&retry_after_ms));
-        }
-        other => panic!("a new connection while lagging: {:?}", other.map(|_| ())),
-    }
-    let mut prices = 0;
+    let mut newcomer =
+        Client::connect(config(addr, 2)).expect("a new client logs on while lagging");
+    newcomer
+        .subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD"])
+        .unwrap();
+    let mut prices = (0, 0);
     let rid = sub
         .request_snapshot(TIER_ACCOUNT_DEFAULT, &[0], 0, false)
         .unwrap();
-    let (reason, retry) = reject_of(&mut sub, rid, &mut prices);
-    assert_eq!(reason, RejectReason::OVERLOADED);
-    assert!((RETRY_MIN_MS..=RETRY_MAX_MS).contains(&retry));
-    let rejects = "pricewire_admission_rejects_total{stage=\"loop_lag\"}";
-    assert!(metric(ops, rejects).is_some_and(|n| n >= 1.0));
+    assert_eq!(
+        answer_of(&mut sub, rid, &mut prices),
+        None,
+        "answered, not refused"
+    );
     let sheds = "pricewire_sheds_total{reason=\"loop_lag\"}";
-    assert!(metric(ops, sheds).is_some_and(|n| n >= 1.0));
+    assert_eq!(metric(ops, sheds), Some(0.0));
+    let rejects = "pricewire_admission_rejects_total{stage=\"loop_lag\"}";
+    assert_eq!(metric(ops, rejects), Some(0.0));
+    // Prices while lagging come conflated (the latest per symbol a turn).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while prices.1 == 0 && Instant::now() < deadline {
+        if let Ok(Some(Event::Price(p))) = sub.next_event(Duration::from_millis(50)) {
+            prices.0 += 1;
+            prices.1 += u64::from(p.body.flags & pricewire::model::price_flags::CONFLATED != 0);
+        }
+    }
+    assert!(prices.1 > 0, "no conflated price while lagging: {prices:?}");
 
     stop.store(true, Relaxed);
     pulse.join().unwrap();
-    // Ten windows below half the target end it.
     wait_metric(ops, lagging, 0.0, Duration::from_secs(10));
-    let later = Client::connect(config(addr, 3));
-    assert!(
-        later.is_ok(),
-        "a client logs on after the lag: {:?}",
-        later.err()
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while prices == 0 && Instant::now() < deadline {
-        if let Ok(Some(Event::Price(_))) = sub.next_event(Duration::from_millis(50)) {
-            prices += 1;
-        }
-    }
-    assert!(prices > 0, "the subscriber kept receiving prices");
     assert!(sub.is_connected(), "the subscriber kept its session");
+    assert!(newcomer.is_connected(), "the newcomer kept its session");
 }

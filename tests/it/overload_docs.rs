@@ -182,8 +182,9 @@ fn overload_doc_defaults_are_the_code_constants() {
         ),
         ("`--shard0-drain-abort-ms`", format!("{}", g.drain_abort_ms)),
         ("per-connection `retry_after`", {
-            let w = pricewire::gateway::GatewayConfig::default().rate_limited_retry;
-            format!("{}–{} ms", w.min_ms, w.max_ms)
+            let per_s = pricewire::gateway::GatewayConfig::default().msg_rate_per_s;
+            let ms = 1_000 / per_s;
+            format!("one to two refills ({}–{} ms at {per_s}/s)", ms, 2 * ms)
         }),
     ];
     for (knob, value) in rows {

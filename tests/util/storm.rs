@@ -1,25 +1,13 @@
-//! Shared pieces of the request-storm drill (`tests/it/request_storm.rs`):
-//! pacing, the server process, /metrics scraping and the answer tally.
+//! Shared pieces of the request-storm tests (`tests/it/request_storm.rs`):
+//! the server process, /metrics scraping and the answer tally.
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pricewire::wire::{self, OwnedMessage, RejectReason, SERVER_FRAME_LEN_MAX};
-
-/// Pacing of the load generator (not synchronisation): parks until `at`
-/// instead of spinning, so the generator leaves the CPU to the server.
-pub fn pace_until(at: Instant) {
-    loop {
-        let left = at.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::park_timeout(left);
-    }
-}
 
 pub struct Server(pub Child);
 
@@ -38,13 +26,6 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     Some(buf)
-}
-
-pub fn gauge(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
 }
 
 /// What one connection's requests got.
@@ -141,28 +122,4 @@ impl FrameReader {
         self.end -= start;
         true
     }
-}
-
-/// p50/p99/max bucket bounds of one hop's histogram in a scrape.
-pub fn hop_quantiles(metrics: &str, hop: &str) -> String {
-    let prefix = format!("pricewire_request_hop_seconds_bucket{{hop=\"{hop}\",le=\"");
-    let buckets: Vec<(String, f64)> = metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|l| {
-            let (le, rest) = l.split_once('"')?;
-            Some((
-                le.to_string(),
-                rest.split_whitespace().last()?.parse().ok()?,
-            ))
-        })
-        .collect();
-    let total = buckets.last().map_or(0.0, |b| b.1);
-    let at = |q: f64| {
-        buckets
-            .iter()
-            .find(|(_, n)| *n >= q * total)
-            .map_or("-".to_string(), |(le, _)| format!("<= {le} s"))
-    };
-    format!("n {total}, p50 {}, p99 {}", at(0.5), at(0.99))
 }

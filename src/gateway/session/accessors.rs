@@ -90,4 +90,9 @@ impl Session {
     pub fn note_sent(&mut self, now_ns: u64) {
         self.last_tx_ns = now_ns;
     }
+
+    /// Refusals in a row now (see `session::backoff`).
+    pub fn backoff_strikes(&self) -> u32 {
+        self.backoff.strikes()
+    }
 }

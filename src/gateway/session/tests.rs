@@ -31,7 +31,7 @@ fn cfg() -> SessionConfig {
         bad_frame_limit: 3,
         bad_frame_window_ms: 1_000,
         error_retry: RetryWindow::new(1_000, 5_000),
-        rate_limited_retry: RetryWindow::new(250, 1_000),
+        busy_retry: RetryWindow::new(3_000, 8_000),
     }
 }
 
@@ -275,6 +275,7 @@ mod active;
 mod bad_frames;
 mod doc_limits;
 mod framing;
+mod liveness;
 mod logon;
 mod stall;
 mod timers;

@@ -209,9 +209,26 @@ pub const SHARD_LOOP_LAG: &str = "pricewire_shard_loop_lag_seconds";
 /// The largest loop-lag sample of a shard's last closed 100-ms window
 /// (gauge, by `shard`).
 pub const SHARD_LOOP_LAG_WINDOW: &str = "pricewire_shard_loop_lag_window_seconds";
-/// 1 while a shard lags (loop lag above `--loop-lag-target-ms`) and sheds
-/// (gauge, by `shard`).
+/// 1 while a shard lags (loop lag above `--loop-lag-target-ms`): it
+/// conflates prices (gauge, by `shard`).
 pub const SHARD_LAGGING: &str = "pricewire_shard_lagging";
+/// 1 while a lagging shard sheds because its own work keeps it late (0 when
+/// it lags because the host starves it of CPU) (gauge, by `shard`).
+pub const SHARD_LAG_SHEDDING: &str = "pricewire_shard_lag_shedding";
+/// Share of wall time a shard's thread ran on a CPU in its last 100-ms
+/// cause window (gauge, by `shard`).
+pub const SHARD_CPU_RATIO: &str = "pricewire_shard_cpu_ratio";
+/// Share of wall time a shard's thread was runnable but waiting for a CPU
+/// (run-queue delay, `/proc/thread-self/schedstat`) in its last 100-ms
+/// cause window (gauge, by `shard`).
+pub const SHARD_RUN_WAIT_RATIO: &str = "pricewire_shard_run_wait_ratio";
+/// How long each session move stopped the moving shard's loop (its ring
+/// drained, the session handed over): the pause every other session's
+/// prices and answers waited (histogram, by `shard`).
+pub const SESSION_MOVE_PAUSE: &str = "pricewire_session_move_pause_seconds";
+/// Logons a shedding shard admitted within its paced budget
+/// (`LAG_ADMIT_PER_S`) (counter, by `shard`).
+pub const SHARD_LAG_LOGONS_PACED: &str = "pricewire_shard_lag_logons_paced_total";
 /// Times a shard started lagging (counter, by `shard`).
 pub const SHARD_LAG_EPISODES: &str = "pricewire_shard_lag_episodes_total";
 /// Prices through the NATS bus thread, by event (published, received,
@@ -278,6 +295,14 @@ pub const ADMISSION_REJECTS: &str = "pricewire_admission_rejects_total";
 /// Connections closed because they stayed above the outbound high-water mark
 /// too long (counter, by `shard`).
 pub const SLOW_CONSUMER_DISCONNECTS: &str = "pricewire_slow_consumer_disconnects_total";
+/// Subscriber sessions the server ended for what the peer did or did
+/// not send, by reason: `idle_timeout` (nothing received for the dead-peer
+/// interval, and no input waiting unread), `logon_timeout` (no Logon within
+/// the logon timeout, and none waiting unread), `logon_verdict_late` (a
+/// Logon that arrived and whose verification did not come within the logon
+/// timeout: LogonRejected(busy)), `message_flood` (refusals in a row past
+/// `--flood-disconnect-after`) (counter, by `reason`).
+pub const SESSION_DISCONNECTS: &str = "pricewire_session_disconnects_total";
 /// Connections closed because their processing panicked and the panic
 /// was contained at the connection's boundary (counter, by `listener`,
 /// `stage`).
@@ -531,7 +556,17 @@ pub const FAMILIES: &[FamilyDesc] = &[
     gauge(SHARD_LOOP_LAG_WINDOW, &["shard"], "seconds", "gateway",
         "The largest loop-lag sample of a shard's last closed 100-ms window"),
     gauge(SHARD_LAGGING, &["shard"], "boolean", "gateway",
-        "1 while a shard lags (loop lag above --loop-lag-target-ms) and sheds new sessions and requests and conflates prices"),
+        "1 while a shard lags (loop lag above --loop-lag-target-ms): it conflates prices"),
+    gauge(SHARD_LAG_SHEDDING, &["shard"], "boolean", "gateway",
+        "1 while a lagging shard sheds because its own work keeps it late: paced logons, no new connections, the heaviest accounts' requests refused (0 when the host starves it: it only conflates)"),
+    gauge(SHARD_CPU_RATIO, &["shard"], "ratio", "gateway",
+        "Share of wall time the shard's thread ran on a CPU in its last 100-ms cause window"),
+    gauge(SHARD_RUN_WAIT_RATIO, &["shard"], "ratio", "gateway",
+        "Share of wall time the shard's thread was runnable but waiting for a CPU (run-queue delay) in its last 100-ms cause window"),
+    histogram(SESSION_MOVE_PAUSE, &["shard"], "gateway",
+        "How long each session move stopped the moving shard's loop (ring drained, session handed over): what every other session's prices and answers waited"),
+    counter(SHARD_LAG_LOGONS_PACED, &["shard"], "logons", "gateway",
+        "Logons a shedding shard admitted within its paced budget"),
     counter(SHARD_LAG_EPISODES, &["shard"], "events", "gateway",
         "Times a shard started lagging"),
     counter(SESSIONS_MOVED, &["shard", "direction"], "sessions", "gateway",
@@ -546,6 +581,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Connections or session steps refused by admission control, by stage"),
     counter(SLOW_CONSUMER_DISCONNECTS, &["shard"], "connections", "gateway",
         "Connections closed because they stayed above the outbound high-water mark too long"),
+    counter(SESSION_DISCONNECTS, &["reason"], "sessions", "gateway",
+        "Subscriber sessions ended for what the peer sent or did not: idle_timeout, logon_timeout, logon_verdict_late (LogonRejected(busy): the Logon arrived, its verdict did not come in time), message_flood"),
     // PROXY protocol v2 (serve --proxy-protocol)
     counter(PROXY_HEADERS, &["command"], "connections", "gateway",
         "PROXY v2 headers accepted on the subscriber listener, by command (proxy: the header's source is the client; local: a balancer health check keeps the balancer's address)"),

@@ -15,6 +15,7 @@ pub(super) struct Worker {
     pub(super) arena: Bump,
     pub(super) answer: Box<Answer>,
     pub(super) service: HopRecorder,
+    pub(super) hold: Option<Arc<crate::requests::gate::WorkerGate>>,
 }
 
 impl Worker {
@@ -23,7 +24,12 @@ impl Worker {
             let job = jobs.recv_timeout(Duration::from_millis(200));
             crate::runtime::drill::point("request", index);
             match job {
-                Ok(job) => self.serve(job),
+                Ok(job) => {
+                    if let Some(h) = &self.hold {
+                        h.pass();
+                    }
+                    self.serve(job)
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
             }
@@ -35,6 +41,11 @@ impl Worker {
         let m = job.msg;
         self.answer.conn = m.conn;
         self.answer.session = m.session;
+        self.answer.account = m.account;
+        self.answer.request_id = m.request_id;
+        self.answer.ref_template_id = template_of(m.kind);
+        self.answer.refusal = None;
+        self.answer.deadline_ns = 0;
         let n = if start >= job.deadline_ns {
             // Dropped before the work: the reject costs less than the answer.
             self.stats.expired_at_worker.inc();
@@ -42,6 +53,8 @@ impl Worker {
         } else {
             let n = self.build(&m);
             self.arena.reset();
+            // An answer: the shard checks its deadline again.
+            self.answer.deadline_ns = n.map_or(0, |_| job.deadline_ns.max(1));
             n
         };
         let n = match n {

@@ -34,6 +34,19 @@ pub enum Scenario {
     /// at `--rate` through core → NATS → edge (logon time, delivered
     /// updates/s, latency, RSS per connection). Starts its own servers.
     EdgeCapacity,
+    /// Drill: one account floods flat out with its limits raised, a quiet
+    /// account asks 50 req/s; checks the quiet account's answered share
+    /// (see [`crate::drill`]). Starts its own server.
+    TenantStorm,
+    /// Drill: flooders pushed back by TCP on the shipped limits; checks
+    /// that no cut is an idle cut. Starts its own server.
+    FloodPushback,
+    /// Drill: a client honouring retry-after against one ignoring it at
+    /// 150 req/s; checks that honouring pays. Starts its own server.
+    RetryHonour,
+    /// Drill: a herd from many addresses beside CPU spinners; checks the
+    /// logon bound and idle cuts. Starts its own server.
+    HerdStarved,
 }
 
 /// Flags of `pricewire-bench`.
@@ -199,6 +212,9 @@ pub struct BenchArgs {
     /// configuration in the same run. Letters, digits and `_` only.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Flags of the drills (`--scenario tenant-storm` and the others).
+    #[command(flatten)]
+    pub drill: crate::drill::DrillArgs,
 }
 
 /// Runs `pricewire-bench`; returns the exit code.
@@ -235,6 +251,12 @@ fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
             bail!("--name {n:?}: letters, digits and `_` only");
         }
     }
+    if crate::drill::is_drill(args.scenario) {
+        if args.connect.is_some() || args.feed.is_some() {
+            bail!("the drills start their own server: no --connect or --feed");
+        }
+        return crate::drill::run(args);
+    }
     validate(args)?;
     if matches!(args.scenario, Scenario::BusRatio | Scenario::EdgeCapacity) {
         if args.connect.is_some() || args.feed.is_some() {
@@ -257,6 +279,8 @@ fn run_inner(args: &BenchArgs) -> anyhow::Result<()> {
         Scenario::Herd => herd_run(args, addr),
         // Dispatched before any relay starts (above); correct here too.
         Scenario::BusRatio | Scenario::EdgeCapacity => crate::scale_cli::run(args),
+        // Dispatched before any relay starts (above).
+        s => bail!("--scenario {s:?} starts its own server"),
     };
     if let Some(r) = relay {
         r.stop();

@@ -39,6 +39,7 @@
 //!   scheduled and actual send time ([`send::SendResult::lag`]).
 
 pub mod cli;
+pub mod drill;
 pub mod herd;
 pub mod hist;
 #[cfg(feature = "plot")]

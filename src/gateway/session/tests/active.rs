@@ -112,6 +112,13 @@ fn logout_answers_disconnect_logout_and_ends_the_session() {
     assert_eq!(GatewayStats::get(&r.stats.disconnects_logout), 1);
 }
 
+fn retry_of(s: &Sent) -> u32 {
+    match s {
+        Sent::Reject { retry_ms, .. } => *retry_ms,
+        other => panic!("not a Reject: {other:?}"),
+    }
+}
+
 #[test]
 fn messages_over_the_rate_are_rejected_then_a_flood_disconnects() {
     let mut r = Rig::new().logged_on();
@@ -120,33 +127,32 @@ fn messages_over_the_rate_are_rejected_then_a_flood_disconnects() {
         assert_eq!(r.feed(&heartbeat()), vec![Got::Handled, Got::Done]);
     }
     assert!(r.sent().is_empty());
-    // Three strikes are rejected with a retry-after jittered in the
-    // rate_limited_retry window (250..=1000 ms here).
-    for _ in 0..3 {
-        assert_eq!(r.feed(&subscribe(9)), vec![Got::Handled, Got::Done]);
-    }
+    // The fifth is refused by the rate (strike 1): its retry-after is one
+    // to two refills of 10/s, not a fixed floor.
+    assert_eq!(r.feed(&subscribe(9)), vec![Got::Handled, Got::Done]);
     let sent = r.sent();
-    assert_eq!(sent.len(), 3);
-    let mut floors = Vec::new();
-    for s in &sent {
-        let (rid, t, reason) = reject_of(s);
-        assert_eq!(
-            (rid, t, reason),
-            (9, template::SUBSCRIBE, RejectReason::RATE_LIMITED)
-        );
-        if let Sent::Reject { retry_ms, .. } = s {
-            assert!((250..=1_000).contains(retry_ms), "{retry_ms}");
-            floors.push(*retry_ms);
-        }
-    }
-    assert!(
-        floors.windows(2).any(|w| w[0] != w[1]),
-        "jittered: {floors:?}"
+    assert_eq!(
+        reject_of(&sent[0]),
+        (9, template::SUBSCRIBE, RejectReason::RATE_LIMITED)
     );
-    assert_eq!(GatewayStats::get(&r.stats.rejects_rate_limited), 3);
-    // The fourth strike in a row is a flood: its own reason, a jittered
+    let window = retry_of(&sent[0]);
+    assert!((100..=200).contains(&window), "{window}");
+    assert_eq!(GatewayStats::get(&r.stats.rejects_rate_limited), 1);
+    // Sent at once after it (within the grace): refused by the window with
+    // the time left (strike 2).
+    r.feed(&subscribe(10));
+    let sent = r.sent();
+    assert_eq!(reject_of(&sent[0]).2, RejectReason::RATE_LIMITED);
+    assert_eq!(retry_of(&sent[0]), window);
+    // Sent after the grace, inside the window: ignored (strike 3), the
+    // window starts again from then, twice as long.
+    r.at_ms(10).feed(&subscribe(11));
+    assert_eq!(retry_of(&r.sent()[0]), 2 * window, "doubled from now");
+    assert_eq!(GatewayStats::get(&r.stats.rejects_backoff), 2);
+    assert!(r.s.is_active());
+    // The fourth refusal in a row is a flood: its own reason, a jittered
     // floor from the error window.
-    r.feed(&heartbeat());
+    r.at_ms(20).feed(&subscribe(12));
     let sent = r.sent();
     assert!(disconnect(DisconnectReason::MESSAGE_FLOOD, "message flood")(&sent[0]));
     match &sent[0] {
@@ -155,6 +161,45 @@ fn messages_over_the_rate_are_rejected_then_a_flood_disconnects() {
     }
     assert_eq!(GatewayStats::get(&r.stats.disconnects_flood), 1);
     assert!(r.s.is_closing());
+}
+
+#[test]
+fn a_client_that_honours_the_window_is_never_struck() {
+    let mut r = Rig::new().logged_on();
+    for _ in 0..4 {
+        r.feed(&heartbeat());
+    }
+    let mut t = 0;
+    for round in 0..20 {
+        // A request over the rate, then nothing but heartbeats... none
+        // even: it waits out the retry-after it was given, then sends.
+        r.at_ms(t).feed(&subscribe(round));
+        let sent = r.sent();
+        if let Some(s) = sent.first() {
+            assert_ne!(reject_of(s).2, RejectReason::UNEXPECTED_MESSAGE);
+            t += u64::from(retry_of(s));
+        } else {
+            t += 1;
+        }
+    }
+    assert!(r.s.is_active(), "an honouring client was cut");
+    assert_eq!(GatewayStats::get(&r.stats.rejects_backoff), 0);
+    assert_eq!(r.s.backoff_strikes(), 0);
+}
+
+#[test]
+fn an_account_rate_refusal_from_the_request_path_opens_a_window() {
+    let mut r = Rig::new().logged_on();
+    let now = r.now;
+    r.s.note_refusal(RejectReason::RATE_LIMITED, 15, now);
+    // An overload refusal is advice: no window.
+    r.s.note_refusal(RejectReason::OVERLOADED, 3_000, now);
+    r.at_ms(1).feed(&subscribe(1));
+    assert_eq!(retry_of(&r.sent()[0]), 14);
+    assert_eq!(
+        r.at_ms(16).feed(&subscribe(2)),
+        vec![Got::Subscribe(2), Got::Done]
+    );
 }
 
 #[test]

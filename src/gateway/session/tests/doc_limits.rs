@@ -57,14 +57,33 @@ fn every_retry_floor_in_the_doc_is_the_code_s() {
         "`Reject(rate_limited)`, first Subscribe or SymbolListRequest admission",
         &busy,
     );
+    // One to two refills of the rate (admission::refill_retry_ms).
+    let refills = |per_s: u32| {
+        let ms = 1_000 / u64::from(per_s);
+        format!(
+            "one to two refills of the rate: {}–{} at the default {per_s} per s",
+            ms,
+            2 * ms
+        )
+    };
     row(
         "`Reject(rate_limited)`, connection message rate",
-        &w(c.rate_limited_retry),
+        &refills(c.msg_rate_per_s),
+    );
+    row(
+        "`Reject(rate_limited)`, account request rate",
+        &refills(crate::requests::queue::ACCOUNT_RATE_PER_S_DEFAULT),
     );
     let shed = w(SHED_RETRY_WINDOW_DEFAULT);
-    row("`Reject(rate_limited)`, account request rate", &shed);
     row("`Reject(overloaded)`, shed by the request queue", &shed);
-    row("`Reject(overloaded)`, request ring full", &err);
+    // The ring to the dispatcher refuses with the queue's window
+    // (`requests::port`), as do busy workers (`requests::service`).
+    row("`Reject(overloaded)`, request ring full", &shed);
+    row("`Reject(overloaded)`, request workers busy", &shed);
+    row(
+        "`LogonRejected(busy)` (the Logon arrived; its verification did not come within the logon timeout)",
+        &busy,
+    );
 }
 
 #[test]
@@ -103,7 +122,7 @@ fn every_limit_and_timeout_in_the_doc_is_the_code_s() {
     );
     let flood = n(c.flood_disconnect_after.into());
     row(
-        "Refused messages in a row before the flood disconnect",
+        "Refusals in a row before the flood disconnect (messages the rate refused, and messages refused inside a refusal's `retryAfterMs`, §4.2)",
         &flood,
     );
     let bad = format!(

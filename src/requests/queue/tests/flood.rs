@@ -158,3 +158,65 @@ fn a_few_single_requests_left_overdue_by_a_stall_are_served_not_shed() {
     }
     assert!(served.contains(&9_999_999), "{served:?}");
 }
+
+#[test]
+fn a_quiet_account_with_a_few_queued_is_not_shed_while_a_flood_holds_more() {
+    // Generated cases: the quiet account's pile (2..=20, grown while the
+    // path was starved), when it is popped, and how many pops.
+    let mut rng = SmallRng::seed_from_u64(30);
+    const QUIET: u32 = 1;
+    for case in 0..64 {
+        let (mut q, _) = queue(flood_config());
+        let _ = flood(&mut q, LONG_BUDGET_US, 300);
+        assert!(q.is_overloaded());
+        let pile: u64 = rng.gen_range(2..=20);
+        for k in 0..pile {
+            push_ok(&mut q, 9_000_000 + k, normal(QUIET), 300 * MS);
+        }
+        // Overdue (> 2 x target) by the time they are popped.
+        let at = 300 * MS + rng.gen_range(20..200) * MS;
+        let (mut flood_shed, mut quiet_served) = (0, 0);
+        for _ in 0..rng.gen_range(pile * 2..=pile * 4) {
+            // Far below the flood throughout the pop (the flood only
+            // shrinks in it, the quiet pile never grows): never shed for
+            // overload.
+            let quiet = q.queued_of(QUIET);
+            let (got, sheds) = pop(&mut q, at);
+            let noisy = q.queued_of(0);
+            let far_below = quiet * FAR_BELOW_HEAVIEST < noisy;
+            quiet_served += u64::from(got.is_some_and(|id| id >= 9_000_000));
+            for s in &sheds {
+                assert!(
+                    s.account != QUIET || s.reason != ShedReason::Overloaded || !far_below,
+                    "case {case}: a quiet request ({quiet} queued, flood {noisy}) shed"
+                );
+                flood_shed += u64::from(s.account == 0);
+            }
+        }
+        assert!(flood_shed > 0, "case {case}: the flood was never shed");
+        assert!(
+            quiet_served > 0,
+            "case {case}: the quiet account never served"
+        );
+    }
+}
+
+#[test]
+fn accounts_near_the_heaviest_are_shed_beside_it() {
+    // Two flooding accounts of similar size both build the standing
+    // queue: both are shed, not only the larger.
+    let (mut q, _) = queue(flood_config());
+    let _ = flood(&mut q, LONG_BUDGET_US, 300);
+    let big = q.queued_of(0);
+    for k in 0..u64::from(big / 2 + 1) {
+        let _ = q.push(8_000_000 + k, normal(2), 300 * MS);
+    }
+    let mut shed_of = [0u32; 3];
+    for _ in 0..40 {
+        let (_, sheds) = pop(&mut q, 400 * MS);
+        for s in sheds.iter().filter(|s| s.reason == ShedReason::Overloaded) {
+            shed_of[s.account as usize] += 1;
+        }
+    }
+    assert!(shed_of[0] > 0 && shed_of[2] > 0, "{shed_of:?}");
+}

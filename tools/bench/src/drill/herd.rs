@@ -1,0 +1,412 @@
+//! `--scenario herd-starved`: `--herd-clients` raw protocol clients from
+//! `--drill-sources` source addresses (127.0.0.2 on, each socket bound
+//! before connect) log on, subscribe, heartbeat and read, beside one
+//! CPU-spinning process per core (`--drill-spinners`, 0 for the reference
+//! run); four observers subscribed before the herd measure each price's
+//! age (engine publish to receipt) and the longest gap between prices.
+//! Refused clients come back after the retry-after they were given. The
+//! herd stays connected 4 s after its last logon (more than the
+//! 3-heartbeat idle cut).
+//!
+//! Checked: every client logged on within `--drill-logon-bound-s`; no
+//! receiving client was cut as idle; the observers kept their sessions and
+//! their price age stayed bounded (p99 and worst printed; the worst gap
+//! below 5 s).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pricewire::client::{Client, ClientConfig, Event};
+use pricewire::wire::{self, DisconnectReason, Message, TIER_ACCOUNT_DEFAULT};
+
+use super::{quantiles, scrape, series, start_server, Verdict};
+use crate::cli::BenchArgs;
+use crate::procs::Proc;
+
+const HEARTBEAT_MS: u32 = 1_000;
+const HOLD: Duration = Duration::from_secs(4);
+const DRIVERS: usize = 4;
+const OBSERVERS: usize = 4;
+const MAX_GAP: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct Tally {
+    on: AtomicU64,
+    logons: AtomicU64,
+    refusals: AtomicU64,
+    idle_cuts: AtomicU64,
+    other_cuts: AtomicU64,
+    connect_errors: AtomicU64,
+}
+
+/// Runs the drill.
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let d = &args.drill;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spinners = d.drill_spinners.unwrap_or(cores);
+    let clients = args.herd_clients;
+    crate::procs::raise_open_files_limit(clients + 256)?;
+    let server = start_server(args, &["--synthetic-rate", "2000"])?;
+    let mut v = Verdict::new("herd-starved");
+    v.fig(format!(
+        "herd {clients} clients from {} addresses, {spinners} spinners, {cores} cores",
+        d.drill_sources
+    ));
+    let logs = tempfile::tempdir()?;
+    let mut spin: Vec<Proc> = (0..spinners)
+        .map(|k| {
+            let mut c = Command::new("sh");
+            c.args(["-c", "while :; do :; done"]);
+            Proc::spawn(&format!("spinner{k}"), c, logs.path())
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let observers: Vec<_> = (0..OBSERVERS)
+        .map(|k| observer(server.addr, k as u64, stop.clone()))
+        .collect::<anyhow::Result<_>>()?;
+    let t = Arc::new(Tally::default());
+    let SocketAddr::V4(dst) = server.addr else {
+        anyhow::bail!("the drill server listens on IPv4 loopback");
+    };
+    let t0 = Instant::now();
+    let drivers: Vec<_> = (0..DRIVERS)
+        .map(|k| {
+            let mine: Vec<Raw> = (k..clients)
+                .step_by(DRIVERS)
+                .map(|i| {
+                    Raw::new(
+                        source(i, d.drill_sources),
+                        t0 + Duration::from_millis(i as u64 % 1000),
+                    )
+                })
+                .collect();
+            let (t, stop) = (t.clone(), stop.clone());
+            std::thread::spawn(move || drive(dst, mine, t, stop))
+        })
+        .collect();
+    let bound = Duration::from_secs(d.drill_logon_bound_s);
+    let give_up = t0 + bound.max(Duration::from_secs(60)) + Duration::from_secs(30);
+    let mut all_on = None;
+    while Instant::now() < give_up && all_on.is_none() {
+        if t.on.load(Relaxed) as usize >= clients {
+            all_on = Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(HOLD);
+    let text = scrape(server.ops);
+    stop.store(true, Relaxed);
+    for dr in drivers {
+        let _ = dr.join();
+    }
+    let obs: Vec<Observed> = observers
+        .into_iter()
+        .filter_map(|o| o.join().ok())
+        .collect();
+    for s in &mut spin {
+        s.stop();
+    }
+    report(&mut v, &t, all_on, bound, &obs, &text);
+    v.finish()
+}
+
+fn report(
+    v: &mut Verdict,
+    t: &Tally,
+    all_on: Option<Duration>,
+    bound: Duration,
+    obs: &[Observed],
+    text: &str,
+) {
+    v.fig(format!(
+        "all logged on after {}; logons {}, refusals {}, connect errors {}",
+        all_on.map_or("never".into(), |d| format!("{:.2} s", d.as_secs_f64())),
+        t.logons.load(Relaxed),
+        t.refusals.load(Relaxed),
+        t.connect_errors.load(Relaxed)
+    ));
+    let mut ages: Vec<u64> = obs.iter().flat_map(|o| o.ages_us.iter().copied()).collect();
+    let (p50, p99, max) = quantiles(&mut ages);
+    let gap = obs.iter().map(|o| o.worst_gap).max().unwrap_or_default();
+    let lost: u64 = obs.iter().map(|o| o.lost).sum();
+    v.fig(format!("observers: price age p50 {p50} us, p99 {p99} us, max {max} us; worst gap {gap:?}; {} prices", ages.len()));
+    let lag_refusals = series(
+        text,
+        "pricewire_admission_rejects_total{stage=\"loop_lag\"}",
+    )
+    .unwrap_or(0.0);
+    let mut lagging = String::new();
+    for k in 0..8 {
+        let l = format!("{{shard=\"{k}\"}}");
+        let Some(ep) = series(text, &format!("pricewire_shard_lag_episodes_total{l}")) else {
+            break;
+        };
+        let cpu = series(text, &format!("pricewire_shard_cpu_ratio{l}")).unwrap_or(0.0);
+        let wait = series(text, &format!("pricewire_shard_run_wait_ratio{l}")).unwrap_or(0.0);
+        let paced =
+            series(text, &format!("pricewire_shard_lag_logons_paced_total{l}")).unwrap_or(0.0);
+        lagging.push_str(&format!(
+            " shard{k}: episodes {ep}, cpu {cpu:.2}, run-wait {wait:.2}, paced logons {paced};"
+        ));
+    }
+    v.fig(format!(
+        "server: loop_lag refusals {lag_refusals};{lagging}"
+    ));
+    let late = series(
+        text,
+        "pricewire_session_disconnects_total{reason=\"logon_verdict_late\"}",
+    )
+    .unwrap_or(0.0);
+    v.fig(format!("server: logon verdicts late {late}"));
+    v.check(
+        all_on.is_some_and(|d| d <= bound),
+        format!("every client logged on within {bound:?}"),
+    );
+    v.check(
+        t.idle_cuts.load(Relaxed) == 0,
+        format!(
+            "no receiving client cut as idle: {}",
+            t.idle_cuts.load(Relaxed)
+        ),
+    );
+    v.check(
+        lost == 0,
+        format!("observers kept their sessions: lost {lost}"),
+    );
+    v.check(
+        gap <= MAX_GAP && !ages.is_empty(),
+        format!("observers' worst gap {gap:?} <= {MAX_GAP:?}"),
+    );
+}
+
+/// Source address of client `i`: 127.0.0.2 + i mod `sources`.
+fn source(i: usize, sources: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 2 + (i % sources) as u8)
+}
+
+struct Observed {
+    ages_us: Vec<u64>,
+    worst_gap: Duration,
+    lost: u64,
+}
+
+fn observer(
+    addr: SocketAddr,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<Observed>> {
+    let mut cfg = ClientConfig::new(addr, "watch", "watch");
+    cfg.rng_seed = Some(seed);
+    cfg.heartbeat_ms = HEARTBEAT_MS;
+    let mut c = Client::connect(cfg).map_err(|e| anyhow::anyhow!("observer: {e}"))?;
+    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &["EURUSD", "GBPUSD", "XAUUSD"])
+        .map_err(|e| anyhow::anyhow!("observer subscribe: {e}"))?;
+    Ok(std::thread::spawn(move || {
+        let mut o = Observed {
+            ages_us: Vec::new(),
+            worst_gap: Duration::ZERO,
+            lost: 0,
+        };
+        let mut last = Instant::now();
+        while !stop.load(Relaxed) {
+            match c.next_event(Duration::from_millis(20)) {
+                Ok(Some(Event::Price(p))) => {
+                    let now = pricewire::clock::wall_ns();
+                    o.ages_us
+                        .push(now.saturating_sub(p.body.engine_time_ns) / 1_000);
+                    o.worst_gap = o.worst_gap.max(last.elapsed());
+                    last = Instant::now();
+                }
+                Ok(Some(Event::Disconnected { .. })) => o.lost += 1,
+                _ => {}
+            }
+        }
+        o.worst_gap = o
+            .worst_gap
+            .max(last.elapsed().min(Duration::from_millis(100)));
+        o
+    }))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting(Instant),
+    AwaitingLogon(Instant),
+    LoggedOn,
+}
+
+/// One herd client over the documented protocol (docs/protocol.md).
+struct Raw {
+    src: Ipv4Addr,
+    stream: Option<std::net::TcpStream>,
+    buf: Vec<u8>,
+    len: usize,
+    state: State,
+    last_tx: Instant,
+}
+
+impl Raw {
+    fn new(src: Ipv4Addr, at: Instant) -> Raw {
+        Raw {
+            src,
+            stream: None,
+            buf: vec![0; 64 * 1024],
+            len: 0,
+            state: State::Waiting(at),
+            last_tx: at,
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8], now: Instant) {
+        if let Some(s) = self.stream.as_mut() {
+            let _ = s.write_all(bytes);
+        }
+        self.last_tx = now;
+    }
+
+    fn open(&mut self, dst: SocketAddrV4, reg: (&mio::Registry, usize), t: &Tally, now: Instant) {
+        let Ok(s) = super::conn::connect(SocketAddr::V4(dst), Some(self.src)) else {
+            t.connect_errors.fetch_add(1, Relaxed);
+            self.state = State::Waiting(now + Duration::from_millis(200));
+            return;
+        };
+        let _ = s.set_nodelay(true);
+        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+        self.stream = Some(s);
+        self.len = 0;
+        self.send(&super::conn::logon_frame("herd", "herd", HEARTBEAT_MS), now);
+        if let Some(s) = self.stream.as_ref() {
+            use std::os::fd::AsRawFd;
+            let _ = s.set_nonblocking(true);
+            let fd = s.as_raw_fd();
+            let (registry, token) = reg;
+            let mut source = mio::unix::SourceFd(&fd);
+            let _ = registry.register(&mut source, mio::Token(token), mio::Interest::READABLE);
+        }
+        self.state = State::AwaitingLogon(now);
+    }
+
+    fn ended(&mut self, retry_ms: u32, t: &Tally, now: Instant) {
+        if matches!(self.state, State::LoggedOn) {
+            t.on.fetch_sub(1, Relaxed);
+        }
+        self.stream = None;
+        self.state = State::Waiting(now + Duration::from_millis(u64::from(retry_ms.max(100))));
+    }
+
+    fn on_frame(&mut self, frame: &[u8], t: &Tally, now: Instant) -> bool {
+        let on = matches!(self.state, State::LoggedOn);
+        match wire::decode(frame) {
+            Ok(Message::LogonAccepted(_)) => {
+                self.state = State::LoggedOn;
+                t.on.fetch_add(1, Relaxed);
+                t.logons.fetch_add(1, Relaxed);
+                let mut b = [0u8; 128];
+                let n = wire::encode_subscribe_names(&mut b, 1, TIER_ACCOUNT_DEFAULT, ["EURUSD"])
+                    .unwrap();
+                self.send(&b[..n], now);
+            }
+            Ok(Message::LogonRejected(r)) => {
+                t.refusals.fetch_add(1, Relaxed);
+                self.ended(r.retry_after_ms, t, now);
+                return false;
+            }
+            Ok(Message::Disconnect(d)) => {
+                if on && d.reason == DisconnectReason::IDLE_TIMEOUT {
+                    t.idle_cuts.fetch_add(1, Relaxed);
+                } else if on {
+                    t.other_cuts.fetch_add(1, Relaxed);
+                } else {
+                    t.refusals.fetch_add(1, Relaxed);
+                }
+                self.ended(d.retry_after_ms, t, now);
+                return false;
+            }
+            _ => {}
+        }
+        true
+    }
+
+    fn read(&mut self, t: &Tally, now: Instant) {
+        loop {
+            let Some(s) = self.stream.as_mut() else {
+                return;
+            };
+            match s.read(&mut self.buf[self.len..]) {
+                Ok(n) if n > 0 => self.len += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                _ => {
+                    if matches!(self.state, State::LoggedOn) {
+                        t.other_cuts.fetch_add(1, Relaxed);
+                    }
+                    return self.ended(500, t, now);
+                }
+            }
+            let mut at = 0;
+            while let Ok(Some(n)) =
+                wire::split_with_max(&self.buf[at..self.len], wire::SERVER_FRAME_LEN_MAX)
+            {
+                let frame = std::mem::take(&mut self.buf);
+                let open = self.on_frame(&frame[at..at + n], t, now);
+                self.buf = frame;
+                at += n;
+                if !open {
+                    return;
+                }
+            }
+            self.buf.copy_within(at..self.len, 0);
+            self.len -= at;
+        }
+    }
+
+    fn timers(&mut self, dst: SocketAddrV4, reg: (&mio::Registry, usize), t: &Tally, now: Instant) {
+        match self.state {
+            State::Waiting(at) if now >= at => self.open(dst, reg, t, now),
+            State::AwaitingLogon(since) if now - since > Duration::from_secs(20) => {
+                t.connect_errors.fetch_add(1, Relaxed);
+                self.ended(0, t, now);
+            }
+            State::LoggedOn
+                if now - self.last_tx >= Duration::from_millis(u64::from(HEARTBEAT_MS)) =>
+            {
+                let mut b = [0u8; 32];
+                let n = wire::encode_heartbeat(&mut b).unwrap();
+                self.send(&b[..n], now);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One driver thread: its clients read when readable, timers every 10 ms.
+fn drive(dst: SocketAddrV4, mut clients: Vec<Raw>, t: Arc<Tally>, stop: Arc<AtomicBool>) {
+    let Ok(mut poll) = mio::Poll::new() else {
+        return;
+    };
+    let mut events = mio::Events::with_capacity(1024);
+    let mut next_timers = Instant::now();
+    while !stop.load(Relaxed) {
+        let now = Instant::now();
+        if now >= next_timers {
+            for (k, c) in clients.iter_mut().enumerate() {
+                c.timers(dst, (poll.registry(), k), &t, now);
+            }
+            next_timers = now + Duration::from_millis(10);
+        }
+        let wait = next_timers.saturating_duration_since(Instant::now());
+        if poll.poll(&mut events, Some(wait)).is_err() {
+            continue;
+        }
+        let now = Instant::now();
+        for e in events.iter() {
+            if let Some(c) = clients.get_mut(e.token().0) {
+                c.read(&t, now);
+            }
+        }
+    }
+}
