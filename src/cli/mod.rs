@@ -2,6 +2,8 @@
 //! a unit; invalid values are refused with a clear message and exit code 2.
 
 pub mod config_flags;
+pub mod error;
+pub use error::ArgsError;
 
 pub mod auth_args;
 pub mod bench;
