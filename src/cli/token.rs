@@ -28,13 +28,24 @@ pub fn run(cmd: TokenCmd) -> i32 {
     }
 }
 
-fn hash(token: &[u8]) -> Result<String, String> {
-    crate::auth::hash::hash_token(token)
+/// Why `pricewire token hash` printed no hash.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Stdin could not be read.
+    #[error("reading the token: {0}")]
+    Read(#[source] std::io::Error),
+    /// The hasher refused the token.
+    #[error("{0}")]
+    Hash(#[source] super::error::Cause),
+}
+
+fn hash(token: &[u8]) -> Result<String, TokenError> {
+    crate::auth::hash::hash_token(token).map_err(|e| TokenError::Hash(e.into()))
 }
 
 /// One line from stdin, without its line ending; prompted for (echo off)
 /// when stdin is a terminal.
-fn read_token() -> Result<Vec<u8>, String> {
+fn read_token() -> Result<Vec<u8>, TokenError> {
     let stdin = std::io::stdin();
     let echo_off = crate::runtime::sys::set_echo(&stdin, false).unwrap_or(false);
     if echo_off {
@@ -47,7 +58,7 @@ fn read_token() -> Result<Vec<u8>, String> {
         let _ = crate::runtime::sys::set_echo(&stdin, true);
         eprintln!();
     }
-    r.map_err(|e| format!("reading the token: {e}"))?;
+    r.map_err(TokenError::Read)?;
     while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         line.pop();
     }
