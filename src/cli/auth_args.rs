@@ -5,6 +5,8 @@
 
 use clap::Args;
 
+use super::ArgsError;
+
 use crate::auth::hash::{CostWindow, M_COST_KIB, P_COST, T_COST};
 use crate::auth::lockout::{LockoutPolicy, WAYS};
 use crate::auth::verifier::{
@@ -101,7 +103,7 @@ impl AuthArgs {
     ///
     /// # Errors
     /// A value out of its range, naming the flag.
-    pub fn limits(&self) -> Result<AuthLimits, String> {
+    pub fn limits(&self) -> Result<AuthLimits, ArgsError> {
         self.check()?;
         let policy = |threshold, capacity| LockoutPolicy {
             threshold,
@@ -124,7 +126,7 @@ impl AuthArgs {
     ///
     /// # Errors
     /// As [`AuthArgs::limits`].
-    pub fn feed_limits(&self) -> Result<AuthLimits, String> {
+    pub fn feed_limits(&self) -> Result<AuthLimits, ArgsError> {
         Ok(AuthLimits {
             verifier_threads: 1,
             verifier_queue: self.feed_verifier_queue,
@@ -137,7 +139,7 @@ impl AuthArgs {
     ///
     /// # Errors
     /// As [`AuthArgs::limits`].
-    pub fn cost_window(&self) -> Result<CostWindow, String> {
+    pub fn cost_window(&self) -> Result<CostWindow, ArgsError> {
         self.check()?;
         Ok(CostWindow {
             memory_kib_max: self.argon2_max_memory_kib,
@@ -146,7 +148,7 @@ impl AuthArgs {
         })
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ArgsError> {
         let (first, max) = (self.lockout_first_ms, self.lockout_max_ms);
         let table = WAYS as u64..=LOCKOUT_TABLE_MAX as u64;
         let queue = 1..=QUEUE_MAX as u64;
@@ -213,11 +215,10 @@ impl AuthArgs {
         ];
         for (flag, v, range) in ranges {
             if !range.contains(&v) {
-                return Err(format!(
-                    "{flag} {v}: must be {}..={}{}",
-                    range.start(),
-                    range.end(),
-                    why(flag)
+                return Err(ArgsError::value(
+                    flag,
+                    v,
+                    format!("must be {}..={}{}", range.start(), range.end(), why(flag)),
                 ));
             }
         }
@@ -361,7 +362,11 @@ mod tests {
         ];
         for (flags, want) in cases {
             let a = parse(flags);
-            let err = a.limits().and_then(|_| a.feed_limits()).unwrap_err();
+            let err = a
+                .limits()
+                .and_then(|_| a.feed_limits())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{flags:?}: {err}");
         }
     }

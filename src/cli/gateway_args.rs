@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::ArgsError;
 use crate::feed::ingest::IngestConfig;
 use crate::gateway::outbound::{
     HIGH_WATER_BYTES_DEFAULT, LOW_WATER_BYTES_DEFAULT, OUT_CAP_BYTES_DEFAULT,
@@ -41,11 +42,12 @@ impl ListenerTls {
 pub const RATE_PER_S_MAX: u64 = 10_000_000;
 
 /// Refuses a rate of 0 (a bucket that never refills) or above `max`.
-pub(crate) fn check_rate(flag: &str, rate: u64, max: u64) -> Result<(), String> {
+pub(crate) fn check_rate(flag: &str, rate: u64, max: u64) -> Result<(), ArgsError> {
     if rate == 0 || rate > max {
-        return Err(format!(
-            "{flag} {rate}: must be 1..={max} per second (0 would admit the burst and \
-             then nothing)"
+        return Err(ArgsError::value(
+            flag,
+            rate,
+            format!("must be 1..={max} per second (0 would admit the burst and then nothing)"),
         ));
     }
     Ok(())
@@ -346,7 +348,7 @@ impl GatewayArgs {
         &self,
         shard_wait: WaitStrategy,
         cpus: &crate::runtime::CpuMap,
-    ) -> Result<Option<GatewayConfig>, String> {
+    ) -> Result<Option<GatewayConfig>, ArgsError> {
         if self.no_listen {
             return Ok(None);
         }
@@ -398,36 +400,43 @@ impl GatewayArgs {
         c.proxy = self.proxy_protocol()?;
         let per_s = self.tls_busy_handshakes_per_s;
         if per_s > TLS_BUSY_HANDSHAKES_PER_S_MAX {
-            return Err(format!(
-                "--tls-busy-handshakes-per-s {per_s}: must be 0..={TLS_BUSY_HANDSHAKES_PER_S_MAX}"
+            return Err(ArgsError::value(
+                "--tls-busy-handshakes-per-s",
+                per_s,
+                format!("must be 0..={TLS_BUSY_HANDSHAKES_PER_S_MAX}"),
             ));
         }
         c.tls_busy_handshakes_per_s = per_s;
-        c.validate()?;
+        c.validate().map_err(ArgsError::invalid)?;
         Ok(Some(c))
     }
 
     /// The PROXY protocol settings, `None` when off.
-    fn proxy_protocol(&self) -> Result<Option<Arc<ProxyProtocol>>, String> {
+    fn proxy_protocol(&self) -> Result<Option<Arc<ProxyProtocol>>, ArgsError> {
         if !self.proxy_protocol {
             return Ok(None);
         }
         let ms = self.proxy_header_timeout_ms;
         if !(100..=60_000).contains(&ms) {
-            return Err(format!(
-                "--proxy-header-timeout-ms {ms}: must be 100..=60000"
+            return Err(ArgsError::value(
+                "--proxy-header-timeout-ms",
+                ms,
+                "must be 100..=60000",
             ));
         }
         if self.proxy_from.is_empty() {
-            return Err(
-                "--proxy-protocol needs --proxy-from CIDR[,CIDR...]: the balancers \
-                        trusted to send PROXY headers"
-                    .into(),
-            );
+            return Err(ArgsError::flag(
+                "--proxy-protocol needs --proxy-from CIDR[,CIDR...]",
+                "the balancers trusted to send PROXY headers",
+            ));
         }
         let pending = self.proxy_pending_max;
         if !(1..=65_536).contains(&pending) {
-            return Err(format!("--proxy-pending-max {pending}: must be 1..=65536"));
+            return Err(ArgsError::value(
+                "--proxy-pending-max",
+                pending,
+                "must be 1..=65536",
+            ));
         }
         let mut proxy = ProxyProtocol::new(AllowList::new(self.proxy_from.clone()), ms);
         proxy.pending_max = pending;
@@ -437,7 +446,7 @@ impl GatewayArgs {
     /// Every per-second rate: 0 would let the burst through and then
     /// nothing ever again, so it is refused, as is a rate above
     /// [`RATE_PER_S_MAX`] (no limit in effect; a typo).
-    pub(crate) fn check_rates(&self) -> Result<(), String> {
+    pub(crate) fn check_rates(&self) -> Result<(), ArgsError> {
         let rates = [
             ("--msg-rate-per-s", self.msg_rate_per_s),
             ("--accept-rate-per-s", self.accept_rate_per_s),
@@ -457,7 +466,7 @@ impl GatewayArgs {
 
     /// Loads the TLS files of each listener that gets TLS; an unreadable
     /// or invalid file is refused naming its flag.
-    pub fn listener_tls(&self) -> Result<ListenerTls, String> {
+    pub fn listener_tls(&self) -> Result<ListenerTls, ArgsError> {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             return Ok(ListenerTls::default());
         };
@@ -468,8 +477,10 @@ impl GatewayArgs {
         }
         let ms = self.tls_handshake_timeout_ms;
         if !(100..=60_000).contains(&ms) {
-            return Err(format!(
-                "--tls-handshake-timeout-ms {ms}: must be 100..=60000"
+            return Err(ArgsError::value(
+                "--tls-handshake-timeout-ms",
+                ms,
+                "must be 100..=60000",
             ));
         }
         let files = TlsFiles {
@@ -480,7 +491,7 @@ impl GatewayArgs {
         let subscriber = (!self.no_listen)
             .then(|| TlsAcceptor::new("subscriber", files.clone(), ms))
             .transpose()
-            .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+            .map_err(|e| ArgsError::refused("--tls-cert/--tls-key", e))?;
         let feed_files = TlsFiles {
             client_ca: self.feed_tls_client_ca.clone(),
             ..files
@@ -488,7 +499,7 @@ impl GatewayArgs {
         let feed = (self.feed_listen.is_some() && !self.feed_plaintext)
             .then(|| TlsAcceptor::new("feed", feed_files, ms))
             .transpose()
-            .map_err(|e| format!("--tls-cert/--tls-key/--feed-tls-client-ca: {e}"))?;
+            .map_err(|e| ArgsError::refused("--tls-cert/--tls-key/--feed-tls-client-ca", e))?;
         Ok(ListenerTls { subscriber, feed })
     }
 
@@ -498,7 +509,7 @@ impl GatewayArgs {
         &self,
         wait: WaitStrategy,
         cpus: &crate::runtime::CpuMap,
-    ) -> Result<Option<IngestConfig>, String> {
+    ) -> Result<Option<IngestConfig>, ArgsError> {
         let Some(listen) = self.feed_listen else {
             return Ok(None);
         };
