@@ -2,6 +2,8 @@
 
 use clap::Args;
 
+use super::ArgsError;
+
 use crate::bus::{BusConfig, BusRole, Role, PREFIX_DEFAULT};
 
 /// Role and bus flags of `pricewire serve`.
@@ -68,34 +70,43 @@ pub(crate) struct RoleFacts {
 impl BusArgs {
     /// The bus side to run, or `None` for standalone; refuses flags that
     /// do not fit the role, naming them.
-    pub(crate) fn bus_role(&self, facts: &RoleFacts) -> Result<Option<BusRole>, String> {
+    pub(crate) fn bus_role(&self, facts: &RoleFacts) -> Result<Option<BusRole>, ArgsError> {
         let parse = |bus: &str| {
             BusConfig::parse(bus, &self.bus_prefix, self.bus_replicas)
                 .and_then(|c| c.with_lease_ms(self.bus_lease_ms))
                 .and_then(|c| c.with_max_age_ms(self.bus_max_age_ms))
                 .and_then(|c| c.with_heartbeat_ms(self.bus_heartbeat_ms))
-                .map_err(|e| e.to_string())
+                .map_err(ArgsError::invalid)
                 .and_then(|c| self.security.apply(c))
         };
         match (self.role, self.bus.as_deref()) {
-            (Role::Standalone, None) if self.security.any() => {
-                Err("--bus-user, --bus-tls…: need --role core or --role edge and --bus".into())
-            }
+            (Role::Standalone, None) if self.security.any() => Err(ArgsError::flag(
+                "--bus-user, --bus-tls…",
+                "need --role core or --role edge and --bus",
+            )),
             (Role::Standalone, None) => Ok(None),
-            (Role::Standalone, Some(_)) => {
-                Err("--bus: needs --role core or --role edge (standalone has no bus)".into())
-            }
-            (role, None) => Err(format!(
-                "--role {}: needs --bus nats://host:port[,…]",
-                role_name(role)
+            (Role::Standalone, Some(_)) => Err(ArgsError::flag(
+                "--bus",
+                "needs --role core or --role edge (standalone has no bus)",
+            )),
+            (role, None) => Err(ArgsError::value(
+                "--role",
+                role_name(role),
+                "needs --bus nats://host:port[,…]",
             )),
             (Role::Core, Some(bus)) => Ok(Some(BusRole::Core(parse(bus)?))),
             (Role::Edge, Some(bus)) => {
                 if facts.feed_listen {
-                    return Err("--feed-listen: an edge runs no feeds (use it on a core)".into());
+                    return Err(ArgsError::flag(
+                        "--feed-listen",
+                        "an edge runs no feeds (use it on a core)",
+                    ));
                 }
                 if !facts.listens {
-                    return Err("--no-listen: an edge exists to serve subscribers".into());
+                    return Err(ArgsError::flag(
+                        "--no-listen",
+                        "an edge exists to serve subscribers",
+                    ));
                 }
                 Ok(Some(BusRole::Edge(parse(bus)?)))
             }
@@ -140,9 +151,11 @@ mod tests {
         bus: BusArgs,
     }
 
+    /// The role, or the refusal as printed.
     fn role(flags: &[&str], facts: &RoleFacts) -> Result<Option<BusRole>, String> {
         let argv = std::iter::once("serve").chain(flags.iter().copied());
-        Cli::try_parse_from(argv).unwrap().bus.bus_role(facts)
+        let args = Cli::try_parse_from(argv).unwrap();
+        args.bus.bus_role(facts).map_err(String::from)
     }
 
     const FACTS: RoleFacts = RoleFacts {

@@ -11,7 +11,8 @@ use crate::bus::security::{
     BusAuth, BusTls, SecretSource, SecretText, NKEY_ENV, PASSWORD_ENV, TOKEN_ENV,
 };
 use crate::bus::BusConfig;
-use crate::cli::secret::warn_if_loose;
+use crate::cli::secret::{warn_if_loose, SecretError};
+use crate::cli::ArgsError;
 
 /// Bus credentials and TLS flags of `pricewire serve`.
 #[derive(Debug, Clone, Default, Args)]
@@ -77,10 +78,10 @@ impl BusSecurityArgs {
 
     /// `cfg` with these credentials and TLS (no file is read here:
     /// [`BusConfig::check_access`] does, once, at start).
-    pub(crate) fn apply(&self, cfg: BusConfig) -> Result<BusConfig, String> {
+    pub(crate) fn apply(&self, cfg: BusConfig) -> Result<BusConfig, ArgsError> {
         let auth = self.auth(&|var| std::env::var_os(var))?;
         cfg.with_security(auth, self.tls()?, self.bus_tls)
-            .map_err(|e| e.to_string())
+            .map_err(ArgsError::invalid)
     }
 
     /// Warns about every secret file group or others may read.
@@ -100,8 +101,8 @@ impl BusSecurityArgs {
     }
 
     /// The one authentication method given (by flag or variable).
-    fn auth(&self, env: &dyn Fn(&str) -> Option<OsString>) -> Result<BusAuth, String> {
-        let secret = |flag, file: Option<&Path>, var| -> Result<_, String> {
+    fn auth(&self, env: &dyn Fn(&str) -> Option<OsString>) -> Result<BusAuth, ArgsError> {
+        let secret = |flag, file: Option<&Path>, var: &'static str| -> Result<_, ArgsError> {
             if let Some(path) = file {
                 let path = path.to_path_buf();
                 return Ok(Some(SecretSource::File { flag, path }));
@@ -113,20 +114,28 @@ impl BusSecurityArgs {
                 .into_string()
                 .ok()
                 .filter(|v| !v.is_empty())
-                .ok_or_else(|| format!("{var}: set but empty or not UTF-8"))?;
+                .ok_or_else(|| SecretError::EmptyVariable(var.to_string()))?;
             let value = SecretText::new(value);
             Ok(Some(SecretSource::Env { var, value }))
         };
         let mut methods: Vec<(&str, BusAuth)> = Vec::new();
         match (&self.bus_user, self.bus_password_file.as_deref()) {
             (Some(user), file) => {
-                let password = secret("--bus-password-file", file, PASSWORD_ENV)?.ok_or_else(
-                    || format!("--bus-user: give the password with --bus-password-file FILE or {PASSWORD_ENV}"),
-                )?;
+                let password =
+                    secret("--bus-password-file", file, PASSWORD_ENV)?.ok_or_else(|| {
+                        ArgsError::flag(
+                            "--bus-user",
+                            format!(
+                                "give the password with --bus-password-file FILE or {PASSWORD_ENV}"
+                            ),
+                        )
+                    })?;
                 let user = user.clone();
                 methods.push(("--bus-user", BusAuth::User { user, password }));
             }
-            (None, Some(_)) => return Err("--bus-password-file: needs --bus-user".into()),
+            (None, Some(_)) => {
+                return Err(ArgsError::flag("--bus-password-file", "needs --bus-user"))
+            }
             (None, None) => {}
         }
         let token = secret(
@@ -156,27 +165,35 @@ impl BusSecurityArgs {
                     .iter()
                     .map(|(f, a)| format!("{f} ({})", a.describe()))
                     .collect();
-                Err(format!(
-                    "bus credentials: give one method, not {}",
-                    named.join(" and ")
+                Err(ArgsError::flag(
+                    "bus credentials",
+                    format!("give one method, not {}", named.join(" and ")),
                 ))
             }
         }
     }
 
     /// TLS settings when TLS is asked for by a CA.
-    fn tls(&self) -> Result<Option<BusTls>, String> {
+    fn tls(&self) -> Result<Option<BusTls>, ArgsError> {
         let client = match (&self.bus_tls_cert, &self.bus_tls_key) {
             (Some(c), Some(k)) => Some((c.clone(), k.clone())),
             (None, None) => None,
-            _ => return Err("--bus-tls-cert and --bus-tls-key: give both or neither".into()),
+            _ => {
+                return Err(ArgsError::flag(
+                    "--bus-tls-cert and --bus-tls-key",
+                    "give both or neither",
+                ))
+            }
         };
         match (&self.bus_tls_ca, client) {
             (Some(ca), client) => Ok(Some(BusTls {
                 ca: ca.clone(),
                 client,
             })),
-            (None, Some(_)) => Err("--bus-tls-cert: needs --bus-tls-ca (TLS to the bus)".into()),
+            (None, Some(_)) => Err(ArgsError::flag(
+                "--bus-tls-cert",
+                "needs --bus-tls-ca (TLS to the bus)",
+            )),
             (None, None) => Ok(None),
         }
     }
@@ -222,7 +239,8 @@ mod tests {
         assert_eq!(password.read().unwrap().expose(), "s3cret");
         let e = args(&["--bus-user", "core"])
             .auth(&|_| Some(OsString::new()))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("PRICEWIRE_BUS_PASSWORD: set but empty"), "{e}");
         let env = |v: &str| (v == PASSWORD_ENV).then(|| OsString::from("from-env"));
         let Ok(BusAuth::User { password, .. }) = args(&["--bus-user", "core"]).auth(&env) else {
@@ -234,30 +252,42 @@ mod tests {
         let token = file(&dir, "tok", "t0k");
         let got = args(&["--bus-token-file", &token]).auth(&none);
         assert!(matches!(got, Ok(BusAuth::Token(_))), "{got:?}");
-        assert_eq!(args(&[]).auth(&none), Ok(BusAuth::None));
+        assert!(matches!(args(&[]).auth(&none), Ok(BusAuth::None)));
     }
 
     #[test]
     fn missing_or_conflicting_credentials_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let none = |_: &str| None;
-        let e = args(&["--bus-user", "core"]).auth(&none).unwrap_err();
+        let e = args(&["--bus-user", "core"])
+            .auth(&none)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--bus-password-file FILE or PRICEWIRE_BUS_PASSWORD"),
             "{e}"
         );
         let pw = file(&dir, "pw", "x");
-        let e = args(&["--bus-password-file", &pw]).auth(&none).unwrap_err();
+        let e = args(&["--bus-password-file", &pw])
+            .auth(&none)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("needs --bus-user"), "{e}");
         let env = |v: &str| (v == TOKEN_ENV).then(|| OsString::from("t"));
         let nk = file(&dir, "nk", SEED);
-        let e = args(&["--bus-nkey-file", &nk]).auth(&env).unwrap_err();
+        let e = args(&["--bus-nkey-file", &nk])
+            .auth(&env)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("give one method") && e.contains("PRICEWIRE_BUS_TOKEN"),
             "{e}"
         );
         assert!(!e.contains(SEED), "{e}");
-        let e = args(&["--bus-tls-cert", &pw]).tls().unwrap_err();
+        let e = args(&["--bus-tls-cert", &pw])
+            .tls()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("give both"), "{e}");
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::super::gateway_args::GatewayArgs;
+use super::super::ArgsError;
 use crate::admission::RetryWindow;
 use crate::clock::NS_PER_MS;
 use crate::config::Config;
@@ -241,7 +242,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// `--role` and the bus flags, checked against the other flags.
-    pub fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, String> {
+    pub fn bus_role(&self) -> Result<Option<crate::bus::BusRole>, ArgsError> {
         self.bus.bus_role(&crate::cli::bus_args::RoleFacts {
             listens: !self.gateway.no_listen,
             feed_listen: self.gateway.feed_listen.is_some(),
@@ -249,7 +250,7 @@ impl ServeArgs {
     }
 
     /// The request path's settings, validated.
-    pub fn request_config(&self) -> Result<RequestConfig, String> {
+    pub fn request_config(&self) -> Result<RequestConfig, ArgsError> {
         let queue = QueueConfig {
             capacity: self.queue_capacity,
             target_ns: self.queue_target_ms * NS_PER_MS,
@@ -259,9 +260,9 @@ impl ServeArgs {
             account_burst: self.account_request_burst,
             ..QueueConfig::default()
         };
-        queue.validate().map_err(|e| e.to_string())?;
+        queue.validate().map_err(ArgsError::invalid)?;
         if self.request_workers == 0 || self.request_workers > 64 {
-            return Err("--request-workers: 1..=64".into());
+            return Err(ArgsError::flag("--request-workers", "1..=64"));
         }
         Ok(RequestConfig {
             workers: self.request_workers,
@@ -282,7 +283,7 @@ impl ServeArgs {
     }
 
     /// The gateway's settings, or `None` with `--no-listen`.
-    pub fn gateway_config(&self) -> Result<Option<crate::gateway::GatewayConfig>, String> {
+    pub fn gateway_config(&self) -> Result<Option<crate::gateway::GatewayConfig>, ArgsError> {
         let mut g = self
             .gateway
             .gateway_config(self.shard_wait(), &self.placement())?;
@@ -296,7 +297,7 @@ impl ServeArgs {
                 Threading::Dedicated => 0,
             });
             if pct > 100 {
-                return Err("--shard0-spill-pct: 0..=100".into());
+                return Err(ArgsError::flag("--shard0-spill-pct", "0..=100"));
             }
             g.shard0_spill_permille = pct * 10;
         }
@@ -343,7 +344,7 @@ impl ServeArgs {
     /// includes `spin-park`, whose spin and yield phases never end while
     /// input arrives faster than they last (a 100k ticks/s synthetic feed
     /// kept a core 98 % busy at real-time priority). Real-time stages park.
-    pub(super) fn check_rt_waits(&self) -> Result<(), String> {
+    pub(super) fn check_rt_waits(&self) -> Result<(), ArgsError> {
         let Some(p) = self.rt_priority else {
             return Ok(());
         };
@@ -356,13 +357,14 @@ impl ServeArgs {
         }
         for (flag, w) in waits {
             if w != WaitStrategy::Park {
-                return Err(format!(
-                    "--rt-priority {p} with {flag} {}: a real-time thread that spins or \
-                     yields starves every normal thread on its core; use park (the \
-                     default at real-time priority)",
-                    clap::ValueEnum::to_possible_value(&w)
-                        .map(|v| v.get_name().to_owned())
-                        .unwrap_or_default()
+                let w = clap::ValueEnum::to_possible_value(&w)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_default();
+                return Err(ArgsError::value(
+                    "--rt-priority",
+                    format!("{p} with {flag} {w}"),
+                    "a real-time thread that spins or yields starves every normal thread on \
+                     its core; use park (the default at real-time priority)",
                 ));
             }
         }
@@ -385,13 +387,16 @@ impl ServeArgs {
 
     /// Ranges clap's types do not express: rates (what 0 means, or its
     /// refusal) and absurd sizes.
-    pub(super) fn check_numbers(&self) -> Result<(), String> {
+    pub(super) fn check_numbers(&self) -> Result<(), ArgsError> {
         use super::super::gateway_args::check_rate;
         if self.synthetic_rate > SYNTHETIC_RATE_MAX {
-            return Err(format!(
-                "--synthetic-rate {}: at most {SYNTHETIC_RATE_MAX} ticks per second \
-                 (0 = as fast as the pipeline takes them)",
-                self.synthetic_rate
+            return Err(ArgsError::value(
+                "--synthetic-rate",
+                self.synthetic_rate,
+                format!(
+                    "at most {SYNTHETIC_RATE_MAX} ticks per second \
+                     (0 = as fast as the pipeline takes them)"
+                ),
             ));
         }
         check_rate(
@@ -401,9 +406,10 @@ impl ServeArgs {
         )?;
         let max = crate::runtime::listen::BACKLOG_MAX;
         if self.listen_backlog == 0 || self.listen_backlog > max {
-            return Err(format!(
-                "--listen-backlog {}: must be 1..={max}",
-                self.listen_backlog
+            return Err(ArgsError::value(
+                "--listen-backlog",
+                self.listen_backlog,
+                format!("must be 1..={max}"),
             ));
         }
         Ok(())
@@ -411,7 +417,7 @@ impl ServeArgs {
 
     /// Loads the config file (or the built-in default) and applies the
     /// flags that override it.
-    pub fn load_config(&self) -> Result<Config, String> {
+    pub fn load_config(&self) -> Result<Config, ArgsError> {
         // Stored hashes are checked against the cost window as they load.
         crate::auth::hash::set_cost_window(self.gateway.auth.cost_window()?);
         // An edge runs no feed: it reads none of the providers' secrets
@@ -424,10 +430,10 @@ impl ServeArgs {
             Some(p) => Config::load_with(p, self.providers, secrets),
             None => crate::config::ConfigFile::default().resolve(self.providers),
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(ArgsError::invalid)?;
         if let Some(ms) = self.max_quote_age_ms {
             if ms == 0 {
-                return Err("--max-quote-age-ms: must be at least 1".into());
+                return Err(ArgsError::flag("--max-quote-age-ms", "must be at least 1"));
             }
             config.engine.max_quote_age_ms = ms;
             for session in &mut config.fix {
@@ -436,13 +442,16 @@ impl ServeArgs {
         }
         if let Some(bps) = self.spike_bps {
             if bps == 0 || bps > 10_000 {
-                return Err("--spike-bps: must be 1..=10000".into());
+                return Err(ArgsError::flag("--spike-bps", "must be 1..=10000"));
             }
             config.engine.spike_bps = bps;
         }
         self.check_numbers()?;
         if self.report_interval_ms == 0 {
-            return Err("--report-interval-ms: must be at least 1".into());
+            return Err(ArgsError::flag(
+                "--report-interval-ms",
+                "must be at least 1",
+            ));
         }
         self.check_exposure(&config)?;
         Ok(config)
@@ -453,7 +462,7 @@ impl ServeArgs {
     /// demo account with the token `demo` (built in when there are no
     /// `[[accounts]]`) on such an address is allowed for trials but logged
     /// as a warning.
-    fn check_exposure(&self, config: &Config) -> Result<(), String> {
+    fn check_exposure(&self, config: &Config) -> Result<(), ArgsError> {
         let listeners = [
             (
                 "--listen",
@@ -466,9 +475,11 @@ impl ServeArgs {
                 continue;
             };
             if config.insecure_plain_tokens {
-                return Err(format!(
-                    "{flag} {addr}: insecure_plain_tokens (clear tokens in the config) is for \
-                     loopback listeners only; store hashes (pricewire token hash) instead"
+                return Err(ArgsError::value(
+                    flag,
+                    addr,
+                    "insecure_plain_tokens (clear tokens in the config) is for loopback \
+                     listeners only; store hashes (pricewire token hash) instead",
                 ));
             }
             // One argon2 verification at start, only for a non-loopback listener.
@@ -530,7 +541,7 @@ mod tests {
         );
         let off = g(&["--shard0-spill-pct", "0"]).unwrap();
         assert_eq!(off.shard0_spill_permille, 0);
-        let err = g(&["--shard0-spill-pct", "101"]).unwrap_err();
+        let err = g(&["--shard0-spill-pct", "101"]).unwrap_err().to_string();
         assert!(err.contains("--shard0-spill-pct"), "{err}");
     }
 
@@ -569,7 +580,7 @@ mod tests {
             ("--shard0-drain-abort-ms", "0"),
             ("--shard0-drain-abort-ms", "5001"),
         ] {
-            let err = g(&[flag, bad]).unwrap_err();
+            let err = g(&[flag, bad]).unwrap_err().to_string();
             assert!(err.contains(flag), "{flag} {bad}: {err}");
         }
     }
@@ -581,7 +592,9 @@ mod tests {
         assert_eq!(budget(&[]), 32);
         assert_eq!(budget(&["--tls-busy-handshakes-per-s", "0"]), 0);
         assert_eq!(budget(&["--tls-busy-handshakes-per-s", "1024"]), 1024);
-        let err = g(&["--tls-busy-handshakes-per-s", "1025"]).unwrap_err();
+        let err = g(&["--tls-busy-handshakes-per-s", "1025"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--tls-busy-handshakes-per-s"), "{err}");
     }
 
@@ -607,7 +620,7 @@ mod tests {
             "--engine-wait",
             "spin-park",
         ]);
-        let err = spin_park.check_rt_waits().unwrap_err();
+        let err = spin_park.check_rt_waits().unwrap_err().to_string();
         assert!(err.contains("--engine-wait spin-park"), "{err}");
         let parked = args(&["--rt-priority", "10", "--feed-wait", "park"]);
         assert!(parked.check_rt_waits().is_ok());

@@ -18,7 +18,8 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use rand::SeedableRng;
 
-use super::refuse;
+use super::error::Cause;
+use super::{refuse, ArgsError};
 use crate::bus::BusRole;
 use crate::capture::{RecorderHandle, RecorderTap};
 use crate::clock::{Clock, MonotonicClock, NS_PER_MS};
@@ -38,6 +39,24 @@ use crate::runtime::Supervisor;
 use crate::service::{Service, ServiceConfig};
 use lifecycle::{report_loop, shutdown};
 use record::{register_recorder, start_recorder};
+
+/// Why `serve` stopped before it served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A flag or the config was refused.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// A listener, the drill switch or the service could not start; the
+    /// message names what.
+    #[error("{0}")]
+    Start(#[source] Cause),
+}
+
+impl ServeError {
+    fn start(source: impl Into<Cause>) -> Self {
+        Self::Start(source.into())
+    }
+}
 
 /// Runs the service; returns the exit code.
 pub fn run(args: ServeArgs) -> i32 {
@@ -123,8 +142,8 @@ pub fn run(args: ServeArgs) -> i32 {
 /// The drill switch (read once, here) and the supervisor of every stage;
 /// panics contained at a connection boundary are kept off stderr (their
 /// boundary logs them, thinned).
-fn supervision() -> Result<Supervisor, String> {
-    if let Some(d) = crate::runtime::drill::arm_from_env()? {
+fn supervision() -> Result<Supervisor, ServeError> {
+    if let Some(d) = crate::runtime::drill::arm_from_env().map_err(ServeError::start)? {
         tracing::warn!(drill = ?d, env = crate::runtime::drill::ENV,
             "fault drill armed: a planted panic will fire (never in production)");
     }
@@ -183,7 +202,7 @@ fn register_metrics(
 /// Binds every listener (subscribers, provider ingest, ops) before any
 /// stage starts, so a port in use stops start-up with the flag named and
 /// nothing else begun; the stages then take these sockets.
-fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), String> {
+fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), ServeError> {
     use crate::runtime::listen;
     let granted = listen::set_backlog(args.listen_backlog);
     let mut wanted = Vec::new();
@@ -199,7 +218,7 @@ fn bind_listeners(args: &ServeArgs, plan: &Plan) -> Result<(), String> {
         wanted.push(("--feed-listen", a));
     }
     wanted.push(("--ops-listen", plan.ops.listen));
-    let locals = listen::prebind(&wanted)?;
+    let locals = listen::prebind(&wanted).map_err(ServeError::start)?;
     for ((flag, _), local) in wanted.iter().zip(locals) {
         tracing::info!(flag, %local, backlog = granted, "listening");
     }
@@ -219,21 +238,21 @@ struct Plan {
 }
 
 impl Plan {
-    fn from_args(args: &ServeArgs) -> Result<Plan, String> {
+    fn from_args(args: &ServeArgs) -> Result<Plan, ArgsError> {
         let config = args.load_config()?;
         args.check_rt_waits()?;
         args.pipeline_config()
             .validate()
-            .map_err(|e| e.to_string())?;
+            .map_err(ArgsError::invalid)?;
         args.gateway_config()?;
         args.request_config()?;
         if let Some(BusRole::Core(bus) | BusRole::Edge(bus)) = args.bus_role()? {
             // The credentials and TLS files, read once before anything
             // starts (the bus thread reads them again at each connect).
             args.bus.security.warn_loose_files();
-            bus.check_access().map_err(|e| e.to_string())?;
+            bus.check_access().map_err(ArgsError::invalid)?;
         }
-        let ops = args.ops.validate().map_err(|e| e.to_string())?;
+        let ops = args.ops.validate().map_err(ArgsError::invalid)?;
         let tls = args.gateway.listener_tls()?;
         let mut ingest = args
             .gateway
@@ -256,7 +275,7 @@ fn start_service(
     plan: &Plan,
     recorder: Option<RecorderTap>,
     supervisor: &Supervisor,
-) -> Result<Service, String> {
+) -> Result<Service, ServeError> {
     let config = plan.config.clone();
     let synthetic = (!args.no_synthetic).then(|| SyntheticConfig {
         rate_per_s: args.synthetic_rate,
@@ -286,7 +305,7 @@ fn start_service(
         // Reconnect jitter from the OS's entropy, not `--seed`: a fleet
         // restarted together must not reconnect to its LPs in step.
         let feed = FixFeed::new(&config.fix, crate::clock::monotonic_ns(), rand::random())
-            .map_err(|e| format!("FIX providers: {e}"))?;
+            .map_err(|e| ArgsError::refused("FIX providers", e))?;
         fix = Some((feed.health_slot(), feed.stats()));
         tracing::info!(
             sessions = config.fix.len(),
@@ -319,7 +338,7 @@ fn start_service(
         supervisor: supervisor.clone(),
     };
     crate::cli::bus_args::fit_role(&mut cfg);
-    let mut service = Service::start(cfg).map_err(|e| e.to_string())?;
+    let mut service = Service::start(cfg).map_err(ServeError::start)?;
     if let Some((slot, stats)) = fix {
         // Breakers flip provider health in the engine from here on.
         let _ = slot.set(service.pipeline.handles.health.clone());
@@ -330,12 +349,13 @@ fn start_service(
 
 /// The Redis `AUTH` password: from --redis-password-file, the --redis
 /// URL, or PRICEWIRE_REDIS_PASSWORD (see [`crate::cli::secret`]).
-fn redis_password(args: &ServeArgs) -> Result<Option<String>, String> {
+fn redis_password(args: &ServeArgs) -> Result<Option<String>, ArgsError> {
     let Some(url) = &args.redis else {
         return Ok(None);
     };
     let shown = crate::refdata::settings::redact_url(url);
-    let cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    let cfg = RefDataConfig::from_url(url)
+        .map_err(|e| ArgsError::refused(format!("--redis {shown}"), e))?;
     let password = crate::cli::secret::Sources {
         flag: "--redis",
         value: cfg.redis.password.as_deref(),
@@ -353,28 +373,29 @@ fn start_refdata(
     config: &Config,
     redis_password: Option<&str>,
     supervisor: &Supervisor,
-) -> Result<Option<Arc<RefData>>, String> {
+) -> Result<Option<Arc<RefData>>, ArgsError> {
     // `[refdata]` is checked with or without `--redis`: a typo is refused
     // at start, not when Redis is switched on.
     let file = RefDataFile::from_table(&config.refdata)
         .and_then(|f| f.check().map(|()| f))
-        .map_err(|e| format!("[refdata]: {e}"))?;
+        .map_err(|e| ArgsError::refused("[refdata]", e))?;
     let Some(url) = &args.redis else {
         return Ok(None);
     };
     // The URL may carry a password: only its redacted form is shown.
     let shown = crate::refdata::settings::redact_url(url);
-    let mut cfg = RefDataConfig::from_url(url).map_err(|e| format!("--redis {shown}: {e}"))?;
+    let mut cfg = RefDataConfig::from_url(url)
+        .map_err(|e| ArgsError::refused(format!("--redis {shown}"), e))?;
     cfg.redis.password = redis_password.map(str::to_string);
     file.apply(&mut cfg)
-        .map_err(|e| format!("[refdata]: {e}"))?;
+        .map_err(|e| ArgsError::refused("[refdata]", e))?;
     let rd = RefData::start_redis(
         &cfg,
         config.table.clone(),
         Arc::new(MonotonicClock),
         supervisor,
     )
-    .map_err(|e| format!("--redis {shown}: {e}"))?;
+    .map_err(|e| ArgsError::refused(format!("--redis {shown}"), e))?;
     tracing::info!(
         url = %shown,
         ttl_ms = cfg.cache.ttl_ms,

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::args::ServeArgs;
 use crate::capture::{Recorder, RecorderConfig, RecorderHandle, RecorderTap};
+use crate::cli::ArgsError;
 use crate::config::Config;
 use crate::ops::metrics::catalogue;
 use crate::ops::{Registry, StepResult};
@@ -14,18 +15,19 @@ pub(super) fn start_recorder(
     args: &ServeArgs,
     config: &Config,
     supervisor: &crate::runtime::Supervisor,
-) -> Result<(Option<RecorderHandle>, Option<RecorderTap>), String> {
+) -> Result<(Option<RecorderHandle>, Option<RecorderTap>), ArgsError> {
     let Some(dir) = &args.record else {
         return Ok((None, None));
     };
     if args.record_segment_mib == 0 {
-        return Err("--record-segment-mib: at least 1".into());
+        return Err(ArgsError::flag("--record-segment-mib", "at least 1"));
     }
     let max = crate::capture::recorder::FLUSH_INTERVAL_MS_MAX;
     if args.record_flush_ms == 0 || args.record_flush_ms > max {
-        return Err(format!(
-            "--record-flush-ms {}: must be 1..={max}",
-            args.record_flush_ms
+        return Err(ArgsError::value(
+            "--record-flush-ms",
+            args.record_flush_ms,
+            format!("must be 1..={max}"),
         ));
     }
     let cfg = RecorderConfig {
@@ -38,7 +40,7 @@ pub(super) fn start_recorder(
         ..RecorderConfig::default()
     };
     let (handle, tap) = Recorder::spawn(dir, &config.table, cfg)
-        .map_err(|e| format!("--record {}: {e}", dir.display()))?;
+        .map_err(|e| ArgsError::refused(format!("--record {}", dir.display()), e))?;
     tracing::info!(dir = %dir.display(), "recording every inbound tick");
     Ok((Some(handle), Some(tap)))
 }
