@@ -102,22 +102,7 @@ impl BusSecurityArgs {
 
     /// The one authentication method given (by flag or variable).
     fn auth(&self, env: &dyn Fn(&str) -> Option<OsString>) -> Result<BusAuth, ArgsError> {
-        let secret = |flag, file: Option<&Path>, var: &'static str| -> Result<_, ArgsError> {
-            if let Some(path) = file {
-                let path = path.to_path_buf();
-                return Ok(Some(SecretSource::File { flag, path }));
-            }
-            let Some(value) = env(var) else {
-                return Ok(None);
-            };
-            let value = value
-                .into_string()
-                .ok()
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| SecretError::EmptyVariable(var.to_string()))?;
-            let value = SecretText::new(value);
-            Ok(Some(SecretSource::Env { var, value }))
-        };
+        let secret = |flag, file, var| secret_source(flag, file, var, env);
         let mut methods: Vec<(&str, BusAuth)> = Vec::new();
         match (&self.bus_user, self.bus_password_file.as_deref()) {
             (Some(user), file) => {
@@ -197,6 +182,29 @@ impl BusSecurityArgs {
             (None, None) => Ok(None),
         }
     }
+}
+
+/// The file flag's path, else the variable's value, else `None`.
+fn secret_source(
+    flag: &'static str,
+    file: Option<&Path>,
+    var: &'static str,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<Option<SecretSource>, SecretError> {
+    if let Some(path) = file {
+        let path = path.to_path_buf();
+        return Ok(Some(SecretSource::File { flag, path }));
+    }
+    let Some(value) = env(var) else {
+        return Ok(None);
+    };
+    let value = value
+        .into_string()
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| SecretError::EmptyVariable(var.to_string()))?;
+    let value = SecretText::new(value);
+    Ok(Some(SecretSource::Env { var, value }))
 }
 
 #[cfg(test)]
