@@ -526,6 +526,33 @@ mod tests {
         Cli::try_parse_from(argv).unwrap().serve
     }
 
+    /// A value out of range is refused as `Value`, carrying the flag and
+    /// the value as given, and printed as `{flag} {value}: {why}`.
+    #[test]
+    fn out_of_range_values_carry_their_flag_and_value() {
+        let too_fast = (SYNTHETIC_RATE_MAX + 1).to_string();
+        let cases: [(&str, &str); 5] = [
+            ("--listen-backlog", "0"),
+            ("--synthetic-rate", &too_fast),
+            ("--account-request-rate-per-s", "0"),
+            ("--msg-rate-per-s", "0"),
+            ("--tls-busy-handshakes-per-s", "1025"),
+        ];
+        for (flag, bad) in cases {
+            let a = args(&[flag, bad]);
+            let err = a
+                .check_numbers()
+                .and_then(|()| a.gateway_config().map(drop))
+                .unwrap_err();
+            let text = err.to_string();
+            let ArgsError::Value { flag: f, value, .. } = err else {
+                panic!("{flag} {bad}: {text}")
+            };
+            assert_eq!((f.as_str(), value.as_str()), (flag, bad));
+            assert!(text.starts_with(&format!("{flag} {bad}: ")), "{text}");
+        }
+    }
+
     #[test]
     fn a_busy_shard0_spills_by_default_only_when_it_runs_the_engine() {
         let g = |flags: &[&str]| args(flags).gateway_config().map(|g| g.unwrap());
