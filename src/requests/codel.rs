@@ -108,15 +108,29 @@ impl Codel {
     }
 
     /// Closes the interval if `interval_ns` has passed: decides overload,
-    /// publishes the sojourn figures, starts anew. `queued` is the depth now.
-    pub(crate) fn roll(&mut self, now_ns: u64, queued: usize, stats: &OverloadStats) {
+    /// publishes the sojourn figures, starts anew. `queued` is the depth
+    /// now, `oldest_wait_ns` how long the oldest of them has waited.
+    ///
+    /// An interval with no dequeue has no sojourn sample, but a request
+    /// that has waited longer than the interval plus the target was queued
+    /// through the whole interval at more than the target: a standing
+    /// queue (workers held or stuck, no new arrivals to find it full).
+    pub(crate) fn roll(
+        &mut self,
+        now_ns: u64,
+        queued: usize,
+        oldest_wait_ns: u64,
+        stats: &OverloadStats,
+    ) {
         if now_ns.saturating_sub(self.interval_start_ns) < self.interval_ns {
             return;
         }
         let min_ns = self.interval_min_ns;
         let standing_full = self.full_in_interval && !self.idle_in_interval;
+        let standing_unserved =
+            queued > 0 && oldest_wait_ns > self.interval_ns.saturating_add(self.target_ns);
         let overloaded = match min_ns {
-            u64::MAX => standing_full || (self.overloaded && queued > 0),
+            u64::MAX => standing_full || standing_unserved || (self.overloaded && queued > 0),
             min => min > self.target_ns || standing_full,
         };
         let emptied_recently = now_ns.saturating_sub(self.last_empty_ns) <= self.interval_ns;

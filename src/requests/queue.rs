@@ -551,13 +551,7 @@ impl<T, R: Rng> RequestQueue<T, R> {
     /// CoDel sample of one dequeue: the larger of the dequeued request's
     /// sojourn and the wait of the oldest request still queued.
     fn sample(&mut self, sojourn_ns: u64, now_ns: u64) {
-        let oldest_ns = [NORMAL, CRITICAL]
-            .into_iter()
-            .map(|lane| self.lanes[lane].head)
-            .filter(|&idx| idx != NIL)
-            .map(|idx| self.slots[idx as usize].arrival_ns)
-            .min();
-        let waiting_ns = oldest_ns.map_or(0, |arrival| now_ns.saturating_sub(arrival));
+        let waiting_ns = self.oldest_wait_ns(now_ns);
         self.codel.on_dequeue(sojourn_ns.max(waiting_ns));
         if self.len == 0 {
             self.codel.on_emptied(now_ns);
@@ -699,9 +693,22 @@ impl<T, R: Rng> RequestQueue<T, R> {
         }
     }
 
+    /// How long the oldest request still queued has waited (0: none).
+    fn oldest_wait_ns(&self, now_ns: u64) -> u64 {
+        let oldest_ns = [NORMAL, CRITICAL]
+            .into_iter()
+            .map(|lane| self.lanes[lane].head)
+            .filter(|&idx| idx != NIL)
+            .map(|idx| self.slots[idx as usize].arrival_ns)
+            .min();
+        oldest_ns.map_or(0, |arrival| now_ns.saturating_sub(arrival))
+    }
+
     /// Closes the current CoDel interval if it is due.
     fn roll_interval(&mut self, now_ns: u64) {
-        self.codel.roll(now_ns, self.len as usize, &self.stats);
+        let oldest_wait_ns = self.oldest_wait_ns(now_ns);
+        self.codel
+            .roll(now_ns, self.len as usize, oldest_wait_ns, &self.stats);
     }
 }
 

@@ -556,3 +556,36 @@ fn poll_closes_intervals_while_idle() {
 }
 
 mod flood;
+
+/// A queue whose workers are all held or stuck and that no new request
+/// finds full has no dequeue to sample: once its oldest request has
+/// waited longer than an interval plus the target, the interval that
+/// closes declares overload (and LIFO), whenever the requests arrived.
+#[test]
+fn a_queue_nobody_serves_turns_overloaded_without_new_arrivals() {
+    let cfg = QueueConfig::default();
+    let (interval, target) = (cfg.interval_ns, cfg.target_ns);
+    for arrived_at in [0, interval / 2, interval - 1] {
+        let (mut q, stats) = queue(QueueConfig::default());
+        for id in 0..4 {
+            push_ok(&mut q, id, normal(id as u32), arrived_at);
+        }
+        let mut now = arrived_at;
+        while now <= arrived_at + interval + target {
+            q.poll(now);
+            assert!(
+                !q.is_overloaded(),
+                "at {now} ns: waited only {}",
+                now - arrived_at
+            );
+            now += MS;
+        }
+        // One more interval closes past the bound.
+        for _ in 0..=(interval / MS) {
+            q.poll(now);
+            now += MS;
+        }
+        assert!(q.is_overloaded() && q.is_lifo(), "arrived at {arrived_at}");
+        assert_eq!(stats.snapshot().overload_episodes, 1);
+    }
+}
