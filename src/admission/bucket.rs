@@ -46,15 +46,17 @@ impl RetryWindow {
 /// slower than this or never).
 pub const REFILL_RETRY_MAX_MS: u32 = 60_000;
 
-/// The retry-after of a refusal by a token bucket whose next token is
-/// `wait_ns` away ([`TokenBucket::wait_ns`]): that time times a uniform
-/// draw from [1, 2], rounded up to whole ms, at least 1 ms, at most
-/// [`REFILL_RETRY_MAX_MS`]. Honouring it costs a client about one refill
-/// (10–20 ms at 100/s), not seconds, and the clients refused at one
-/// moment spread over the next refill instead of coming back together.
-pub fn refill_retry_ms<R: Rng + ?Sized>(wait_ns: u64, rng: &mut R) -> u32 {
+/// The retry-after of a refusal by a token bucket whose tokens take
+/// `token_ns` each to refill ([`TokenBucket::token_ns`]): one to two
+/// refills, that time times a uniform draw from [1, 2], rounded up to
+/// whole ms, at least 1 ms, at most [`REFILL_RETRY_MAX_MS`]. Honouring it
+/// costs a client one or two refills (10–20 ms at 100/s), not seconds; it
+/// then finds a token whatever the bucket held when refused, and the
+/// clients refused at one moment spread over the next refill instead of
+/// coming back together.
+pub fn refill_retry_ms<R: Rng + ?Sized>(token_ns: u64, rng: &mut R) -> u32 {
     let max_ns = u64::from(REFILL_RETRY_MAX_MS) * 1_000_000;
-    let base = wait_ns.clamp(1, max_ns);
+    let base = token_ns.clamp(1, max_ns);
     let ns = base.saturating_add(rng.gen_range(0..=base));
     let ms = ns
         .div_ceil(1_000_000)
@@ -125,14 +127,14 @@ mod tests {
     #[test]
     fn refill_retry_is_one_to_two_refills_and_spreads() {
         let mut rng = SmallRng::seed_from_u64(3);
-        // 100/s, bucket empty: the next token is 10 ms away.
+        // 100/s: a token takes 10 ms.
         let draws: Vec<u32> = (0..2000)
             .map(|_| refill_retry_ms(10 * NS_PER_MS, &mut rng))
             .collect();
         assert!(draws.iter().all(|d| (10..=20).contains(d)), "{draws:?}");
         assert!(*draws.iter().min().unwrap() <= 11);
         assert!(*draws.iter().max().unwrap() >= 19);
-        // A token is due now (a race with the refill): at least 1 ms.
+        // A zero refill time: at least 1 ms.
         assert!((1..=1).contains(&refill_retry_ms(0, &mut rng)));
         // A bucket that never refills: capped.
         assert_eq!(refill_retry_ms(u64::MAX, &mut rng), REFILL_RETRY_MAX_MS);

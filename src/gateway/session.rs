@@ -421,8 +421,8 @@ impl Session {
         Step::Event(event)
     }
 
-    /// Per-connection message rate limit: a refusal's retry-after is the
-    /// bucket's next token (one to two refills, see
+    /// Per-connection message rate limit: a refusal's retry-after is one
+    /// to two of the bucket's refills (see
     /// [`crate::admission::refill_retry_ms`]); a refusal is a strike (see
     /// [`backoff`]).
     fn take_msg_token(&mut self, msg: &Message<'_>, ctx: &mut Ctx<'_>) -> bool {
@@ -433,8 +433,8 @@ impl Session {
         if self.strike(ctx) {
             // Counted as `pricewire_sheds_total{reason="conn_rate_limited"}`.
             GatewayStats::add(&ctx.stats.rejects_rate_limited, 1);
-            let wait = self.msg_bucket.wait_ns(ctx.now_ns);
-            let retry = crate::admission::refill_retry_ms(wait, ctx.rng);
+            let token = self.msg_bucket.token_ns();
+            let retry = crate::admission::refill_retry_ms(token, ctx.rng);
             let rid = msg.request_id().unwrap_or(0);
             let t = msg.template_id();
             self.reject(ctx, rid, t, RejectReason::RATE_LIMITED, retry, "");

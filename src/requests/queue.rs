@@ -381,7 +381,7 @@ impl<T, R: Rng> RequestQueue<T, R> {
         if !bucket.try_take(now_ns) {
             // The retry-after of a rate is the refill it needs, not the
             // shed window: honouring it costs one or two refills.
-            let retry = crate::admission::refill_retry_ms(bucket.wait_ns(now_ns), &mut self.rng);
+            let retry = crate::admission::refill_retry_ms(bucket.token_ns(), &mut self.rng);
             self.stats.record_shed(ShedReason::RateLimited);
             return Err(Shed {
                 request,

@@ -194,6 +194,17 @@ impl TokenBucket {
         self.level_nt == self.capacity_nt
     }
 
+    /// Nanoseconds one token takes to refill; `u64::MAX` when the bucket
+    /// never refills by time. The basis of a rate's retry-after: a caller
+    /// that waits it may send again at the rate (the next token's own
+    /// [`wait_ns`](Self::wait_ns) may be far shorter).
+    pub fn token_ns(&self) -> u64 {
+        match self.rate_per_s {
+            0 => u64::MAX,
+            r => NANO_TOKENS_PER_TOKEN.div_ceil(r),
+        }
+    }
+
     /// Nanoseconds until one token is available (0 if one is now);
     /// `u64::MAX` when the bucket never refills by time.
     pub fn wait_ns(&mut self, now_ns: u64) -> u64 {
@@ -357,6 +368,17 @@ mod tests {
         b.try_take(clock.now_ns());
         clock.advance(std::time::Duration::from_secs(3_600));
         assert_eq!(b.available(clock.now_ns()), 50);
+    }
+
+    #[test]
+    fn a_token_takes_a_second_over_the_rate_whatever_the_level() {
+        let clock = ManualClock::new(0);
+        let mut b = TokenBucket::new(200, 1, clock.now_ns());
+        assert!(b.try_take_n(1, clock.now_ns()));
+        clock.advance_ms(4);
+        assert_eq!(b.token_ns(), 5 * NS_PER_MS, "not the 1 ms left");
+        assert_eq!(TokenBucket::new(3, 1, 0).token_ns(), 333_333_334);
+        assert_eq!(TokenBucket::new(0, 1, 0).token_ns(), u64::MAX);
     }
 
     #[test]

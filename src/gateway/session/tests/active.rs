@@ -164,6 +164,20 @@ fn messages_over_the_rate_are_rejected_then_a_flood_disconnects() {
 }
 
 #[test]
+fn a_rate_refusal_asks_for_whole_refills_however_near_the_next_token() {
+    let mut r = Rig::new().logged_on();
+    for _ in 0..4 {
+        r.feed(&heartbeat());
+    }
+    // 99 ms on, the next token of 10/s is 1 ms away: the refusal still asks
+    // for one to two refills, so a client that waits it finds a token
+    // rather than the edge of one.
+    r.at_ms(99).feed(&subscribe(9));
+    let window = retry_of(&r.sent()[0]);
+    assert!((100..=200).contains(&window), "{window}");
+}
+
+#[test]
 fn a_client_that_honours_the_window_is_never_struck() {
     let mut r = Rig::new().logged_on();
     for _ in 0..4 {
