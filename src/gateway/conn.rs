@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use super::answer_marks::AnswerMarks;
 use super::outbound::OutBuf;
 use super::session::Session;
+use crate::requests::service::ANSWER_BYTES_MAX;
 use crate::runtime::tls::Link;
 
 pub use super::session::SessionState;
@@ -88,6 +89,10 @@ pub struct Conn {
     /// not read, so TCP pushes back on the peer): when its deadlines were
     /// last moved out by the time held (see [`Conn::held_catch_up`]).
     pub held_since_ns: Option<u64>,
+    /// Set while the session's input waits for room for its answers (see
+    /// [`Conn::has_answer_room`]): it is read again when a write or an
+    /// answer makes room.
+    pub answer_held: bool,
 }
 
 /// Longest a request's answer is waited for before a session may move
@@ -112,6 +117,30 @@ impl Conn {
             0 => now_ns,
             t => t.min(now_ns),
         }
+    }
+
+    /// Requests whose answers are still on their way: `requests_out`,
+    /// unless the last was handed over longer than [`ANSWER_WAIT_NS`] ago
+    /// (an answer the request path had to drop is never counted back).
+    pub fn answers_awaited(&self, now_ns: u64) -> u32 {
+        if now_ns.saturating_sub(self.last_request_ns) < ANSWER_WAIT_NS {
+            self.requests_out
+        } else {
+            0
+        }
+    }
+
+    /// Whether the next frame may be handled: the answer of every request
+    /// awaited, and of one more, is sure to fit in `out` (the largest
+    /// answer, [`ANSWER_BYTES_MAX`], each), or nothing is queued or
+    /// awaited at all. A session without that room is not read: its
+    /// requests wait in its socket and TCP holds back a client that sends
+    /// faster than it reads its answers, instead of a full buffer cutting
+    /// it as a slow consumer while it reads (see `gateway::reads`).
+    pub fn has_answer_room(&self, now_ns: u64) -> bool {
+        let awaited = self.answers_awaited(now_ns) as usize;
+        let need = (awaited + 1).saturating_mul(ANSWER_BYTES_MAX);
+        need <= self.out.room() || (awaited == 0 && self.out.is_empty())
     }
 
     /// Whether a draining move holds the session's input.

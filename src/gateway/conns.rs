@@ -250,6 +250,12 @@ impl Conns {
             }
             break;
         }
+        // Input held for want of room for its answers is read again once
+        // written bytes (or answers delivered) make the room.
+        let resume = conn.answer_held && conn.has_answer_room(now);
+        if resume {
+            conn.answer_held = false;
+        }
         let flushed = conn.out.is_empty() && !conn.stream.has_pending();
         if conn.session.is_closing() && flushed && !conn.fin_sent {
             // Half-close after the last byte (our FIN follows the Disconnect)
@@ -258,6 +264,9 @@ impl Conns {
             // makes the peer's stack discard the Disconnect it has not read.
             conn.stream.shutdown_write();
             conn.fin_sent = true;
+        }
+        if resume {
+            self.slab.queue_read(i);
         }
     }
 
@@ -327,6 +336,7 @@ impl Conns {
             window_requests: 0,
             heavy_windows: 0,
             held_since_ns: None,
+            answer_held: false,
         }
     }
 

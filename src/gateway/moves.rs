@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
-use super::conn::{Conn, ANSWER_WAIT_NS};
+use super::conn::Conn;
 use super::conns::Conns;
 use super::lanes::{close_moves, moves_settled, release_symbols, Lanes, MovesClosedOnExit, Peer};
 use super::spill::ShardLoad;
@@ -135,6 +135,7 @@ impl Mover {
         conn.heavy_windows = 0;
         // Answers still counted here are long lost (see `pick_mover`).
         conn.requests_out = 0;
+        conn.answer_held = false;
         match peer.adopt.try_send(conn) {
             Ok(()) => {
                 peer.doorbell.ring();
@@ -202,13 +203,13 @@ impl Mover {
 }
 
 /// The session to move: logged on, not held for a draining move, no
-/// request answer on its way here (or none for [`ANSWER_WAIT_NS`]), the
+/// request answer on its way here (see [`Conn::answers_awaited`]), the
 /// most subscriptions (the most fan-out work), the highest slot on a tie.
 pub(super) fn pick_mover(conns: &Conns, now: u64) -> Option<usize> {
     let mut best: Option<(usize, usize)> = None;
     for (i, c) in conns.slab.conns[..conns.slab.live_end].iter().enumerate() {
         let Some(c) = c else { continue };
-        let awaited = c.requests_out > 0 && now.saturating_sub(c.last_request_ns) < ANSWER_WAIT_NS;
+        let awaited = c.answers_awaited(now) > 0;
         if !c.is_active() || awaited || c.is_held() {
             continue;
         }

@@ -121,6 +121,12 @@ impl OutBuf {
         self.end - self.start
     }
 
+    /// Bytes an append may still use (the final reserve excluded).
+    #[inline]
+    pub fn room(&self) -> usize {
+        (self.buf.len() - self.reserve).saturating_sub(self.len())
+    }
+
     /// Whether nothing is waiting to be written.
     #[inline]
     pub fn is_empty(&self) -> bool {

@@ -29,8 +29,22 @@ enum ReadEnd {
     Drained,
     /// Input left (budget spent, or reads bounded): read again next turn.
     More,
-    /// Not to be read now (closed, held, its Logon with the verifier).
+    /// Not to be read now (closed, held, its Logon with the verifier, no
+    /// room for its answers).
     Stop,
+}
+
+/// How handling the frames read so far ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Frames {
+    /// Every complete frame handled (or none may be until a Logon's
+    /// verdict).
+    All,
+    /// The connection's or the turn's request budget ran out.
+    Budget,
+    /// No room for another answer (see [`Conn::has_answer_room`]): read
+    /// again when a write or an answer makes room.
+    AnswerHeld,
 }
 
 impl Shard {
@@ -71,8 +85,10 @@ impl Shard {
     /// keep the shard from its prices and its other connections. Frames
     /// left buffered by last turn's request budget come before more bytes.
     fn read_input(&mut self, i: usize, now: u64, left: &mut usize) -> ReadEnd {
-        if !self.process_frames(i, now, left) {
-            return ReadEnd::More;
+        match self.process_frames(i, now, left) {
+            Frames::All => {}
+            Frames::Budget => return ReadEnd::More,
+            Frames::AnswerHeld => return ReadEnd::Stop,
         }
         for _ in 0..READS_PER_TURN {
             let Some(conn) = self.conns.slab.conns[i].as_mut() else {
@@ -105,8 +121,10 @@ impl Shard {
                     return ReadEnd::Stop;
                 }
             }
-            if !self.process_frames(i, now, left) {
-                return ReadEnd::More;
+            match self.process_frames(i, now, left) {
+                Frames::All => {}
+                Frames::Budget => return ReadEnd::More,
+                Frames::AnswerHeld => return ReadEnd::Stop,
             }
         }
         ReadEnd::More
@@ -129,21 +147,27 @@ impl Shard {
 
     /// Hands every complete frame read so far to the session, and what it
     /// returns to the shard's handlers, until `left` (this connection's) or
-    /// the turn's request budget runs out: false then (frames may remain).
-    /// Frames after a Logon wait for its verdict, in order (true: nothing
-    /// to do until it comes).
-    pub(super) fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> bool {
+    /// the turn's request budget runs out, or the connection has no room
+    /// for another answer (frames may remain then). Frames after a Logon
+    /// wait for its verdict, in order ([`Frames::All`]: nothing to do
+    /// until it comes).
+    pub(super) fn process_frames(&mut self, i: usize, now: u64, left: &mut usize) -> Frames {
         let mut frame = std::mem::take(&mut self.frame);
-        let mut all = true;
-        loop {
-            if self.conns.slab.conns[i]
-                .as_ref()
-                .is_none_or(|c| c.logon_ticket != 0)
-            {
+        let mut end = Frames::All;
+        while let Some(c) = self.conns.slab.conns[i].as_mut() {
+            if c.logon_ticket != 0 {
+                break;
+            }
+            if !c.session.is_closing() && !c.has_answer_room(now) {
+                if !c.answer_held {
+                    GatewayStats::add(&self.conns.shared.stats.input_held_for_answers, 1);
+                }
+                c.answer_held = true;
+                end = Frames::AnswerHeld;
                 break;
             }
             if *left == 0 || self.requests.left == 0 {
-                all = false;
+                end = Frames::Budget;
                 break;
             }
             let Some((session, mut ctx)) = self.conns.session_ctx(i, now) else {
@@ -173,7 +197,7 @@ impl Shard {
             }
         }
         self.frame = frame;
-        all
+        end
     }
 
     fn on_event(&mut self, i: usize, ev: super::session::Event<'_>, now: u64) {
@@ -266,7 +290,8 @@ impl Shard {
         // A kernel queue that held bytes is looked at again (by a write
         // of what is left): one that drained lets a conflating connection
         // resync, though no readiness comes to say so.
-        let look = conn.out.sendq().bytes() > 0;
+        // So is a session whose input waits for room for its answers.
+        let look = conn.out.sendq().bytes() > 0 || conn.answer_held;
         if conn.session.silence_due(&self.conns.session_cfg, now) {
             self.read_before_judging(i, now);
         }

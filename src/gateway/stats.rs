@@ -53,6 +53,9 @@ pub struct GatewayStats {
     /// Messages refused because they came inside the backoff window of an
     /// earlier Reject(rate_limited) (see `gateway::session::backoff`).
     pub rejects_backoff: AtomicU64,
+    /// Times a session's input was held for want of room for the answers
+    /// of its requests in flight (see `Conn::has_answer_room`).
+    pub input_held_for_answers: AtomicU64,
     /// Connections closed because the acceptor's work on them panicked
     /// (contained: PROXY header, admission, TLS refusal).
     pub faults_acceptor: AtomicU64,

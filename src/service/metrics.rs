@@ -468,7 +468,7 @@ fn register_request_path(
     })?;
     // The per-connection message limit lives in the sans-IO session, which
     // counts its refusals with the gateway's counters.
-    let gw2 = gw.clone();
+    let (gw2, gw3) = (gw.clone(), gw.clone());
     r.register_counter_fn(m::SHEDS, &[("reason", "conn_rate_limited")], move || {
         crate::gateway::GatewayStats::get(&gw.rejects_rate_limited)
     })?;
@@ -478,6 +478,9 @@ fn register_request_path(
     })?;
     r.register_counter_fn(m::REQUEST_REJECTS_DEFERRED, &[], move || {
         c.rejects_deferred.get()
+    })?;
+    r.register_counter_fn(m::REQUEST_INPUT_HELD, &[], move || {
+        crate::gateway::GatewayStats::get(&gw3.input_held_for_answers)
     })?;
     r.register_gauge_fn(m::REQUEST_QUEUE_CAPACITY, &[], move || {
         d.queue_capacity.get() as f64

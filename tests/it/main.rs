@@ -85,6 +85,7 @@ mod refdata_recovery;
 mod release_metadata;
 mod replay_determinism;
 mod request_drain;
+mod request_pacing;
 mod request_storm;
 mod rt_priority;
 mod serve_startup;

@@ -349,6 +349,10 @@ pub const REQUEST_HOP: &str = "pricewire_request_hop_seconds";
 /// Rejects that waited for room on the answer ring to their shard (sent later,
 /// never dropped) (counter).
 pub const REQUEST_REJECTS_DEFERRED: &str = "pricewire_request_rejects_deferred_total";
+/// Times a session's input was held because its outbound buffer had no room
+/// for the answers of the requests it has in flight: TCP paces the client
+/// (counter).
+pub const REQUEST_INPUT_HELD: &str = "pricewire_request_input_held_total";
 /// 1 for the circuit breaker's current state (closed, open, half_open), 0 for
 /// the others (gauge, by `dependency`, `state`).
 pub const BREAKER_STATE: &str = "pricewire_breaker_state";
@@ -662,6 +666,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Time a request spent in one hop of the request path: queue_wait, service, answer_ring, gateway_write"),
     counter(REQUEST_REJECTS_DEFERRED, &[], "rejects", "requests",
         "Rejects that waited for room on the answer ring to their shard (sent later, never dropped)"),
+    counter(REQUEST_INPUT_HELD, &[], "events", "requests",
+        "Times a session's input was held because its outbound buffer had no room for the answers of its requests in flight (TCP paces the client)"),
     // resilience
     gauge(BREAKER_STATE, &["dependency", "state"], "boolean", "resilience",
         "1 for the circuit breaker's current state (closed, open, half_open), 0 for the others"),
