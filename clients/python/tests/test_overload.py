@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ UNLIMITED = [
     "--account-request-rate-per-s", "1000000", "--account-request-burst", "1000000",
     "--msg-rate-per-s", "1000000", "--msg-burst", "1000000",
 ]  # fmt: skip
+PIPELINES = 8  # connections pipelining at once
 QUIET_S = 2.0  # answers stop for this long: the server has said all it will say
 
 
@@ -94,10 +96,14 @@ def default_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_full_request_queue_is_rejected_overloaded(small_queue: Server) -> None:
-    answers, closed_silently = pipelined_answers(small_queue, 1000)
-    assert not closed_silently
-    assert len(answers) == 1000
-    shed = [m for m in answers.values() if isinstance(m, Reject)]
+    """Eight connections pipelining at once overflow a 16-request queue. One connection
+    alone cannot: the server takes its requests only while their answers fit (§6)."""
+    with ThreadPoolExecutor(PIPELINES) as pool:
+        runs = list(pool.map(lambda _: pipelined_answers(small_queue, 250), range(PIPELINES)))
+    for answers, closed_silently in runs:
+        assert not closed_silently
+        assert len(answers) == 250
+    shed = [m for answers, _ in runs for m in answers.values() if isinstance(m, Reject)]
     assert shed and all(m.reason == RejectReason.OVERLOADED for m in shed)
     assert all(m.retry_after_ms > 0 for m in shed)
     assert len({m.retry_after_ms for m in shed}) > 1  # jittered

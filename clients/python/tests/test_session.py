@@ -7,6 +7,7 @@ import struct
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +32,16 @@ from pricewire_client import (
 from pricewire_client.codec import raw_frame
 from pricewire_client.model import from_message
 
-from helpers import Prov, Sess, connect, logged_on, next_named, quote_until, until_closed
+from helpers import (
+    Prov,
+    Sess,
+    connect,
+    logged_on,
+    next_named,
+    quote_until,
+    until_closed,
+    write_raw,
+)
 from server import Server
 
 pytestmark = pytest.mark.usefixtures("api")
@@ -433,25 +443,33 @@ def test_history_honours_its_budget(session: Sess) -> None:
     assert sum(r != "" for r in reasons) >= 15, reasons
 
 
-def test_account_request_rate_is_rejected_rate_limited(server: Server) -> None:
-    sess = logged_on(server)
-    for _ in range(300):  # --account-request-burst 200
-        sess.send(messages.snapshot_request(sess.request_id(), [0]))
-    answers: list[Any] = []
-    while len(answers) < 300:
-        msg = sess.wait_for(lambda m: m.name in ("SnapshotResponse", "Reject", "Disconnect"), 3)
-        assert msg is not None and msg.name != "Disconnect", msg
-        answers.append(msg)
-    limited = [m for m in answers if isinstance(m, Reject)]
-    assert limited, "no Reject after 300 pipelined requests"
-    # Over the account's rate: rate_limited. A burst this deep can also find
-    # the account's share of the request path full first: overloaded. Both
-    # tell the client to back off (§4.2), never anything else.
-    backoff = (RejectReason.RATE_LIMITED, RejectReason.OVERLOADED)
-    assert all(m.reason in backoff for m in limited), [m.reason for m in limited]
-    assert all(m.retry_after_ms > 0 for m in limited)
-    assert {m.request_id for m in answers} == set(range(1, 301))
-    sess.close()
+def test_account_request_rate_is_rejected_rate_limited(tmp_path: Path) -> None:
+    """300 requests in one write against the account's burst of 200 (its bucket full: a
+    server of its own). Those over the rate are refused rate_limited, by the account's rate
+    and then inside the window that refusal opened, and the session is not cut: a client with
+    100 requests in flight when refused has at most 100 refusals in a row (§4.2)."""
+    srv = Server(tmp_path)
+    try:
+        sess = logged_on(srv)
+        data = b"".join(encode(messages.snapshot_request(i, [0])) for i in range(1, 301))
+        write_raw(sess, data)
+        answers: dict[int, Any] = {}
+        while len(answers) < 300:
+            msg = sess.wait_for(lambda m: m.name in ("SnapshotResponse", "Reject", "Disconnect"), 3)
+            assert msg is not None and msg.name != "Disconnect", (len(answers), msg)
+            answers[msg.request_id] = msg
+        limited = [m for m in answers.values() if isinstance(m, Reject)]
+        assert limited, "no Reject after 300 pipelined requests"
+        # Over the account's rate: rate_limited. A burst this deep can also find the
+        # account's share of the request path full first: overloaded. Both tell the
+        # client to back off (§4.2), never anything else.
+        backoff = (RejectReason.RATE_LIMITED, RejectReason.OVERLOADED)
+        assert all(m.reason in backoff for m in limited), [m.reason for m in limited]
+        assert all(m.retry_after_ms > 0 for m in limited)
+        assert set(answers) == set(range(1, 301))
+        sess.close()
+    finally:
+        srv.stop()
 
 
 def test_worked_examples_agree_with_the_server(session: Sess) -> None:
