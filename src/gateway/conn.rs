@@ -93,6 +93,9 @@ pub struct Conn {
     /// [`Conn::has_answer_room`]): it is read again when a write or an
     /// answer makes room.
     pub answer_held: bool,
+    /// Bytes reserved in `out` for the answers of the requests in flight
+    /// (see [`Conn::on_request_out`]).
+    pub answer_reserve: u32,
 }
 
 /// Longest a request's answer is waited for before a session may move
@@ -130,17 +133,39 @@ impl Conn {
         }
     }
 
-    /// Whether the next frame may be handled: the answer of every request
-    /// awaited, and of one more, is sure to fit in `out` (the largest
-    /// answer, [`ANSWER_BYTES_MAX`], each), or nothing is queued or
-    /// awaited at all. A session without that room is not read: its
-    /// requests wait in its socket and TCP holds back a client that sends
-    /// faster than it reads its answers, instead of a full buffer cutting
-    /// it as a slow consumer while it reads (see `gateway::reads`).
+    /// A request whose answer takes at most `bound` bytes was handed to
+    /// the request path.
+    pub fn on_request_out(&mut self, bound: usize, now_ns: u64) {
+        self.requests_out += 1;
+        self.last_request_ns = now_ns;
+        self.answer_reserve = self.answer_reserve.saturating_add(bound as u32);
+    }
+
+    /// An answer of `len` bytes came back. What is reserved for the rest
+    /// never falls below their bounds: each answer is at most its own, so
+    /// taking off its length leaves at least the others' (the reserve is
+    /// exact again, 0, once none is awaited).
+    pub fn on_answer_back(&mut self, len: u32) {
+        self.requests_out = self.requests_out.saturating_sub(1);
+        self.answer_reserve = match self.requests_out {
+            0 => 0,
+            _ => self.answer_reserve.saturating_sub(len),
+        };
+    }
+
+    /// Whether the next frame may be handled: its answer, whatever it is
+    /// ([`ANSWER_BYTES_MAX`]), and those of the requests in flight (their
+    /// bounds, `answer_bound`) are sure to fit in `out`; or nothing is
+    /// queued or awaited at all. A session without that room is not read:
+    /// its requests wait in its socket and TCP holds back a client that
+    /// sends faster than it reads its answers, instead of a full buffer
+    /// cutting it as a slow consumer while it reads (see `gateway::reads`).
     pub fn has_answer_room(&self, now_ns: u64) -> bool {
-        let awaited = self.answers_awaited(now_ns) as usize;
-        let need = (awaited + 1).saturating_mul(ANSWER_BYTES_MAX);
-        need <= self.out.room() || (awaited == 0 && self.out.is_empty())
+        let reserved = match self.answers_awaited(now_ns) {
+            0 => 0,
+            _ => self.answer_reserve as usize,
+        };
+        reserved + ANSWER_BYTES_MAX <= self.out.room() || (reserved == 0 && self.out.is_empty())
     }
 
     /// Whether a draining move holds the session's input.

@@ -337,6 +337,7 @@ impl Conns {
             heavy_windows: 0,
             held_since_ns: None,
             answer_held: false,
+            answer_reserve: 0,
         }
     }
 

@@ -136,6 +136,7 @@ impl Mover {
         // Answers still counted here are long lost (see `pick_mover`).
         conn.requests_out = 0;
         conn.answer_held = false;
+        conn.answer_reserve = 0;
         match peer.adopt.try_send(conn) {
             Ok(()) => {
                 peer.doorbell.ring();

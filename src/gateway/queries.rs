@@ -224,12 +224,12 @@ impl RequestSide {
         ) {
             return;
         }
+        let bound = crate::requests::answers::answer_bound(m.kind, m.nsym.into(), m.count.into());
         // The port keeps one account from filling the ring.
         let pushed = self.port.push(m);
         if pushed {
             if let Some(c) = conns.slab.conns[i].as_mut() {
-                c.requests_out += 1;
-                c.last_request_ns = monotonic_ns();
+                c.on_request_out(bound, monotonic_ns());
             }
             self.port.dispatcher.ring();
             return;
@@ -281,7 +281,7 @@ impl RequestSide {
         }
         let now = monotonic_ns();
         if let Some(conn) = conns.slab.conns[i].as_mut() {
-            conn.requests_out = conn.requests_out.saturating_sub(1);
+            conn.on_answer_back(a.len);
         }
         if a.deadline_ns != 0 && now >= a.deadline_ns {
             self.port.expired_at_gateway();

@@ -193,3 +193,65 @@ pub(crate) fn template_of(kind: RequestKind) -> u16 {
         RequestKind::History => wire::template::HISTORY_REQUEST,
     }
 }
+
+/// Bytes of a response frame before its group's entries: header, a root
+/// block (at most 32 bytes for the request responses) and the group header.
+const RESPONSE_FIXED_BYTES: usize = wire::HEADER_LEN + 32 + 4;
+/// Most bytes a Reject takes: header, root, and a text of 255 bytes with
+/// its length.
+pub(crate) const REJECT_BYTES_MAX: usize = wire::HEADER_LEN + 32 + 1 + 255;
+
+/// Most bytes the answer to a request of `kind` naming `nsym` symbols (a
+/// snapshot) or `count` ticks (a history) can take in its connection's
+/// outbound buffer, whichever answer it gets: its response or a Reject.
+/// The shard reserves it while the request is in flight (see
+/// `gateway::conn`).
+pub fn answer_bound(kind: RequestKind, nsym: usize, count: usize) -> usize {
+    use wire::Block;
+    let group = |n: usize, entry: u16| RESPONSE_FIXED_BYTES + n * usize::from(entry);
+    let response = match kind {
+        RequestKind::Snapshot => group(nsym, wire::PriceBody::BLOCK_LENGTH),
+        RequestKind::History => group(count, wire::HistoryTick::BLOCK_LENGTH),
+        // The directory's size is the server's, not the request's.
+        RequestKind::SymbolList => ANSWER_BYTES_MAX,
+    };
+    response.clamp(REJECT_BYTES_MAX, ANSWER_BYTES_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::requests::service::SNAPSHOT_SYMBOLS_MAX;
+
+    #[test]
+    fn every_answer_fits_the_bound_reserved_for_it() {
+        let mut buf = vec![0u8; 64 * 1024];
+        let text = [b'x'; 255];
+        let reject = wire::Reject {
+            request_id: u64::MAX,
+            ref_template_id: 17,
+            reason: RejectReason::OVERLOADED,
+            retry_after_ms: u32::MAX,
+            text: &text,
+        };
+        let n = wire::encode_reject(&mut buf, &reject).unwrap();
+        assert!(n <= REJECT_BYTES_MAX, "{n}");
+        for nsym in 0..=SNAPSHOT_SYMBOLS_MAX {
+            let prices = vec![wire::PriceBody::default(); nsym];
+            let n = wire::encode_snapshot_response(&mut buf, u64::MAX, &prices).unwrap();
+            let bound = answer_bound(RequestKind::Snapshot, nsym, 0);
+            assert!(
+                n <= bound && bound < n + REJECT_BYTES_MAX,
+                "{nsym}: {n} > {bound}"
+            );
+        }
+        for count in [0, 1, 50, 190, 1000] {
+            let ticks = vec![wire::HistoryTick::default(); count];
+            let n = wire::encode_history_response(&mut buf, u64::MAX, 7, 5, &ticks).unwrap();
+            let bound = answer_bound(RequestKind::History, 0, count);
+            assert!(n.min(ANSWER_BYTES_MAX) <= bound, "{count}: {n} > {bound}");
+        }
+        let list = answer_bound(RequestKind::SymbolList, 0, 0);
+        assert_eq!(list, ANSWER_BYTES_MAX);
+    }
+}

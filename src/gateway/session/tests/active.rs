@@ -195,10 +195,11 @@ fn a_client_that_honours_the_window_is_never_struck() {
         } else {
             t += 1;
         }
+        // Only the rate's own refusal: never one in a row after it.
+        assert!(r.s.backoff_strikes() <= 1, "round {round}");
     }
     assert!(r.s.is_active(), "an honouring client was cut");
     assert_eq!(GatewayStats::get(&r.stats.rejects_backoff), 0);
-    assert_eq!(r.s.backoff_strikes(), 0);
 }
 
 #[test]
