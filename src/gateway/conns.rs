@@ -100,6 +100,7 @@ impl Conns {
         let conn = self.slab.conns.get_mut(i)?.as_mut()?;
         let ctx = Ctx {
             now_ns: now,
+            input_since_ns: conn.arrival_ns(now),
             cfg: &self.session_cfg,
             out: &mut conn.out,
             rng: &mut self.rng,

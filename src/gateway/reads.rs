@@ -29,9 +29,11 @@ enum ReadEnd {
     Drained,
     /// Input left (budget spent, or reads bounded): read again next turn.
     More,
-    /// Not to be read now (closed, held, its Logon with the verifier, no
-    /// room for its answers).
+    /// Not to be read now (closed, held, its Logon with the verifier).
     Stop,
+    /// Input left, held until there is room for its answers: read again
+    /// when a write or an answer makes it (not listed for next turn).
+    AnswerHeld,
 }
 
 /// How handling the frames read so far ended.
@@ -75,6 +77,9 @@ impl Shard {
                     c.unread_since_ns = now;
                     self.conns.slab.queue_read(i);
                 }
+                // Its input waits from here: the backoff gate and the
+                // request budgets count from the last time it was served.
+                ReadEnd::AnswerHeld => c.unread_since_ns = now,
                 ReadEnd::Stop => {}
             }
         }
@@ -88,7 +93,7 @@ impl Shard {
         match self.process_frames(i, now, left) {
             Frames::All => {}
             Frames::Budget => return ReadEnd::More,
-            Frames::AnswerHeld => return ReadEnd::Stop,
+            Frames::AnswerHeld => return ReadEnd::AnswerHeld,
         }
         for _ in 0..READS_PER_TURN {
             let Some(conn) = self.conns.slab.conns[i].as_mut() else {
@@ -124,7 +129,7 @@ impl Shard {
             match self.process_frames(i, now, left) {
                 Frames::All => {}
                 Frames::Budget => return ReadEnd::More,
-                Frames::AnswerHeld => return ReadEnd::Stop,
+                Frames::AnswerHeld => return ReadEnd::AnswerHeld,
             }
         }
         ReadEnd::More

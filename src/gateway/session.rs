@@ -127,6 +127,10 @@ pub struct Ctx<'a> {
     pub rng: &'a mut SmallRng,
     /// Listener-wide counters.
     pub stats: &'a GatewayStats,
+    /// Since when the input being handled has waited for the shard (its
+    /// unread mark, else `now_ns`): the backoff window judges by this
+    /// whether a message came after its grace (see [`backoff`]).
+    pub input_since_ns: u64,
 }
 
 impl Ctx<'_> {
@@ -447,7 +451,9 @@ impl Session {
     /// after the grace also restarts the window, longer).
     fn gate(&mut self, msg: &Message<'_>, ctx: &mut Ctx<'_>) -> bool {
         let grace = backoff::grace_ns(self.rtt_ns);
-        let Gate::Refuse { retry_ms, .. } = self.backoff.check(ctx.now_ns, grace) else {
+        let sent_by = ctx.input_since_ns;
+        let Gate::Refuse { retry_ms, .. } = self.backoff.check_sent(ctx.now_ns, sent_by, grace)
+        else {
             return true;
         };
         if !self.strike(ctx) {

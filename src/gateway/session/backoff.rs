@@ -16,6 +16,11 @@
 //!   ignored it: the window starts again from now, twice as long for each
 //!   such message in a row (at most [`WINDOW_MAX_NS`]).
 //!
+//! "Arrives" is when the message began to wait for the shard, not when the
+//! shard read it: input the server held (no room for its answers, see
+//! `gateway::reads`) or left for a later turn is judged by the time it was
+//! last served ([`Backoff::check_sent`]).
+//!
 //! Every refusal is a *strike*: a message the rate limit refuses, and a
 //! message refused inside a window. A message that gets through ends the
 //! run. More than `--flood-disconnect-after` strikes in a row end the
@@ -81,10 +86,19 @@ impl Backoff {
     /// from now, longer (the strike itself is the caller's to count, see
     /// [`Backoff::strike`]).
     pub fn check(&mut self, now_ns: u64, grace_ns: u64) -> Gate {
+        self.check_sent(now_ns, now_ns, grace_ns)
+    }
+
+    /// [`Backoff::check`] for a message that has waited unread since
+    /// `sent_by_ns` (the server held the input, or had not got round to
+    /// it): whether it came after the grace is judged by that time, not by
+    /// when the server read it, so a client is never taken to have ignored
+    /// a refusal the server kept it from reading in time.
+    pub fn check_sent(&mut self, now_ns: u64, sent_by_ns: u64, grace_ns: u64) -> Gate {
         if now_ns >= self.until_ns {
             return Gate::Pass;
         }
-        let ignored = now_ns >= self.told_ns.saturating_add(grace_ns);
+        let ignored = sent_by_ns.min(now_ns) >= self.told_ns.saturating_add(grace_ns);
         if ignored {
             // Twice the told window for the first ignored message in a
             // row, four times for the second, ...
@@ -129,6 +143,31 @@ mod tests {
     use super::*;
 
     const MS: u64 = NS_PER_MS;
+
+    #[test]
+    fn input_the_server_kept_unread_is_judged_by_when_it_waited() {
+        let mut b = Backoff::default();
+        b.told(20, 100 * MS);
+        // Read at 110 ms, past the grace, but waiting unread since 102 ms:
+        // sent before the client could have read the refusal.
+        let g = b.check_sent(110 * MS, 102 * MS, GRACE_MIN_NS);
+        assert_eq!(
+            g,
+            Gate::Refuse {
+                retry_ms: 10,
+                ignored: false
+            }
+        );
+        // Waiting since after the grace: ignored, the window doubled.
+        let g = b.check_sent(111 * MS, 106 * MS, GRACE_MIN_NS);
+        assert_eq!(
+            g,
+            Gate::Refuse {
+                retry_ms: 40,
+                ignored: true
+            }
+        );
+    }
 
     #[test]
     fn no_window_passes_and_a_window_refuses_until_it_ends() {

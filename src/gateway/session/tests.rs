@@ -88,6 +88,8 @@ struct Rig {
     stats: GatewayStats,
     frame: Vec<u8>,
     now: u64,
+    /// Since when the input fed has waited unread (None: `now`).
+    waited_since: Option<u64>,
 }
 
 impl Rig {
@@ -105,11 +107,19 @@ impl Rig {
             stats: GatewayStats::default(),
             frame: vec![0; 1_024],
             now: T0,
+            waited_since: None,
         }
     }
 
     fn at_ms(&mut self, ms: u64) -> &mut Self {
         self.now = T0 + ms * MS_NS;
+        self.waited_since = None;
+        self
+    }
+
+    /// The input fed next has waited unread since `ms` (the shard held it).
+    fn waited_since_ms(&mut self, ms: u64) -> &mut Self {
+        self.waited_since = Some(T0 + ms * MS_NS);
         self
     }
 
@@ -117,6 +127,7 @@ impl Rig {
     fn call<T>(&mut self, f: impl FnOnce(&mut Session, &mut Ctx<'_>) -> T) -> T {
         let mut ctx = Ctx {
             now_ns: self.now,
+            input_since_ns: self.waited_since.unwrap_or(self.now),
             cfg: &self.cfg,
             out: &mut self.out,
             rng: &mut self.rng,
@@ -134,6 +145,7 @@ impl Rig {
         loop {
             let mut ctx = Ctx {
                 now_ns: self.now,
+                input_since_ns: self.waited_since.unwrap_or(self.now),
                 cfg: &self.cfg,
                 out: &mut self.out,
                 rng: &mut self.rng,

@@ -178,6 +178,24 @@ fn a_rate_refusal_asks_for_whole_refills_however_near_the_next_token() {
 }
 
 #[test]
+fn input_held_unread_is_not_taken_for_an_ignored_refusal() {
+    let mut r = Rig::new().logged_on();
+    for _ in 0..4 {
+        r.feed(&heartbeat());
+    }
+    r.feed(&subscribe(9));
+    let window = retry_of(&r.sent()[0]);
+    // Read 10 ms on (past the grace) but waiting unread since 1 ms (the
+    // shard held the input): sent before the refusal could be read, so
+    // refused with the time left, not a doubled window.
+    r.at_ms(10).waited_since_ms(1).feed(&subscribe(10));
+    assert_eq!(u64::from(retry_of(&r.sent()[0])), u64::from(window) - 10);
+    // The same message read as it came, 10 ms on: ignored, doubled.
+    r.at_ms(10).feed(&subscribe(11));
+    assert_eq!(retry_of(&r.sent()[0]), 2 * window);
+}
+
+#[test]
 fn a_client_that_honours_the_window_is_never_struck() {
     let mut r = Rig::new().logged_on();
     for _ in 0..4 {
