@@ -44,8 +44,12 @@ use crate::cli::Scenario;
 /// retry-honour | herd-starved`).
 #[derive(Debug, Clone, Args)]
 pub struct DrillArgs {
-    /// Drills: connections the flood uses (threads of this process).
-    #[arg(long, default_value_t = 12, value_name = "N")]
+    /// Drills: connections the flood uses (threads of this process). 32:
+    /// the server takes a connection's requests only while their answers
+    /// fit its outbound buffer (about 75 of the flood's 25-symbol
+    /// snapshots), so a flood needs more connections than the queue's
+    /// depth over that to form a standing queue; 12 did not, once in four.
+    #[arg(long, default_value_t = 32, value_name = "N")]
     pub drill_flood_conns: usize,
     /// Drills: seconds of the flood, or of the honour/ignore race.
     #[arg(long, default_value_t = 20, value_name = "S")]
