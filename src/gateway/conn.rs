@@ -90,9 +90,10 @@ pub struct Conn {
     /// last moved out by the time held (see [`Conn::held_catch_up`]).
     pub held_since_ns: Option<u64>,
     /// Set while the session's input waits for room for its answers (see
-    /// [`Conn::has_answer_room`]): it is read again when a write or an
-    /// answer makes room.
-    pub answer_held: bool,
+    /// [`Conn::has_answer_room`]; it is read again when a write or an
+    /// answer makes room): when its deadlines were last moved out by the
+    /// time held, as for a draining move's hold.
+    pub answer_held_since_ns: Option<u64>,
     /// Bytes reserved in `out` for the answers of the requests in flight
     /// (see [`Conn::on_request_out`]).
     pub answer_reserve: u32,
@@ -166,6 +167,33 @@ impl Conn {
             _ => self.answer_reserve as usize,
         };
         reserved + ANSWER_BYTES_MAX <= self.out.room() || (reserved == 0 && self.out.is_empty())
+    }
+
+    /// Whether the session's input waits for room for its answers.
+    pub fn is_answer_held(&self) -> bool {
+        self.answer_held_since_ns.is_some()
+    }
+
+    /// Holds the session's input from `now_ns` until its answers have room;
+    /// true if it was not held already.
+    pub fn hold_for_answers(&mut self, now_ns: u64) -> bool {
+        let new = self.answer_held_since_ns.is_none();
+        if new {
+            self.answer_held_since_ns = Some(now_ns);
+        }
+        new
+    }
+
+    /// While its input waits for answer room the server reads nothing of
+    /// the peer: its idle, logon and partial-frame deadlines move out by
+    /// the time held (see [`Conn::held_catch_up`]).
+    pub fn answer_hold_catch_up(&mut self, now_ns: u64) {
+        held_catch_up(&mut self.answer_held_since_ns, &mut self.session, now_ns);
+    }
+
+    /// Ends an answer hold at `now_ns`; the caller reads the socket again.
+    pub fn end_answer_hold(&mut self, now_ns: u64) {
+        unhold(&mut self.answer_held_since_ns, &mut self.session, now_ns);
     }
 
     /// Whether a draining move holds the session's input.

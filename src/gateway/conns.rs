@@ -253,9 +253,9 @@ impl Conns {
         }
         // Input held for want of room for its answers is read again once
         // written bytes (or answers delivered) make the room.
-        let resume = conn.answer_held && conn.has_answer_room(now);
+        let resume = conn.is_answer_held() && conn.has_answer_room(now);
         if resume {
-            conn.answer_held = false;
+            conn.end_answer_hold(now);
         }
         let flushed = conn.out.is_empty() && !conn.stream.has_pending();
         if conn.session.is_closing() && flushed && !conn.fin_sent {
@@ -337,7 +337,7 @@ impl Conns {
             window_requests: 0,
             heavy_windows: 0,
             held_since_ns: None,
-            answer_held: false,
+            answer_held_since_ns: None,
             answer_reserve: 0,
         }
     }

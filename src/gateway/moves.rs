@@ -135,7 +135,7 @@ impl Mover {
         conn.heavy_windows = 0;
         // Answers still counted here are long lost (see `pick_mover`).
         conn.requests_out = 0;
-        conn.answer_held = false;
+        conn.end_answer_hold(now);
         conn.answer_reserve = 0;
         match peer.adopt.try_send(conn) {
             Ok(()) => {

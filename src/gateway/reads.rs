@@ -164,10 +164,9 @@ impl Shard {
                 break;
             }
             if !c.session.is_closing() && !c.has_answer_room(now) {
-                if !c.answer_held {
+                if c.hold_for_answers(now) {
                     GatewayStats::add(&self.conns.shared.stats.input_held_for_answers, 1);
                 }
-                c.answer_held = true;
                 end = Frames::AnswerHeld;
                 break;
             }
@@ -290,13 +289,14 @@ impl Shard {
         }
         // No deadline counts against a session while it is held.
         conn.held_catch_up(now);
+        conn.answer_hold_catch_up(now);
         *conflating += u64::from(conn.out.is_conflating());
         *queued += conn.out.len() as u64;
         // A kernel queue that held bytes is looked at again (by a write
         // of what is left): one that drained lets a conflating connection
         // resync, though no readiness comes to say so.
         // So is a session whose input waits for room for its answers.
-        let look = conn.out.sendq().bytes() > 0 || conn.answer_held;
+        let look = conn.out.sendq().bytes() > 0 || conn.is_answer_held();
         if conn.session.silence_due(&self.conns.session_cfg, now) {
             self.read_before_judging(i, now);
         }
