@@ -518,19 +518,7 @@ impl Inbox {
     fn flag_stale(&mut self) {
         let mut flagged = 0u64;
         for symbol in 0..self.last_seq.len() {
-            let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
-                continue;
-            };
-            if p.seq == 0 || p.flags & price_flags::STALE != 0 {
-                continue;
-            }
-            p.flags |= price_flags::STALE | price_flags::CONFLATED;
-            self.table.write(&p);
-            for publisher in &mut self.publishers {
-                publisher.publish(&p);
-            }
-            self.stale_by_edge[symbol] = true;
-            flagged += 1;
+            flagged += u64::from(self.repeat_stale(symbol));
         }
         self.stats.stale_flagged.add(flagged);
         self.stale_shown |= flagged > 0;
@@ -538,6 +526,25 @@ impl Inbox {
             symbols = flagged,
             "no price from the bus within the max age; flagged stale"
         );
+    }
+
+    /// Repeats `symbol`'s last price flagged STALE and CONFLATED, same
+    /// sequence, to the table and every publisher; true if it did (false
+    /// for a symbol never priced or already stale).
+    fn repeat_stale(&mut self, symbol: usize) -> bool {
+        let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
+            return false;
+        };
+        if p.seq == 0 || p.flags & price_flags::STALE != 0 {
+            return false;
+        }
+        p.flags |= price_flags::STALE | price_flags::CONFLATED;
+        self.table.write(&p);
+        for publisher in &mut self.publishers {
+            publisher.publish(&p);
+        }
+        self.stale_by_edge[symbol] = true;
+        true
     }
 
     /// Whether the core that leads now stands behind `symbol`'s price:
@@ -556,19 +563,7 @@ impl Inbox {
             if self.backed(symbol) || self.stale_by_edge[symbol] {
                 continue;
             }
-            let Some(mut p) = self.table.read(symbol as u16, TOP_OF_BOOK) else {
-                continue;
-            };
-            if p.seq == 0 || p.flags & price_flags::STALE != 0 {
-                continue;
-            }
-            p.flags |= price_flags::STALE | price_flags::CONFLATED;
-            self.table.write(&p);
-            for publisher in &mut self.publishers {
-                publisher.publish(&p);
-            }
-            self.stale_by_edge[symbol] = true;
-            flagged += 1;
+            flagged += u64::from(self.repeat_stale(symbol));
         }
         self.stats.unbacked_flagged.add(flagged);
         self.stale_shown |= flagged > 0;
