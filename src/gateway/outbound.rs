@@ -395,10 +395,11 @@ impl OutBuf {
 mod tests {
     use super::*;
 
-    /// A socket that takes at most `quota` bytes, then would block.
-    struct Slow {
-        quota: usize,
-        got: Vec<u8>,
+    /// A socket that takes at most `quota` bytes, then would block (the
+    /// age tests write to it too).
+    pub(super) struct Slow {
+        pub(super) quota: usize,
+        pub(super) got: Vec<u8>,
     }
 
     impl Write for Slow {

@@ -2,6 +2,7 @@
 //! conflate, and price frames that waited past it are dropped whole,
 //! never a byte already handed to the kernel.
 
+use super::tests::Slow;
 use super::*;
 use proptest::prelude::*;
 
@@ -41,27 +42,6 @@ fn drop_stale(b: &mut OutBuf, now: u64) -> Vec<u32> {
     ids
 }
 
-/// Takes at most `quota` bytes per call, then would block.
-struct Taker {
-    quota: usize,
-    got: Vec<u8>,
-}
-
-impl Write for Taker {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        if self.quota == 0 {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let n = b.len().min(self.quota);
-        self.quota -= n;
-        self.got.extend_from_slice(&b[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn a_run_past_the_limit_loses_its_prices_and_keeps_its_control_frames() {
     let mut b = OutBuf::new(1024, 64, 512).with_age_max(10 * MS);
@@ -76,7 +56,7 @@ fn a_run_past_the_limit_loses_its_prices_and_keeps_its_control_frames() {
     assert_eq!(drop_stale(&mut b, 10 * MS + 1), vec![1, 2], "past it");
     let mut want = frame(C, 0).to_vec();
     want.extend(frame(C, 1));
-    let mut w = Taker {
+    let mut w = Slow {
         quota: usize::MAX,
         got: Vec::new(),
     };
@@ -89,7 +69,7 @@ fn the_frame_the_kernel_took_part_of_is_finished() {
     let mut b = OutBuf::new(1024, 64, 512).with_age_max(10 * MS);
     price(&mut b, 1, 0);
     price(&mut b, 2, 0);
-    let mut w = Taker {
+    let mut w = Slow {
         quota: 3,
         got: Vec::new(),
     };
@@ -141,7 +121,7 @@ proptest! {
     ) {
         let limit = 10 * MS;
         let mut b = OutBuf::new(512, 64, 256).with_age_max(limit);
-        let mut w = Taker { quota: 0, got: Vec::new() };
+        let mut w = Slow { quota: 0, got: Vec::new() };
         let mut appended_at = Vec::new();
         let mut first_byte_at = Vec::new();
         let (mut now, mut next_id) = (0u64, 0u32);
