@@ -12,6 +12,7 @@
 //!   a Logout — leave the binary's log (at trace level) with no raw control
 //!   byte and no line that the binary did not start.
 
+use crate::util::fix_hostile;
 use crate::util::net;
 use crate::util::redis;
 use crate::util::server;
@@ -23,7 +24,6 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use pricewire::feed::fix::codec::{self, Encoder, Header};
 use pricewire::wire::{self, LogonRejectReason, OwnedMessage};
 use redis::RedisServer;
 use server::{Raw, RawRead};
@@ -208,67 +208,6 @@ fn hostile_name(marker: &str) -> String {
     s
 }
 
-/// The field values of one FIX message (`tag=value` pairs).
-fn fix_field<'a>(msg: &'a [u8], tag: &str) -> Option<&'a [u8]> {
-    let want = format!("{tag}=");
-    msg.split(|&b| b == 1)
-        .find(|f| f.starts_with(want.as_bytes()))
-        .map(|f| &f[want.len()..])
-}
-
-/// A FIX acceptor for one session: answers the Logon, answers the first
-/// MarketDataRequest with a MarketDataRequestReject whose Text (58) is
-/// hostile, then logs out with a hostile Text. Returns when done.
-fn hostile_fix_counterparty(listener: TcpListener) {
-    let (mut s, _) = listener.accept().unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let mut enc = Encoder::new(4096);
-    let mut seq = 1;
-    let mut send = |s: &mut TcpStream, msg_type: &[u8], body: &dyn Fn(&mut Encoder)| {
-        let h = Header {
-            sender_comp_id: b"LPSIM",
-            target_comp_id: b"PRICEWIRE",
-            seq,
-            sending_time_utc_ns: pricewire::clock::wall_ns(),
-        };
-        seq += 1;
-        enc.begin(msg_type, &h);
-        body(&mut enc);
-        s.write_all(enc.finish().unwrap()).unwrap();
-    };
-    let (mut buf, mut len) = (vec![0u8; 65_536], 0);
-    loop {
-        while let Ok(Some(n)) = codec::frame_len(&buf[..len]) {
-            let msg = buf[..n].to_vec();
-            buf.copy_within(n..len, 0);
-            len -= n;
-            match fix_field(&msg, "35") {
-                Some(b"A") => send(&mut s, b"A", &|e| {
-                    e.uint(98, 0);
-                    e.uint(108, 30);
-                }),
-                Some(b"V") => {
-                    let id = fix_field(&msg, "262").unwrap().to_vec();
-                    send(&mut s, b"Y", &|e| {
-                        e.bytes(262, &id);
-                        e.uint(281, 0);
-                        e.bytes(58, hostile("FORGED-FIX-58").as_bytes());
-                    });
-                    send(&mut s, b"5", &|e| {
-                        e.bytes(58, hostile("FORGED-FIX-LOGOUT").as_bytes())
-                    });
-                    return;
-                }
-                _ => {}
-            }
-        }
-        match s.read(&mut buf[len..]) {
-            Ok(0) | Err(_) => panic!("the binary closed before its MarketDataRequest"),
-            Ok(k) => len += k,
-        }
-    }
-}
-
 /// Every line of `log` is one the binary started (a timestamp), and no
 /// byte of it is a control character other than the line ends.
 fn assert_unforged(name: &str, log: &[u8]) {
@@ -311,7 +250,10 @@ fn outside_strings_cannot_forge_a_log_line() {
          target_comp_id = \"LPSIM\"\nsymbols = {{ \"EUR/USD\" = \"EURUSD\" }}\n",
         fix.local_addr().unwrap().port()
     );
-    let counterparty = std::thread::spawn(move || hostile_fix_counterparty(fix));
+    let counterparty = std::thread::spawn(move || {
+        let (reject, logout) = (hostile("FORGED-FIX-58"), hostile("FORGED-FIX-LOGOUT"));
+        fix_hostile::counterparty(fix, WAIT, &reject, Some(&logout))
+    });
     let dir = tempfile::tempdir().unwrap();
     let b = start(dir.path(), redis.addr(), &toml, "trace");
 

@@ -3,14 +3,13 @@
 //! text from outside — a FIX counterparty's Text (58) holding a line break
 //! and a line that looks like one of ours — stays inside one JSON string.
 
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::util::fix_hostile;
 use crate::util::net;
 use crate::util::wait::wait_until;
-use pricewire::feed::fix::codec::{self, Encoder, Header};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -19,62 +18,9 @@ const WAIT: Duration = Duration::from_secs(20);
 const HOSTILE: &str =
     "evil\r\n{\"timestamp\":\"2026-01-01T00:00:00Z\",\"level\":\"INFO\",\"message\":\"FORGED\"}";
 
-fn field<'a>(msg: &'a [u8], tag: &str) -> Option<&'a [u8]> {
-    let want = format!("{tag}=");
-    msg.split(|&b| b == 1)
-        .find(|f| f.starts_with(want.as_bytes()))
-        .map(|f| &f[want.len()..])
-}
-
-/// A FIX acceptor for one session: answers the Logon, then answers the
-/// MarketDataRequest with a reject whose Text is [`HOSTILE`].
-fn counterparty(listener: TcpListener) {
-    let (mut s, _) = listener.accept().unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let (mut enc, mut seq) = (Encoder::new(4096), 1);
-    let mut send = |s: &mut std::net::TcpStream, kind: &[u8], body: &dyn Fn(&mut Encoder)| {
-        let h = Header {
-            sender_comp_id: b"LPSIM",
-            target_comp_id: b"PRICEWIRE",
-            seq,
-            sending_time_utc_ns: pricewire::clock::wall_ns(),
-        };
-        seq += 1;
-        enc.begin(kind, &h);
-        body(&mut enc);
-        s.write_all(enc.finish().unwrap()).unwrap();
-    };
-    let (mut buf, mut len) = (vec![0u8; 65_536], 0);
-    loop {
-        while let Ok(Some(n)) = codec::frame_len(&buf[..len]) {
-            let msg = buf[..n].to_vec();
-            buf.copy_within(n..len, 0);
-            len -= n;
-            match field(&msg, "35") {
-                Some(b"A") => send(&mut s, b"A", &|e| {
-                    e.uint(98, 0);
-                    e.uint(108, 30);
-                }),
-                Some(b"V") => {
-                    let id = field(&msg, "262").unwrap().to_vec();
-                    return send(&mut s, b"Y", &|e| {
-                        e.bytes(262, &id);
-                        e.uint(281, 0);
-                        e.bytes(58, HOSTILE.as_bytes());
-                    });
-                }
-                _ => {}
-            }
-        }
-        match s.read(&mut buf[len..]) {
-            Ok(0) | Err(_) => panic!("the binary closed before its MarketDataRequest"),
-            Ok(k) => len += k,
-        }
-    }
-}
-
-/// Runs `serve --log-format json` against [`counterparty`] until the
-/// reject is logged, stops it with SIGTERM and returns its stderr.
+/// Runs `serve --log-format json` against a hostile FIX counterparty
+/// (Text [`HOSTILE`]) until the reject is logged, stops it with SIGTERM
+/// and returns its stderr.
 fn run_json_serve(dir: &std::path::Path) -> String {
     let fix = TcpListener::bind("127.0.0.1:0").unwrap();
     let toml = format!(
@@ -86,7 +32,7 @@ fn run_json_serve(dir: &std::path::Path) -> String {
     );
     let cfg = dir.join("pricewire.toml");
     std::fs::write(&cfg, toml).unwrap();
-    let peer = std::thread::spawn(move || counterparty(fix));
+    let peer = std::thread::spawn(move || fix_hostile::counterparty(fix, WAIT, HOSTILE, None));
     let (listen, ops) = (net::free_addr(), net::free_addr());
     let log = dir.join("stderr.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pricewire"))

@@ -5,6 +5,7 @@
 
 pub mod bus;
 pub mod capture;
+pub mod fix_hostile;
 pub mod fix_lp;
 pub mod fix_rig;
 pub mod haproxy;
