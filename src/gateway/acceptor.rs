@@ -478,10 +478,11 @@ impl Acceptor {
         if self.shared.admission.is_poisoned() {
             panic!("a connection's fault left the admission table poisoned: {fault}");
         }
+        // Counted before the connection is let go (see `discard_faulted`).
+        GatewayStats::add(&self.shared.stats.faults_acceptor, 1);
         if let Some(p) = self.admitting.take() {
             self.release(p);
         }
-        GatewayStats::add(&self.shared.stats.faults_acceptor, 1);
         ACCEPTOR_FAULTS.report("acceptor", &peer, &fault);
         true
     }
@@ -512,8 +513,8 @@ impl Acceptor {
             let peer = link.socket().peer_addr().unwrap_or(UNKNOWN_PEER);
             let taken = crate::runtime::contain::contain(|| refuser.take(r, link, retry, now));
             if let Err(fault) = taken {
-                refuser.discard_faulted(r);
                 GatewayStats::add(&self.shared.stats.faults_acceptor, 1);
+                refuser.discard_faulted(r);
                 ACCEPTOR_FAULTS.report("acceptor", &peer, &fault);
             }
         }

@@ -74,9 +74,11 @@ impl Conns {
             .get(i)
             .and_then(Option::as_ref)
             .map(|c| c.peer);
+        // Counted before the close: a peer that sees its connection end
+        // finds the fault on /metrics.
+        GatewayStats::add(&self.shared.stats.faults_shard, 1);
         self.close_now(i);
         debug_assert_eq!(self.fanout.check(&self.slab), Ok(()));
-        GatewayStats::add(&self.shared.stats.faults_shard, 1);
         let shown = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
         SHARD_FAULTS.report("shard", &shown, fault);
     }

@@ -480,11 +480,13 @@ impl Ingest {
             panic!("a bridge's fault left the provider lockout tables poisoned: {fault}");
         }
         let peer = self.bridges.get(i).and_then(Option::as_ref).map(|b| b.ip);
+        // Counted before the close: a peer that sees its connection end
+        // finds the fault on /metrics.
+        self.stats.faults.fetch_add(1, Ordering::Relaxed);
         self.batch.clear();
         self.held.retain(|&h| h != i);
         self.close(i);
         self.port.notify();
-        self.stats.faults.fetch_add(1, Ordering::Relaxed);
         let shown = peer.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
         INGEST_FAULTS.report("ingest", &shown, &fault);
     }
