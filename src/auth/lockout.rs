@@ -86,6 +86,17 @@ impl LockoutPolicy {
         forget_ms: 900_000,
         capacity: 4_096,
     };
+    /// Per account and address after a `message_flood` cut
+    /// ([`Lockout::hold`], [`Lockout::try_held`]): held for the cut's
+    /// retry-after; each logon inside it doubles what is left, to 60 s.
+    pub const FLOOD_HOLD: LockoutPolicy = LockoutPolicy {
+        threshold: 1,
+        window_ms: 0,
+        base_ms: 1_000,
+        cap_ms: 60_000,
+        forget_ms: 0,
+        capacity: 4_096,
+    };
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -233,6 +244,40 @@ impl Lockout {
         }
     }
 
+    /// Locks `key` until at least `now_ns + ms`: a penalty decided
+    /// elsewhere (a flood cut's retry-after), not a counted failure. A
+    /// longer lock already running is kept.
+    pub fn hold(&mut self, key: u64, now_ns: u64, ms: u64) {
+        let Some(i) = self.slot_for(key, now_ns) else {
+            // Every slot of the set has a guess pending; the hold is the
+            // lesser protection and gives way.
+            return;
+        };
+        let s = &mut self.slots[i];
+        s.locked_until_ns = s.locked_until_ns.max(now_ns.saturating_add(ms * MS));
+        s.last_failure_ns = now_ns;
+    }
+
+    /// A try of `key` at `now_ns`: `Ok` unless it is locked, else
+    /// `Err(retry_after_ms)` with the lock lengthened, because the try
+    /// ignored the retry-after it was given: what was left is doubled
+    /// (at least `base_ms` more), to at most `cap_ms` from now.
+    pub fn try_held(&mut self, key: u64, now_ns: u64) -> Result<(), u32> {
+        let Some(i) = self.find(key) else {
+            return Ok(());
+        };
+        let p = self.policy;
+        let s = &mut self.slots[i];
+        if s.locked_until_ns <= now_ns {
+            return Ok(());
+        }
+        let left_ns = s.locked_until_ns - now_ns;
+        let longer_ns = left_ns.saturating_mul(2).max(left_ns + p.base_ms * MS);
+        s.locked_until_ns = now_ns.saturating_add(longer_ns.min(p.cap_ms * MS));
+        s.last_failure_ns = now_ns;
+        self.check(key, now_ns)
+    }
+
     /// Reservations pending for `key`.
     pub fn pending(&self, key: u64) -> u32 {
         self.find(key)
@@ -333,6 +378,15 @@ impl Keyer {
     pub fn account(&self, name: &[u8]) -> u64 {
         let mut h = self.state.build_hasher();
         h.write_u8(2);
+        h.write(name);
+        h.finish()
+    }
+
+    /// The key of an account name from one source address.
+    pub fn pair(&self, name: &[u8], ip: IpAddr) -> u64 {
+        let mut h = self.state.build_hasher();
+        h.write_u8(3);
+        h.write_u128(ip_key(ip));
         h.write(name);
         h.finish()
     }

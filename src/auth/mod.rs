@@ -54,15 +54,19 @@ pub enum FailReason {
     Locked,
     /// Refused before verification: the verifier's queue is full.
     VerifierBusy,
+    /// Refused before anything else: the account was cut for a message
+    /// flood from this address, and its retry-after has not passed.
+    FloodHold,
 }
 
 impl FailReason {
     /// Every reason, in label order.
-    pub const ALL: [FailReason; 4] = [
+    pub const ALL: [FailReason; 5] = [
         FailReason::BadToken,
         FailReason::UnknownAccount,
         FailReason::Locked,
         FailReason::VerifierBusy,
+        FailReason::FloodHold,
     ];
 
     /// The metric label.
@@ -72,6 +76,7 @@ impl FailReason {
             FailReason::UnknownAccount => "unknown_account",
             FailReason::Locked => "locked",
             FailReason::VerifierBusy => "verifier_busy",
+            FailReason::FloodHold => "flood_hold",
         }
     }
 }
@@ -170,7 +175,7 @@ impl AuthLimits {
 /// Counters of one listener's logon checks.
 #[derive(Debug, Default)]
 pub struct AuthStats {
-    failures: [AtomicU64; 4],
+    failures: [AtomicU64; FailReason::ALL.len()],
     lockouts: [AtomicU64; 2],
     /// argon2 verifications run.
     pub verifications: AtomicU64,
@@ -200,6 +205,9 @@ pub struct AuthGuard {
     keyer: Keyer,
     addresses: Mutex<Lockout>,
     accounts: Mutex<Lockout>,
+    /// (account, address) pairs cut for a message flood, until their
+    /// retry-after has passed.
+    holds: Mutex<Lockout>,
     cache: Mutex<VerifiedCache>,
     /// The counters.
     pub stats: AuthStats,
@@ -222,6 +230,10 @@ impl AuthGuard {
             keyer: Keyer::default(),
             addresses: Mutex::new(Lockout::new(limits.address, seed)),
             accounts: Mutex::new(Lockout::new(account, seed ^ 0x9e37_79b9_7f4a_7c15)),
+            holds: Mutex::new(Lockout::new(
+                LockoutPolicy::FLOOD_HOLD,
+                seed.rotate_left(17),
+            )),
             cache: Mutex::new(VerifiedCache::new(CACHE_TTL_NS, CACHE_ACCOUNTS_MAX)),
             stats: AuthStats::default(),
         }
@@ -230,7 +242,10 @@ impl AuthGuard {
     /// Whether a panic left one of the tables poisoned (a connection
     /// boundary then does not contain the fault: the tables are shared).
     pub fn is_poisoned(&self) -> bool {
-        self.addresses.is_poisoned() || self.accounts.is_poisoned() || self.cache.is_poisoned()
+        self.addresses.is_poisoned()
+            || self.accounts.is_poisoned()
+            || self.holds.is_poisoned()
+            || self.cache.is_poisoned()
     }
 
     /// `Err(retry_after_ms)` while `ip` is locked (counted as a failure).
@@ -247,6 +262,25 @@ impl AuthGuard {
         let r = lock(&self.accounts).check(self.keyer.account(account), now_ns);
         if r.is_err() {
             self.stats.failed(FailReason::Locked);
+        }
+        r
+    }
+
+    /// `account`'s session from `ip` was cut for a message flood and told
+    /// to come back in `retry_after_ms`: its logons from `ip` are refused
+    /// until then ([`check_hold`](Self::check_hold)).
+    pub fn hold_after_flood(&self, account: &[u8], ip: IpAddr, retry_after_ms: u32, now_ns: u64) {
+        let key = self.keyer.pair(account, ip);
+        lock(&self.holds).hold(key, now_ns, u64::from(retry_after_ms));
+    }
+
+    /// `Err(retry_after_ms)` while `account` from `ip` is held after a
+    /// flood cut (counted); a logon inside the hold ignored its
+    /// retry-after, so the hold grows (see [`Lockout::try_held`]).
+    pub fn check_hold(&self, account: &[u8], ip: IpAddr, now_ns: u64) -> Result<(), u32> {
+        let r = lock(&self.holds).try_held(self.keyer.pair(account, ip), now_ns);
+        if r.is_err() {
+            self.stats.failed(FailReason::FloodHold);
         }
         r
     }

@@ -292,3 +292,49 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_hold_refuses_until_its_end_and_each_early_try_lengthens_it() {
+    let p = LockoutPolicy::FLOOD_HOLD;
+    let mut t = Lockout::new(p, 1);
+    let now = 100 * S;
+    assert_eq!(t.try_held(7, now), Ok(()), "nothing held yet");
+    t.hold(7, now, 500);
+    // 100 ms in: 400 ms were left; doubled, but by at least `base_ms`.
+    let early = now + S / 10;
+    assert_eq!(t.try_held(7, early), Err(1_400));
+    // Then doubled: 1,300 ms left 100 ms later → 2,600.
+    assert_eq!(t.try_held(7, early + S / 10), Err(2_600));
+    // Never past `cap_ms` from now, however often it is tried.
+    let mut last = 0;
+    for i in 0..40 {
+        last = t.try_held(7, early + S / 5 + i).unwrap_err();
+    }
+    assert_eq!(u64::from(last), p.cap_ms);
+    // Other keys are untouched; after the end the key is let through.
+    assert_eq!(t.try_held(8, early), Ok(()));
+    assert_eq!(
+        t.try_held(7, early + S / 5 + 40 + p.cap_ms * 1_000_000),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_hold_keeps_a_longer_one_and_waiting_it_out_is_never_refused() {
+    let mut t = Lockout::new(LockoutPolicy::FLOOD_HOLD, 1);
+    let now = 100 * S;
+    t.hold(7, now, 3_000);
+    t.hold(7, now, 500);
+    assert_eq!(t.check(7, now + S), Err(2_000), "the longer hold stands");
+    assert_eq!(t.try_held(7, now + 3 * S), Ok(()), "exactly at its end");
+}
+
+#[test]
+fn pair_keys_differ_by_account_and_by_address() {
+    let k = Keyer::default();
+    let (a, b): (IpAddr, IpAddr) = ([127, 0, 0, 1].into(), [127, 0, 0, 2].into());
+    assert_eq!(k.pair(b"demo", a), k.pair(b"demo", a));
+    assert_ne!(k.pair(b"demo", a), k.pair(b"demo", b));
+    assert_ne!(k.pair(b"demo", a), k.pair(b"desk", a));
+    assert_ne!(k.pair(b"demo", a), k.account(b"demo"));
+}
