@@ -119,17 +119,25 @@ impl Conns {
     ) -> Option<T> {
         let (session, mut ctx) = self.session_ctx(i, now)?;
         let r = f(session, &mut ctx);
-        self.settle(i);
+        self.settle(i, now);
         Some(r)
     }
 
     /// Carries out what connection `i`'s session asked for: a write, and
-    /// if it ended, its subscriptions and account slot dropped.
-    pub(super) fn settle(&mut self, i: usize) {
+    /// if it ended, its subscriptions and account slot dropped (at
+    /// `now`, monotonic ns).
+    pub(super) fn settle(&mut self, i: usize, now: u64) {
         let Some(conn) = self.slab.conns[i].as_mut() else {
             return;
         };
         let fx = conn.session.take_effects();
+        if let (Some(ms), Some(a)) = (fx.flood_retry_ms, conn.session.acct()) {
+            // Counted from the cut, before the Disconnect is written: a
+            // client that waits what it was told is never refused.
+            let ip = conn.peer.ip();
+            let auth = &self.shared.auth;
+            auth.hold_after_flood(a.name.as_bytes(), ip, ms, now);
+        }
         if let Some(ended) = fx.ended {
             self.drop_subs(i);
             if let Some(account) = ended.account {

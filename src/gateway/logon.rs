@@ -155,6 +155,11 @@ impl Logons {
         if let Err(retry) = shared.auth.check_address(ip, now) {
             return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
         }
+        // Cut for a flood from this address and back before its
+        // retry-after: refused, and held longer.
+        if let Err(retry) = shared.auth.check_hold(logon.account, ip, now) {
+            return Decision::Reject(LogonRejectReason::RATE_LIMITED, retry);
+        }
         let name = std::str::from_utf8(logon.account).unwrap_or("");
         let acct = match shared.refdata.lookup_from(name, ip, now) {
             Lookup::Found(a) => Some(a),

@@ -178,7 +178,7 @@ impl Shard {
                 break;
             };
             let step = session.poll_frame(&mut frame[..], &mut ctx);
-            self.conns.settle(i);
+            self.conns.settle(i, now);
             match step {
                 Step::Done => break,
                 Step::Handled => {}

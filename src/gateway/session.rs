@@ -193,6 +193,9 @@ pub struct Effects {
     pub write: bool,
     /// The session ended with this call.
     pub ended: Option<Ended>,
+    /// It ended cut for a message flood, told to come back in this many
+    /// ms: its account's logons from its address are held until then.
+    pub flood_retry_ms: Option<u32>,
 }
 
 /// An accepted logon, as the shard decided it.
@@ -484,6 +487,7 @@ impl Session {
         let retry = ctx.jitter(ctx.cfg.error_retry);
         let reason = DisconnectReason::MESSAGE_FLOOD;
         self.disconnect(ctx, reason, retry, "message flood");
+        self.effects.flood_retry_ms = Some(retry);
         false
     }
 

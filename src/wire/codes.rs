@@ -170,7 +170,7 @@ open_enum! {
         AUTH = 1 => "auth",
         /// The server cannot take this logon now (its logon capacity, the token verifier's queue full, or reference data unreachable); a full connection capacity is refused at accept with Disconnect(busy) instead.
         BUSY = 2 => "busy",
-        /// Too many logons recently: the logon rate, or a brute-force lockout of this address or account after failed logons (retryAfterMs: the lock's remaining time).
+        /// Too many logons recently: the logon rate, a brute-force lockout of this address or account after failed logons, or this account's logon from an address whose session was cut with Disconnect(message_flood) less than its retryAfterMs ago (retryAfterMs: the lock's remaining time).
         RATE_LIMITED = 3 => "rate_limited",
         /// The server is shutting down.
         SHUTTING_DOWN = 4 => "shutting_down",

@@ -48,6 +48,7 @@ mod fix_resolve;
 mod fix_session;
 mod fix_session_edges;
 mod fix_withdraw;
+mod flood_hold;
 mod gateway_accept_burst;
 mod gateway_bad_input;
 mod gateway_max_update_hz;

@@ -605,7 +605,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Subscriber connections refused for capacity on a TLS listener, by outcome (busy: Disconnect(busy) sent over TLS; bare: over the refusal handshake budget, closed before any TLS work; unfinished: the handshake did not complete)"),
     // Logon credentials and brute force (src/auth)
     counter(LOGON_FAILURES, &["listener", "reason"], "logons", "auth",
-        "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy)"),
+        "Logons refused for their credentials, by listener (subscriber: Logon; feed: ProviderLogon) and reason (bad_token, unknown_account, locked, verifier_busy, flood_hold: an account's logon from an address cut for a message flood, inside the cut's retry-after)"),
     counter(LOGON_VERIFICATIONS, &["listener", "path"], "logons", "auth",
         "Tokens checked, by listener and path (verifier: argon2id run on a verifier thread; cache: a recent verification of the same token reused, at the shard or on the verifier thread for a logon queued behind it)"),
     counter(LOCKOUTS, &["listener", "scope"], "lockouts", "auth",
