@@ -191,6 +191,11 @@ fn report(
         v.fig(format!("sheds {reason}: {n}"));
     }
     v.fig(move_figures(text));
+    let (pauses, within) = pauses_within(text, PAUSE_BOUND);
+    v.check(
+        within == pauses,
+        format!("every hand-over pause <= {PAUSE_BOUND} s: {within} of {pauses}"),
+    );
     v.fig(hop_figures(text));
     v.fig(seen.shares());
     v.check(
@@ -287,6 +292,29 @@ fn hop_figures(text: &str) -> String {
         ));
     }
     out
+}
+
+/// The longest a session's hand-over between shards may pause its shard
+/// (a histogram bucket bound, s): 500 times the mean measured (about
+/// 20 us), so that only a move that stalls the shard's other sessions
+/// fails it.
+const PAUSE_BOUND: &str = "0.01";
+
+/// Hand-over pauses on both shards, and how many of them took at most
+/// `le` seconds (a bucket bound of the histogram).
+fn pauses_within(text: &str, le: &str) -> (f64, f64) {
+    let (mut count, mut within) = (0.0, 0.0);
+    for shard in ["0", "1"] {
+        let l = format!("shard=\"{shard}\"");
+        let c = series(
+            text,
+            &format!("pricewire_session_move_pause_seconds_count{{{l}}}"),
+        );
+        let b = format!("pricewire_session_move_pause_seconds_bucket{{{l},le=\"{le}\"}}");
+        count += c.unwrap_or(0.0);
+        within += series(text, &b).unwrap_or(0.0);
+    }
+    (count, within)
 }
 
 /// Sessions moved and the hand-over pauses, from one scrape.
@@ -521,4 +549,21 @@ fn flood_session(
     let _ = r.stream.shutdown(std::net::Shutdown::Both);
     let _ = write.join();
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_are_counted_on_both_shards_against_one_bucket() {
+        let text = "\
+pricewire_session_move_pause_seconds_bucket{shard=\"0\",le=\"0.01\"} 3
+pricewire_session_move_pause_seconds_count{shard=\"0\"} 4
+pricewire_session_move_pause_seconds_bucket{shard=\"1\",le=\"0.01\"} 2
+pricewire_session_move_pause_seconds_count{shard=\"1\"} 2
+";
+        assert_eq!(pauses_within(text, PAUSE_BOUND), (6.0, 5.0));
+        assert_eq!(pauses_within("", PAUSE_BOUND), (0.0, 0.0));
+    }
 }
