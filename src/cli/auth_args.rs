@@ -24,25 +24,27 @@ pub const LOCKOUT_TABLE_MAX: usize = 1 << 20;
 /// The flags (see the module docs).
 #[derive(Debug, Clone, Args)]
 pub struct AuthArgs {
+    /// Failed logons from one address that lock it (per --lockout-window-ms).
     /// Failed logons from one address (IPv6: one /64) within
-    /// --lockout-window-ms that lock it, on the subscriber and the
-    /// provider listener, 1..=1000.
+    /// --lockout-window-ms that lock it, on the subscriber and the provider
+    /// listener, 1..=1000.
     #[arg(long, default_value_t = ADDRESS.threshold, value_name = "N")]
     pub lockout_failures: u32,
 
+    /// Failed logons of one account that lock it (per --lockout-window-ms).
     /// Failed logons of one account (from any address) within
-    /// --lockout-window-ms that lock it, subscriber listener,
-    /// 1..=100000.
+    /// --lockout-window-ms that lock it, subscriber listener, 1..=100000.
     #[arg(long, default_value_t = ACCOUNT.threshold, value_name = "N")]
     pub lockout_account_failures: u32,
 
-    /// Window the failures are counted in, from the first, in
-    /// milliseconds, 1000..=86400000.
+    /// Window the failures are counted in, from the first, in ms. Range
+    /// 1000..=86400000.
     #[arg(long, default_value_t = ADDRESS.window_ms, value_name = "MS")]
     pub lockout_window_ms: u64,
 
-    /// First lock, in milliseconds; each later failure after a lock locks
-    /// again for twice as long (+0-25 % jitter), 1..=--lockout-max-ms.
+    /// Length of the first lock, in ms (later locks double it). Each later
+    /// failure after a lock locks again for twice as long (+0-25 % jitter),
+    /// 1..=--lockout-max-ms.
     #[arg(long, default_value_t = ADDRESS.base_ms, value_name = "MS")]
     pub lockout_first_ms: u64,
 
@@ -50,16 +52,17 @@ pub struct AuthArgs {
     #[arg(long, default_value_t = ADDRESS.cap_ms, value_name = "MS")]
     pub lockout_max_ms: u64,
 
-    /// An address or account with no failure for this long starts over
-    /// at --lockout-first-ms, in milliseconds: at least 1.25 ×
-    /// --lockout-max-ms (a lock at the cap with its jitter is not
-    /// forgotten while it lasts), at most 604800000 (a week).
+    /// Time without a failure after which a lockout starts over, in ms. An
+    /// address or account with no failure for this long starts over at
+    /// --lockout-first-ms, in milliseconds: at least 1.25 × --lockout-max-ms (a
+    /// lock at the cap with its jitter is not forgotten while it lasts), at
+    /// most 604800000 (a week).
     #[arg(long, default_value_t = ADDRESS.forget_ms, value_name = "MS")]
     pub lockout_forget_ms: u64,
 
-    /// Addresses tracked at once per listener (fixed memory, 40 bytes
-    /// each; a flood of others pushes out unlocked ones first),
-    /// 8..=1048576, rounded up to a multiple of 8.
+    /// Addresses tracked at once per listener (fixed memory, 40 bytes each). A
+    /// flood of others pushes out unlocked ones first; 8..=1048576, rounded up
+    /// to a multiple of 8.
     #[arg(long, default_value_t = ADDRESS.capacity, value_name = "N")]
     pub lockout_addresses: usize,
 
@@ -68,24 +71,24 @@ pub struct AuthArgs {
     #[arg(long, default_value_t = ACCOUNT.capacity, value_name = "N")]
     pub lockout_accounts: usize,
 
-    /// argon2id verifier threads for subscriber logons (`pw-auth<N>`),
-    /// 1..=32; each verification holds 19 MiB while it runs.
+    /// Threads verifying subscriber logons' argon2id hashes (`pw-auth<N>`).
+    /// Range 1..=32; each verification holds 19 MiB while it runs.
     #[arg(long, default_value_t = WORKERS_DEFAULT, value_name = "N")]
     pub verifier_threads: usize,
 
-    /// Subscriber logons waiting for a verifier thread; one more gets
+    /// Subscriber logons waiting for a verifier thread, at most. One more gets
     /// LogonRejected(busy), 1..=65536.
     #[arg(long, default_value_t = QUEUE_DEFAULT, value_name = "N")]
     pub verifier_queue: usize,
 
-    /// Provider logons waiting for the provider verifier thread
-    /// (`pw-provauth0`); one more gets LogonRejected(busy), 1..=65536.
+    /// Provider logons waiting for the provider verifier thread, at most. The
+    /// thread is `pw-provauth0`; one more gets LogonRejected(busy), 1..=65536.
     #[arg(long, default_value_t = FEED_QUEUE_DEFAULT, value_name = "N")]
     pub feed_verifier_queue: usize,
 
-    /// Most memory a stored argon2id hash (config file or Redis record)
-    /// may ask for, in KiB; a hash asking more makes its account's record
-    /// invalid and is never run, 19456..=1048576.
+    /// Most memory a stored argon2id hash may ask for, in KiB. A stored hash is
+    /// one in the config file or a Redis record; a hash asking more makes its
+    /// account's record invalid and is never run, 19456..=1048576.
     #[arg(long, default_value_t = CostWindow::DEFAULT.memory_kib_max, value_name = "KIB")]
     pub argon2_max_memory_kib: u32,
 

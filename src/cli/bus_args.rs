@@ -9,15 +9,15 @@ use crate::bus::{BusConfig, BusRole, Role, PREFIX_DEFAULT};
 /// Role and bus flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
 pub struct BusArgs {
-    /// What this process is: `standalone` (feeds, engine and subscribers
-    /// in one process), `core` (feeds and engine, every price published
-    /// to the bus, no subscriber listener) or `edge` (subscribers served
-    /// from the bus, no feeds).
+    /// What this process is: `standalone`, `core` or `edge`. `standalone`:
+    /// feeds, engine and subscribers in one process; `core`: feeds and engine,
+    /// every price published to the bus, no subscriber listener; `edge`:
+    /// subscribers served from the bus, no feeds.
     #[arg(long, value_enum, default_value_t = Role::Standalone)]
     pub role: Role,
 
-    /// NATS servers of the bus, `nats://host:port[,nats://host:port…]`
-    /// (needed by `core` and `edge`); `tls://host:port` for TLS. A URL
+    /// NATS servers of the bus (needed by `core` and `edge`).
+    /// `nats://host:port[,nats://host:port…]`; `tls://host:port` for TLS. A URL
     /// with credentials in it is refused: give them with --bus-user and
     /// --bus-password-file, --bus-token-file, --bus-nkey-file or
     /// --bus-creds-file.
@@ -28,31 +28,32 @@ pub struct BusArgs {
     #[arg(long, default_value = PREFIX_DEFAULT, value_name = "PREFIX")]
     pub bus_prefix: String,
 
-    /// Copies of the last-value stream kept by the NATS cluster (3 on a
-    /// 3-node cluster survives the loss of one node).
+    /// Copies of the last-value stream kept by the NATS cluster. Three on a
+    /// 3-node cluster survive the loss of one node.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub bus_replicas: usize,
 
-    /// Leader lease period of cores: how long the lease key outlives its
-    /// holder's last write. One core publishes; the others stand by warm
-    /// and take over after three missed heartbeats of a dead or frozen
-    /// leader (1.0-1.6 s measured with the defaults), not after this
-    /// period. The leader fences itself a tenth before it ends and renews
-    /// every fifteenth, so the default outlasts a JetStream election of
-    /// the lease bucket (3.9-7.8 s measured on a 3-node cluster).
+    /// Leader lease period of cores, in ms. It is how long the lease key
+    /// outlives its holder's last write. One core publishes; the others stand
+    /// by warm and take over after three missed heartbeats of a dead or frozen
+    /// leader (1.0-1.6 s measured with the defaults), not after this period.
+    /// The leader fences itself a tenth before it ends and renews every
+    /// fifteenth, so the default outlasts a JetStream election of the lease
+    /// bucket (3.9-7.8 s measured on a 3-node cluster).
     #[arg(long, default_value_t = crate::bus::LEASE_MS_DEFAULT, value_name = "MS")]
     pub bus_lease_ms: u64,
 
-    /// Edge: how long without any price or heartbeat of the current lease
-    /// epoch from the bus (no NATS server, or no live core) before every
-    /// price is sent again flagged stale; the next fresh price clears the
-    /// flag. Keep it at least twice the cores' --bus-heartbeat-ms.
+    /// Edge: silence on the bus before prices are flagged stale, in ms. It is
+    /// how long without any price or heartbeat of the current lease epoch from
+    /// the bus (no NATS server, or no live core) before every price is sent
+    /// again flagged stale; the next fresh price clears the flag. Keep it at
+    /// least twice the cores' --bus-heartbeat-ms.
     #[arg(long, default_value_t = crate::bus::MAX_AGE_MS_DEFAULT, value_name = "MS")]
     pub bus_max_age_ms: u64,
 
-    /// Core: how often the lease holder publishes a heartbeat on
-    /// `<prefix>.heartbeat`, so edges tell a quiet market from a dead core
-    /// (10..=150000; the default is a quarter of the default max age).
+    /// Core: interval of the lease holder's heartbeat, in ms. The heartbeat
+    /// goes on `<prefix>.heartbeat`, so edges tell a quiet market from a dead
+    /// core (10..=150000; the default is a quarter of the default max age).
     #[arg(long, default_value_t = crate::bus::heartbeat::HEARTBEAT_MS_DEFAULT, value_name = "MS")]
     pub bus_heartbeat_ms: u64,
 

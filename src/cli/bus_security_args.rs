@@ -17,14 +17,13 @@ use crate::cli::ArgsError;
 /// Bus credentials and TLS flags of `pricewire serve`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct BusSecurityArgs {
-    /// NATS user to log on to the bus as; the password comes from
-    /// --bus-password-file or PRICEWIRE_BUS_PASSWORD, never the command
-    /// line.
+    /// NATS user to log on to the bus as. The password comes from
+    /// --bus-password-file or PRICEWIRE_BUS_PASSWORD, never the command line.
     #[arg(long, value_name = "NAME")]
     pub bus_user: Option<String>,
 
-    /// File whose first line is the NATS password of --bus-user (read
-    /// again at every reconnect, so a rotated password is picked up).
+    /// File whose first line is the NATS password of --bus-user. It is read
+    /// again at every reconnect, so a rotated password is picked up.
     #[arg(long, value_name = "FILE")]
     pub bus_password_file: Option<PathBuf>,
 
@@ -32,13 +31,13 @@ pub struct BusSecurityArgs {
     #[arg(long, value_name = "FILE")]
     pub bus_token_file: Option<PathBuf>,
 
-    /// File whose first line is the NATS user's NKey seed, `SU…` (or
-    /// PRICEWIRE_BUS_NKEY); the server's config names its public key.
+    /// File whose first line is the NATS user's NKey seed (`SU…`). Or
+    /// PRICEWIRE_BUS_NKEY; the server's config names its public key.
     #[arg(long, value_name = "FILE")]
     pub bus_nkey_file: Option<PathBuf>,
 
-    /// NATS credentials file (`.creds`, from nsc: the user JWT and its
-    /// NKey seed), read again at every reconnect.
+    /// NATS credentials file (`.creds` from nsc: user JWT and NKey seed). It is
+    /// read again at every reconnect.
     #[arg(long, value_name = "FILE")]
     pub bus_creds_file: Option<PathBuf>,
 
@@ -47,13 +46,13 @@ pub struct BusSecurityArgs {
     #[arg(long)]
     pub bus_tls: bool,
 
-    /// PEM CA certificates the NATS servers' chains must verify to (their
-    /// name: the host in --bus); turns TLS on.
+    /// PEM CA certificates the NATS servers' chains must verify to. Their name:
+    /// the host in --bus. Turns TLS on.
     #[arg(long, value_name = "FILE")]
     pub bus_tls_ca: Option<PathBuf>,
 
-    /// PEM certificate chain this process presents to NATS servers that
-    /// require client certificates (mutual TLS), with --bus-tls-key.
+    /// PEM certificate chain presented to NATS servers for mutual TLS. For NATS
+    /// servers that require client certificates, with --bus-tls-key.
     #[arg(long, value_name = "FILE")]
     pub bus_tls_cert: Option<PathBuf>,
 

@@ -64,15 +64,16 @@ pub struct GatewayArgs {
     #[arg(long)]
     pub no_listen: bool,
 
-    /// Provider ingest listen address (bridges push quotes here); off when
+    /// Provider ingest listen address, where bridges push quotes. Off when
     /// absent.
     #[arg(long, value_name = "ADDR")]
     pub feed_listen: Option<SocketAddr>,
 
-    /// PEM certificate chain, leaf first: TLS (rustls) on the subscriber
-    /// listener and the provider ingest listener. Without it both are
-    /// plaintext (loopback, or TLS ended by a balancer). Read again on
-    /// SIGHUP: new handshakes get the new chain, open sessions go on.
+    /// PEM certificate chain, leaf first, for the listeners' TLS. With it the
+    /// subscriber listener and the provider ingest listener use TLS (rustls).
+    /// Without it both are plaintext (loopback, or TLS ended by a balancer).
+    /// Read again on SIGHUP: new handshakes get the new chain, open sessions go
+    /// on.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
@@ -80,30 +81,32 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
-    /// A TLS handshake not finished this long after accept is cut and
-    /// counted (pricewire_tls_handshake_failures_total{reason="timeout"}),
-    /// in milliseconds, 100..=60000.
+    /// Deadline of a TLS handshake after accept, in ms. A TLS handshake not
+    /// finished this long after accept is cut and counted
+    /// (pricewire_tls_handshake_failures_total{reason="timeout"}), 100..=60000.
     #[arg(long, default_value_t = HANDSHAKE_TIMEOUT_MS_DEFAULT, value_name = "MS")]
     pub tls_handshake_timeout_ms: u64,
 
-    /// On the TLS subscriber listener, connections refused for capacity
-    /// that still get a handshake and Disconnect(busy) with a retry-after,
-    /// per second (and at once); beyond it a refused connection is closed
-    /// before any TLS work. 0..=1024; 0 closes every refusal bare.
+    /// Refused TLS connections per second still told Disconnect(busy). On the
+    /// TLS subscriber listener, connections refused for capacity that still get
+    /// a handshake and Disconnect(busy) with a retry-after, per second (and at
+    /// once); beyond it a refused connection is closed before any TLS work.
+    /// 0..=1024; 0 closes every refusal bare.
     #[arg(long, default_value_t = TLS_BUSY_HANDSHAKES_PER_S_DEFAULT, value_name = "N")]
     pub tls_busy_handshakes_per_s: u32,
 
-    /// PROXY protocol v2 on the subscriber listener, for running behind an
-    /// L4 balancer: every connection must open with a v2 header (before
-    /// TLS) from a peer in --proxy-from, and the header's source address is
-    /// what per-IP limits, lockouts, logs and metrics see. Off by default.
+    /// Expect a PROXY protocol v2 header on every subscriber connection. For
+    /// running behind an L4 balancer: every connection must open with a v2
+    /// header (before TLS) from a peer in --proxy-from, and the header's source
+    /// address is what per-IP limits, lockouts, logs and metrics see. Off by
+    /// default.
     #[arg(long, requires = "proxy_from")]
     pub proxy_protocol: bool,
 
-    /// Networks of the balancers trusted to send PROXY headers
-    /// (comma-separated, e.g. 10.0.0.0/8,fd00::/8; a bare address is one
-    /// host). A connection from anywhere else is closed (a header would let
-    /// it pick its own address). Required by --proxy-protocol.
+    /// Networks of the balancers trusted to send PROXY headers.
+    /// Comma-separated, e.g. 10.0.0.0/8,fd00::/8; a bare address is one host. A
+    /// connection from anywhere else is closed (a header would let it pick its
+    /// own address). Required by --proxy-protocol.
     #[arg(
         long,
         value_name = "CIDR[,CIDR...]",
@@ -112,34 +115,36 @@ pub struct GatewayArgs {
     )]
     pub proxy_from: Vec<Cidr>,
 
-    /// A connection without a complete PROXY header this long after accept
-    /// is closed and counted
-    /// (pricewire_proxy_header_failures_total{reason="timeout"}), in
-    /// milliseconds, 100..=60000.
+    /// Deadline of a connection's PROXY header after accept, in ms. A
+    /// connection without a complete PROXY header this long after accept is
+    /// closed and counted
+    /// (pricewire_proxy_header_failures_total{reason="timeout"}), 100..=60000.
     #[arg(long, default_value_t = HEADER_TIMEOUT_MS_DEFAULT, value_name = "MS")]
     pub proxy_header_timeout_ms: u64,
 
-    /// Connections at most waiting for their PROXY header at once
-    /// (1..=65536); one more is refused (Disconnect(busy) on plaintext)
-    /// and counted (pricewire_proxy_header_failures_total{reason="overflow"}).
+    /// Connections at most waiting for their PROXY header at once (1..=65536).
+    /// One more is refused (Disconnect(busy) on plaintext) and counted
+    /// (pricewire_proxy_header_failures_total{reason="overflow"}).
     #[arg(long, default_value_t = PENDING_MAX, value_name = "N")]
     pub proxy_pending_max: usize,
 
-    /// PEM CA certificates: provider bridges must present a client
-    /// certificate chain from one of them (needs --tls-cert).
+    /// PEM CAs that provider bridges' client certificates must chain to. PEM CA
+    /// certificates: provider bridges must present a client certificate chain
+    /// from one of them (needs --tls-cert).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub feed_tls_client_ca: Option<PathBuf>,
 
-    /// Keep the provider ingest listener plaintext while subscribers use
-    /// TLS (bridges on loopback).
+    /// Keep the provider ingest listener plaintext while subscribers use TLS.
+    /// For bridges on loopback.
     #[arg(long, conflicts_with = "feed_tls_client_ca")]
     pub feed_plaintext: bool,
 
-    /// Token accepted at ProviderLogon for providers without their own,
-    /// on a loopback --feed-listen only (a clear, shared value; from the
-    /// network each provider needs its own hashed token). On the command
-    /// line `ps` shows it (a warning says so unless it is the default
-    /// `demo-feed`): prefer --ingest-token-file or PRICEWIRE_INGEST_TOKEN.
+    /// Shared ingest token for providers without their own (loopback only).
+    /// Token accepted at ProviderLogon for providers without their own, on a
+    /// loopback --feed-listen only (a clear, shared value; from the network
+    /// each provider needs its own hashed token). On the command line `ps`
+    /// shows it (a warning says so unless it is the default `demo-feed`):
+    /// prefer --ingest-token-file or PRICEWIRE_INGEST_TOKEN.
     #[arg(long, value_name = "TOKEN", conflicts_with = "ingest_token_file")]
     pub ingest_token: Option<String>,
 
@@ -157,8 +162,8 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = LOW_WATER_BYTES_DEFAULT, value_name = "BYTES")]
     pub low_water_bytes: usize,
 
-    /// Outbound high water mark per connection, in bytes (above it the
-    /// connection is conflated).
+    /// Outbound high water mark per connection, in bytes. Above it the
+    /// connection is conflated.
     #[arg(long, default_value_t = HIGH_WATER_BYTES_DEFAULT, value_name = "BYTES")]
     pub high_water_bytes: usize,
 
@@ -166,77 +171,79 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = OUT_CAP_BYTES_DEFAULT, value_name = "BYTES")]
     pub out_cap_bytes: usize,
 
-    /// Kernel send buffer per connection (`SO_SNDBUF`), in bytes: 0 keeps
-    /// the kernel's auto-tuning (megabytes on loopback), else
-    /// 4096..=67108864 (the kernel doubles it for its bookkeeping). The
-    /// bound of the queue the water marks cannot empty.
+    /// Kernel send buffer per connection (`SO_SNDBUF`), in bytes. With 0 the
+    /// kernel's auto-tuning is kept (megabytes on loopback), else
+    /// 4096..=67108864 (the kernel doubles it for its bookkeeping). The bound
+    /// of the queue the water marks cannot empty.
     #[arg(long, default_value_t = crate::gateway::sendq::SNDBUF_BYTES_DEFAULT, value_name = "BYTES")]
     pub sndbuf_bytes: usize,
 
-    /// Descriptors kept free of subscriber connections (32..=65536): the
-    /// soft descriptor limit is raised to the hard one at start, and a
-    /// connection is refused with Disconnect(busy) once open connections
-    /// reach the limit less this reserve, which is left for the ops
-    /// listener, probes, scrapes, the bus, feeds and files.
+    /// Descriptors kept free of subscriber connections (32..=65536). The soft
+    /// descriptor limit is raised to the hard one at start, and a connection is
+    /// refused with Disconnect(busy) once open connections reach the limit less
+    /// this reserve, which is left for the ops listener, probes, scrapes, the
+    /// bus, feeds and files.
     #[arg(long, default_value_t = crate::gateway::FD_RESERVE_DEFAULT, value_name = "COUNT")]
     pub fd_reserve: u64,
 
-    /// Above the high water mark for longer than this → disconnected as a
-    /// slow consumer, in milliseconds.
+    /// Time above the high water mark before a slow consumer is cut, in ms.
+    /// Above the high water mark for longer than this → disconnected as a slow
+    /// consumer.
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub slow_consumer_ms: u64,
 
-    /// Maximum update frequency per subscription, in updates per second:
-    /// a subscription gets at most one price per 1/N s; a price arriving
-    /// sooner is held (only the latest) and sent at the next slot, as a
-    /// snapshot flagged conflated if prices were skipped. The limit of
-    /// every account without its own `max_update_hz` (config file).
-    /// 0 = unlimited; else 1..=1000.
+    /// Most updates per second per subscription (0 = unlimited). A subscription
+    /// gets at most one price per 1/N s; a price arriving sooner is held (only
+    /// the latest) and sent at the next slot, as a snapshot flagged conflated
+    /// if prices were skipped. The limit of every account without its own
+    /// `max_update_hz` (config file). 0 = unlimited; else 1..=1000.
     #[arg(long, default_value_t = 0, value_name = "HZ")]
     pub max_update_hz: u32,
 
-    /// Loop lag above which a shard lags, in milliseconds: while its loop
-    /// runs later than this (three 100-ms windows in a row; ends after ten
-    /// at or below it) it sends only the latest price per symbol; when the
-    /// lag is its own work (not a host that starves it of CPU) it also
-    /// sheds: new connections go to another shard, logons beyond a paced
-    /// 200/s get LogonRejected(busy), and requests of its heaviest
-    /// accounts get Reject(overloaded). 0 = never shed.
+    /// Loop lag above which a shard counts as lagging, in ms. While its loop
+    /// runs later than this (three 100-ms windows in a row; ends after ten at
+    /// or below it) it sends only the latest price per symbol; when the lag is
+    /// its own work (not a host that starves it of CPU) it also sheds: new
+    /// connections go to another shard, logons beyond a paced 200/s get
+    /// LogonRejected(busy), and requests of its heaviest accounts get
+    /// Reject(overloaded). 0 = never shed.
     #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]
     pub loop_lag_target_ms: u64,
 
-    /// The oldest a price may be when it is handed to a subscriber's
-    /// socket, in milliseconds since this process received it (1..=60000):
-    /// an older price is not sent; the subscriber's next price for that
-    /// symbol is the latest, as a snapshot flagged conflated. Also the
-    /// longest bytes may wait in a connection's queues (its outbound buffer
-    /// and kernel send queue) before it stops taking updates.
+    /// Oldest a price may be when handed to a subscriber's socket, in ms.
+    /// Counted since this process received it (1..=60000): an older price is
+    /// not sent; the subscriber's next price for that symbol is the latest, as
+    /// a snapshot flagged conflated. Also the longest bytes may wait in a
+    /// connection's queues (its outbound buffer and kernel send queue) before
+    /// it stops taking updates.
     #[arg(long, default_value_t = crate::gateway::fresh::PRICE_AGE_MAX_MS_DEFAULT, value_name = "MS")]
     pub price_age_max_ms: u64,
 
-    /// Draining moves (`--threading shared`, with the spill on): at the
-    /// end of a 50-ms window in which shard 0 was busy at least this share
-    /// of the time (1-100) and spent --shard0-drain-request-share-pct of
-    /// that on request work, the session that sent the most requests
-    /// (at least --shard0-drain-min-requests) is held and moved away.
+    /// Shard 0's busy share at which it drains request-heavy sessions, in %.
+    /// Draining moves (`--threading shared`, with the spill on): at the end of
+    /// a 50-ms window in which shard 0 was busy at least this share of the time
+    /// (1-100) and spent --shard0-drain-request-share-pct of that on request
+    /// work, the session that sent the most requests (at least
+    /// --shard0-drain-min-requests) is held and moved away.
     #[arg(long, default_value_t = DRAIN_DEFAULT.busy_permille / 10, value_name = "PCT")]
     pub shard0_drain_busy_pct: u32,
 
-    /// Share of shard 0's busy time spent on request work (1-100) at or
-    /// above which it drains a request-heavy session.
+    /// Share of shard 0's busy time on requests at which it drains, in %. Share
+    /// of shard 0's busy time spent on request work (1-100) at or above which
+    /// it drains a request-heavy session.
     #[arg(long, default_value_t = DRAIN_DEFAULT.request_share_permille / 10, value_name = "PCT")]
     pub shard0_drain_request_share_pct: u32,
 
-    /// Requests a session must have sent in one 50-ms window to be drained
-    /// off shard 0 (1..=100000), with two or more in flight at the
-    /// window's end or as many in the window before (a one-at-a-time
-    /// burst is not drained).
+    /// Requests in one 50-ms window that make a session drainable. Requests a
+    /// session must have sent in one 50-ms window to be drained off shard 0
+    /// (1..=100000), with two or more in flight at the window's end or as many
+    /// in the window before (a one-at-a-time burst is not drained).
     #[arg(long, default_value_t = DRAIN_DEFAULT.min_requests, value_name = "N")]
     pub shard0_drain_min_requests: u32,
 
-    /// Longest a drained session is held waiting for its answers, in
-    /// milliseconds (1..=5000): then the hold is aborted and the session
-    /// is read again where it is.
+    /// Longest a drained session is held waiting for its answers, in ms. Range
+    /// 1..=5000; then the hold is aborted and the session is read again where
+    /// it is.
     #[arg(long, default_value_t = DRAIN_DEFAULT.wait_ns / 1_000_000, value_name = "MS")]
     pub shard0_drain_abort_ms: u64,
 
@@ -268,7 +275,7 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 1_024, value_name = "N")]
     pub max_subscriptions: usize,
 
-    /// Inbound messages per second per connection. 1..=10000000; 0 is
+    /// Inbound messages per second per connection. Range 1..=10000000; 0 is
     /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = 200, value_name = "PER_S")]
     pub msg_rate_per_s: u32,
@@ -277,26 +284,26 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 400, value_name = "N")]
     pub msg_burst: u32,
 
-    /// Refusals in a row after which a connection is cut with
-    /// Disconnect(message_flood): messages its message rate refused, and
-    /// messages it sent inside a Reject(rate_limited)'s retry-after.
-    /// 1..=1000000.
+    /// Refusals in a row after which a connection is cut as a flood. The cut is
+    /// Disconnect(message_flood); the refusals are messages its message rate
+    /// refused, and messages it sent inside a Reject(rate_limited)'s
+    /// retry-after. 1..=1000000.
     #[arg(long, default_value_t = crate::gateway::FLOOD_DISCONNECT_AFTER_DEFAULT, value_name = "N")]
     pub flood_disconnect_after: u32,
 
+    /// Refused frames allowed per --bad-frame-window-ms before a disconnect.
     /// Refused frames (bad body, unknown template, unexpected message) a
-    /// logged-on connection may send within --bad-frame-window-ms; one
-    /// more → Disconnect(protocol_error).
+    /// logged-on connection may send within --bad-frame-window-ms; one more →
+    /// Disconnect(protocol_error).
     #[arg(long, default_value_t = crate::gateway::BAD_FRAME_LIMIT_DEFAULT, value_name = "N")]
     pub bad_frame_limit: u32,
 
-    /// Window of --bad-frame-limit, from the first refused frame, in
-    /// milliseconds.
+    /// Window of --bad-frame-limit, from the first refused frame, in ms.
     #[arg(long, default_value_t = crate::gateway::BAD_FRAME_WINDOW_MS_DEFAULT, value_name = "MS")]
     pub bad_frame_window_ms: u64,
 
-    /// Accepted connections per second (admission token bucket rate). 1..=10000000; 0 is
-    /// refused (it would admit the burst and then nothing).
+    /// Accepted connections per second (admission token bucket rate). Range
+    /// 1..=10000000; 0 is refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::ACCEPT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub accept_rate_per_s: u32,
 
@@ -304,18 +311,18 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::admission::ACCEPT_BURST_DEFAULT, value_name = "N")]
     pub accept_burst: u32,
 
-    /// Logons per second. 1..=10000000; 0 is
-    /// refused (it would admit the burst and then nothing).
+    /// Logons per second. Range 1..=10000000; 0 is refused (it would admit the
+    /// burst and then nothing).
     #[arg(long, default_value_t = crate::admission::LOGON_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub logon_rate_per_s: u32,
 
-    /// First subscriptions per second. 1..=10000000; 0 is
-    /// refused (it would admit the burst and then nothing).
+    /// First subscriptions per second. Range 1..=10000000; 0 is refused (it
+    /// would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::FIRST_SUBSCRIBE_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub first_subscribe_rate_per_s: u32,
 
-    /// Symbol-list requests per second. 1..=10000000; 0 is
-    /// refused (it would admit the burst and then nothing).
+    /// Symbol-list requests per second. Range 1..=10000000; 0 is refused (it
+    /// would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::SYMBOL_LIST_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub symbol_list_rate_per_s: u32,
 
@@ -327,16 +334,17 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::admission::IP_CONNECT_BURST_DEFAULT, value_name = "N")]
     pub ip_connect_burst: u32,
 
-    /// Lower end of the retryAfterMs window sent with Disconnect(busy) and
-    /// admission rejects.
+    /// Lower end of the retryAfterMs window of busy refusals, in ms. The window
+    /// is sent with Disconnect(busy) and admission rejects.
     #[arg(long, default_value_t = crate::admission::ADMISSION_RETRY_WINDOW_DEFAULT.min_ms, value_name = "MS")]
     pub busy_retry_min_ms: u32,
 
-    /// Upper end of that window.
+    /// Upper end of the retryAfterMs window of busy refusals, in ms. The window
+    /// is sent with Disconnect(busy) and admission rejects.
     #[arg(long, default_value_t = crate::admission::ADMISSION_RETRY_WINDOW_DEFAULT.max_ms, value_name = "MS")]
     pub busy_retry_max_ms: u32,
 
-    /// Connection attempts per second per client IP. 1..=10000000; 0 is
+    /// Connection attempts per second per client IP. Range 1..=10000000; 0 is
     /// refused (it would admit the burst and then nothing).
     #[arg(long, default_value_t = crate::admission::IP_CONNECT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub ip_connect_rate_per_s: u32,

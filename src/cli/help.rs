@@ -4,9 +4,10 @@
 //! `gateway_args.rs`, `auth_args.rs`, `bus_args.rs`, `ops::OpsArgs`); this
 //! module only arranges them for the reader: [`GROUPS`] puts every `serve`
 //! flag under one heading (clap's `help_heading`), and each flag's `-h`
-//! line is the first sentence of its doc text while `--help` keeps all of
-//! it. A flag no group names lands under [`UNGROUPED`], which a test keeps
-//! empty, so a new flag must be given its place here.
+//! line is the first sentence of its doc text (a summary that fits
+//! [`SHORT_MAX`]) while `--help` keeps all of it. A flag no group names
+//! lands under [`UNGROUPED`], which a test keeps empty, so a new flag must
+//! be given its place here.
 
 use clap::{Arg, Command, CommandFactory, FromArgMatches};
 
@@ -135,13 +136,12 @@ fn place(arg: Arg) -> Arg {
     }
 }
 
-/// Longest `-h` text before it is cut at a clause (`--help` has it all).
+/// Longest `-h` text: every flag's first sentence fits (a test checks),
+/// so no `-h` line is cut and each reads on its own.
 pub const SHORT_MAX: usize = 72;
 
 /// The `-h` text: the first sentence (up to a `.` before a space and a
-/// capital or a backtick, or the end), without its full stop; beyond
-/// [`SHORT_MAX`] characters cut at its last clause (`; `, `: `, ` (`, `, `)
-/// that fits, else at a space, with `…`.
+/// capital or a backtick, or the end), without its full stop.
 pub fn first_sentence(text: &str) -> String {
     let b = text.as_bytes();
     let (mut i, mut end) = (0, text.trim_end_matches('.').len());
@@ -154,42 +154,7 @@ pub fn first_sentence(text: &str) -> String {
         }
         i = j + 2;
     }
-    let s = &text[..end];
-    if s.chars().count() <= SHORT_MAX {
-        return s.to_string();
-    }
-    let head: String = s.chars().take(SHORT_MAX).collect();
-    let clause = clause_ends(&head).into_iter().max();
-    match clause.filter(|&c| c >= 40) {
-        Some(c) => head[..c].to_string(),
-        None => format!(
-            "{}…",
-            head[..head.rfind(' ').unwrap_or(head.len())].trim_end()
-        ),
-    }
-}
-
-/// Where `text` may be cut at a clause (before `; `, `: `, `, `, ` (`),
-/// outside parentheses and backticks.
-fn clause_ends(text: &str) -> Vec<usize> {
-    let (mut depth, mut code, mut out) = (0i32, false, Vec::new());
-    for (i, c) in text.char_indices() {
-        let top = depth == 0 && !code;
-        let next_is_space = text[i + c.len_utf8()..].starts_with(' ');
-        match c {
-            ';' | ':' | ',' if top && next_is_space => out.push(i),
-            '`' => code = !code,
-            '(' if !code => {
-                if top && text[..i].ends_with(' ') {
-                    out.push(i - 1);
-                }
-                depth += 1;
-            }
-            ')' if !code => depth -= 1,
-            _ => {}
-        }
-    }
-    out
+    text[..end].to_string()
 }
 
 #[cfg(test)]
@@ -258,7 +223,7 @@ mod tests {
             let (short, long) = (a.get_help().unwrap().to_string(), a.get_long_help());
             let long = long.map(|l| l.to_string()).unwrap_or_default();
             assert!(
-                long.starts_with(short.trim_end_matches('…')),
+                long.starts_with(&short),
                 "--{}: {short:?}",
                 a.get_long().unwrap()
             );
@@ -270,21 +235,33 @@ mod tests {
         );
         assert_eq!(first_sentence("Rate (0 = off)."), "Rate (0 = off)");
         assert_eq!(first_sentence("With --x. `--y` too."), "With --x");
-        let long =
-            "Synthetic feed rate in ticks per second across all symbols, at most 5 (0 = off)";
         assert_eq!(
-            first_sentence(long),
-            "Synthetic feed rate in ticks per second across all symbols, at most 5"
+            first_sentence("Rate. 1..=9; 0 is refused."),
+            "Rate. 1..=9; 0 is refused"
         );
-        let nested =
-            "NATS credentials file (`.creds`, from nsc: the user JWT and its NKey seed), again";
-        let cut = "NATS credentials file (`.creds`, from nsc: the user JWT and its NKey…";
-        assert_eq!(first_sentence(nested), cut);
-        let words = "word ".repeat(30);
-        let cut = first_sentence(&words);
+    }
+
+    /// Every `serve` flag's `-h` line is its whole first sentence: a
+    /// summary that fits [`SHORT_MAX`], so nothing is cut and no line
+    /// depends on the flag before it.
+    #[test]
+    fn every_first_sentence_fits_the_short_help() {
+        let serve = serve();
+        let long: Vec<String> = serve
+            .get_arguments()
+            .filter(|a| a.get_long() != Some("help"))
+            .filter_map(|a| {
+                let text = a.get_long_help().or(a.get_help())?.to_string();
+                let short = first_sentence(&text);
+                let n = short.chars().count();
+                (n > SHORT_MAX).then(|| format!("--{} ({n}): {short}", a.get_long().unwrap()))
+            })
+            .collect();
         assert!(
-            cut.ends_with('…') && cut.chars().count() <= SHORT_MAX + 1,
-            "{cut}"
+            long.is_empty(),
+            "first sentences longer than SHORT_MAX ({SHORT_MAX}), to be shortened in the \
+             flag's doc text:\n{}",
+            long.join("\n")
         );
     }
 

@@ -32,8 +32,8 @@ pub const EXIT_USAGE: i32 = 2;
     long_about = None
 )]
 pub struct Cli {
-    /// Log lines on stderr: `text` (human) or `json` (one object per
-    /// line; keys in docs/operations.md § Logs).
+    /// Log lines on stderr: `text` (human) or `json` (one object per line).
+    /// Keys of the JSON lines: docs/operations.md § Logs.
     #[arg(
         long,
         global = true,

@@ -36,28 +36,35 @@ pub struct OpsArgs {
     /// Address of the ops HTTP listener (/livez, /readyz, /startupz, /metrics).
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_OPS_LISTEN)]
     pub ops_listen: SocketAddr,
-    /// After the first SIGTERM/SIGINT: readiness fails at once, serving goes on this long.
+    /// Delay from failing readiness to closing listeners on SIGTERM, in ms.
+    /// After the first SIGTERM/SIGINT: readiness fails at once, serving goes on
+    /// this long.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_DRAIN_DELAY_MS)]
     pub drain_delay_ms: u64,
-    /// Total shutdown budget from the first signal to exit (includes the drain delay).
+    /// Total shutdown budget from the first signal to exit, in ms. It includes
+    /// the drain delay.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_GRACE_MS)]
     pub grace_ms: u64,
-    /// Start-up delay per ordinal slot.
+    /// Start-up delay per ordinal slot, in ms.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_STAGGER_STEP_MS)]
     pub stagger_step_ms: u64,
-    /// Largest slot delay; 0 turns the slot delay off.
+    /// Largest slot delay, in ms; 0 turns the slot delay off.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_STAGGER_CAP_MS)]
     pub stagger_cap_ms: u64,
-    /// Largest random delay added to the slot delay (raised to the default when slots are hashed).
+    /// Largest random delay added to the slot delay, in ms. It is raised to the
+    /// default when slots are hashed.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_STAGGER_JITTER_MS)]
     pub stagger_jitter_ms: u64,
     /// This instance's ordinal (slot); default: the pod name's numeric suffix.
     #[arg(long, value_name = "N")]
     pub ordinal: Option<u32>,
-    /// Pod name, hashed into a slot when it has no ordinal suffix [default: $HOSTNAME].
+    /// Pod name, hashed into a slot when it has no ordinal suffix. Default:
+    /// $HOSTNAME.
     #[arg(long, value_name = "NAME")]
     pub pod_name: Option<String>,
-    /// After a stage dies: /livez fails and the recorder flushes for this long, then the process exits 70.
+    /// Time from a stage dying to the process exiting (code 70), in ms. After a
+    /// stage dies: /livez fails and the recorder flushes for this long, then
+    /// the process exits 70.
     #[arg(long, value_name = "MS", default_value_t = STAGE_EXIT_GRACE_MS_DEFAULT)]
     pub stage_exit_grace_ms: u64,
 }

@@ -20,10 +20,11 @@ use crate::runtime::{CpuMap, RtPriority, Threading, WaitStrategy};
 /// Flags of `pricewire serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// TOML configuration file (instruments, tiers, providers, accounts,
-    /// engine). Absent sections keep the built-in defaults. FIX provider
-    /// keys ([providers.fix]: timeouts, breaker, gap window, flap damping
-    /// flap_*, gray rule gray_*) with their defaults and units: docs/fix.md.
+    /// TOML configuration file of instruments, tiers, providers and accounts.
+    /// It also sets the engine. Absent sections keep the built-in defaults. FIX
+    /// provider keys ([providers.fix]: timeouts, breaker, gap window, flap
+    /// damping flap_*, gray rule gray_*) with their defaults and units:
+    /// docs/fix.md.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -31,8 +32,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub providers: usize,
 
-    /// Synthetic feed rate in ticks per second across all symbols, at most
-    /// 50000000 (0 = as fast as the pipeline takes them).
+    /// Synthetic feed rate, in ticks per second across all symbols. At most
+    /// 50000000; 0 = as fast as the pipeline takes them.
     #[arg(long, default_value_t = 100_000, value_name = "TICKS_PER_S")]
     pub synthetic_rate: u64,
 
@@ -50,18 +51,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub shards: Option<usize>,
 
-    /// New subscriber sessions go to shard 0 until it holds this many,
-    /// then to the shard with the fewest. Default: 16 with `--threading
+    /// New subscriber sessions go to shard 0 until it holds this many. Then
+    /// they go to the shard with the fewest. Default: 16 with `--threading
     /// shared` (shard 0 runs the engine: its sessions get prices without a
     /// cross-thread wake-up), 0 with `dedicated`.
     #[arg(long, value_name = "N")]
     pub shard0_fill: Option<u64>,
 
+    /// Shard 0's busy share at which it spills sessions to other shards, in %.
     /// While shard 0 runs the engine (`--threading shared`) and its loop is
-    /// busy at least this share of the time (0-100, per 50-ms window), it
-    /// moves one session per window to the least busy other shard, and
-    /// new sessions go elsewhere; 0 turns it off. Default: 50 with shared
-    /// threading, 0 with dedicated (no shard runs the engine).
+    /// busy at least this share of the time (0-100, per 50-ms window), it moves
+    /// one session per window to the least busy other shard, and new sessions
+    /// go elsewhere; 0 turns it off. Default: 50 with shared threading, 0 with
+    /// dedicated (no shard runs the engine).
     #[arg(long, value_name = "PCT")]
     pub shard0_spill_pct: Option<u32>,
 
@@ -99,39 +101,38 @@ pub struct ServeArgs {
     #[arg(long, value_enum)]
     pub shard_wait: Option<WaitStrategy>,
 
-    /// Stage-to-core pinning, e.g. `shard0=0,shard1=1` (with
-    /// `--threading dedicated` also `feed=0,engine=1`). Unpinned by
-    /// default; a mapped stage that cannot be pinned fails start-up.
+    /// Stage-to-core pinning, e.g. `shard0=0,shard1=1`. With `--threading
+    /// dedicated` also `feed=0,engine=1`. Unpinned by default; a mapped stage
+    /// that cannot be pinned fails start-up.
     #[arg(long, default_value = "", value_name = "MAP")]
     pub cpus: CpuMap,
 
-    /// Run the stages that carry prices (feeds, engine, gateway shards,
-    /// which host the engine and the provider ingest with `--threading
-    /// shared`) at this `SCHED_FIFO` priority, 1..=99: a woken stage
-    /// preempts normal-priority threads at once instead of waiting up to a
-    /// scheduler tick. Needs CAP_SYS_NICE or a high enough RLIMIT_RTPRIO
-    /// (start-up fails otherwise). Every real-time stage then waits with
-    /// `park` (the default); `spin`, `spin-yield` and `spin-park` are
-    /// refused, since a real-time thread that spins or yields starves
-    /// every normal thread on its core. The request path, acceptor,
-    /// recorder and ops endpoints stay at normal priority. Off by default.
+    /// `SCHED_FIFO` priority of the stages that carry prices, 1..=99. Those are
+    /// the feeds, engine and gateway shards (which host the engine and the
+    /// provider ingest with `--threading shared`): a woken stage preempts
+    /// normal-priority threads at once instead of waiting up to a scheduler
+    /// tick. Needs CAP_SYS_NICE or a high enough RLIMIT_RTPRIO (start-up fails
+    /// otherwise). Every real-time stage then waits with `park` (the default);
+    /// `spin`, `spin-yield` and `spin-park` are refused, since a real-time
+    /// thread that spins or yields starves every normal thread on its core. The
+    /// request path, acceptor, recorder and ops endpoints stay at normal
+    /// priority. Off by default.
     #[arg(long, value_name = "N")]
     pub rt_priority: Option<RtPriority>,
 
-    /// Longest a feed waits for room in a full ring before dropping, in
-    /// microseconds.
+    /// Longest a feed waits for room in a full ring before dropping, in µs.
     #[arg(long, default_value_t = FEED_FULL_WAIT_US_DEFAULT, value_name = "US")]
     pub feed_full_wait_us: u64,
 
-    /// Provider quotes older than this are excluded from aggregation, in
-    /// milliseconds (overrides the config file; default 2000). A FIX
-    /// provider whose last quote keeps aging past it turns gray
-    /// (gray_lapses within gray_window_ms, docs/fix.md).
+    /// Age past which a provider quote is left out of aggregation, in ms.
+    /// Overrides the config file; default 2000. A FIX provider whose last quote
+    /// keeps aging past it turns gray (gray_lapses within gray_window_ms,
+    /// docs/fix.md).
     #[arg(long, value_name = "MS")]
     pub max_quote_age_ms: Option<u64>,
 
-    /// Spike filter band in basis points of the last mid (overrides the
-    /// config file; default 100).
+    /// Spike filter band in basis points of the last mid. Overrides the config
+    /// file; default 100.
     #[arg(long, value_name = "BPS")]
     pub spike_bps: Option<u32>,
 
@@ -143,8 +144,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 2_000, value_name = "MS")]
     pub report_interval_ms: u64,
 
-    /// Stop after this many seconds (0 = run until signalled); the stop
-    /// follows the same graceful shutdown as SIGTERM.
+    /// Stop after this many seconds (0 = run until signalled). The stop follows
+    /// the same graceful shutdown as SIGTERM.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub duration_s: u64,
 
@@ -152,19 +153,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
-    /// Recorder ring capacity in ticks (64 bytes each): how long a stall of
-    /// the recorder thread is absorbed before ticks are lost (counted).
+    /// Recorder ring capacity in ticks (64 bytes each). It sets how long a
+    /// stall of the recorder thread is absorbed before ticks are lost
+    /// (counted).
     #[arg(long, default_value_t = 1 << 20, value_name = "TICKS")]
     pub record_ring: usize,
 
-    /// Longest a recorded tick waits in the write buffer before it is
-    /// handed to the kernel, in milliseconds (1..=10000): what a kill of
-    /// the process can lose at most, plus one batch.
+    /// Longest a recorded tick waits in the write buffer, in ms (1..=10000).
+    /// Then it is handed to the kernel: what a kill of the process can lose at
+    /// most, plus one batch.
     #[arg(long, default_value_t = crate::capture::recorder::FLUSH_INTERVAL_MS_DEFAULT, value_name = "MS")]
     pub record_flush_ms: u64,
 
-    /// Wait for the disk (fdatasync) at every flush of the capture, so a
-    /// power loss loses no more than a kill. Costs a disk write per flush.
+    /// Wait for the disk (fdatasync) at every flush of the capture. A power
+    /// loss then loses no more than a kill. Costs a disk write per flush.
     #[arg(long)]
     pub record_fsync: bool,
 
@@ -176,13 +178,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub request_workers: usize,
 
-    /// Request queue capacity (bounded; the busiest account is evicted
-    /// first when full).
+    /// Request queue capacity, in requests. The queue is bounded; the busiest
+    /// account is evicted first when it is full.
     #[arg(long, default_value_t = crate::requests::queue::QUEUE_CAPACITY_DEFAULT, value_name = "N")]
     pub queue_capacity: usize,
 
-    /// CoDel target: the queue is overloaded while the minimum queueing
-    /// delay over an interval exceeds this, in milliseconds.
+    /// CoDel target queueing delay, in ms. The queue is overloaded while the
+    /// minimum queueing delay over an interval exceeds this.
     #[arg(long, default_value_t = 5, value_name = "MS")]
     pub queue_target_ms: u64,
 
@@ -190,15 +192,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub queue_interval_ms: u64,
 
-    /// Lower end of the retryAfterMs window of shed requests.
+    /// Lower end of the retryAfterMs window of shed requests, in ms.
     #[arg(long, default_value_t = 2_000, value_name = "MS")]
     pub shed_retry_min_ms: u32,
 
-    /// Upper end of the retryAfterMs window of shed requests.
+    /// Upper end of the retryAfterMs window of shed requests, in ms.
     #[arg(long, default_value_t = 5_000, value_name = "MS")]
     pub shed_retry_max_ms: u32,
 
-    /// Requests per second per account (fairness). 1..=1000000; 0 is
+    /// Requests per second per account (fairness). Range 1..=1000000; 0 is
     /// refused (the account could never send a request).
     #[arg(long, default_value_t = crate::requests::queue::ACCOUNT_RATE_PER_S_DEFAULT, value_name = "PER_S")]
     pub account_request_rate_per_s: u32,
@@ -207,23 +209,23 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::requests::queue::ACCOUNT_BURST_DEFAULT, value_name = "N")]
     pub account_request_burst: u32,
 
-    /// Read accounts, tokens and entitlements from Redis
-    /// (redis://HOST:PORT[/DB]); the config file stays the fallback.
-    /// A password in the URL (`redis://:PASSWORD@host`) is on the command
-    /// line, where `ps` shows it (a warning says so): prefer
-    /// --redis-password-file or PRICEWIRE_REDIS_PASSWORD.
+    /// Read accounts, tokens and entitlements from Redis at this URL. The URL
+    /// is redis://HOST:PORT[/DB]; the config file stays the fallback. A
+    /// password in the URL (`redis://:PASSWORD@host`) is on the command line,
+    /// where `ps` shows it (a warning says so): prefer --redis-password-file or
+    /// PRICEWIRE_REDIS_PASSWORD.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
 
-    /// File whose first line is the Redis `AUTH` password (chmod 600), for
-    /// a --redis URL without one. Without it: PRICEWIRE_REDIS_PASSWORD, if
-    /// set.
+    /// File whose first line is the Redis `AUTH` password (chmod 600). Used for
+    /// a --redis URL without a password. Without it: PRICEWIRE_REDIS_PASSWORD,
+    /// if set.
     #[arg(long, value_name = "PATH", requires = "redis")]
     pub redis_password_file: Option<PathBuf>,
 
-    /// Accept-queue length of every listening socket (subscribers,
-    /// provider ingest, ops), 1..=1048576. The kernel caps it at
-    /// `net.core.somaxconn`; start-up logs when it does.
+    /// Accept-queue length of every listening socket. The sockets are the
+    /// subscriber, provider ingest and ops listeners; 1..=1048576. The kernel
+    /// caps it at `net.core.somaxconn`; start-up logs when it does.
     #[arg(long, default_value_t = crate::runtime::listen::BACKLOG_DEFAULT, value_name = "N")]
     pub listen_backlog: u32,
 
