@@ -162,6 +162,17 @@ fn report(
     )
     .unwrap_or(0.0);
     v.fig(format!("server: logon verdicts late {late}"));
+    // Every client sends its Logon right after connecting: a
+    // logon_timeout would be the server not reading it in time.
+    let timeouts = series(
+        text,
+        "pricewire_session_disconnects_total{reason=\"logon_timeout\"}",
+    )
+    .unwrap_or(0.0);
+    v.check(
+        timeouts == 0.0,
+        format!("no client that sent its Logon cut with logon_timeout: {timeouts}"),
+    );
     v.check(
         all_on.is_some_and(|d| d <= bound),
         format!("every client logged on within {bound:?}"),
