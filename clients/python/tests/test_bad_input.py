@@ -356,7 +356,11 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
     """A reader that stops until the server conflates it, then reads again, gets a
     PriceSnapshot flagged conflated for the symbols it fell behind on, and no gap."""
     sess = connect(server, rcvbuf=4096, inbox_max=64)
-    sess.logon(heartbeat_ms=5000)
+    # The longest heartbeat a Logon may ask for (the server cuts it after
+    # three, 90 s): a session that is not read sends no heartbeat either,
+    # and on a busy host conflating can take longer than three 5-s
+    # intervals, so the server would cut it as silent first.
+    sess.logon(heartbeat_ms=30000)
     for tier in (0, 1, 2):
         sess.subscribe(HEAVY_SYMBOLS, tier)
     feed = HeavyFeed(server)
