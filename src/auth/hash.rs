@@ -24,6 +24,61 @@ use argon2::{Algorithm, Argon2, Params, Version};
 use rand::RngCore;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
+/// Why a stored credential (or a hash's cost) is refused. No variant
+/// holds any part of the value; the messages are the ones operators see
+/// after the key they are about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StoredError {
+    /// Not an argon2id PHC string, and clear tokens are not allowed here.
+    #[error("must be an argon2id PHC string (pricewire token hash)")]
+    NotHash,
+    /// Longer than [`STORED_LEN_MAX`].
+    #[error("longer than {STORED_LEN_MAX} bytes")]
+    TooLong,
+    /// Starts like a hash but does not parse as a PHC string.
+    #[error("not a valid PHC string: {0}")]
+    NotPhc(#[source] argon2::password_hash::Error),
+    /// A PHC string with no salt or no hash part.
+    #[error("PHC string without salt or hash")]
+    NoSaltOrHash,
+    /// The PHC string's parameters are not argon2 parameters.
+    #[error("argon2 parameters: {0}")]
+    Params(#[source] argon2::password_hash::Error),
+    /// A cost parameter above the [`CostWindow`].
+    #[error("asks for argon2 {param}={asked}, above {flag} {max}")]
+    CostAbove {
+        /// `m`, `t` or `p`.
+        param: &'static str,
+        /// What the hash asks for.
+        asked: u32,
+        /// The window's bound.
+        max: u32,
+        /// The `serve` flag that sets the bound.
+        flag: &'static str,
+    },
+    /// A clear token where only hashes are allowed.
+    #[error(
+        "is a clear token; store its hash instead: run `pricewire token hash` \
+         and put the printed $argon2id$... string here (or set \
+         insecure_plain_tokens = true for a loopback demo)"
+    )]
+    ClearToken,
+    /// An allowed clear token of the wrong length.
+    #[error("must be 1..={TOKEN_LEN_MAX} bytes")]
+    PlainLength,
+}
+
+/// Why [`hash_token`] made no hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HashError {
+    /// The token is empty or longer than [`TOKEN_LEN_MAX`].
+    #[error("a token must be 1..={TOKEN_LEN_MAX} bytes")]
+    TokenLength,
+    /// The salt or the hasher failed.
+    #[error("{0}")]
+    Argon2(#[source] argon2::password_hash::Error),
+}
+
 /// Memory cost of new hashes, KiB (19 MiB: OWASP's argon2id minimum).
 pub const M_COST_KIB: u32 = 19 * 1024;
 /// Passes over the memory for new hashes.
@@ -72,8 +127,8 @@ impl CostWindow {
     ///
     /// # Errors
     /// The parameter over its bound, with the flag that sets it.
-    pub fn check(&self, h: &PasswordHash<'_>) -> Result<(), String> {
-        let p = Params::try_from(h).map_err(|e| format!("argon2 parameters: {e}"))?;
+    pub fn check(&self, h: &PasswordHash<'_>) -> Result<(), StoredError> {
+        let p = Params::try_from(h).map_err(StoredError::Params)?;
         let over = [
             (
                 "m",
@@ -89,11 +144,14 @@ impl CostWindow {
                 "--argon2-max-parallelism",
             ),
         ];
-        for (name, asked, max, flag) in over {
+        for (param, asked, max, flag) in over {
             if asked > max {
-                return Err(format!(
-                    "asks for argon2 {name}={asked}, above {flag} {max}"
-                ));
+                return Err(StoredError::CostAbove {
+                    param,
+                    asked,
+                    max,
+                    flag,
+                });
             }
         }
         Ok(())
@@ -131,7 +189,7 @@ pub fn cost_refusals() -> u64 {
 }
 
 /// `h` checked against the process's window, a refusal counted.
-fn within_window(h: &PasswordHash<'_>) -> Result<(), String> {
+fn within_window(h: &PasswordHash<'_>) -> Result<(), StoredError> {
     cost_window().check(h).inspect_err(|_| {
         COST_REFUSED.fetch_add(1, Relaxed);
     })
@@ -148,16 +206,16 @@ fn hasher() -> Argon2<'static> {
 ///
 /// # Errors
 /// The token is empty or longer than [`TOKEN_LEN_MAX`].
-pub fn hash_token(token: &[u8]) -> Result<String, String> {
+pub fn hash_token(token: &[u8]) -> Result<String, HashError> {
     if token.is_empty() || token.len() > TOKEN_LEN_MAX {
-        return Err(format!("a token must be 1..={TOKEN_LEN_MAX} bytes"));
+        return Err(HashError::TokenLength);
     }
     let mut salt = [0u8; SALT_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut salt);
-    let salt = SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    let salt = SaltString::encode_b64(&salt).map_err(HashError::Argon2)?;
     let hash = hasher()
         .hash_password(token, &salt)
-        .map_err(|e| e.to_string())?;
+        .map_err(HashError::Argon2)?;
     Ok(hash.to_string())
 }
 
@@ -174,16 +232,16 @@ pub fn is_hash(stored: &str) -> bool {
 ///
 /// # Errors
 /// Why it is refused (no part of the value is repeated).
-pub fn check_hash(stored: &str) -> Result<(), String> {
+pub fn check_hash(stored: &str) -> Result<(), StoredError> {
     if !is_hash(stored) {
-        return Err("must be an argon2id PHC string (pricewire token hash)".into());
+        return Err(StoredError::NotHash);
     }
     if stored.len() > STORED_LEN_MAX {
-        return Err(format!("longer than {STORED_LEN_MAX} bytes"));
+        return Err(StoredError::TooLong);
     }
-    let h = PasswordHash::new(stored).map_err(|e| format!("not a valid PHC string: {e}"))?;
+    let h = PasswordHash::new(stored).map_err(StoredError::NotPhc)?;
     if h.hash.is_none() || h.salt.is_none() {
-        return Err("PHC string without salt or hash".into());
+        return Err(StoredError::NoSaltOrHash);
     }
     within_window(&h)
 }
@@ -194,20 +252,15 @@ pub fn check_hash(stored: &str) -> Result<(), String> {
 ///
 /// # Errors
 /// Why it is refused, for a message that names the key.
-pub fn check_stored(stored: &str, allow_plain: bool) -> Result<(), String> {
+pub fn check_stored(stored: &str, allow_plain: bool) -> Result<(), StoredError> {
     if is_hash(stored) {
         return check_hash(stored);
     }
     if !allow_plain {
-        return Err(
-            "is a clear token; store its hash instead: run `pricewire token hash` \
-             and put the printed $argon2id$... string here (or set \
-             insecure_plain_tokens = true for a loopback demo)"
-                .into(),
-        );
+        return Err(StoredError::ClearToken);
     }
     if stored.is_empty() || stored.len() > TOKEN_LEN_MAX {
-        return Err(format!("must be 1..={TOKEN_LEN_MAX} bytes"));
+        return Err(StoredError::PlainLength);
     }
     Ok(())
 }
@@ -277,12 +330,16 @@ mod tests {
     #[test]
     fn clear_tokens_only_with_the_switch() {
         let e = check_stored("s3cret", false).unwrap_err();
-        assert!(e.contains("pricewire token hash"), "{e}");
+        assert!(matches!(e, StoredError::ClearToken), "{e:?}");
+        assert!(e.to_string().contains("pricewire token hash"), "{e}");
         assert!(check_stored("s3cret", true).is_ok());
         assert!(verify("s3cret", b"s3cret") && !verify("s3cret", b"s3cres"));
         assert!(check_stored("$argon2id$garbage", true).is_err());
         assert!(!verify("$argon2id$garbage", b"x"));
-        assert!(hash_token(b"").is_err() && hash_token(&[b'a'; 65]).is_err());
+        for bad in [&b""[..], &[b'a'; 65]] {
+            let e = hash_token(bad).unwrap_err();
+            assert!(matches!(e, HashError::TokenLength), "{e:?}");
+        }
     }
 
     /// A PHC string of `token` made with m, t, p (a real hash: the window
@@ -321,7 +378,11 @@ mod tests {
         ] {
             let s = base.replacen(from, &to, 1);
             let e = w.check(&PasswordHash::new(&s).unwrap()).unwrap_err();
-            assert!(e.contains(flag), "{e}");
+            assert!(
+                matches!(e, StoredError::CostAbove { flag: f, .. } if f == flag),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains(flag), "{e}");
         }
     }
 
@@ -333,7 +394,10 @@ mod tests {
         let h = with_cost(1024, 1, 1).replacen("m=1024,t=1", "m=262144,t=3", 1);
         let before = cost_refusals();
         let e = check_stored(&h, false).unwrap_err();
-        assert!(e.contains("m=262144"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "asks for argon2 m=262144, above --argon2-max-memory-kib 65536"
+        );
         assert!(!verify(&h, b"tok"));
         assert!(cost_refusals() >= before + 2);
     }

@@ -37,10 +37,11 @@ pub fn reconnect_delay(attempt: usize, rng: &mut impl Rng) -> Duration {
 /// secret).
 pub(crate) fn client(cfg: &BusConfig, stats: &Arc<BusStats>) -> Result<Client, BusError> {
     let servers = cfg.servers.join(",");
-    let access = Access::new(&cfg.auth, cfg.tls.as_ref()).map_err(|reason| BusError::Connect {
-        servers: servers.clone(),
-        reason,
-    })?;
+    let access =
+        Access::new(&cfg.auth, cfg.tls.as_ref()).map_err(|source| BusError::ConnectAccess {
+            servers: servers.clone(),
+            source,
+        })?;
     let sent = access.describe();
     let clock = Arc::new(MonotonicClock);
     Client::connect(&cfg.servers, access, CONNECT_TIMEOUT, clock, stats.clone()).map_err(|e| {

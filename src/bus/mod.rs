@@ -184,6 +184,23 @@ pub enum BusError {
         /// What is wrong with its value.
         reason: String,
     },
+    /// The credentials or TLS files could not be used (`what` says which).
+    #[error("invalid setting `{what}`: {source}")]
+    Access {
+        /// `bus credentials` or `bus TLS`.
+        what: &'static str,
+        /// What was wrong, naming the flag or file.
+        source: security::AccessError,
+    },
+    /// The credentials or TLS files could not be read at the first
+    /// connect attempt.
+    #[error("connecting to NATS ({servers}): {source}")]
+    ConnectAccess {
+        /// The `--bus` list.
+        servers: String,
+        /// What was wrong, naming the flag or file.
+        source: security::AccessError,
+    },
     /// No server of `--bus` answered within [`CONNECT_TIMEOUT`].
     #[error("connecting to NATS ({servers}): {reason}")]
     Connect {
@@ -283,11 +300,11 @@ impl BusConfig {
     /// file or a malformed seed is refused before anything runs); errors
     /// name the flag or variable and the file, never a secret.
     pub fn check_access(&self) -> Result<(), BusError> {
-        let invalid = |flag, reason: String| BusError::Invalid { flag, reason };
+        let refused = |what| move |source| BusError::Access { what, source };
         if let Some(t) = &self.tls {
-            t.check().map_err(|r| invalid("bus TLS", r))?;
+            t.check().map_err(refused("bus TLS"))?;
         }
-        self.auth.check().map_err(|r| invalid("bus credentials", r))
+        self.auth.check().map_err(refused("bus credentials"))
     }
 
     /// The same, with an edge's max age of `max_age_ms` (`--bus-max-age-ms`).

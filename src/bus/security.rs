@@ -13,6 +13,9 @@
 
 use std::path::PathBuf;
 
+pub use super::nats::auth::CredsError;
+pub use super::nats::nkey::SeedError;
+
 /// Environment variable of the bus password (with `--bus-user`).
 pub const PASSWORD_ENV: &str = "PRICEWIRE_BUS_PASSWORD";
 /// Environment variable of the bus token.
@@ -79,14 +82,16 @@ impl SecretSource {
 
     /// The secret now: the file's first line, or the variable's value.
     /// Errors name the source, never the content.
-    pub fn read(&self) -> Result<SecretText, String> {
+    pub fn read(&self) -> Result<SecretText, AccessError> {
         match self {
             SecretSource::Env { value, .. } => Ok(value.clone()),
             SecretSource::File { .. } => {
                 let text = self.read_file()?;
                 let line = text.0.lines().next().unwrap_or("").trim_end_matches('\r');
                 if line.is_empty() {
-                    return Err(format!("{}: empty", self.describe()));
+                    return Err(AccessError::Empty {
+                        from: self.describe(),
+                    });
                 }
                 Ok(SecretText(line.to_string()))
             }
@@ -94,20 +99,25 @@ impl SecretSource {
     }
 
     /// The whole file (a `.creds` file), at most [`SECRET_FILE_MAX`].
-    pub fn read_file(&self) -> Result<SecretText, String> {
+    pub fn read_file(&self) -> Result<SecretText, AccessError> {
         use std::io::Read;
         let SecretSource::File { path, .. } = self else {
             return self.read();
         };
-        let shown = self.describe();
-        let f = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+        let read = |source| AccessError::Read {
+            from: self.describe(),
+            source,
+        };
+        let f = std::fs::File::open(path).map_err(read)?;
         let mut text = String::new();
         f.take(SECRET_FILE_MAX + 1)
             .read_to_string(&mut text)
-            .map_err(|e| format!("{shown}: {e}"))?;
+            .map_err(read)?;
         let text = SecretText(text);
         if text.0.len() as u64 > SECRET_FILE_MAX {
-            return Err(format!("{shown}: larger than {SECRET_FILE_MAX} bytes"));
+            return Err(AccessError::TooLarge {
+                from: self.describe(),
+            });
         }
         Ok(text)
     }
@@ -153,7 +163,7 @@ impl BusAuth {
 
     /// Reads and checks the secret once (at start, so a missing file or
     /// a malformed seed is refused before anything runs).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), AccessError> {
         super::nats::auth::Material::load(self).map(|_| ())
     }
 }
@@ -209,34 +219,119 @@ pub struct BusTls {
 
 impl BusTls {
     /// Loads the files once (at start): errors name the flag and file.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), AccessError> {
         super::nats::tls::client_config(self).map(|_| ())
     }
 }
 
 /// Checks one `--bus` URL: `nats://host:port` or `tls://host:port`, no
 /// credentials in it.
-pub(crate) fn check_server(s: &str) -> Result<(), String> {
+pub(crate) fn check_server(s: &str) -> Result<(), ServerUrlError> {
     let Some(rest) = s
         .strip_prefix("nats://")
         .or_else(|| s.strip_prefix("tls://"))
     else {
-        return Err("must start with nats:// or tls://".into());
+        return Err(ServerUrlError::Scheme);
     };
     if rest.contains('@') {
-        return Err(format!(
-            "credentials in a URL are refused: ps and every log line naming the server \
-             would show them; give --bus-user with --bus-password-file (or {PASSWORD_ENV}), \
-             --bus-token-file ({TOKEN_ENV}), --bus-nkey-file ({NKEY_ENV}) or --bus-creds-file"
-        ));
+        return Err(ServerUrlError::Credentials);
     }
     let Some((host, port)) = rest.rsplit_once(':') else {
-        return Err("must be nats://host:port".into());
+        return Err(ServerUrlError::NoPort);
     };
     if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err("must be nats://host:port with a port 1..=65535".into());
+        return Err(ServerUrlError::HostPort);
     }
     Ok(())
+}
+
+/// Why a `--bus` URL was refused (the message follows the redacted URL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ServerUrlError {
+    /// Neither `nats://` nor `tls://`.
+    #[error("must start with nats:// or tls://")]
+    Scheme,
+    /// A user or password in the URL.
+    #[error(
+        "credentials in a URL are refused: ps and every log line naming the server \
+         would show them; give --bus-user with --bus-password-file (or {PASSWORD_ENV}), \
+         --bus-token-file ({TOKEN_ENV}), --bus-nkey-file ({NKEY_ENV}) or --bus-creds-file"
+    )]
+    Credentials,
+    /// No `:port`.
+    #[error("must be nats://host:port")]
+    NoPort,
+    /// An empty host, or a port outside 1..=65535.
+    #[error("must be nats://host:port with a port 1..=65535")]
+    HostPort,
+}
+
+/// Why the bus credentials or TLS files could not be used. Each variant
+/// names the flag, variable or file (`from`), never a secret; the TLS
+/// ones name the flag and keep the file's error as `source()`.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    /// A secret file whose first line is empty.
+    #[error("{from}: empty")]
+    Empty {
+        /// The flag and file ([`SecretSource::describe`]).
+        from: String,
+    },
+    /// A secret file that could not be opened or read.
+    #[error("{from}: {source}")]
+    Read {
+        /// The flag and file.
+        from: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A secret file larger than [`SECRET_FILE_MAX`].
+    #[error("{from}: larger than {SECRET_FILE_MAX} bytes")]
+    TooLarge {
+        /// The flag and file.
+        from: String,
+    },
+    /// An NKey seed that does not parse.
+    #[error("{from}: {source}")]
+    Seed {
+        /// Where the seed came from.
+        from: String,
+        /// Why it is not a user's seed.
+        source: SeedError,
+    },
+    /// A `.creds` file that does not parse.
+    #[error("{from}: {source}")]
+    Creds {
+        /// The flag and file.
+        from: String,
+        /// What is wrong with it.
+        source: CredsError,
+    },
+    /// An NKey or JWT user, but the server sent no nonce to sign.
+    #[error("the server sent no nonce in INFO: it has no NKey or JWT users")]
+    NoNonce,
+    /// `--bus-tls-ca` or `--bus-tls-cert` could not be loaded.
+    #[error("{flag} {source}")]
+    TlsFile {
+        /// The flag that named the file.
+        flag: &'static str,
+        /// The file and what is wrong with it.
+        source: crate::runtime::tls::TlsError,
+    },
+    /// `--bus-tls-key` holds no usable PEM private key.
+    #[error("--bus-tls-key {}: {source}", path.display())]
+    TlsKey {
+        /// The key file.
+        path: PathBuf,
+        /// The PEM error (never key bytes).
+        source: rustls::pki_types::pem::Error,
+    },
+    /// rustls refused the protocol versions of the provider.
+    #[error("{0}")]
+    TlsVersions(#[source] rustls::Error),
+    /// rustls refused the client certificate and key as a pair.
+    #[error("--bus-tls-cert/--bus-tls-key: {0}")]
+    TlsClientAuth(#[source] rustls::Error),
 }
 
 /// `url` with any credentials in it replaced by `***` (for messages).

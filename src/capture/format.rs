@@ -128,18 +128,23 @@ impl CaptureHeader {
 
     /// Checks that every instrument of this header has the same id, name
     /// and digits in `table`, so ticks can be fed to an engine built on it.
-    pub fn check_table(&self, table: &InstrumentTable) -> Result<(), String> {
+    pub fn check_table(&self, table: &InstrumentTable) -> Result<(), TableMismatch> {
         for (id, (name, digits)) in self.instruments.iter().enumerate() {
             match table.get(id as u16) {
                 Some(i) if i.name == *name && i.digits == *digits => {}
                 Some(i) => {
-                    return Err(format!(
-                        "symbol id {id} is {name} ({digits} digits) in the capture \
-                         but {} ({} digits) in the instrument table",
-                        i.name, i.digits
-                    ))
+                    return Err(TableMismatch::Differs {
+                        id: id as u16,
+                        capture: (name.clone(), *digits),
+                        table: (i.name.clone(), i.digits),
+                    })
                 }
-                None => return Err(format!("symbol {name} (id {id}) is not in the table")),
+                None => {
+                    return Err(TableMismatch::Missing {
+                        id: id as u16,
+                        name: name.clone(),
+                    })
+                }
             }
         }
         Ok(())
@@ -242,6 +247,34 @@ fn decode_tables(b: &[u8], version: u16, len: usize) -> Result<CaptureHeader, He
         providers,
         len,
     })
+}
+
+/// The first instrument of a segment header that differs from the table
+/// a reader was given ([`CaptureHeader::check_table`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableMismatch {
+    /// The id names another instrument, or the same with other digits.
+    #[error(
+        "symbol id {id} is {} ({} digits) in the capture but {} ({} digits) in the \
+         instrument table",
+        capture.0, capture.1, table.0, table.1
+    )]
+    Differs {
+        /// The symbol id.
+        id: u16,
+        /// (name, digits) in the capture.
+        capture: (String, u8),
+        /// (name, digits) in the table.
+        table: (String, u8),
+    },
+    /// The table has no instrument at the id.
+    #[error("symbol {name} (id {id}) is not in the table")]
+    Missing {
+        /// The symbol id.
+        id: u16,
+        /// The capture's name for it.
+        name: String,
+    },
 }
 
 /// Why a segment header could not be read.

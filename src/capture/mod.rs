@@ -106,7 +106,7 @@ pub mod writer;
 
 use std::path::Path;
 
-pub use format::{CaptureHeader, HeaderError, RecordError};
+pub use format::{CaptureHeader, HeaderError, RecordError, TableMismatch};
 pub use reader::{CaptureReader, CorruptPolicy, ReadSummary, ReaderOptions, StopPoint};
 pub use recorder::{Recorder, RecorderConfig, RecorderHandle, RecorderStats, RecorderTap};
 pub use replay::{ReplaySource, ReplaySpeed, ReplaySummary};
@@ -153,7 +153,8 @@ pub enum CaptureError {
         /// The segment file.
         path: String,
         /// The first difference found.
-        reason: String,
+        #[source]
+        reason: TableMismatch,
     },
     /// A recorder or writer setting out of range; the text names it.
     #[error("invalid capture setting: {0}")]

@@ -50,14 +50,23 @@ pub const MAX_UPDATE_HZ_MAX: u32 = 1_000;
 /// Refuses a maximum update frequency outside 0 (unlimited) or
 /// [`MAX_UPDATE_HZ_MIN`]..=[`MAX_UPDATE_HZ_MAX`], saying why (the config
 /// file's key, a Redis record's field and `--max-update-hz` alike).
-pub fn check_max_update_hz(hz: u32) -> Result<(), String> {
+pub fn check_max_update_hz(hz: u32) -> Result<(), UpdateHzError> {
     if hz > MAX_UPDATE_HZ_MAX {
-        return Err(format!(
-            "{hz}: must be 0 (unlimited) or {MAX_UPDATE_HZ_MIN}..={MAX_UPDATE_HZ_MAX} updates per \
-             second (above {MAX_UPDATE_HZ_MAX} the limit is finer than the shard's 1-ms timer)"
-        ));
+        return Err(UpdateHzError { hz });
     }
     Ok(())
+}
+
+/// A maximum update frequency above [`MAX_UPDATE_HZ_MAX`]; the message
+/// follows the key, field or flag that gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{hz}: must be 0 (unlimited) or {MAX_UPDATE_HZ_MIN}..={MAX_UPDATE_HZ_MAX} updates per \
+     second (above {MAX_UPDATE_HZ_MAX} the limit is finer than the shard's 1-ms timer)"
+)]
+pub struct UpdateHzError {
+    /// The frequency refused, updates per second.
+    pub hz: u32,
 }
 
 /// Default concurrent sessions per account.
@@ -134,7 +143,8 @@ pub(super) fn resolve_accounts(
                 "empty, longer than 32 bytes, or duplicate",
             ));
         }
-        crate::auth::hash::check_stored(&f.token, plain).map_err(|r| invalid(key("token"), r))?;
+        crate::auth::hash::check_stored(&f.token, plain)
+            .map_err(|r| invalid(key("token"), r.to_string()))?;
         let symbols =
             if f.symbols.iter().any(|s| s == "*") {
                 None
@@ -162,7 +172,7 @@ pub(super) fn resolve_accounts(
             return Err(invalid(key("max_sessions"), "must be at least 1"));
         }
         if let Some(hz) = f.max_update_hz {
-            check_max_update_hz(hz).map_err(|r| invalid(key("max_update_hz"), r))?;
+            check_max_update_hz(hz).map_err(|r| invalid(key("max_update_hz"), r.to_string()))?;
         }
         out.push(Account {
             name: f.name,

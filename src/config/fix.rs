@@ -26,11 +26,14 @@ use serde::Deserialize;
 use super::ConfigError;
 
 pub mod damping;
+mod error;
 mod secret;
 use crate::model::{Instrument, ProviderId, SymbolId};
 use crate::resilience::breaker::WindowKind;
 use crate::resilience::{Backoff, BreakerConfig};
 pub use damping::{FlapDamping, GrayRule};
+pub use error::FixConfigError;
+use error::{key, rule};
 use secret::{credential_ok, password};
 pub use secret::{FeedSecrets, Secret};
 
@@ -358,31 +361,33 @@ impl FixSessionConfig {
 
     /// Checks the cross-field rules (slow threshold below the read
     /// timeout, and the breaker's own).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FixConfigError> {
         if self.symbols.is_empty() || self.symbols.len() > SYMBOLS_MAX {
-            return Err(format!("symbols: need 1..={SYMBOLS_MAX} mappings"));
+            return Err(key("symbols", format!("need 1..={SYMBOLS_MAX} mappings")));
         }
         if self.heartbeat_s == 0 || self.heartbeat_s > HEARTBEAT_S_MAX {
-            return Err(format!("heartbeat_s: must be 1..={HEARTBEAT_S_MAX}"));
+            return Err(key("heartbeat_s", format!("must be 1..={HEARTBEAT_S_MAX}")));
         }
         if self.connect_timeout_ms == 0 || self.logon_timeout_ms == 0 {
-            return Err("connect_ms and logon_ms must be at least 1".into());
+            return Err(rule("connect_ms and logon_ms must be at least 1"));
         }
         if self.read_timeout_ms <= u64::from(self.heartbeat_s) * 1_000 {
-            return Err(
-                "read_timeout_ms: must exceed heartbeat_s (the peer's heartbeat must fit)".into(),
-            );
+            let why = "must exceed heartbeat_s (the peer's heartbeat must fit)";
+            return Err(key("read_timeout_ms", why));
         }
         if self.reconnect.base_ms == 0 || self.reconnect.cap_ms < self.reconnect.base_ms {
-            return Err("reconnect: need 1 <= reconnect_base_ms <= reconnect_cap_ms".into());
+            let why = "need 1 <= reconnect_base_ms <= reconnect_cap_ms";
+            return Err(key("reconnect", why));
         }
         if self.gaps_before_logout == 0 || self.gaps_before_logout > GAPS_BEFORE_LOGOUT_MAX {
-            return Err(format!(
-                "gaps_before_logout: must be 1..={GAPS_BEFORE_LOGOUT_MAX}"
-            ));
+            let why = format!("must be 1..={GAPS_BEFORE_LOGOUT_MAX}");
+            return Err(key("gaps_before_logout", why));
         }
         if self.garbled_max == 0 || self.garbled_max > GARBLED_MAX_LIMIT {
-            return Err(format!("garbled_max: must be 1..={GARBLED_MAX_LIMIT}"));
+            return Err(key(
+                "garbled_max",
+                format!("must be 1..={GARBLED_MAX_LIMIT}"),
+            ));
         }
         // Times are turned into ns (and some added): keep them far from
         // overflow. A day is longer than any sane setting.
@@ -396,27 +401,30 @@ impl FixSessionConfig {
             ("quote_silence_ms", self.quote_silence_ms),
             ("probation_ms", self.probation_ms),
         ];
-        if let Some((key, _)) = times.iter().find(|(_, v)| *v > ms_max) {
-            return Err(format!("{key}: at most {ms_max} (a day)"));
+        if let Some(&(k, _)) = times.iter().find(|(_, v)| *v > ms_max) {
+            return Err(key(k, format!("at most {ms_max} (a day)")));
         }
         if self.garbled_window_ms == 0 || self.gap_window_ms == 0 || self.logout_timeout_ms == 0 {
-            return Err("garbled_window_ms, gap_window_ms and logout_ms must be at least 1".into());
+            return Err(rule(
+                "garbled_window_ms, gap_window_ms and logout_ms must be at least 1",
+            ));
         }
         let user = self.username.as_deref();
         let pass = self.password.as_ref().map(Secret::expose);
         for (what, v) in [("username", user), ("password", pass)] {
             if v.is_some_and(|v| !credential_ok(v)) {
-                return Err(format!(
-                    "{what}: must be 1..={CREDENTIAL_LEN_MAX} printable ASCII"
-                ));
+                let why = format!("must be 1..={CREDENTIAL_LEN_MAX} printable ASCII");
+                return Err(key(what, why));
             }
         }
         for id in [&self.sender_comp_id, &self.target_comp_id] {
             if id.is_empty() || id.len() > ID_LEN_MAX || !id.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(format!("comp ids must be 1..={ID_LEN_MAX} printable ASCII"));
+                return Err(rule(format!(
+                    "comp ids must be 1..={ID_LEN_MAX} printable ASCII"
+                )));
             }
         }
-        self.breaker.validate().map_err(|e| e.to_string())?;
+        self.breaker.validate().map_err(FixConfigError::Breaker)?;
         self.flap.validate()?;
         self.gray.validate()?;
         self.check_breaker_can_open()
@@ -465,20 +473,16 @@ impl FixSessionConfig {
     /// consecutive-failures rule, `minimum_calls` failures, one per cycle
     /// at the slowest (backoff cap plus the longest timeout), must fit the
     /// time window; older successes only make it harder.
-    fn check_breaker_can_open(&self) -> Result<(), String> {
+    fn check_breaker_can_open(&self) -> Result<(), FixConfigError> {
         if self.breaker_consecutive_failures > 0 {
             return Ok(());
         }
         // The check every breaker owner runs (the Redis reference data
         // too): `BreakerConfig::check_can_open`.
         let cycle_ms = self.next_failure_ms(self.reconnect.cap_ms);
-        self.breaker.check_can_open(cycle_ms).map_err(|e| {
-            format!(
-                "breaker_minimum_calls: on a hung provider (one failure per up to {cycle_ms} ms: \
-                 reconnect_cap_ms + the longest timeout) {e}; set \
-                 breaker_consecutive_failures or widen breaker_window_s"
-            )
-        })
+        self.breaker
+            .check_can_open(cycle_ms)
+            .map_err(|source| FixConfigError::BreakerCannotOpen { cycle_ms, source })
     }
 }
 
@@ -614,7 +618,7 @@ pub fn resolve(
         gray: GrayRule::from_file(f),
     };
     cfg.validate()
-        .map_err(|reason| invalid(format!("providers[{index}].fix"), reason))?;
+        .map_err(|reason| invalid(format!("providers[{index}].fix"), reason.to_string()))?;
     Ok(cfg)
 }
 

@@ -8,8 +8,8 @@ mod accounts;
 pub mod fix;
 
 pub use accounts::{
-    check_max_update_hz, Account, AccountFile, ACCOUNT_SESSIONS_DEFAULT, MAX_UPDATE_HZ_MAX,
-    MAX_UPDATE_HZ_MIN,
+    check_max_update_hz, Account, AccountFile, UpdateHzError, ACCOUNT_SESSIONS_DEFAULT,
+    MAX_UPDATE_HZ_MAX, MAX_UPDATE_HZ_MIN,
 };
 use accounts::{demo_account, resolve_accounts};
 
@@ -446,7 +446,7 @@ fn resolve_providers(
         }
         if !f.token.is_empty() {
             crate::auth::hash::check_stored(&f.token, plain)
-                .map_err(|r| invalid(format!("providers[{i}].token"), r))?;
+                .map_err(|r| invalid(format!("providers[{i}].token"), r.to_string()))?;
         }
         out.push(ProviderDef {
             id: i as u16,

@@ -39,6 +39,7 @@
 use super::conns::Conns;
 use super::moves::Mover;
 use super::spill;
+use super::SettingsError;
 
 /// When shard 0 drains a request-heavy session, and how long it waits for
 /// the session's answers. Decisions take the time as an argument.
@@ -74,12 +75,12 @@ impl DrainPolicy {
     /// is out of range: busy and request share 1..=1000 per-mille (a
     /// whole per cent on the command line), the request count
     /// 1..=100000, the wait 1..=5000 ms.
-    pub(crate) fn from_config(cfg: &super::GatewayConfig) -> Result<DrainPolicy, String> {
-        let pct = |flag: &str, permille: u32| {
+    pub(crate) fn from_config(cfg: &super::GatewayConfig) -> Result<DrainPolicy, SettingsError> {
+        let pct = |flag: &'static str, permille: u32| {
             if (1..=1000).contains(&permille) {
                 Ok(permille)
             } else {
-                Err(format!("{flag}: 1..=100"))
+                Err(SettingsError::range(flag, "1..=100"))
             }
         };
         let p = DrainPolicy {
@@ -92,10 +93,13 @@ impl DrainPolicy {
             wait_ns: cfg.drain_abort_ms.saturating_mul(1_000_000),
         };
         if !(1..=100_000).contains(&p.min_requests) {
-            return Err("--shard0-drain-min-requests: 1..=100000".into());
+            return Err(SettingsError::range(
+                "--shard0-drain-min-requests",
+                "1..=100000",
+            ));
         }
         if !(1..=5_000).contains(&cfg.drain_abort_ms) {
-            return Err("--shard0-drain-abort-ms: 1..=5000".into());
+            return Err(SettingsError::range("--shard0-drain-abort-ms", "1..=5000"));
         }
         Ok(p)
     }
@@ -550,10 +554,9 @@ mod tests {
         let p = DrainPolicy::from_config(&cfg).unwrap();
         assert_eq!((p.wait_ns, p.min_requests), (250 * MS, 8));
         cfg.drain_abort_ms = 0;
-        assert!(cfg
-            .validate()
-            .unwrap_err()
-            .contains("--shard0-drain-abort-ms"));
+        let e = cfg.validate().unwrap_err();
+        assert_eq!(e.flag(), "--shard0-drain-abort-ms");
+        assert_eq!(e.to_string(), "--shard0-drain-abort-ms: 1..=5000");
     }
 
     #[test]

@@ -17,13 +17,11 @@ pub const FD_RESERVE_DEFAULT: u64 = 256;
 pub(super) const FD_RESERVE_RANGE: std::ops::RangeInclusive<u64> = 32..=65_536;
 
 /// Refuses a reserve out of range (the flag's check).
-pub(super) fn check_fd_reserve(n: u64) -> Result<(), String> {
+pub(super) fn check_fd_reserve(n: u64) -> Result<(), super::SettingsError> {
     if !FD_RESERVE_RANGE.contains(&n) {
-        return Err(format!(
-            "--fd-reserve {n}: {}..={} (descriptors)",
-            FD_RESERVE_RANGE.start(),
-            FD_RESERVE_RANGE.end()
-        ));
+        let (lo, hi) = (FD_RESERVE_RANGE.start(), FD_RESERVE_RANGE.end());
+        let range = format!("{lo}..={hi} (descriptors)");
+        return Err(super::SettingsError::value("--fd-reserve", n, range));
     }
     Ok(())
 }

@@ -38,11 +38,10 @@ pub const PRICE_AGE_MAX_MS_DEFAULT: u64 = 20;
 pub const PRICE_AGE_MAX_MS_MAX: u64 = 60_000;
 
 /// Refuses a price age limit out of range (the flag's check).
-pub(super) fn check_price_age_max_ms(ms: u64) -> Result<(), String> {
+pub(super) fn check_price_age_max_ms(ms: u64) -> Result<(), super::SettingsError> {
     if ms == 0 || ms > PRICE_AGE_MAX_MS_MAX {
-        return Err(format!(
-            "--price-age-max-ms {ms}: 1..={PRICE_AGE_MAX_MS_MAX} (milliseconds)"
-        ));
+        let range = format!("1..={PRICE_AGE_MAX_MS_MAX} (milliseconds)");
+        return Err(super::SettingsError::value("--price-age-max-ms", ms, range));
     }
     Ok(())
 }

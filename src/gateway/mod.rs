@@ -54,6 +54,8 @@ mod reads;
 pub mod revoke;
 pub mod sendq;
 pub mod session;
+mod settings_error;
+pub use settings_error::SettingsError;
 pub mod shard;
 mod slab;
 pub mod spill;
@@ -264,59 +266,63 @@ impl Default for GatewayConfig {
 
 impl GatewayConfig {
     /// Refuses settings the gateway cannot work with, naming the flag.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        use SettingsError as E;
         if !(self.low_water_bytes < self.high_water_bytes
             && self.high_water_bytes < self.out_cap_bytes)
         {
-            return Err(
-                "--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold".into(),
-            );
+            return Err(E::Order(
+                "--low-water-bytes < --high-water-bytes < --out-cap-bytes must hold",
+            ));
         }
         if self.out_cap_bytes < 4096 {
-            return Err("--out-cap-bytes: at least 4096".into());
+            return Err(E::range("--out-cap-bytes", "at least 4096"));
         }
         sendq::check_sndbuf_bytes(self.sndbuf_bytes)?;
         fdlimit::check_fd_reserve(self.fd_reserve)?;
         if self.max_frame_bytes < 64 || self.max_frame_bytes > crate::wire::FRAME_LEN_MAX {
-            return Err(format!(
-                "--max-frame-bytes: 64..={}",
-                crate::wire::FRAME_LEN_MAX
-            ));
+            let range = format!("64..={}", crate::wire::FRAME_LEN_MAX);
+            return Err(E::range("--max-frame-bytes", range));
         }
         if !(self.heartbeat_min_ms <= self.heartbeat_ms
             && self.heartbeat_ms <= self.heartbeat_max_ms)
             || self.heartbeat_min_ms == 0
         {
-            return Err("heartbeat: 0 < min <= --heartbeat-ms <= max must hold".into());
-        }
-        if self.dead_after_heartbeats < 2 {
-            return Err("--dead-after-heartbeats: at least 2".into());
-        }
-        if self.max_connections_per_shard == 0 || self.max_connections_per_shard > 1 << 20 {
-            return Err("--max-connections-per-shard: 1..=1048576".into());
-        }
-        if self.max_subscriptions == 0 || self.msg_burst == 0 || self.msg_rate_per_s == 0 {
-            return Err("--max-subscriptions, --msg-rate-per-s and --msg-burst: at least 1".into());
-        }
-        if !(1..=FLOOD_DISCONNECT_AFTER_MAX).contains(&self.flood_disconnect_after) {
-            return Err(format!(
-                "--flood-disconnect-after: 1..={FLOOD_DISCONNECT_AFTER_MAX}"
+            return Err(E::range(
+                "heartbeat",
+                "0 < min <= --heartbeat-ms <= max must hold",
             ));
         }
+        if self.dead_after_heartbeats < 2 {
+            return Err(E::range("--dead-after-heartbeats", "at least 2"));
+        }
+        if self.max_connections_per_shard == 0 || self.max_connections_per_shard > 1 << 20 {
+            return Err(E::range("--max-connections-per-shard", "1..=1048576"));
+        }
+        if self.max_subscriptions == 0 || self.msg_burst == 0 || self.msg_rate_per_s == 0 {
+            let flags = "--max-subscriptions, --msg-rate-per-s and --msg-burst";
+            return Err(E::range(flags, "at least 1"));
+        }
+        if !(1..=FLOOD_DISCONNECT_AFTER_MAX).contains(&self.flood_disconnect_after) {
+            let range = format!("1..={FLOOD_DISCONNECT_AFTER_MAX}");
+            return Err(E::range("--flood-disconnect-after", range));
+        }
         if self.shard0_spill_permille > 1000 {
-            return Err("--shard0-spill-pct: 0..=100".into());
+            return Err(E::range("--shard0-spill-pct", "0..=100"));
         }
         drain::DrainPolicy::from_config(self)?;
         if self.loop_lag_target_ms > 60_000 {
-            return Err("--loop-lag-target-ms: 0..=60000 (0 = never shed)".into());
+            return Err(E::range(
+                "--loop-lag-target-ms",
+                "0..=60000 (0 = never shed)",
+            ));
         }
         fresh::check_price_age_max_ms(self.price_age_max_ms)?;
-        crate::config::check_max_update_hz(self.max_update_hz)
-            .map_err(|e| format!("--max-update-hz {e}"))?;
+        crate::config::check_max_update_hz(self.max_update_hz).map_err(E::MaxUpdateHz)?;
         if self.slow_consumer_ms == 0 {
-            return Err("--slow-consumer-ms: at least 1".into());
+            return Err(E::range("--slow-consumer-ms", "at least 1"));
         }
-        self.admission.validate().map_err(|e| e.to_string())
+        Ok(self.admission.validate()?)
     }
 }
 

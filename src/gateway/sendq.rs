@@ -37,10 +37,12 @@ pub const SNDBUF_BYTES_DEFAULT: usize = 64 * 1024;
 pub const SNDBUF_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Refuses a send buffer out of range (the flag's check).
-pub(super) fn check_sndbuf_bytes(bytes: usize) -> Result<(), String> {
+pub(super) fn check_sndbuf_bytes(bytes: usize) -> Result<(), super::SettingsError> {
     if bytes != 0 && !(4096..=SNDBUF_BYTES_MAX).contains(&bytes) {
-        return Err(format!(
-            "--sndbuf-bytes {bytes}: 0 (kernel auto-tuning) or 4096..={SNDBUF_BYTES_MAX}"
+        return Err(super::SettingsError::value(
+            "--sndbuf-bytes",
+            bytes as u64,
+            format!("0 (kernel auto-tuning) or 4096..={SNDBUF_BYTES_MAX}"),
         ));
     }
     Ok(())

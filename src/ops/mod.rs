@@ -117,4 +117,7 @@ pub enum OpsError {
     /// A metric registration did not match its documented family.
     #[error("metric registration: {0}")]
     Metric(String),
+    /// A family defined at run time breaks a naming rule.
+    #[error("metric registration: {0}")]
+    Naming(#[source] metrics::catalogue::NamingError),
 }

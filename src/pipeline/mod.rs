@@ -95,6 +95,9 @@ pub enum PipelineError {
         /// What is wrong with its value.
         reason: String,
     },
+    /// `--cpus` (or `--rt-priority`) cannot be honoured on this machine.
+    #[error("invalid setting `--cpus`: {0}")]
+    Cpus(#[source] affinity::PlacementError),
     /// A stage reported that it could not start (pinning, priority, ...).
     #[error("stage {stage} failed to start: {reason}")]
     StageFailed {
@@ -159,12 +162,7 @@ impl PipelineConfig {
                     .into(),
             });
         }
-        self.cpus
-            .validate()
-            .map_err(|reason| PipelineError::Invalid {
-                flag: "--cpus",
-                reason,
-            })
+        self.cpus.validate().map_err(PipelineError::Cpus)
     }
 }
 
@@ -537,7 +535,10 @@ fn place(stage: Stage, cpus: &CpuMap, events: &Sender<StageEvent>) -> bool {
             let _ = events.send(StageEvent::Started { stage, placement });
             true
         }
-        Err(reason) => {
+        Err(e) => {
+            // The event is cloned and compared; the message is what the
+            // operator reads.
+            let reason = e.to_string();
             let _ = events.send(StageEvent::Failed { stage, reason });
             false
         }

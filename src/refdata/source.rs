@@ -417,7 +417,7 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
     // Redis records always hold the hash: a clear token is a malformed
     // record (there is no insecure switch for a shared store).
     let token = f.token.clone().unwrap_or_default();
-    crate::auth::hash::check_hash(&token).map_err(|why| invalid("token", why))?;
+    crate::auth::hash::check_hash(&token).map_err(|why| invalid("token", why.to_string()))?;
     let symbols = resolve_symbols(f.symbols.as_deref().unwrap_or("*"), table)?;
     let tiers = resolve_tiers(f.tiers.as_deref().unwrap_or(""), table)?;
     let max_sessions = match f.max_sessions.as_deref() {
@@ -440,7 +440,8 @@ fn resolve(name: &str, f: &Fields, table: &InstrumentTable) -> Result<Account, F
             let hz = s
                 .parse::<u32>()
                 .map_err(|_| invalid("max_update_hz", "must be an integer (0 = unlimited)"))?;
-            crate::config::check_max_update_hz(hz).map_err(|r| invalid("max_update_hz", r))?;
+            crate::config::check_max_update_hz(hz)
+                .map_err(|r| invalid("max_update_hz", r.to_string()))?;
             Some(hz)
         }
     };

@@ -16,6 +16,7 @@
 //! Workers build answers with per-job scratch from a `bumpalo` arena that
 //! is reset after every job.
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -266,9 +267,11 @@ impl RequestService {
         shard_bells: Vec<Arc<Doorbell>>,
         overload: Arc<OverloadStats>,
         supervisor: &Supervisor,
-    ) -> Result<(RequestService, Vec<RequestPort>), String> {
+    ) -> Result<(RequestService, Vec<RequestPort>), StartError> {
         if cfg.workers == 0 || cfg.workers > 64 {
-            return Err("--request-workers: 1..=64".into());
+            return Err(StartError::Workers {
+                workers: cfg.workers,
+            });
         }
         let (queue, limit) = controls(&cfg, overload)?;
         let shards = shard_bells.len();
@@ -357,15 +360,14 @@ impl RequestService {
 fn controls(
     cfg: &RequestConfig,
     overload: Arc<OverloadStats>,
-) -> Result<(RequestQueue<RequestMsg>, Arc<AdaptiveLimit>), String> {
+) -> Result<(RequestQueue<RequestMsg>, Arc<AdaptiveLimit>), StartError> {
     let queue = RequestQueue::new(
         cfg.queue.clone(),
         rand::rngs::SmallRng::from_entropy(),
         overload.clone(),
         monotonic_ns(),
-    )
-    .map_err(|e| e.to_string())?;
-    let limit = AdaptiveLimit::new(cfg.adaptive.clone(), overload).map_err(|e| e.to_string())?;
+    )?;
+    let limit = AdaptiveLimit::new(cfg.adaptive.clone(), overload)?;
     Ok((queue, Arc::new(limit)))
 }
 
@@ -374,13 +376,11 @@ fn spawn_dispatcher(
     bell: Arc<Doorbell>,
     wait: WaitStrategy,
     supervisor: &Supervisor,
-) -> Result<Supervised<()>, String> {
-    supervisor
-        .spawn("pw-dispatch", Policy::Permanent, move || {
-            bell.bind_current_thread();
-            d.run(Waiter::new(wait, bell));
-        })
-        .map_err(|e| e.to_string())
+) -> io::Result<Supervised<()>> {
+    supervisor.spawn("pw-dispatch", Policy::Permanent, move || {
+        bell.bind_current_thread();
+        d.run(Waiter::new(wait, bell));
+    })
 }
 
 fn spawn_worker(
@@ -388,12 +388,10 @@ fn spawn_worker(
     worker: Worker,
     jobs: Receiver<Job>,
     supervisor: &Supervisor,
-) -> Result<Supervised<()>, String> {
-    supervisor
-        .spawn(format!("pw-request{w}"), Policy::Permanent, move || {
-            worker.run(w as u32, jobs)
-        })
-        .map_err(|e| e.to_string())
+) -> io::Result<Supervised<()>> {
+    supervisor.spawn(format!("pw-request{w}"), Policy::Permanent, move || {
+        worker.run(w as u32, jobs)
+    })
 }
 
 type Inbound = Vec<(rtrb::Consumer<RequestMsg>, Arc<RingShares>)>;
@@ -708,6 +706,8 @@ fn send(
     }
 }
 
+mod start_error;
+pub use start_error::StartError;
 mod worker;
 use worker::Worker;
 

@@ -133,13 +133,15 @@ impl CpuMap {
 
     /// Checks every mapped core exists on this machine and, with a
     /// real-time priority, that this process may use it.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PlacementError> {
         let available = available_cores();
         for &(stage, core) in &self.entries {
             if !available.contains(&core) {
-                return Err(format!(
-                    "stage {stage} mapped to core {core}, but this machine has cores {available:?}"
-                ));
+                return Err(PlacementError::NoSuchCore {
+                    stage,
+                    core,
+                    available,
+                });
             }
         }
         if let Some(p) = self.rt_priority {
@@ -164,12 +166,59 @@ pub fn available_cores() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `core`. Errors if the OS refused.
-fn pin_current(stage: Stage, core: usize) -> Result<(), String> {
+fn pin_current(stage: Stage, core: usize) -> Result<(), PlacementError> {
     if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
         Ok(())
     } else {
-        Err(format!("pinning {stage} to core {core} failed"))
+        Err(PlacementError::Pin { stage, core })
     }
+}
+
+/// Why a stage could not be placed as `--cpus` and `--rt-priority` ask.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// `--cpus` maps a stage to a core this machine does not have.
+    #[error("stage {stage} mapped to core {core}, but this machine has cores {available:?}")]
+    NoSuchCore {
+        /// The stage mapped.
+        stage: Stage,
+        /// The core it was mapped to.
+        core: usize,
+        /// The cores the process may run on.
+        available: Vec<usize>,
+    },
+    /// The OS refused to pin the thread.
+    #[error("pinning {stage} to core {core} failed")]
+    Pin {
+        /// The stage.
+        stage: Stage,
+        /// The core.
+        core: usize,
+    },
+    /// The OS refused the stage's real-time priority.
+    #[error("real-time priority {priority} for {stage}: {source}")]
+    StagePriority {
+        /// The stage.
+        stage: Stage,
+        /// The `SCHED_FIFO` priority asked for.
+        priority: u8,
+        /// The kernel's refusal.
+        source: FifoError,
+    },
+    /// The start-up probe found the real-time priority refused.
+    #[error("real-time priority {priority}: {source}")]
+    Priority {
+        /// The `SCHED_FIFO` priority asked for.
+        priority: u8,
+        /// The kernel's refusal.
+        source: FifoError,
+    },
+    /// The start-up probe's thread panicked.
+    #[error("real-time priority {priority}: probe thread panicked")]
+    ProbePanicked {
+        /// The `SCHED_FIFO` priority asked for.
+        priority: u8,
+    },
 }
 
 /// Lowest `SCHED_FIFO` priority Linux accepts.
@@ -226,14 +275,18 @@ pub struct Placement {
 /// its stage is mapped and sets `SCHED_FIFO` when a real-time priority is
 /// asked for and the stage carries prices, and logs what it applied.
 /// Errors if the OS refused either.
-pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, String> {
+pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, PlacementError> {
     let core = cpus.core_for(stage);
     if let Some(c) = core {
         pin_current(stage, c)?;
     }
     let rt_priority = cpus.rt_priority.filter(|_| rt_stage(stage));
     if let Some(p) = rt_priority {
-        set_current_fifo(p).map_err(|e| format!("real-time priority {p} for {stage}: {e}"))?;
+        set_current_fifo(p).map_err(|source| PlacementError::StagePriority {
+            stage,
+            priority: p,
+            source,
+        })?;
     }
     if core.is_some() || rt_priority.is_some() {
         tracing::info!(%stage, ?core, ?rt_priority, "stage placed");
@@ -241,7 +294,7 @@ pub fn place_current(stage: Stage, cpus: &CpuMap) -> Result<Placement, String> {
     Ok(Placement { core, rt_priority })
 }
 
-pub use super::sys::{current_policy, set_current_fifo};
+pub use super::sys::{current_policy, set_current_fifo, FifoError};
 
 /// (name, policy, rt_priority) of every thread under `task_dir`
 /// (`/proc/self/task`, `/proc/<pid>/task`), as the kernel reports them
@@ -272,13 +325,11 @@ pub fn thread_schedules(task_dir: &std::path::Path) -> Vec<(String, i64, i64)> {
 /// Checks, on a short-lived thread, that this process may run threads at
 /// `SCHED_FIFO` `priority`, so a refusal fails start-up before any stage
 /// runs rather than in the middle of it.
-pub fn probe_rt_priority(priority: u8) -> Result<(), String> {
-    std::thread::scope(|s| {
-        s.spawn(|| set_current_fifo(priority))
-            .join()
-            .unwrap_or_else(|_| Err("probe thread panicked".into()))
+pub fn probe_rt_priority(priority: u8) -> Result<(), PlacementError> {
+    std::thread::scope(|s| match s.spawn(|| set_current_fifo(priority)).join() {
+        Ok(set) => set.map_err(|source| PlacementError::Priority { priority, source }),
+        Err(_) => Err(PlacementError::ProbePanicked { priority }),
     })
-    .map_err(|e| format!("real-time priority {priority}: {e}"))
 }
 
 #[cfg(test)]
@@ -303,7 +354,12 @@ mod tests {
         assert!("gpu=1".parse::<CpuMap>().is_err());
         assert!("feed=0,feed=1".parse::<CpuMap>().is_err());
         let far: CpuMap = "feed=4096".parse().unwrap();
-        assert!(far.validate().unwrap_err().contains("core 4096"));
+        let e = far.validate().unwrap_err();
+        assert!(
+            matches!(e, PlacementError::NoSuchCore { core: 4096, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("core 4096"), "{e}");
     }
 
     #[test]
@@ -354,7 +410,7 @@ mod tests {
                 assert_eq!(policy, (libc::SCHED_FIFO, 5));
             }
             Err(e) => {
-                let probe = probe.unwrap_err();
+                let (e, probe) = (e.to_string(), probe.unwrap_err().to_string());
                 assert!(e.contains("real-time priority 5 for shard0"), "{e}");
                 assert!(e.contains("sched_setscheduler"), "{e}");
                 assert!(probe.contains("real-time priority 5"), "{probe}");
@@ -371,6 +427,8 @@ mod tests {
             .join()
             .unwrap()
             .unwrap_err();
+        assert_eq!(e.source.raw_os_error(), Some(libc::EINVAL));
+        let e = e.to_string();
         assert!(e.starts_with("sched_setscheduler(SCHED_FIFO): "), "{e}");
         assert!(e.contains("Invalid argument"), "{e}");
     }

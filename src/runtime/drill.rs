@@ -84,14 +84,31 @@ struct Armed {
 
 static ARMED: OnceLock<Armed> = OnceLock::new();
 
+/// Why [`ENV`] was refused; the value is kept whole (it names no secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DrillError {
+    /// The delay is not a number of milliseconds in 0..=3600000.
+    #[error("{ENV}={0:?}: after_ms must be 0..=3600000")]
+    AfterMs(String),
+    /// The target is not `conn` nor one of [`STAGES`].
+    #[error("{ENV}={0:?}: unknown target (conn, {stages})", stages = STAGES.join(", "))]
+    UnknownTarget(String),
+    /// The stage's index is not a number.
+    #[error("{ENV}={0:?}: bad index")]
+    BadIndex(String),
+    /// The variable is not UTF-8.
+    #[error("{ENV}: not UTF-8")]
+    NotUtf8,
+}
+
 /// Parses `<target>[:after_ms]`; the error names what is wrong.
-pub fn parse(s: &str) -> Result<Drill, String> {
+pub fn parse(s: &str) -> Result<Drill, DrillError> {
     let (target, after) = s.split_once(':').unwrap_or((s, "0"));
     let after_ms = after
         .parse::<u64>()
         .ok()
         .filter(|&ms| ms <= 3_600_000)
-        .ok_or_else(|| format!("{ENV}={s:?}: after_ms must be 0..=3600000"))?;
+        .ok_or_else(|| DrillError::AfterMs(s.to_string()))?;
     if target == "conn" {
         return Ok(Drill {
             target: Target::Connection,
@@ -104,12 +121,12 @@ pub fn parse(s: &str) -> Result<Drill, String> {
         .iter()
         .copied()
         .find(|&k| k == kind)
-        .ok_or_else(|| format!("{ENV}={s:?}: unknown target (conn, {})", STAGES.join(", ")))?;
+        .ok_or_else(|| DrillError::UnknownTarget(s.to_string()))?;
     let index = (!index.is_empty())
         .then(|| {
             index
                 .parse::<u32>()
-                .map_err(|_| format!("{ENV}={s:?}: bad index"))
+                .map_err(|_| DrillError::BadIndex(s.to_string()))
         })
         .transpose()?;
     Ok(Drill {
@@ -120,13 +137,11 @@ pub fn parse(s: &str) -> Result<Drill, String> {
 
 /// Reads [`ENV`] once and arms it. `Ok(None)` when unset; `Err` for a
 /// value that does not parse (start-up refuses it).
-pub fn arm_from_env() -> Result<Option<Drill>, String> {
+pub fn arm_from_env() -> Result<Option<Drill>, DrillError> {
     let Some(value) = std::env::var_os(ENV) else {
         return Ok(None);
     };
-    let value = value
-        .into_string()
-        .map_err(|_| format!("{ENV}: not UTF-8"))?;
+    let value = value.into_string().map_err(|_| DrillError::NotUtf8)?;
     let drill = parse(&value)?;
     let due_ns = monotonic_ns().saturating_add(drill.after_ms.saturating_mul(NS_PER_MS));
     let _ = ARMED.set(Armed {
@@ -198,9 +213,17 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_reason() {
-        assert!(parse("shrad").unwrap_err().contains("unknown target"));
-        assert!(parse("shard:x").unwrap_err().contains("after_ms"));
-        assert!(parse("shard:99999999").unwrap_err().contains("after_ms"));
+        let e = parse("shrad").unwrap_err();
+        assert_eq!(e, DrillError::UnknownTarget("shrad".into()));
+        assert!(e.to_string().contains("unknown target (conn, "), "{e}");
+        assert!(parse("shard:x")
+            .unwrap_err()
+            .to_string()
+            .contains("after_ms"));
+        assert_eq!(
+            parse("shard:99999999").unwrap_err().to_string(),
+            format!("{ENV}=\"shard:99999999\": after_ms must be 0..=3600000")
+        );
         assert!(parse("").is_err());
     }
 

@@ -58,22 +58,45 @@ pub fn effective_backlog(backlog: u32, somaxconn: Option<u32>) -> u32 {
 /// listening, then, once all are bound, starts listening on each: when one
 /// port is in use no socket has listened yet, and the error names its flag.
 /// The sockets wait for the stages that serve them ([`bind`]).
-pub fn prebind(addrs: &[(&str, SocketAddr)]) -> Result<Vec<SocketAddr>, String> {
+pub fn prebind(addrs: &[(&str, SocketAddr)]) -> Result<Vec<SocketAddr>, PrebindError> {
     let mut bound = Vec::with_capacity(addrs.len());
     for (flag, addr) in addrs {
-        let fd = super::sys::bind_tcp(*addr).map_err(|e| format!("{flag} {addr}: {e}"))?;
+        let fd = super::sys::bind_tcp(*addr).map_err(PrebindError::at(flag, Some(*addr)))?;
         bound.push((*flag, *addr, fd));
     }
     let backlog = BACKLOG.load(Ordering::Relaxed);
     let mut locals = Vec::with_capacity(bound.len());
     let mut pre = PREBOUND.lock().unwrap_or_else(|e| e.into_inner());
     for (flag, addr, fd) in bound {
-        super::sys::listen_on(&fd.as_fd(), backlog).map_err(|e| format!("{flag} {addr}: {e}"))?;
-        let l = TcpListener::from(fd.try_clone().map_err(|e| format!("{flag}: {e}"))?);
-        locals.push(l.local_addr().map_err(|e| format!("{flag}: {e}"))?);
+        super::sys::listen_on(&fd.as_fd(), backlog).map_err(PrebindError::at(flag, Some(addr)))?;
+        let l = TcpListener::from(fd.try_clone().map_err(PrebindError::at(flag, None))?);
+        locals.push(l.local_addr().map_err(PrebindError::at(flag, None))?);
         pre.push((addr, fd));
     }
     Ok(locals)
+}
+
+/// A listener [`prebind`] could not set up: the flag that named it, the
+/// address where the bind or listen failed, and the OS error.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag}{}: {source}", addr.map(|a| format!(" {a}")).unwrap_or_default())]
+pub struct PrebindError {
+    /// The flag (`--listen`, `--ops-listen`, ...).
+    pub flag: String,
+    /// The address, when binding or listening on it failed.
+    pub addr: Option<SocketAddr>,
+    /// The OS error (`AddrInUse`, `PermissionDenied`, ...).
+    pub source: io::Error,
+}
+
+impl PrebindError {
+    fn at(flag: &str, addr: Option<SocketAddr>) -> impl FnOnce(io::Error) -> PrebindError + '_ {
+        move |source| PrebindError {
+            flag: flag.to_string(),
+            addr,
+            source,
+        }
+    }
 }
 
 /// Drops every pre-bound listener no stage took (a start-up that failed).
@@ -124,6 +147,9 @@ mod tests {
             ("--ops-listen", busy.local_addr().unwrap()),
         ])
         .unwrap_err();
+        assert_eq!(err.flag, "--ops-listen");
+        assert_eq!(err.source.kind(), io::ErrorKind::AddrInUse);
+        let err = err.to_string();
         assert!(err.starts_with("--ops-listen"), "{err}");
         // The free address was bound but never listened, and is released.
         assert!(std::net::TcpStream::connect(free).is_err());

@@ -12,8 +12,28 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
+/// The kernel refused `SCHED_FIFO`; the message says which call and,
+/// for `EPERM`, which limit or capability would allow it.
+#[derive(Debug, thiserror::Error)]
+#[error("sched_setscheduler(SCHED_FIFO): {source}{}", eperm_hint(.source))]
+pub struct FifoError {
+    /// The OS error (`EPERM`, `EINVAL`, ...).
+    pub source: io::Error,
+}
+
+/// What to change when `err` is `EPERM`; empty otherwise.
+fn eperm_hint(err: &io::Error) -> &'static str {
+    match err.raw_os_error() {
+        Some(libc::EPERM) => {
+            " (needs CAP_SYS_NICE, or an RLIMIT_RTPRIO at least this high: \
+             `ulimit -r`, limits.conf `rtprio`, systemd `LimitRTPRIO=`)"
+        }
+        _ => "",
+    }
+}
+
 /// Puts the calling thread in `SCHED_FIFO` at `priority`.
-pub fn set_current_fifo(priority: u8) -> Result<(), String> {
+pub fn set_current_fifo(priority: u8) -> Result<(), FifoError> {
     let param = libc::sched_param {
         sched_priority: i32::from(priority),
     };
@@ -23,15 +43,9 @@ pub fn set_current_fifo(priority: u8) -> Result<(), String> {
     if rc == 0 {
         return Ok(());
     }
-    let err = std::io::Error::last_os_error();
-    let hint = match err.raw_os_error() {
-        Some(libc::EPERM) => {
-            " (needs CAP_SYS_NICE, or an RLIMIT_RTPRIO at least this high: \
-             `ulimit -r`, limits.conf `rtprio`, systemd `LimitRTPRIO=`)"
-        }
-        _ => "",
-    };
-    Err(format!("sched_setscheduler(SCHED_FIFO): {err}{hint}"))
+    Err(FifoError {
+        source: io::Error::last_os_error(),
+    })
 }
 
 /// The calling thread's scheduling policy and priority, as the kernel

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use pricewire::config::fix::FixConfigError;
 use pricewire::engine::ProviderHealth;
 use pricewire::feed::fix::codec::{self, Encoder, Fields, Header};
 use pricewire::feed::fix::health::ProviderState;
@@ -378,6 +379,11 @@ fn the_default_bound_of_the_consecutive_rule_is_within_30_s() {
     let mut off = config();
     off.breaker_consecutive_failures = 0;
     let e = off.validate().unwrap_err();
+    assert!(
+        matches!(e, FixConfigError::BreakerCannotOpen { .. }),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains("can never open"), "{e}");
 }
 

@@ -10,7 +10,7 @@ use rustls::ClientConfig;
 
 use super::auth::Material;
 use super::tls;
-use crate::bus::security::{BusAuth, BusTls};
+use crate::bus::security::{AccessError, BusAuth, BusTls};
 
 /// See the module doc.
 pub(crate) struct Access {
@@ -24,7 +24,7 @@ pub(crate) struct Access {
 
 impl Access {
     /// Reads everything once; an error names the flag or file.
-    pub(crate) fn new(auth: &BusAuth, tls: Option<&BusTls>) -> Result<Access, String> {
+    pub(crate) fn new(auth: &BusAuth, tls: Option<&BusTls>) -> Result<Access, AccessError> {
         Ok(Access {
             material: Material::load(auth)?,
             tls_config: tls.map(tls::client_config).transpose()?,
@@ -51,6 +51,7 @@ impl Access {
                 self.warned = None;
             }
             (Err(e), _) | (_, Err(e)) => {
+                let e = e.to_string();
                 if self.warned.as_deref() != Some(e.as_str()) {
                     tracing::warn!(reason = %crate::runtime::esc(&e), "bus credentials or TLS files could not be read again; using the last good ones");
                     self.warned = Some(e);

@@ -18,7 +18,8 @@
 
 use super::json::Writer;
 use super::nkey::Seed;
-use crate::bus::security::{BusAuth, SecretText};
+use super::nkey::SeedError;
+use crate::bus::security::{AccessError, BusAuth, SecretText};
 
 /// What CONNECT carries for one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub(crate) enum Material {
 
 impl Material {
     /// Reads `auth`'s secret now; errors name the source, never a secret.
-    pub(crate) fn load(auth: &BusAuth) -> Result<Material, String> {
+    pub(crate) fn load(auth: &BusAuth) -> Result<Material, AccessError> {
         Ok(match auth {
             BusAuth::None => Material::None,
             BusAuth::User { user, password } => Material::User {
@@ -40,13 +41,20 @@ impl Material {
                 pass: password.read()?,
             },
             BusAuth::Token(s) => Material::Token(s.read()?),
-            BusAuth::NKey(s) => Material::NKey(
-                Seed::parse(s.read()?.expose()).map_err(|e| format!("{}: {e}", s.describe()))?,
-            ),
+            BusAuth::NKey(s) => {
+                let seed = Seed::parse(s.read()?.expose()).map_err(|source| AccessError::Seed {
+                    from: s.describe(),
+                    source,
+                })?;
+                Material::NKey(seed)
+            }
             BusAuth::Creds(s) => {
                 let text = s.read_file()?;
                 let (jwt, seed) =
-                    parse_creds(text.expose()).map_err(|e| format!("{}: {e}", s.describe()))?;
+                    parse_creds(text.expose()).map_err(|source| AccessError::Creds {
+                        from: s.describe(),
+                        source,
+                    })?;
                 Material::Jwt { jwt, seed }
             }
         })
@@ -54,12 +62,12 @@ impl Material {
 
     /// Adds the credentials to CONNECT; NKeys and JWTs sign `nonce`,
     /// which a server set up for them always sends.
-    pub(crate) fn connect_fields(&self, w: Writer, nonce: Option<&str>) -> Result<Writer, String> {
-        let need_nonce = || {
-            nonce.ok_or_else(|| {
-                "the server sent no nonce in INFO: it has no NKey or JWT users".to_string()
-            })
-        };
+    pub(crate) fn connect_fields(
+        &self,
+        w: Writer,
+        nonce: Option<&str>,
+    ) -> Result<Writer, AccessError> {
+        let need_nonce = || nonce.ok_or(AccessError::NoNonce);
         Ok(match self {
             Material::None => w,
             Material::User { user, pass } => w.str("user", user).str("pass", pass.expose()),
@@ -77,23 +85,36 @@ impl Material {
 }
 
 /// The user JWT and seed of a `.creds` file (see the module doc).
-pub(crate) fn parse_creds(text: &str) -> Result<(String, Seed), String> {
+pub(crate) fn parse_creds(text: &str) -> Result<(String, Seed), CredsError> {
     let mut blocks = armoured(text);
-    let jwt = blocks
-        .next()
-        .ok_or("no -----BEGIN NATS USER JWT----- block: not a .creds file")?;
+    let jwt = blocks.next().ok_or(CredsError::NoJwt)?;
     if jwt.split('.').count() != 3
         || !jwt
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
-        return Err("the JWT block is not a JWT (three base64url parts)".into());
+        return Err(CredsError::NotAJwt);
     }
-    let seed = blocks
-        .next()
-        .ok_or("no -----BEGIN USER NKEY SEED----- block after the JWT")?;
-    let seed = Seed::parse(seed).map_err(|e| e.to_string())?;
+    let seed = blocks.next().ok_or(CredsError::NoSeed)?;
+    let seed = Seed::parse(seed).map_err(CredsError::Seed)?;
     Ok((jwt.to_string(), seed))
+}
+
+/// Why a `.creds` file was refused (never any of its content).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CredsError {
+    /// No armoured block at all.
+    #[error("no -----BEGIN NATS USER JWT----- block: not a .creds file")]
+    NoJwt,
+    /// The first block is not three base64url parts.
+    #[error("the JWT block is not a JWT (three base64url parts)")]
+    NotAJwt,
+    /// No block after the JWT.
+    #[error("no -----BEGIN USER NKEY SEED----- block after the JWT")]
+    NoSeed,
+    /// The seed block is not a user's NKey seed.
+    #[error(transparent)]
+    Seed(#[from] SeedError),
 }
 
 /// The one-line bodies between armour lines (`---…---`), in order.
@@ -153,7 +174,7 @@ mod tests {
             (creds("a.b.c", "SUAACAQ"), "not an NKey seed"),
             (jwt_only.to_string(), "no -----BEGIN USER NKEY SEED"),
         ] {
-            let e = parse_creds(&text).unwrap_err();
+            let e = parse_creds(&text).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");
             assert!(!e.contains("SUAAC"), "{e}");
         }
@@ -190,7 +211,8 @@ mod tests {
             "{nkey}"
         );
         let e = fields(BusAuth::NKey(env(SEED)), None).unwrap_err();
-        assert!(e.contains("no nonce"), "{e}");
+        assert!(matches!(e, AccessError::NoNonce), "{e:?}");
+        assert!(e.to_string().contains("no nonce"), "{e}");
         assert_eq!(fields(BusAuth::None, Some("n")).unwrap(), "{}");
     }
 }

@@ -106,7 +106,7 @@ pub(crate) fn base64url(data: &[u8]) -> String {
 
 /// Why a text is not an NKey seed (never the text itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SeedError {
+pub enum SeedError {
     /// Not 58 characters of base32.
     Encoding,
     /// The checksum does not match: a typo or a truncated copy.
@@ -116,6 +116,8 @@ pub(crate) enum SeedError {
     /// A seed, but not of a user (`SU…`): the client logs on as a user.
     NotAUser,
 }
+
+impl std::error::Error for SeedError {}
 
 impl std::fmt::Display for SeedError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -198,7 +198,7 @@ impl Client {
             .reserve(info.max_payload.clamp(1, proto::PAYLOAD_MAX));
         self.st
             .hello(self.access.material(), info.nonce.as_deref(), secure)
-            .map_err(|e| Failure::new(FailKind::Auth, e))?;
+            .map_err(|e| Failure::new(FailKind::Auth, e.to_string()))?;
         let sent = link.write_all(&mut sock, &self.st.out);
         // CONNECT may hold a password or token: wipe it from the buffer.
         zeroize::Zeroize::zeroize(self.st.out.as_mut_slice());
@@ -257,8 +257,8 @@ impl Client {
                 "the server offers no TLS and this client requires it",
             ));
         }
-        let name =
-            tls::server_name(self.tls_name(i)).map_err(|e| Failure::new(FailKind::Tls, e))?;
+        let name = tls::server_name(self.tls_name(i))
+            .map_err(|e| Failure::new(FailKind::Tls, e.to_string()))?;
         sock.set_read_timeout(Some(left(until)?))?;
         let session = tls::handshake(sock, &config, name).map_err(|e| {
             let why = e.to_string();

@@ -224,7 +224,7 @@ impl Session {
         creds: &Material,
         nonce: Option<&str>,
         tls: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), crate::bus::security::AccessError> {
         let connect = json::Writer::object()
             .bool("verbose", false)
             .bool("pedantic", false)

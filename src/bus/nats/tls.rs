@@ -34,7 +34,7 @@ use rustls::pki_types::{PrivateKeyDer, ServerName};
 use rustls::unbuffered::{ConnectionState, EncodeError, InsufficientSizeError};
 use rustls::{ClientConfig, ProtocolVersion};
 
-use crate::bus::security::BusTls;
+use crate::bus::security::{AccessError, BusTls};
 use crate::runtime::tls::{load_certs, load_roots, provider};
 
 // The listeners' in-place record layer (see the module doc), a second
@@ -64,20 +64,21 @@ const USER_CANCELED: u8 = 90;
 /// The rustls client settings from `tls`: its CAs, its client
 /// certificate if any, secret extraction on (the hand-over), resumption
 /// off. Errors name the file.
-pub(crate) fn client_config(tls: &BusTls) -> Result<Arc<ClientConfig>, String> {
-    let roots = load_roots(&tls.ca).map_err(|e| format!("--bus-tls-ca {e}"))?;
+pub(crate) fn client_config(tls: &BusTls) -> Result<Arc<ClientConfig>, AccessError> {
+    let file = |flag| move |source| AccessError::TlsFile { flag, source };
+    let roots = load_roots(&tls.ca).map_err(file("--bus-tls-ca"))?;
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(AccessError::TlsVersions)?
         .with_root_certificates(roots);
     let mut config = match &tls.client {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
-            let chain = load_certs(cert).map_err(|e| format!("--bus-tls-cert {e}"))?;
+            let chain = load_certs(cert).map_err(file("--bus-tls-cert"))?;
             let key = load_key(key)?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("--bus-tls-cert/--bus-tls-key: {e}"))?
+                .map_err(AccessError::TlsClientAuth)?
         }
     };
     config.enable_secret_extraction = true;
@@ -85,16 +86,32 @@ pub(crate) fn client_config(tls: &BusTls) -> Result<Arc<ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, AccessError> {
     // Names the file and the PEM problem, never key bytes.
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("--bus-tls-key {}: {e}", path.display()))
+    PrivateKeyDer::from_pem_file(path).map_err(|source| AccessError::TlsKey {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The name the server's certificate must carry for `host` (a DNS name
 /// or an IP address, brackets of an IPv6 literal removed).
-pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, ServerNameError> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    ServerName::try_from(host.to_string()).map_err(|e| format!("TLS server name {host:?}: {e}"))
+    ServerName::try_from(host.to_string()).map_err(|source| ServerNameError {
+        host: host.to_string(),
+        source,
+    })
+}
+
+/// A `--bus` host that is neither a DNS name nor an IP address.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS server name {host:?}: {source}")]
+pub(crate) struct ServerNameError {
+    /// The host, brackets removed.
+    pub(crate) host: String,
+    /// Why rustls refused it.
+    pub(crate) source: rustls::pki_types::InvalidDnsNameError,
 }
 
 /// Runs the handshake over `sock` (blocking, its read timeout the

@@ -2,7 +2,8 @@
 //! `[providers.fix]`, see docs/fix.md "Flap damping" and "Gray
 //! providers"). Resolution happens once at start-up.
 
-use super::FixProviderFile;
+use super::error::key;
+use super::{FixConfigError, FixProviderFile};
 
 /// Penalty one early session end adds (the unit of every threshold).
 pub const FLAP_PENALTY: u32 = 1_000;
@@ -71,31 +72,28 @@ impl FlapDamping {
     }
 
     /// Range checks (the caller prefixes the key).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FixConfigError> {
         let day = 86_400_000;
         if self.stable_ms > day || self.max_suppress_ms > day {
-            return Err(format!(
-                "flap_stable_ms and flap_max_suppress_ms: at most {day} (a day)"
-            ));
+            let keys = "flap_stable_ms and flap_max_suppress_ms";
+            return Err(key(keys, format!("at most {day} (a day)")));
         }
         if self.half_life_ms == 0 || self.half_life_ms > day {
-            return Err(format!("flap_half_life_ms: must be 1..={day}"));
+            return Err(key("flap_half_life_ms", format!("must be 1..={day}")));
         }
         if self.reuse == 0 || self.reuse >= self.suppress || self.suppress > FLAP_THRESHOLD_MAX {
-            return Err(format!(
-                "flap damping: need 1 <= flap_reuse < flap_suppress <= {FLAP_THRESHOLD_MAX}"
-            ));
+            let why = format!("need 1 <= flap_reuse < flap_suppress <= {FLAP_THRESHOLD_MAX}");
+            return Err(key("flap damping", why));
         }
         // A provider must be able to reach `suppress` below the ceiling,
         // and the ceiling must stay a finite, sane number.
         if self.max_suppress_ms / self.half_life_ms > 32
             || self.ceiling() < f64::from(self.suppress)
         {
-            return Err(
-                "flap_max_suppress_ms: between the time flap_suppress needs to decay to \
-                 flap_reuse and 32 half-lives"
-                    .into(),
-            );
+            return Err(key(
+                "flap_max_suppress_ms",
+                "between the time flap_suppress needs to decay to flap_reuse and 32 half-lives",
+            ));
         }
         Ok(())
     }
@@ -142,18 +140,18 @@ impl Default for GrayRule {
 
 impl GrayRule {
     /// Range checks (the caller prefixes the key).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FixConfigError> {
         let day = 86_400_000;
         if self.lapses > GRAY_LAPSES_MAX {
-            return Err(format!("gray_lapses: must be 0..={GRAY_LAPSES_MAX}"));
+            return Err(key("gray_lapses", format!("must be 0..={GRAY_LAPSES_MAX}")));
         }
-        for (key, v) in [
+        for (k, v) in [
             ("gray_window_ms", self.window_ms),
             ("gray_clear_ms", self.clear_ms),
             ("max_quote_age_ms", self.max_quote_age_ms),
         ] {
             if v == 0 || v > day {
-                return Err(format!("{key}: must be 1..={day}"));
+                return Err(key(k, format!("must be 1..={day}")));
             }
         }
         Ok(())
@@ -208,7 +206,21 @@ mod tests {
         off.validate().unwrap();
         let g = GrayRule::default();
         assert!(GrayRule { clear_ms: 0, ..g }.validate().is_err());
-        assert!(GrayRule { lapses: 5_000, ..g }.validate().is_err());
+        let e = GrayRule { lapses: 5_000, ..g }.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("gray_lapses: must be 0..={GRAY_LAPSES_MAX}")
+        );
+        assert!(
+            matches!(
+                e,
+                FixConfigError::Key {
+                    key: "gray_lapses",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         GrayRule { lapses: 0, ..g }.validate().unwrap();
     }
 }

@@ -322,7 +322,7 @@ impl Conn {
         }
         match answer.addr {
             Ok(addr) => self.connect(addr, now_ns),
-            Err(why) => self.unresolvable(why, now_ns),
+            Err(why) => self.unresolvable(why.to_string(), now_ns),
         }
     }
 

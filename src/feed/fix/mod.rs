@@ -44,7 +44,8 @@ pub enum FixError {
         /// The provider's configured name.
         provider: String,
         /// Which setting and why.
-        reason: String,
+        #[source]
+        reason: crate::config::fix::FixConfigError,
     },
     /// The FIX simulator could not start (the reason).
     #[error("FIX simulator: {0}")]

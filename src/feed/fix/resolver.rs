@@ -15,6 +15,7 @@
 //! the answer (a late answer is dropped by its attempt number).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -38,9 +39,36 @@ pub struct Answer {
     pub conn: usize,
     /// The attempt it was asked for.
     pub attempt: u64,
-    /// The address, or the resolver's error text.
-    pub addr: Result<SocketAddr, String>,
+    /// The address, or why the resolver gave none.
+    pub addr: Result<SocketAddr, LookupError>,
 }
+
+/// Why a host name gave no address.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LookupError {
+    /// The resolver answered with no address.
+    #[error("no address")]
+    NoAddress,
+    /// The system resolver failed (shared: an [`Answer`] is cloned).
+    #[error("{0}")]
+    Resolver(#[source] Arc<std::io::Error>),
+}
+
+/// Equal when the same kind of failure says the same thing (an
+/// `io::Error` has no equality of its own).
+impl PartialEq for LookupError {
+    fn eq(&self, other: &LookupError) -> bool {
+        match (self, other) {
+            (LookupError::NoAddress, LookupError::NoAddress) => true,
+            (LookupError::Resolver(a), LookupError::Resolver(b)) => {
+                a.kind() == b.kind() && a.to_string() == b.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for LookupError {}
 
 /// What [`Resolver::ask`] could say at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,10 +164,10 @@ fn serve(asks: &Receiver<Ask>, answers: &Sender<Answer>) {
 }
 
 /// The first address of `host:port`, or the resolver's reason.
-pub fn lookup(host: &str, port: u16) -> Result<SocketAddr, String> {
+pub fn lookup(host: &str, port: u16) -> Result<SocketAddr, LookupError> {
     match (host, port).to_socket_addrs() {
-        Ok(mut addrs) => addrs.next().ok_or_else(|| "no address".to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(mut addrs) => addrs.next().ok_or(LookupError::NoAddress),
+        Err(e) => Err(LookupError::Resolver(Arc::new(e))),
     }
 }
 

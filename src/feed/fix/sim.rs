@@ -34,6 +34,23 @@ use crate::clock::wall_ns;
 use crate::model::price::{parse_price, FixedPrice};
 use crate::model::Mantissa;
 
+/// Why [`FixSim::command`] refused a line; the text follows `err `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimCommandError {
+    /// A command that needs a number had none.
+    #[error("missing number")]
+    MissingNumber,
+    /// The argument is not an unsigned number.
+    #[error("{0}")]
+    NotANumber(#[source] std::num::ParseIntError),
+    /// `stall` or `refuse` without `on` or `off`.
+    #[error("expected on|off")]
+    ExpectedOnOff,
+    /// No such command.
+    #[error("unknown command `{0}`")]
+    Unknown(String),
+}
+
 /// Most simultaneous connections.
 pub const CONNECTIONS_MAX: u64 = 16;
 /// Read timeout of a connection thread: the pacing and knob-check period.
@@ -205,19 +222,18 @@ impl FixSim {
 
     /// Applies one text command (grammar in the module docs); returns a
     /// reply line.
-    pub fn command(&self, line: &str) -> Result<String, String> {
+    pub fn command(&self, line: &str) -> Result<String, SimCommandError> {
         let mut words = line.split_whitespace();
         let cmd = words.next().unwrap_or("");
         let arg = words.next();
-        let num = || -> Result<u64, String> {
-            arg.ok_or("missing number")?
-                .parse()
-                .map_err(|e| format!("{e}"))
+        let num = || -> Result<u64, SimCommandError> {
+            let raw = arg.ok_or(SimCommandError::MissingNumber)?;
+            raw.parse().map_err(SimCommandError::NotANumber)
         };
         let on = || match arg {
             Some("on") => Ok(true),
             Some("off") => Ok(false),
-            _ => Err("expected on|off".to_string()),
+            _ => Err(SimCommandError::ExpectedOnOff),
         };
         match cmd {
             "rate" => self.set_rate(num()?),
@@ -229,7 +245,7 @@ impl FixSim {
             "broken" => self.send_broken(num()?.min(1_000)),
             "gap" => self.skip_seq(num()?.min(1_000_000)),
             "status" => {}
-            other => return Err(format!("unknown command `{other}`")),
+            other => return Err(SimCommandError::Unknown(other.to_string())),
         }
         Ok(self.status())
     }

@@ -14,6 +14,9 @@
 use super::renamed::*;
 pub use super::renamed::{Renamed, DEPRECATED};
 
+mod naming;
+pub use naming::{check_conventions, NamingError, NamingRule};
+
 /// The Prometheus type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
@@ -761,44 +764,6 @@ pub fn is_documented_sample(sample_name: &str) -> bool {
                     .iter()
                     .any(|s| sample_name.strip_suffix(s) == Some(f.name)))
     })
-}
-
-/// Checks the naming conventions of one family; `Err` names the rule broken.
-pub fn check_conventions(f: &FamilyDesc) -> Result<(), String> {
-    let valid_chars = f
-        .name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if !f.name.starts_with("pricewire_") || !valid_chars {
-        return Err(format!("{}: names are pricewire_[a-z0-9_]+", f.name));
-    }
-    if (f.kind == MetricKind::Counter) != f.name.ends_with("_total") {
-        return Err(format!(
-            "{}: counters, and only counters, end in _total",
-            f.name
-        ));
-    }
-    if f.unit == "seconds" && !f.name.contains("_seconds") {
-        return Err(format!("{}: a value in seconds carries _seconds", f.name));
-    }
-    let deprecated = DEPRECATED.iter().any(|r| r.old == f.name);
-    if f.unit == "ratio" && !f.name.ends_with("_ratio") && !deprecated {
-        return Err(format!("{}: ratios end in _ratio", f.name));
-    }
-    let base = !["nanoseconds", "microseconds", "milliseconds"].contains(&f.unit);
-    if !(base || deprecated) {
-        return Err(format!("{}: times are in seconds", f.name));
-    }
-    let label_ok = |l: &&str| {
-        !l.is_empty() && *l != "le" && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-    };
-    if !f.labels.iter().all(label_ok) {
-        return Err(format!(
-            "{}: label names are [a-z_]+ and never `le`",
-            f.name
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -35,7 +35,12 @@ fn histogram_sample_names_are_documented() {
 #[test]
 fn conventions_catch_a_counter_without_total() {
     let bad = counter("pricewire_ticks", &[], "ticks", "feed", "x");
-    assert!(check_conventions(&bad).is_err());
+    let e = check_conventions(&bad).unwrap_err();
+    assert_eq!(e.rule, NamingRule::Total);
+    assert_eq!(
+        e.to_string(),
+        "pricewire_ticks: counters, and only counters, end in _total"
+    );
 }
 
 #[test]

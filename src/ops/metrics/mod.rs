@@ -334,7 +334,7 @@ impl Registry {
     /// the naming conventions). Prefer adding it to [`catalogue::FAMILIES`]
     /// so it is documented.
     pub(crate) fn define(&self, desc: FamilyDesc) -> Result<(), OpsError> {
-        catalogue::check_conventions(&desc).map_err(OpsError::Metric)?;
+        catalogue::check_conventions(&desc).map_err(OpsError::Naming)?;
         let mut families = lock(&self.inner.families);
         if families.iter().any(|f| f.name == desc.name) {
             return Err(OpsError::Metric(format!(

@@ -211,3 +211,17 @@ fn a_quiet_account_behind_a_held_flood_is_served_in_its_turn_and_the_flood_is_ca
     assert!(!got.iter().any(|g| g.1 == FLOOD && g.2), "quiet rejected");
     assert_eq!(stats.answers_dropped.get(), 0);
 }
+
+#[test]
+fn a_worker_count_out_of_range_is_refused_by_its_flag() {
+    let cfg = RequestConfig {
+        workers: 0,
+        ..RequestConfig::default()
+    };
+    let overload = Arc::new(OverloadStats::new());
+    let bells = vec![Doorbell::new()];
+    let started = RequestService::start(cfg, sources(), bells, overload, &Default::default());
+    let e = started.err().expect("0 workers refused");
+    assert!(matches!(e, StartError::Workers { workers: 0 }), "{e:?}");
+    assert_eq!(e.to_string(), "--request-workers: 1..=64");
+}

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-pub use toxic::{Command, Toxic, ToxicKind, Toxics};
+pub use toxic::{Command, CommandError, Toxic, ToxicKind, Toxics};
 
 /// Largest read forwarded as one chunk.
 pub const CHUNK_BYTES_MAX: usize = 16 * 1024;

@@ -79,7 +79,7 @@ pub enum ToxicKind {
 }
 
 impl ToxicKind {
-    fn parse(name: &str) -> Result<Self, String> {
+    fn parse(name: &str) -> Result<Self, CommandError> {
         Ok(match name {
             "latency" => ToxicKind::Latency,
             "bandwidth" => ToxicKind::Bandwidth,
@@ -88,7 +88,7 @@ impl ToxicKind {
             "blackhole" => ToxicKind::Blackhole,
             "slow_close" => ToxicKind::SlowClose,
             "garbage" => ToxicKind::Garbage,
-            other => return Err(format!("unknown toxic `{other}`")),
+            other => return Err(CommandError::UnknownToxic(other.to_string())),
         })
     }
 }
@@ -196,21 +196,78 @@ pub enum Command {
     Shutdown,
 }
 
-fn num<T>(arg: Option<&str>, what: &str, lo: T, hi: T) -> Result<T, String>
+/// Why a control line was refused; the text is the reason sent back
+/// after `err `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// An empty line.
+    #[error("empty line")]
+    Empty,
+    /// A first word that is no command.
+    #[error("unknown command `{0}` (try `help`)")]
+    UnknownCommand(String),
+    /// `toxic` with nothing after it.
+    #[error("usage: toxic <name> [args] | toxic clear [name]")]
+    Usage,
+    /// A toxic name that is no [`ToxicKind`].
+    #[error("unknown toxic `{0}`")]
+    UnknownToxic(String),
+    /// A required number not given.
+    #[error("missing {what}")]
+    Missing {
+        /// The argument's name (`latency_ms`).
+        what: &'static str,
+    },
+    /// An argument that is not a number.
+    #[error("{what} `{raw}` is not a number")]
+    NotANumber {
+        /// The argument's name.
+        what: &'static str,
+        /// The word given.
+        raw: String,
+    },
+    /// A number outside its range.
+    #[error("{what} {value} not in {lo}..={hi}")]
+    OutOfRange {
+        /// The argument's name.
+        what: &'static str,
+        /// The number given.
+        value: u64,
+        /// Smallest allowed.
+        lo: u64,
+        /// Largest allowed.
+        hi: u64,
+    },
+    /// A word after a complete command.
+    #[error("unexpected argument `{0}`")]
+    UnexpectedArgument(String),
+}
+
+fn num<T>(arg: Option<&str>, what: &'static str, lo: T, hi: T) -> Result<T, CommandError>
 where
-    T: std::str::FromStr + PartialOrd + fmt::Display + Copy,
+    T: std::str::FromStr + PartialOrd + Into<u64> + Copy,
 {
-    let raw = arg.ok_or_else(|| format!("missing {what}"))?;
-    let v: T = raw
-        .parse()
-        .map_err(|_| format!("{what} `{raw}` is not a number"))?;
+    let raw = arg.ok_or(CommandError::Missing { what })?;
+    let v: T = raw.parse().map_err(|_| CommandError::NotANumber {
+        what,
+        raw: raw.to_string(),
+    })?;
     if v < lo || v > hi {
-        return Err(format!("{what} {v} not in {lo}..={hi}"));
+        let (value, lo, hi) = (v.into(), lo.into(), hi.into());
+        return Err(CommandError::OutOfRange {
+            what,
+            value,
+            lo,
+            hi,
+        });
     }
     Ok(v)
 }
 
-fn parse_toxic(name: &str, args: &mut std::str::SplitWhitespace<'_>) -> Result<Toxic, String> {
+fn parse_toxic(
+    name: &str,
+    args: &mut std::str::SplitWhitespace<'_>,
+) -> Result<Toxic, CommandError> {
     Ok(match ToxicKind::parse(name)? {
         ToxicKind::Latency => Toxic::Latency {
             latency_ms: num(args.next(), "latency_ms", 0, DELAY_MS_MAX)?,
@@ -244,7 +301,7 @@ fn parse_toxic(name: &str, args: &mut std::str::SplitWhitespace<'_>) -> Result<T
 
 impl Command {
     /// Parses one control line; the error is the reason sent back.
-    pub fn parse(line: &str) -> Result<Command, String> {
+    pub fn parse(line: &str) -> Result<Command, CommandError> {
         let mut words = line.split_whitespace();
         let cmd = match words.next() {
             Some("status") => Command::Status,
@@ -253,13 +310,13 @@ impl Command {
             Some("toxic") => match words.next() {
                 Some("clear") => Command::Clear(words.next().map(ToxicKind::parse).transpose()?),
                 Some(name) => Command::Set(parse_toxic(name, &mut words)?),
-                None => return Err("usage: toxic <name> [args] | toxic clear [name]".into()),
+                None => return Err(CommandError::Usage),
             },
-            Some(other) => return Err(format!("unknown command `{other}` (try `help`)")),
-            None => return Err("empty line".into()),
+            Some(other) => return Err(CommandError::UnknownCommand(other.to_string())),
+            None => return Err(CommandError::Empty),
         };
         match words.next() {
-            Some(extra) => Err(format!("unexpected argument `{extra}`")),
+            Some(extra) => Err(CommandError::UnexpectedArgument(extra.to_string())),
             None => Ok(cmd),
         }
     }
@@ -339,8 +396,14 @@ mod tests {
             "reboot",
         ] {
             let err = Command::parse(line).unwrap_err();
-            assert!(!err.is_empty(), "{line}");
+            assert!(!err.to_string().is_empty(), "{line}");
         }
+        let range = Command::parse("toxic latency 60001").unwrap_err();
+        assert_eq!(range.to_string(), "latency_ms 60001 not in 0..=60000");
+        assert_eq!(
+            Command::parse("toxic fire").unwrap_err(),
+            CommandError::UnknownToxic("fire".into())
+        );
     }
 
     #[test]

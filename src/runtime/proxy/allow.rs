@@ -38,10 +38,26 @@ impl Cidr {
     }
 }
 
-impl FromStr for Cidr {
-    type Err = String;
+/// Why a `--proxy-from` network was refused; keeps the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// The address part is not an IP address.
+    #[error("`{0}`: not an IP address or network (ADDR[/PREFIX])")]
+    NotAnAddress(String),
+    /// The prefix length is not a number up to the address's bits.
+    #[error("`{value}`: prefix length must be 0..={max}")]
+    Prefix {
+        /// The network as given.
+        value: String,
+        /// 32 for IPv4, 128 for IPv6.
+        max: u8,
+    },
+}
 
-    fn from_str(s: &str) -> Result<Cidr, String> {
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Cidr, CidrError> {
         let s = s.trim();
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
@@ -49,15 +65,19 @@ impl FromStr for Cidr {
         };
         let net: IpAddr = addr
             .parse()
-            .map_err(|_| format!("`{s}`: not an IP address or network (ADDR[/PREFIX])"))?;
+            .map_err(|_| CidrError::NotAnAddress(s.to_string()))?;
         let max = if net.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
-                .filter(|&p| p <= max)
-                .ok_or_else(|| format!("`{s}`: prefix length must be 0..={max}"))?,
+            Some(p) => {
+                p.parse::<u8>()
+                    .ok()
+                    .filter(|&p| p <= max)
+                    .ok_or_else(|| CidrError::Prefix {
+                        value: s.to_string(),
+                        max,
+                    })?
+            }
         };
         Ok(Cidr {
             net: net.to_canonical(),
@@ -143,7 +163,7 @@ mod tests {
             "host/8",
             "10.0.0.0/x",
         ] {
-            let e = bad.parse::<Cidr>().unwrap_err();
+            let e = bad.parse::<Cidr>().unwrap_err().to_string();
             assert!(e.contains(bad.trim()), "{e}");
         }
     }

@@ -21,7 +21,7 @@ mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use allow::{AllowList, Cidr};
+pub use allow::{AllowList, Cidr, CidrError};
 pub use header::{parse, Command, Header, Parse, ProxyFailure};
 
 /// Default of `--proxy-header-timeout-ms`, the same as the TLS handshake's:
