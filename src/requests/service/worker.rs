@@ -31,7 +31,14 @@ impl Worker {
                     self.serve(job)
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    // The dispatcher let go of the jobs: it is stopping or
+                    // it died, and its own end is the one judged. Counted
+                    // as a death here, this end could come first and
+                    // /livez would name this worker, not the cause.
+                    crate::runtime::supervise::end_expected();
+                    return;
+                }
             }
         }
     }
