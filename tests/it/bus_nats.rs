@@ -335,17 +335,14 @@ fn an_edge_binary_reports_ready_only_with_every_last_value_loaded() {
 
 #[test]
 fn an_edge_without_a_reachable_bus_exits_with_the_reason() {
-    let nobody = free_addr();
+    // Port 1: no test's server is ever given it (a port picked as free
+    // could be taken by another test's nats-server before the edge
+    // connects), and nothing listens there. The edge's own listeners take
+    // any free port, for the same reason.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args([
-            "serve",
-            "--role",
-            "edge",
-            "--bus",
-            &format!("nats://{nobody}"),
-        ])
-        .args(["--listen", &free_addr().to_string()])
-        .args(["--ops-listen", &free_addr().to_string()])
+        .args(["serve", "--role", "edge", "--bus", "nats://127.0.0.1:1"])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--ops-listen", "127.0.0.1:0"])
         .output()
         .unwrap();
     assert!(!out.status.success());
