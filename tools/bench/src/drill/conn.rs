@@ -3,7 +3,7 @@
 //! herd must come from many addresses, a logon, and a frame reader that
 //! hands each decoded server frame over without allocating per frame.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -124,12 +124,27 @@ impl Reader {
     /// One read (waiting up to `timeout`), then every complete frame to
     /// `f`. Returns false once the server closed the connection.
     pub fn poll(&mut self, timeout: Duration, mut f: impl FnMut(Message<'_>)) -> bool {
+        self.poll_stamped(timeout, |m, _| f(m))
+    }
+
+    /// [`Reader::poll`], each frame with the kernel's stamp of when the
+    /// read's data reached the socket (`None` unless
+    /// [`super::rxstamp::enable`] was called on the stream).
+    pub fn poll_stamped(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(Message<'_>, Option<std::time::SystemTime>),
+    ) -> bool {
         let _ = self
             .stream
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))));
-        match self.stream.read(&mut self.buf[self.end..]) {
-            Ok(0) => return false,
-            Ok(n) => self.end += n,
+        let mut at = None;
+        match super::rxstamp::recv(&self.stream, &mut self.buf[self.end..]) {
+            Ok((0, _)) => return false,
+            Ok((n, stamp)) => {
+                self.end += n;
+                at = stamp;
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -142,7 +157,7 @@ impl Reader {
             wire::split_with_max(&self.buf[start..self.end], SERVER_FRAME_LEN_MAX)
         {
             if let Ok(m) = wire::decode(&self.buf[start..start + n]) {
-                f(m);
+                f(m, at);
             }
             start += n;
         }

@@ -36,6 +36,7 @@ pub mod conn;
 mod herd;
 mod honour;
 mod pushback;
+mod rxstamp;
 mod storm;
 
 use crate::cli::Scenario;

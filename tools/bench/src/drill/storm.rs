@@ -9,14 +9,16 @@
 //! premise, so the verdict holds for any build and host); during the
 //! flood the quiet account got an answer (not a Reject) for at least
 //! 99.9 % of its requests; it was never cut (idle or otherwise); no
-//! answer reached it after its budget. Printed: the quiet p99 against its
+//! answer reached its socket after its budget (the kernel's receive
+//! stamp: the time its own thread then waits for a CPU, among the flood's
+//! threads on the same cores, is printed but not judged). Printed: the quiet p99 against its
 //! unloaded p99 (the baseline phase), the flood's counts, sheds by reason,
 //! moves and their pauses.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use pricewire::wire::{DisconnectReason, Message, RejectReason};
 
@@ -42,8 +44,15 @@ enum Phase {
 #[derive(Clone, Copy, Debug)]
 struct Sent {
     at: Instant,
+    /// `at` on the wall clock, which the kernel's receive stamps use.
+    at_wall: SystemTime,
     phase: Phase,
+    /// Sent to read by the client's thread.
     rtt_us: Option<u64>,
+    /// Sent to the answer reaching the client's socket (the kernel's
+    /// stamp; see `rxstamp`): what the server delivered, without the
+    /// client's own wait for a CPU.
+    socket_us: Option<u64>,
     ok: bool,
     /// A refusal's reason.
     reject: Option<(RejectReason, &'static str)>,
@@ -129,29 +138,18 @@ fn report(
     let during: Vec<&Sent> = sent.iter().filter(|s| s.phase == Phase::During).collect();
     let ok = during.iter().filter(|s| s.ok).count();
     let share = ok as f64 / during.len().max(1) as f64;
+    let budget = u64::from(QUIET_BUDGET_US);
+    let late_read = sent
+        .iter()
+        .filter(|s| s.ok && s.rtt_us.is_some_and(|r| r > budget))
+        .count();
+    // Delivered late: the answer reached the client's socket after the
+    // budget (the check); read late counts the client's own waits too.
     let late = sent
         .iter()
-        .filter(|s| s.ok && s.rtt_us.is_some_and(|r| r > u64::from(QUIET_BUDGET_US)))
+        .filter(|s| s.ok && s.socket_us.is_some_and(|r| r > budget))
         .count();
-    let rtt = |p: Phase| {
-        let mut r: Vec<u64> = sent
-            .iter()
-            .filter(|s| s.phase == p)
-            .filter_map(|s| s.rtt_us)
-            .collect();
-        quantiles(&mut r)
-    };
-    let (b50, b99, bmax) = rtt(Phase::Before);
-    let (d50, d99, dmax) = rtt(Phase::During);
-    let (a50, a99, _) = rtt(Phase::After);
-    v.fig(format!(
-        "quiet before: p50 {b50} us, p99 {b99} us, max {bmax} us"
-    ));
-    v.fig(format!(
-        "quiet during: p50 {d50} us, p99 {d99} us, max {dmax} us; p99 / unloaded p99 {:.1}x",
-        d99 as f64 / b99.max(1) as f64
-    ));
-    v.fig(format!("quiet after: p50 {a50} us, p99 {a99} us"));
+    quiet_latency(v, sent, &during);
     let unanswered = during.iter().filter(|s| s.rtt_us.is_none()).count();
     let mut refused: std::collections::BTreeMap<String, usize> = Default::default();
     for (r, text) in during.iter().filter_map(|s| s.reject) {
@@ -162,34 +160,8 @@ fn report(
         during.len()
     ));
     v.fig(worst_stretch(&during));
-    let cut_list = counts.cuts.lock().map(|c| c.clone()).unwrap_or_default();
-    v.fig(format!(
-        "flood: sent {}, answers {}, rejects {}, cuts {:?}",
-        counts.sent.load(Relaxed),
-        counts.answers.load(Relaxed),
-        counts.rejects.load(Relaxed),
-        summarize(&cut_list)
-    ));
-    v.fig(format!(
-        "queue: overloaded seen {}, lifo seen {}, depth max {}",
-        seen.overloaded, seen.lifo, seen.depth_max
-    ));
-    for reason in [
-        "overloaded",
-        "queue_full",
-        "request_path_full",
-        "loop_lag",
-        "expired",
-        "expired_at_worker",
-        "expired_at_gateway",
-    ] {
-        let n = series(
-            text,
-            &format!("pricewire_sheds_total{{reason=\"{reason}\"}}"),
-        )
-        .unwrap_or(0.0);
-        v.fig(format!("sheds {reason}: {n}"));
-    }
+    flood_figures(v, counts, &seen);
+    shed_figures(v, text);
     v.fig(move_figures(text));
     let (pauses, within) = pauses_within(text, PAUSE_BOUND);
     v.check(
@@ -211,9 +183,13 @@ fn report(
         ),
     );
     v.check(cuts.is_empty(), format!("quiet never cut: {cuts:?}"));
+    v.fig(format!(
+        "quiet answers read by the client after the 50-ms budget: {late_read} \
+         (the client's thread waiting for a CPU included)"
+    ));
     v.check(
         late == 0,
-        format!("no answer after its 50-ms budget: {late}"),
+        format!("no answer reached the client's socket after its 50-ms budget: {late}"),
     );
 }
 
@@ -223,6 +199,71 @@ fn summarize(cuts: &[(DisconnectReason, u32)]) -> Vec<(String, usize)> {
         *by.entry(format!("{r:?}")).or_default() += 1;
     }
     by.into_iter().collect()
+}
+
+/// The quiet account's round trips before, during and after the flood,
+/// as its thread read them, and during the flood to its socket.
+fn quiet_latency(v: &mut Verdict, sent: &[Sent], during: &[&Sent]) {
+    let rtt = |p: Phase| {
+        let mut r: Vec<u64> = sent
+            .iter()
+            .filter(|s| s.phase == p)
+            .filter_map(|s| s.rtt_us)
+            .collect();
+        quantiles(&mut r)
+    };
+    let (b50, b99, bmax) = rtt(Phase::Before);
+    let (d50, d99, dmax) = rtt(Phase::During);
+    let (a50, a99, _) = rtt(Phase::After);
+    v.fig(format!(
+        "quiet before: p50 {b50} us, p99 {b99} us, max {bmax} us"
+    ));
+    v.fig(format!(
+        "quiet during: p50 {d50} us, p99 {d99} us, max {dmax} us; p99 / unloaded p99 {:.1}x",
+        d99 as f64 / b99.max(1) as f64
+    ));
+    v.fig(format!("quiet after: p50 {a50} us, p99 {a99} us"));
+    let mut at_socket: Vec<u64> = during.iter().filter_map(|s| s.socket_us).collect();
+    let (s50, s99, smax) = quantiles(&mut at_socket);
+    v.fig(format!(
+        "quiet during, to the client's socket: p50 {s50} us, p99 {s99} us, max {smax} us"
+    ));
+}
+
+/// The flood's counts and the queue states seen.
+fn flood_figures(v: &mut Verdict, counts: &FloodCounts, seen: &Seen) {
+    let cut_list = counts.cuts.lock().map(|c| c.clone()).unwrap_or_default();
+    v.fig(format!(
+        "flood: sent {}, answers {}, rejects {}, cuts {:?}",
+        counts.sent.load(Relaxed),
+        counts.answers.load(Relaxed),
+        counts.rejects.load(Relaxed),
+        summarize(&cut_list)
+    ));
+    v.fig(format!(
+        "queue: overloaded seen {}, lifo seen {}, depth max {}",
+        seen.overloaded, seen.lifo, seen.depth_max
+    ));
+}
+
+/// The request path's sheds by reason, from one scrape.
+fn shed_figures(v: &mut Verdict, text: &str) {
+    for reason in [
+        "overloaded",
+        "queue_full",
+        "request_path_full",
+        "loop_lag",
+        "expired",
+        "expired_at_worker",
+        "expired_at_gateway",
+    ] {
+        let n = series(
+            text,
+            &format!("pricewire_sheds_total{{reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0);
+        v.fig(format!("sheds {reason}: {n}"));
+    }
 }
 
 /// The longest run of quiet requests in a row not answered OK within
@@ -421,6 +462,7 @@ fn quiet(
     until: Duration,
 ) -> anyhow::Result<std::thread::JoinHandle<QuietOut>> {
     let mut r = Reader::new(conn::connect(addr, None)?);
+    super::rxstamp::enable(&r.stream)?;
     if conn::logon(&mut r, "quiet", "quiet", Duration::from_secs(10)) != Logon::Accepted {
         anyhow::bail!("the quiet account could not log on");
     }
@@ -434,11 +476,13 @@ fn quiet(
             let due = start + QUIET_PERIOD * id as u32;
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
             let k = conn::snapshot_frame(&mut buf, id, QUIET_BUDGET_US, &[0]);
-            let at = Instant::now();
+            let (at, at_wall) = (Instant::now(), SystemTime::now());
             sent_w.lock().unwrap().push(Sent {
                 at,
+                at_wall,
                 phase: phase(at),
                 rtt_us: None,
+                socket_us: None,
                 ok: false,
                 reject: None,
             });
@@ -451,7 +495,7 @@ fn quiet(
         let mut cuts = Vec::new();
         let end = start + until + Duration::from_secs(2);
         while Instant::now() < end && cuts.is_empty() {
-            let open = r.poll(Duration::from_millis(50), |m| {
+            let open = r.poll_stamped(Duration::from_millis(50), |m, stamp| {
                 let (id, ok, reject) = match m {
                     Message::SnapshotResponse(a) => (a.request_id, true, None),
                     Message::Reject(j) => {
@@ -463,6 +507,9 @@ fn quiet(
                 let mut s = sent.lock().unwrap();
                 if let Some(e) = s.get_mut(id as usize) {
                     e.rtt_us = Some(e.at.elapsed().as_micros() as u64);
+                    let arrived = stamp.unwrap_or_else(SystemTime::now);
+                    let d = arrived.duration_since(e.at_wall).unwrap_or_default();
+                    e.socket_us = Some(d.as_micros() as u64);
                     e.ok = ok;
                     e.reject = reject;
                 }
