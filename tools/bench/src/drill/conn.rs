@@ -129,7 +129,7 @@ impl Reader {
 
     /// [`Reader::poll`], each frame with the kernel's stamp of when the
     /// read's data reached the socket (`None` unless
-    /// [`super::rxstamp::enable`] was called on the stream).
+    /// the drill turned on the kernel's receive stamps for the stream).
     pub fn poll_stamped(
         &mut self,
         timeout: Duration,
