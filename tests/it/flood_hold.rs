@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 
 use pricewire::admission::RetryWindow;
 use pricewire::gateway::GatewayConfig;
-use pricewire::wire::{
-    self, DisconnectReason, LogonRejectReason, OwnedMessage, SymbolRef, TIER_ACCOUNT_DEFAULT,
-};
+use pricewire::wire::{DisconnectReason, LogonRejectReason, OwnedMessage};
 use server::{Raw, RawRead, ServerOpts, TestServer};
 
 const T: Duration = Duration::from_secs(5);
@@ -42,14 +40,7 @@ fn flood_server() -> TestServer {
 /// retry-after the Disconnect(message_flood) gave.
 fn flood_until_cut(addr: SocketAddr) -> u32 {
     let mut raw = Raw::logon(addr, "demo", "demo", 0);
-    let mut burst = Vec::new();
-    for rid in 0..30u64 {
-        let mut f = [0u8; 64];
-        let n = wire::encode_subscribe(&mut f, rid, TIER_ACCOUNT_DEFAULT, [SymbolRef::by_id(0)])
-            .unwrap();
-        burst.extend_from_slice(&f[..n]);
-    }
-    raw.send(&burst);
+    raw.send(&server::subscribe_burst(30));
     let msgs = raw.read_to_close(T).expect("the flooder is closed");
     match msgs.last() {
         Some(OwnedMessage::Disconnect {

@@ -195,14 +195,7 @@ fn subscribe_flood_is_rate_limited_then_disconnected() {
     });
     let healthy = Healthy::start(&server);
     let mut raw = Raw::logon(server.addr, "demo", "demo", 0);
-    let mut burst = Vec::new();
-    for rid in 0..30u64 {
-        let mut f = [0u8; 64];
-        let n = wire::encode_subscribe(&mut f, rid, TIER_ACCOUNT_DEFAULT, [SymbolRef::by_id(0)])
-            .unwrap();
-        burst.extend_from_slice(&f[..n]);
-    }
-    raw.send(&burst);
+    raw.send(&server::subscribe_burst(30));
     let msgs = raw.read_to_close(T).expect("the flooder is closed");
     let responses = msgs
         .iter()

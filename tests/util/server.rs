@@ -407,3 +407,16 @@ impl Healthy {
         );
     }
 }
+
+/// `n` Subscribes to symbol 0 on the account's default tier, request ids
+/// 0.., back to back in one buffer (a message flood in one write).
+pub fn subscribe_burst(n: u64) -> Vec<u8> {
+    let mut burst = Vec::new();
+    for rid in 0..n {
+        let mut f = [0u8; 64];
+        let one = [wire::SymbolRef::by_id(0)];
+        let k = wire::encode_subscribe(&mut f, rid, wire::TIER_ACCOUNT_DEFAULT, one).unwrap();
+        burst.extend_from_slice(&f[..k]);
+    }
+    burst
+}
