@@ -48,6 +48,16 @@ symbols = []
 tiers = ["retail"]
 """
 
+# One account per flooding test and client API (tests/test_bad_input.py): a
+# Disconnect(message_flood) holds the account's logons from the address for its
+# retry-after (docs/security.md), so a flood on "demo" would refuse every later demo
+# logon from 127.0.0.1. Each account's token is its name.
+FLOOD_ACCOUNTS = [f"flood{n}-{api}" for n in (1, 2, 3) for api in ("sync", "aio")]
+CONFIG_TOML += "".join(
+    f'\n[[accounts]]\nname = "{a}"\ntoken = "{a}"\nsymbols = ["*"]\ntiers = ["standard"]\n'
+    for a in FLOOD_ACCOUNTS
+)
+
 
 def binary() -> Path:
     """The server binary, built with cargo if the default path is missing."""

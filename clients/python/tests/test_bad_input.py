@@ -14,6 +14,7 @@ import pytest
 from pricewire_client import (
     DisconnectReason,
     Incoming,
+    LogonRefused,
     Message,
     Price,
     PricewireError,
@@ -26,12 +27,14 @@ from pricewire_client import (
 )
 from pricewire_client.codec import raw_frame, sofh
 
+import helpers
 from conftest import FEED_TOKEN, GoodSubscriber
 from helpers import (
     Sess,
     connect,
     deadline_poll,
     logged_on,
+    names,
     next_named,
     release,
     until_closed,
@@ -241,6 +244,16 @@ def burst(sess: Sess, count: int) -> threading.Thread:
     return thread
 
 
+def flooding_session(srv: Server, test: int) -> Sess:
+    """A session of the account only flooding test ``test`` uses with this client API
+    (server.FLOOD_ACCOUNTS: the flood-cut hold is per account and address, so a flood on
+    "demo" would hold every later demo logon)."""
+    account = f"flood{test}-{helpers.API}"
+    sess = connect(srv)
+    sess.logon(account=account, token=account)
+    return sess
+
+
 def read_burst_answers(sess: Sess) -> list[Incoming]:
     seen: list[Incoming] = []
     try:
@@ -256,7 +269,7 @@ def test_subscribe_burst_of_10000_is_rate_limited(server: Server) -> None:
     refused rate_limited with the §4.2 floors: the rate's one to two refills (5-10 ms at the
     default 200 per s), then the time left of the window that refusal opened (doubled for
     messages sent after the grace, at most 5 s)."""
-    sess = logged_on(server)
+    sess = flooding_session(server, 1)
     writer = burst(sess, 10_000)
     seen = read_burst_answers(sess)
     writer.join(5)
@@ -270,7 +283,7 @@ def test_subscribe_burst_of_10000_is_rate_limited(server: Server) -> None:
 
 
 def test_subscribe_burst_is_not_called_a_protocol_error(server: Server) -> None:
-    sess = logged_on(server)
+    sess = flooding_session(server, 2)
     writer = burst(sess, 10_000)
     seen = read_burst_answers(sess)
     writer.join(5)
@@ -286,6 +299,33 @@ def test_subscribe_burst_is_not_called_a_protocol_error(server: Server) -> None:
             elif m.name == "SubscribeResponse":
                 run = 0
         assert run >= 100, run
+
+
+def test_a_flood_cut_holds_the_accounts_logons_from_the_address(server: Server) -> None:
+    """docs/security.md, flood-cut hold: after Disconnect(message_flood) the account's
+    logons from the same address are refused rate_limited for the cut's retry-after (a try
+    inside it lengthens it); another account from the address logs on at once, and the
+    account itself once it has waited what it was told."""
+    sess = flooding_session(server, 3)
+    writer = burst(sess, 10_000)
+    seen = read_burst_answers(sess)
+    writer.join(5)
+    cut = [m for m in seen if m.name == "Disconnect"]
+    assert cut and cut[0].reason == DisconnectReason.MESSAGE_FLOOD, names(seen[-3:])
+    told_s = cut[0].retry_after_ms / 1000
+    with pytest.raises(LogonRefused) as early:
+        flooding_session(server, 3)
+    assert early.value.reason == "rate_limited", early.value
+    assert 0 < early.value.retry_after <= 60, early.value  # the hold's cap
+    other = logged_on(server)  # the address itself is not held
+    other.logout()
+    until_closed(other)
+    # Honouring the refusal pays: waiting what the server said lets the account back in.
+    threading.Event().wait(early.value.retry_after + 0.2)
+    back = flooding_session(server, 3)
+    back.logout()
+    until_closed(back)
+    assert told_s <= 5, told_s
 
 
 def test_one_byte_every_100ms_frame_is_served(server: Server) -> None:
