@@ -13,7 +13,10 @@
 //! stamp: the time its own thread then waits for a CPU, among the flood's
 //! threads on the same cores, is printed but not judged). Printed: the quiet p99 against its
 //! unloaded p99 (the baseline phase), the flood's counts, sheds by reason,
-//! moves and their pauses.
+//! moves and their pauses, and the server's threads on a CPU and waiting
+//! for one in each 100 ms of the flood's first second (`onset`). The
+//! flood's threads run at `--drill-flood-nice` (10): on one host they
+//! would otherwise take the server's CPU, which remote flooders cannot.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -108,12 +111,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let flooding = Arc::new(AtomicBool::new(false));
     let quiet = quiet(server.addr, phase, base + flood_for + AFTER)?;
     let counts = Arc::new(FloodCounts::default());
+    let nice = d.drill_flood_nice;
     let floods: Vec<_> = (0..d.drill_flood_conns)
-        .map(|_| flood(server.addr, flooding.clone(), counts.clone()))
+        .map(|_| flood(server.addr, nice, flooding.clone(), counts.clone()))
         .collect();
     let scraper = scraper(server.ops, stop.clone());
     std::thread::sleep(base);
     flooding.store(true, Relaxed);
+    let onset_at = Instant::now();
+    let onset = super::onset::sample(server.proc.pid());
     std::thread::sleep(flood_for);
     flooding.store(false, Relaxed);
     let (sent, cuts) = quiet.join().expect("quiet thread")?;
@@ -124,6 +130,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let seen = scraper.join().expect("scraper");
     let text = scrape(server.ops);
     report(&mut v, &sent, &cuts, &counts, seen, &text);
+    let quiet_at: Vec<_> = sent
+        .iter()
+        .filter(|s| s.at >= onset_at)
+        .map(|s| (s.at - onset_at, s.socket_us, s.ok))
+        .collect();
+    let windows = onset.join().expect("onset sampler");
+    for line in super::onset::lines(&windows, &quiet_at, u64::from(QUIET_BUDGET_US)) {
+        v.fig(line);
+    }
     v.finish()
 }
 
@@ -528,10 +543,13 @@ fn quiet(
 /// `flooding`, reads and counts; a cut session logs on again.
 fn flood(
     addr: SocketAddr,
+    nice: i32,
     flooding: Arc<AtomicBool>,
     counts: Arc<FloodCounts>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        // Threads inherit it: the session's writer runs at it too.
+        renice_this_thread(nice);
         while !flooding.load(Relaxed) {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -541,6 +559,19 @@ fn flood(
             }
         }
     })
+}
+
+/// Lowers the calling thread's priority to `nice` (best effort: a failure
+/// leaves it at 0, which the drill's figures then show as starvation).
+fn renice_this_thread(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: gettid has no preconditions; setpriority on our own thread id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
 }
 
 fn flood_session(
