@@ -3,19 +3,32 @@
 use std::time::{Duration, Instant};
 
 /// Polls `cond` until it holds or `timeout` passes; yields between polls
-/// and allocates nothing (usable inside allocation-counting windows).
+/// for the first millisecond, then every millisecond; it
+/// allocates nothing (usable inside allocation-counting windows).
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
     loop {
         if cond() {
             return true;
         }
-        if Instant::now() >= deadline {
+        let waited = start.elapsed();
+        if waited >= timeout {
             return false;
         }
-        std::thread::yield_now();
+        // Yield for the first millisecond (a condition about to hold is
+        // seen at once), then look every millisecond: dozens of waiting
+        // test threads spinning on 2 cores took the CPU from the servers
+        // they waited for (a fresh-clone CI beside two CPU hogs).
+        if waited < POLL {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(POLL);
+        }
     }
 }
+
+/// The polling interval of [`wait_until`] once its first interval passed.
+const POLL: Duration = Duration::from_millis(1);
 
 /// Polls `cond` until it holds; fails the test, at the caller's line and
 /// naming `what`, when `timeout` passes first.
