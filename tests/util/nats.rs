@@ -69,12 +69,15 @@ impl NatsServer {
     /// A single node with JetStream, healthy.
     pub fn start() -> NatsServer {
         ensure_installed();
-        let mut node = NatsServer::spawn("pw-single", Ports::free(), None);
-        let deadline = Instant::now() + START_TIMEOUT;
-        if let Err(e) = node.await_healthy(deadline) {
-            panic!("nats-server did not start: {e}");
+        let mut attempt = 0;
+        loop {
+            let mut node = NatsServer::spawn("pw-single", Ports::free(), None);
+            match node.await_healthy(Instant::now() + START_TIMEOUT) {
+                Ok(()) => return node,
+                Err(e) if port_taken(&e) && attempt < PORT_RETRIES => attempt += 1,
+                Err(e) => panic!("nats-server did not start: {e}"),
+            }
         }
-        node
     }
 
     /// A single node with JetStream and the configuration `conf` (an
@@ -263,6 +266,16 @@ impl Drop for NatsServer {
     }
 }
 
+/// Fresh ports a start may try after a port it was given was taken.
+const PORT_RETRIES: u32 = 3;
+
+/// Whether a node's start failed because a port it was given was taken
+/// between [`Ports::free`] finding it free and the node binding it
+/// (another test's server; seen once in a fresh-clone CI).
+fn port_taken(err: &str) -> bool {
+    err.contains("address already in use")
+}
+
 /// Three routed nodes with JetStream; every node healthy.
 pub struct NatsCluster {
     pub nodes: Vec<NatsServer>,
@@ -271,6 +284,18 @@ pub struct NatsCluster {
 impl NatsCluster {
     pub fn start() -> NatsCluster {
         ensure_installed();
+        let mut attempt = 0;
+        loop {
+            match NatsCluster::try_start() {
+                Ok(c) => return c,
+                Err(e) if port_taken(&e) && attempt < PORT_RETRIES => attempt += 1,
+                Err(e) => panic!("nats cluster did not start: {e}"),
+            }
+        }
+    }
+
+    /// Three nodes on fresh ports; the first node's error if one fails.
+    fn try_start() -> Result<NatsCluster, String> {
         let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
         let mut nodes: Vec<NatsServer> = ports
             .iter()
@@ -279,11 +304,9 @@ impl NatsCluster {
             .collect();
         let deadline = Instant::now() + START_TIMEOUT;
         for n in nodes.iter_mut() {
-            if let Err(e) = n.await_healthy(deadline) {
-                panic!("nats cluster did not start: {e}");
-            }
+            n.await_healthy(deadline)?;
         }
-        NatsCluster { nodes }
+        Ok(NatsCluster { nodes })
     }
 
     /// Every node's URL, comma-separated, as `--bus` takes it.
