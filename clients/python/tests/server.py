@@ -59,6 +59,14 @@ CONFIG_TOML += "".join(
 )
 
 
+class PortTaken(RuntimeError):
+    """The server exited because a port it was given was taken meanwhile."""
+
+
+# Fresh ports a start tries after a port it picked was taken.
+PORT_RETRIES = 3
+
+
 def binary() -> Path:
     """The server binary, built with cargo if the default path is missing."""
     env = os.environ.get("PRICEWIRE_BIN")
@@ -91,7 +99,27 @@ class Server:
     ) -> None:
         """Start and wait until ready. ``role`` ``core`` or ``edge`` runs on the NATS
         ``bus`` (an edge has no ingest port: ``feed_port`` is 0); ``port`` reuses a
-        subscriber port (a server coming back where it was)."""
+        subscriber port (a server coming back where it was). Ports this picked are
+        picked again when one was taken before the server bound it (another
+        server of the run; seen once in a fresh-clone CI)."""
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                self._start(tmp, extra, drain_delay_ms, role, bus, port)
+                return
+            except PortTaken:
+                self.log.close()
+                if attempt == PORT_RETRIES:
+                    raise
+
+    def _start(
+        self,
+        tmp: Path,
+        extra: list[str] | None,
+        drain_delay_ms: int,
+        role: str,
+        bus: str | None,
+        port: int | None,
+    ) -> None:
         self.port = port or free_port()
         self.feed_port = free_port() if role != "edge" else 0
         self.ops_port = free_port()
@@ -132,7 +160,10 @@ class Server:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"pricewire exited: {self.log_path.read_text()[-2000:]}")
+                log = self.log_path.read_text()[-2000:]
+                if "Address already in use" in log:
+                    raise PortTaken(f"pricewire exited: {log}")
+                raise RuntimeError(f"pricewire exited: {log}")
             try:
                 if self.http("/readyz")[0] == 200:
                     return
