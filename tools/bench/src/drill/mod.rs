@@ -37,6 +37,7 @@ mod herd;
 mod honour;
 mod onset;
 mod pushback;
+mod raw;
 mod rxstamp;
 mod storm;
 
