@@ -47,6 +47,10 @@ pub enum Scenario {
     /// Drill: a herd from many addresses beside CPU spinners; checks the
     /// logon bound and idle cuts. Starts its own server.
     HerdStarved,
+    /// Drill: `--herd-clients` logged-on terminals that only heartbeat;
+    /// the server's CPU per connection-second and RSS per connection.
+    /// Starts its own server.
+    IdleCapacity,
 }
 
 /// Flags of `pricewire-bench`.

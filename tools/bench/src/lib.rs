@@ -98,7 +98,13 @@ impl Default for BenchClock {
 /// CPU time (user + system) of a process in seconds, from
 /// `/proc/PID/stat`; `None` when the process is gone or the file is odd.
 pub fn process_cpu_s(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_s(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time (user + system) in seconds from a `stat` file of `/proc`
+/// (a process's or one of its tasks').
+pub fn stat_cpu_s(path: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
     // The command name (field 2) may hold spaces; fields after its ')' are plain.
     let rest = &text[text.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();

@@ -74,20 +74,11 @@ pub fn threads_cpu_s(name: &str) -> f64 {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return 0.0;
     };
-    // SAFETY: sysconf has no preconditions; it only reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as f64 } else { 100.0 };
     dir.flatten()
         .filter(|t| {
             std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
         })
-        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-            Some(ticks / hz)
-        })
+        .filter_map(|t| crate::stat_cpu_s(t.path().join("stat").to_str()?))
         .sum()
 }
 

@@ -70,6 +70,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                     Raw::new(
                         source(i, d.drill_sources),
                         t0 + Duration::from_millis(i as u64 % 1000),
+                        64 * 1024,
                     )
                 })
                 .collect();

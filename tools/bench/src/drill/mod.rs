@@ -20,6 +20,9 @@
 //! - `herd-starved` (`herd.rs`): a herd from many source addresses beside
 //!   one CPU-spinning process per core: all logged on within a bound, no
 //!   receiving client cut as idle, the observers' price age bounded.
+//! - `idle-capacity` (`idle.rs`): thousands of logged-on terminals that only
+//!   heartbeat: the server's CPU per connection-second and RSS per
+//!   connection, no session lost.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -35,6 +38,7 @@ use crate::procs::{self, Proc};
 pub mod conn;
 mod herd;
 mod honour;
+mod idle;
 mod onset;
 mod pushback;
 mod raw;
@@ -97,6 +101,7 @@ pub fn is_drill(s: Scenario) -> bool {
             | Scenario::FloodPushback
             | Scenario::RetryHonour
             | Scenario::HerdStarved
+            | Scenario::IdleCapacity
     )
 }
 
@@ -120,6 +125,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         Scenario::FloodPushback => pushback::run(args),
         Scenario::RetryHonour => honour::run(args),
         Scenario::HerdStarved => herd::run(args),
+        Scenario::IdleCapacity => idle::run(args),
         other => bail!("{other:?} is not a drill"),
     }
 }

@@ -47,11 +47,13 @@ pub struct Raw {
 }
 
 impl Raw {
-    pub fn new(src: Ipv4Addr, at: Instant) -> Raw {
+    /// A client from `src` that connects at `at` and reads into a buffer
+    /// of `buf_len` bytes (updates past it are dropped unparsed).
+    pub fn new(src: Ipv4Addr, at: Instant, buf_len: usize) -> Raw {
         Raw {
             src,
             stream: None,
-            buf: vec![0; 64 * 1024],
+            buf: vec![0; buf_len],
             len: 0,
             state: State::Waiting(at),
             last_tx: at,
