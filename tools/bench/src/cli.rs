@@ -108,6 +108,12 @@ pub struct BenchArgs {
     /// Sweep: times a failing step is run again before it counts as failed.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub sweep_retries: u32,
+    /// Subscribers read with the kernel's arrival stamp (`SO_TIMESTAMPNS`,
+    /// one `recvmsg` per read): results add each measured delivery's age
+    /// when it reached the subscriber's socket, told apart from when the
+    /// co-located receiver thread read it.
+    #[arg(long)]
+    pub rx_stamps: bool,
     /// Herd: clients that connect, log on and subscribe.
     #[arg(long, default_value_t = 2_000, value_name = "N")]
     pub herd_clients: usize,
@@ -361,6 +367,7 @@ pub(crate) fn spec(args: &BenchArgs, addr: SocketAddr, scenario: &str) -> anyhow
         token,
         recv_threads: args.recv_threads.unwrap_or(1),
         recv_in_bytes: crate::recv::IN_BYTES,
+        rx_stamps: args.rx_stamps,
         ready_timeout_ms: run::READY_TIMEOUT_MS,
         drain_grace_ms: run::DRAIN_GRACE_MS,
     })

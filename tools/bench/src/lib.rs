@@ -50,6 +50,7 @@ pub mod relay;
 pub mod report;
 pub mod rounds;
 pub mod run;
+pub mod rxstamp;
 pub mod scale;
 pub mod scale_cli;
 pub mod send;

@@ -52,6 +52,10 @@ pub struct RecvPlan {
     /// its largest frame is smaller: thousands of subscribers that only
     /// receive prices need far less than the largest server frame).
     pub in_bytes: usize,
+    /// Read with `recvmsg` and the kernel's arrival stamp
+    /// (`SO_TIMESTAMPNS`): each measured delivery's age at the socket, apart
+    /// from its age when this process got round to reading it.
+    pub rx_stamps: bool,
 }
 
 /// State shared between the receiver thread and the run driver.
@@ -116,6 +120,15 @@ pub struct RecvResult {
     /// Connections opened again after a refusal or a close before the
     /// subscription was acknowledged.
     pub retries: u64,
+    /// Measured deliveries' age when the kernel put them in the socket
+    /// (empty unless [`RecvPlan::rx_stamps`]).
+    pub at_socket: Histogram<u64>,
+    /// From the engine's publish to the socket, for the same deliveries
+    /// (empty unless [`RecvPlan::rx_stamps`]): the fan-out's part of
+    /// `at_socket`, the rest being the feed's and the ingest's.
+    pub engine_to_socket: Histogram<u64>,
+    /// Deliveries the server flagged stale: counted, not latency samples.
+    pub stale: u64,
 }
 
 impl RecvResult {
@@ -132,6 +145,9 @@ impl RecvResult {
         self.errors += other.errors;
         self.rejects += other.rejects;
         self.retries += other.retries;
+        let _ = self.at_socket.add(&other.at_socket);
+        let _ = self.engine_to_socket.add(&other.engine_to_socket);
+        self.stale += other.stale;
     }
 }
 
@@ -239,6 +255,9 @@ struct Receiver<'a> {
     scratch: Vec<u8>,
     /// Subscribers waiting for [`Receiver::retry_due`].
     pending_retries: usize,
+    /// When the kernel stamped the bytes of the current read (UTC ns; the
+    /// read's own time without a stamp).
+    stamp_wall: u64,
 }
 
 /// Runs the subscribers until `shared.stop`; returns what they saw.
@@ -259,8 +278,12 @@ pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Resul
             errors: 0,
             rejects: 0,
             retries: 0,
+            at_socket: latency_histogram(),
+            engine_to_socket: latency_histogram(),
+            stale: 0,
         },
         pending_retries: 0,
+        stamp_wall: 0,
         scratch: Vec::with_capacity(4096),
     };
     let mut events = Events::with_capacity(1024);
@@ -312,11 +335,21 @@ pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Resul
 impl Receiver<'_> {
     fn drain(&mut self, sub: &mut Sub) {
         while sub.alive {
-            match sub.stream.read(&mut sub.inbuf[sub.have..]) {
-                Ok(0) => sub.alive = false,
-                Ok(n) => {
+            let read = if self.plan.rx_stamps {
+                crate::rxstamp::recv(&sub.stream, &mut sub.inbuf[sub.have..])
+            } else {
+                sub.stream
+                    .read(&mut sub.inbuf[sub.have..])
+                    .map(|n| (n, None))
+            };
+            match read {
+                Ok((0, _)) => sub.alive = false,
+                Ok((n, stamp)) => {
                     sub.have += n;
                     let now = self.clock.now_wall();
+                    self.stamp_wall = stamp
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(now, |d| (d.as_nanos() as u64).min(now));
                     self.consume(sub, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -398,12 +431,22 @@ impl Receiver<'_> {
             self.r.gaps += gap;
             *last = next;
         }
+        if d.stale {
+            self.r.stale += 1;
+            return;
+        }
         record_latency(&mut self.interval, d.scheduled_ns, now_wall);
         let from = self.shared.measure_from_ns.load(Ordering::Relaxed);
         let to = self.shared.measure_to_ns.load(Ordering::Relaxed);
         if d.scheduled_ns >= from && d.scheduled_ns < to {
             let phase = self.shared.phase_of(d.scheduled_ns);
             record_latency(&mut self.phases[phase], d.scheduled_ns, now_wall);
+            if self.plan.rx_stamps {
+                record_latency(&mut self.r.at_socket, d.scheduled_ns, self.stamp_wall);
+                if d.engine_ns != 0 {
+                    record_latency(&mut self.r.engine_to_socket, d.engine_ns, self.stamp_wall);
+                }
+            }
             self.r.received_measured += 1;
             self.shared.received.fetch_add(1, Ordering::Relaxed);
         }
@@ -501,6 +544,8 @@ mod tests {
     fn result(latency_ns: u64, gaps: u64) -> RecvResult {
         let mut phases: Vec<Histogram<u64>> = (0..PHASES).map(|_| latency_histogram()).collect();
         phases[0].saturating_record(latency_ns);
+        let mut at_socket = latency_histogram();
+        at_socket.saturating_record(latency_ns / 2);
         RecvResult {
             phases,
             received_measured: 1,
@@ -509,6 +554,9 @@ mod tests {
             errors: 1,
             rejects: 0,
             retries: 0,
+            at_socket,
+            engine_to_socket: latency_histogram(),
+            stale: 1,
         }
     }
 
@@ -521,6 +569,8 @@ mod tests {
         assert!(a.phases[0].max() >= 9_000);
         assert_eq!((a.received_measured, a.received_total), (2, 4));
         assert_eq!((a.gaps, a.errors), (7, 2));
+        assert_eq!((a.at_socket.len(), a.stale), (2, 2));
+        assert!(a.at_socket.max() >= 4_500);
     }
 
     /// A tick belongs to the phase it was due in, whenever it arrives.

@@ -52,6 +52,9 @@ pub struct RunSpec {
     /// Inbound buffer per subscriber connection, bytes
     /// ([`recv::IN_BYTES`] unless the run's frames are known to be small).
     pub recv_in_bytes: usize,
+    /// The receivers read the kernel's arrival stamps
+    /// ([`RecvPlan::rx_stamps`]).
+    pub rx_stamps: bool,
     /// Longest wait for every subscriber to be subscribed, in ms
     /// ([`READY_TIMEOUT_MS`] unless the run has thousands).
     pub ready_timeout_ms: u64,
@@ -122,6 +125,7 @@ fn recv_plans(spec: &RunSpec) -> Vec<RecvPlan> {
                 label,
                 run_s: spec.warmup_s + spec.duration_s,
                 in_bytes: spec.recv_in_bytes,
+                rx_stamps: spec.rx_stamps,
             }
         })
         .collect()

@@ -411,6 +411,14 @@ pub struct CapacityRow {
     /// rest was conflated (latest price per symbol, flagged).
     pub demanded_updates_per_s: f64,
     pub latency: Summary,
+    /// The same deliveries' age when the kernel put them in the
+    /// subscriber's socket (`--rx-stamps`): what the server delivered,
+    /// without the receiver thread's own wait for a CPU.
+    pub at_socket: Option<Summary>,
+    /// Their age from the engine's publish to the socket (`--rx-stamps`).
+    pub engine_to_socket: Option<Summary>,
+    /// Deliveries the server flagged stale (not latency samples).
+    pub stale: u64,
     /// Sequence numbers skipped by conflation, over all subscribers.
     pub gaps: u64,
     pub subscriber_errors: u64,
@@ -476,6 +484,13 @@ pub fn edge_capacity(
         updates_per_s: o.row.updates_per_s,
         demanded_updates_per_s: o.row.deliveries_expected as f64 / secs,
         latency: o.row.latency,
+        at_socket: spec
+            .rx_stamps
+            .then(|| crate::hist::summarize(&o.recv.at_socket)),
+        engine_to_socket: spec
+            .rx_stamps
+            .then(|| crate::hist::summarize(&o.recv.engine_to_socket)),
+        stale: o.recv.stale,
         gaps: o.row.gaps,
         subscriber_errors: o.row.subscriber_errors,
         refused: o.recv.rejects,

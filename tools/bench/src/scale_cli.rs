@@ -157,6 +157,23 @@ fn capacity(args: &BenchArgs, opts: &ServeOpts) -> anyhow::Result<()> {
 
 /// One capacity run in a line.
 pub fn capacity_line(r: &CapacityRow) -> String {
+    let ms = |a: &crate::hist::Summary| {
+        let f = |ns: u64| ns as f64 / 1e6;
+        format!(
+            "p50 {:.1} p99 {:.1} max {:.1}",
+            f(a.p50_ns),
+            f(a.p99_ns),
+            f(a.max_ns)
+        )
+    };
+    let at_socket = match (&r.at_socket, &r.engine_to_socket) {
+        (Some(a), Some(e)) => format!(
+            " (at the socket: {} ms; engine to socket: {} ms)",
+            ms(a),
+            ms(e)
+        ),
+        _ => String::new(),
+    };
     let cpu: Vec<String> = r
         .cpu_s
         .iter()
@@ -165,8 +182,8 @@ pub fn capacity_line(r: &CapacityRow) -> String {
     format!(
         "{} capacity: {} subscribers x {} symbols at {:.0} ticks/s: all subscribed in {:.2} s \
          ({} refused and retried); \
-         {:.0} updates/s arrived ({:.0}/s of the window's ticks) of {:.0} demanded; p50 {:.1} p99 {:.1} p99.9 {:.1} ms; \
-         RSS {:.1} KiB per connection ({} -> {} KiB); receivers {} threads at {:.0} % CPU; \
+         {:.0} updates/s arrived ({:.0}/s of the window's ticks) of {:.0} demanded; p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ms{at_socket}; \
+         {} flagged stale; RSS {:.1} KiB per connection ({} -> {} KiB); receivers {} threads at {:.0} % CPU; \
          CPU {}; load {} -> {}",
         r.name,
         r.subscribers,
@@ -180,6 +197,8 @@ pub fn capacity_line(r: &CapacityRow) -> String {
         r.latency.p50_ns as f64 / 1e6,
         r.latency.p99_ns as f64 / 1e6,
         r.latency.p999_ns as f64 / 1e6,
+        r.latency.max_ns as f64 / 1e6,
+        r.stale,
         r.rss_per_connection_kib,
         r.rss_idle_kib,
         r.rss_loaded_kib[1],

@@ -59,6 +59,12 @@ pub struct Delivery {
     pub symbol: u16,
     pub seq: u64,
     pub scheduled_ns: u64,
+    /// Flagged stale by the server (its feed went quiet): shown as such,
+    /// never as live, so not a latency sample.
+    pub stale: bool,
+    /// When the engine published it (UTC ns, the serving host's clock; 0
+    /// for targets that carry none).
+    pub engine_ns: u64,
 }
 
 /// Ticks skipped between the last sequence number seen on a connection
@@ -138,6 +144,8 @@ fn delivery_of(frame: &[u8]) -> Option<Delivery> {
         symbol: b.symbol_id,
         seq: b.seq,
         scheduled_ns: b.provider_time_ns,
+        stale: b.flags & price_flags::STALE != 0,
+        engine_ns: b.engine_time_ns,
     })
 }
 
@@ -503,6 +511,8 @@ mod tests {
             symbol: 7,
             seq: 42,
             scheduled_ns: 1_700_000_000_123_456_789,
+            stale: false,
+            engine_ns: 0,
         }
     }
 

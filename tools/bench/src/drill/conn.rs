@@ -139,7 +139,7 @@ impl Reader {
             .stream
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))));
         let mut at = None;
-        match super::rxstamp::recv(&self.stream, &mut self.buf[self.end..]) {
+        match crate::rxstamp::recv(&self.stream, &mut self.buf[self.end..]) {
             Ok((0, _)) => return false,
             Ok((n, stamp)) => {
                 self.end += n;

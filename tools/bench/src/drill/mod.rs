@@ -42,7 +42,6 @@ mod idle;
 mod onset;
 mod pushback;
 mod raw;
-mod rxstamp;
 mod storm;
 
 use crate::cli::Scenario;

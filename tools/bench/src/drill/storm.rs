@@ -477,7 +477,7 @@ fn quiet(
     until: Duration,
 ) -> anyhow::Result<std::thread::JoinHandle<QuietOut>> {
     let mut r = Reader::new(conn::connect(addr, None)?);
-    super::rxstamp::enable(&r.stream)?;
+    crate::rxstamp::enable(&r.stream)?;
     if conn::logon(&mut r, "quiet", "quiet", Duration::from_secs(10)) != Logon::Accepted {
         anyhow::bail!("the quiet account could not log on");
     }

@@ -9,12 +9,11 @@
 //! them: a stamp is never earlier than its frame's arrival.
 
 use std::io;
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, SystemTime};
 
 /// Asks the kernel to stamp received data on `stream`.
-pub fn enable(stream: &TcpStream) -> io::Result<()> {
+pub fn enable(stream: &impl AsRawFd) -> io::Result<()> {
     let on: libc::c_int = 1;
     // SAFETY: a valid socket and a c_int option value of its size.
     let r = unsafe {
@@ -35,7 +34,7 @@ pub fn enable(stream: &TcpStream) -> io::Result<()> {
 
 /// One `recvmsg` into `buf`: the bytes read and, if the kernel stamped
 /// them, when the last of them arrived (wall clock).
-pub fn recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+pub fn recv(stream: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -79,6 +78,7 @@ fn stamp(msg: &libc::msghdr) -> Option<SystemTime> {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::net::TcpStream;
 
     #[test]
     fn loopback_data_carries_an_arrival_stamp_before_the_read() {
