@@ -210,12 +210,14 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::gateway::lag::LOOP_LAG_TARGET_MS_DEFAULT, value_name = "MS")]
     pub loop_lag_target_ms: u64,
 
-    /// Oldest a price may be when handed to a subscriber's socket, in ms.
-    /// Counted since this process received it (1..=60000): an older price is
-    /// not sent; the subscriber's next price for that symbol is the latest, as
-    /// a snapshot flagged conflated. Also the longest bytes may wait in a
-    /// connection's queues (its outbound buffer and kernel send queue) before
-    /// it stops taking updates.
+    /// Longest a price may wait in each of the shard's queues, in ms.
+    /// On the engine ring, and again in a connection's outbound buffer
+    /// (1..=60000): a price older than that at either gate is not sent, so
+    /// it reaches the socket at most about twice this after this process
+    /// received it; the subscriber's next price for that symbol is the
+    /// latest, as a snapshot flagged conflated. Also the longest bytes may
+    /// wait in a connection's queues (its outbound buffer and kernel send
+    /// queue) before it stops taking updates.
     #[arg(long, default_value_t = crate::gateway::fresh::PRICE_AGE_MAX_MS_DEFAULT, value_name = "MS")]
     pub price_age_max_ms: u64,
 

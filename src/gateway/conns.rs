@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 
 use super::conn::Conn;
 use super::fanout::Fanout;
+use super::fresh::PassClock;
 use super::lanes::Room;
 use super::outbound::OutBuf;
 use super::session::{Ctx, Session, SessionConfig};
@@ -29,6 +30,13 @@ use crate::runtime::hosting::HostedTasks;
 use crate::runtime::sys::send_queue_bytes;
 use crate::runtime::tls::Link;
 use crate::wire::{self, DisconnectReason, RejectReason};
+
+/// Writes between two reads of the clock in [`Conns::flush_writes`]: a
+/// write to a loopback socket costs 5–10 µs, so the clock's age is at most
+/// about 0.1 ms, against one `now` for a whole list (with 5,000
+/// connections per shard a turn took about 100 ms, and a connection
+/// written late in it had its prices judged by the turn's start).
+const WRITE_CLOCK_EVERY: usize = 16;
 
 /// With hosted stages, their [`crate::runtime::HostedTask::between`] runs
 /// after every this many connection writes or events in one loop turn, so
@@ -197,11 +205,16 @@ impl Conns {
     // ---- writes -------------------------------------------------------
 
     /// Writes every connection in the write list; with hosted stages,
-    /// `hosted` runs between every [`INTERLEAVE_EVERY`] writes.
+    /// `hosted` runs between every [`INTERLEAVE_EVERY`] writes. The clock
+    /// is read again every [`WRITE_CLOCK_EVERY`] writes: thousands of
+    /// writes take tens of ms, and a connection written late in the list
+    /// must have its prices judged by their age then (see `gateway::fresh`).
     pub(super) fn flush_writes(&mut self, hosted: &mut HostedTasks, now: u64) {
         let mut list = std::mem::take(&mut self.slab.write_list);
         let hosting = !hosted.is_empty();
+        let mut clock = PassClock::new(now, u64::MAX, WRITE_CLOCK_EVERY);
         for (k, &i) in list.iter().enumerate() {
+            let now = clock.step(monotonic_ns).unwrap_or(now);
             if let Some(c) = self.slab.conns[i as usize].as_mut() {
                 c.in_write_list = false;
             }

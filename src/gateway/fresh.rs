@@ -1,8 +1,12 @@
-//! Freshness, the fan-out's invariant: a price handed to the kernel for a
-//! connection is at most [`GatewayConfig::price_age_max_ms`] old (since
-//! this process received it), or it is not sent and the connection's
-//! next price for that key is the latest one, as a snapshot flagged
-//! conflated. Two gates keep it:
+//! Freshness, the fan-out's invariant: a price waits at most
+//! [`GatewayConfig::price_age_max_ms`] on the engine ring and at most that
+//! again in a connection's outbound buffer, so it reaches the kernel at
+//! most about twice the limit after this process received it, or it is
+//! not sent and the connection's next price for that key is the latest
+//! one, as a snapshot flagged conflated. The shard reads the clock as its
+//! turn goes (every 64 prices, every 16 writes; `Shard::drain_prices`,
+//! `Conns::flush_writes`), so a long turn is judged by the time it has
+//! reached. Two gates keep it:
 //!
 //! - **the ring gate** (`FreshGate`): a price the shard takes off its
 //!   engine ring older than the limit is not fanned out as an update; the
@@ -64,6 +68,13 @@ impl FreshGate {
         }
     }
 
+    /// How long one turn may spend fanning out a batch of prices: half
+    /// the age limit, so a price taken at the batch's start still meets
+    /// the limit at its write.
+    pub(super) fn fan_out_budget_ns(&self) -> u64 {
+        self.age_max_ns / 2
+    }
+
     /// Whether `p`, taken off the ring at `now`, is young enough to fan
     /// out as it is; if not, its symbol is owed (see [`FreshGate::flush`]).
     #[inline]
@@ -90,6 +101,56 @@ impl FreshGate {
             c.fanout.on_latest(symbol, &mut c.slab, &c.stats, now);
         }
         self.owed_list.clear();
+    }
+}
+
+/// The clock of a long pass of the shard's turn (a batch of prices taken
+/// off the ring, the write list): read again every `every` steps, so the
+/// gates judge each step by the time the pass has reached; the pass ends
+/// once `budget_ns` went on it. The reading is injected (`read`).
+pub(super) struct PassClock {
+    start: u64,
+    now: u64,
+    budget_ns: u64,
+    every: usize,
+    steps: usize,
+}
+
+impl PassClock {
+    /// A pass that began at `now`, reading the clock every `every` steps
+    /// and ending past `budget_ns` (`u64::MAX`: never).
+    pub(super) fn new(now: u64, budget_ns: u64, every: usize) -> PassClock {
+        PassClock {
+            start: now,
+            now,
+            budget_ns,
+            every: every.max(1),
+            steps: 0,
+        }
+    }
+
+    /// Before the next step: the time to judge it by, or `None` when the
+    /// budget is spent (the step is not taken).
+    #[inline]
+    pub(super) fn step(&mut self, read: impl FnOnce() -> u64) -> Option<u64> {
+        if self.steps > 0 && self.steps.is_multiple_of(self.every) {
+            self.now = read();
+            if self.now.saturating_sub(self.start) > self.budget_ns {
+                return None;
+            }
+        }
+        self.steps += 1;
+        Some(self.now)
+    }
+
+    /// Steps taken so far.
+    pub(super) fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// The last reading.
+    pub(super) fn now(&self) -> u64 {
+        self.now
     }
 }
 
@@ -184,6 +245,31 @@ mod tests {
         assert_eq!(g.owed_list, vec![1, 3], "each symbol owed once");
         // A price from the future (another clock) is not stale.
         assert!(g.admit(&price(2, 500), 200));
+    }
+
+    #[test]
+    fn a_pass_reads_the_clock_every_n_steps_and_ends_past_its_budget() {
+        let mut t = 1_000;
+        let mut reads = 0;
+        let mut c = PassClock::new(t, 10, 4);
+        let mut judged = Vec::new();
+        while let Some(now) = c.step(|| {
+            reads += 1;
+            t += 3;
+            t
+        }) {
+            judged.push(now);
+        }
+        // Read before steps 4, 8, 12 and 16: 1,003, 1,006, 1,009, then
+        // 1,012 is past the 10-ns budget and step 16 is not taken.
+        assert_eq!(reads, 4);
+        assert_eq!(c.steps(), 16);
+        assert_eq!(c.now(), 1_012);
+        assert_eq!(&judged[..5], &[1_000, 1_000, 1_000, 1_000, 1_003]);
+        assert_eq!(judged[15], 1_009);
+        // Without a budget the pass never ends early.
+        let mut c = PassClock::new(0, u64::MAX, 16);
+        assert!((0..10_000).all(|k| c.step(|| k as u64 * 1_000_000).is_some()));
     }
 
     #[test]

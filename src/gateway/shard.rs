@@ -48,7 +48,7 @@ use mio::{Events, Poll, Token, Waker};
 use super::acceptor::Handoff;
 use super::conns::{Conns, INTERLEAVE_EVERY};
 use super::drain::{DrainPolicy, Drainer};
-use super::fresh::FreshGate;
+use super::fresh::{FreshGate, PassClock};
 use super::lag::{LagState, CONFLATE_BATCH};
 use super::lanes::{Lanes, Room};
 use super::logon::Logons;
@@ -78,6 +78,14 @@ const HOSTED_TOKEN_BASE: usize = 1 << 40;
 /// Most prices taken from the engine ring per turn, so sockets are polled
 /// regularly even under a flood of prices.
 pub const PRICE_BATCH: usize = 4096;
+/// Prices fanned out between two reads of the clock while a batch is
+/// taken: the ring gate and the outbound runs see the time the fan-out has
+/// reached, not the turn's start. (With one `now` per batch, an edge with
+/// 10,000 terminals ran turns of about 100 ms (mean loop lag 106 ms),
+/// fanning out prices the gate had judged fresh at the turn's start, and
+/// its outbound gate then dropped 36 M of them before the write within
+/// 10 s: `stale_queue` conflations; BENCHMARKS.md run 36.)
+const CLOCK_EVERY: usize = 64;
 /// Most new connections taken from the inbox per turn.
 const ACCEPT_BATCH: usize = 256;
 
@@ -537,6 +545,10 @@ impl Shard {
 
     // ---- prices -------------------------------------------------------
 
+    /// Takes up to a batch of prices off the engine ring and fans them
+    /// out; stops early once half the price age limit went on it (the
+    /// rest waits for the next turn, after this turn's writes, where the
+    /// ring gate judges it by its age then). Returns the prices taken.
     pub(super) fn drain_prices(&mut self, now: u64) -> usize {
         let lagging = self.lag.detector.is_lagging();
         let batch = if lagging { CONFLATE_BATCH } else { PRICE_BATCH };
@@ -554,7 +566,11 @@ impl Shard {
             self.swap_histogram();
             return n;
         }
+        let mut clock = PassClock::new(now, self.fresh.fan_out_budget_ns(), CLOCK_EVERY);
         for k in 0..n {
+            let Some(now) = clock.step(monotonic_ns) else {
+                break;
+            };
             if let Ok(p) = self.input.consumer.pop() {
                 if k == 0 {
                     // The oldest unserved price's age: the ring's lag.
@@ -572,11 +588,11 @@ impl Shard {
             }
         }
         // Each symbol whose prices were too old: its latest, once.
-        self.fresh.flush(&mut self.conns, now);
-        if n > 0 {
+        self.fresh.flush(&mut self.conns, clock.now());
+        if clock.steps() > 0 {
             self.swap_histogram();
         }
-        n
+        clock.steps()
     }
 
     /// Hands the histogram to the reporter when it asked.
