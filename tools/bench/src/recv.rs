@@ -129,6 +129,11 @@ pub struct RecvResult {
     pub engine_to_socket: Histogram<u64>,
     /// Deliveries the server flagged stale: counted, not latency samples.
     pub stale: u64,
+    /// The latest tick any delivery carried (its scheduled time, UTC ns)
+    /// and the latest arrival of any delivery (stale ones not counted):
+    /// how long deliveries went on after the feed's last tick.
+    pub last_scheduled_ns: u64,
+    pub last_arrival_ns: u64,
 }
 
 impl RecvResult {
@@ -148,6 +153,8 @@ impl RecvResult {
         let _ = self.at_socket.add(&other.at_socket);
         let _ = self.engine_to_socket.add(&other.engine_to_socket);
         self.stale += other.stale;
+        self.last_scheduled_ns = self.last_scheduled_ns.max(other.last_scheduled_ns);
+        self.last_arrival_ns = self.last_arrival_ns.max(other.last_arrival_ns);
     }
 }
 
@@ -281,6 +288,8 @@ pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Resul
             at_socket: latency_histogram(),
             engine_to_socket: latency_histogram(),
             stale: 0,
+            last_scheduled_ns: 0,
+            last_arrival_ns: 0,
         },
         pending_retries: 0,
         stamp_wall: 0,
@@ -435,6 +444,8 @@ impl Receiver<'_> {
             self.r.stale += 1;
             return;
         }
+        self.r.last_scheduled_ns = self.r.last_scheduled_ns.max(d.scheduled_ns);
+        self.r.last_arrival_ns = now_wall;
         record_latency(&mut self.interval, d.scheduled_ns, now_wall);
         let from = self.shared.measure_from_ns.load(Ordering::Relaxed);
         let to = self.shared.measure_to_ns.load(Ordering::Relaxed);
@@ -557,6 +568,8 @@ mod tests {
             at_socket,
             engine_to_socket: latency_histogram(),
             stale: 1,
+            last_scheduled_ns: latency_ns,
+            last_arrival_ns: latency_ns * 2,
         }
     }
 
@@ -570,6 +583,7 @@ mod tests {
         assert_eq!((a.received_measured, a.received_total), (2, 4));
         assert_eq!((a.gaps, a.errors), (7, 2));
         assert_eq!((a.at_socket.len(), a.stale), (2, 2));
+        assert_eq!((a.last_scheduled_ns, a.last_arrival_ns), (9_000, 18_000));
         assert!(a.at_socket.max() >= 4_500);
     }
 

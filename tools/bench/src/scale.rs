@@ -419,6 +419,9 @@ pub struct CapacityRow {
     pub engine_to_socket: Option<Summary>,
     /// Deliveries the server flagged stale (not latency samples).
     pub stale: u64,
+    /// From the latest tick delivered to the last delivery's arrival, ms:
+    /// how long deliveries went on after the feed stopped.
+    pub tail_ms: f64,
     /// Sequence numbers skipped by conflation, over all subscribers.
     pub gaps: u64,
     pub subscriber_errors: u64,
@@ -491,6 +494,11 @@ pub fn edge_capacity(
             .rx_stamps
             .then(|| crate::hist::summarize(&o.recv.engine_to_socket)),
         stale: o.recv.stale,
+        tail_ms: o
+            .recv
+            .last_arrival_ns
+            .saturating_sub(o.recv.last_scheduled_ns) as f64
+            / 1e6,
         gaps: o.row.gaps,
         subscriber_errors: o.row.subscriber_errors,
         refused: o.recv.rejects,

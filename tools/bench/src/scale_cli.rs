@@ -183,7 +183,7 @@ pub fn capacity_line(r: &CapacityRow) -> String {
         "{} capacity: {} subscribers x {} symbols at {:.0} ticks/s: all subscribed in {:.2} s \
          ({} refused and retried); \
          {:.0} updates/s arrived ({:.0}/s of the window's ticks) of {:.0} demanded; p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ms{at_socket}; \
-         {} flagged stale; RSS {:.1} KiB per connection ({} -> {} KiB); receivers {} threads at {:.0} % CPU; \
+         {} flagged stale; deliveries ended {:.1} ms after the last tick delivered; RSS {:.1} KiB per connection ({} -> {} KiB); receivers {} threads at {:.0} % CPU; \
          CPU {}; load {} -> {}",
         r.name,
         r.subscribers,
@@ -199,6 +199,7 @@ pub fn capacity_line(r: &CapacityRow) -> String {
         r.latency.p999_ns as f64 / 1e6,
         r.latency.max_ns as f64 / 1e6,
         r.stale,
+        r.tail_ms,
         r.rss_per_connection_kib,
         r.rss_idle_kib,
         r.rss_loaded_kib[1],
