@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use pricewire::client::{Client, ClientConfig, Event};
 use pricewire::wire::TIER_ACCOUNT_DEFAULT;
 
-use super::raw::{drive, source, Raw, Tally, HEARTBEAT_MS};
+use super::raw::{await_all_on, source, spawn_drivers, Raw, Tally, HEARTBEAT_MS};
 use super::{quantiles, scrape, series, start_server, Verdict};
 use crate::cli::BenchArgs;
 use crate::procs::Proc;
@@ -62,31 +62,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("the drill server listens on IPv4 loopback");
     };
     let t0 = Instant::now();
-    let drivers: Vec<_> = (0..DRIVERS)
-        .map(|k| {
-            let mine: Vec<Raw> = (k..clients)
-                .step_by(DRIVERS)
-                .map(|i| {
-                    Raw::new(
-                        source(i, d.drill_sources),
-                        t0 + Duration::from_millis(i as u64 % 1000),
-                        64 * 1024,
-                    )
-                })
-                .collect();
-            let (t, stop) = (t.clone(), stop.clone());
-            std::thread::spawn(move || drive(dst, mine, t, stop))
-        })
-        .collect();
+    let make = |i: usize| {
+        let at = t0 + Duration::from_millis(i as u64 % 1000);
+        Raw::new(source(i, d.drill_sources), at, 64 * 1024)
+    };
+    let drivers = spawn_drivers((dst, "herd-drive"), clients, DRIVERS, make, (&t, &stop))?;
     let bound = Duration::from_secs(d.drill_logon_bound_s);
     let give_up = t0 + bound.max(Duration::from_secs(60)) + Duration::from_secs(30);
-    let mut all_on = None;
-    while Instant::now() < give_up && all_on.is_none() {
-        if t.on.load(Relaxed) as usize >= clients {
-            all_on = Some(t0.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let all_on = await_all_on(&t, clients, t0, give_up);
     std::thread::sleep(HOLD);
     let text = scrape(server.ops);
     stop.store(true, Relaxed);

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::raw::{drive, source, Raw, Tally};
+use super::raw::{await_all_on, source, spawn_drivers, Raw, Tally};
 use super::{start_server, Verdict};
 use crate::cli::BenchArgs;
 use crate::procs;
@@ -60,29 +60,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     // rate, so the herd's arrival is not what is measured.
     let spread_us = (clients as u64 * 2_000).max(10_000_000);
     let t0 = Instant::now();
-    let drivers: Vec<_> = (0..DRIVERS)
-        .map(|k| {
-            let mine: Vec<Raw> = (k..clients)
-                .step_by(DRIVERS)
-                .map(|i| {
-                    let at = t0 + Duration::from_micros(i as u64 * spread_us / clients as u64);
-                    Raw::new(source(i, sources), at, CLIENT_BUF)
-                })
-                .collect();
-            let (t, stop) = (t.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("idle-drive".into())
-                .spawn(move || drive(dst, mine, t, stop))
-        })
-        .collect::<Result<_, _>>()?;
+    let make = |i: usize| {
+        let at = t0 + Duration::from_micros(i as u64 * spread_us / clients as u64);
+        Raw::new(source(i, sources), at, CLIENT_BUF)
+    };
+    let drivers = spawn_drivers((dst, "idle-drive"), clients, DRIVERS, make, (&t, &stop))?;
     let give_up = t0 + Duration::from_micros(spread_us) + Duration::from_secs(60);
-    let mut all_on = None;
-    while Instant::now() < give_up && all_on.is_none() {
-        if t.on.load(Relaxed) as usize >= clients {
-            all_on = Some(t0.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let all_on = await_all_on(&t, clients, t0, give_up);
     v.fig(format!(
         "{clients} clients from {sources} addresses: all logged on after {}",
         all_on.map_or("never".into(), |a| format!("{:.2} s", a.as_secs_f64()))

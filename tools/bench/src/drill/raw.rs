@@ -209,3 +209,35 @@ pub fn drive(dst: SocketAddrV4, mut clients: Vec<Raw>, t: Arc<Tally>, stop: Arc<
         }
     }
 }
+
+/// Spreads clients `0..clients` (client `i` made by `make(i)`) over
+/// `drivers` threads named `name`, each running [`drive`] until `stop`.
+pub fn spawn_drivers(
+    (dst, name): (SocketAddrV4, &str),
+    clients: usize,
+    drivers: usize,
+    make: impl Fn(usize) -> Raw,
+    (t, stop): (&Arc<Tally>, &Arc<AtomicBool>),
+) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    (0..drivers)
+        .map(|k| {
+            let mine: Vec<Raw> = (k..clients).step_by(drivers).map(&make).collect();
+            let (t, stop) = (t.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || drive(dst, mine, t, stop))
+        })
+        .collect()
+}
+
+/// Waits until `clients` are logged on at once, at most until `give_up`:
+/// how long after `t0` that was (`None`: never).
+pub fn await_all_on(t: &Tally, clients: usize, t0: Instant, give_up: Instant) -> Option<Duration> {
+    while Instant::now() < give_up {
+        if t.on.load(Relaxed) as usize >= clients {
+            return Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
