@@ -36,6 +36,22 @@ pub struct Sub {
     pub pace: super::pacer::PaceId,
 }
 
+impl Sub {
+    /// A subscription to `key` at `pos` in the shard's index (or paced,
+    /// `pace`), sent nothing yet.
+    pub fn new(key: u32, pos: u32, pace: super::pacer::PaceId) -> Sub {
+        Sub {
+            key,
+            pos,
+            last_seq: 0,
+            stream: 0,
+            dirty: false,
+            stale: false,
+            pace,
+        }
+    }
+}
+
 /// A subscriber connection.
 pub struct Conn {
     /// The socket, plain or TLS, registered with the shard's poller.

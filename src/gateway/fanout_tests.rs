@@ -4,13 +4,10 @@ use super::*;
 
 fn sub(last_seq: u64, stale: bool) -> Sub {
     Sub {
-        key: 0,
-        pos: 0,
         last_seq,
         stream: 5,
-        dirty: false,
         stale,
-        pace: PACE_NONE,
+        ..Sub::new(0, 0, PACE_NONE)
     }
 }
 

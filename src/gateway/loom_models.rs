@@ -74,15 +74,7 @@ struct Session {
 
 impl Session {
     fn new(id: u32) -> Session {
-        let sub = Sub {
-            key: u32::from(SYMBOL),
-            pos: 0,
-            last_seq: 0,
-            stream: 0,
-            dirty: false,
-            stale: false,
-            pace: super::pacer::PACE_NONE,
-        };
+        let sub = Sub::new(u32::from(SYMBOL), 0, super::pacer::PACE_NONE);
         Session {
             id,
             sub,

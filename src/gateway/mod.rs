@@ -26,6 +26,7 @@
 
 pub mod acceptor;
 mod answer_marks;
+mod append;
 mod balance;
 pub mod conn;
 mod conns;
