@@ -221,6 +221,15 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = crate::gateway::fresh::PRICE_AGE_MAX_MS_DEFAULT, value_name = "MS")]
     pub price_age_max_ms: u64,
 
+    /// How long a price may wait unwritten before newer ones replace it, µs.
+    /// While a connection's price for a symbol waits in its outbound buffer
+    /// longer than this (a long shard turn, a socket that took no more),
+    /// each newer price of that symbol overwrites it in place, so one write
+    /// carries each symbol's latest once (a snapshot, flagged conflated when
+    /// it replaced a price). 0 merges at once; 0..=60000000.
+    #[arg(long, default_value_t = crate::gateway::fresh::MERGE_AFTER_US_DEFAULT, value_name = "US")]
+    pub merge_after_us: u64,
+
     /// Shard 0's busy share at which it drains request-heavy sessions, in %.
     /// Draining moves (`--threading shared`, with the spill on): at the end of
     /// a 50-ms window in which shard 0 was busy at least this share of the time
@@ -373,6 +382,7 @@ impl GatewayArgs {
             slow_consumer_ms: self.slow_consumer_ms,
             loop_lag_target_ms: self.loop_lag_target_ms,
             price_age_max_ms: self.price_age_max_ms,
+            merge_after_us: self.merge_after_us,
             max_update_hz: self.max_update_hz,
             drain_busy_permille: self.shard0_drain_busy_pct.saturating_mul(10),
             drain_request_share_permille: self.shard0_drain_request_share_pct.saturating_mul(10),

@@ -44,7 +44,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
         "queue-capacity", "queue-target-ms", "queue-interval-ms", "shed-retry-min-ms",
         "shed-retry-max-ms", "account-request-rate-per-s", "account-request-burst",
         "low-water-bytes", "high-water-bytes", "out-cap-bytes", "slow-consumer-ms",
-        "sndbuf-bytes", "price-age-max-ms", "loop-lag-target-ms",
+        "sndbuf-bytes", "price-age-max-ms", "merge-after-us", "loop-lag-target-ms",
     ]),
     ("Overload: admission and rate limits", &[
         "accept-rate-per-s", "accept-burst", "ip-connections-max", "ip-connect-burst",

@@ -34,6 +34,15 @@ pub struct Sub {
     /// account's update frequency is limited, else
     /// [`super::pacer::PACE_NONE`].
     pub pace: super::pacer::PaceId,
+    /// The newest price frame appended for this key, by its mark in the
+    /// connection's outbound buffer ([`super::outbound::NO_MARK`]: none),
+    /// and whether it is a PriceSnapshot, which a newer price of the key
+    /// may overwrite in place while it is unwritten (`fanout::merge`).
+    pub mark: u64,
+    /// Whether the frame at `mark` is a PriceSnapshot.
+    pub mark_snapshot: bool,
+    /// When the oldest of this key's unwritten prices was appended.
+    pub unwritten_since: u64,
 }
 
 impl Sub {
@@ -48,6 +57,9 @@ impl Sub {
             dirty: false,
             stale: false,
             pace,
+            mark: super::outbound::NO_MARK,
+            mark_snapshot: false,
+            unwritten_since: 0,
         }
     }
 }

@@ -247,10 +247,16 @@ impl Conns {
             })
         });
         for _ in 0..2 {
+            if let Some(age) = conn.out.handoff_age_ns(now) {
+                self.stats.handoff_age.record(age);
+            }
             let before = conn.out.len();
             let res = conn.out.write_to(&mut conn.stream);
             let n = before - conn.out.len();
             self.stats.bytes_written.add(n as u64);
+            if n > 0 {
+                self.stats.socket_writes.inc();
+            }
             conn.out.on_written(n, now);
             if conn.out.wants_look() {
                 if let Ok((held, unsent)) = send_queue_bytes(conn.stream.socket()) {
@@ -344,7 +350,8 @@ impl Conns {
             session,
             out: OutBuf::new(cfg.out_cap_bytes, cfg.low_water_bytes, cfg.high_water_bytes)
                 .with_final_reserve(super::session::CONTROL_FRAME_MAX)
-                .with_age_max(cfg.price_age_max_ms.saturating_mul(1_000_000)),
+                .with_age_max(cfg.price_age_max_ms.saturating_mul(1_000_000))
+                .with_merge_after(cfg.merge_after_us.saturating_mul(1_000)),
             subs: Vec::with_capacity(cfg.max_subscriptions.min(64)),
             dirty_subs: 0,
             in_write_list: false,

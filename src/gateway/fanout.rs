@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use super::append::{append, mark_owed};
 use super::conn::{Conn, Sub};
-use super::outbound::Append;
 use super::pacer::{self, Member, Offer, Pacer, PACE_NONE};
 use super::slab::Slab;
 use super::subs::{SubIndex, Subscriber};
@@ -414,13 +413,21 @@ impl Fanout {
                     p.flags |= flag;
                     let digits = self.digits[symbol as usize];
                     let body = PriceBody::from_price(&p, digits, self.wall_offset_ns);
-                    let r = conn.out.append_price_with(SNAPSHOT_FRAME_LEN, now, |b| {
-                        wire::try_encode_price(b, PriceKind::Snapshot, &body, p.stream_id)
-                            .unwrap_or(0)
-                    });
-                    if r == Append::Overflow {
+                    let pending = conn.out.unwritten(sub.mark).is_some();
+                    let rx = p.receive_time_ns;
+                    let r = conn
+                        .out
+                        .append_price_mark(SNAPSHOT_FRAME_LEN, (now, rx), |b| {
+                            wire::try_encode_price(b, PriceKind::Snapshot, &body, p.stream_id)
+                                .unwrap_or(0)
+                        });
+                    let Some(mark) = r else {
                         break;
+                    };
+                    if !pending {
+                        sub.unwritten_since = now;
                     }
+                    (sub.mark, sub.mark_snapshot) = (mark, true);
                     sub.last_seq = p.seq;
                     sub.stream = p.stream_id;
                     sub.stale = p.flags & price_flags::STALE != 0;
@@ -483,8 +490,7 @@ fn deliver(conn: &mut Conn, slot: u32, f: &Frame<'_>, now: u64, stats: &ShardSta
         stats.conflated.inc();
         return false;
     }
-    let key = (f.price.stream_id, seq, f.stale);
-    append(conn, slot as usize, key, f.bytes, now, stats)
+    append(conn, slot as usize, f.price, f.bytes, now, stats)
 }
 
 /// A restatement (same sequence, as a snapshot) to the members of one
@@ -557,7 +563,6 @@ fn emit(
     stats: &ShardStats,
     (now, at_slot): (u64, bool),
 ) -> usize {
-    let stale = p.flags & price_flags::STALE != 0;
     let mut sent = 0;
     for m in members {
         let Some(conn) = slab.conns.get_mut(m.conn as usize).and_then(Option::as_mut) else {
@@ -582,14 +587,7 @@ fn emit(
         } else {
             plain
         };
-        if append(
-            conn,
-            m.slot as usize,
-            (p.stream_id, p.seq, stale),
-            bytes,
-            now,
-            stats,
-        ) {
+        if append(conn, m.slot as usize, p, bytes, now, stats) {
             if at_slot {
                 stats.paced_released.inc();
                 if skipped {

@@ -41,6 +41,23 @@ pub const PRICE_AGE_MAX_MS_DEFAULT: u64 = 20;
 /// Largest `--price-age-max-ms`.
 pub const PRICE_AGE_MAX_MS_MAX: u64 = 60_000;
 
+/// Default of `--merge-after-us`: a shard turn that writes promptly
+/// (tens of µs) sends every price as it came; a price that waited a
+/// quarter of the default age limit (`--price-age-max-ms`) unwritten is
+/// behind, and newer ones of its key replace it.
+pub const MERGE_AFTER_US_DEFAULT: u64 = 5_000;
+/// Largest `--merge-after-us`.
+pub const MERGE_AFTER_US_MAX: u64 = 60_000_000;
+
+/// Refuses a merge delay out of range (the flag's check).
+pub(super) fn check_merge_after_us(us: u64) -> Result<(), super::SettingsError> {
+    if us > MERGE_AFTER_US_MAX {
+        let range = format!("0..={MERGE_AFTER_US_MAX} (microseconds)");
+        return Err(super::SettingsError::value("--merge-after-us", us, range));
+    }
+    Ok(())
+}
+
 /// Refuses a price age limit out of range (the flag's check).
 pub(super) fn check_price_age_max_ms(ms: u64) -> Result<(), super::SettingsError> {
     if ms == 0 || ms > PRICE_AGE_MAX_MS_MAX {

@@ -189,6 +189,9 @@ pub struct GatewayConfig {
     /// The oldest a price may be (ms since this process received it) when
     /// it is handed to a connection's socket (see [`fresh`]).
     pub price_age_max_ms: u64,
+    /// How long (µs) a connection's price waits unwritten before a newer
+    /// one of its key overwrites it in place (see `append.rs`).
+    pub merge_after_us: u64,
     /// Longest a closing connection may take to flush its last bytes.
     pub close_linger_ms: u64,
     /// How an idle shard waits for prices and sockets (`--shard-wait`).
@@ -250,6 +253,7 @@ impl Default for GatewayConfig {
             bad_frame_window_ms: BAD_FRAME_WINDOW_MS_DEFAULT,
             loop_lag_target_ms: lag::LOOP_LAG_TARGET_MS_DEFAULT,
             price_age_max_ms: fresh::PRICE_AGE_MAX_MS_DEFAULT,
+            merge_after_us: fresh::MERGE_AFTER_US_DEFAULT,
             max_update_hz: 0,
             close_linger_ms: 2_000,
             shard_wait: WaitStrategy::SpinPark,
@@ -319,6 +323,7 @@ impl GatewayConfig {
             ));
         }
         fresh::check_price_age_max_ms(self.price_age_max_ms)?;
+        fresh::check_merge_after_us(self.merge_after_us)?;
         crate::config::check_max_update_hz(self.max_update_hz).map_err(E::MaxUpdateHz)?;
         if self.slow_consumer_ms == 0 {
             return Err(E::range("--slow-consumer-ms", "at least 1"));

@@ -21,6 +21,14 @@
 //! ([`OutBuf::drop_stale_prices`]; control frames in it stay, in order),
 //! so a price is handed to the kernel within the limit or not at all —
 //! except the one frame the kernel took part of, which is finished.
+//!
+//! A price frame not yet handed to the kernel may be replaced in place by
+//! a newer price of its key (merging, [`OutBuf::unwritten`] and
+//! [`OutBuf::frame_mut`]): a frame is named by its absolute position, the
+//! bytes appended before it since the buffer was made, which compactions
+//! keep and a drop never gives to another frame, so a mark taken at an
+//! append names that frame for as long as it is unwritten, and nothing
+//! after.
 
 use std::io::{self, Write};
 
@@ -74,7 +82,21 @@ pub struct OutBuf {
     /// Where the trailing run of unwritten price frames starts, and when
     /// its first frame was appended.
     price_tail: Option<(usize, u64)>,
+    /// Absolute position of `buf[0]` (see the module).
+    base: u64,
+    /// Marks below this absolute position name dropped frames.
+    floor: u64,
+    /// The earliest receive time (monotonic ns) of the prices appended
+    /// since the buffer was last empty (`u64::MAX`: none): the age of
+    /// the oldest price a write hands over, at most.
+    run_rx_min: u64,
+    /// How long a key's price may wait unwritten before a newer one
+    /// replaces it instead of queueing behind (`--merge-after-us`), ns.
+    merge_after_ns: u64,
 }
+
+/// The mark of no frame.
+pub const NO_MARK: u64 = u64::MAX;
 
 impl OutBuf {
     /// A buffer of `cap` bytes, allocated here, with water marks `low` and
@@ -96,7 +118,43 @@ impl OutBuf {
             sendq: SendQueue::default(),
             age_max_ns: u64::MAX,
             price_tail: None,
+            base: 0,
+            floor: 0,
+            run_rx_min: u64::MAX,
+            merge_after_ns: u64::MAX,
         }
+    }
+
+    /// Merges a key's newer price into its unwritten one once that has
+    /// waited `ns` (see the module; `u64::MAX`: never).
+    pub fn with_merge_after(mut self, ns: u64) -> Self {
+        self.merge_after_ns = ns;
+        self
+    }
+
+    /// How long a price waits unwritten before newer ones merge into it.
+    #[inline]
+    pub fn merge_after_ns(&self) -> u64 {
+        self.merge_after_ns
+    }
+
+    /// Where in the buffer the frame appended at absolute position `mark`
+    /// starts, if no byte of it has been handed to the kernel (and it was
+    /// not dropped).
+    #[inline]
+    pub fn unwritten(&self, mark: u64) -> Option<usize> {
+        let lo = self.floor.max(self.base + self.start as u64);
+        (mark >= lo && mark < self.base + self.end as u64).then(|| (mark - self.base) as usize)
+    }
+
+    /// The `len` unwritten bytes at `at` (from [`OutBuf::unwritten`]) to
+    /// rewrite in place.
+    #[inline]
+    pub fn frame_mut(&mut self, at: usize, len: usize) -> Option<&mut [u8]> {
+        if at < self.start || at + len > self.end {
+            return None;
+        }
+        self.buf.get_mut(at..at + len)
     }
 
     /// Conflates when queued bytes are older than `ns` (see the module).
@@ -172,15 +230,28 @@ impl OutBuf {
         now_ns: u64,
         f: impl FnOnce(&mut [u8]) -> usize,
     ) -> Append {
-        let limit = self.buf.len() - self.reserve;
-        match self.append_upto(limit, need, f) {
-            Ok(at) => {
-                // A run in progress keeps its start and its first time.
-                self.price_tail = self.price_tail.or(Some((at, now_ns)));
-                Append::Appended
-            }
-            Err(()) => Append::Overflow,
+        match self.append_price_mark(need, (now_ns, now_ns), f) {
+            Some(_) => Append::Appended,
+            None => Append::Overflow,
         }
+    }
+
+    /// [`OutBuf::append_price_with`] at `now_ns` of a price this process
+    /// received at `rx_ns`; returns the frame's mark (its absolute
+    /// position, for [`OutBuf::unwritten`]), `None` on overflow.
+    #[inline]
+    pub fn append_price_mark(
+        &mut self,
+        need: usize,
+        (now_ns, rx_ns): (u64, u64),
+        f: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Option<u64> {
+        let limit = self.buf.len() - self.reserve;
+        let at = self.append_upto(limit, need, f).ok()?;
+        self.note_price_rx(rx_ns);
+        // A run in progress keeps its start and its first time.
+        self.price_tail = self.price_tail.or(Some((at, now_ns)));
+        Some(self.base + at as u64)
     }
 
     /// Drops the unwritten price frames of the run that began with the
@@ -210,6 +281,7 @@ impl OutBuf {
         let Some((at, _)) = self.price_tail.take() else {
             return false;
         };
+        self.run_rx_min = u64::MAX;
         debug_assert!(at <= self.end, "the run is in the buffer");
         let written = self.start.saturating_sub(at);
         let kept = f(&mut self.buf[at..self.end], written);
@@ -217,8 +289,30 @@ impl OutBuf {
             kept >= written && at + kept <= self.end,
             "kept {kept} of a run"
         );
+        // Later frames moved down: no position of a dropped frame is
+        // given to another, and no mark from before names a frame.
+        self.base += (self.end - (at + kept)) as u64;
         self.end = at + kept;
+        self.floor = self.base + self.end as u64;
         true
+    }
+
+    /// A price this process received at `rx_ns` was put in the buffer
+    /// (appended, or merged into a frame there).
+    #[inline]
+    pub fn note_price_rx(&mut self, rx_ns: u64) {
+        self.run_rx_min = self.run_rx_min.min(rx_ns);
+    }
+
+    /// At most how old, at `now_ns`, the oldest price the next write
+    /// hands over is, since this process received it — the earliest
+    /// receive time of the prices appended since the buffer was last
+    /// empty (some may be written already, so this never understates) —
+    /// or `None` with no price unwritten.
+    #[inline]
+    pub fn handoff_age_ns(&self, now_ns: u64) -> Option<u64> {
+        self.price_tail
+            .map(|_| now_ns.saturating_sub(self.run_rx_min))
     }
 
     /// How long the oldest byte queued for the connection has waited: the
@@ -306,6 +400,7 @@ impl OutBuf {
                 _ => self.start,
             };
             self.buf.copy_within(from..self.end, 0);
+            self.base += from as u64;
             self.price_tail = self.price_tail.map(|(at, t)| (at.max(from) - from, t));
             self.end -= from;
             self.start -= from;
@@ -376,18 +471,23 @@ impl OutBuf {
                 Err(e) => return Err(e),
             }
         }
+        self.base += self.end as u64;
         self.start = 0;
         self.end = 0;
         self.price_tail = None;
+        self.run_rx_min = u64::MAX;
         Ok(true)
     }
 
     /// Drops everything pending (used when closing).
     pub fn clear(&mut self) {
+        self.base += self.end as u64;
+        self.floor = self.base;
         self.start = 0;
         self.end = 0;
         self.flow = Flow::WriteThrough;
         self.price_tail = None;
+        self.run_rx_min = u64::MAX;
     }
 }
 

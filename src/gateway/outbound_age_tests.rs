@@ -174,3 +174,110 @@ proptest! {
         }
     }
 }
+
+fn price_mark(b: &mut OutBuf, id: u32, now: u64) -> Option<u64> {
+    b.append_price_mark(LEN, (now, now), |t| {
+        t[..LEN].copy_from_slice(&frame(P, id));
+        LEN
+    })
+}
+
+proptest! {
+    /// Whatever the appends, partial writes, compactions, drops and
+    /// clears, a frame's mark names that frame while no byte of it went
+    /// to the kernel and it was not dropped (the bytes there are its
+    /// own), and nothing once it did or was: a merge can only ever
+    /// rewrite the frame it was meant for, and only before any of it was
+    /// handed over.
+    #[test]
+    fn a_mark_names_its_frame_while_unwritten_and_nothing_after(
+        ops in proptest::collection::vec((0u8..6, 0usize..80), 1..200)
+    ) {
+        let mut b = OutBuf::new(256, 32, 128).with_age_max(u64::MAX - 1);
+        let mut w = Slow { quota: 0, got: Vec::new() };
+        // The buffer as a model: (price id or none, bytes of it written)
+        // per frame not yet wholly written, oldest first.
+        let mut model: Vec<(Option<u32>, usize)> = Vec::new();
+        let mut marks: Vec<(u64, u32)> = Vec::new();
+        let mut next_id = 0u32;
+        for (op, n) in ops {
+            match op {
+                0 | 1 => {
+                    if let Some(m) = price_mark(&mut b, next_id, 0) {
+                        marks.push((m, next_id));
+                        model.push((Some(next_id), 0));
+                        next_id += 1;
+                    }
+                }
+                2 => {
+                    if b.append(&frame(C, 0)) == Append::Appended {
+                        model.push((None, 0));
+                    }
+                }
+                3 => {
+                    let before = w.got.len();
+                    w.quota = n;
+                    b.write_to(&mut w).expect("no error");
+                    let mut took = w.got.len() - before;
+                    while took > 0 {
+                        let f = &mut model[0];
+                        let k = took.min(LEN - f.1);
+                        f.1 += k;
+                        took -= k;
+                        if f.1 == LEN {
+                            model.remove(0);
+                        }
+                    }
+                }
+                4 => {
+                    drop_stale(&mut b, u64::MAX);
+                    model.retain(|f| f.0.is_none() || f.1 > 0);
+                }
+                _ => {
+                    if n < 8 {
+                        b.clear();
+                        model.clear();
+                    }
+                }
+            }
+            for &(m, id) in &marks {
+                let named = model.iter().any(|f| f.0 == Some(id) && f.1 == 0);
+                match b.unwritten(m) {
+                    Some(at) => {
+                        prop_assert!(named, "price {id} named after it went or was dropped");
+                        let f = b.frame_mut(at, LEN).expect("a whole frame");
+                        prop_assert_eq!(id_of(f), id, "the mark names another frame");
+                    }
+                    None => prop_assert!(!named, "price {id} unwritten but not named"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_writes_handoff_age_is_its_oldest_price_since_the_buffer_was_empty() {
+    let mut b = OutBuf::new(1024, 64, 512);
+    assert_eq!(b.handoff_age_ns(5 * MS), None, "no price");
+    b.append_price_mark(LEN, (2 * MS, MS), |t| {
+        t[..LEN].copy_from_slice(&frame(P, 1));
+        LEN
+    });
+    b.append_price_mark(LEN, (3 * MS, 3 * MS), |t| {
+        t[..LEN].copy_from_slice(&frame(P, 2));
+        LEN
+    });
+    assert_eq!(b.handoff_age_ns(5 * MS), Some(4 * MS), "received at 1 ms");
+    // Part written: still the run's oldest (never understated).
+    let mut w = Slow {
+        quota: LEN + 1,
+        got: Vec::new(),
+    };
+    assert!(!b.write_to(&mut w).expect("would block"));
+    assert_eq!(b.handoff_age_ns(5 * MS), Some(4 * MS));
+    w.quota = usize::MAX;
+    assert!(b.write_to(&mut w).expect("drained"));
+    assert_eq!(b.handoff_age_ns(5 * MS), None, "emptied: no age");
+    price(&mut b, 3, 6 * MS);
+    assert_eq!(b.handoff_age_ns(7 * MS), Some(MS), "a new run");
+}

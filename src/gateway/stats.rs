@@ -97,6 +97,9 @@ pub struct ShardStats {
     /// waited past `--price-age-max-ms` (their keys' latest went out
     /// instead, flagged conflated; `gateway::fresh`).
     pub stale_dropped: Counter,
+    /// Prices that replaced their key's unwritten price in a connection's
+    /// outbound buffer, in place (`--merge-after-us`; `gateway::append`).
+    pub merged: Counter,
     /// Conflated snapshots sent after a connection drained below low.
     pub resync_snapshots: Counter,
     /// Updates older than what the connection already had (after resync).
@@ -111,6 +114,9 @@ pub struct ShardStats {
     pub paced_conflated: Counter,
     /// Bytes handed to sockets.
     pub bytes_written: Counter,
+    /// Writes that handed bytes to sockets (`write_conn` passes that
+    /// wrote something; a TLS record flush counts with its pass).
+    pub socket_writes: Counter,
     /// Requests refused because the request ring was full.
     pub requests_refused: Counter,
     /// Answers whose connection had closed (or could not take them).
@@ -136,6 +142,10 @@ pub struct ShardStats {
     /// ring, then handing the session over): what every other session's
     /// prices and answers waited for it.
     pub move_pause: PauseHist,
+    /// Per write that hands prices to the kernel, at most how long ago
+    /// this process received the oldest of them (`OutBuf::handoff_age_ns`):
+    /// the fan-out's freshness where the server lets go of a price.
+    pub handoff_age: PauseHist,
     /// Connections above the high water mark right now.
     pub conflating_now: Gauge,
     /// Sum of bytes waiting in outbound buffers (sampled each sweep).
@@ -154,7 +164,8 @@ pub const PAUSE_BUCKETS_S: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
 ];
 
-/// A histogram of short pauses (one writer: the shard thread).
+/// A histogram of short durations — pauses, ages (one writer: the shard
+/// thread).
 #[derive(Debug, Default)]
 pub struct PauseHist {
     buckets: [Counter; PAUSE_BUCKETS_S.len()],

@@ -235,6 +235,10 @@ fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), Ops
     r.register_counter_fn(m::PRICE_UPDATES_SENT, &[("shard", &shard)], move || {
         a.prices_out.get()
     })?;
+    let w = s.clone();
+    r.register_counter_fn(m::SOCKET_WRITES, &[("shard", &shard)], move || {
+        w.socket_writes.get()
+    })?;
     r.register_gauge_fn(
         m::CONNECTIONS,
         &[("shard", &shard), ("state", "open")],
@@ -282,12 +286,22 @@ fn register_shard(r: &Registry, i: usize, s: &Arc<ShardStats>) -> Result<(), Ops
         &[("reason", &format!("stale_queue_shard{i}"))],
         move || q.stale_dropped.get(),
     )?;
+    let g = s.clone();
+    r.register_counter_fn(
+        m::CONFLATIONS,
+        &[("reason", &format!("merged_shard{i}"))],
+        move || g.merged.get(),
+    )?;
     Ok(())
 }
 
 /// One shard's sessions moved and drained.
 fn register_moves(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), OpsError> {
     let p = s.clone();
+    let h = s.clone();
+    r.register_histogram_fn(m::PRICE_HANDOFF_AGE, &[("shard", shard)], move || {
+        h.handoff_age.snapshot()
+    })?;
     r.register_histogram_fn(m::SESSION_MOVE_PAUSE, &[("shard", shard)], move || {
         p.move_pause.snapshot()
     })?;

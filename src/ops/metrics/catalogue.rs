@@ -177,6 +177,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
     // gateway
     counter(PRICE_UPDATES_SENT, &["shard"], "updates", "gateway",
         "Price updates written to subscriber connections"),
+    counter(SOCKET_WRITES, &["shard"], "writes", "gateway",
+        "Writes that handed bytes to subscriber connections' sockets (with the updates sent: writes per delivered update)"),
     gauge(CONNECTIONS, &["shard", "state"], "connections", "gateway",
         "Subscriber connections by session state"),
     counter(HOSTED_INTERLEAVES, &["shard"], "events", "gateway",
@@ -201,6 +203,8 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Share of wall time the shard's thread ran on a CPU in its last 100-ms cause window"),
     gauge(SHARD_RUN_WAIT_RATIO, &["shard"], "ratio", "gateway",
         "Share of wall time the shard's thread was runnable but waiting for a CPU (run-queue delay) in its last 100-ms cause window"),
+    histogram(PRICE_HANDOFF_AGE, &["shard"], "gateway",
+        "Per write that hands prices to a subscriber's socket, at most how long ago this process received the oldest of them: the fan-out's freshness where the server lets go of a price (--price-age-max-ms)"),
     histogram(SESSION_MOVE_PAUSE, &["shard"], "gateway",
         "How long each session move stopped the moving shard's loop (ring drained, session handed over): what every other session's prices and answers waited"),
     counter(SHARD_LAG_LOGONS_PACED, &["shard"], "logons", "gateway",

@@ -84,6 +84,9 @@ pub const DROPS: &str = "pricewire_drops_total";
 pub const SHEDS: &str = "pricewire_sheds_total";
 /// Price updates written to subscriber connections (counter, by `shard`).
 pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
+/// Writes that handed bytes to subscriber connections' sockets (counter,
+/// by `shard`): with the updates sent, the writes per delivered update.
+pub const SOCKET_WRITES: &str = "pricewire_socket_writes_total";
 /// Subscriber connections by session state (gauge, by `shard`, `state`).
 pub const CONNECTIONS: &str = "pricewire_connections";
 /// Times a shard ran its hosted stages (ingest, engine) in the middle of a long
@@ -121,6 +124,11 @@ pub const SHARD_RUN_WAIT_RATIO: &str = "pricewire_shard_run_wait_ratio";
 /// drained, the session handed over): the pause every other session's
 /// prices and answers waited (histogram, by `shard`).
 pub const SESSION_MOVE_PAUSE: &str = "pricewire_session_move_pause_seconds";
+/// Per write that hands prices to a subscriber's socket, at most how long
+/// ago this process received the oldest of them (histogram, by `shard`):
+/// the fan-out's freshness bound (`--price-age-max-ms`) where the server
+/// lets go of a price.
+pub const PRICE_HANDOFF_AGE: &str = "pricewire_price_handoff_age_seconds";
 /// Logons a shedding shard admitted within its paced budget
 /// (`LAG_ADMIT_PER_S`) (counter, by `shard`).
 pub const SHARD_LAG_LOGONS_PACED: &str = "pricewire_shard_lag_logons_paced_total";
