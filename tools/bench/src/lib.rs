@@ -40,6 +40,7 @@
 
 pub mod cli;
 pub mod drill;
+pub mod handoff;
 pub mod herd;
 pub mod hist;
 #[cfg(feature = "plot")]

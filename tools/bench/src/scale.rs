@@ -124,6 +124,8 @@ pub struct Deployment {
     pub listen: SocketAddr,
     /// Where the generator's provider connects (standalone server or core).
     pub feed: SocketAddr,
+    /// The ops listener (/metrics) of the process terminals connect to.
+    pub server_ops: SocketAddr,
     procs: Vec<Proc>,
     nats: Option<NatsNode>,
 }
@@ -141,10 +143,12 @@ impl Deployment {
         let mut subscriber_side = strings(&["--drain-delay-ms", "0", "--listen", &l]);
         subscriber_side.extend(subscriber_side_flags(&o.edge_args));
         let bin = &o.pricewire_bin;
+        let server_ops = procs::free_addr()?;
         let mut d = Deployment {
             topology,
             listen,
             feed,
+            server_ops,
             procs: Vec::new(),
             nats: None,
         };
@@ -153,13 +157,8 @@ impl Deployment {
                 let mut args = strings(&["--no-synthetic", "--feed-listen", &f]);
                 args.extend(subscriber_side);
                 let name = format!("standalone-{tag}");
-                d.procs.push(start_serve(
-                    bin,
-                    &name,
-                    &args,
-                    procs::free_addr()?,
-                    &o.logs,
-                )?);
+                d.procs
+                    .push(start_serve(bin, &name, &args, server_ops, &o.logs)?);
             }
             Topology::Bus => {
                 let nats = NatsNode::start(&o.nats_bin, &format!("nats-{tag}"), &o.logs)?;
@@ -180,13 +179,8 @@ impl Deployment {
                 edge.extend(bus);
                 edge.extend(subscriber_side);
                 let name = format!("edge-{tag}");
-                d.procs.push(start_serve(
-                    bin,
-                    &name,
-                    &edge,
-                    procs::free_addr()?,
-                    &o.logs,
-                )?);
+                d.procs
+                    .push(start_serve(bin, &name, &edge, server_ops, &o.logs)?);
             }
         }
         Ok(d)
@@ -355,12 +349,19 @@ struct Readings {
     arrived: [u64; 2],
     cpu_s: Vec<[f64; 2]>,
     recv_cpu_s: [f64; 2],
+    /// The server's hand-off histogram (`handoff::handoff_buckets`).
+    handoff: [Vec<(f64, u64)>; 2],
+    /// This host's (loopback backlog drops, TCP retransmits).
+    net: [(u64, u64); 2],
+    /// The server's (socket writes, price updates sent).
+    writes: [(u64, u64); 2],
 }
 
 /// The capacity run's hook: reads RSS and CPU at the start and the end
 /// of the measured window.
 struct CapacityHook {
     server_pid: u32,
+    server_ops: SocketAddr,
     pids: Vec<(String, u32)>,
     w: Readings,
 }
@@ -370,6 +371,13 @@ impl CapacityHook {
         self.w.arrived[at] = shared.arrived.load(std::sync::atomic::Ordering::Relaxed);
         self.w.rss_kib[at] = procs::rss_kib(self.server_pid).unwrap_or(0);
         self.w.recv_cpu_s[at] = procs::threads_cpu_s("bench-recv");
+        let metrics = crate::drill::scrape(self.server_ops);
+        self.w.handoff[at] = crate::handoff::handoff_buckets(&metrics);
+        self.w.net[at] = crate::handoff::host_net();
+        self.w.writes[at] = (
+            crate::handoff::family_sum(&metrics, "pricewire_socket_writes_total"),
+            crate::handoff::family_sum(&metrics, "pricewire_price_updates_sent_total"),
+        );
         self.w.cpu_s.resize(self.pids.len(), [0.0; 2]);
         for (i, (_, pid)) in self.pids.iter().enumerate() {
             self.w.cpu_s[i][at] = process_cpu_s(*pid).unwrap_or(0.0);
@@ -419,6 +427,20 @@ pub struct CapacityRow {
     pub engine_to_socket: Option<Summary>,
     /// Deliveries the server flagged stale (not latency samples).
     pub stale: u64,
+    /// Of the server's writes in the window, the bucket bound (ms) below
+    /// which half and 99 % handed over prices at most that old
+    /// (`pricewire_price_handoff_age_seconds`; `None`: no figure).
+    pub handoff_p50_le_ms: Option<f64>,
+    pub handoff_p99_le_ms: Option<f64>,
+    /// The share of those writes whose oldest price was over 50 ms old.
+    pub handoff_over_50ms: Option<f64>,
+    /// This host's loopback packets dropped at the receive backlog, and
+    /// TCP segments retransmitted, in the window: a dropped segment's
+    /// prices wait for their retransmission, older than they left.
+    pub loopback_drops: u64,
+    pub tcp_retransmits: u64,
+    /// The server's socket writes per price update it sent, in the window.
+    pub writes_per_update: Option<f64>,
     /// From the latest tick delivered to the last delivery's arrival, ms:
     /// how long deliveries went on after the feed stopped.
     pub tail_ms: f64,
@@ -464,6 +486,7 @@ pub fn edge_capacity(
     s.name = t.name().to_string();
     let mut hook = CapacityHook {
         server_pid: d.server_pid(),
+        server_ops: d.server_ops,
         pids: d.pids(),
         w: Readings::default(),
     };
@@ -473,6 +496,8 @@ pub fn edge_capacity(
     let secs = spec.duration_s.max(1) as f64;
     let grown = w.rss_kib[1].saturating_sub(rss_idle_kib) as f64;
     let threads = spec.recv_threads.clamp(1, spec.subscribers.max(1));
+    let handoff = crate::handoff::window(&w.handoff[0], &w.handoff[1]);
+    let ms = |s: f64| s * 1e3;
     let row = CapacityRow {
         topology: t,
         name: s.name.clone(),
@@ -494,6 +519,16 @@ pub fn edge_capacity(
             .rx_stamps
             .then(|| crate::hist::summarize(&o.recv.engine_to_socket)),
         stale: o.recv.stale,
+        handoff_p50_le_ms: crate::handoff::quantile_le(&handoff, 0.5).map(ms),
+        handoff_p99_le_ms: crate::handoff::quantile_le(&handoff, 0.99).map(ms),
+        handoff_over_50ms: crate::handoff::share_over(&handoff, 0.05),
+        loopback_drops: w.net[1].0.saturating_sub(w.net[0].0),
+        tcp_retransmits: w.net[1].1.saturating_sub(w.net[0].1),
+        writes_per_update: {
+            let writes = w.writes[1].0.saturating_sub(w.writes[0].0);
+            let updates = w.writes[1].1.saturating_sub(w.writes[0].1);
+            (updates > 0).then(|| writes as f64 / updates as f64)
+        },
         tail_ms: o
             .recv
             .last_arrival_ns

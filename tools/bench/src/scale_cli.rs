@@ -174,6 +174,14 @@ pub fn capacity_line(r: &CapacityRow) -> String {
         ),
         _ => String::new(),
     };
+    let handoff = match (r.handoff_p50_le_ms, r.handoff_p99_le_ms, r.handoff_over_50ms) {
+        (Some(p50), Some(p99), Some(over)) => format!(
+            "; the server handed prices over at p50 <= {p50} ms, p99 <= {p99} ms, {:.3} % of writes over 50 ms, {:.2} writes per update",
+            over * 100.0,
+            r.writes_per_update.unwrap_or(0.0)
+        ),
+        _ => String::new(),
+    };
     let cpu: Vec<String> = r
         .cpu_s
         .iter()
@@ -182,8 +190,8 @@ pub fn capacity_line(r: &CapacityRow) -> String {
     format!(
         "{} capacity: {} subscribers x {} symbols at {:.0} ticks/s: all subscribed in {:.2} s \
          ({} refused and retried); \
-         {:.0} updates/s arrived ({:.0}/s of the window's ticks) of {:.0} demanded; p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ms{at_socket}; \
-         {} flagged stale; deliveries ended {:.1} ms after the last tick delivered; RSS {:.1} KiB per connection ({} -> {} KiB); receivers {} threads at {:.0} % CPU; \
+         {:.0} updates/s arrived ({:.0}/s of the window's ticks) of {:.0} demanded; p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ms{at_socket}{handoff}; \
+         loopback backlog drops {}, TCP retransmits {}; {} flagged stale; deliveries ended {:.1} ms after the last tick delivered; RSS {:.1} KiB per connection ({} -> {} KiB); receivers {} threads at {:.0} % CPU; \
          CPU {}; load {} -> {}",
         r.name,
         r.subscribers,
@@ -198,6 +206,8 @@ pub fn capacity_line(r: &CapacityRow) -> String {
         r.latency.p99_ns as f64 / 1e6,
         r.latency.p999_ns as f64 / 1e6,
         r.latency.max_ns as f64 / 1e6,
+        r.loopback_drops,
+        r.tcp_retransmits,
         r.stale,
         r.tail_ms,
         r.rss_per_connection_kib,
