@@ -176,9 +176,9 @@ pub const FAMILIES: &[FamilyDesc] = &[
         "Work refused under overload with a retry-after, by reason"),
     // gateway
     counter(PRICE_UPDATES_SENT, &["shard"], "updates", "gateway",
-        "Price updates written to subscriber connections"),
+        "Price frames put in subscriber connections' outbound buffers (those later dropped unwritten as too old are counted again as conflations_total{reason=stale_queue_shardN})"),
     counter(SOCKET_WRITES, &["shard"], "writes", "gateway",
-        "Writes that handed bytes to subscriber connections' sockets (with the updates sent: writes per delivered update)"),
+        "Writes that handed bytes to subscriber connections' sockets"),
     gauge(CONNECTIONS, &["shard", "state"], "connections", "gateway",
         "Subscriber connections by session state"),
     counter(HOSTED_INTERLEAVES, &["shard"], "events", "gateway",

@@ -353,8 +353,8 @@ struct Readings {
     handoff: [Vec<(f64, u64)>; 2],
     /// This host's (loopback backlog drops, TCP retransmits).
     net: [(u64, u64); 2],
-    /// The server's (socket writes, price updates sent).
-    writes: [(u64, u64); 2],
+    /// The server's socket writes so far.
+    writes: [u64; 2],
 }
 
 /// The capacity run's hook: reads RSS and CPU at the start and the end
@@ -374,10 +374,7 @@ impl CapacityHook {
         let metrics = crate::drill::scrape(self.server_ops);
         self.w.handoff[at] = crate::handoff::handoff_buckets(&metrics);
         self.w.net[at] = crate::handoff::host_net();
-        self.w.writes[at] = (
-            crate::handoff::family_sum(&metrics, "pricewire_socket_writes_total"),
-            crate::handoff::family_sum(&metrics, "pricewire_price_updates_sent_total"),
-        );
+        self.w.writes[at] = crate::handoff::family_sum(&metrics, "pricewire_socket_writes_total");
         self.w.cpu_s.resize(self.pids.len(), [0.0; 2]);
         for (i, (_, pid)) in self.pids.iter().enumerate() {
             self.w.cpu_s[i][at] = process_cpu_s(*pid).unwrap_or(0.0);
@@ -439,7 +436,8 @@ pub struct CapacityRow {
     /// prices wait for their retransmission, older than they left.
     pub loopback_drops: u64,
     pub tcp_retransmits: u64,
-    /// The server's socket writes per price update it sent, in the window.
+    /// The server's socket writes per update the terminals received, in
+    /// the window.
     pub writes_per_update: Option<f64>,
     /// From the latest tick delivered to the last delivery's arrival, ms:
     /// how long deliveries went on after the feed stopped.
@@ -525,9 +523,9 @@ pub fn edge_capacity(
         loopback_drops: w.net[1].0.saturating_sub(w.net[0].0),
         tcp_retransmits: w.net[1].1.saturating_sub(w.net[0].1),
         writes_per_update: {
-            let writes = w.writes[1].0.saturating_sub(w.writes[0].0);
-            let updates = w.writes[1].1.saturating_sub(w.writes[0].1);
-            (updates > 0).then(|| writes as f64 / updates as f64)
+            let writes = w.writes[1].saturating_sub(w.writes[0]);
+            let arrived = w.arrived[1] - w.arrived[0];
+            (writes > 0 && arrived > 0).then(|| writes as f64 / arrived as f64)
         },
         tail_ms: o
             .recv

@@ -82,10 +82,12 @@ pub const CONFLATIONS: &str = "pricewire_conflations_total";
 pub const DROPS: &str = "pricewire_drops_total";
 /// Work refused under overload with a retry-after, by reason (counter, by `reason`).
 pub const SHEDS: &str = "pricewire_sheds_total";
-/// Price updates written to subscriber connections (counter, by `shard`).
+/// Price frames put in subscriber connections' outbound buffers (counter,
+/// by `shard`; those dropped unwritten as too old count again as
+/// `stale_queue` conflations).
 pub const PRICE_UPDATES_SENT: &str = "pricewire_price_updates_sent_total";
 /// Writes that handed bytes to subscriber connections' sockets (counter,
-/// by `shard`): with the updates sent, the writes per delivered update.
+/// by `shard`).
 pub const SOCKET_WRITES: &str = "pricewire_socket_writes_total";
 /// Subscriber connections by session state (gauge, by `shard`, `state`).
 pub const CONNECTIONS: &str = "pricewire_connections";
