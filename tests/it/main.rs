@@ -52,6 +52,7 @@ mod flood_hold;
 mod gateway_accept_burst;
 mod gateway_bad_input;
 mod gateway_max_update_hz;
+mod gateway_merge;
 mod gateway_protocol;
 mod gateway_session;
 mod gateway_slow_consumer;
