@@ -139,14 +139,12 @@ impl Fanout {
 
     /// Sends the price table's latest price of every tier of `symbol`,
     /// flagged conflated (a snapshot), to its subscribers: a lagging
-    /// shard's catch-up (see `lag.rs`). Its age counts from `now`: it is
-    /// the engine's latest when read, however long ago the symbol ticked.
+    /// shard's catch-up (see `lag.rs`).
     pub(super) fn on_latest(&mut self, symbol: u16, slab: &mut Slab, stats: &ShardStats, now: u64) {
         stats.prices_in.inc();
         for tier in 0..self.tiers as u8 {
             if let Some(mut p) = self.table.read(symbol, tier) {
                 p.flags |= price_flags::CONFLATED;
-                p.receive_time_ns = now;
                 self.fan_out_tier(&p, slab, stats, now);
             }
         }
@@ -416,8 +414,10 @@ impl Fanout {
                     let digits = self.digits[symbol as usize];
                     let body = PriceBody::from_price(&p, digits, self.wall_offset_ns);
                     let pending = conn.out.unwritten(sub.mark).is_some();
-                    // The engine's latest when read: its age counts from now.
-                    let rx = now;
+                    // Its age counts from its tick's receipt: a table
+                    // the engine has not updated (an engine behind its
+                    // feed) shows in the hand-off age.
+                    let rx = p.receive_time_ns;
                     let r = conn
                         .out
                         .append_price_mark(SNAPSHOT_FRAME_LEN, (now, rx), |b| {
