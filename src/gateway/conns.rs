@@ -247,15 +247,18 @@ impl Conns {
             })
         });
         for _ in 0..2 {
-            if let Some(age) = conn.out.handoff_age_ns(now) {
-                self.stats.handoff_age.record(age);
-            }
+            // Taken before the write, which may empty the buffer; recorded
+            // only if the write handed bytes over.
+            let age = conn.out.handoff_age_ns(now);
             let before = conn.out.len();
             let res = conn.out.write_to(&mut conn.stream);
             let n = before - conn.out.len();
             self.stats.bytes_written.add(n as u64);
             if n > 0 {
                 self.stats.socket_writes.inc();
+                if let Some(age) = age {
+                    self.stats.handoff_age.record(age);
+                }
             }
             conn.out.on_written(n, now);
             if conn.out.wants_look() {
