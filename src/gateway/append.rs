@@ -64,8 +64,9 @@ pub(super) enum Put {
     Overflow,
 }
 
-/// Puts `price` of `sub`'s key, encoded as `bytes`, into `out`: appended, or — once the key's newest unwritten price has waited
-/// the merge delay (`--merge-after-us`) — written over it in place
+/// Puts `price` of `sub`'s key, encoded as `bytes`, into `out`:
+/// appended, or — once the key's newest unwritten price has waited the
+/// merge delay (`--merge-after-us`) — written over it in place
 /// ([`merge_in_place`]), so a connection that is not written for a while
 /// holds each key's latest once, not every price since its last write.
 #[inline]
@@ -89,7 +90,7 @@ pub(super) fn put_price(
     // turning the flag back would repeat what the terminal already had.
     let newer = seq != sub.last_seq || stream != sub.stream;
     if let Some(at) = pending.filter(|_| due && newer && sub.mark_snapshot) {
-        if merge_in_place(out, at, stream, bytes) {
+        if merge_in_place(out, at, (stream, is_update), bytes) {
             out.note_price_rx(rx);
             (sub.last_seq, sub.stream, sub.stale) = (seq, stream, stale);
             stats.merged.inc();
@@ -125,11 +126,8 @@ pub(super) fn put_price(
     let Some(mark) = mark else {
         return Put::Overflow;
     };
-    if pending.is_none() {
-        sub.unwritten_since = now;
-    }
-    sub.mark = mark;
-    sub.mark_snapshot = as_snapshot || (!is_update && bytes.len() == SNAPSHOT_FRAME_LEN);
+    let snapshot = as_snapshot || (!is_update && bytes.len() == SNAPSHOT_FRAME_LEN);
+    sub.note_appended(mark, snapshot, pending.is_some(), now);
     (sub.last_seq, sub.stream, sub.stale) = (seq, stream, stale);
     stats.prices_out.inc();
     Put::Appended
@@ -141,13 +139,18 @@ pub(super) fn put_price(
 /// connection's next write carries the key's latest price once, where its
 /// older one was, instead of both. A snapshot resets the terminal's
 /// expectation (protocol.md §5), so nothing it sees skips. Returns false,
-/// changing nothing, if `bytes` is not a price frame of either length.
-fn merge_in_place(out: &mut OutBuf, at: usize, stream: u64, bytes: &[u8]) -> bool {
+/// changing nothing, if `bytes` is not a price frame of either length
+/// (`is_update`: it is a PriceUpdate, of stream `stream`).
+fn merge_in_place(
+    out: &mut OutBuf,
+    at: usize,
+    (stream, is_update): (u64, bool),
+    bytes: &[u8],
+) -> bool {
     let Some(slot) = out.frame_mut(at, SNAPSHOT_FRAME_LEN) else {
         return false;
     };
-    let template = bytes.get(TEMPLATE_ID_OFFSET..TEMPLATE_ID_OFFSET + 2);
-    let n = if template == Some(&wire::template::PRICE_UPDATE.to_le_bytes()[..]) {
+    let n = if is_update {
         wire::update_to_snapshot(bytes, stream, slot)
     } else if bytes.len() == SNAPSHOT_FRAME_LEN {
         slot.copy_from_slice(bytes);

@@ -4,10 +4,10 @@
 //! delays and partial writes interleave.
 
 use super::*;
+use crate::gateway::outbound::tests::Slow;
 use crate::gateway::pacer::PACE_NONE;
 use crate::wire::{Message, PriceKind, PRICE_SLOT_LEN};
 use proptest::prelude::*;
-use std::io::{self, Write};
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
@@ -38,27 +38,6 @@ fn put(out: &mut OutBuf, sub: &mut Sub, p: &Price, now: u64, stats: &ShardStats)
     let mut b = [0u8; PRICE_SLOT_LEN];
     let n = wire::encode_model_price(&mut b, kind, p, 5, 0);
     put_price(out, sub, p, &b[..n], now, stats)
-}
-
-/// A socket that takes at most `quota` bytes, then would block.
-struct Sock {
-    quota: usize,
-    got: Vec<u8>,
-}
-
-impl Write for Sock {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        if self.quota == 0 {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let n = b.len().min(self.quota);
-        self.quota -= n;
-        self.got.extend_from_slice(&b[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// One price as a terminal decodes it.
@@ -103,7 +82,7 @@ fn buffer(merge_after_ns: u64) -> OutBuf {
 }
 
 fn drain(out: &mut OutBuf) -> Vec<Got> {
-    let mut s = Sock {
+    let mut s = Slow {
         quota: usize::MAX,
         got: Vec::new(),
     };
@@ -164,7 +143,7 @@ fn a_frame_the_kernel_took_part_of_is_never_rewritten() {
     let mut out = buffer(0);
     let mut sub = Sub::new(0, 0, PACE_NONE);
     put(&mut out, &mut sub, &price(0, 1, 0), 0, &stats);
-    let mut s = Sock {
+    let mut s = Slow {
         quota: 10,
         got: Vec::new(),
     };
@@ -289,7 +268,7 @@ proptest! {
         let mut subs: Vec<Sub> = (0..KEYS as u32).map(|k| Sub::new(k, 0, PACE_NONE)).collect();
         // The last price put per key, as the terminal must end with it.
         let mut put_last: Vec<Option<Price>> = vec![None; KEYS];
-        let mut sock = Sock { quota: 0, got: Vec::new() };
+        let mut sock = Slow { quota: 0, got: Vec::new() };
         let mut now = 0u64;
         for (op, key, step, dt, quota) in ops {
             now += dt * US;

@@ -62,6 +62,18 @@ impl Sub {
             unwritten_since: 0,
         }
     }
+
+    /// A price frame of this key was appended at `mark` at `now`
+    /// (`snapshot`: a PriceSnapshot); `pending`: the key had an unwritten
+    /// frame already (its oldest keeps its time).
+    #[inline]
+    pub fn note_appended(&mut self, mark: u64, snapshot: bool, pending: bool, now: u64) {
+        if !pending {
+            self.unwritten_since = now;
+        }
+        self.mark = mark;
+        self.mark_snapshot = snapshot;
+    }
 }
 
 /// A subscriber connection.

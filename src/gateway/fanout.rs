@@ -427,10 +427,7 @@ impl Fanout {
                     let Some(mark) = r else {
                         break;
                     };
-                    if !pending {
-                        sub.unwritten_since = now;
-                    }
-                    (sub.mark, sub.mark_snapshot) = (mark, true);
+                    sub.note_appended(mark, true, pending, now);
                     sub.last_seq = p.seq;
                     sub.stream = p.stream_id;
                     sub.stale = p.flags & price_flags::STALE != 0;

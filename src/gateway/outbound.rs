@@ -79,17 +79,12 @@ pub struct OutBuf {
     sendq: SendQueue,
     /// The age limit of queued bytes, ns (`u64::MAX`: none).
     age_max_ns: u64,
-    /// Where the trailing run of unwritten price frames starts, and when
-    /// its first frame was appended.
-    price_tail: Option<(usize, u64)>,
+    /// The trailing run of unwritten price frames, if any.
+    price_tail: Option<Run>,
     /// Absolute position of `buf[0]` (see the module).
     base: u64,
     /// Marks below this absolute position name dropped frames.
     floor: u64,
-    /// The earliest receive time (monotonic ns) of the prices appended
-    /// since the buffer was last empty (`u64::MAX`: none): the age of
-    /// the oldest price a write hands over, at most.
-    run_rx_min: u64,
     /// How long a key's price may wait unwritten before a newer one
     /// replaces it instead of queueing behind (`--merge-after-us`), ns.
     merge_after_ns: u64,
@@ -97,6 +92,17 @@ pub struct OutBuf {
 
 /// The mark of no frame.
 pub const NO_MARK: u64 = u64::MAX;
+
+/// The prices appended since the buffer was last empty (or since its
+/// last drop): where the first starts, when it was appended, and the
+/// earliest receive time (monotonic ns) of any price put in the run —
+/// the age of the oldest price a write hands over, at most.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    at: usize,
+    since_ns: u64,
+    rx_min_ns: u64,
+}
 
 impl OutBuf {
     /// A buffer of `cap` bytes, allocated here, with water marks `low` and
@@ -120,7 +126,6 @@ impl OutBuf {
             price_tail: None,
             base: 0,
             floor: 0,
-            run_rx_min: u64::MAX,
             merge_after_ns: u64::MAX,
         }
     }
@@ -248,9 +253,13 @@ impl OutBuf {
     ) -> Option<u64> {
         let limit = self.buf.len() - self.reserve;
         let at = self.append_upto(limit, need, f).ok()?;
-        self.note_price_rx(rx_ns);
         // A run in progress keeps its start and its first time.
-        self.price_tail = self.price_tail.or(Some((at, now_ns)));
+        let run = self.price_tail.get_or_insert(Run {
+            at,
+            since_ns: now_ns,
+            rx_min_ns: rx_ns,
+        });
+        run.rx_min_ns = run.rx_min_ns.min(rx_ns);
         Some(self.base + at as u64)
     }
 
@@ -264,7 +273,7 @@ impl OutBuf {
         f: impl FnOnce(&mut [u8], usize) -> usize,
     ) -> bool {
         match self.price_tail {
-            Some((_, since)) if now_ns.saturating_sub(since) > self.age_max_ns => {
+            Some(run) if now_ns.saturating_sub(run.since_ns) > self.age_max_ns => {
                 self.drop_prices(f)
             }
             _ => false,
@@ -278,10 +287,9 @@ impl OutBuf {
     /// the kernel took part of) down in place, never before that count,
     /// and returns the run's new length. Returns whether there was a run.
     pub fn drop_prices(&mut self, f: impl FnOnce(&mut [u8], usize) -> usize) -> bool {
-        let Some((at, _)) = self.price_tail.take() else {
+        let Some(Run { at, .. }) = self.price_tail.take() else {
             return false;
         };
-        self.run_rx_min = u64::MAX;
         debug_assert!(at <= self.end, "the run is in the buffer");
         let written = self.start.saturating_sub(at);
         let kept = f(&mut self.buf[at..self.end], written);
@@ -297,11 +305,13 @@ impl OutBuf {
         true
     }
 
-    /// A price this process received at `rx_ns` was put in the buffer
-    /// (appended, or merged into a frame there).
+    /// A price this process received at `rx_ns` was merged into a frame
+    /// of the run (an appended one is noted by its append).
     #[inline]
     pub fn note_price_rx(&mut self, rx_ns: u64) {
-        self.run_rx_min = self.run_rx_min.min(rx_ns);
+        if let Some(run) = self.price_tail.as_mut() {
+            run.rx_min_ns = run.rx_min_ns.min(rx_ns);
+        }
     }
 
     /// At most how old, at `now_ns`, the oldest price the next write
@@ -312,7 +322,7 @@ impl OutBuf {
     #[inline]
     pub fn handoff_age_ns(&self, now_ns: u64) -> Option<u64> {
         self.price_tail
-            .map(|_| now_ns.saturating_sub(self.run_rx_min))
+            .map(|run| now_ns.saturating_sub(run.rx_min_ns))
     }
 
     /// How long the oldest byte queued for the connection has waited: the
@@ -321,7 +331,7 @@ impl OutBuf {
     pub fn age_ns(&self, now_ns: u64) -> u64 {
         let tail = self
             .price_tail
-            .map_or(0, |(_, since)| now_ns.saturating_sub(since));
+            .map_or(0, |run| now_ns.saturating_sub(run.since_ns));
         tail.max(self.sendq.age_ns(now_ns))
     }
 
@@ -396,12 +406,14 @@ impl OutBuf {
         if self.start > 0 {
             // The run keeps the start of the frame the kernel is in.
             let from = match self.price_tail {
-                Some((at, _)) if at < self.start => self.frame_at(at),
+                Some(run) if run.at < self.start => self.frame_at(run.at),
                 _ => self.start,
             };
             self.buf.copy_within(from..self.end, 0);
             self.base += from as u64;
-            self.price_tail = self.price_tail.map(|(at, t)| (at.max(from) - from, t));
+            if let Some(run) = self.price_tail.as_mut() {
+                run.at = run.at.max(from) - from;
+            }
             self.end -= from;
             self.start -= from;
         }
@@ -475,7 +487,6 @@ impl OutBuf {
         self.start = 0;
         self.end = 0;
         self.price_tail = None;
-        self.run_rx_min = u64::MAX;
         Ok(true)
     }
 
@@ -487,19 +498,18 @@ impl OutBuf {
         self.end = 0;
         self.flow = Flow::WriteThrough;
         self.price_tail = None;
-        self.run_rx_min = u64::MAX;
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A socket that takes at most `quota` bytes, then would block (the
-    /// age tests write to it too).
-    pub(super) struct Slow {
-        pub(super) quota: usize,
-        pub(super) got: Vec<u8>,
+    /// age and merge tests write to it too).
+    pub(in crate::gateway) struct Slow {
+        pub(in crate::gateway) quota: usize,
+        pub(in crate::gateway) got: Vec<u8>,
     }
 
     impl Write for Slow {
