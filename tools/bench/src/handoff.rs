@@ -8,12 +8,23 @@
 
 /// The histogram's family name.
 pub const HANDOFF_AGE: &str = "pricewire_price_handoff_age_seconds";
+/// The engine's tick-to-publish histogram: how long a received tick
+/// waited for the engine to price it (a standalone server's engine
+/// shares shard 0's thread).
+pub const TICK_TO_PUBLISH: &str = "pricewire_tick_to_publish_latency_seconds";
 
 /// The hand-off histogram as scraped: (bucket's upper bound in seconds,
 /// cumulative count) summed over every shard, `+Inf` last; empty when
 /// the server has no such family.
 pub fn handoff_buckets(metrics: &str) -> Vec<(f64, u64)> {
-    let prefix = format!("{HANDOFF_AGE}_bucket{{");
+    buckets(metrics, HANDOFF_AGE)
+}
+
+/// A histogram family's buckets as scraped, summed over its series:
+/// (upper bound in seconds, cumulative count), `+Inf` last; empty when
+/// the server has no such family.
+pub fn buckets(metrics: &str, family: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{family}_bucket{{");
     let mut out: Vec<(f64, u64)> = Vec::new();
     for line in metrics.lines().filter(|l| l.starts_with(&prefix)) {
         let Some(le) = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()) else {

@@ -364,6 +364,10 @@ struct CapacityHook {
     server_ops: SocketAddr,
     pids: Vec<(String, u32)>,
     w: Readings,
+    /// Where the server's scrapes at the window's start and end are
+    /// kept (`<logs>/metrics-<tag>-{start,end}.txt`), for a diagnosis
+    /// by shard after the run.
+    scrapes: PathBuf,
 }
 
 impl CapacityHook {
@@ -372,6 +376,10 @@ impl CapacityHook {
         self.w.rss_kib[at] = procs::rss_kib(self.server_pid).unwrap_or(0);
         self.w.recv_cpu_s[at] = procs::threads_cpu_s("bench-recv");
         let metrics = crate::drill::scrape(self.server_ops);
+        let file = format!("{}-{}.txt", self.scrapes.display(), ["start", "end"][at]);
+        if let Err(e) = std::fs::write(&file, &metrics) {
+            eprintln!("could not keep the scrape in {file}: {e}");
+        }
         self.w.handoff[at] = crate::handoff::handoff_buckets(&metrics);
         self.w.net[at] = crate::handoff::host_net();
         self.w.writes[at] = crate::handoff::family_sum(&metrics, "pricewire_socket_writes_total");
@@ -487,6 +495,9 @@ pub fn edge_capacity(
         server_ops: d.server_ops,
         pids: d.pids(),
         w: Readings::default(),
+        scrapes: opts
+            .logs
+            .join(format!("metrics-{}-{}", spec.scenario, t.name())),
     };
     let o = run::run_with(&s, &mut hook).with_context(|| format!("{} {}", s.scenario, s.name))?;
     drop(d);
