@@ -62,6 +62,7 @@ mod herd_cpu_hog;
 mod herd_memory;
 mod ingest_requests;
 mod ingest_session;
+mod ingest_streaming;
 mod layout;
 mod log_json;
 mod loop_lag_shed;

@@ -235,7 +235,7 @@ impl Ingest {
                     n < asked
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    b.active = false;
+                    b.active = b.keep.streaming(self.clock.now_ns());
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

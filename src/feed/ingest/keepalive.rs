@@ -52,6 +52,17 @@ impl Keepalive {
         self.last_in_ns = now_ns;
     }
 
+    /// Whether the bridge is streaming at `now_ns`: something arrived
+    /// within the last heartbeat interval. A streaming bridge is read
+    /// between chunks of its host's long turns even when its last read
+    /// found nothing (one `EAGAIN` read each time, about one per 32
+    /// subscriber writes or events, and only during such turns); a
+    /// bridge that sent nothing, not even a heartbeat, for an interval
+    /// waits for the poller.
+    pub(crate) fn streaming(&self, now_ns: u64) -> bool {
+        now_ns.saturating_sub(self.last_in_ns) < INTERVAL_NS
+    }
+
     /// A frame was sent at `now_ns`.
     pub(crate) fn sent(&mut self, now_ns: u64) {
         self.last_out_ns = now_ns;
@@ -102,6 +113,18 @@ mod tests {
         k.received(1_500 * MS);
         assert_eq!(k.due(1_999 * MS), Due::Nothing);
         assert_eq!(k.due(2_000 * MS), Due::Heartbeat);
+    }
+
+    #[test]
+    fn a_bridge_streams_for_one_interval_after_its_last_input() {
+        let mut k = Keepalive::new(0);
+        assert!(k.streaming(999 * MS), "a new bridge is read at once");
+        assert!(!k.streaming(1_000 * MS));
+        k.received(1_200 * MS);
+        assert!(k.streaming(1_200 * MS) && k.streaming(2_199 * MS));
+        assert!(!k.streaming(2_200 * MS), "quiet for an interval");
+        // Another clock's future reading is not quiet.
+        assert!(k.streaming(0));
     }
 
     #[test]
