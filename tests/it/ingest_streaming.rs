@@ -53,7 +53,8 @@ fn quote(symbol: u16, bid: i64) -> Tick {
 }
 
 /// Runs `step` until the ring holds a tick with bid `bid` (true) or 5 s
-/// passed (false).
+/// passed (false). (The bridge stays streaming for one heartbeat
+/// interval, 1 s, after its first quote: the second is sent at once.)
 fn until_tick(ring: &mut rtrb::Consumer<Tick>, bid: i64, mut step: impl FnMut()) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
@@ -123,6 +124,8 @@ fn a_streaming_bridge_is_read_between_chunks_of_a_turn_after_an_empty_read() {
     go_tx.send(()).unwrap();
     let between = until_tick(&mut ring, 100_001, || {
         task.between(monotonic_ns());
+        // A host's turn does other work between these calls.
+        thread::yield_now();
     });
     assert!(
         between,

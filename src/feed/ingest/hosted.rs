@@ -61,8 +61,9 @@ impl HostedTask for HostedIngest {
         if self.finished() {
             return 0;
         }
-        // Read what streaming bridges sent since this turn's poll; a bridge
-        // found empty costs one EAGAIN read and is left to the poller.
+        // Read what active bridges sent since this turn's poll; a bridge
+        // found empty costs one EAGAIN read, and is left to the poller
+        // unless it is streaming (`Keepalive::streaming`).
         let mut n = 0;
         for i in 0..self.ingest.bridges.len() {
             if self.ingest.bridges[i].as_ref().is_some_and(|b| b.active) {

@@ -31,6 +31,8 @@ pub(crate) enum Due {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Keepalive {
     last_in_ns: u64,
+    /// When the last quote batch arrived; 0: none yet.
+    last_quote_ns: u64,
     last_out_ns: u64,
     rejects_window_ns: u64,
     rejects_in_window: u32,
@@ -41,6 +43,7 @@ impl Keepalive {
     pub(crate) fn new(now_ns: u64) -> Self {
         Keepalive {
             last_in_ns: now_ns,
+            last_quote_ns: 0,
             last_out_ns: now_ns,
             rejects_window_ns: now_ns,
             rejects_in_window: 0,
@@ -52,15 +55,20 @@ impl Keepalive {
         self.last_in_ns = now_ns;
     }
 
-    /// Whether the bridge is streaming at `now_ns`: something arrived
+    /// A quote batch arrived at `now_ns`.
+    pub(crate) fn quoted(&mut self, now_ns: u64) {
+        self.last_quote_ns = now_ns;
+    }
+
+    /// Whether the bridge is streaming at `now_ns`: a quote batch arrived
     /// within the last heartbeat interval. A streaming bridge is read
-    /// between chunks of its host's long turns even when its last read
-    /// found nothing (one `EAGAIN` read each time, about one per 32
-    /// subscriber writes or events, and only during such turns); a
-    /// bridge that sent nothing, not even a heartbeat, for an interval
-    /// waits for the poller.
+    /// between chunks of its host's turns even when its last read found
+    /// nothing (one `EAGAIN` read each time: about one per 32 subscriber
+    /// writes or events, in turns with that many); a bridge that has not
+    /// logged on, only heartbeats, or sent no quote for an interval waits
+    /// for the poller.
     pub(crate) fn streaming(&self, now_ns: u64) -> bool {
-        now_ns.saturating_sub(self.last_in_ns) < INTERVAL_NS
+        self.last_quote_ns != 0 && now_ns.saturating_sub(self.last_quote_ns) < INTERVAL_NS
     }
 
     /// A frame was sent at `now_ns`.
@@ -116,14 +124,15 @@ mod tests {
     }
 
     #[test]
-    fn a_bridge_streams_for_one_interval_after_its_last_input() {
+    fn a_bridge_streams_for_one_interval_after_its_last_quote() {
         let mut k = Keepalive::new(0);
-        assert!(k.streaming(999 * MS), "a new bridge is read at once");
-        assert!(!k.streaming(1_000 * MS));
-        k.received(1_200 * MS);
+        assert!(!k.streaming(1), "no quote yet: left to the poller");
+        k.received(500 * MS);
+        assert!(!k.streaming(500 * MS), "a heartbeat is not a quote");
+        k.quoted(1_200 * MS);
         assert!(k.streaming(1_200 * MS) && k.streaming(2_199 * MS));
-        assert!(!k.streaming(2_200 * MS), "quiet for an interval");
-        // Another clock's future reading is not quiet.
+        assert!(!k.streaming(2_200 * MS), "no quote for an interval");
+        // Another clock's earlier reading is not quiet.
         assert!(k.streaming(0));
     }
 

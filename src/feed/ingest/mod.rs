@@ -125,10 +125,11 @@ struct Bridge {
     closing: bool,
     /// Heartbeat, dead-peer and Reject-limit timers.
     keep: keepalive::Keepalive,
-    /// The bridge is streaming (data arrived within the last heartbeat
-    /// interval, `Keepalive::streaming`): [`HostedTask::between`] reads it
-    /// again without waiting for the poller; idle bridges cost nothing
-    /// there. Not "the last read returned data": a feed that sends in
+    /// The last read returned data, or the bridge is streaming (a quote
+    /// batch arrived within the last heartbeat interval,
+    /// `Keepalive::streaming`): [`HostedTask::between`] reads it again
+    /// without waiting for the poller; other bridges cost nothing there.
+    /// Not only "the last read returned data": a feed that sends in
     /// bursts is often empty at one `between` and full at the next, and
     /// left to the poller it waited for the host's whole loop turn (with
     /// 5,000 subscribers per shard, 120–280 ms; issue #28).

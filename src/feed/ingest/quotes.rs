@@ -54,6 +54,7 @@ pub fn check(bid: i64, ask: i64) -> Option<Refusal> {
 /// Pushes a batch's usable entries for `provider`.
 pub(super) fn quotes(q: &wire::ProviderQuote<'_>, provider: u16, peer: Peer<'_>, cx: &mut Ctx<'_>) {
     let now = monotonic_ns();
+    peer.keep.quoted(now);
     cx.batch.clear();
     let mut refused = 0u32;
     let mut first: Option<(u16, Refusal)> = None;
