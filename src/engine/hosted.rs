@@ -55,6 +55,7 @@ impl HostedTask for HostedEngine {
                 self.stage.maybe_sweep(now_ns);
                 let n = self.stage.turn(now_ns);
                 if n == 0 && self.stage.inputs_done() {
+                    self.stage.finish();
                     self.state = EngineState::Flushing {
                         deadline_ns: monotonic_ns() + FLUSH_LIMIT_NS,
                     };

@@ -13,6 +13,7 @@ pub mod hosted;
 #[cfg(all(test, pricewire_loom))]
 mod loom_models;
 pub mod price_table;
+pub mod progress;
 pub mod stats;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub use aggregator::{Aggregator, TickOutcome};
 pub use fanout::{FanoutStats, ShardInput, ShardPublisher, SymbolInterest};
 pub use history::TickHistory;
 pub use price_table::PriceTable;
+pub use progress::Progress;
 pub use stats::EngineStats;
 
 use crate::model::Tick;
@@ -51,6 +53,9 @@ pub struct EngineStage {
     /// The engine's counters (ticks, invalid, spikes, crossed books, ...).
     pub stats: Arc<EngineStats>,
     next_sweep_ns: u64,
+    /// The start of the last turn that left every input ring empty (the
+    /// table's progress mark, see [`progress`]).
+    caught_up_ns: u64,
 }
 
 impl EngineStage {
@@ -72,6 +77,7 @@ impl EngineStage {
             tap: None,
             stats,
             next_sweep_ns: 0,
+            caught_up_ns: 0,
         }
     }
 
@@ -127,7 +133,33 @@ impl EngineStage {
         if total > 0 || flushed {
             self.notify();
         }
+        self.mark_progress(now_ns, total);
         total
+    }
+
+    /// Publishes the table's progress mark after a turn that began at
+    /// `now_ns` and took `took` ticks: idle if it found none, caught up as
+    /// of its start if it left every ring empty (what was pushed before
+    /// it is in the table), else still as of the last turn that did.
+    #[inline]
+    fn mark_progress(&mut self, now_ns: u64, took: usize) {
+        let progress = self.table.progress();
+        if took == 0 {
+            self.caught_up_ns = now_ns;
+            progress.idle(now_ns);
+            return;
+        }
+        if !self.has_input() {
+            self.caught_up_ns = now_ns;
+        }
+        progress.caught_up(self.caught_up_ns);
+    }
+
+    /// Every feed has ended and the rings are drained: the table is final
+    /// and no longer marked (a shard does not flag a finished replay's
+    /// prices stale).
+    pub fn finish(&mut self) {
+        self.table.progress().finished();
     }
 
     fn notify(&mut self) {

@@ -32,6 +32,7 @@
 
 use crate::runtime::sync::{fence, spin_loop, AtomicU64, Ordering};
 
+use super::progress::Progress;
 use crate::model::{Markups, Price, SymbolId, TierId, TOP_OF_BOOK};
 
 const WORDS: usize = 10;
@@ -54,6 +55,8 @@ pub struct PriceTable {
     /// Each slot's price carries its own `stream_id`; this is what a
     /// session is told at logon.
     stream_id: AtomicU64,
+    /// As of when the table holds every tick its engine was given.
+    progress: Progress,
 }
 
 fn pack(p: &Price) -> [u64; WORDS] {
@@ -107,7 +110,15 @@ impl PriceTable {
             slots: (0..markups.symbols()).map(|_| Slot::default()).collect(),
             markups,
             stream_id: AtomicU64::new(0),
+            progress: Progress::new(),
         }
+    }
+
+    /// The engine's progress mark: how far behind what the engine was
+    /// given this table may be (untracked unless an engine marks it).
+    #[inline]
+    pub fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// The stream the writer numbers prices by from now on (see

@@ -347,3 +347,56 @@ fn a_crossed_book_of_one_sided_quotes_is_indicative() {
     assert_ne!(p.flags & price_flags::INDICATIVE, 0, "crossed: not firm");
     assert_eq!(r.stats.crossed.get(), 1);
 }
+
+/// The progress mark: a turn that drains its rings marks the table
+/// current as of the turn's start; one that cannot (more than a batch
+/// waits) keeps the last such start, so the table reads behind while the
+/// engine works through a backlog; an empty turn marks it idle; a
+/// finished engine leaves it untracked.
+#[test]
+fn the_progress_mark_follows_the_turns_that_drained_every_ring() {
+    let t = table(1);
+    let stats = Arc::new(EngineStats::default());
+    let agg = Aggregator::new(
+        &t,
+        &EngineConfig::default(),
+        ProviderHealth::new(1),
+        stats.clone(),
+    );
+    let prices = Arc::new(PriceTable::new(2, 2));
+    let (mut feed, ring) = rtrb::RingBuffer::<Tick>::new(4 * ENGINE_BATCH);
+    let mut stage = EngineStage::new(agg, prices.clone(), Vec::new(), vec![ring], stats);
+    let progress = prices.progress();
+    assert_eq!(progress.lag_ns(u64::MAX / 2), 0, "untracked before a turn");
+    let mut bid = 100_000;
+    let mut push = |n: usize| {
+        for _ in 0..n {
+            bid += 1;
+            feed.push(tick(0, 0, bid, bid + 10, 1)).unwrap();
+        }
+    };
+    push(3);
+    assert_eq!(stage.turn(10 * MS), 3);
+    assert_eq!(progress.lag_ns(10 * MS), 0);
+    assert_eq!(
+        progress.lag_ns(25 * MS),
+        15 * MS,
+        "busy: ages from the turn"
+    );
+    // A backlog of more than a batch: two turns keep the mark of 10 ms.
+    push(2 * ENGINE_BATCH + 1);
+    assert_eq!(stage.turn(30 * MS), ENGINE_BATCH);
+    assert_eq!(progress.lag_ns(30 * MS), 20 * MS);
+    assert_eq!(stage.turn(40 * MS), ENGINE_BATCH);
+    assert_eq!(progress.lag_ns(40 * MS), 30 * MS, "still the 10-ms mark");
+    assert_eq!(stage.turn(50 * MS), 1);
+    assert_eq!(progress.lag_ns(50 * MS), 0, "drained: current as of 50 ms");
+    assert_eq!(stage.turn(60 * MS), 0);
+    let trust = super::progress::IDLE_TRUST_NS;
+    assert_eq!(progress.lag_ns(60 * MS + trust), 0, "idle: trusted");
+    assert_eq!(progress.lag_ns(61 * MS + trust), MS, "then ages");
+    drop(feed);
+    assert!(stage.inputs_done());
+    stage.finish();
+    assert_eq!(progress.lag_ns(u64::MAX / 2), 0, "finished: untracked");
+}

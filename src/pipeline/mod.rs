@@ -667,6 +667,7 @@ pub(crate) fn run_engine(stage: &mut EngineStage, mut waiter: Waiter) {
             continue;
         }
         if stage.inputs_done() {
+            stage.finish();
             break;
         }
         waiter.idle(|| stage.has_input());
