@@ -79,7 +79,10 @@ impl Conns {
             shared.table.clone(),
             interest,
             shared.wall_offset_ns,
-            shared.cfg.max_update_hz,
+            (
+                shared.cfg.max_update_hz,
+                2 * shared.cfg.price_age_max_ms * crate::clock::NS_PER_MS,
+            ),
             monotonic_ns(),
         );
         Conns {

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use super::append::{append, mark_owed};
+use super::behind::{Behind, Owed};
 use super::conn::{Conn, Sub};
 use super::pacer::{self, Member, Offer, Pacer, PACE_NONE};
 use super::slab::Slab;
@@ -50,6 +51,9 @@ pub(super) struct Fanout {
     pacer: Pacer,
     /// `--max-update-hz`: the limit of accounts that set none (0 = none).
     default_hz: u32,
+    /// Whether the table is behind its engine's input, and the symbols
+    /// sent stale because it was.
+    behind: Behind,
     /// Subscription changes in progress (index, pace groups, per-symbol
     /// counts, interest): raised before one starts and lowered after it
     /// ends, so a panic that unwinds out of one leaves it raised — the
@@ -74,7 +78,7 @@ impl Fanout {
         table: Arc<PriceTable>,
         interest: Arc<SymbolInterest>,
         wall_offset_ns: i64,
-        default_hz: u32,
+        (default_hz, behind_after_ns): (u32, u64),
         now: u64,
     ) -> Fanout {
         let symbols = &config.table;
@@ -95,6 +99,10 @@ impl Fanout {
             wall_offset_ns,
             pacer: Pacer::new(now),
             default_hz,
+            behind: Behind::new(
+                (behind_after_ns, config.engine.max_quote_age_ms * 1_000_000),
+                symbols.len(),
+            ),
             mutating: 0,
         }
     }
@@ -125,26 +133,69 @@ impl Fanout {
 
     // ---- prices -------------------------------------------------------
 
+    /// Reads the engine's progress mark (once per turn, before its
+    /// prices): while the table is behind, what this shard sends is
+    /// flagged stale; once it has caught up, each symbol sent so is
+    /// restated with its latest price (see `behind.rs`).
+    pub(super) fn check_progress(&mut self, slab: &mut Slab, stats: &ShardStats, now: u64) {
+        match self.behind.check(self.table.progress(), now) {
+            Owed::Nothing => {}
+            Owed::Restatements => {
+                while let Some(symbol) = self.behind.restate() {
+                    stats.behind_restated.inc();
+                    self.on_latest(symbol, slab, stats, now);
+                }
+            }
+            Owed::AllStale => {
+                tracing::warn!(
+                    lag_ms = self.table.progress().lag_ns(now) / 1_000_000,
+                    "the engine is behind past the max quote age: every \
+                     subscribed price restated stale"
+                );
+                for symbol in 0..self.sym_subs.len() {
+                    if self.sym_subs[symbol] > 0 {
+                        self.on_latest(symbol as u16, slab, stats, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The flags a price of `symbol` sent now gets because the table is
+    /// behind (none while it is not).
+    #[inline]
+    fn behind_flags(&mut self, symbol: u16, stats: &ShardStats) -> u8 {
+        let flags = self.behind.flags_for(symbol);
+        if flags != 0 {
+            stats.behind_flagged.inc();
+        }
+        flags
+    }
+
     /// Encodes `p` once per tier and copies it to every subscriber.
     #[inline]
     pub(super) fn on_price(&mut self, p: &Price, slab: &mut Slab, stats: &ShardStats, now: u64) {
         stats.prices_in.inc();
+        let flags = self.behind_flags(p.symbol, stats);
         // The engine sends one price per symbol change (its first tier);
         // every tier is the same top of book with its own markup.
         for tier in 0..self.tiers as u8 {
-            let tp = self.table.for_tier(p, tier);
+            let mut tp = self.table.for_tier(p, tier);
+            tp.flags |= flags;
             self.fan_out_tier(&tp, slab, stats, now);
         }
     }
 
     /// Sends the price table's latest price of every tier of `symbol`,
     /// flagged conflated (a snapshot), to its subscribers: a lagging
-    /// shard's catch-up (see `lag.rs`).
+    /// shard's catch-up (see `lag.rs`), a fresh gate's owed symbol, a
+    /// restatement once the table caught up.
     pub(super) fn on_latest(&mut self, symbol: u16, slab: &mut Slab, stats: &ShardStats, now: u64) {
         stats.prices_in.inc();
+        let flags = price_flags::CONFLATED | self.behind_flags(symbol, stats);
         for tier in 0..self.tiers as u8 {
             if let Some(mut p) = self.table.read(symbol, tier) {
-                p.flags |= price_flags::CONFLATED;
+                p.flags |= flags;
                 self.fan_out_tier(&p, slab, stats, now);
             }
         }
@@ -157,7 +208,8 @@ impl Fanout {
     /// Returns how many prices went out.
     pub(super) fn release_due(&mut self, slab: &mut Slab, stats: &ShardStats, now: u64) -> usize {
         let mut sent = 0;
-        while let Some((g, p)) = self.pacer.pop_due(now) {
+        while let Some((g, mut p)) = self.pacer.pop_due(now) {
+            p.flags |= self.behind_flags(p.symbol, stats);
             let n = encode_plain(&mut self.scratch, &p, &self.digits, self.wall_offset_ns);
             self.conflated.len = 0;
             let members = self.pacer.members(g);
@@ -391,16 +443,16 @@ impl Fanout {
     /// After draining below low: the latest price of every owed key, as a
     /// snapshot flagged conflated.
     pub(super) fn resync(&mut self, conn: &mut Conn, stats: &ShardStats, now: u64) {
-        let n = self.send_owed(conn, price_flags::CONFLATED, now);
+        let n = self.send_owed(conn, price_flags::CONFLATED, stats, now);
         stats.resync_snapshots.add(n);
     }
 
     /// Initial snapshots after a subscribe (not flagged conflated).
-    pub(super) fn resync_fresh(&mut self, conn: &mut Conn, now: u64) {
-        self.send_owed(conn, 0, now);
+    pub(super) fn resync_fresh(&mut self, conn: &mut Conn, stats: &ShardStats, now: u64) {
+        self.send_owed(conn, 0, stats, now);
     }
 
-    fn send_owed(&mut self, conn: &mut Conn, flag: u8, now: u64) -> u64 {
+    fn send_owed(&mut self, conn: &mut Conn, flag: u8, stats: &ShardStats, now: u64) -> u64 {
         let tiers = self.tiers;
         let mut sent = 0;
         for sub in conn.subs.iter_mut().filter(|s| s.dirty) {
@@ -410,7 +462,7 @@ impl Fanout {
             );
             if let Some(mut p) = self.table.read(symbol, tier) {
                 if p.seq > sub.last_seq || p.stream_id != sub.stream {
-                    p.flags |= flag;
+                    p.flags |= flag | self.behind_flags(symbol, stats);
                     let digits = self.digits[symbol as usize];
                     let body = PriceBody::from_price(&p, digits, self.wall_offset_ns);
                     let pending = conn.out.unwritten(sub.mark).is_some();

@@ -28,6 +28,7 @@ pub mod acceptor;
 mod answer_marks;
 mod append;
 mod balance;
+mod behind;
 pub mod conn;
 mod conns;
 mod drain;

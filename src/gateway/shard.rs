@@ -550,6 +550,8 @@ impl Shard {
     /// rest waits for the next turn, after this turn's writes, where the
     /// ring gate judges it by its age then). Returns the prices taken.
     pub(super) fn drain_prices(&mut self, now: u64) -> usize {
+        let c = &mut self.conns;
+        c.fanout.check_progress(&mut c.slab, &c.stats, now);
         let lagging = self.lag.detector.is_lagging();
         let batch = if lagging { CONFLATE_BATCH } else { PRICE_BATCH };
         let n = self.input.consumer.slots().min(batch);

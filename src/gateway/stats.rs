@@ -97,6 +97,11 @@ pub struct ShardStats {
     /// waited past `--price-age-max-ms` (their keys' latest went out
     /// instead, flagged conflated; `gateway::fresh`).
     pub stale_dropped: Counter,
+    /// Prices sent flagged stale because the engine's progress mark was
+    /// older than twice `--price-age-max-ms` (`gateway::behind`).
+    pub behind_flagged: Counter,
+    /// Symbols restated unflagged once the engine had caught up.
+    pub behind_restated: Counter,
     /// Prices that replaced their key's unwritten price in a connection's
     /// outbound buffer, in place (`--merge-after-us`; `gateway::append`).
     pub merged: Counter,

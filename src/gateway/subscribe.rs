@@ -123,7 +123,7 @@ impl Subscribing {
             }
         }
         if !conn.out.is_conflating() {
-            conns.fanout.resync_fresh(conn, now);
+            conns.fanout.resync_fresh(conn, &conns.stats, now);
         }
         conns.queue_write(i);
     }

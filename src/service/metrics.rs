@@ -155,7 +155,8 @@ fn register_lag(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), Op
     })
 }
 
-/// One shard's maximum-update-frequency counters (`gateway::pacer`).
+/// One shard's maximum-update-frequency counters (`gateway::pacer`) and
+/// its stale-while-behind ones (`gateway::behind`).
 fn register_paced(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), OpsError> {
     type Read = fn(&ShardStats) -> u64;
     let events: [(&str, Read); 3] = [
@@ -167,6 +168,18 @@ fn register_paced(r: &Registry, shard: &str, s: &Arc<ShardStats>) -> Result<(), 
         let s = s.clone();
         r.register_counter_fn(
             m::PACED_PRICES,
+            &[("shard", shard), ("event", event)],
+            move || read(&s),
+        )?;
+    }
+    let behind: [(&str, Read); 2] = [
+        ("flagged", |s| s.behind_flagged.get()),
+        ("restated", |s| s.behind_restated.get()),
+    ];
+    for (event, read) in behind {
+        let s = s.clone();
+        r.register_counter_fn(
+            m::TABLE_BEHIND_PRICES,
             &[("shard", shard), ("event", event)],
             move || read(&s),
         )?;
@@ -200,6 +213,10 @@ fn register_gateway(r: &Registry, g: &Gateway) -> Result<(), OpsError> {
     let faults = &[("listener", "subscriber"), ("stage", "shard")];
     r.register_counter_fn(m::CONNECTION_FAULTS, faults, move || {
         crate::gateway::GatewayStats::get(&b.faults_shard)
+    })?;
+    let t = g.shared.table.clone();
+    r.register_gauge_fn(m::ENGINE_BEHIND, &[], move || {
+        t.progress().lag_ns(crate::clock::monotonic_ns()) as f64 / 1e9
     })?;
     register_session_ends(r, &g.shared.stats)
 }

@@ -192,6 +192,10 @@ pub const SESSION_DRAINS: &str = "pricewire_session_drains_total";
 /// `conflated` (of those, per member, the ones that replaced skipped
 /// prices, sent flagged conflated) (counter, by `shard`, `event`).
 pub const PACED_PRICES: &str = "pricewire_paced_prices_total";
+/// Prices sent flagged stale while the engine was behind, and restated.
+pub const TABLE_BEHIND_PRICES: &str = "pricewire_table_behind_prices_total";
+/// How far behind its engine's input the price table may be.
+pub const ENGINE_BEHIND: &str = "pricewire_engine_behind_seconds";
 /// Subscriber connections accepted by a gateway shard (counter, by `shard`).
 pub const CONNECTIONS_ACCEPTED: &str = "pricewire_connections_accepted_total";
 /// Connections or session steps refused by admission control, by stage
