@@ -20,6 +20,14 @@
 //!   whose client source port is [`DRILL_PROXY_PORT`], and the connection
 //!   boundary must close that connection alone.
 //!
+//! `PRICEWIRE_FAULT_STALL=<stage>[:after_ms[:for_ms]]` (read once too,
+//! [`arm_stall_from_env`]) stalls instead of panicking: the targeted
+//! stage's thread sleeps `for_ms` (default 1,000) once, at its first
+//! drill point at least `after_ms` after start-up — a stage the host does
+//! not run for a while, while every other stage goes on (an engine
+//! descheduled beside running shards: its prices must be flagged stale,
+//! never shown as live; `gateway::behind`).
+//!
 //! A drill switch, not a feature: never set it in production.
 
 use std::sync::OnceLock;
@@ -28,6 +36,12 @@ use crate::clock::{monotonic_ns, NS_PER_MS};
 
 /// The environment variable.
 pub const ENV: &str = "PRICEWIRE_FAULT_PANIC";
+
+/// The environment variable of the stall drill.
+pub const STALL_ENV: &str = "PRICEWIRE_FAULT_STALL";
+
+/// Longest `for_ms` of the stall drill (ms).
+pub const STALL_MS_MAX: u64 = 600_000;
 
 /// Account (subscriber Logon), symbol name (Subscribe entry) or token
 /// (ProviderLogon) whose connection panics under the `conn` drill (at
@@ -84,6 +98,23 @@ struct Armed {
 
 static ARMED: OnceLock<Armed> = OnceLock::new();
 
+/// A parsed stall drill: where, from when, and how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// The stage that stalls and its delay (a [`Target::Stage`]).
+    pub drill: Drill,
+    /// How long its thread sleeps (ms).
+    pub for_ms: u64,
+}
+
+struct ArmedStall {
+    stall: Stall,
+    due_ns: u64,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+static STALL: OnceLock<ArmedStall> = OnceLock::new();
+
 /// Why [`ENV`] was refused; the value is kept whole (it names no secret).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DrillError {
@@ -99,6 +130,46 @@ pub enum DrillError {
     /// The variable is not UTF-8.
     #[error("{ENV}: not UTF-8")]
     NotUtf8,
+    /// The stall drill's value does not parse (the reason follows).
+    #[error("{STALL_ENV}={0:?}: {1}")]
+    Stall(String, String),
+}
+
+/// Parses `<stage>[:after_ms[:for_ms]]`; the error names what is wrong.
+pub fn parse_stall(s: &str) -> Result<Stall, DrillError> {
+    let bad = |why: &str| DrillError::Stall(s.to_string(), why.to_string());
+    let (head, for_ms) = match s.splitn(3, ':').collect::<Vec<_>>()[..] {
+        [t] => (t.to_string(), "1000"),
+        [t, a] => (format!("{t}:{a}"), "1000"),
+        [t, a, f] => (format!("{t}:{a}"), f),
+        _ => return Err(bad("empty")),
+    };
+    let for_ms = for_ms
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| (1..=STALL_MS_MAX).contains(ms))
+        .ok_or_else(|| bad(&format!("for_ms must be 1..={STALL_MS_MAX}")))?;
+    let drill = parse(&head).map_err(|e| bad(&e.to_string()))?;
+    if drill.target == Target::Connection {
+        return Err(bad("a stall targets a stage, not conn"));
+    }
+    Ok(Stall { drill, for_ms })
+}
+
+/// Reads [`STALL_ENV`] once and arms it, as [`arm_from_env`] does.
+pub fn arm_stall_from_env() -> Result<Option<Stall>, DrillError> {
+    let Some(value) = std::env::var_os(STALL_ENV) else {
+        return Ok(None);
+    };
+    let value = value.into_string().map_err(|_| DrillError::NotUtf8)?;
+    let stall = parse_stall(&value)?;
+    let due_ns = monotonic_ns().saturating_add(stall.drill.after_ms.saturating_mul(NS_PER_MS));
+    let _ = STALL.set(ArmedStall {
+        stall: stall.clone(),
+        due_ns,
+        fired: std::sync::atomic::AtomicBool::new(false),
+    });
+    Ok(Some(stall))
 }
 
 /// Parses `<target>[:after_ms]`; the error names what is wrong.
@@ -155,6 +226,9 @@ pub fn arm_from_env() -> Result<Option<Drill>, DrillError> {
 /// panics if the drill targets it and is due. Call on cold paths only.
 #[inline]
 pub fn point(kind: &'static str, index: u32) {
+    if let Some(a) = STALL.get() {
+        stall_point(a, kind, index);
+    }
     if let Some(a) = ARMED.get() {
         if let Target::Stage(k, i) = a.drill.target {
             if k == kind && i.is_none_or(|i| i == index) && monotonic_ns() >= a.due_ns {
@@ -162,6 +236,31 @@ pub fn point(kind: &'static str, index: u32) {
             }
         }
     }
+}
+
+/// The stall drill's point: sleeps once if it targets this stage and is
+/// due (the first thread of the stage to get here sleeps).
+#[cold]
+fn stall_point(a: &ArmedStall, kind: &'static str, index: u32) {
+    use std::sync::atomic::Ordering;
+    let Target::Stage(k, i) = a.stall.drill.target else {
+        return;
+    };
+    if k != kind || i.is_some_and(|i| i != index) || monotonic_ns() < a.due_ns {
+        return;
+    }
+    if a.fired.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    tracing::warn!(
+        stage = kind,
+        index,
+        ms = a.stall.for_ms,
+        "drill: stage stalls"
+    );
+    // The drill itself: this thread is not run for a while.
+    std::thread::sleep(std::time::Duration::from_millis(a.stall.for_ms));
+    tracing::warn!(stage = kind, index, "drill: stall over");
 }
 
 /// A per-connection drill point: panics if the `conn` drill is armed and
@@ -225,6 +324,19 @@ mod tests {
             format!("{ENV}=\"shard:99999999\": after_ms must be 0..=3600000")
         );
         assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn stalls_parse_with_their_length_and_refuse_what_is_not_a_stage() {
+        let s = parse_stall("engine:1500:800").unwrap();
+        assert_eq!(s.drill.target, Target::Stage("engine", None));
+        assert_eq!((s.drill.after_ms, s.for_ms), (1500, 800));
+        assert_eq!(parse_stall("shard1").unwrap().for_ms, 1000);
+        assert_eq!(parse_stall("shard1:20").unwrap().drill.after_ms, 20);
+        for bad in ["conn:0:10", "engine:0:0", "engine:0:x", "engnie", ""] {
+            let e = parse_stall(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{STALL_ENV}=")), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod config_reference;
 mod connection_faults;
 mod deploy_dry_start;
 mod deploy_image;
+mod engine_behind;
 mod fault_proxy;
 mod fd_limit;
 mod fix_breaker;

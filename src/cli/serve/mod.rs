@@ -147,6 +147,10 @@ fn supervision() -> Result<Supervisor, ServeError> {
         tracing::warn!(drill = ?d, env = crate::runtime::drill::ENV,
             "fault drill armed: a planted panic will fire (never in production)");
     }
+    if let Some(s) = crate::runtime::drill::arm_stall_from_env().map_err(ServeError::start)? {
+        tracing::warn!(drill = ?s, env = crate::runtime::drill::STALL_ENV,
+            "stall drill armed: a stage will stop for a while (never in production)");
+    }
     crate::runtime::contain::install_panic_hook();
     Ok(Supervisor::new())
 }

@@ -1,0 +1,259 @@
+//! Fresh or flagged when the engine stops: the real binary's engine
+//! thread is stalled by the stall drill (`PRICEWIRE_FAULT_STALL`) for
+//! 4 s while its shard runs on. The invariant, checked over every price
+//! the terminals receive: no price arrives unflagged while the engine is
+//! stalled past the shard's limit (2 × `--price-age-max-ms`, plus an idle
+//! engine's trust and scheduling slack); a terminal that subscribes
+//! during the stall gets its snapshots flagged stale; one that was
+//! already watching is told its prices are stale once the engine has
+//! been stopped past the max quote age (2 s), same sequence; and after
+//! the stall every symbol of both ends unflagged (restated or newer).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pricewire::client::{Client, ClientConfig, Event};
+use pricewire::model::price_flags;
+use pricewire::wire::TIER_ACCOUNT_DEFAULT;
+
+use crate::util::{net, wait};
+
+const STALL_AFTER_MS: u64 = 3_000;
+const STALL_FOR_MS: u64 = 4_000;
+/// Bound of each wait on a condition.
+const WAIT: Duration = Duration::from_secs(15);
+/// After the stall's start, by when a shard must flag: its limit (40 ms)
+/// plus an idle engine's trust (100 ms) plus scheduling slack.
+const FLAG_BY: Duration = Duration::from_millis(600);
+const SYMBOLS: [&str; 3] = ["EURUSD", "GBPUSD", "XAUUSD"];
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// When the drill's two log lines (stall, stall over) were read.
+#[derive(Default)]
+struct Drill {
+    start: Option<Instant>,
+    end: Option<Instant>,
+}
+
+fn start_server() -> (Server, SocketAddr, SocketAddr, Arc<Mutex<Drill>>) {
+    let (addr, ops) = (net::free_addr(), net::free_addr());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
+        .args([
+            "serve",
+            "--synthetic-rate",
+            "500",
+            "--threading",
+            "dedicated",
+        ])
+        .args(["--report-interval-ms", "60000", "--drain-delay-ms", "0"])
+        .args(["--listen", &addr.to_string()])
+        .args(["--ops-listen", &ops.to_string(), "--shards", "1"])
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .env(
+            "PRICEWIRE_FAULT_STALL",
+            format!("engine:{STALL_AFTER_MS}:{STALL_FOR_MS}"),
+        )
+        .env_remove("HOSTNAME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pricewire");
+    let drill = Arc::new(Mutex::new(Drill::default()));
+    let (d, stderr) = (drill.clone(), child.stderr.take().expect("stderr"));
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let now = Instant::now();
+            let mut d = d.lock().unwrap();
+            if line.contains("drill: stall over") {
+                d.end.get_or_insert(now);
+            } else if line.contains("drill: stage stalls") {
+                d.start.get_or_insert(now);
+            }
+        }
+    });
+    let server = Server(child);
+    wait::expect(WAIT, "server ready", || {
+        net::http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    (server, addr, ops, drill)
+}
+
+/// One price a terminal received: when, which symbol, its sequence and
+/// whether it was flagged stale.
+#[derive(Debug, Clone, Copy)]
+struct Got {
+    at: Instant,
+    symbol: u16,
+    seq: u64,
+    stale: bool,
+}
+
+fn terminal(
+    addr: SocketAddr,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> (Arc<Mutex<Vec<Got>>>, JoinHandle<()>) {
+    let mut cfg = ClientConfig::new(addr, "demo", "demo");
+    cfg.rng_seed = Some(seed);
+    let mut c = Client::connect(cfg).expect("connect and log on");
+    c.subscribe_names(TIER_ACCOUNT_DEFAULT, &SYMBOLS)
+        .expect("subscribe");
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let t = std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match c.next_event(Duration::from_millis(20)) {
+                Ok(Some(Event::Price(p))) => g.lock().unwrap().push(Got {
+                    at: Instant::now(),
+                    symbol: p.body.symbol_id,
+                    seq: p.body.seq,
+                    stale: p.body.flags & price_flags::STALE != 0,
+                }),
+                Ok(Some(Event::Disconnected { cause, .. })) => {
+                    panic!("terminal {seed} disconnected: {cause:?}")
+                }
+                Ok(_) => {}
+                Err(e) => panic!("terminal {seed}: {e:?}"),
+            }
+        }
+    });
+    (got, t)
+}
+
+fn metric(ops: SocketAddr, name: &str) -> f64 {
+    let body = net::http_get(ops, "/metrics").unwrap_or_default();
+    body.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The last price received per symbol.
+fn last_per_symbol(got: &[Got]) -> Vec<Got> {
+    let mut last: Vec<Got> = Vec::new();
+    for g in got {
+        match last.iter_mut().find(|l| l.symbol == g.symbol) {
+            Some(l) => *l = *g,
+            None => last.push(*g),
+        }
+    }
+    last
+}
+
+#[test]
+fn a_stalled_engine_flags_what_its_shard_sends_and_restates_it_after() {
+    let (_server, addr, ops, drill) = start_server();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (early, early_t) = terminal(addr, 1, stop.clone());
+    wait::expect(WAIT, "the watching terminal receiving", || {
+        early.lock().unwrap().len() > 10
+    });
+    assert!(
+        drill.lock().unwrap().start.is_none(),
+        "the stall began before the terminal received (a slow start)"
+    );
+    // The shard has seen the engine behind (the gauge is the mark's lag).
+    wait::expect(WAIT, "the engine seen behind", || {
+        metric(ops, "pricewire_engine_behind_seconds") > 0.3
+    });
+    let (late, late_t) = terminal(addr, 2, stop.clone());
+    wait::expect(
+        WAIT,
+        "the watching terminal told its prices are stale",
+        || {
+            let got = early.lock().unwrap();
+            let (start, end) = {
+                let d = drill.lock().unwrap();
+                (d.start, d.end)
+            };
+            // Told while the engine was stopped, not by the engine's own
+            // stale sweep once it ran again.
+            let during = |at: Instant| start.is_some_and(|t| at > t) && end.is_none_or(|t| at < t);
+            let told = |s: u16| got.iter().any(|g| g.symbol == s && g.stale && during(g.at));
+            let symbols = last_per_symbol(&got);
+            symbols.len() == SYMBOLS.len() && symbols.iter().all(|l| told(l.symbol))
+        },
+    );
+    wait::expect(WAIT, "the stall over", || {
+        drill.lock().unwrap().end.is_some()
+    });
+    wait::expect(
+        WAIT,
+        "every symbol unflagged again on both terminals",
+        || {
+            [&early, &late].iter().all(|t| {
+                let last = last_per_symbol(&t.lock().unwrap());
+                last.len() == SYMBOLS.len() && last.iter().all(|l| !l.stale)
+            })
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    early_t.join().expect("early terminal");
+    late_t.join().expect("late terminal");
+
+    let (start, end) = {
+        let d = drill.lock().unwrap();
+        (d.start.unwrap(), d.end.unwrap())
+    };
+    assert!(end - start >= Duration::from_millis(STALL_FOR_MS - 100));
+    // The invariant over every price: none unflagged while the engine was
+    // stopped past the shard's limit (the end's log line can reach this
+    // test after the first fresh price, hence the margin there).
+    let window = (start + FLAG_BY, end - Duration::from_millis(100));
+    for (name, t) in [("early", &early), ("late", &late)] {
+        let got = t.lock().unwrap();
+        let live: Vec<_> = got
+            .iter()
+            .filter(|g| g.at > window.0 && g.at < window.1 && !g.stale)
+            .collect();
+        assert!(
+            live.is_empty(),
+            "{name}: shown live during the stall: {live:?}"
+        );
+    }
+    // The late terminal subscribed during the stall: its snapshots were
+    // flagged, then restated unflagged with the same or a newer sequence.
+    let late = late.lock().unwrap();
+    for s in last_per_symbol(&late) {
+        let first = late.iter().find(|g| g.symbol == s.symbol).unwrap();
+        assert!(first.stale, "late: first price of {} unflagged", s.symbol);
+        assert!(s.seq >= first.seq);
+    }
+    // The watching terminal's stale restatements repeated its last
+    // sequence: nothing new was made up while the engine was stopped.
+    let early = early.lock().unwrap();
+    for g in early.iter().filter(|g| g.stale && g.at < window.1) {
+        let before = early
+            .iter()
+            .filter(|b| b.symbol == g.symbol && !b.stale && b.at < window.0)
+            .map(|b| b.seq)
+            .max();
+        assert_eq!(before, Some(g.seq), "early: stale restatement {g:?}");
+    }
+    assert!(
+        metric(
+            ops,
+            "pricewire_table_behind_prices_total{shard=\"0\",event=\"flagged\""
+        ) > 0.0
+    );
+    assert!(
+        metric(
+            ops,
+            "pricewire_table_behind_prices_total{shard=\"0\",event=\"restated\""
+        ) > 0.0
+    );
+}
