@@ -13,7 +13,6 @@ pub mod hosted;
 #[cfg(all(test, pricewire_loom))]
 mod loom_models;
 pub mod price_table;
-pub mod progress;
 pub mod stats;
 
 use std::sync::Arc;
@@ -23,7 +22,6 @@ pub use aggregator::{Aggregator, TickOutcome};
 pub use fanout::{FanoutStats, ShardInput, ShardPublisher, SymbolInterest};
 pub use history::TickHistory;
 pub use price_table::PriceTable;
-pub use progress::Progress;
 pub use stats::EngineStats;
 
 use crate::model::Tick;
@@ -32,6 +30,9 @@ use crate::model::Tick;
 pub const ENGINE_BATCH: usize = 256;
 /// How often prices are re-evaluated for staleness without new ticks.
 pub const STALE_SWEEP_NS: u64 = 100_000_000;
+// A hosted engine's host wakes it for the sweep: its idle mark is
+// trusted for that long (`runtime::progress`).
+const _: () = assert!(STALE_SWEEP_NS <= crate::runtime::progress::IDLE_TRUST_NS);
 
 /// Engine state plus its rings. Driven by [`EngineStage::turn`] on the
 /// engine thread, or directly by benches and tests.
@@ -52,6 +53,9 @@ pub struct EngineStage {
     pub tap: Option<crate::capture::RecorderTap>,
     /// The engine's counters (ticks, invalid, spikes, crossed books, ...).
     pub stats: Arc<EngineStats>,
+    /// The progress marks of the inputs' producers (any order; empty:
+    /// none marks), folded into the table's.
+    pub feed_marks: Vec<Arc<crate::runtime::Progress>>,
     next_sweep_ns: u64,
     /// The start of the last turn that left every input ring empty (the
     /// table's progress mark, see [`progress`]).
@@ -76,6 +80,7 @@ impl EngineStage {
             history: None,
             tap: None,
             stats,
+            feed_marks: Vec::new(),
             next_sweep_ns: 0,
             caught_up_ns: 0,
         }
@@ -115,6 +120,9 @@ impl EngineStage {
     /// One loop turn at `now_ns`. Returns how many ticks it processed.
     #[inline]
     pub fn turn(&mut self, now_ns: u64) -> usize {
+        // Before the rings are read: what a feed had taken by this mark
+        // is in its ring now.
+        let feeds_as_of = self.feeds_as_of(now_ns);
         let mut flushed = false;
         for shard in &mut self.shards {
             flushed |= shard.flush_some() > 0;
@@ -133,26 +141,36 @@ impl EngineStage {
         if total > 0 || flushed {
             self.notify();
         }
-        self.mark_progress(now_ns, total);
+        self.mark_progress((now_ns, feeds_as_of), total);
         total
     }
 
-    /// Publishes the table's progress mark after a turn that began at
-    /// `now_ns` and took `took` ticks: idle if it found none, caught up as
-    /// of its start if it left every ring empty (what was pushed before
-    /// it is in the table), else still as of the last turn that did.
+    /// The earliest of the feeds' marks at `now_ns` (`now_ns` if none
+    /// marks or all are current).
     #[inline]
-    fn mark_progress(&mut self, now_ns: u64, took: usize) {
+    fn feeds_as_of(&self, now_ns: u64) -> u64 {
+        self.feed_marks
+            .iter()
+            .fold(now_ns, |t, m| t.min(m.as_of(now_ns)))
+    }
+
+    /// Publishes the table's progress mark after a turn that began at
+    /// `now` and took `took` ticks, the feeds current as of `feeds`: if it
+    /// left every ring empty, the table holds what the feeds had taken by
+    /// then — idle if it found no tick and every feed is current, else
+    /// caught up as of the feeds' mark; if it did not, still as of the
+    /// last turn that did.
+    #[inline]
+    fn mark_progress(&mut self, (now, feeds): (u64, u64), took: usize) {
         let progress = self.table.progress();
-        if took == 0 {
-            self.caught_up_ns = now_ns;
-            progress.idle(now_ns);
-            return;
+        if took == 0 || !self.has_input() {
+            self.caught_up_ns = feeds;
         }
-        if !self.has_input() {
-            self.caught_up_ns = now_ns;
+        if took == 0 && feeds >= now {
+            progress.idle(now);
+        } else {
+            progress.caught_up(self.caught_up_ns);
         }
-        progress.caught_up(self.caught_up_ns);
     }
 
     /// Every feed has ended and the rings are drained: the table is final

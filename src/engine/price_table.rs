@@ -32,8 +32,8 @@
 
 use crate::runtime::sync::{fence, spin_loop, AtomicU64, Ordering};
 
-use super::progress::Progress;
 use crate::model::{Markups, Price, SymbolId, TierId, TOP_OF_BOOK};
+use crate::runtime::Progress;
 
 const WORDS: usize = 10;
 

@@ -392,7 +392,7 @@ fn the_progress_mark_follows_the_turns_that_drained_every_ring() {
     assert_eq!(stage.turn(50 * MS), 1);
     assert_eq!(progress.lag_ns(50 * MS), 0, "drained: current as of 50 ms");
     assert_eq!(stage.turn(60 * MS), 0);
-    let trust = super::progress::IDLE_TRUST_NS;
+    let trust = crate::runtime::progress::IDLE_TRUST_NS;
     assert_eq!(progress.lag_ns(60 * MS + trust), 0, "idle: trusted");
     assert_eq!(progress.lag_ns(61 * MS + trust), MS, "then ages");
     drop(feed);

@@ -1,5 +1,5 @@
 //! A table behind its engine's input: what a shard sends while the
-//! engine's progress mark (`engine::progress`) is older than the limit
+//! engine's progress mark (`runtime::progress`) is older than the limit
 //! goes out flagged STALE (and CONFLATED, a snapshot), and once the
 //! engine has caught up each symbol sent so is restated — its latest
 //! price, unflagged, same sequence if no newer one came — so no terminal
@@ -17,8 +17,8 @@
 //! shard turn (`Fanout::check_progress`); the symbols sent stale are
 //! flags sized to the symbol table at start, so nothing allocates.
 
-use crate::engine::Progress;
 use crate::model::price_flags;
+use crate::runtime::Progress;
 
 /// What a check of the mark found owed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

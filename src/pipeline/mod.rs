@@ -272,6 +272,8 @@ fn shard_rings(cfg: &PipelineConfig, symbols: usize) -> (Vec<ShardPublisher>, Ve
 struct FeedRings {
     /// Engine side of every ring: the sources' first, then the external ports'.
     inputs: Vec<rtrb::Consumer<Tick>>,
+    /// Each ring's producer's progress mark, in the same order.
+    marks: Vec<Arc<crate::runtime::Progress>>,
     /// Each ring's name and counters, in the same order.
     stats: Vec<(String, Arc<FeedStats>)>,
     /// Producer side of each external port, for the caller.
@@ -289,6 +291,7 @@ fn feed_rings(
 ) -> FeedRings {
     let mut rings = FeedRings {
         inputs: Vec::new(),
+        marks: Vec::new(),
         stats: Vec::new(),
         ports: Vec::new(),
         pending: Vec::new(),
@@ -298,6 +301,7 @@ fn feed_rings(
             FeedPort::new(cfg.feed_ring, cfg.feed_full_wait_us, doorbell.clone());
         rings.stats.push((name.clone(), port.stats.clone()));
         rings.inputs.push(consumer);
+        rings.marks.push(port.progress.clone());
         rings.pending.push((name, source, port));
     }
     for name in external_ports {
@@ -305,6 +309,7 @@ fn feed_rings(
             FeedPort::new(cfg.feed_ring, cfg.feed_full_wait_us, doorbell.clone());
         rings.stats.push((name, port.stats.clone()));
         rings.inputs.push(consumer);
+        rings.marks.push(port.progress.clone());
         rings.ports.push(port);
     }
     rings
@@ -374,6 +379,7 @@ impl Pipeline {
         let rings = feed_rings(cfg, sources, external_ports, &engine_doorbell);
         let (inputs, feed_stats, ports, pending_sources) =
             (rings.inputs, rings.stats, rings.ports, rings.pending);
+        let feed_marks = rings.marks;
 
         let fanout = publishers.iter().map(|p| p.stats.clone()).collect();
         let EngineParts {
@@ -383,6 +389,8 @@ impl Pipeline {
             health,
             stats: engine_stats,
         } = engine_stage(config, cfg, publishers, inputs, recorder);
+        let mut stage = stage;
+        stage.feed_marks = feed_marks;
         let mut pipeline = Pipeline {
             feeds: Vec::new(),
             engine: None,

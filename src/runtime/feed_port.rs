@@ -36,6 +36,9 @@ pub struct FeedPort {
     gave_up: bool,
     /// This feed's counters, shared with the metrics reporter.
     pub stats: Arc<FeedStats>,
+    /// The producer's progress mark, read by the engine (untracked
+    /// unless the producer marks it: the provider listener does).
+    pub progress: Arc<super::Progress>,
 }
 
 impl FeedPort {
@@ -55,6 +58,7 @@ impl FeedPort {
                 full_wait_ns: full_wait_us * 1_000,
                 gave_up: false,
                 stats: Arc::new(FeedStats::default()),
+                progress: Arc::new(super::Progress::new()),
             },
             consumer,
         )

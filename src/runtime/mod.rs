@@ -23,6 +23,7 @@ pub mod latency;
 pub mod listen;
 #[cfg(all(test, pricewire_loom))]
 mod loom_models;
+pub mod progress;
 pub mod proxy;
 pub mod source;
 pub mod supervise;
@@ -35,6 +36,7 @@ pub use affinity::{CpuMap, RtPriority, Stage};
 pub use escape::{esc, esc_bytes};
 pub use feed_port::{FeedPort, FeedStats};
 pub use hosting::{HostedTask, HostedTasks, Threading};
+pub use progress::Progress;
 pub use source::{SourcePoll, TickSource};
 pub use supervise::{Policy, Supervised, Supervisor};
 pub use wait::{Doorbell, WaitStrategy, Waiter};

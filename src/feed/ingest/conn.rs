@@ -44,6 +44,7 @@ impl Ingest {
             }
             self.drain_verdicts();
             self.check_timers();
+            self.mark_progress(crate::clock::monotonic_ns());
         }
     }
 

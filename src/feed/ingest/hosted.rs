@@ -42,34 +42,47 @@ impl HostedTask for HostedIngest {
         }
     }
 
-    fn turn(&mut self, _now_ns: u64) -> usize {
+    fn turn(&mut self, now_ns: u64) -> usize {
         if self.finished() {
             return 0;
         }
         let timers = self.ingest.check_timers() + self.ingest.drain_verdicts();
-        if self.ingest.held.is_empty() {
-            return timers;
-        }
-        timers + self.ingest.resume_held()
+        let resumed = if self.ingest.held.is_empty() {
+            0
+        } else {
+            self.ingest.resume_held()
+        };
+        // After this turn's events: every readable bridge was read.
+        self.ingest.mark_progress(now_ns);
+        timers + resumed
     }
 
     fn next_timer_ns(&self) -> Option<u64> {
         self.ingest.next_timer_ns()
     }
 
-    fn between(&mut self, _now_ns: u64) -> usize {
+    fn between(&mut self, now_ns: u64) -> usize {
         if self.finished() {
             return 0;
         }
         // Read what active bridges sent since this turn's poll; a bridge
         // found empty costs one EAGAIN read, and is left to the poller
         // unless it is streaming (`Keepalive::streaming`).
-        let mut n = 0;
+        let (mut n, mut all) = (0, true);
         for i in 0..self.ingest.bridges.len() {
-            if self.ingest.bridges[i].as_ref().is_some_and(|b| b.active) {
-                self.ingest.on_ready(i, true);
-                n += 1;
+            match &self.ingest.bridges[i] {
+                Some(b) if b.active => {
+                    self.ingest.on_ready(i, true);
+                    n += 1;
+                }
+                Some(_) => all = false,
+                None => {}
             }
+        }
+        // Every bridge read: the mark moves on inside the host's long
+        // turn; a quiet bridge waits for the poll, and so does the mark.
+        if all {
+            self.ingest.mark_progress(now_ns);
         }
         n
     }

@@ -297,6 +297,7 @@ fn bind(
         next_check_ns: 0,
         hold_when_full: false,
         held: VecDeque::with_capacity(BRIDGES_MAX),
+        current_ns: 0,
     };
     let handle = IngestHandle {
         local_addr,
@@ -359,6 +360,30 @@ struct Ingest {
     /// Bridges with input left unread because the ring was full.
     /// First in, first out, so every held bridge gets its turn.
     held: VecDeque<usize>,
+    /// When a pass last left nothing held unread (the progress mark's
+    /// time while bridges are held).
+    current_ns: u64,
+}
+
+impl Ingest {
+    /// Publishes the listener's progress mark on its feed port
+    /// (`runtime::progress`, folded into the engine's) after a pass at
+    /// `now` (the engine's and the shards' monotonic clock, which read
+    /// it) that read every bridge that had input: idle while nothing is
+    /// held unread — what the sockets had is in the ring, and a socket
+    /// that gets more wakes this thread — else as of the last pass that
+    /// held nothing; untracked without a bridge (nothing to fall behind).
+    fn mark_progress(&mut self, now: u64) {
+        let progress = &self.port.progress;
+        if self.bridges.iter().all(Option::is_none) {
+            progress.finished();
+        } else if self.held.is_empty() {
+            self.current_ns = now;
+            progress.idle(now);
+        } else {
+            progress.caught_up(self.current_ns);
+        }
+    }
 }
 
 /// Room a read needs: the most quotes one inbound buffer can hold.

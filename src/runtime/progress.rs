@@ -1,5 +1,8 @@
-//! The engine's progress mark: as of when the price table holds
-//! everything the engine was given.
+//! Progress marks: as of when a stage has taken everything it was given.
+//! The engine's, beside its price table, says as of when the table holds
+//! every tick; a feed's (the provider listener's, on its feed port) as of
+//! when every quote its sockets had received is in its ring, which the
+//! engine folds into its own.
 //!
 //! A shard sends the table's latest price (a resync, a new subscription's
 //! snapshot, a conflated catch-up) judging it by its tick's age, which
@@ -12,25 +15,24 @@
 //! that finds the mark older than its limit flags what it sends stale
 //! until the engine catches up (`gateway::behind`).
 //!
-//! An idle engine (a turn that found no tick) vouches for its table
-//! until it turns again: the dedicated loop turns at least every
-//! [`crate::runtime::wait::IDLE_PARK_MAX_US`], and a host thread wakes
-//! its hosted engine for the stale sweep, at most [`STALE_SWEEP_NS`]
-//! apart, so an idle mark is trusted for [`IDLE_TRUST_NS`] and an engine
-//! that stops turning is seen behind by then. What an idle engine does
-//! not see is a tick pushed to it while it waits to be scheduled, for at
-//! most that long.
+//! An idle stage (a turn that found no input) vouches for itself until
+//! it turns again: the dedicated engine loop turns at least every
+//! [`crate::runtime::wait::IDLE_PARK_MAX_US`], a host thread wakes its
+//! hosted engine for the stale sweep (`engine::STALE_SWEEP_NS`), and a
+//! listener with a bridge wakes for its bridges' timers
+//! (`feed::ingest`'s check, every 50 ms), so an idle mark is trusted for
+//! [`IDLE_TRUST_NS`] and a stage that stops turning is seen behind by
+//! then. What an idle stage does not see is input that came while it
+//! waited to be scheduled, for at most that long.
 //!
-//! One word, one writer (the engine thread), one store per engine turn
-//! and one load per shard turn; nothing allocates.
+//! One word, one writer (the stage's thread), one store per turn and one
+//! load per reader's turn; nothing allocates.
 
-use crate::runtime::sync::{AtomicU64, Ordering};
+use super::sync::{AtomicU64, Ordering};
 
-use super::STALE_SWEEP_NS;
-
-/// How long an idle mark vouches for the table: one stale sweep, the
-/// longest a host lets its engine wait between turns.
-pub const IDLE_TRUST_NS: u64 = STALE_SWEEP_NS;
+/// How long an idle mark vouches for its stage: the longest a host lets
+/// an idle engine or listener wait between turns.
+pub const IDLE_TRUST_NS: u64 = 100_000_000;
 
 /// The mark was set (an engine feeds this table).
 const TRACKED: u64 = 1 << 63;
@@ -39,55 +41,63 @@ const IDLE: u64 = 1 << 62;
 /// The time bits (monotonic ns).
 const TIME: u64 = IDLE - 1;
 
-/// As of when the table holds every tick its engine was given.
+/// As of when a stage has taken everything it was given.
 #[derive(Debug, Default)]
 pub struct Progress {
     word: AtomicU64,
 }
 
 impl Progress {
-    /// Untracked: a table no engine marks (an edge's, a test's) is never
-    /// behind by this mark.
+    /// Untracked: a stage that does not mark (an edge's table, a
+    /// synthetic feed) is never behind by this mark.
     pub fn new() -> Progress {
         Progress::default()
     }
 
-    /// A turn that began at `as_of` left every input ring empty, or (a
-    /// turn that could not) the last such turn began then.
+    /// Everything given before `as_of` was taken (for the engine: a turn
+    /// that began then left every input ring empty, or the last such turn
+    /// began then).
     #[inline]
     pub fn caught_up(&self, as_of: u64) {
         self.word.store(TRACKED | (as_of & TIME), Ordering::Release);
     }
 
-    /// A turn at `at` found no input: the table is current until the
-    /// engine turns again (trusted for [`IDLE_TRUST_NS`]).
+    /// A turn at `at` found no input: the stage is current until it
+    /// turns again (trusted for [`IDLE_TRUST_NS`]).
     #[inline]
     pub fn idle(&self, at: u64) {
         self.word
             .store(TRACKED | IDLE | (at & TIME), Ordering::Release);
     }
 
-    /// The engine has finished (every feed ended and its rings are
-    /// drained): nothing more will change the table, which is final.
+    /// Untracked again: the stage has finished (an engine whose feeds all
+    /// ended: its table is final) or has nothing to take (a listener
+    /// without a bridge).
     pub fn finished(&self) {
         self.word.store(0, Ordering::Release);
     }
 
-    /// How far the table may be behind what the engine was given by
-    /// `now`: 0 while untracked or idle within the trust, else the time
-    /// since the mark (for an idle mark, since its trust ran out).
+    /// As of when, judged at `now`, the stage has taken everything it
+    /// was given: `now` while untracked or idle within the trust, else
+    /// the mark (for an idle mark, the end of its trust).
     #[inline]
-    pub fn lag_ns(&self, now: u64) -> u64 {
+    pub fn as_of(&self, now: u64) -> u64 {
         let w = self.word.load(Ordering::Acquire);
         if w & TRACKED == 0 {
-            return 0;
+            return now;
         }
-        let since = now.saturating_sub(w & TIME);
+        let t = w & TIME;
         if w & IDLE != 0 {
-            since.saturating_sub(IDLE_TRUST_NS)
+            now.min(t.saturating_add(IDLE_TRUST_NS))
         } else {
-            since
+            now.min(t)
         }
+    }
+
+    /// How far behind what it was given by `now` the stage may be.
+    #[inline]
+    pub fn lag_ns(&self, now: u64) -> u64 {
+        now - self.as_of(now)
     }
 }
 
