@@ -1,24 +1,28 @@
-//! Fresh or flagged when the engine stops: the real binary's engine
-//! thread is stalled by the stall drill (`PRICEWIRE_FAULT_STALL`) for
-//! 4 s while its shard runs on. The invariant, checked over every price
-//! the terminals receive: no price arrives unflagged while the engine is
-//! stalled past the shard's limit (2 × `--price-age-max-ms`, plus an idle
-//! engine's trust and scheduling slack); a terminal that subscribes
-//! during the stall gets its snapshots flagged stale; one that was
-//! already watching is told its prices are stale once the engine has
-//! been stopped past the max quote age (2 s), same sequence; and after
-//! the stall every symbol of both ends unflagged (restated or newer).
+//! Fresh or flagged when a stage stops: the real binary's engine thread
+//! (fed by the synthetic feed), or its provider listener's (fed by a
+//! bridge on the ingest port), is stalled by the stall drill
+//! (`PRICEWIRE_FAULT_STALL`) for 4 s while its shard runs on. The
+//! invariant, checked over every price the terminals receive: no price
+//! arrives unflagged while the stage is stalled past the shard's limit
+//! (2 × `--price-age-max-ms`, plus an idle stage's trust and scheduling
+//! slack); a terminal that subscribes during the stall gets its snapshots
+//! flagged stale; one that was already watching is told its prices are
+//! stale once the stall has lasted the max quote age (2 s) — with the
+//! engine stopped, at the sequence it last had; and after the stall every
+//! symbol of both ends unflagged (restated or newer).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pricewire::client::{Client, ClientConfig, Event};
-use pricewire::model::price_flags;
+use pricewire::feed::bridge::Bridge;
+use pricewire::model::{price_flags, Tick};
 use pricewire::wire::TIER_ACCOUNT_DEFAULT;
 
 use crate::util::{net, wait};
@@ -48,26 +52,58 @@ struct Drill {
     end: Option<Instant>,
 }
 
-fn start_server() -> (Server, SocketAddr, SocketAddr, Arc<Mutex<Drill>>) {
-    let (addr, ops) = (net::free_addr(), net::free_addr());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
-        .args([
-            "serve",
-            "--synthetic-rate",
-            "500",
-            "--threading",
-            "dedicated",
-        ])
+/// Clear tokens: a loopback test (docs/security.md).
+const BRIDGE_CONFIG: &str = r#"
+insecure_plain_tokens = true
+[[providers]]
+name = "bridge-a"
+kind = "ingest"
+token = "secret-a"
+"#;
+
+/// Which stage stalls, and what feeds the server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stalled {
+    /// The engine; the synthetic feed.
+    Engine,
+    /// The provider listener; one bridge quoting on the ingest port.
+    Listener,
+}
+
+/// The server's subscriber, ops and feed addresses.
+struct Addrs {
+    subscribers: SocketAddr,
+    ops: SocketAddr,
+    feed: SocketAddr,
+}
+
+fn start_server(stalled: Stalled, dir: &Path) -> (Server, Addrs, Arc<Mutex<Drill>>) {
+    let (addr, ops, feed) = (net::free_addr(), net::free_addr(), net::free_addr());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pricewire"));
+    cmd.args(["serve", "--threading", "dedicated", "--shards", "1"])
         .args(["--report-interval-ms", "60000", "--drain-delay-ms", "0"])
         .args(["--listen", &addr.to_string()])
-        .args(["--ops-listen", &ops.to_string(), "--shards", "1"])
+        .args(["--ops-listen", &ops.to_string()]);
+    let target = match stalled {
+        Stalled::Engine => {
+            cmd.args(["--synthetic-rate", "500"]);
+            "engine"
+        }
+        Stalled::Listener => {
+            let config = dir.join("bridge.toml");
+            std::fs::write(&config, BRIDGE_CONFIG).unwrap();
+            cmd.args(["--config", config.to_str().unwrap()])
+                .args(["--feed-listen", &feed.to_string()]);
+            "ingest"
+        }
+    };
+    let stall = format!("{target}:{STALL_AFTER_MS}:{STALL_FOR_MS}");
+    let mut child = cmd
         .env("RUST_LOG", "warn")
         .env("NO_COLOR", "1")
-        .env(
-            "PRICEWIRE_FAULT_STALL",
-            format!("engine:{STALL_AFTER_MS}:{STALL_FOR_MS}"),
-        )
+        .env("PRICEWIRE_FAULT_STALL", stall)
         .env_remove("HOSTNAME")
+        .env_remove("PRICEWIRE_INGEST_TOKEN")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -89,7 +125,45 @@ fn start_server() -> (Server, SocketAddr, SocketAddr, Arc<Mutex<Drill>>) {
     wait::expect(WAIT, "server ready", || {
         net::http_get(ops, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     });
-    (server, addr, ops, drill)
+    let addrs = Addrs {
+        subscribers: addr,
+        ops,
+        feed,
+    };
+    (server, addrs, drill)
+}
+
+/// A bridge quoting the test's symbols every 2 ms (its own pace: it
+/// waits on `stop` that long), each quote a new bid, until `stop` is
+/// sent or dropped; its sends block while the stalled listener reads
+/// none.
+fn bridge(feed: SocketAddr, stop: mpsc::Receiver<()>) -> JoinHandle<()> {
+    let config = pricewire::config::Config::parse(BRIDGE_CONFIG, 0).unwrap();
+    let ids: Vec<u16> = SYMBOLS
+        .iter()
+        .map(|s| config.table.by_name(s).unwrap().id)
+        .collect();
+    let mut b = Bridge::connect(feed, 0, "secret-a", WAIT).expect("bridge logon");
+    std::thread::spawn(move || {
+        let mut bid = 100_000;
+        while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(Duration::from_millis(2))
+        {
+            bid += 1;
+            let quote = |symbol| Tick {
+                symbol,
+                bid,
+                ask: bid + 8,
+                bid_size: 1_000_000,
+                ask_size: 1_000_000,
+                provider_time_ns: 1_700_000_000_000_000_000,
+                ..Tick::EMPTY
+            };
+            let quotes: Vec<Tick> = ids.iter().map(|&s| quote(s)).collect();
+            if b.send(&quotes).is_err() {
+                return;
+            }
+        }
+    })
 }
 
 /// One price a terminal received: when, which symbol, its sequence and
@@ -156,8 +230,21 @@ fn last_per_symbol(got: &[Got]) -> Vec<Got> {
 
 #[test]
 fn a_stalled_engine_flags_what_its_shard_sends_and_restates_it_after() {
-    let (_server, addr, ops, drill) = start_server();
+    drill_a_stall(Stalled::Engine);
+}
+
+#[test]
+fn a_stalled_listener_flags_what_its_shard_sends_and_restates_it_after() {
+    drill_a_stall(Stalled::Listener);
+}
+
+fn drill_a_stall(stalled: Stalled) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addrs, drill) = start_server(stalled, dir.path());
+    let (addr, ops) = (addrs.subscribers, addrs.ops);
     let stop = Arc::new(AtomicBool::new(false));
+    let (stop_quoting, quoting_stopped) = mpsc::channel();
+    let quoting = (stalled == Stalled::Listener).then(|| bridge(addrs.feed, quoting_stopped));
     let (early, early_t) = terminal(addr, 1, stop.clone());
     wait::expect(WAIT, "the watching terminal receiving", || {
         early.lock().unwrap().len() > 10
@@ -204,6 +291,10 @@ fn a_stalled_engine_flags_what_its_shard_sends_and_restates_it_after() {
     stop.store(true, Ordering::Relaxed);
     early_t.join().expect("early terminal");
     late_t.join().expect("late terminal");
+    drop(stop_quoting);
+    if let Some(q) = quoting {
+        q.join().expect("bridge");
+    }
 
     let (start, end) = {
         let d = drill.lock().unwrap();
@@ -233,16 +324,27 @@ fn a_stalled_engine_flags_what_its_shard_sends_and_restates_it_after() {
         assert!(first.stale, "late: first price of {} unflagged", s.symbol);
         assert!(s.seq >= first.seq);
     }
-    // The watching terminal's stale restatements repeated its last
-    // sequence: nothing new was made up while the engine was stopped.
+    // The watching terminal's stale prices were never older than what it
+    // had; with the engine stopped they repeated its last sequence:
+    // nothing new was made up. (A stalled listener's engine republishes
+    // its silent provider's prices stale, with new sequences.)
     let early = early.lock().unwrap();
+    let fresh_before: Vec<Got> = early
+        .iter()
+        .filter(|b| !b.stale && b.at < window.0)
+        .copied()
+        .collect();
+    let last_fresh = last_per_symbol(&fresh_before);
     for g in early.iter().filter(|g| g.stale && g.at < window.1) {
-        let before = early
+        let before = last_fresh
             .iter()
-            .filter(|b| b.symbol == g.symbol && !b.stale && b.at < window.0)
-            .map(|b| b.seq)
-            .max();
-        assert_eq!(before, Some(g.seq), "early: stale restatement {g:?}");
+            .find(|b| b.symbol == g.symbol)
+            .expect("a price before the stall")
+            .seq;
+        match stalled {
+            Stalled::Engine => assert_eq!(before, g.seq, "early: restatement {g:?}"),
+            Stalled::Listener => assert!(g.seq >= before, "early: older {g:?}"),
+        }
     }
     assert!(
         metric(
