@@ -25,14 +25,23 @@
 //! then. What an idle stage does not see is input that came while it
 //! waited to be scheduled, for at most that long.
 //!
-//! One word, one writer (the stage's thread), one store per turn and one
-//! load per reader's turn; nothing allocates.
+//! One word on a cache line of its own, one writer (the stage's thread),
+//! one load per reader's turn; nothing allocates. The writer stores only
+//! what a reader could tell apart: a mark it already holds is not stored
+//! again, nor an idle mark within [`IDLE_REFRESH_NS`] of the one it holds,
+//! so a stage that spins (`--engine-wait spin`) does not take the line
+//! from its readers on every empty turn.
 
 use super::sync::{AtomicU64, Ordering};
 
 /// How long an idle mark vouches for its stage: the longest a host lets
 /// an idle engine or listener wait between turns.
 pub const IDLE_TRUST_NS: u64 = 100_000_000;
+
+/// How stale an idle mark may be before the writer stores a new one: a
+/// reader then trusts an idle stage for at least `IDLE_TRUST_NS` minus
+/// this.
+pub const IDLE_REFRESH_NS: u64 = 1_000_000;
 
 /// The mark was set (an engine feeds this table).
 const TRACKED: u64 = 1 << 63;
@@ -43,6 +52,7 @@ const TIME: u64 = IDLE - 1;
 
 /// As of when a stage has taken everything it was given.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub struct Progress {
     word: AtomicU64,
 }
@@ -59,15 +69,27 @@ impl Progress {
     /// began then).
     #[inline]
     pub fn caught_up(&self, as_of: u64) {
-        self.word.store(TRACKED | (as_of & TIME), Ordering::Release);
+        self.store_if_new(TRACKED | (as_of & TIME), 0);
     }
 
     /// A turn at `at` found no input: the stage is current until it
     /// turns again (trusted for [`IDLE_TRUST_NS`]).
     #[inline]
     pub fn idle(&self, at: u64) {
-        self.word
-            .store(TRACKED | IDLE | (at & TIME), Ordering::Release);
+        self.store_if_new(TRACKED | IDLE | (at & TIME), IDLE_REFRESH_NS);
+    }
+
+    /// Stores `word` unless the mark holds the same kind of mark within
+    /// `slack` ns of it (the writer's own load: no store, no line taken).
+    #[inline]
+    fn store_if_new(&self, word: u64, slack: u64) {
+        let held = self.word.load(Ordering::Relaxed);
+        let kind = TRACKED | IDLE;
+        let same_kind = held & kind == word & kind;
+        if same_kind && (word & TIME).wrapping_sub(held & TIME) < slack.max(1) {
+            return;
+        }
+        self.word.store(word, Ordering::Release);
     }
 
     /// Untracked again: the stage has finished (an engine whose feeds all
@@ -127,5 +149,26 @@ mod tests {
         p.idle(2_000);
         assert_eq!(p.lag_ns(2_000 + IDLE_TRUST_NS), 0);
         assert_eq!(p.lag_ns(2_000 + IDLE_TRUST_NS + 3), 3);
+    }
+
+    #[test]
+    fn an_idle_mark_is_refreshed_at_most_once_per_refresh_interval() {
+        let p = Progress::new();
+        p.idle(1_000);
+        p.idle(1_000 + IDLE_REFRESH_NS - 1);
+        let end = 1_000 + IDLE_TRUST_NS;
+        assert_eq!(p.lag_ns(end + 5), 5, "still the mark of 1,000");
+        p.idle(1_000 + IDLE_REFRESH_NS);
+        assert_eq!(p.lag_ns(end + 5), 0, "refreshed");
+        // A busy mark after an idle one, and the same busy mark again.
+        p.caught_up(1_000 + IDLE_REFRESH_NS + 1);
+        p.caught_up(1_000 + IDLE_REFRESH_NS + 1);
+        assert_eq!(p.lag_ns(1_000 + IDLE_REFRESH_NS + 11), 10);
+        // An older busy mark (the engine still behind) is stored too.
+        p.caught_up(500);
+        assert_eq!(p.lag_ns(1_500), 1_000);
+        // An idle mark after a busy one is stored at once.
+        p.idle(1_600);
+        assert_eq!(p.lag_ns(1_600 + IDLE_TRUST_NS), 0);
     }
 }
