@@ -208,14 +208,6 @@ fn terminal(
     (got, t)
 }
 
-fn metric(ops: SocketAddr, name: &str) -> f64 {
-    let body = net::http_get(ops, "/metrics").unwrap_or_default();
-    body.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The last price received per symbol.
 fn last_per_symbol(got: &[Got]) -> Vec<Got> {
     let mut last: Vec<Got> = Vec::new();
@@ -255,7 +247,7 @@ fn drill_a_stall(stalled: Stalled) {
     );
     // The shard has seen the engine behind (the gauge is the mark's lag).
     wait::expect(WAIT, "the engine seen behind", || {
-        metric(ops, "pricewire_engine_behind_seconds") > 0.3
+        net::metric_sum(ops, "pricewire_engine_behind_seconds") > 0.3
     });
     let (late, late_t) = terminal(addr, 2, stop.clone());
     wait::expect(
@@ -347,13 +339,13 @@ fn drill_a_stall(stalled: Stalled) {
         }
     }
     assert!(
-        metric(
+        net::metric_sum(
             ops,
             "pricewire_table_behind_prices_total{shard=\"0\",event=\"flagged\""
         ) > 0.0
     );
     assert!(
-        metric(
+        net::metric_sum(
             ops,
             "pricewire_table_behind_prices_total{shard=\"0\",event=\"restated\""
         ) > 0.0

@@ -33,15 +33,6 @@ impl Drop for Server {
     }
 }
 
-/// Sum of a metric family's samples in the ops endpoint's /metrics.
-fn metric_sum(ops: SocketAddr, name: &str) -> f64 {
-    let body = net::http_get(ops, "/metrics").unwrap_or_default();
-    body.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn start_server() -> (Server, SocketAddr, SocketAddr) {
     let (addr, ops) = (net::free_addr(), net::free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_pricewire"))
@@ -134,7 +125,7 @@ fn a_six_second_sigstop_disconnects_no_heartbeating_subscriber() {
             .all(|((s, _), b)| s.prices.load(Ordering::Relaxed) >= b + 50)
     });
     wait::expect(WAIT, "the stall counted", || {
-        metric_sum(ops, "pricewire_shard_stalls_total") >= 1.0
+        net::metric_sum(ops, "pricewire_shard_stalls_total") >= 1.0
     });
     stop.store(true, Ordering::Relaxed);
     let (mut disconnects, mut gaps) = (0, 0);
@@ -143,7 +134,7 @@ fn a_six_second_sigstop_disconnects_no_heartbeating_subscriber() {
         disconnects += s.disconnects.load(Ordering::Relaxed);
         gaps += s.gaps.load(Ordering::Relaxed);
     }
-    let max_stall = metric_sum(ops, "pricewire_shard_max_stall_seconds");
+    let max_stall = net::metric_sum(ops, "pricewire_shard_max_stall_seconds");
     eprintln!(
         "stall: max {max_stall:.3} s measured; {disconnects} disconnects, {gaps} gaps; took {:.1} s",
         started.elapsed().as_secs_f64()

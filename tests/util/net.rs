@@ -117,6 +117,16 @@ pub fn http_get(ops: SocketAddr, path: &str) -> Option<String> {
     (!buf.is_empty()).then_some(buf)
 }
 
+/// Sum of a metric family's samples (the lines starting `name`, which may
+/// include labels) in the ops endpoint's /metrics; 0 if it does not answer.
+pub fn metric_sum(ops: SocketAddr, name: &str) -> f64 {
+    let body = http_get(ops, "/metrics").unwrap_or_default();
+    body.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// `GET path`: the status code and the body.
 pub fn http_answer(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let text = http_get(addr, path)?;
