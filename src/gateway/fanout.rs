@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::append::{append, mark_owed};
 use super::behind::{Behind, Owed};
 use super::conn::{Conn, Sub};
-use super::pacer::{self, Member, Offer, Pacer, PACE_NONE};
+use super::pacer::{self, Pacer, PACE_NONE};
 use super::slab::Slab;
 use super::subs::{SubIndex, Subscriber};
 use super::ShardStats;
@@ -24,6 +24,7 @@ use crate::model::{price_flags, Price};
 use crate::wire::{
     self, PriceBody, PriceKind, SubscribeStatus, PRICE_SLOT_LEN, SNAPSHOT_FRAME_LEN,
 };
+use paced::Conflated;
 
 /// `Sub::pos` of a paced subscription (it is in a pace group, not in the
 /// index).
@@ -201,35 +202,6 @@ impl Fanout {
         }
     }
 
-    /// Delivers every held price whose slot has come by `now` to its
-    /// group's members (O(due groups + their members)), the price encoded
-    /// once: to each member a PriceUpdate if it follows the last price sent
-    /// to it, else a snapshot flagged conflated (prices were skipped).
-    /// Returns how many prices went out.
-    pub(super) fn release_due(&mut self, slab: &mut Slab, stats: &ShardStats, now: u64) -> usize {
-        let mut sent = 0;
-        while let Some((g, mut p)) = self.pacer.pop_due(now) {
-            p.flags |= self.behind_flags(p.symbol, stats);
-            let n = encode_plain(&mut self.scratch, &p, &self.digits, self.wall_offset_ns);
-            self.conflated.len = 0;
-            let members = self.pacer.members(g);
-            let out = (
-                &self.scratch[..n],
-                &mut self.conflated,
-                self.digits[p.symbol as usize],
-            );
-            sent += emit(members, &p, out, slab, stats, (now, true));
-            self.pacer.sent(g, now);
-        }
-        sent
-    }
-
-    /// When the earliest held price is due (monotonic ns), if any: a shard
-    /// about to sleep wakes for it.
-    pub(super) fn next_due_ns(&self) -> Option<u64> {
-        self.pacer.next_due_ns()
-    }
-
     /// Encodes one (symbol, tier) price once and copies it to every
     /// unlimited subscriber of that key, then offers it to each of the
     /// key's pace groups.
@@ -241,7 +213,8 @@ impl Fanout {
         if subscribers.is_empty() && groups == 0 {
             return;
         }
-        let n = encode_plain(&mut self.scratch, p, &self.digits, self.wall_offset_ns);
+        let mut buf = [0; PRICE_SLOT_LEN];
+        let n = encode_plain(&mut buf, p, &self.digits, self.wall_offset_ns);
         // An edge that lost its bus repeats the last price, same sequence,
         // as a stale snapshot, and again without the flag once the bus is
         // back: both must reach subscribers that had that sequence.
@@ -249,7 +222,7 @@ impl Fanout {
             price: p,
             snapshot: p.flags & price_flags::CONFLATED != 0,
             stale: p.flags & price_flags::STALE != 0,
-            bytes: &self.scratch[..n],
+            bytes: &buf[..n],
         };
         for s in subscribers {
             if let Some(conn) = slab.conns[s.conn as usize].as_mut() {
@@ -260,35 +233,7 @@ impl Fanout {
                 }
             }
         }
-        self.conflated.len = 0;
-        for k in 0..groups {
-            let g = self.pacer.groups_of(key)[k];
-            let seen = self.pacer.seen_seq(g);
-            let same_stream = self.pacer.seen_stream(g) == p.stream_id;
-            // A stale restatement is not paced: it must reach the members
-            // that had that sequence (O(members), only for restatements).
-            let restate = frame.snapshot && p.seq == seen && same_stream;
-            if restate {
-                restate_to(self.pacer.members(g), &frame, slab, stats, now);
-            }
-            let news = p.seq > seen || !same_stream || (restate && self.pacer.holds(g));
-            if !news {
-                if !restate {
-                    stats.superseded.inc();
-                }
-                continue;
-            }
-            match self.pacer.offer(g, p, now) {
-                Offer::Held { .. } => stats.paced_held.inc(),
-                Offer::Send => {
-                    let members = self.pacer.members(g);
-                    let digits = self.digits[p.symbol as usize];
-                    let out = (frame.bytes, &mut self.conflated, digits);
-                    emit(members, p, out, slab, stats, (now, false));
-                    self.pacer.sent(g, now);
-                }
-            }
-        }
+        self.offer_to_groups(key, &frame, slab, stats, now);
     }
 
     // ---- subscriptions ------------------------------------------------
@@ -545,25 +490,6 @@ fn deliver(conn: &mut Conn, slot: u32, f: &Frame<'_>, now: u64, stats: &ShardSta
     append(conn, slot as usize, f.price, f.bytes, now, stats)
 }
 
-/// A restatement (same sequence, as a snapshot) to the members of one
-/// pace group that were last sent that sequence, unpaced.
-fn restate_to(members: &[Member], f: &Frame<'_>, slab: &mut Slab, stats: &ShardStats, now: u64) {
-    for m in members {
-        let Some(conn) = slab.conns[m.conn as usize].as_mut() else {
-            continue;
-        };
-        let ours = conn.subs.get(m.slot as usize);
-        let had = |s: &Sub| s.last_seq == f.price.seq && s.stream == f.price.stream_id;
-        if ours.is_none_or(|s| s.pace != m.id || !had(s)) {
-            continue;
-        }
-        if deliver(conn, m.slot, f, now, stats) && !conn.in_write_list {
-            conn.in_write_list = true;
-            slab.write_list.push(m.conn);
-        }
-    }
-}
-
 /// Encodes `p` as every subscriber of its key gets it first: an update,
 /// or a snapshot (a resync point) if the engine conflated the key.
 /// Returns the frame's length in `buf`.
@@ -577,84 +503,8 @@ fn encode_plain(buf: &mut [u8; PRICE_SLOT_LEN], p: &Price, digits: &[u8], wall: 
     wire::encode_model_price(buf, kind, p, digits[p.symbol as usize], wall)
 }
 
-/// A paced price as a snapshot flagged conflated, encoded on first use
-/// (`len == 0` until then) for the members that missed prices.
-struct Conflated {
-    buf: [u8; PRICE_SLOT_LEN],
-    len: usize,
-    wall_offset_ns: i64,
-}
-
-impl Conflated {
-    fn bytes(&mut self, p: &Price, digits: u8) -> &[u8] {
-        if self.len == 0 {
-            let mut q = *p;
-            q.flags |= price_flags::CONFLATED;
-            self.len = wire::encode_model_price(
-                &mut self.buf,
-                PriceKind::Snapshot,
-                &q,
-                digits,
-                self.wall_offset_ns,
-            );
-        }
-        &self.buf[..self.len]
-    }
-}
-
-/// Copies one price of a pace group to each of its members that has not
-/// had it: as `plain` if it follows the member's last price, else as the
-/// conflated snapshot; a conflating member is marked owed. `at_slot`
-/// counts the deliveries as released (per member). Returns how many
-/// members were sent the price.
-fn emit(
-    members: &[Member],
-    p: &Price,
-    (plain, conflated, digits): (&[u8], &mut Conflated, u8),
-    slab: &mut Slab,
-    stats: &ShardStats,
-    (now, at_slot): (u64, bool),
-) -> usize {
-    let mut sent = 0;
-    for m in members {
-        let Some(conn) = slab.conns.get_mut(m.conn as usize).and_then(Option::as_mut) else {
-            continue;
-        };
-        let Some(sub) = conn.subs.get_mut(m.slot as usize) else {
-            continue;
-        };
-        let same_stream = p.stream_id == sub.stream;
-        if sub.pace != m.id || (same_stream && p.seq <= sub.last_seq) {
-            continue;
-        }
-        if conn.out.is_conflating() {
-            mark_owed(sub, &mut conn.dirty_subs);
-            stats.conflated.inc();
-            continue;
-        }
-        let skipped =
-            !same_stream || p.seq > sub.last_seq + 1 || p.flags & price_flags::CONFLATED != 0;
-        let bytes = if skipped {
-            conflated.bytes(p, digits)
-        } else {
-            plain
-        };
-        if append(conn, m.slot as usize, p, bytes, now, stats) {
-            if at_slot {
-                stats.paced_released.inc();
-                if skipped {
-                    stats.paced_conflated.inc();
-                }
-            }
-            sent += 1;
-            if !conn.in_write_list {
-                conn.in_write_list = true;
-                slab.write_list.push(m.conn);
-            }
-        }
-    }
-    sent
-}
+#[path = "fanout_paced.rs"]
+mod paced;
 
 #[path = "fanout_check.rs"]
 mod check;
