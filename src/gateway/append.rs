@@ -1,6 +1,6 @@
 //! Appending one price to one subscription's connection: the one place
 //! every price frame is appended, so the protocol's rules for a price on
-//! the wire hold for every path that sends one (fan-out, pace groups,
+//! the wire hold for every path that sends one (fan-out, paced cadences,
 //! restatements).
 
 use super::conn::{Conn, Sub};

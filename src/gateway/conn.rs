@@ -30,7 +30,8 @@ pub struct Sub {
     /// The last price sent for this key was flagged STALE (an edge that
     /// lost its bus): the same sequence may be sent again, fresh.
     pub stale: bool,
-    /// Its membership of a pace group in the shard's pacer when the
+    /// Its handle in the shard's pacer (a member of its key and of its
+    /// connection's cadence) when the
     /// account's update frequency is limited, else
     /// [`super::pacer::PACE_NONE`].
     pub pace: super::pacer::PaceId,

@@ -3,12 +3,11 @@
 //! the shard's subscription index and symbol interest kept in step;
 //! conflation bookkeeping and the snapshots that resync a connection.
 //! Subscriptions of an account with a maximum update frequency are not in
-//! the index but members of the shard's [`Pacer`] groups, one per (key,
-//! interval): a price visits each unlimited subscriber and each group of
-//! its key, and a group's members get it at the group's slot (held prices
-//! leave at their slot, see [`Fanout::release_due`]). Nothing on the price
-//! path allocates (index lists, groups and member lists grow only when a
-//! subscription is added).
+//! the index but members of the shard's [`Pacer`]: a price visits each
+//! unlimited subscriber and becomes its paced key's latest, which each
+//! member's cadence sends at its own slot (see `fanout_paced.rs`).
+//! Nothing on the price path allocates (index lists, paced keys and
+//! cadences grow only when a subscription is added).
 
 use std::sync::Arc;
 
@@ -24,9 +23,8 @@ use crate::model::{price_flags, Price};
 use crate::wire::{
     self, PriceBody, PriceKind, SubscribeStatus, PRICE_SLOT_LEN, SNAPSHOT_FRAME_LEN,
 };
-use paced::Conflated;
 
-/// `Sub::pos` of a paced subscription (it is in a pace group, not in the
+/// `Sub::pos` of a paced subscription (it is in the pacer, not in the
 /// index).
 const NOT_INDEXED: u32 = u32::MAX;
 
@@ -41,21 +39,20 @@ pub(super) struct Fanout {
     interest: Arc<SymbolInterest>,
     pub(super) tiers: usize,
     digits: Box<[u8]>,
+    /// A paced price re-encoded with the stale flags of a table behind.
     scratch: [u8; PRICE_SLOT_LEN],
-    /// A paced price re-encoded as a conflated snapshot, for members that
-    /// missed prices.
-    conflated: Conflated,
     table: Arc<PriceTable>,
     /// UTC = monotonic + this (see `Shared::wall_offset_ns`).
     wall_offset_ns: i64,
-    /// Rate-limited subscriptions and their held prices.
+    /// Rate-limited subscriptions, their keys' latest prices and their
+    /// connections' cadences.
     pacer: Pacer,
     /// `--max-update-hz`: the limit of accounts that set none (0 = none).
     default_hz: u32,
     /// Whether the table is behind its engine's input, and the symbols
     /// sent stale because it was.
     behind: Behind,
-    /// Subscription changes in progress (index, pace groups, per-symbol
+    /// Subscription changes in progress (index, pacer, per-symbol
     /// counts, interest): raised before one starts and lowered after it
     /// ends, so a panic that unwinds out of one leaves it raised — the
     /// fan-out state is then poisoned and no connection boundary may
@@ -91,11 +88,6 @@ impl Fanout {
             tiers,
             digits: symbols.instruments().iter().map(|i| i.digits).collect(),
             scratch: [0; PRICE_SLOT_LEN],
-            conflated: Conflated {
-                buf: [0; PRICE_SLOT_LEN],
-                len: 0,
-                wall_offset_ns,
-            },
             table,
             wall_offset_ns,
             pacer: Pacer::new(now),
@@ -109,7 +101,7 @@ impl Fanout {
     }
 
     /// A panic unwound out of a subscription change: the index, the pace
-    /// groups or the interest counts may be half-updated.
+    /// keys and cadences or the interest counts may be half-updated.
     pub(super) fn is_poisoned(&self) -> bool {
         self.mutating > 0
     }
@@ -203,14 +195,13 @@ impl Fanout {
     }
 
     /// Encodes one (symbol, tier) price once and copies it to every
-    /// unlimited subscriber of that key, then offers it to each of the
-    /// key's pace groups.
+    /// unlimited subscriber of that key, then makes it the latest of the
+    /// key's paced subscriptions.
     #[inline]
     fn fan_out_tier(&mut self, p: &Price, slab: &mut Slab, stats: &ShardStats, now: u64) {
         let key = p.symbol as usize * self.tiers + p.tier as usize;
         let subscribers = self.index.subscribers(key);
-        let groups = self.pacer.groups_of(key).len();
-        if subscribers.is_empty() && groups == 0 {
+        if subscribers.is_empty() && self.pacer.key_of(key).is_none() {
             return;
         }
         let mut buf = [0; PRICE_SLOT_LEN];
@@ -233,7 +224,7 @@ impl Fanout {
                 }
             }
         }
-        self.offer_to_groups(key, &frame, slab, stats, now);
+        self.offer_to_paced(key, &frame, slab, stats, now);
     }
 
     // ---- subscriptions ------------------------------------------------
@@ -274,7 +265,7 @@ impl Fanout {
         }
         let slot = conn.subs.len() as u32;
         let (pos, pace) = if interval_ns > 0 {
-            let pace = self.pacer.add(key as u32, i as u32, slot, interval_ns);
+            let pace = self.pacer.add(key as u32, (i as u32, slot), interval_ns);
             (NOT_INDEXED, pace)
         } else {
             let s = Subscriber {
@@ -315,10 +306,10 @@ impl Fanout {
     }
 
     /// Takes subscription `slot` of connection `i` out of this shard's
-    /// index or pace group (and the symbol out of its interest if it was
-    /// the last; a price its group held becomes owed: a move's new shard
-    /// sends the latest as a resync), leaving the connection's own list as
-    /// it is.
+    /// index or pacer (and the symbol out of its interest if it was the
+    /// last; a newer price its cadence had yet to send becomes owed: a
+    /// move's new shard sends the latest as a resync), leaving the
+    /// connection's own list as it is.
     pub(super) fn unindex(&mut self, slab: &mut Slab, i: usize, slot: usize) {
         self.mutate(|f| f.unindex_sub(slab, i, slot));
     }
@@ -330,9 +321,14 @@ impl Fanout {
         let sub = conn.subs[slot];
         if sub.pace != PACE_NONE {
             let s = &mut conn.subs[slot];
-            if self.pacer.remove(sub.pace) {
+            // Its cadence's next slot would have sent the key's latest.
+            if self
+                .pacer
+                .has_newer(sub.key as usize, (s.stream, s.last_seq))
+            {
                 mark_owed(s, &mut conn.dirty_subs);
             }
+            self.pacer.remove(sub.pace);
             s.pace = PACE_NONE;
             s.pos = NOT_INDEXED;
         } else if let Some(moved) = self.index.remove(sub.key as usize, sub.pos) {
@@ -358,7 +354,7 @@ impl Fanout {
         for (k, sub) in conn.subs.iter_mut().enumerate() {
             let key = sub.key as usize;
             if interval_ns > 0 {
-                sub.pace = self.pacer.add(sub.key, i as u32, k as u32, interval_ns);
+                sub.pace = self.pacer.add(sub.key, (i as u32, k as u32), interval_ns);
                 sub.pos = NOT_INDEXED;
             } else {
                 let s = Subscriber {

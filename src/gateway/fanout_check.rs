@@ -54,7 +54,7 @@ pub(in crate::gateway) enum FanoutMismatch {
 }
 
 impl Fanout {
-    /// Checks that the index, the pace groups, the per-symbol counts and
+    /// Checks that the index, the pacer, the per-symbol counts and
     /// the interest agree with the connections' own subscription lists:
     /// every indexed or paced subscription is found where it says, no
     /// entry names a slot or subscription that is not there, and every

@@ -1,22 +1,37 @@
-//! The paced half of [`Fanout`]: a price offered to the pace groups of its
-//! key, the held prices released at their slots, and the per-member copy
-//! that picks an update or a conflated snapshot.
+//! The paced half of [`Fanout`]: a price becomes its key's latest in the
+//! [`crate::gateway::pacer::Pacer`] (and goes at once to members whose
+//! cadence is open), each due cadence's slot sends its members the latest
+//! of their keys, and the per-member copy picks an update or a conflated
+//! snapshot.
 
 use super::{deliver, encode_plain, Fanout, Frame};
 use crate::gateway::append::{append, mark_owed};
 use crate::gateway::conn::Sub;
-use crate::gateway::pacer::{Member, Offer};
+use crate::gateway::pacer::{KeyId, Member};
 use crate::gateway::slab::Slab;
 use crate::gateway::ShardStats;
-use crate::model::{price_flags, Price};
-use crate::wire::{self, PriceKind, PRICE_SLOT_LEN};
+use crate::model::price_flags;
+use crate::wire::{self, PriceKind};
+
+/// What a member's turn at a price did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// It had the latest already (or is gone).
+    Nothing,
+    /// It is owed the price (its connection is conflating, or full).
+    Owed,
+    /// The price was appended for it.
+    Sent,
+}
 
 impl Fanout {
-    /// Offers one encoded (symbol, tier) price to each pace group of
-    /// `key`: sent to the members at once if the group's slot is open,
-    /// else held for it.
+    /// Makes one encoded (symbol, tier) price the latest of its paced key
+    /// and sends it at once to the members whose cadence is open (O(1)
+    /// when none is; else O(the key's members)). A restatement (same
+    /// sequence, as a snapshot) goes unpaced to the members that had that
+    /// sequence.
     #[inline]
-    pub(super) fn offer_to_groups(
+    pub(super) fn offer_to_paced(
         &mut self,
         key: usize,
         f: &Frame<'_>,
@@ -24,43 +39,61 @@ impl Fanout {
         stats: &ShardStats,
         now: u64,
     ) {
+        let Some(k) = self.pacer.key_of(key) else {
+            return;
+        };
         let p = f.price;
-        self.conflated.len = 0;
-        for k in 0..self.pacer.groups_of(key).len() {
-            let g = self.pacer.groups_of(key)[k];
-            let seen = self.pacer.seen_seq(g);
-            let same_stream = self.pacer.seen_stream(g) == p.stream_id;
-            // A stale restatement is not paced: it must reach the members
-            // that had that sequence (O(members), only for restatements).
-            let restate = f.snapshot && p.seq == seen && same_stream;
-            if restate {
-                restate_to(self.pacer.members(g), f, slab, stats, now);
-            }
-            let news = p.seq > seen || !same_stream || (restate && self.pacer.holds(g));
-            if !news {
-                if !restate {
-                    stats.superseded.inc();
-                }
-                continue;
-            }
-            match self.pacer.offer(g, p, now) {
-                Offer::Held { .. } => stats.paced_held.inc(),
-                Offer::Send => {
-                    let members = self.pacer.members(g);
-                    let digits = self.digits[p.symbol as usize];
-                    let out = (f.bytes, &mut self.conflated, digits);
-                    emit(members, p, out, slab, stats, (now, false));
-                    self.pacer.sent(g, now);
-                }
-            }
+        let latest = self.pacer.latest(k);
+        let same_stream = latest.stream_id == p.stream_id;
+        // A stale restatement is not paced: it must reach the members
+        // that had that sequence (O(members), only for restatements).
+        let restate = f.snapshot && p.seq == latest.seq && same_stream;
+        if restate {
+            restate_to(self.pacer.members(k), f, slab, stats, now);
+        } else if same_stream && p.seq <= latest.seq {
+            stats.superseded.inc();
+            return;
+        }
+        // A restatement replaces the latest too: members that did not
+        // have its sequence get it, flags and all, at their slot.
+        self.pacer.offer(k, p, f.bytes);
+        if restate {
+            return;
+        }
+        let mut waiting = self.pacer.members(k).len();
+        if self.pacer.open_members(k) > 0 {
+            waiting -= self.send_to_open(k, slab, stats, now);
+        }
+        if waiting > 0 {
+            stats.paced_held.inc();
         }
     }
 
-    /// Delivers every held price whose slot has come by `now` to its
-    /// group's members (O(due groups + their members)), the price encoded
-    /// once: to each member a PriceUpdate if it follows the last price sent
-    /// to it, else a snapshot flagged conflated (prices were skipped).
-    /// Returns how many prices went out.
+    /// Key `k`'s latest to each member whose cadence is open, closing the
+    /// cadence. Returns how many members that was.
+    fn send_to_open(&mut self, k: KeyId, slab: &mut Slab, stats: &ShardStats, now: u64) -> usize {
+        let mut served = 0;
+        // Closing a cadence changes open counts, never the member list.
+        for i in 0..self.pacer.members(k).len() {
+            if self.pacer.open_members(k) == 0 {
+                break;
+            }
+            let m = self.pacer.members(k)[i];
+            if self.pacer.is_open(m.id) {
+                self.release_to(k, m, slab, stats, (now, false));
+                self.pacer.close(m.id, now);
+                served += 1;
+            }
+        }
+        served
+    }
+
+    /// Serves every cadence whose slot has come by `now`: each member gets
+    /// its key's latest price if it has not had it — a PriceUpdate if it
+    /// follows the last price sent to it, else a snapshot flagged
+    /// conflated (prices were skipped) — all appended in this turn, so a
+    /// connection's paced prices share one write. O(due cadences + their
+    /// members). Returns how many prices went out.
     pub(in crate::gateway) fn release_due(
         &mut self,
         slab: &mut Slab,
@@ -68,31 +101,107 @@ impl Fanout {
         now: u64,
     ) -> usize {
         let mut sent = 0;
-        while let Some((g, mut p)) = self.pacer.pop_due(now) {
-            p.flags |= self.behind_flags(p.symbol, stats);
-            let n = encode_plain(&mut self.scratch, &p, &self.digits, self.wall_offset_ns);
-            self.conflated.len = 0;
-            let members = self.pacer.members(g);
-            let out = (
-                &self.scratch[..n],
-                &mut self.conflated,
-                self.digits[p.symbol as usize],
-            );
-            sent += emit(members, &p, out, slab, stats, (now, true));
-            self.pacer.sent(g, now);
+        while let Some(c) = self.pacer.pop_due(now) {
+            let mut busy = false;
+            for i in 0..self.pacer.cadence_len(c) {
+                let (k, m) = self.pacer.cadence_member(c, i);
+                match self.release_to(k, m, slab, stats, (now, true)) {
+                    Release::Nothing => {}
+                    Release::Owed => busy = true,
+                    Release::Sent => {
+                        busy = true;
+                        sent += 1;
+                    }
+                }
+            }
+            self.pacer.slot_done(c, now, busy);
         }
         sent
     }
 
-    /// When the earliest held price is due (monotonic ns), if any: a shard
-    /// about to sleep wakes for it.
+    /// When the earliest slot is due (monotonic ns), if any: a shard about
+    /// to sleep wakes for it.
     pub(in crate::gateway) fn next_due_ns(&self) -> Option<u64> {
         self.pacer.next_due_ns()
+    }
+
+    /// Key `k`'s latest price to member `m`, unless it had it: as the
+    /// plain encoding if it follows the member's last price, else as the
+    /// conflated snapshot (encoded once per price); flagged stale while
+    /// the table is behind; marked owed on a conflating connection.
+    /// `at_slot` counts the delivery as released at a slot.
+    fn release_to(
+        &mut self,
+        k: KeyId,
+        m: Member,
+        slab: &mut Slab,
+        stats: &ShardStats,
+        (now, at_slot): (u64, bool),
+    ) -> Release {
+        let Some(conn) = slab.conns.get_mut(m.conn as usize).and_then(Option::as_mut) else {
+            return Release::Nothing;
+        };
+        let Some(sub) = conn.subs.get_mut(m.slot as usize) else {
+            return Release::Nothing;
+        };
+        let (latest, enc) = self.pacer.latest_mut(k);
+        let same_stream = latest.stream_id == sub.stream;
+        let had = enc.plain_len == 0 || (same_stream && latest.seq <= sub.last_seq);
+        if sub.pace != m.id || had {
+            return Release::Nothing;
+        }
+        if conn.out.is_conflating() {
+            mark_owed(sub, &mut conn.dirty_subs);
+            stats.conflated.inc();
+            return Release::Owed;
+        }
+        let mut p = *latest;
+        let digits = self.digits[p.symbol as usize];
+        let behind = self.behind.flags_for(p.symbol);
+        let skipped = !same_stream
+            || p.seq > sub.last_seq + 1
+            || (p.flags | behind) & price_flags::CONFLATED != 0;
+        let bytes: &[u8] = if behind & !p.flags != 0 {
+            // Rare (a table behind its feeds): encoded for this member.
+            stats.behind_flagged.inc();
+            p.flags |= behind;
+            let n = encode_plain(&mut self.scratch, &p, &self.digits, self.wall_offset_ns);
+            &self.scratch[..n]
+        } else if skipped {
+            if enc.conflated_len == 0 {
+                let mut q = p;
+                q.flags |= price_flags::CONFLATED;
+                enc.conflated_len = wire::encode_model_price(
+                    &mut enc.conflated,
+                    PriceKind::Snapshot,
+                    &q,
+                    digits,
+                    self.wall_offset_ns,
+                );
+            }
+            &enc.conflated[..enc.conflated_len]
+        } else {
+            &enc.plain[..enc.plain_len]
+        };
+        if !append(conn, m.slot as usize, &p, bytes, now, stats) {
+            return Release::Owed;
+        }
+        if at_slot {
+            stats.paced_released.inc();
+            if skipped {
+                stats.paced_conflated.inc();
+            }
+        }
+        if !conn.in_write_list {
+            conn.in_write_list = true;
+            slab.write_list.push(m.conn);
+        }
+        Release::Sent
     }
 }
 
 /// A restatement (same sequence, as a snapshot) to the members of one
-/// pace group that were last sent that sequence, unpaced.
+/// paced key that were last sent that sequence, unpaced.
 fn restate_to(members: &[Member], f: &Frame<'_>, slab: &mut Slab, stats: &ShardStats, now: u64) {
     for m in members {
         let Some(conn) = slab.conns[m.conn as usize].as_mut() else {
@@ -108,83 +217,4 @@ fn restate_to(members: &[Member], f: &Frame<'_>, slab: &mut Slab, stats: &ShardS
             slab.write_list.push(m.conn);
         }
     }
-}
-
-/// A paced price as a snapshot flagged conflated, encoded on first use
-/// (`len == 0` until then) for the members that missed prices.
-pub(super) struct Conflated {
-    pub(super) buf: [u8; PRICE_SLOT_LEN],
-    pub(super) len: usize,
-    pub(super) wall_offset_ns: i64,
-}
-
-impl Conflated {
-    fn bytes(&mut self, p: &Price, digits: u8) -> &[u8] {
-        if self.len == 0 {
-            let mut q = *p;
-            q.flags |= price_flags::CONFLATED;
-            self.len = wire::encode_model_price(
-                &mut self.buf,
-                PriceKind::Snapshot,
-                &q,
-                digits,
-                self.wall_offset_ns,
-            );
-        }
-        &self.buf[..self.len]
-    }
-}
-
-/// Copies one price of a pace group to each of its members that has not
-/// had it: as `plain` if it follows the member's last price, else as the
-/// conflated snapshot; a conflating member is marked owed. `at_slot`
-/// counts the deliveries as released (per member). Returns how many
-/// members were sent the price.
-fn emit(
-    members: &[Member],
-    p: &Price,
-    (plain, conflated, digits): (&[u8], &mut Conflated, u8),
-    slab: &mut Slab,
-    stats: &ShardStats,
-    (now, at_slot): (u64, bool),
-) -> usize {
-    let mut sent = 0;
-    for m in members {
-        let Some(conn) = slab.conns.get_mut(m.conn as usize).and_then(Option::as_mut) else {
-            continue;
-        };
-        let Some(sub) = conn.subs.get_mut(m.slot as usize) else {
-            continue;
-        };
-        let same_stream = p.stream_id == sub.stream;
-        if sub.pace != m.id || (same_stream && p.seq <= sub.last_seq) {
-            continue;
-        }
-        if conn.out.is_conflating() {
-            mark_owed(sub, &mut conn.dirty_subs);
-            stats.conflated.inc();
-            continue;
-        }
-        let skipped =
-            !same_stream || p.seq > sub.last_seq + 1 || p.flags & price_flags::CONFLATED != 0;
-        let bytes = if skipped {
-            conflated.bytes(p, digits)
-        } else {
-            plain
-        };
-        if append(conn, m.slot as usize, p, bytes, now, stats) {
-            if at_slot {
-                stats.paced_released.inc();
-                if skipped {
-                    stats.paced_conflated.inc();
-                }
-            }
-            sent += 1;
-            if !conn.in_write_list {
-                conn.in_write_list = true;
-                slab.write_list.push(m.conn);
-            }
-        }
-    }
-    sent
 }

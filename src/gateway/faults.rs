@@ -7,7 +7,7 @@
 //!
 //! What a fault discards: the connection (slab slot, poller
 //! registration, buffers, session), its subscriptions (taken out of the
-//! index, the pace groups and the symbol interest as at any close), its
+//! index, the pacer and the symbol interest as at any close), its
 //! logged-on account slot and per-IP slot; a logon at the verifier or a
 //! request at the workers comes back to a slot whose ticket or session no
 //! longer matches and is dropped, as after any close; the shard's scratch
@@ -18,7 +18,7 @@
 //!   `take` and `queue_*`, each whole (plain stores into preallocated
 //!   vectors), never across code a peer's bytes steer; the lists being
 //!   walked when the fault came are put back by the loop that took them;
-//! - the **subscription index, pace groups, per-symbol counts and symbol
+//! - the **subscription index, pacer, per-symbol counts and symbol
 //!   interest** change only inside `Fanout::mutate`: a fault inside one
 //!   poisons the fan-out state and is not contained (below); a fault
 //!   outside leaves them whole, and the close takes the connection's

@@ -1,37 +1,50 @@
-//! A shard's maximum update frequency (time-based conflation) by pace
-//! groups: every rate-limited subscription of one key ((symbol, tier))
-//! and one interval on a shard is a member of one group, and the group,
-//! not the member, gets at most one price per interval. A price that
-//! arrives inside the interval is held in the group (only the latest; a
-//! newer one replaces it) and delivered to every member at the next slot,
-//! when the interval since the group's last delivery has passed, even if
-//! no newer price comes.
+//! A shard's maximum update frequency (time-based conflation), paced per
+//! connection: the rate-limited subscriptions of one connection with one
+//! interval form a **cadence** with slots 1/N s apart at a phase of its
+//! own, and at each slot every one of them whose key has a newer price
+//! than it was sent gets that price, all in the same turn and so in one
+//! write. Between slots the shard only remembers each paced key's latest
+//! price (a newer one replaces it), whatever the number of subscribers.
 //!
-//! So a price costs O(groups of its key) here, whatever the number of
-//! paced subscribers, and an edge's paced fan-out is bounded by members ×
-//! allowed rate, not by the feed.
+//! Why per connection and not per key: a schedule per (key, interval)
+//! released each key to all its subscribers at once, so a shard's paced
+//! deliveries bunched onto the same instants and every terminal's prices
+//! went out in the same burst (4-Hz terminals read p99 126–184 ms while
+//! the server handed over at p99 ≤ 50 ms; BENCHMARKS.md run 38). Each
+//! cadence's phase is its own (spread by a golden-ratio sequence over
+//! the cadences a shard creates) and stays its own: a late slot does not
+//! move the next one, so cadences served in one long turn do not converge.
 //!
-//! A member that joins mid-interval gets its subscribe snapshot at once
-//! (outside the pacer) and then the group's next slot, which may come
-//! sooner than one interval after that snapshot: the limit holds per
-//! group schedule, not from each member's own first price.
+//! A cadence whose slot finds nothing newer for any of its subscriptions
+//! is **open**: it leaves the timing wheel, and the next price of one of
+//! its keys goes to it at once (a quiet market's first tick is not held)
+//! and closes it again, its next slot the first point of its own grid at
+//! least one interval later. A new cadence starts open. Each key counts
+//! its members in open cadences, so a price visits a key's members only
+//! when one of them is open (O(1) otherwise).
+//!
+//! The guarantee: a paced subscription gets at most one price per slot
+//! of its cadence, slots 1/N s apart; two deliveries come less than 1/N s
+//! apart only after a slot served late (a long shard turn), and never
+//! more than N in a second on average. Prices sent at once to an open
+//! cadence come at least 1/N s after the one before.
 //!
 //! Sans-IO and clock-free: every call takes the shard's `now` (monotonic
-//! ns), so tests drive time. Groups and members live in arenas that grow
-//! when a subscription is added (the control path) and are reused when
-//! it goes; the price path only writes groups and links them into a
-//! timing wheel of [`WHEEL_SLOTS`] buckets of [`TICK_NS`] (intrusive
-//! doubly-linked lists, so holding, replacing and unsubscribing are O(1)
-//! and nothing allocates). [`Pacer::pop_due`] costs O(due groups) plus
-//! the buckets the clock passed since the last call (at most one
-//! revolution), never a scan of every group.
+//! ns), so tests drive time. Keys, cadences and members live in arenas
+//! that grow when a subscription is added (the control path) and are
+//! reused when it goes; the price path only writes a key's latest price,
+//! and slots only relink cadences in a timing wheel of [`WHEEL_SLOTS`]
+//! buckets of [`TICK_NS`] (intrusive doubly-linked lists: O(1), nothing
+//! allocates). [`Pacer::pop_due`] costs O(due cadences) plus the buckets
+//! the clock passed since the last call, never a scan of every cadence.
 
 use crate::model::Price;
+use crate::wire::PRICE_SLOT_LEN;
 
 /// log2 of the wheel's tick in ns: 2^20 ns ≈ 1.05 ms.
 const TICK_SHIFT: u32 = 20;
-/// The wheel's tick: a held price is due at the first tick boundary at
-/// or after its slot, so it leaves at most one tick (≈ 1 ms) late.
+/// The wheel's tick: a slot is due at the first tick boundary at or after
+/// it, so it is served at most one tick (≈ 1 ms) late by the wheel.
 pub const TICK_NS: u64 = 1 << TICK_SHIFT;
 /// Buckets of the wheel: one revolution (≈ 1.07 s) exceeds the longest
 /// interval (1 s at [`crate::config::MAX_UPDATE_HZ_MIN`]).
@@ -39,13 +52,16 @@ pub const WHEEL_SLOTS: usize = 1024;
 const MASK: u64 = WHEEL_SLOTS as u64 - 1;
 const NIL: u32 = u32::MAX;
 
-/// Handle of a paced subscription (a group member); [`PACE_NONE`] for an
+/// Handle of a paced subscription (a member); [`PACE_NONE`] for an
 /// unlimited one.
 pub type PaceId = u32;
 /// An unlimited subscription's handle.
 pub const PACE_NONE: PaceId = NIL;
-/// Handle of a pace group.
-pub type GroupId = u32;
+/// Handle of a paced key's record (its latest price and members).
+pub type KeyId = u32;
+/// Handle of a cadence (one connection's paced subscriptions of one
+/// interval).
+pub type CadenceId = u32;
 
 /// The minimum interval between deliveries for `hz` updates per second;
 /// 0 (unlimited) for `hz == 0`.
@@ -57,21 +73,7 @@ pub fn interval_ns(hz: u32) -> u64 {
     }
 }
 
-/// What to do with a price offered to a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offer {
-    /// Its slot is open: send it to every member now (then call
-    /// [`Pacer::sent`]).
-    Send,
-    /// Held for the next slot (it replaced an older held price if
-    /// `replaced`).
-    Held {
-        /// An older held price was dropped for this one.
-        replaced: bool,
-    },
-}
-
-/// One member of a group: where its subscription lives.
+/// One paced subscription: where it lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
     /// Connection slot in the shard's slab.
@@ -82,253 +84,374 @@ pub struct Member {
     pub id: PaceId,
 }
 
+/// A key's latest price as the fan-out encoded it: as it came, and (on
+/// first use, `conflated_len == 0` until then) as a snapshot flagged
+/// conflated, for members that missed prices.
 #[derive(Debug)]
-struct Group {
+pub struct Encoded {
+    /// The price as offered.
+    pub plain: [u8; PRICE_SLOT_LEN],
+    /// Bytes of `plain` in use.
+    pub plain_len: usize,
+    /// The price as a conflated snapshot.
+    pub conflated: [u8; PRICE_SLOT_LEN],
+    /// Bytes of `conflated` in use (0: not encoded yet).
+    pub conflated_len: usize,
+}
+
+#[derive(Debug)]
+struct Keyed {
     key: u32,
+    /// The latest price offered (`Price::EMPTY` before the first).
+    latest: Price,
+    wire: Encoded,
+    members: Vec<Member>,
+    /// Members whose cadence is open.
+    open: u32,
+}
+
+#[derive(Debug)]
+struct Cadence {
+    conn: u32,
     interval_ns: u64,
-    /// Earliest time of the next delivery.
-    next_ns: u64,
-    /// The wheel tick the held price is due at (when linked).
+    /// The next slot while closed; while open, a point of its grid (the
+    /// grid is every `slot_ns + k × interval_ns`).
+    slot_ns: u64,
+    /// The wheel tick the slot is due at (while linked).
     due_tick: u64,
-    held: Price,
-    /// Highest sequence offered to the group, of stream `seen_stream`.
-    seen_seq: u64,
-    /// The stream of the last price offered (a price of another stream
-    /// starts the group's sequences afresh).
-    seen_stream: u64,
     linked: bool,
+    open: bool,
     prev: u32,
     next: u32,
-    members: Vec<Member>,
+    members: Vec<PaceId>,
 }
 
-/// Where a member is: its group and its position in the member list.
+/// Where a member is: its key record and cadence, and its position in
+/// each one's member list.
 #[derive(Debug, Clone, Copy)]
 struct Place {
-    group: GroupId,
-    pos: u32,
+    key: KeyId,
+    key_pos: u32,
+    cadence: CadenceId,
+    cadence_pos: u32,
 }
 
-/// The pace groups of one shard and their timing wheel.
+/// The paced keys and cadences of one shard, and their timing wheel.
 #[derive(Debug)]
 pub struct Pacer {
-    groups: Vec<Group>,
-    free_groups: Vec<GroupId>,
-    /// The groups of each key (a few: one per distinct interval).
-    by_key: Vec<Vec<GroupId>>,
+    keys: Vec<Keyed>,
+    free_keys: Vec<KeyId>,
+    /// The record of each key ([`NIL`]: none).
+    by_key: Vec<KeyId>,
+    cadences: Vec<Cadence>,
+    free_cadences: Vec<CadenceId>,
+    /// The cadences of each connection (one per interval its
+    /// subscriptions have: nearly always one).
+    by_conn: Vec<Vec<CadenceId>>,
     places: Vec<Place>,
     free_members: Vec<PaceId>,
     heads: Box<[u32]>,
     /// The first tick not yet drained.
     cursor: u64,
-    /// Groups with a held price (linked in the wheel).
+    /// Cadences in the wheel.
     linked: usize,
+    /// Cadences created so far: the next one's phase.
+    phases: u64,
+}
+
+/// The first point of the grid `phase + k × interval` at or after `t`.
+#[inline]
+fn grid_at_or_after(phase_of: u64, interval: u64, t: u64) -> u64 {
+    let phase = phase_of % interval;
+    t + (phase + interval - t % interval) % interval
 }
 
 impl Pacer {
     /// An empty pacer whose clock starts at `now` (monotonic ns).
     pub fn new(now: u64) -> Pacer {
         Pacer {
-            groups: Vec::new(),
-            free_groups: Vec::new(),
+            keys: Vec::new(),
+            free_keys: Vec::new(),
             by_key: Vec::new(),
+            cadences: Vec::new(),
+            free_cadences: Vec::new(),
+            by_conn: Vec::new(),
             places: Vec::new(),
             free_members: Vec::new(),
             heads: vec![NIL; WHEEL_SLOTS].into_boxed_slice(),
             cursor: now >> TICK_SHIFT,
             linked: 0,
+            phases: 0,
         }
     }
 
     /// Adds subscription (`conn`, `slot`) of `key`, limited to one
-    /// delivery per `interval_ns` (> 0), to the group of (`key`,
-    /// `interval_ns`), creating it (with its slot open) if there is none.
-    /// The control path: this may allocate.
-    pub fn add(&mut self, key: u32, conn: u32, slot: u32, interval_ns: u64) -> PaceId {
+    /// delivery per `interval_ns` (> 0), to the cadence of (`conn`,
+    /// `interval_ns`), creating it (open, at a phase of its own) if there
+    /// is none. The control path: this may allocate.
+    pub fn add(&mut self, key: u32, (conn, slot): (u32, u32), interval_ns: u64) -> PaceId {
         debug_assert!(interval_ns > 0);
-        let group = self.group_for(key, interval_ns);
+        let k = self.key_for(key);
+        let c = self.cadence_for(conn, interval_ns);
         let id = match self.free_members.pop() {
             Some(id) => id,
             None => {
-                self.places.push(Place { group, pos: 0 });
+                self.places.push(Place {
+                    key: k,
+                    key_pos: 0,
+                    cadence: c,
+                    cadence_pos: 0,
+                });
                 (self.places.len() - 1) as PaceId
             }
         };
-        let members = &mut self.groups[group as usize].members;
-        members.push(Member { conn, slot, id });
+        let rec = &mut self.keys[k as usize];
+        rec.members.push(Member { conn, slot, id });
+        let cad = &mut self.cadences[c as usize];
+        cad.members.push(id);
+        if cad.open {
+            rec.open += 1;
+        }
         self.places[id as usize] = Place {
-            group,
-            pos: (members.len() - 1) as u32,
+            key: k,
+            key_pos: (rec.members.len() - 1) as u32,
+            cadence: c,
+            cadence_pos: (cad.members.len() - 1) as u32,
         };
         id
     }
 
-    fn group_for(&mut self, key: u32, interval_ns: u64) -> GroupId {
-        let k = key as usize;
-        if self.by_key.len() <= k {
-            self.by_key.resize_with(k + 1, Vec::new);
+    fn key_for(&mut self, key: u32) -> KeyId {
+        let i = key as usize;
+        if self.by_key.len() <= i {
+            self.by_key.resize(i + 1, NIL);
         }
-        let found = self.by_key[k]
-            .iter()
-            .copied()
-            .find(|&g| self.groups[g as usize].interval_ns == interval_ns);
-        if let Some(g) = found {
-            return g;
+        if self.by_key[i] != NIL {
+            return self.by_key[i];
         }
-        let fresh = Group {
+        let fresh = |members| Keyed {
             key,
-            interval_ns,
-            next_ns: 0,
-            due_tick: 0,
-            held: Price::EMPTY,
-            seen_seq: 0,
-            seen_stream: 0,
-            linked: false,
-            prev: NIL,
-            next: NIL,
-            members: Vec::new(),
+            latest: Price::EMPTY,
+            wire: Encoded {
+                plain: [0; PRICE_SLOT_LEN],
+                plain_len: 0,
+                conflated: [0; PRICE_SLOT_LEN],
+                conflated_len: 0,
+            },
+            members,
+            open: 0,
         };
-        let g = match self.free_groups.pop() {
-            Some(g) => {
+        let k = match self.free_keys.pop() {
+            Some(k) => {
                 // Keep the member list's capacity for the next members.
-                let members = std::mem::take(&mut self.groups[g as usize].members);
-                self.groups[g as usize] = Group { members, ..fresh };
-                g
+                let members = std::mem::take(&mut self.keys[k as usize].members);
+                self.keys[k as usize] = fresh(members);
+                k
             }
             None => {
-                self.groups.push(fresh);
-                (self.groups.len() - 1) as GroupId
+                self.keys.push(fresh(Vec::new()));
+                (self.keys.len() - 1) as KeyId
             }
         };
-        self.by_key[k].push(g);
-        g
+        self.by_key[i] = k;
+        k
     }
 
-    /// Takes member `id` out of its group (an unsubscribe, a close, a move
-    /// to another shard); the last member's leaving drops the group's held
-    /// price and frees the group. Returns whether the group held a price.
-    pub fn remove(&mut self, id: PaceId) -> bool {
-        let Some(&Place { group, pos }) = self.places.get(id as usize) else {
-            return false;
+    fn cadence_for(&mut self, conn: u32, interval_ns: u64) -> CadenceId {
+        let i = conn as usize;
+        if self.by_conn.len() <= i {
+            self.by_conn.resize_with(i + 1, Vec::new);
+        }
+        let found = self.by_conn[i]
+            .iter()
+            .copied()
+            .find(|&c| self.cadences[c as usize].interval_ns == interval_ns);
+        if let Some(c) = found {
+            return c;
+        }
+        // Golden-ratio phases: each new cadence lands in the largest gap
+        // the ones before it left, so cadences made in the same turn (a
+        // logon herd) are spread over the interval, not bunched.
+        let frac = self.phases.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        self.phases += 1;
+        // Open, so only its phase counts until it first closes.
+        let fresh = |members| Cadence {
+            conn,
+            interval_ns,
+            slot_ns: (frac * interval_ns) >> 32,
+            due_tick: 0,
+            linked: false,
+            open: true,
+            prev: NIL,
+            next: NIL,
+            members,
         };
-        let gi = group as usize;
-        let held = self.groups[gi].linked;
-        let members = &mut self.groups[gi].members;
-        members.swap_remove(pos as usize);
-        if let Some(moved) = members.get(pos as usize) {
-            self.places[moved.id as usize].pos = pos;
+        let c = match self.free_cadences.pop() {
+            Some(c) => {
+                let members = std::mem::take(&mut self.cadences[c as usize].members);
+                self.cadences[c as usize] = fresh(members);
+                c
+            }
+            None => {
+                self.cadences.push(fresh(Vec::new()));
+                (self.cadences.len() - 1) as CadenceId
+            }
+        };
+        self.by_conn[i].push(c);
+        c
+    }
+
+    /// Takes member `id` out of its key and cadence (an unsubscribe, a
+    /// close, a move to another shard); a key or cadence left without
+    /// members is freed.
+    pub fn remove(&mut self, id: PaceId) {
+        let Some(&place) = self.places.get(id as usize) else {
+            return;
+        };
+        let (k, c) = (place.key as usize, place.cadence as usize);
+        let members = &mut self.keys[k].members;
+        members.swap_remove(place.key_pos as usize);
+        if let Some(moved) = members.get(place.key_pos as usize) {
+            self.places[moved.id as usize].key_pos = place.key_pos;
+        }
+        let cad = &mut self.cadences[c];
+        cad.members.swap_remove(place.cadence_pos as usize);
+        if let Some(&moved) = cad.members.get(place.cadence_pos as usize) {
+            self.places[moved as usize].cadence_pos = place.cadence_pos;
+        }
+        if cad.open {
+            self.keys[k].open -= 1;
         }
         self.free_members.push(id);
-        if self.groups[gi].members.is_empty() {
-            if held {
-                self.unlink(group);
-            }
-            let key = self.groups[gi].key as usize;
-            self.by_key[key].retain(|&g| g != group);
-            self.free_groups.push(group);
+        if self.keys[k].members.is_empty() {
+            let key = self.keys[k].key as usize;
+            self.by_key[key] = NIL;
+            self.free_keys.push(place.key);
         }
-        held
+        if self.cadences[c].members.is_empty() {
+            if self.cadences[c].linked {
+                self.unlink(place.cadence);
+            }
+            let conn = self.cadences[c].conn as usize;
+            self.by_conn[conn].retain(|&x| x != place.cadence);
+            self.free_cadences.push(place.cadence);
+        }
     }
 
     /// The member's subscription moved to another slot of its
     /// connection's list.
     pub fn set_slot(&mut self, id: PaceId, slot: u32) {
-        if let Some(&Place { group, pos }) = self.places.get(id as usize) {
-            if let Some(m) = self.groups[group as usize].members.get_mut(pos as usize) {
+        if let Some(&p) = self.places.get(id as usize) {
+            if let Some(m) = self.keys[p.key as usize]
+                .members
+                .get_mut(p.key_pos as usize)
+            {
                 m.slot = slot;
             }
         }
     }
 
-    /// Member `id`'s key and entry, if it is in a group (invariant checks).
+    /// Member `id`'s key and entry, if it is paced (invariant checks).
     pub fn member(&self, id: PaceId) -> Option<(u32, Member)> {
         let p = self.places.get(id as usize)?;
-        let g = self.groups.get(p.group as usize)?;
-        let m = g.members.get(p.pos as usize).filter(|m| m.id == id)?;
-        Some((g.key, *m))
+        let k = self.keys.get(p.key as usize)?;
+        let m = k.members.get(p.key_pos as usize).filter(|m| m.id == id)?;
+        let c = self.cadences.get(p.cadence as usize)?;
+        let here = c.conn == m.conn && c.members.get(p.cadence_pos as usize) == Some(&id);
+        here.then_some((k.key, *m))
     }
 
-    /// Members over every group (invariant checks).
+    /// Members over every key (invariant checks).
     pub fn member_total(&self) -> usize {
-        self.groups.iter().map(|g| g.members.len()).sum()
+        // A freed record has no members.
+        self.keys.iter().map(|k| k.members.len()).sum()
     }
 
-    /// The groups of `key` (one per interval its subscribers have).
+    // ---- the price path ---------------------------------------------
+
+    /// The record of `key`, if it has paced members.
     #[inline]
-    pub fn groups_of(&self, key: usize) -> &[GroupId] {
-        self.by_key.get(key).map_or(&[], Vec::as_slice)
+    pub fn key_of(&self, key: usize) -> Option<KeyId> {
+        self.by_key.get(key).copied().filter(|&k| k != NIL)
     }
 
-    /// The members of group `g`.
+    /// The latest price offered to key `k` (`Price::EMPTY` before the
+    /// first).
     #[inline]
-    pub fn members(&self, g: GroupId) -> &[Member] {
-        &self.groups[g as usize].members
+    pub fn latest(&self, k: KeyId) -> &Price {
+        &self.keys[k as usize].latest
     }
 
-    /// The highest sequence offered to group `g` so far.
-    #[inline]
-    pub fn seen_seq(&self, g: GroupId) -> u64 {
-        self.groups[g as usize].seen_seq
+    /// Whether `key` has a latest price newer than `(stream, seq)`, the
+    /// last one a member was sent.
+    pub fn has_newer(&self, key: usize, (stream, seq): (u64, u64)) -> bool {
+        self.key_of(key).is_some_and(|k| {
+            let rec = &self.keys[k as usize];
+            rec.wire.plain_len > 0 && (rec.latest.stream_id != stream || rec.latest.seq > seq)
+        })
     }
 
-    /// The stream of the last price offered to group `g`
-    /// ([`Pacer::seen_seq`] counts in it).
+    /// The latest price of key `k` and its encodings, to fill in.
     #[inline]
-    pub fn seen_stream(&self, g: GroupId) -> u64 {
-        self.groups[g as usize].seen_stream
+    pub fn latest_mut(&mut self, k: KeyId) -> (&mut Price, &mut Encoded) {
+        let rec = &mut self.keys[k as usize];
+        (&mut rec.latest, &mut rec.wire)
     }
 
-    /// Whether group `g` holds a price for its next slot.
+    /// Key `k`'s latest price is now `p`, encoded as `bytes` (its
+    /// conflated encoding is made again on first use). O(1).
     #[inline]
-    pub fn holds(&self, g: GroupId) -> bool {
-        self.groups[g as usize].linked
+    pub fn offer(&mut self, k: KeyId, p: &Price, bytes: &[u8]) {
+        let rec = &mut self.keys[k as usize];
+        rec.latest = *p;
+        rec.wire.plain[..bytes.len()].copy_from_slice(bytes);
+        rec.wire.plain_len = bytes.len();
+        rec.wire.conflated_len = 0;
     }
 
-    /// Offers price `p` to group `g` at `now`: send it if the interval
-    /// since the group's last delivery has passed and nothing is held,
-    /// else hold it (the latest wins) for the next slot. O(1), no
-    /// allocation.
+    /// The members of key `k`.
     #[inline]
-    pub fn offer(&mut self, g: GroupId, p: &Price, now: u64) -> Offer {
-        let Some(group) = self.groups.get_mut(g as usize) else {
-            return Offer::Send;
-        };
-        if group.seen_stream == p.stream_id {
-            group.seen_seq = group.seen_seq.max(p.seq);
-        } else {
-            (group.seen_stream, group.seen_seq) = (p.stream_id, p.seq);
-        }
-        if group.linked {
-            group.held = *p;
-            return Offer::Held { replaced: true };
-        }
-        if now >= group.next_ns {
-            return Offer::Send;
-        }
-        group.held = *p;
-        // The first tick boundary at or after the slot: never early.
-        let due_tick = (group.next_ns + TICK_NS - 1) >> TICK_SHIFT;
-        group.due_tick = due_tick;
-        self.link(g, due_tick);
-        Offer::Held { replaced: false }
+    pub fn members(&self, k: KeyId) -> &[Member] {
+        &self.keys[k as usize].members
     }
 
-    /// Group `g` delivered at `now`: its next slot opens at
-    /// `now + interval`. Drops a held price older than the one sent.
+    /// Members of key `k` whose cadence is open.
     #[inline]
-    pub fn sent(&mut self, g: GroupId, now: u64) {
-        let Some(group) = self.groups.get_mut(g as usize) else {
+    pub fn open_members(&self, k: KeyId) -> u32 {
+        self.keys[k as usize].open
+    }
+
+    /// Whether member `id`'s cadence is open.
+    #[inline]
+    pub fn is_open(&self, id: PaceId) -> bool {
+        let c = self.places[id as usize].cadence;
+        self.cadences[c as usize].open
+    }
+
+    /// Member `id`'s cadence was sent a price at `now` while open: it
+    /// closes, its next slot the first point of its grid at least one
+    /// interval after `now`. O(its members).
+    pub fn close(&mut self, id: PaceId, now: u64) {
+        let c = self.places[id as usize].cadence;
+        let cad = &mut self.cadences[c as usize];
+        if !cad.open {
             return;
-        };
-        group.next_ns = now + group.interval_ns;
-        if group.linked {
-            self.unlink(g);
         }
+        cad.open = false;
+        cad.slot_ns = grid_at_or_after(cad.slot_ns, cad.interval_ns, now + cad.interval_ns);
+        for k in 0..self.cadences[c as usize].members.len() {
+            let m = self.cadences[c as usize].members[k];
+            self.keys[self.places[m as usize].key as usize].open -= 1;
+        }
+        self.link(c);
     }
 
-    /// The next group whose held price's slot has come by `now`, and that
-    /// price, taken out of the wheel; `None` when nothing more is due.
-    pub fn pop_due(&mut self, now: u64) -> Option<(GroupId, Price)> {
+    // ---- slots ----------------------------------------------------------
+
+    /// The next cadence whose slot has come by `now`, taken out of the
+    /// wheel; `None` when nothing more is due. Serve its members
+    /// ([`Pacer::cadence_member`]), then call [`Pacer::slot_done`].
+    pub fn pop_due(&mut self, now: u64) -> Option<CadenceId> {
         let now_tick = now >> TICK_SHIFT;
         if self.linked == 0 {
             self.cursor = self.cursor.max(now_tick + 1);
@@ -338,23 +461,54 @@ impl Pacer {
         let floor = (now_tick + 1).saturating_sub(WHEEL_SLOTS as u64);
         self.cursor = self.cursor.max(floor);
         while self.cursor <= now_tick {
-            let mut g = self.heads[(self.cursor & MASK) as usize];
-            while g != NIL {
-                let grp = &self.groups[g as usize];
-                if grp.due_tick <= now_tick {
-                    let held = grp.held;
-                    self.unlink(g);
-                    return Some((g, held));
+            let mut c = self.heads[(self.cursor & MASK) as usize];
+            while c != NIL {
+                let cad = &self.cadences[c as usize];
+                if cad.due_tick <= now_tick {
+                    self.unlink(c);
+                    return Some(c);
                 }
-                g = grp.next;
+                c = cad.next;
             }
             self.cursor += 1;
         }
         None
     }
 
-    /// When the earliest held price is due (monotonic ns, rounded to the
-    /// wheel's tick), for a shard about to sleep; `None` if none is held.
+    /// Members of cadence `c`.
+    #[inline]
+    pub fn cadence_len(&self, c: CadenceId) -> usize {
+        self.cadences[c as usize].members.len()
+    }
+
+    /// The `i`th member of cadence `c` and its key.
+    #[inline]
+    pub fn cadence_member(&self, c: CadenceId, i: usize) -> (KeyId, Member) {
+        let id = self.cadences[c as usize].members[i];
+        let p = self.places[id as usize];
+        (p.key, self.keys[p.key as usize].members[p.key_pos as usize])
+    }
+
+    /// Cadence `c`'s slot was served at `now`: if it sent (or owed)
+    /// something, its next slot is the first point of its grid after
+    /// `now`; if nothing was newer, it opens. O(1), or O(its members) to
+    /// open.
+    pub fn slot_done(&mut self, c: CadenceId, now: u64, busy: bool) {
+        let cad = &mut self.cadences[c as usize];
+        if busy {
+            cad.slot_ns = grid_at_or_after(cad.slot_ns, cad.interval_ns, now + 1);
+            self.link(c);
+            return;
+        }
+        cad.open = true;
+        for k in 0..self.cadences[c as usize].members.len() {
+            let m = self.cadences[c as usize].members[k];
+            self.keys[self.places[m as usize].key as usize].open += 1;
+        }
+    }
+
+    /// When the earliest slot is due (monotonic ns, rounded to the wheel's
+    /// tick), for a shard about to sleep; `None` if no cadence is closed.
     pub fn next_due_ns(&self) -> Option<u64> {
         if self.linked == 0 {
             return None;
@@ -365,48 +519,59 @@ impl Pacer {
             .map(|t| t << TICK_SHIFT)
     }
 
-    /// Groups with a price held now.
-    pub fn held(&self) -> usize {
+    /// Cadences waiting for a slot (closed).
+    pub fn scheduled(&self) -> usize {
         self.linked
     }
 
-    /// Groups in use (with at least one member).
-    pub fn groups(&self) -> usize {
-        self.groups.len() - self.free_groups.len()
+    /// Cadences in use (with at least one member).
+    pub fn cadences(&self) -> usize {
+        self.cadences.len() - self.free_cadences.len()
     }
 
-    fn link(&mut self, g: GroupId, tick: u64) {
+    /// Keys with paced members.
+    pub fn keys(&self) -> usize {
+        self.keys.len() - self.free_keys.len()
+    }
+
+    fn link(&mut self, c: CadenceId) {
+        let tick = {
+            let cad = &self.cadences[c as usize];
+            // The first tick boundary at or after the slot: never early.
+            (cad.slot_ns + TICK_NS - 1) >> TICK_SHIFT
+        };
         let b = (tick & MASK) as usize;
         let head = self.heads[b];
         {
-            let n = &mut self.groups[g as usize];
-            debug_assert!(!n.linked, "group {g} linked twice");
+            let n = &mut self.cadences[c as usize];
+            debug_assert!(!n.linked, "cadence {c} linked twice");
+            n.due_tick = tick;
             n.linked = true;
             n.prev = NIL;
             n.next = head;
         }
         if head != NIL {
-            self.groups[head as usize].prev = g;
+            self.cadences[head as usize].prev = c;
         }
-        self.heads[b] = g;
+        self.heads[b] = c;
         self.linked += 1;
     }
 
-    fn unlink(&mut self, g: GroupId) {
+    fn unlink(&mut self, c: CadenceId) {
         let (prev, next, due_tick) = {
-            let n = &self.groups[g as usize];
-            debug_assert!(n.linked, "group {g} not linked");
+            let n = &self.cadences[c as usize];
+            debug_assert!(n.linked, "cadence {c} not linked");
             (n.prev, n.next, n.due_tick)
         };
         if prev == NIL {
             self.heads[(due_tick & MASK) as usize] = next;
         } else {
-            self.groups[prev as usize].next = next;
+            self.cadences[prev as usize].next = next;
         }
         if next != NIL {
-            self.groups[next as usize].prev = prev;
+            self.cadences[next as usize].prev = prev;
         }
-        let m = &mut self.groups[g as usize];
+        let m = &mut self.cadences[c as usize];
         m.linked = false;
         m.prev = NIL;
         m.next = NIL;

@@ -109,10 +109,11 @@ pub struct ShardStats {
     pub resync_snapshots: Counter,
     /// Updates older than what the connection already had (after resync).
     pub superseded: Counter,
-    /// Prices held back by a pace group's maximum update frequency, once
-    /// per group (each later replaced, or sent at the group's next slot).
+    /// Prices held back by the maximum update frequency, once per price
+    /// that some paced subscriber did not get at once (each later
+    /// replaced, or sent at its subscribers' next slots).
     pub paced_held: Counter,
-    /// Held prices sent at their group's slot, once per member reached.
+    /// Held prices sent at a cadence's slot, once per member reached.
     pub paced_released: Counter,
     /// Of those, per member, the ones that replaced skipped prices (sent
     /// as a snapshot flagged conflated).

@@ -1,5 +1,5 @@
-//! The pacer's groups driven by an injected clock (plain `u64`
-//! nanoseconds).
+//! The pacer's keys and cadences driven by an injected clock (plain `u64`
+//! nanoseconds), and a small model of the fan-out around it.
 
 use super::*;
 use crate::config::MAX_UPDATE_HZ_MIN;
@@ -14,24 +14,82 @@ fn price(symbol: u16, seq: u64) -> Price {
     Price {
         symbol,
         seq,
+        stream_id: 7,
         ..Price::EMPTY
     }
 }
 
-/// Every due price at `now`, as (group, seq), after marking each sent.
-fn drain(p: &mut Pacer, now: u64) -> Vec<(GroupId, u64)> {
-    let mut out = Vec::new();
-    while let Some((g, price)) = p.pop_due(now) {
-        p.sent(g, now);
-        out.push((g, price.seq));
-    }
-    out
+/// The fan-out around a pacer, as `fanout_paced.rs` drives it: each
+/// member's last sequence and the times it was sent a price.
+struct Sim {
+    p: Pacer,
+    /// (last seq, delivery times) by pace id.
+    got: Vec<(u64, Vec<u64>)>,
 }
 
-/// The one group of `key`.
-fn group(p: &Pacer, key: usize) -> GroupId {
-    assert_eq!(p.groups_of(key).len(), 1, "key {key}");
-    p.groups_of(key)[0]
+impl Sim {
+    fn new() -> Sim {
+        Sim {
+            p: Pacer::new(0),
+            got: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, key: u32, conn: u32, interval: u64) -> PaceId {
+        let id = self.p.add(key, (conn, key), interval);
+        if self.got.len() <= id as usize {
+            self.got.resize(id as usize + 1, (0, Vec::new()));
+        }
+        self.got[id as usize] = (0, Vec::new());
+        id
+    }
+
+    /// Member `m` of key `k` gets the key's latest if it is newer.
+    fn release(&mut self, k: KeyId, m: Member, now: u64) -> bool {
+        let seq = self.p.latest(k).seq;
+        let got = &mut self.got[m.id as usize];
+        if seq <= got.0 {
+            return false;
+        }
+        got.0 = seq;
+        got.1.push(now);
+        true
+    }
+
+    fn offer(&mut self, key: u32, seq: u64, now: u64) {
+        let k = self.p.key_of(key as usize).expect("paced key");
+        self.p.offer(k, &price(key as u16, seq), &[1, 2, 3]);
+        for i in 0..self.p.members(k).len() {
+            let m = self.p.members(k)[i];
+            if self.p.is_open(m.id) {
+                self.release(k, m, now);
+                self.p.close(m.id, now);
+            }
+        }
+    }
+
+    /// Serves every due cadence at `now`; returns how many sent a price.
+    fn slots(&mut self, now: u64) -> usize {
+        let mut sent = 0;
+        while let Some(c) = self.p.pop_due(now) {
+            let mut busy = false;
+            for i in 0..self.p.cadence_len(c) {
+                let (k, m) = self.p.cadence_member(c, i);
+                busy |= self.release(k, m, now);
+            }
+            self.p.slot_done(c, now, busy);
+            sent += usize::from(busy);
+        }
+        sent
+    }
+
+    fn times(&self, id: PaceId) -> &[u64] {
+        &self.got[id as usize].1
+    }
+
+    fn last_seq(&self, id: PaceId) -> u64 {
+        self.got[id as usize].0
+    }
 }
 
 #[test]
@@ -43,234 +101,241 @@ fn hz_become_intervals() {
 }
 
 #[test]
-fn members_of_one_key_and_interval_share_one_group() {
+fn a_connections_subscriptions_of_one_interval_share_one_cadence() {
     let mut p = Pacer::new(0);
-    let a = p.add(3, 1, 0, I10);
-    let b = p.add(3, 2, 5, I10);
-    let c = p.add(3, 4, 1, I4);
-    let d = p.add(8, 1, 1, I10);
-    assert_eq!(p.groups(), 3);
-    assert_eq!(p.groups_of(3).len(), 2, "one per interval");
-    let g = p.groups_of(3)[0];
-    let ids: Vec<_> = p
-        .members(g)
-        .iter()
-        .map(|m| (m.conn, m.slot, m.id))
-        .collect();
-    assert_eq!(ids, vec![(1, 0, a), (2, 5, b)]);
-    assert_eq!(p.members(p.groups_of(3)[1])[0].id, c);
-    assert_eq!(p.members(group(&p, 8))[0].id, d);
-    assert!(p.groups_of(99).is_empty());
-    // A member's slot moves within its connection's list.
-    p.set_slot(b, 0);
-    assert_eq!(p.members(g)[1].slot, 0);
-}
-
-#[test]
-fn one_slot_per_group_and_the_latest_wins() {
-    let t0 = 5_000 * MS;
-    let mut p = Pacer::new(t0);
-    for conn in 0..3 {
-        p.add(0, conn, 0, I10);
-    }
-    let g = group(&p, 0);
-    assert_eq!(p.offer(g, &price(0, 1), t0), Offer::Send);
-    p.sent(g, t0);
-    // Three more inside the interval: held once for the whole group,
-    // each replacing the last.
+    let a = p.add(3, (1, 0), I10);
+    let b = p.add(8, (1, 1), I10);
+    let c = p.add(3, (2, 0), I10);
+    let d = p.add(9, (1, 2), I4);
+    assert_eq!(p.cadences(), 3, "conn 1 at 10 Hz, conn 2, conn 1 at 4 Hz");
+    assert_eq!(p.keys(), 3);
+    let k3 = p.key_of(3).unwrap();
+    let ids: Vec<_> = p.members(k3).iter().map(|m| (m.conn, m.slot)).collect();
+    assert_eq!(ids, vec![(1, 0), (2, 0)]);
     assert_eq!(
-        p.offer(g, &price(0, 2), t0 + 10 * MS),
-        Offer::Held { replaced: false }
-    );
-    assert_eq!(
-        p.offer(g, &price(0, 3), t0 + 20 * MS),
-        Offer::Held { replaced: true }
-    );
-    assert_eq!(
-        p.offer(g, &price(0, 4), t0 + 90 * MS),
-        Offer::Held { replaced: true }
-    );
-    assert_eq!(p.held(), 1, "one held price for three members");
-    assert_eq!(p.seen_seq(g), 4);
-    // Not before the slot.
-    assert!(drain(&mut p, t0 + 99 * MS).is_empty());
-    // At the slot (within one tick): the latest only, once.
-    let got = drain(&mut p, t0 + I10 + TICK_NS);
-    assert_eq!(got, vec![(g, 4)]);
-    assert_eq!(p.held(), 0);
-    // Nothing more owed: the next price waits for the next slot.
-    let t1 = t0 + I10 + TICK_NS;
-    assert_eq!(
-        p.offer(g, &price(0, 5), t1 + MS),
-        Offer::Held { replaced: false }
-    );
-    assert!(drain(&mut p, t1 + 50 * MS).is_empty());
-    assert_eq!(drain(&mut p, t1 + I10 + TICK_NS), vec![(g, 5)]);
-}
-
-#[test]
-fn a_held_price_goes_at_its_slot_without_a_newer_one() {
-    let t0 = 3 * MS;
-    let mut p = Pacer::new(t0);
-    p.add(2, 1, 0, I10);
-    let g = group(&p, 2);
-    assert_eq!(p.offer(g, &price(0, 1), t0), Offer::Send);
-    p.sent(g, t0);
-    assert!(matches!(
-        p.offer(g, &price(0, 2), t0 + MS),
-        Offer::Held { .. }
-    ));
-    // The shard learns when to wake: the slot, rounded up to a tick.
-    let due = p.next_due_ns().unwrap();
-    assert!(due >= t0 + I10 && due < t0 + I10 + TICK_NS, "{due}");
-    assert!(drain(&mut p, due - 1).is_empty());
-    assert_eq!(drain(&mut p, due), vec![(g, 2)]);
-    assert_eq!(p.next_due_ns(), None);
-}
-
-#[test]
-fn a_price_after_a_quiet_interval_goes_at_once() {
-    let mut p = Pacer::new(0);
-    p.add(0, 1, 0, I10);
-    let g = group(&p, 0);
-    assert_eq!(p.offer(g, &price(0, 1), 0), Offer::Send);
-    p.sent(g, 0);
-    assert_eq!(p.offer(g, &price(0, 2), I10), Offer::Send);
-    p.sent(g, I10);
-    assert!(matches!(
-        p.offer(g, &price(0, 3), I10 + 1),
-        Offer::Held { .. }
-    ));
-}
-
-#[test]
-fn a_new_member_joins_its_groups_schedule() {
-    let mut p = Pacer::new(0);
-    p.add(0, 1, 0, I10);
-    let g = group(&p, 0);
-    assert_eq!(p.offer(g, &price(0, 1), 0), Offer::Send);
-    p.sent(g, 0);
-    assert!(matches!(p.offer(g, &price(0, 2), MS), Offer::Held { .. }));
-    // Joining mid-interval changes neither the slot nor the held price.
-    let late = p.add(0, 2, 0, I10);
-    assert_eq!(group(&p, 0), g);
-    assert_eq!(p.next_due_ns(), Some(I10.div_ceil(TICK_NS) * TICK_NS));
-    assert_eq!(drain(&mut p, I10 + TICK_NS), vec![(g, 2)]);
-    assert_eq!(p.members(g)[1].id, late);
-}
-
-#[test]
-fn no_starvation_across_many_groups() {
-    // 2,000 subscriptions (400 connections × 5 of 25 keys) at 10 Hz, every
-    // key offered a price every millisecond for 2 s: 25 groups, each gets
-    // one delivery per slot, none is left behind, and every delivery is
-    // its latest price.
-    let (conns, per_conn, keys) = (400u32, 5u32, 25u32);
-    let mut p = Pacer::new(0);
-    for c in 0..conns {
-        for s in 0..per_conn {
-            p.add((c * 7 + s) % keys, c, s, I10);
-        }
-    }
-    assert_eq!(p.groups(), keys as usize);
-    let members: usize = (0..keys)
-        .map(|k| p.members(group(&p, k as usize)).len())
-        .sum();
-    assert_eq!(members, (conns * per_conn) as usize);
-    let gs: Vec<GroupId> = (0..keys as usize).map(|k| group(&p, k)).collect();
-    let mut delivered = vec![0u32; keys as usize];
-    let mut last_sent = vec![0u64; keys as usize];
-    let mut last_time = vec![None::<u64>; keys as usize];
-    let mut record = |k: usize, seq: u64, now: u64| {
-        delivered[k] += 1;
-        last_sent[k] = seq;
-        let prev = last_time[k].replace(now);
-        assert!(
-            prev.is_none_or(|t| now - t >= I10),
-            "two inside one interval"
-        );
-    };
-    for ms in 0..2_000u64 {
-        let now = ms * MS;
-        while let Some((g, held)) = p.pop_due(now) {
-            assert_eq!(held.seq, ms, "latest wins");
-            p.sent(g, now);
-            record(gs.iter().position(|&x| x == g).unwrap(), held.seq, now);
-        }
-        for (k, &g) in gs.iter().enumerate() {
-            if p.offer(g, &price(k as u16, ms + 1), now) == Offer::Send {
-                p.sent(g, now);
-                record(k, ms + 1, now);
+        p.member(b),
+        Some((
+            8,
+            Member {
+                conn: 1,
+                slot: 1,
+                id: b
             }
+        ))
+    );
+    assert_eq!(p.member_total(), 4);
+    for id in [a, b, c, d] {
+        assert!(p.is_open(id), "a new cadence starts open");
+    }
+    assert_eq!(p.open_members(k3), 2);
+}
+
+#[test]
+fn an_open_cadence_gets_the_next_price_at_once_then_waits_an_interval() {
+    let mut s = Sim::new();
+    let a = s.add(3, 1, I10);
+    let b = s.add(4, 1, I10);
+    s.offer(3, 1, 5 * MS);
+    assert_eq!(s.times(a), [5 * MS], "not held: the cadence was open");
+    assert!(!s.p.is_open(b), "the whole connection's cadence closed");
+    let k4 = s.p.key_of(4).unwrap();
+    assert_eq!(s.p.open_members(k4), 0);
+    // Inside the interval both keys' prices are held for the slot.
+    s.offer(4, 1, 20 * MS);
+    s.offer(3, 2, 30 * MS);
+    s.offer(3, 3, 40 * MS);
+    assert!(s.times(b).is_empty());
+    let slot = s.p.next_due_ns().unwrap();
+    assert!(
+        (105 * MS..205 * MS + TICK_NS).contains(&slot),
+        "slot {slot}"
+    );
+    assert_eq!(s.slots(slot - 1), 0, "never early");
+    assert_eq!(s.slots(slot), 1);
+    assert_eq!((s.last_seq(a), s.last_seq(b)), (3, 1), "the latest of each");
+    assert_eq!(s.times(a)[1], s.times(b)[0], "both in the same slot");
+    assert!(
+        s.times(a)[1] - s.times(a)[0] >= I10,
+        "one interval at least"
+    );
+}
+
+#[test]
+fn a_slot_with_nothing_newer_opens_the_cadence() {
+    let mut s = Sim::new();
+    let a = s.add(3, 1, I10);
+    s.offer(3, 1, 0);
+    let slot = s.p.next_due_ns().unwrap();
+    assert_eq!(s.slots(slot), 0);
+    assert!(s.p.is_open(a), "nothing newer: open");
+    assert_eq!(s.p.scheduled(), 0, "an open cadence costs no timer");
+    assert_eq!(s.p.next_due_ns(), None);
+    // A quiet market's next tick goes at once.
+    s.offer(3, 2, slot + 333 * MS);
+    assert_eq!(s.times(a), [0, slot + 333 * MS]);
+}
+
+#[test]
+fn a_late_slot_does_not_move_the_cadences_grid() {
+    let mut s = Sim::new();
+    let a = s.add(3, 1, I10);
+    s.offer(3, 1, 0);
+    let first = s.p.next_due_ns().unwrap();
+    s.offer(3, 2, 1);
+    // Served 40 ms late (a long shard turn).
+    assert_eq!(s.slots(first + 40 * MS), 1);
+    s.offer(3, 3, first + 41 * MS);
+    // Slots are served on the wheel's tick at or after them: within a
+    // tick of their grid point.
+    let near = |t: u64, want: u64| t.abs_diff(want) < TICK_NS;
+    let next = s.p.next_due_ns().unwrap();
+    assert!(
+        near(next, first + I10),
+        "its own grid, not 100 ms after the late slot"
+    );
+    assert_eq!(s.slots(next), 1);
+    assert_eq!(s.times(a).len(), 3);
+    assert!(near(s.times(a)[2], first + I10));
+    // More than one interval late: the first grid point after now.
+    s.offer(3, 4, next + 1);
+    assert_eq!(s.slots(next + I10 + 150 * MS), 1);
+    s.offer(3, 5, next + I10 + 151 * MS);
+    assert!(near(s.p.next_due_ns().unwrap(), next + 3 * I10));
+}
+
+/// Cadences closed in one turn (the first price after a logon herd) do
+/// not share a slot: their phases spread over the interval.
+#[test]
+fn cadences_closed_together_are_spread_over_the_interval() {
+    let mut s = Sim::new();
+    let n = 1_000;
+    for conn in 0..n {
+        s.add(3, conn, I4);
+    }
+    s.offer(3, 1, 7 * MS);
+    s.offer(3, 2, 8 * MS);
+    let mut per_tenth = [0usize; 10];
+    let start = 7 * MS + I4;
+    let mut now = start - TICK_NS;
+    while now < start + I4 + 2 * TICK_NS {
+        now += TICK_NS;
+        let due = s.slots(now);
+        let tenth = (now.saturating_sub(start) * 10 / I4).min(9) as usize;
+        per_tenth[tenth] += due;
+    }
+    assert_eq!(per_tenth.iter().sum::<usize>(), n as usize, "{per_tenth:?}");
+    for (i, &due) in per_tenth.iter().enumerate() {
+        assert!((80..=120).contains(&due), "tenth {i}: {per_tenth:?}");
+    }
+}
+
+/// Driven on time (four times a tick), whatever the offers: a member's
+/// deliveries are one interval apart less at most the tick that rounds
+/// its slots, and the key's last price reaches every member.
+#[test]
+fn every_member_gets_the_last_price_and_never_two_inside_an_interval() {
+    let mut s = Sim::new();
+    let mut ids = Vec::new();
+    for conn in 0..60u32 {
+        let interval = if conn % 3 == 0 { I4 } else { I10 };
+        for key in 0..1 + conn % 4 {
+            ids.push((s.add(key, conn, interval), key, interval));
         }
     }
-    for (k, &n) in delivered.iter().enumerate() {
-        // 2 s at 10 Hz: 20 slots (one tick of lateness each at most).
-        assert!((19..=21).contains(&n), "group {k}: {n} deliveries");
-        assert!(last_sent[k] > 1_800, "group {k} stale at {}", last_sent[k]);
+    let mut seq = [0u64; 4];
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut now = 0;
+    let end = 3_000 * MS;
+    while now < end {
+        now += TICK_NS / 4;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Bursts and quiet stretches: a key ticks in 1 of 50 steps.
+        if rng.is_multiple_of(50) {
+            let key = (rng >> 8) as usize % 4;
+            seq[key] += 1;
+            s.offer(key as u32, seq[key], now);
+        }
+        s.slots(now);
     }
-    // Every held price is still owed and goes out within one interval.
-    assert_eq!(p.held(), keys as usize);
-    let later = 2_000 * MS + I10 + TICK_NS;
-    assert_eq!(drain(&mut p, later).len(), keys as usize);
+    let last_offer = now;
+    while now < last_offer + I4 + TICK_NS {
+        now += TICK_NS / 4;
+        s.slots(now);
+    }
+    for &(id, key, interval) in &ids {
+        assert_eq!(s.last_seq(id), seq[key as usize], "member {id}");
+        for w in s.times(id).windows(2) {
+            assert!(w[1] - w[0] + TICK_NS > interval, "member {id}: {w:?}");
+        }
+    }
 }
 
 #[test]
-fn the_last_member_leaving_drops_the_held_price() {
-    let mut p = Pacer::new(0);
-    let a = p.add(0, 1, 0, I10);
-    let b = p.add(0, 2, 0, I10);
-    let c = p.add(1, 3, 0, I10);
-    for key in [0, 1] {
-        let g = group(&p, key);
-        assert_eq!(p.offer(g, &price(0, 1), 0), Offer::Send);
-        p.sent(g, 0);
-        assert!(matches!(p.offer(g, &price(0, 2), MS), Offer::Held { .. }));
-    }
-    let g0 = group(&p, 0);
-    // One member of two leaves: the group keeps its held price.
-    assert!(p.remove(a));
-    assert_eq!(p.held(), 2);
-    assert_eq!(p.members(g0).len(), 1);
-    assert_eq!(p.members(g0)[0].id, b);
-    // The last leaves: the price is dropped and the group freed.
-    assert!(p.remove(b));
-    assert_eq!(p.held(), 1);
-    assert!(p.groups_of(0).is_empty());
-    assert_eq!(p.groups(), 1);
-    // The freed group and member are reused, with nothing held.
-    let d = p.add(4, 9, 0, I10);
-    assert!(d == a || d == b);
-    let g4 = group(&p, 4);
-    assert_eq!(g4, g0);
-    assert_eq!(p.offer(g4, &price(4, 7), 2 * MS), Offer::Send);
-    assert_eq!(drain(&mut p, I10 + TICK_NS), vec![(group(&p, 1), 2)]);
-    // Nothing is held any more when the last member of key 1 leaves.
-    assert!(!p.remove(c));
+fn leaving_frees_the_cadence_and_the_key() {
+    let mut s = Sim::new();
+    let a = s.add(3, 1, I10);
+    let b = s.add(4, 1, I10);
+    let c = s.add(3, 2, I10);
+    s.offer(3, 1, 0);
+    assert_eq!(s.p.scheduled(), 2);
+    s.p.remove(a);
+    assert_eq!(s.p.member(b).map(|(k, _)| k), Some(4));
+    assert_eq!(s.p.member(c).map(|(k, m)| (k, m.conn)), Some((3, 2)));
+    s.p.remove(b);
+    assert_eq!(s.p.scheduled(), 1, "conn 1's cadence left the wheel");
+    assert_eq!(s.p.cadences(), 1);
+    assert!(s.p.key_of(4).is_none(), "key 4 has no members");
+    s.p.remove(c);
+    assert_eq!((s.p.cadences(), s.p.keys(), s.p.member_total()), (0, 0, 0));
+    assert_eq!(s.p.next_due_ns(), None);
+    // The arenas are reused, and a reused key starts without a price.
+    let d = s.add(5, 9, I4);
+    assert!(s.p.is_open(d));
+    assert!(!s.p.has_newer(5, (0, 0)));
+    assert_eq!(s.p.cadences(), 1);
 }
 
 #[test]
-fn a_resync_in_between_drops_the_held_price() {
-    let mut p = Pacer::new(0);
-    p.add(0, 1, 0, I10);
-    let g = group(&p, 0);
-    p.sent(g, 0);
-    assert!(matches!(p.offer(g, &price(0, 2), MS), Offer::Held { .. }));
-    // The group was sent the price by another path.
-    p.sent(g, 2 * MS);
-    assert_eq!(p.held(), 0);
-    assert!(drain(&mut p, 2 * I10).is_empty());
+fn leaving_an_open_cadence_keeps_the_open_counts() {
+    let mut s = Sim::new();
+    let a = s.add(3, 1, I10);
+    let b = s.add(3, 2, I10);
+    let k = s.p.key_of(3).unwrap();
+    assert_eq!(s.p.open_members(k), 2);
+    s.p.remove(a);
+    assert_eq!(s.p.open_members(k), 1);
+    s.offer(3, 1, 0);
+    assert_eq!(s.p.open_members(k), 0);
+    assert_eq!(s.times(b), [0]);
+    // Joining a closed cadence: not open.
+    let c = s.add(4, 2, I10);
+    assert!(!s.p.is_open(c));
+    assert_eq!(s.p.open_members(s.p.key_of(4).unwrap()), 0);
+}
+
+#[test]
+fn has_newer_compares_stream_and_sequence() {
+    let mut s = Sim::new();
+    s.add(3, 1, I10);
+    assert!(!s.p.has_newer(3, (0, 0)), "no price offered yet");
+    s.offer(3, 5, 0);
+    assert!(s.p.has_newer(3, (7, 4)));
+    assert!(!s.p.has_newer(3, (7, 5)));
+    assert!(s.p.has_newer(3, (8, 9)), "another stream");
+    assert!(!s.p.has_newer(4, (0, 0)), "not a paced key");
 }
 
 #[test]
 fn a_long_idle_clock_catches_up() {
-    let mut p = Pacer::new(0);
-    p.add(0, 1, 3, I10);
-    let g = group(&p, 0);
-    p.sent(g, 0);
-    assert!(matches!(p.offer(g, &price(0, 9), MS), Offer::Held { .. }));
-    // The shard slept for an hour: one revolution finds the price.
-    let (got, held) = p.pop_due(3_600_000 * MS).unwrap();
-    assert_eq!((got, held.seq), (g, 9));
-    assert_eq!(p.pop_due(3_600_000 * MS), None);
+    let mut s = Sim::new();
+    let a = s.add(3, 1, I10);
+    s.offer(3, 1, 0);
+    s.offer(3, 2, MS);
+    // Five wheel revolutions later the slot is still found, once.
+    let later = 5 * WHEEL_SLOTS as u64 * TICK_NS;
+    assert_eq!(s.slots(later), 1);
+    assert_eq!(s.slots(later), 0);
+    assert_eq!(s.last_seq(a), 2);
 }
