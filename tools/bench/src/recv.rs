@@ -56,6 +56,10 @@ pub struct RecvPlan {
     /// (`SO_TIMESTAMPNS`): each measured delivery's age at the socket, apart
     /// from its age when this process got round to reading it.
     pub rx_stamps: bool,
+    /// From one tick of a symbol to its next (symbols × 1 s ÷ rate; tick
+    /// `i` goes to symbol `i mod N`): for how long a delivery was behind
+    /// the feed's latest price of its symbol.
+    pub next_tick_ns: u64,
 }
 
 /// State shared between the receiver thread and the run driver.
@@ -127,6 +131,12 @@ pub struct RecvResult {
     /// (empty unless [`RecvPlan::rx_stamps`]): the fan-out's part of
     /// `at_socket`, the rest being the feed's and the ingest's.
     pub engine_to_socket: Histogram<u64>,
+    /// How long after the feed sent a newer tick of its symbol each
+    /// measured delivery arrived (1 ns when none was sent before it
+    /// arrived): its age behind the latest price, which a paced
+    /// subscription's last price before a quiet spell does not have,
+    /// however long it waited for its slot.
+    pub behind_latest: Histogram<u64>,
     /// Deliveries the server flagged stale: counted, not latency samples.
     pub stale: u64,
     /// The latest tick any delivery carried (its scheduled time, UTC ns)
@@ -152,6 +162,7 @@ impl RecvResult {
         self.retries += other.retries;
         let _ = self.at_socket.add(&other.at_socket);
         let _ = self.engine_to_socket.add(&other.engine_to_socket);
+        let _ = self.behind_latest.add(&other.behind_latest);
         self.stale += other.stale;
         self.last_scheduled_ns = self.last_scheduled_ns.max(other.last_scheduled_ns);
         self.last_arrival_ns = self.last_arrival_ns.max(other.last_arrival_ns);
@@ -287,6 +298,7 @@ pub fn run(plan: &RecvPlan, shared: &RecvShared, clock: BenchClock) -> io::Resul
             retries: 0,
             at_socket: latency_histogram(),
             engine_to_socket: latency_histogram(),
+            behind_latest: latency_histogram(),
             stale: 0,
             last_scheduled_ns: 0,
             last_arrival_ns: 0,
@@ -452,6 +464,8 @@ impl Receiver<'_> {
         if d.scheduled_ns >= from && d.scheduled_ns < to {
             let phase = self.shared.phase_of(d.scheduled_ns);
             record_latency(&mut self.phases[phase], d.scheduled_ns, now_wall);
+            let behind = behind_latest_ns(d.scheduled_ns, self.plan.next_tick_ns, to, now_wall);
+            self.r.behind_latest.saturating_record(behind.max(1));
             if self.plan.rx_stamps {
                 record_latency(&mut self.r.at_socket, d.scheduled_ns, self.stamp_wall);
                 if d.engine_ns != 0 {
@@ -548,15 +562,44 @@ impl Receiver<'_> {
     }
 }
 
+/// How long a delivery of the tick scheduled at `scheduled_ns` arrived
+/// (at `arrival_ns`) after its symbol's next tick was due, `next_tick_ns`
+/// later; 0 if that was after the arrival or at or past `window_end_ns`
+/// (the feed runs on past the window, so a successor inside it was sent).
+fn behind_latest_ns(
+    scheduled_ns: u64,
+    next_tick_ns: u64,
+    window_end_ns: u64,
+    arrival_ns: u64,
+) -> u64 {
+    let next = scheduled_ns + next_tick_ns;
+    if next < window_end_ns {
+        arrival_ns.saturating_sub(next)
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Behind the latest: only once a newer tick of the symbol was due.
+    #[test]
+    fn a_delivery_is_behind_only_once_a_newer_tick_was_due() {
+        // Next tick due at 1,500; the window ends at 10,000.
+        assert_eq!(behind_latest_ns(1_000, 500, 10_000, 1_200), 0);
+        assert_eq!(behind_latest_ns(1_000, 500, 10_000, 4_000), 2_500);
+        // The symbol's last tick in the window: nothing newer came.
+        assert_eq!(behind_latest_ns(9_800, 500, 10_000, 60_000), 0);
+    }
 
     fn result(latency_ns: u64, gaps: u64) -> RecvResult {
         let mut phases: Vec<Histogram<u64>> = (0..PHASES).map(|_| latency_histogram()).collect();
         phases[0].saturating_record(latency_ns);
         let mut at_socket = latency_histogram();
         at_socket.saturating_record(latency_ns / 2);
+        let behind_latest = at_socket.clone();
         RecvResult {
             phases,
             received_measured: 1,
@@ -567,6 +610,7 @@ mod tests {
             retries: 0,
             at_socket,
             engine_to_socket: latency_histogram(),
+            behind_latest,
             stale: 1,
             last_scheduled_ns: latency_ns,
             last_arrival_ns: latency_ns * 2,
@@ -580,6 +624,7 @@ mod tests {
         a.merge(result(9_000, 4));
         assert_eq!(a.phases[0].len(), 2);
         assert!(a.phases[0].max() >= 9_000);
+        assert_eq!(a.behind_latest.len(), 2);
         assert_eq!((a.received_measured, a.received_total), (2, 4));
         assert_eq!((a.gaps, a.errors), (7, 2));
         assert_eq!((a.at_socket.len(), a.stale), (2, 2));

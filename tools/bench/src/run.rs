@@ -126,6 +126,8 @@ fn recv_plans(spec: &RunSpec) -> Vec<RecvPlan> {
                 run_s: spec.warmup_s + spec.duration_s,
                 in_bytes: spec.recv_in_bytes,
                 rx_stamps: spec.rx_stamps,
+                next_tick_ns: u64::from(spec.symbols_total.max(1)) * 1_000_000_000
+                    / spec.rate_per_s.max(1),
             }
         })
         .collect()

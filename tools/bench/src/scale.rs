@@ -430,6 +430,11 @@ pub struct CapacityRow {
     pub at_socket: Option<Summary>,
     /// Their age from the engine's publish to the socket (`--rx-stamps`).
     pub engine_to_socket: Option<Summary>,
+    /// The same deliveries' age behind the feed's latest price of their
+    /// symbol: from the send of the next tick (if one was sent before the
+    /// delivery) to the delivery. What freshness means for a paced
+    /// subscription, whose last price may wait up to 1/N s for its slot.
+    pub behind_latest: Summary,
     /// Deliveries the server flagged stale (not latency samples).
     pub stale: u64,
     /// Of the server's writes in the window, the bucket bound (ms) below
@@ -527,6 +532,7 @@ pub fn edge_capacity(
         engine_to_socket: spec
             .rx_stamps
             .then(|| crate::hist::summarize(&o.recv.engine_to_socket)),
+        behind_latest: crate::hist::summarize(&o.recv.behind_latest),
         stale: o.recv.stale,
         handoff_p50_le_ms: crate::handoff::quantile_le(&handoff, 0.5).map(ms),
         handoff_p99_le_ms: crate::handoff::quantile_le(&handoff, 0.99).map(ms),

@@ -174,6 +174,10 @@ pub fn capacity_line(r: &CapacityRow) -> String {
         ),
         _ => String::new(),
     };
+    let at_socket = format!(
+        "{at_socket}; behind the feed's latest: {} ms",
+        ms(&r.behind_latest)
+    );
     let handoff = match (r.handoff_p50_le_ms, r.handoff_p99_le_ms, r.handoff_over_50ms) {
         (Some(p50), Some(p99), Some(over)) => format!(
             "; the server handed prices over at p50 <= {p50} ms, p99 <= {p99} ms, {:.3} % of writes over 50 ms, {:.2} writes per update",
