@@ -216,7 +216,7 @@ pub const FAMILIES: &[FamilyDesc] = &[
     counter(SESSION_DRAINS, &["shard", "outcome"], "sessions", "gateway",
         "Request-heavy sessions a busy shard 0 held to move them away: moved, or aborted (answers not all in within the wait, or no room) and read again"),
     counter(PACED_PRICES, &["shard", "event"], "prices", "gateway",
-        "Prices of rate-limited subscriptions (max_update_hz): held inside a pace group's interval (per group), released at the group's next slot (per member), and released flagged conflated (per member, prices skipped)"),
+        "Prices of rate-limited subscriptions (max_update_hz): held as the key's latest for a later slot (per price), released at a connection's slot (per member), and released flagged conflated (per member, prices skipped)"),
     gauge(ENGINE_BEHIND, &[], "seconds", "gateway",
         "How far behind the ticks its engine was given the price table may be: time since the engine's last turn that left every feed ring empty (0 while it is idle or keeps up); shards flag prices stale past twice --price-age-max-ms"),
     counter(TABLE_BEHIND_PRICES, &["shard", "event"], "prices", "gateway",

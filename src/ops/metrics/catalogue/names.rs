@@ -185,10 +185,10 @@ pub const SESSIONS_MOVED: &str = "pricewire_sessions_moved_total";
 /// `outcome`).
 pub const SESSION_DRAINS: &str = "pricewire_session_drains_total";
 /// Prices of subscriptions with a maximum update frequency
-/// (`max_update_hz`, `--max-update-hz`), by event: `held` (a price that
-/// arrived inside a pace group's interval, kept as its latest: counted once
-/// per group, whatever its number of members), `released` (a held price
-/// sent at the group's next slot: counted per member it reached) and
+/// (`max_update_hz`, `--max-update-hz`), by event: `held` (a price kept as
+/// its key's latest that some paced subscriber did not get at once:
+/// counted once per price, whatever its number of members), `released` (a
+/// price sent at a cadence's slot: counted per member it reached) and
 /// `conflated` (of those, per member, the ones that replaced skipped
 /// prices, sent flagged conflated) (counter, by `shard`, `event`).
 pub const PACED_PRICES: &str = "pricewire_paced_prices_total";
