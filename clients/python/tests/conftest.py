@@ -76,7 +76,11 @@ class GoodSubscriber(threading.Thread):
     def __init__(self, srv: Server) -> None:
         super().__init__(daemon=True)
         self.session = Session("127.0.0.1", srv.port)
-        self.session.logon()
+        # A 5-s heartbeat (cut after 15 s of silence, not the default's 3):
+        # this thread heartbeats between reads, and beside a flooding test
+        # on a saturated CI host it was starved past 3 s and cut as a
+        # silent peer — the test process's stall, not the server's fault.
+        self.session.logon(heartbeat_ms=5000)
         for tier in (0, 1, 2):
             answer = self.session.subscribe([EURUSD], tier)
             assert all(r.ok for r in answer.results), answer
