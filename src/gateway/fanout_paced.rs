@@ -60,32 +60,32 @@ impl Fanout {
         if restate {
             return;
         }
-        let mut waiting = self.pacer.members(k).len();
-        if self.pacer.open_members(k) > 0 {
-            waiting -= self.send_to_open(k, slab, stats, now);
-        }
-        if waiting > 0 {
+        let open = self.pacer.open_members(k) as usize;
+        if self.pacer.members(k).len() > open {
             stats.paced_held.inc();
+        }
+        if open > 0 {
+            self.send_to_open(k, slab, stats, now);
         }
     }
 
     /// Key `k`'s latest to each member whose cadence is open, closing the
-    /// cadence. Returns how many members that was.
-    fn send_to_open(&mut self, k: KeyId, slab: &mut Slab, stats: &ShardStats, now: u64) -> usize {
-        let mut served = 0;
+    /// cadence if it sent (or owed) it. A member that had it already (the
+    /// ring's copy of its subscribe snapshot) stays open: an open cadence
+    /// has the latest of each of its keys.
+    fn send_to_open(&mut self, k: KeyId, slab: &mut Slab, stats: &ShardStats, now: u64) {
         // Closing a cadence changes open counts, never the member list.
         for i in 0..self.pacer.members(k).len() {
             if self.pacer.open_members(k) == 0 {
                 break;
             }
             let m = self.pacer.members(k)[i];
-            if self.pacer.is_open(m.id) {
-                self.release_to(k, m, slab, stats, (now, false));
+            if self.pacer.is_open(m.id)
+                && self.release_to(k, m, slab, stats, (now, false)) != Release::Nothing
+            {
                 self.pacer.close(m.id, now);
-                served += 1;
             }
         }
-        served
     }
 
     /// Serves every cadence whose slot has come by `now`: each member gets
@@ -125,10 +125,12 @@ impl Fanout {
         self.pacer.next_due_ns()
     }
 
-    /// Key `k`'s latest price to member `m`, unless it had it: as the
-    /// plain encoding if it follows the member's last price, else as the
-    /// conflated snapshot (encoded once per price); flagged stale while
-    /// the table is behind; marked owed on a conflating connection.
+    /// Key `k`'s latest price to member `m`, unless it had it (with the
+    /// same stale flag: a restatement that changes the flag is sent again,
+    /// as a snapshot): as the plain encoding if it follows the member's
+    /// last price, else as the conflated snapshot (encoded once per
+    /// price); flagged stale while the table is behind; marked owed on a
+    /// conflating connection.
     /// `at_slot` counts the delivery as released at a slot.
     fn release_to(
         &mut self,
@@ -146,7 +148,12 @@ impl Fanout {
         };
         let (latest, enc) = self.pacer.latest_mut(k);
         let same_stream = latest.stream_id == sub.stream;
-        let had = enc.plain_len == 0 || (same_stream && latest.seq <= sub.last_seq);
+        let behind = self.behind.flags_for(latest.symbol);
+        let stale = (latest.flags | behind) & price_flags::STALE != 0;
+        let had = enc.plain_len == 0
+            || (same_stream
+                && (latest.seq < sub.last_seq
+                    || (latest.seq == sub.last_seq && stale == sub.stale)));
         if sub.pace != m.id || had {
             return Release::Nothing;
         }
@@ -157,9 +164,8 @@ impl Fanout {
         }
         let mut p = *latest;
         let digits = self.digits[p.symbol as usize];
-        let behind = self.behind.flags_for(p.symbol);
         let skipped = !same_stream
-            || p.seq > sub.last_seq + 1
+            || p.seq != sub.last_seq + 1
             || (p.flags | behind) & price_flags::CONFLATED != 0;
         let bytes: &[u8] = if behind & !p.flags != 0 {
             // Rare (a table behind its feeds): encoded for this member.

@@ -24,15 +24,17 @@
 //! when one of them is open (O(1) otherwise).
 //!
 //! The guarantee: a paced subscription gets at most one price per slot
-//! of its cadence, slots 1/N s apart; two deliveries come less than 1/N s
-//! apart only after a slot served late (a long shard turn), and never
-//! more than N in a second on average. Prices sent at once to an open
-//! cadence come at least 1/N s after the one before.
+//! of its cadence, slots 1/N s apart, and never more than N in a second
+//! on average. Two deliveries come less than 1/N s apart only after a
+//! slot served late (a long shard turn: the next slot, or a price sent at
+//! once to the cadence that slot opened, may follow it sooner) or right
+//! after a subscribe snapshot (the snapshot goes outside the cadence).
 //!
 //! Sans-IO and clock-free: every call takes the shard's `now` (monotonic
 //! ns), so tests drive time. Keys, cadences and members live in arenas
 //! that grow when a subscription is added (the control path) and are
-//! reused when it goes; the price path only writes a key's latest price,
+//! reused when it goes; the price path writes a key's latest price (and
+//! walks the key's members only while one of their cadences is open),
 //! and slots only relink cadences in a timing wheel of [`WHEEL_SLOTS`]
 //! buckets of [`TICK_NS`] (intrusive doubly-linked lists: O(1), nothing
 //! allocates). [`Pacer::pop_due`] costs O(due cadences) plus the buckets
@@ -46,9 +48,11 @@ const TICK_SHIFT: u32 = 20;
 /// The wheel's tick: a slot is due at the first tick boundary at or after
 /// it, so it is served at most one tick (≈ 1 ms) late by the wheel.
 pub const TICK_NS: u64 = 1 << TICK_SHIFT;
-/// Buckets of the wheel: one revolution (≈ 1.07 s) exceeds the longest
-/// interval (1 s at [`crate::config::MAX_UPDATE_HZ_MIN`]).
-pub const WHEEL_SLOTS: usize = 1024;
+/// Buckets of the wheel: one revolution (≈ 2.1 s) exceeds the furthest
+/// slot a cadence is linked at (just under two of the longest interval,
+/// 1 s at [`crate::config::MAX_UPDATE_HZ_MIN`]: a cadence closed at once
+/// after a grid point), so a bucket holds only cadences due in it.
+pub const WHEEL_SLOTS: usize = 2048;
 const MASK: u64 = WHEEL_SLOTS as u64 - 1;
 const NIL: u32 = u32::MAX;
 

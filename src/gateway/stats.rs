@@ -110,8 +110,8 @@ pub struct ShardStats {
     /// Updates older than what the connection already had (after resync).
     pub superseded: Counter,
     /// Prices held back by the maximum update frequency, once per price
-    /// that some paced subscriber did not get at once (each later
-    /// replaced, or sent at its subscribers' next slots).
+    /// of a key with members whose cadence is not open (each later
+    /// replaced, or sent at their next slots).
     pub paced_held: Counter,
     /// Held prices sent at a cadence's slot, once per member reached.
     pub paced_released: Counter,

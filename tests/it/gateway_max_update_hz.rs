@@ -1,4 +1,4 @@
-//! Maximum update frequency (pace groups) end to end (docs/scale-out.md,
+//! Maximum update frequency (per-connection cadences) end to end (docs/scale-out.md,
 //! "Capacity per edge"): the real binary over loopback TCP. A provider
 //! bridge pushes 1,000 ticks/s (500 per symbol, every tick a new price) for
 //! 2.5 s into the ingest listener; an account limited to 10 Hz and an
@@ -349,7 +349,7 @@ fn move_while_held(
         stats[0].sessions_moved_out.get(),
         stats[1].resync_snapshots.get(),
     );
-    // Three more: the subscribe snapshot does not start the pace group's
+    // Three more: the subscribe snapshot does not start the cadence's
     // interval, so the first may go at once if the snapshot carried the
     // quote; the others are held inside the 1-s interval, the later
     // replacing the earlier.
