@@ -403,6 +403,11 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
     sess.logon(heartbeat_ms=30000)
     for tier in (0, 1, 2):
         sess.subscribe(HEAVY_SYMBOLS, tier)
+    # The gauge is the server's: wait until an earlier test's connection
+    # (one still closing) no longer conflates, so the one that does next is
+    # this reader — a leftover had stopped the feed before this reader
+    # conflated, and then no resync snapshot could come.
+    assert deadline_poll(lambda: _conflating(server) == 0, 10), "another connection conflates"
     feed = HeavyFeed(server)
     feed.start()
     try:
@@ -411,11 +416,18 @@ def test_reader_that_pauses_is_resynced_by_conflated_snapshots(
         feed.stop_event.set()
         feed.join(5)
     # Bounded, not timed: the snapshot follows the backlog this reader
-    # reads at its own pace, which on a saturated host (CI beside other
-    # jobs: the good subscriber itself was cut as silent there) took over
-    # 5 s.
-    flagged = sess.wait_for(lambda m: isinstance(m, Price) and m.snapshot and m.conflated, 20)
-    assert flagged is not None, "no conflated resync snapshot"
+    # reads at its own pace, which on a saturated host took over 5 s.
+    seen: list[str] = []
+
+    def resync(m: object) -> bool:
+        seen.append(type(m).__name__)
+        return isinstance(m, Price) and m.snapshot and m.conflated
+
+    flagged = sess.wait_for(resync, 20)
+    assert flagged is not None, (
+        f"no conflated resync snapshot in {len(seen)} messages "
+        f"(last {seen[-5:]}; closed: {sess.closed})"
+    )
     assert sess.tracker.gaps == []
     sess.close()
 
