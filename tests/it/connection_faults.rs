@@ -34,7 +34,24 @@ struct Serve {
     feed: SocketAddr,
 }
 
+/// Starts the server on free ports, trying new ones (twice at most) if it
+/// exits before it is ready: another test may take a port between its
+/// pick and the bind.
 fn serve(threading: &str, extra: &[&str]) -> Serve {
+    let mut tries = 0;
+    loop {
+        match try_serve(threading, extra) {
+            Ok(s) => return s,
+            Err(status) if tries < 2 => {
+                eprintln!("server exited before it was ready ({status}): new ports");
+                tries += 1;
+            }
+            Err(status) => panic!("server exited before it was ready ({status}), 3 times"),
+        }
+    }
+}
+
+fn try_serve(threading: &str, extra: &[&str]) -> Result<Serve, std::process::ExitStatus> {
     let (ops, listen, feed) = (net::free_addr(), net::free_addr(), net::free_addr());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pricewire"));
     cmd.arg("serve")
@@ -52,12 +69,12 @@ fn serve(threading: &str, extra: &[&str]) -> Serve {
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    Serve {
-        server: net::start_ready(&mut cmd, ops),
+    Ok(Serve {
+        server: net::try_start_ready(&mut cmd, ops)?,
         ops,
         listen,
         feed,
-    }
+    })
 }
 
 impl Serve {

@@ -80,6 +80,20 @@ const READY_WITHIN: Duration = Duration::from_secs(90);
 /// and waits up to [`READY_WITHIN`] for `/readyz` on its ops listener
 /// `ops`; fails at once, with its exit status, if the server exits first.
 pub fn start_ready(cmd: &mut std::process::Command, ops: SocketAddr) -> Server {
+    match try_start_ready(cmd, ops) {
+        Ok(server) => server,
+        Err(status) => panic!("server exited before it was ready ({status}; ops {ops})"),
+    }
+}
+
+/// [`start_ready`], but a server that exits before it is ready is an
+/// `Err` with its exit status (a caller that picked its ports with
+/// [`free_addr`] may try again with others: another test can take a
+/// port between its pick and the server's bind).
+pub fn try_start_ready(
+    cmd: &mut std::process::Command,
+    ops: SocketAddr,
+) -> Result<Server, std::process::ExitStatus> {
     let child = cmd
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
@@ -89,7 +103,7 @@ pub fn start_ready(cmd: &mut std::process::Command, ops: SocketAddr) -> Server {
     let start = std::time::Instant::now();
     while !ready(ops) {
         if let Ok(Some(status)) = server.0.try_wait() {
-            panic!("server exited before it was ready ({status}; ops {ops})");
+            return Err(status);
         }
         assert!(
             start.elapsed() < READY_WITHIN,
@@ -99,7 +113,7 @@ pub fn start_ready(cmd: &mut std::process::Command, ops: SocketAddr) -> Server {
         // the CPU from the server starting on the same 2 cores.
         std::thread::park_timeout(Duration::from_millis(10));
     }
-    server
+    Ok(server)
 }
 
 /// `GET path` on the ops listener `ops`: the whole response (status line,

@@ -409,10 +409,16 @@ impl Lab {
         Ok(())
     }
 
-    /// Waits for a leader; returns it.
+    /// Waits for a leader; returns the one the wait saw (scraping again
+    /// could miss it: a core's scrape that times out on a loaded host
+    /// reads as no leader).
     pub fn await_leader(&mut self, what: &str) -> anyhow::Result<usize> {
-        self.wait_for(what, |l| l.leader().is_some())?;
-        self.leader().context("the leader went again")
+        let mut seen = None;
+        self.wait_for(what, |l| {
+            seen = l.leader();
+            seen.is_some()
+        })?;
+        seen.context("no leader")
     }
 
     /// Watches for `secs` seconds (halved in the short form): the time a
