@@ -395,11 +395,11 @@ impl Pacer {
         })
     }
 
-    /// The latest price of key `k` and its encodings, to fill in.
+    /// The latest price of key `k`, and its encodings to fill in.
     #[inline]
-    pub fn latest_mut(&mut self, k: KeyId) -> (&mut Price, &mut Encoded) {
+    pub fn latest_mut(&mut self, k: KeyId) -> (&Price, &mut Encoded) {
         let rec = &mut self.keys[k as usize];
-        (&mut rec.latest, &mut rec.wire)
+        (&rec.latest, &mut rec.wire)
     }
 
     /// Key `k`'s latest price is now `p`, encoded as `bytes` (its
